@@ -52,6 +52,13 @@ void fzp_limits_default(fzp_limits *lim);
  * be NULL for fzp_limits_default(); depths above 64 count as 64. */
 int64_t fzp_scan(const void *buf, size_t len, const fzp_limits *lim);
 
+/* fzp_scan() that also tells a reader how long to wait: when it returns 0 and
+ * need is not NULL, *need receives a lower bound on the length of the whole
+ * message, so a reader can skip scanning again until it holds that many
+ * bytes (a large bin is then scanned twice, not once per read). */
+int64_t fzp_scan_ex(const void *buf, size_t len, const fzp_limits *lim,
+                    uint64_t *need);
+
 typedef struct fzp_message {
   enum fzp_type type;
   uint32_t msgid;          /* requests and responses */

@@ -1,0 +1,164 @@
+/*
+ * fz.h - the fzd compression engine: error-bounded lossy and lossless
+ * compression of scientific arrays on independent fixed-size chunks.
+ *
+ * This header is the whole public API of libfzengine; anything it does not
+ * declare is private and may change.  A compression job is described by
+ * fz_params (data type, shape, pipeline, error bound), finalized into an
+ * fz_plan, and run any number of times on inputs of that shape.  Archives are
+ * self-describing (docs/format.md): fz_decompress() needs nothing but the
+ * archive bytes.
+ *
+ * Every fallible call returns an int: >= 0 on success, a negative fz_errno
+ * code (fz_error.h) on failure.  Calls that can fail for a reason worth
+ * explaining take a `why` buffer that receives a one-line message (it may be
+ * NULL).  No call prints, exits or aborts.
+ */
+#ifndef FZ_H
+#define FZ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fz_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FZ_VERSION_MAJOR 0
+#define FZ_VERSION_MINOR 1
+#define FZ_VERSION_PATCH 0
+#define FZ_VERSION_HEX                                                         \
+  ((FZ_VERSION_MAJOR << 16) | (FZ_VERSION_MINOR << 8) | FZ_VERSION_PATCH)
+
+/* The run-time version of the engine, as FZ_VERSION_HEX. */
+unsigned fz_version(void);
+
+#define FZ_MAX_DIMS 4
+
+/* Element types.  The values are stored in archives: never renumber. */
+typedef enum fz_dtype {
+  FZ_U8 = 1,
+  FZ_I8 = 2,
+  FZ_U16 = 3,
+  FZ_I16 = 4,
+  FZ_U32 = 5,
+  FZ_I32 = 6,
+  FZ_U64 = 7,
+  FZ_I64 = 8,
+  FZ_F32 = 9,
+  FZ_F64 = 10
+} fz_dtype;
+
+/* Size in bytes of one element; 0 for an unknown type. */
+size_t fz_dtype_size(fz_dtype t);
+/* "f32", "i16", ...; NULL for an unknown type. */
+const char *fz_dtype_name(fz_dtype t);
+/* Parses "f32", "float32", "f8", "<f4", "int16", ...; FZ_EDTYPE if unknown. */
+int fz_dtype_parse(const char *text, fz_dtype *out);
+
+/* Error-bound modes.  ABS: |x - x'| <= eb.  REL: |x - x'| <= eb * (max - min)
+ * over the finite values of the input.  PWREL: |x - x'| <= eb * |x|.  The
+ * values are stored in archives: never renumber. */
+typedef enum fz_eb_mode { FZ_EB_ABS = 0, FZ_EB_REL = 1, FZ_EB_PWREL = 2 } fz_eb_mode;
+
+/* "abs", "rel", "pwrel"; NULL for an unknown mode. */
+const char *fz_eb_mode_name(fz_eb_mode m);
+int fz_eb_mode_parse(const char *text, fz_eb_mode *out);
+
+typedef struct fz_params {
+  fz_dtype dtype;
+  unsigned ndims;               /* 1..FZ_MAX_DIMS */
+  uint64_t dims[FZ_MAX_DIMS];   /* slowest-varying first, as in numpy */
+  const char *pipeline;         /* preset name or chain text; NULL: "balanced" */
+  double eb;                    /* bound of quant stages that name none */
+  fz_eb_mode eb_mode;           /* mode of quant stages that name none */
+  unsigned threads;             /* CPU threads for one call; 0 means 1 */
+  unsigned chunk_bytes;         /* input bytes per chunk; 0: FZ_CHUNK_DEFAULT */
+} fz_params;
+
+#define FZ_CHUNK_DEFAULT 16384u
+#define FZ_CHUNK_MIN 4096u
+#define FZ_CHUNK_MAX 32768u
+
+/* Fills p with defaults: f32, 0 dims, "balanced", eb 0 (so a lossy pipeline
+ * must be given a bound), REL, 1 thread, default chunk size. */
+void fz_params_init(fz_params *p);
+
+/* ---- presets and pipelines ------------------------------------------------ */
+
+typedef struct fz_preset {
+  const char *name;        /* "fast", "balanced", "lossless" */
+  const char *chain;       /* the chain it stands for */
+  const char *description; /* one line */
+} fz_preset;
+
+/* The built-in presets; *count receives their number.  Static storage. */
+const fz_preset *fz_presets(size_t *count);
+
+/* ---- plans ---------------------------------------------------------------- */
+
+typedef struct fz_plan fz_plan;
+
+/* Validates p (shape, dtype, pipeline text, bound) and finalizes a plan.  A
+ * malformed pipeline gives FZ_EPIPELINE with the offending token in `why`. */
+int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len);
+void fz_plan_destroy(fz_plan *plan); /* NULL is a harmless no-op */
+
+/* Bytes of input the plan expects (product of dims times element size). */
+size_t fz_plan_input_bytes(const fz_plan *plan);
+/* An upper bound on the archive size for any input of the plan's shape. */
+size_t fz_plan_compress_bound(const fz_plan *plan);
+/* The canonical text of the plan's chain, with every parameter spelled out
+ * ("quant(eb=0.001,mode=rel) | diff(map=zigzag) | ..."); static per plan. */
+const char *fz_plan_chain(const fz_plan *plan);
+
+/* Compresses in_len bytes (which must equal fz_plan_input_bytes()) into out.
+ * FZ_ESIZE on a wrong input length, FZ_ENOSPC when out_cap is below what this
+ * archive needs (fz_plan_compress_bound() is always enough).  A plan may be
+ * used by one thread at a time. */
+int fz_plan_compress(fz_plan *plan, const void *in, size_t in_len, void *out,
+                     size_t out_cap, size_t *out_len);
+
+/* ---- archives ------------------------------------------------------------- */
+
+typedef struct fz_archive_info {
+  fz_dtype dtype;
+  unsigned ndims;
+  uint64_t dims[FZ_MAX_DIMS];
+  uint64_t raw_bytes;     /* size of the decompressed data */
+  uint64_t archive_bytes; /* size of the whole archive */
+  uint64_t chunks;
+  double eb_abs;          /* the absolute bound actually enforced; 0 lossless */
+  char chain[256];        /* canonical chain text */
+} fz_archive_info;
+
+/* Reads and fully validates the header of an archive (magic, version,
+ * structure, header checksum, total length).  Does not touch the payload. */
+int fz_archive_inspect(const void *arc, size_t arc_len, fz_archive_info *info);
+
+/* Decompresses an archive into out (out_cap >= info.raw_bytes).  Every length
+ * and offset is checked before use; a corrupt or truncated archive gives
+ * FZ_ECORRUPT, FZ_ETRUNC, FZ_EFORMAT or FZ_EVERSION and leaves no
+ * out-of-bounds access behind. */
+int fz_decompress(const void *arc, size_t arc_len, void *out, size_t out_cap,
+                  size_t *out_len, unsigned threads);
+
+/* ---- verification --------------------------------------------------------- */
+
+typedef struct fz_compare_result {
+  double max_abs_error;    /* over values finite in both */
+  double max_rel_error;    /* max |x-x'|/|x| over finite nonzero x */
+  double value_range;      /* max - min of the finite values of a */
+  uint64_t nonfinite_mismatches; /* NaN/Inf/-0.0/denormal not bit-exact */
+} fz_compare_result;
+
+/* Compares original a with reconstruction b, n elements of type t. */
+int fz_compare(fz_dtype t, const void *a, const void *b, size_t n,
+               fz_compare_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FZ_H */

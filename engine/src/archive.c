@@ -1,0 +1,214 @@
+/*
+ * archive.c - the archive header: magic, version, dtype, shape, chunk size,
+ * the chain with every resolved parameter, the payload checksum, the chunk
+ * table and the header checksum.  docs/format.md is the specification.
+ *
+ * Parsing trusts nothing: each field is range-checked before it is used to
+ * compute a size, sizes are computed with overflow checks, and the chunk
+ * table must account for the archive's length exactly.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "archive.h"
+
+int fze_shape_size(unsigned ndims, const uint64_t *dims, size_t width,
+                   uint64_t *n_elems, uint64_t *bytes) {
+  if (ndims < 1 || ndims > FZ_MAX_DIMS)
+    return FZ_ESHAPE;
+  uint64_t n = 1;
+  for (unsigned i = 0; i < ndims; i++)
+    if (__builtin_mul_overflow(n, dims[i], &n))
+      return FZ_ESHAPE;
+  uint64_t b;
+  /* Keep sizes well inside size_t and ptrdiff_t on every platform. */
+  if (__builtin_mul_overflow(n, (uint64_t)width, &b) || b > (UINT64_C(1) << 56))
+    return FZ_ESHAPE;
+  *n_elems = n;
+  *bytes = b;
+  return 0;
+}
+
+static size_t stage_param_len(uint8_t id) {
+  switch (id) {
+  case FZE_STAGE_QUANT: return 1 + 8 * 3;
+  case FZE_STAGE_DIFF: return 1;
+  case FZE_STAGE_RZE: return 1;
+  default: return 0;
+  }
+}
+
+size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks) {
+  size_t len = 8 + 8 * (size_t)ndims + 1;
+  for (unsigned i = 0; i < c->n; i++)
+    len += 1 + stage_param_len(c->st[i].id);
+  return len + 4 + 2 * (size_t)nchunks + 4;
+}
+
+static void put_u32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++)
+    p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_f64(uint8_t *p, double d) {
+  uint64_t v;
+  memcpy(&v, &d, 8);
+  put_u64(p, v);
+}
+static uint32_t get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+         (uint32_t)p[3] << 24;
+}
+static uint64_t get_u64(const uint8_t *p) {
+  return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+static double get_f64(const uint8_t *p) {
+  uint64_t v = get_u64(p);
+  double d;
+  memcpy(&d, &v, 8);
+  return d;
+}
+
+void fze_header_write(const fze_header *h, uint8_t *out) {
+  uint8_t *p = out;
+  memcpy(p, FZE_MAGIC, 4);
+  p[4] = FZE_FORMAT_VERSION;
+  p[5] = (uint8_t)h->dtype;
+  p[6] = (uint8_t)h->ndims;
+  p[7] = (uint8_t)__builtin_ctz(h->chunk_bytes);
+  p += 8;
+  for (unsigned i = 0; i < h->ndims; i++, p += 8)
+    put_u64(p, h->dims[i]);
+  *p++ = (uint8_t)h->chain.n;
+  for (unsigned i = 0; i < h->chain.n; i++) {
+    const fze_stage *st = &h->chain.st[i];
+    *p++ = st->id;
+    switch (st->id) {
+    case FZE_STAGE_QUANT:
+      *p++ = st->mode;
+      put_f64(p, st->eb);
+      put_f64(p + 8, st->eb_abs);
+      put_f64(p + 16, st->step);
+      p += 24;
+      break;
+    case FZE_STAGE_DIFF:
+      *p++ = st->mode;
+      break;
+    case FZE_STAGE_RZE:
+      *p++ = st->levels;
+      break;
+    }
+  }
+  put_u32(p, h->payload_crc);
+  p += 4;
+  memcpy(p, h->sizes, 2 * (size_t)h->nchunks);
+  p += 2 * (size_t)h->nchunks;
+  put_u32(p, fze_crc32c(0, out, (size_t)(p - out)));
+}
+
+/* Checks the resolved quantizer parameters of an archive: the decoder
+ * converts step to an integer for PWREL and multiplies by it otherwise. */
+static int quant_params_ok(const fze_stage *st, fz_dtype t) {
+  if (!(st->eb > 0) || !isfinite(st->eb) || !(st->eb_abs >= 0) ||
+      !isfinite(st->eb_abs))
+    return 0;
+  if (st->step == 0)
+    return 1;
+  if (!(st->step > 0) || !isfinite(st->step))
+    return 0;
+  if (st->mode == FZ_EB_PWREL)
+    return st->step >= 2 && st->step <= (t == FZ_F32 ? 0x1p24 : 0x1p53) &&
+           st->step == floor(st->step);
+  return 1;
+}
+
+int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h) {
+  memset(h, 0, sizeof *h);
+  if (len < 4 || memcmp(arc, FZE_MAGIC, 4) != 0)
+    return len < 4 && memcmp(arc, FZE_MAGIC, len) == 0 ? FZ_ETRUNC : FZ_EFORMAT;
+  if (len < 8)
+    return FZ_ETRUNC;
+  if (arc[4] != FZE_FORMAT_VERSION)
+    return FZ_EVERSION;
+  h->dtype = (fz_dtype)arc[5];
+  h->ndims = arc[6];
+  size_t w = fz_dtype_size(h->dtype);
+  if (w == 0 || h->ndims < 1 || h->ndims > FZ_MAX_DIMS || arc[7] < 12 || arc[7] > 15)
+    return FZ_ECORRUPT;
+  h->chunk_bytes = 1u << arc[7];
+  size_t pos = 8;
+  if (len < pos + 8 * (size_t)h->ndims + 1)
+    return FZ_ETRUNC;
+  for (unsigned i = 0; i < h->ndims; i++, pos += 8)
+    h->dims[i] = get_u64(arc + pos);
+  if (fze_shape_size(h->ndims, h->dims, w, &h->n_elems, &h->raw_bytes) < 0)
+    return FZ_ECORRUPT;
+  h->chain.n = arc[pos++];
+  if (h->chain.n < 1 || h->chain.n > FZE_MAX_STAGES)
+    return FZ_ECORRUPT;
+  for (unsigned i = 0; i < h->chain.n; i++) {
+    fze_stage *st = &h->chain.st[i];
+    if (len < pos + 1)
+      return FZ_ETRUNC;
+    st->id = arc[pos++];
+    size_t pl = stage_param_len(st->id);
+    if (len < pos + pl)
+      return FZ_ETRUNC;
+    switch (st->id) {
+    case FZE_STAGE_QUANT:
+      st->mode = arc[pos];
+      st->eb = get_f64(arc + pos + 1);
+      st->eb_abs = get_f64(arc + pos + 9);
+      st->step = get_f64(arc + pos + 17);
+      st->has_eb = st->has_mode = true;
+      if (st->mode > FZ_EB_PWREL || !quant_params_ok(st, h->dtype))
+        return FZ_ECORRUPT;
+      break;
+    case FZE_STAGE_DIFF:
+      st->mode = arc[pos];
+      break;
+    case FZE_STAGE_RZE:
+      st->levels = arc[pos];
+      break;
+    case FZE_STAGE_BITSHUFFLE:
+    case FZE_STAGE_BITPACK:
+      break;
+    default:
+      return FZ_ECORRUPT;
+    }
+    pos += pl;
+  }
+  if (fze_chain_check(&h->chain, h->dtype, NULL, 0) < 0)
+    return FZ_ECORRUPT;
+  h->nchunks = (h->raw_bytes + h->chunk_bytes - 1) / h->chunk_bytes;
+  if (len < pos + 4)
+    return FZ_ETRUNC;
+  h->payload_crc = get_u32(arc + pos);
+  pos += 4;
+  /* The chunk table must fit in what is present before it is read. */
+  if (h->nchunks > (len - pos) / 2 || len - pos - 2 * h->nchunks < 4)
+    return FZ_ETRUNC;
+  h->sizes = arc + pos;
+  pos += 2 * (size_t)h->nchunks;
+  if (get_u32(arc + pos) != fze_crc32c(0, arc, pos))
+    return FZ_ECORRUPT;
+  pos += 4;
+  h->header_len = pos;
+  uint64_t total = pos;
+  for (uint64_t i = 0; i < h->nchunks; i++) {
+    uint64_t raw = i + 1 < h->nchunks ? h->chunk_bytes
+                                      : h->raw_bytes - i * h->chunk_bytes;
+    unsigned s = fze_chunk_size_at(h, i);
+    if (s == 0 || s > raw)
+      return FZ_ECORRUPT;
+    total += s;
+  }
+  if (total > len)
+    return FZ_ETRUNC;
+  if (total < len)
+    return FZ_ECORRUPT; /* trailing bytes */
+  return 0;
+}

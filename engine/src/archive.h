@@ -1,0 +1,39 @@
+/*
+ * archive.h - the archive header (docs/format.md), written and validated.
+ */
+#ifndef FZE_ARCHIVE_H
+#define FZE_ARCHIVE_H
+
+#include "engine.h"
+
+#define FZE_MAGIC "\x89" "FZA"
+#define FZE_FORMAT_VERSION 1
+
+typedef struct fze_header {
+  fz_dtype dtype;
+  unsigned ndims;
+  uint64_t dims[FZ_MAX_DIMS];
+  unsigned chunk_bytes;
+  fze_chain chain;
+  uint64_t n_elems, raw_bytes, nchunks;
+  size_t header_len;      /* bytes up to the payload */
+  uint32_t payload_crc;
+  const uint8_t *sizes;   /* nchunks little-endian u16, inside the archive */
+} fze_header;
+
+/* Element count and byte size of a shape; FZ_ESHAPE when they overflow or the
+ * shape has no dimension. */
+int fze_shape_size(unsigned ndims, const uint64_t *dims, size_t width,
+                   uint64_t *n_elems, uint64_t *bytes);
+size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks);
+/* Writes the header; h->sizes points at the chunk table to copy. */
+void fze_header_write(const fze_header *h, uint8_t *out);
+/* Validates everything that can be validated without the payload, including
+ * the total archive length. */
+int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h);
+
+static inline unsigned fze_chunk_size_at(const fze_header *h, uint64_t i) {
+  return (unsigned)h->sizes[2 * i] | (unsigned)h->sizes[2 * i + 1] << 8;
+}
+
+#endif

@@ -1,0 +1,290 @@
+/*
+ * chain.c - the pipeline text syntax: parsing, checking and canonical form.
+ *
+ *   chain  := stage ( '|' stage )*
+ *   stage  := name [ '(' key '=' value ( ',' key '=' value )* ')' ]
+ *
+ * Stages: quant(eb=FLOAT, mode=abs|rel|pwrel), diff(map=zigzag|negabinary),
+ * bitshuffle, rze(levels=1..6), bitpack.  A preset name stands for its chain.
+ * Every error quotes the offending text.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+static const char *const stage_names[] = {
+    [FZE_STAGE_QUANT] = "quant",           [FZE_STAGE_DIFF] = "diff",
+    [FZE_STAGE_BITSHUFFLE] = "bitshuffle", [FZE_STAGE_RZE] = "rze",
+    [FZE_STAGE_BITPACK] = "bitpack",
+};
+#define NSTAGE_NAMES (sizeof stage_names / sizeof stage_names[0])
+
+static const char *skip_ws(const char *p) {
+  while (isspace((unsigned char)*p))
+    p++;
+  return p;
+}
+
+/* Copies an identifier-like token ([A-Za-z0-9_.+-]) into buf. */
+static const char *token(const char *p, char *buf, size_t len) {
+  size_t k = 0;
+  while (isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '+' ||
+         *p == '-') {
+    if (k + 1 < len)
+      buf[k++] = *p;
+    p++;
+  }
+  buf[k] = 0;
+  return p;
+}
+
+static int set_param(fze_stage *st, const char *key, const char *val,
+                     char *why, size_t why_len) {
+  const char *sname = stage_names[st->id];
+  if (st->id == FZE_STAGE_QUANT && strcmp(key, "eb") == 0) {
+    char *end;
+    errno = 0;
+    double eb = strtod(val, &end);
+    if (*val == 0 || *end != 0 || errno != 0 || !(eb > 0) || !isfinite(eb)) {
+      fze_why(why, why_len, "quant: eb must be a positive number, not '%s'", val);
+      return FZ_EBOUND;
+    }
+    st->eb = eb;
+    st->has_eb = true;
+    return 0;
+  }
+  if (st->id == FZE_STAGE_QUANT && strcmp(key, "mode") == 0) {
+    fz_eb_mode m;
+    if (fz_eb_mode_parse(val, &m) != 0) {
+      fze_why(why, why_len, "quant: mode must be abs, rel or pwrel, not '%s'", val);
+      return FZ_EPIPELINE;
+    }
+    st->mode = (uint8_t)m;
+    st->has_mode = true;
+    return 0;
+  }
+  if (st->id == FZE_STAGE_DIFF && strcmp(key, "map") == 0) {
+    if (strcmp(val, "zigzag") == 0)
+      st->mode = FZE_MAP_ZIGZAG;
+    else if (strcmp(val, "negabinary") == 0)
+      st->mode = FZE_MAP_NEGABINARY;
+    else {
+      fze_why(why, why_len, "diff: map must be zigzag or negabinary, not '%s'", val);
+      return FZ_EPIPELINE;
+    }
+    return 0;
+  }
+  if (st->id == FZE_STAGE_RZE && strcmp(key, "levels") == 0) {
+    char *end;
+    long v = strtol(val, &end, 10);
+    if (*val == 0 || *end != 0 || v < 1 || v > FZE_RZE_MAX_LEVELS) {
+      fze_why(why, why_len, "rze: levels must be 1..%d, not '%s'",
+              FZE_RZE_MAX_LEVELS, val);
+      return FZ_EPIPELINE;
+    }
+    st->levels = (uint8_t)v;
+    return 0;
+  }
+  fze_why(why, why_len, "%s: unknown parameter '%s'", sname, key);
+  return FZ_EPIPELINE;
+}
+
+static void stage_defaults(fze_stage *st, uint8_t id) {
+  memset(st, 0, sizeof *st);
+  st->id = id;
+  st->mode = id == FZE_STAGE_QUANT ? FZ_EB_REL : FZE_MAP_ZIGZAG;
+  st->levels = id == FZE_STAGE_RZE ? 4 : 0;
+}
+
+int fze_chain_parse(const char *text, fze_chain *out, char *why, size_t why_len) {
+  if (text == NULL || out == NULL)
+    return FZ_EINVAL;
+  size_t np;
+  const fz_preset *pr = fz_presets(&np);
+  const char *t = skip_ws(text);
+  for (size_t i = 0; i < np; i++) {
+    size_t l = strlen(pr[i].name);
+    if (strncmp(t, pr[i].name, l) == 0 && *skip_ws(t + l) == 0)
+      return fze_chain_parse(pr[i].chain, out, why, why_len);
+  }
+
+  memset(out, 0, sizeof *out);
+  const char *p = text;
+  for (;;) {
+    char name[32], key[32], val[64];
+    p = skip_ws(p);
+    const char *at = p;
+    p = token(p, name, sizeof name);
+    if (name[0] == 0) {
+      fze_why(why, why_len, "expected a stage name at '%.20s' in '%s'", at, text);
+      return FZ_EPIPELINE;
+    }
+    uint8_t id = 0;
+    for (uint8_t k = 1; k < NSTAGE_NAMES; k++)
+      if (stage_names[k] && strcmp(stage_names[k], name) == 0)
+        id = k;
+    if (id == 0) {
+      fze_why(why, why_len,
+              "unknown stage '%s' (stages: quant, diff, bitshuffle, rze, "
+              "bitpack; presets: fast, balanced, lossless)",
+              name);
+      return FZ_EPIPELINE;
+    }
+    if (out->n == FZE_MAX_STAGES) {
+      fze_why(why, why_len, "too many stages (at most %d)", FZE_MAX_STAGES);
+      return FZ_EPIPELINE;
+    }
+    fze_stage *st = &out->st[out->n++];
+    stage_defaults(st, id);
+    p = skip_ws(p);
+    if (*p == '(') {
+      p = skip_ws(p + 1);
+      if (*p == ')') {
+        p++;
+      } else {
+        for (;;) {
+          at = p;
+          p = skip_ws(token(p, key, sizeof key));
+          if (key[0] == 0 || *p != '=') {
+            fze_why(why, why_len, "%s: expected key=value at '%.20s'", name, at);
+            return FZ_EPIPELINE;
+          }
+          at = p = skip_ws(p + 1);
+          p = skip_ws(token(p, val, sizeof val));
+          if (val[0] == 0) {
+            fze_why(why, why_len, "%s: missing value for '%s' at '%.20s'", name,
+                    key, at);
+            return FZ_EPIPELINE;
+          }
+          int rc = set_param(st, key, val, why, why_len);
+          if (rc < 0)
+            return rc;
+          if (*p == ',') {
+            p = skip_ws(p + 1);
+            continue;
+          }
+          if (*p == ')') {
+            p++;
+            break;
+          }
+          fze_why(why, why_len, "%s: expected ',' or ')' at '%.20s'", name, p);
+          return FZ_EPIPELINE;
+        }
+      }
+    }
+    p = skip_ws(p);
+    if (*p == 0)
+      break;
+    if (*p != '|') {
+      fze_why(why, why_len, "expected '|' between stages at '%.20s'", p);
+      return FZ_EPIPELINE;
+    }
+    p++;
+  }
+  return 0;
+}
+
+int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
+  if (c->n == 0) {
+    fze_why(why, why_len, "empty pipeline");
+    return FZ_EPIPELINE;
+  }
+  bool bytes = false; /* the stream is words until bitshuffle */
+  for (unsigned i = 0; i < c->n; i++) {
+    const fze_stage *st = &c->st[i];
+    const char *name = (st->id < NSTAGE_NAMES && stage_names[st->id])
+                           ? stage_names[st->id] : NULL;
+    if (name == NULL) {
+      fze_why(why, why_len, "unknown stage id %u", st->id);
+      return FZ_EPIPELINE;
+    }
+    bool last = i + 1 == c->n;
+    switch (st->id) {
+    case FZE_STAGE_QUANT:
+      if (i != 0) {
+        fze_why(why, why_len, "quant must be the first stage");
+        return FZ_EPIPELINE;
+      }
+      if (!fze_dtype_is_float(t)) {
+        fze_why(why, why_len, "quant needs f32 or f64 data, not %s",
+                fz_dtype_name(t) ? fz_dtype_name(t) : "?");
+        return FZ_EDTYPE;
+      }
+      if (st->mode > FZ_EB_PWREL) {
+        fze_why(why, why_len, "quant: unknown mode %u", st->mode);
+        return FZ_EPIPELINE;
+      }
+      break;
+    case FZE_STAGE_DIFF:
+    case FZE_STAGE_BITSHUFFLE:
+    case FZE_STAGE_BITPACK:
+      if (bytes) {
+        fze_why(why, why_len, "%s needs words, but bitshuffle before it made bytes",
+                name);
+        return FZ_EPIPELINE;
+      }
+      if (st->id == FZE_STAGE_DIFF && st->mode > FZE_MAP_NEGABINARY) {
+        fze_why(why, why_len, "diff: unknown map %u", st->mode);
+        return FZ_EPIPELINE;
+      }
+      if (st->id == FZE_STAGE_BITSHUFFLE)
+        bytes = true;
+      if (st->id == FZE_STAGE_BITPACK && !last) {
+        fze_why(why, why_len, "bitpack must be the last stage");
+        return FZ_EPIPELINE;
+      }
+      break;
+    case FZE_STAGE_RZE:
+      if (!last) {
+        fze_why(why, why_len, "rze must be the last stage");
+        return FZ_EPIPELINE;
+      }
+      if (st->levels < 1 || st->levels > FZE_RZE_MAX_LEVELS) {
+        fze_why(why, why_len, "rze: levels must be 1..%d", FZE_RZE_MAX_LEVELS);
+        return FZ_EPIPELINE;
+      }
+      break;
+    }
+  }
+  return 0;
+}
+
+bool fze_chain_has_quant(const fze_chain *c) {
+  return c->n > 0 && c->st[0].id == FZE_STAGE_QUANT;
+}
+
+void fze_chain_format(const fze_chain *c, char *buf, size_t len) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (unsigned i = 0; i < c->n && k < len; i++) {
+    const fze_stage *st = &c->st[i];
+    const char *sep = i ? " | " : "";
+    int w;
+    switch (st->id) {
+    case FZE_STAGE_QUANT:
+      w = snprintf(buf + k, len - k, "%squant(eb=%.17g,mode=%s)", sep, st->eb,
+                   fz_eb_mode_name((fz_eb_mode)st->mode));
+      break;
+    case FZE_STAGE_DIFF:
+      w = snprintf(buf + k, len - k, "%sdiff(map=%s)", sep,
+                   st->mode == FZE_MAP_ZIGZAG ? "zigzag" : "negabinary");
+      break;
+    case FZE_STAGE_RZE:
+      w = snprintf(buf + k, len - k, "%srze(levels=%u)", sep, st->levels);
+      break;
+    default:
+      w = snprintf(buf + k, len - k, "%s%s", sep,
+                   st->id < NSTAGE_NAMES && stage_names[st->id]
+                       ? stage_names[st->id] : "?");
+      break;
+    }
+    if (w < 0)
+      break;
+    k += (size_t)w;
+  }
+}

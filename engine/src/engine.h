@@ -1,0 +1,112 @@
+/*
+ * engine.h - declarations shared by the engine's files (not installed).
+ *
+ * A pipeline is a chain of stages applied to each fixed-size chunk of the
+ * input independently.  Within a chunk the data flows as a "stream" that is
+ * either words (the element width: 1, 2, 4 or 8 bytes) or bytes; each stage
+ * declares what it takes and what it gives, and the chain parser checks that
+ * neighbours agree.  The quant stage also emits a side list of values stored
+ * losslessly (outliers); it travels in front of the main stream in the chunk.
+ *
+ * Every per-element operation that both the CPU reference and the CUDA
+ * kernels perform lives in ops.h, written once for both, so that the two
+ * backends share not just the algorithm but the very arithmetic.
+ */
+#ifndef FZE_ENGINE_H
+#define FZE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fz.h"
+
+#define FZE_MAX_STAGES 8
+#define FZE_RZE_MAX_LEVELS 6
+#define FZE_BITPACK_BLOCK 32
+
+typedef enum fze_stage_id {
+  FZE_STAGE_QUANT = 1,
+  FZE_STAGE_DIFF = 2,
+  FZE_STAGE_BITSHUFFLE = 3,
+  FZE_STAGE_RZE = 4,
+  FZE_STAGE_BITPACK = 5
+} fze_stage_id;
+
+typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_diff_map;
+
+typedef struct fze_stage {
+  uint8_t id;           /* fze_stage_id */
+  uint8_t mode;         /* quant: fz_eb_mode; diff: fze_diff_map */
+  uint8_t levels;       /* rze: number of elimination levels */
+  bool has_eb;          /* quant: eb given in the chain text */
+  bool has_mode;        /* quant: mode given in the chain text */
+  double eb;            /* quant: the user's bound (in its mode) */
+  /* Resolved per job by the compressor and stored in the archive: */
+  double eb_abs;        /* quant: absolute bound enforced; 0 = lossless */
+  double step;          /* quant: bin width (abs/rel) or bit step (pwrel) */
+} fze_stage;
+
+typedef struct fze_chain {
+  unsigned n;
+  fze_stage st[FZE_MAX_STAGES];
+} fze_chain;
+
+/* chain.c */
+int fze_chain_parse(const char *text, fze_chain *out, char *why, size_t why_len);
+int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len);
+void fze_chain_format(const fze_chain *c, char *buf, size_t len);
+bool fze_chain_has_quant(const fze_chain *c);
+
+/* util */
+void fze_why(char *why, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+uint32_t fze_crc32c(uint32_t crc, const void *p, size_t n);
+bool fze_dtype_is_float(fz_dtype t);
+
+/* Per-chunk work buffers, owned by one thread. */
+typedef struct fze_scratch {
+  uint8_t *a, *b;      /* ping-pong stream buffers */
+  uint8_t *side;       /* the quant stage's side list */
+  uint8_t *tmp;        /* stage-internal work space */
+  size_t cap;          /* bytes of each */
+} fze_scratch;
+
+int fze_scratch_init(fze_scratch *s, size_t chunk_bytes);
+void fze_scratch_free(fze_scratch *s);
+
+/* The per-chunk coder (codec.c).  Encodes `n` elements at `in` into `out`
+ * (capacity out_cap >= raw bytes of the chunk) and returns the coded length;
+ * a return equal to the raw length means the chunk is stored raw. */
+size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
+                        size_t n, uint8_t *out, fze_scratch *s);
+int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
+                     size_t in_len, size_t n, void *out, fze_scratch *s);
+
+/* Stages (stage_*.c).  Word streams are little-endian arrays of `w`-byte
+ * words; byte streams are plain bytes. */
+size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
+                        size_t n, void *codes, uint8_t *side);
+/* Length of the side list at the front of a coded chunk, or a negative code. */
+long fze_quant_side_len(const uint8_t *side, size_t len, size_t n, unsigned w);
+int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
+                     size_t n, const uint8_t *side, size_t side_len,
+                     void *out);
+void fze_diff_encode(const fze_stage *st, unsigned w, void *words, size_t n);
+void fze_diff_decode(const fze_stage *st, unsigned w, void *words, size_t n);
+size_t fze_bitshuffle_bytes(unsigned w, size_t n);
+void fze_bitshuffle_encode(unsigned w, const void *words, size_t n, uint8_t *out);
+void fze_bitshuffle_decode(unsigned w, const uint8_t *in, size_t n, void *words);
+size_t fze_rze_encode(unsigned levels, const uint8_t *in, size_t n, uint8_t *out,
+                      uint8_t *tmp);
+int fze_rze_decode(unsigned levels, const uint8_t *in, size_t in_len,
+                   uint8_t *out, size_t n, uint8_t *tmp);
+size_t fze_bitpack_encode(unsigned w, const void *words, size_t n, uint8_t *out);
+int fze_bitpack_decode(unsigned w, const uint8_t *in, size_t in_len,
+                       void *words, size_t n);
+
+/* Quantizer set-up: resolves eb_abs and step for one job from the data. */
+int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
+                      unsigned threads);
+
+#endif

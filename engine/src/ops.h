@@ -1,0 +1,173 @@
+/*
+ * ops.h - the per-element arithmetic of the stages, written once for the CPU
+ * reference and the CUDA kernels.
+ *
+ * Byte-identical archives across backends require the very same IEEE
+ * operations in the very same order on both sides.  Everything here uses only
+ * +, -, *, conversions and comparisons, all correctly rounded in IEEE 754 on
+ * both x86-64 and NVIDIA GPUs when FMA contraction is off (host
+ * -ffp-contract=off, nvcc -fmad=false).  Rounding to an integer uses the
+ * 1.5 * 2^52 trick instead of rint(), whose speed and availability differ
+ * between libm and CUDA.
+ */
+#ifndef FZE_OPS_H
+#define FZE_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define FZ_HD __host__ __device__ __forceinline__
+#else
+#define FZ_HD static inline
+#endif
+
+/* Largest |bin| a quantized value may have: the code and its neighbour
+ * difference must stay exact in the word, and the bin index exact in a double
+ * product. */
+#define FZO_QMAX_F32 1073741823.0          /* 2^30 - 1 */
+#define FZO_QMAX_F64 1125899906842623.0    /* 2^50 - 1 */
+
+FZ_HD uint32_t fzo_f32_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+FZ_HD float fzo_bits_f32(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+FZ_HD uint64_t fzo_f64_bits(double x) {
+  uint64_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+}
+FZ_HD double fzo_bits_f64(uint64_t u) {
+  double x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+FZ_HD double fzo_fabs(double x) { return x < 0 ? -x : x; }
+
+/* Round to nearest, ties to even, for |t| < 2^51. */
+FZ_HD double fzo_rint(double t) {
+  const double m = 6755399441055744.0; /* 1.5 * 2^52 */
+  return (t + m) - m;
+}
+
+/* Values that must come back bit for bit and are never quantized: NaN, Inf,
+ * -0.0 and denormals.  +0.0 is quantized (to bin 0, which decodes to +0.0). */
+FZ_HD bool fzo_f32_special(uint32_t b) {
+  uint32_t e = (b >> 23) & 0xffu;
+  return e == 0xffu || (e == 0 && b != 0);
+}
+FZ_HD bool fzo_f64_special(uint64_t b) {
+  uint64_t e = (b >> 52) & 0x7ffu;
+  return e == 0x7ffu || (e == 0 && b != 0);
+}
+
+/* ---- ABS / REL: uniform bins of width `step`, checked against `e` ---- */
+
+FZ_HD float fzo_dequant_f32(uint32_t code, double step) {
+  return (float)((double)(int32_t)code * step);
+}
+FZ_HD bool fzo_quant_f32(float x, double inv, double step, double e,
+                         uint32_t *code) {
+  if (fzo_f32_special(fzo_f32_bits(x)))
+    return false;
+  double t = (double)x * inv;
+  if (!(fzo_fabs(t) <= FZO_QMAX_F32))
+    return false;
+  double q = fzo_rint(t);
+  uint32_t c = (uint32_t)(int32_t)q;
+  float r = fzo_dequant_f32(c, step);
+  if (!(fzo_fabs((double)x - (double)r) <= e))
+    return false;
+  *code = c;
+  return true;
+}
+
+FZ_HD double fzo_dequant_f64(uint64_t code, double step) {
+  return (double)(int64_t)code * step;
+}
+FZ_HD bool fzo_quant_f64(double x, double inv, double step, double e,
+                         uint64_t *code) {
+  if (fzo_f64_special(fzo_f64_bits(x)))
+    return false;
+  double t = x * inv;
+  if (!(fzo_fabs(t) <= FZO_QMAX_F64))
+    return false;
+  double q = fzo_rint(t);
+  uint64_t c = (uint64_t)(int64_t)q;
+  double r = fzo_dequant_f64(c, step);
+  if (!(fzo_fabs(x - r) <= e))
+    return false;
+  *code = c;
+  return true;
+}
+
+/* ---- PWREL: the magnitude's bit pattern rounded to a multiple of k ----
+ * Consecutive floats differ by at most 2^-23 of their value (2^-52 for
+ * doubles), so rounding the bit pattern to a multiple of k = eb * 2^24 moves
+ * the value by at most eb of itself; the check below catches the rare binade
+ * crossings.  The code is (bin << 1) | sign.  The limit is shaved by 2^-50 so
+ * that the rounding of eb * |x| can never admit an error above the exact
+ * bound. */
+
+FZ_HD float fzo_pw_dequant_f32(uint32_t code, uint32_t k) {
+  return fzo_bits_f32(((code >> 1) * k) | (code << 31));
+}
+FZ_HD bool fzo_pw_quant_f32(float x, uint32_t k, double eb, uint32_t *code) {
+  uint32_t b = fzo_f32_bits(x);
+  if (fzo_f32_special(b))
+    return false;
+  uint32_t mag = b & 0x7fffffffu, sign = b >> 31;
+  uint32_t q = (uint32_t)(((uint64_t)mag + k / 2) / k);
+  if ((uint64_t)q * k > 0x7f7fffffu)
+    return false;
+  uint32_t c = (q << 1) | sign;
+  float r = fzo_pw_dequant_f32(c, k);
+  double lim = eb * fzo_fabs((double)x);
+  if (!(fzo_fabs((double)x - (double)r) <= lim - lim * 0x1p-50))
+    return false;
+  *code = c;
+  return true;
+}
+
+FZ_HD double fzo_pw_dequant_f64(uint64_t code, uint64_t k) {
+  return fzo_bits_f64(((code >> 1) * k) | (code << 63));
+}
+FZ_HD bool fzo_pw_quant_f64(double x, uint64_t k, double eb, uint64_t *code) {
+  uint64_t b = fzo_f64_bits(x);
+  if (fzo_f64_special(b))
+    return false;
+  uint64_t mag = b & 0x7fffffffffffffffull, sign = b >> 63;
+  uint64_t q = mag / k + ((mag % k) >= (k - k / 2) ? 1u : 0u);
+  if (q > 0x7fefffffffffffffull / k)
+    return false;
+  uint64_t c = (q << 1) | sign;
+  double r = fzo_pw_dequant_f64(c, k);
+  double lim = eb * fzo_fabs(x);
+  if (!(fzo_fabs(x - r) <= lim - lim * 0x1p-50))
+    return false;
+  *code = c;
+  return true;
+}
+
+/* ---- residual maps ---- */
+
+FZ_HD uint32_t fzo_zigzag32(uint32_t d) { return (d << 1) ^ (0u - (d >> 31)); }
+FZ_HD uint32_t fzo_unzigzag32(uint32_t z) { return (z >> 1) ^ (0u - (z & 1u)); }
+FZ_HD uint64_t fzo_zigzag64(uint64_t d) { return (d << 1) ^ (0ull - (d >> 63)); }
+FZ_HD uint64_t fzo_unzigzag64(uint64_t z) { return (z >> 1) ^ (0ull - (z & 1u)); }
+
+#define FZO_NB32 0xaaaaaaaau
+#define FZO_NB64 0xaaaaaaaaaaaaaaaaull
+FZ_HD uint32_t fzo_nega32(uint32_t d) { return (d + FZO_NB32) ^ FZO_NB32; }
+FZ_HD uint32_t fzo_unnega32(uint32_t z) { return (z ^ FZO_NB32) - FZO_NB32; }
+FZ_HD uint64_t fzo_nega64(uint64_t d) { return (d + FZO_NB64) ^ FZO_NB64; }
+FZ_HD uint64_t fzo_unnega64(uint64_t z) { return (z ^ FZO_NB64) - FZO_NB64; }
+
+#endif
