@@ -1,0 +1,173 @@
+/*
+ * fzctl.c - the command-line client of fzd: global options, the table of
+ * subcommands, and the help generated from it.
+ *
+ * `fzctl [-S ADDR] [--token T] [COMMAND [ARGS...]]`.  A bare `fzctl` runs
+ * `status`, the read-only view.  Exit codes: 0 success, 1 usage error, 2 the
+ * server or the transport failed.
+ */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fzctl.h"
+
+static int cmd_help(const ctl_global *g, int argc, char **argv);
+
+static const ctl_command commands[] = {
+  {"submit", ctl_cmd_submit, "compress or decompress files",
+   "[OPTIONS] FILE...\n"
+   "  -d, --decompress      decompress archives (default: compress arrays)\n"
+   "  -o, --output PATH     output file (one input only); '-' is stdout\n"
+   "  -j, --jobs N          jobs in flight at once (default 4)\n"
+   "  -t, --dtype TYPE      element type: f32 f64 u8 i8 u16 i16 u32 i32 u64 i64\n"
+   "  -s, --shape DIMS      shape, slowest dimension first: 1201x2401\n"
+   "                        (default: read from a .npy header, or 1-D)\n"
+   "  -p, --pipeline P      fast | balanced | lossless | a chain (default balanced)\n"
+   "  -e, --eb BOUND        error bound, e.g. 1e-3\n"
+   "  -m, --mode MODE       abs | rel | pwrel (default rel)\n"
+   "      --verify          ask the server for the max error\n"
+   "      --json            one JSON object per file on stdout\n"
+   "      --inline          send data in messages, not as file descriptors\n"
+   "  -f, --force           overwrite existing outputs\n"
+   "  -q, --quiet           no per-file lines and no progress bar\n"
+   "FILE '-' is stdin.  Outputs are named FILE.fz, and FILE.fz -> FILE with -d."},
+  {"status", ctl_cmd_status, "show the server's state (the default)", "[--json]"},
+  {"stats", ctl_cmd_stats, "show the server's job counters", "[--json]"},
+  {"ping", ctl_cmd_ping, "measure round trips to the server",
+   "[-c COUNT] [-i MILLISECONDS]\n"
+   "  -c, --count N         round trips (default 5)\n"
+   "  -i, --interval MS     pause between them (default 0)"},
+  {"presets", ctl_cmd_presets, "list the server's pipeline presets", "[--json]"},
+  {"help", cmd_help, "show help for a command", "[COMMAND]"},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+const ctl_command *ctl_find_command(const char *name) {
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    if (strcmp(commands[i].name, name) == 0)
+      return &commands[i];
+  return NULL;
+}
+
+void ctl_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("fzctl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+int ctl_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("fzctl: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  fprintf(stderr, "Try 'fzctl help%s%s'.\n", cmd ? " " : "", cmd ? cmd : "");
+  return CTL_USAGE;
+}
+
+void ctl_print_usage(FILE *f, const ctl_command *cmd) {
+  const char *nl = strchr(cmd->usage, '\n');
+  fprintf(f, "usage: fzctl %s %.*s\n%s\n", cmd->name,
+          nl ? (int)(nl - cmd->usage) : (int)strlen(cmd->usage), cmd->usage,
+          cmd->summary);
+  if (nl)
+    fprintf(f, "%s\n", nl + 1);
+}
+
+static void print_help(FILE *f) {
+  fprintf(f,
+          "usage: fzctl [-S ADDRESS] [--token TOKEN] [COMMAND [ARGS...]]\n"
+          "Client of fzd, the compression daemon for scientific arrays.\n\n"
+          "Commands:\n");
+  for (size_t i = 0; i < NCOMMANDS; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f,
+          "\nOptions:\n"
+          "  -S, --socket ADDRESS  unix:PATH, tcp:HOST:PORT or a socket path\n"
+          "                        (default $FZD_SOCKET, else /run/fzd/fzd.sock)\n"
+          "      --token TOKEN     TCP token (default $FZD_TOKEN)\n"
+          "  -h, --help            this help; 'fzctl help COMMAND' for a command\n"
+          "  -V, --version         print the version\n\n"
+          "Exit status: 0 success, 1 usage error, 2 server or transport error.\n");
+}
+
+static int cmd_help(const ctl_global *g, int argc, char **argv) {
+  (void)g;
+  if (argc > 2)
+    return ctl_usage_error(NULL, "help takes one command, got '%s' too", argv[2]);
+  if (argc == 2) {
+    const ctl_command *c = ctl_find_command(argv[1]);
+    if (!c)
+      return ctl_usage_error(NULL, "unknown command '%s'", argv[1]);
+    ctl_print_usage(stdout, c);
+    return CTL_OK;
+  }
+  print_help(stdout);
+  return CTL_OK;
+}
+
+int ctl_connect(const ctl_global *g, fz_client **out) {
+  fz_client_opts o;
+  fz_client_opts_init(&o);
+  o.token = g->token;
+  o.name = "fzctl";
+  char why[256];
+  int rc = fz_client_connect(out, g->address, &o, why, sizeof why);
+  if (rc < 0) {
+    ctl_err("%s", why[0] ? why : fz_strerror(rc));
+    return CTL_SERVER;
+  }
+  return CTL_OK;
+}
+
+int main(int argc, char **argv) {
+  static const struct option opts[] = {
+    {"socket", required_argument, NULL, 'S'},
+    {"token", required_argument, NULL, 'T'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
+  };
+  ctl_global g = {.address = NULL, .token = NULL};
+  int c;
+  opterr = 0;
+  /* '+': options after the command belong to the command. */
+  while ((c = getopt_long(argc, argv, "+:S:hV", opts, NULL)) != -1) {
+    switch (c) {
+    case 'S':
+      if (!*optarg)
+        return ctl_usage_error(NULL, "invalid address '' for --socket");
+      g.address = optarg;
+      break;
+    case 'T':
+      g.token = optarg;
+      break;
+    case 'h':
+      print_help(stdout);
+      return CTL_OK;
+    case 'V':
+      printf("fzctl %s\n", fz_client_version_string());
+      return CTL_OK;
+    case ':':
+      return ctl_usage_error(NULL, "option '%s' needs a value", argv[optind - 1]);
+    default:
+      return ctl_usage_error(NULL, "unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  const char *name = optind < argc ? argv[optind] : "status";
+  const ctl_command *cmd = ctl_find_command(name);
+  if (!cmd)
+    return ctl_usage_error(NULL, "unknown command '%s'", name);
+  int sub_argc = optind < argc ? argc - optind : 1;
+  char *status_argv[] = {(char *)"status", NULL};
+  char **sub_argv = optind < argc ? argv + optind : status_argv;
+  optind = 0; /* 0 makes glibc reinitialize getopt for the command's options */
+  return cmd->fn(&g, sub_argc, sub_argv);
+}

@@ -1,0 +1,222 @@
+/*
+ * info.c - the read-only commands: status (the default), stats, ping and
+ * presets.  Each connects, asks, and prints either aligned text or, with
+ * --json, one JSON object.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <string.h>
+#include <time.h>
+
+#include "fzctl.h"
+
+/* Parses a command that takes only --json; returns -1 to go on, else an exit
+ * code. */
+static int parse_json_only(const char *name, int argc, char **argv, bool *json) {
+  static const struct option opts[] = {
+    {"json", no_argument, NULL, 'j'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+  };
+  int c;
+  *json = false;
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (c == 'j') {
+      *json = true;
+    } else if (c == 'h') {
+      ctl_print_usage(stdout, ctl_find_command(name));
+      return CTL_OK;
+    } else {
+      return ctl_usage_error(name, "unknown option '%s' for %s", argv[optind - 1], name);
+    }
+  }
+  if (optind < argc)
+    return ctl_usage_error(name, "%s takes no argument, got '%s'", name, argv[optind]);
+  return -1;
+}
+
+static int server_error(fz_client *c, const char *what, int rc) {
+  ctl_err("%s: %s (%s)", what, fz_client_errmsg(c)[0] ? fz_client_errmsg(c) : fz_strerror(rc),
+          fz_err_name(rc));
+  fz_client_close(c);
+  return CTL_SERVER;
+}
+
+int ctl_cmd_status(const ctl_global *g, int argc, char **argv) {
+  bool json;
+  int rc = parse_json_only("status", argc, argv, &json);
+  if (rc >= 0)
+    return rc;
+  fz_client *c;
+  if ((rc = ctl_connect(g, &c)) != CTL_OK)
+    return rc;
+  fz_server_status st;
+  fz_server_info info;
+  fz_client_info(c, &info);
+  if ((rc = fz_client_status(c, &st)) < 0)
+    return server_error(c, "status", rc);
+  const char *addr = g->address ? g->address : fz_client_default_address();
+  if (json) {
+    printf("{\"address\":");
+    ctl_json_str(stdout, addr);
+    printf(",\"server\":");
+    ctl_json_str(stdout, st.server);
+    printf(",\"pid\":%" PRId64 ",\"backend\":", info.pid);
+    ctl_json_str(stdout, st.backend);
+    printf(",\"device\":");
+    ctl_json_str(stdout, st.device);
+    printf(",\"uptime_s\":%.3f,\"workers\":%" PRIu64 ",\"connections\":%" PRIu64
+           ",\"queue_depth\":%" PRIu64 ",\"queue_capacity\":%" PRIu64
+           ",\"jobs_done\":%" PRIu64 ",\"jobs_failed\":%" PRIu64
+           ",\"max_inline\":%" PRIu64 "}\n",
+           st.uptime_s, st.workers, st.connections, st.queue_depth,
+           st.queue_capacity, st.jobs_done, st.jobs_failed, info.max_inline);
+  } else {
+    printf("server       %s (pid %" PRId64 ")\n", st.server, info.pid);
+    printf("address      %s\n", addr);
+    printf("backend      %s%s%s\n", st.backend, st.device[0] ? ", " : "", st.device);
+    printf("uptime       %.1f s\n", st.uptime_s);
+    printf("workers      %" PRIu64 "\n", st.workers);
+    printf("connections  %" PRIu64 "\n", st.connections);
+    printf("queue        %" PRIu64 " / %" PRIu64 "\n", st.queue_depth, st.queue_capacity);
+    printf("jobs         %" PRIu64 " done, %" PRIu64 " failed\n", st.jobs_done, st.jobs_failed);
+    printf("max inline   %" PRIu64 " bytes\n", info.max_inline);
+  }
+  fz_client_close(c);
+  return CTL_OK;
+}
+
+static void print_op_json(const char *name, const fz_op_stats *s) {
+  printf(",\"%s\":{\"count\":%" PRIu64 ",\"bytes_in\":%" PRIu64
+         ",\"bytes_out\":%" PRIu64 ",\"time_us\":%" PRIu64 "}",
+         name, s->count, s->bytes_in, s->bytes_out, s->time_us);
+}
+
+static void print_op_text(const char *name, const fz_op_stats *s) {
+  double mbs = s->time_us ? (double)s->bytes_in / (double)s->time_us : 0;
+  printf("%-11s  %" PRIu64 " jobs, %" PRIu64 " -> %" PRIu64 " bytes, %.1f MB/s\n",
+         name, s->count, s->bytes_in, s->bytes_out, mbs);
+}
+
+int ctl_cmd_stats(const ctl_global *g, int argc, char **argv) {
+  bool json;
+  int rc = parse_json_only("stats", argc, argv, &json);
+  if (rc >= 0)
+    return rc;
+  fz_client *c;
+  if ((rc = ctl_connect(g, &c)) != CTL_OK)
+    return rc;
+  fz_server_stats st;
+  if ((rc = fz_client_stats(c, &st)) < 0)
+    return server_error(c, "stats", rc);
+  if (json) {
+    printf("{\"jobs_done\":%" PRIu64 ",\"jobs_failed\":%" PRIu64
+           ",\"jobs_canceled\":%" PRIu64 ",\"busy_rejections\":%" PRIu64
+           ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64,
+           st.jobs_done, st.jobs_failed, st.jobs_canceled, st.busy_rejections,
+           st.bytes_in, st.bytes_out);
+    print_op_json("compress", &st.compress);
+    print_op_json("decompress", &st.decompress);
+    printf("}\n");
+  } else {
+    printf("jobs         %" PRIu64 " done, %" PRIu64 " failed, %" PRIu64
+           " canceled, %" PRIu64 " refused busy\n",
+           st.jobs_done, st.jobs_failed, st.jobs_canceled, st.busy_rejections);
+    printf("bytes        %" PRIu64 " in, %" PRIu64 " out\n", st.bytes_in, st.bytes_out);
+    print_op_text("compress", &st.compress);
+    print_op_text("decompress", &st.decompress);
+  }
+  fz_client_close(c);
+  return CTL_OK;
+}
+
+int ctl_cmd_ping(const ctl_global *g, int argc, char **argv) {
+  static const struct option opts[] = {
+    {"count", required_argument, NULL, 'c'},
+    {"interval", required_argument, NULL, 'i'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+  };
+  uint64_t count = 5, interval_ms = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":c:i:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      if (!ctl_parse_u64("--count", optarg, 1, 1000000, &count))
+        return CTL_USAGE;
+      break;
+    case 'i':
+      if (!ctl_parse_u64("--interval", optarg, 0, 60000, &interval_ms))
+        return CTL_USAGE;
+      break;
+    case 'h':
+      ctl_print_usage(stdout, ctl_find_command("ping"));
+      return CTL_OK;
+    case ':':
+      return ctl_usage_error("ping", "option '%s' needs a value", argv[optind - 1]);
+    default:
+      return ctl_usage_error("ping", "unknown option '%s' for ping", argv[optind - 1]);
+    }
+  }
+  if (optind < argc)
+    return ctl_usage_error("ping", "ping takes no argument, got '%s'", argv[optind]);
+  fz_client *cl;
+  int rc;
+  if ((rc = ctl_connect(g, &cl)) != CTL_OK)
+    return rc;
+  double min = 1e30, max = 0, sum = 0;
+  for (uint64_t i = 0; i < count; i++) {
+    double t0 = ctl_now_s();
+    if ((rc = fz_client_ping(cl, NULL)) < 0)
+      return server_error(cl, "ping", rc);
+    double us = (ctl_now_s() - t0) * 1e6;
+    printf("ping %" PRIu64 ": %.1f us\n", i + 1, us);
+    min = us < min ? us : min;
+    max = us > max ? us : max;
+    sum += us;
+    if (interval_ms && i + 1 < count) {
+      struct timespec ts = {.tv_sec = (time_t)(interval_ms / 1000),
+                            .tv_nsec = (long)(interval_ms % 1000) * 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  printf("%" PRIu64 " round trips: min %.1f us, avg %.1f us, max %.1f us\n", count,
+         min, sum / (double)count, max);
+  fz_client_close(cl);
+  return CTL_OK;
+}
+
+int ctl_cmd_presets(const ctl_global *g, int argc, char **argv) {
+  bool json;
+  int rc = parse_json_only("presets", argc, argv, &json);
+  if (rc >= 0)
+    return rc;
+  fz_client *c;
+  if ((rc = ctl_connect(g, &c)) != CTL_OK)
+    return rc;
+  fz_preset_info p[32];
+  size_t n;
+  if ((rc = fz_client_presets(c, p, 32, &n)) < 0)
+    return server_error(c, "presets", rc);
+  if (n > 32)
+    n = 32;
+  if (json)
+    printf("[");
+  for (size_t i = 0; i < n; i++) {
+    if (json) {
+      printf("%s{\"name\":", i ? "," : "");
+      ctl_json_str(stdout, p[i].name);
+      printf(",\"chain\":");
+      ctl_json_str(stdout, p[i].chain);
+      printf(",\"description\":");
+      ctl_json_str(stdout, p[i].description);
+      printf("}");
+    } else {
+      printf("%-10s %s\n           %s\n", p[i].name, p[i].description, p[i].chain);
+    }
+  }
+  if (json)
+    printf("]\n");
+  fz_client_close(c);
+  return CTL_OK;
+}

@@ -1,0 +1,560 @@
+/*
+ * submit.c - `fzctl submit`: compress arrays or decompress archives, many
+ * files with several jobs in flight on one connection.
+ *
+ * Every input becomes a descriptor first: a file is opened, stdin is copied
+ * into a memfd.  Over the Unix socket the descriptors themselves go to the
+ * daemon (SCM_RIGHTS), which reads the input and writes the output file in
+ * place; nothing is copied through the socket.  Over TCP, or with --inline,
+ * the input is mapped and sent in the message and the output comes back in
+ * the answer.  stdout is fed from a memfd (descriptor mode) or from the
+ * answer, since the daemon cannot pwrite() into a pipe.
+ *
+ * A .npy input gives dtype and shape from its header, and the data offset; an
+ * output named *.npy gets a header written after the daemon filled the data
+ * behind a fixed-size header slot.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fz.h"
+#include "fzctl.h"
+
+typedef struct sub_opts {
+  bool decompress, verify, json, inline_data, force, quiet;
+  const char *output;
+  uint64_t jobs;
+  const char *dtype;   /* canonical name, or NULL */
+  unsigned ndims;
+  uint64_t shape[FZ_CLIENT_MAX_DIMS];
+  const char *pipeline;
+  double eb;
+  bool have_eb;
+  const char *mode;
+} sub_opts;
+
+typedef struct item {
+  const char *in_path;   /* "-" is stdin */
+  char *out_path;        /* "-" is stdout */
+  int in_fd;
+  uint64_t in_offset;
+  uint64_t in_length;
+  char dtype[8];
+  unsigned ndims;
+  uint64_t shape[FZ_CLIENT_MAX_DIMS];
+  int out_fd;
+  uint64_t out_offset;   /* CTL_NPY_HEADER_BYTES for a .npy output */
+  bool out_npy, out_created;
+  void *map;             /* inline mode: the mapped input */
+  size_t map_len;
+  double t_submit;
+  double time_ms;
+  fz_result res;
+  bool failed;
+} item;
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Copies fd 0 into a memfd so that it can be passed or mapped like a file. */
+static int stdin_to_memfd(void) {
+  int fd = memfd_create("fzctl-stdin", MFD_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  static char buf[1 << 20];
+  for (;;) {
+    ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
+    if (n == 0)
+      return fd;
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      break;
+    }
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = write(fd, buf + off, (size_t)(n - off));
+      if (w < 0) {
+        close(fd);
+        return -1;
+      }
+      off += w;
+    }
+  }
+  int e = errno;
+  close(fd);
+  errno = e;
+  return -1;
+}
+
+/* Opens the input and works out what the job needs to know about it.
+ * Returns CTL_OK or CTL_USAGE (after printing why). */
+static int prepare_input(item *it, const sub_opts *o) {
+  it->in_fd = strcmp(it->in_path, "-") == 0 ? stdin_to_memfd()
+                                            : open(it->in_path, O_RDONLY | O_CLOEXEC);
+  if (it->in_fd < 0) {
+    ctl_err("cannot read '%s': %s", it->in_path, strerror(errno));
+    return CTL_USAGE;
+  }
+  struct stat st;
+  if (fstat(it->in_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    ctl_err("'%s' is not a regular file", it->in_path);
+    return CTL_USAGE;
+  }
+  uint64_t size = (uint64_t)st.st_size;
+  if (o->decompress) {
+    it->in_length = size;
+    return CTL_OK;
+  }
+  char head[4096];
+  ssize_t n = pread(it->in_fd, head, sizeof head, 0);
+  if (n > 0 && ctl_npy_is(head, (size_t)n)) {
+    ctl_npy npy;
+    char why[160];
+    if (ctl_npy_parse(head, (size_t)n, &npy, why, sizeof why) < 0) {
+      ctl_err("'%s': %s", it->in_path, why);
+      return CTL_USAGE;
+    }
+    if ((o->dtype && strcmp(o->dtype, npy.dtype) != 0) ||
+        (o->ndims && (o->ndims != npy.ndims ||
+                      memcmp(o->shape, npy.shape, sizeof(uint64_t) * npy.ndims) != 0))) {
+      ctl_err("'%s': --dtype/--shape disagree with its .npy header (%s, %u dimensions)",
+              it->in_path, npy.dtype, npy.ndims);
+      return CTL_USAGE;
+    }
+    memcpy(it->dtype, npy.dtype, sizeof it->dtype);
+    it->ndims = npy.ndims;
+    memcpy(it->shape, npy.shape, sizeof it->shape);
+    it->in_offset = npy.data_offset;
+  } else {
+    if (!o->dtype) {
+      ctl_err("'%s' needs --dtype (and --shape), or a .npy header", it->in_path);
+      return CTL_USAGE;
+    }
+    snprintf(it->dtype, sizeof it->dtype, "%s", o->dtype);
+    if (o->ndims) {
+      it->ndims = o->ndims;
+      memcpy(it->shape, o->shape, sizeof it->shape);
+    }
+  }
+  fz_dtype t;
+  fz_dtype_parse(it->dtype, &t);
+  uint64_t esize = fz_dtype_size(t);
+  uint64_t payload = size >= it->in_offset ? size - it->in_offset : 0;
+  if (it->ndims == 0) {
+    /* Without a shape the file is one dimension of whole elements. */
+    if (payload == 0 || payload % esize) {
+      ctl_err("'%s' holds %" PRIu64 " bytes, not a whole number of %s elements",
+              it->in_path, payload, it->dtype);
+      return CTL_USAGE;
+    }
+    it->ndims = 1;
+    it->shape[0] = payload / esize;
+  }
+  uint64_t need = esize;
+  for (unsigned i = 0; i < it->ndims; i++) {
+    if (it->shape[i] && need > UINT64_MAX / it->shape[i]) {
+      ctl_err("'%s': the shape is too large", it->in_path);
+      return CTL_USAGE;
+    }
+    need *= it->shape[i];
+  }
+  if (need != payload) {
+    ctl_err("'%s' holds %" PRIu64 " bytes of data but %s of that shape needs %" PRIu64,
+            it->in_path, payload, it->dtype, need);
+    return CTL_USAGE;
+  }
+  it->in_length = payload;
+  return CTL_OK;
+}
+
+static int name_output(item *it, const sub_opts *o) {
+  if (o->output) {
+    it->out_path = strdup(o->output);
+  } else if (strcmp(it->in_path, "-") == 0) {
+    it->out_path = strdup("-");
+  } else if (!o->decompress) {
+    size_t n = strlen(it->in_path);
+    it->out_path = malloc(n + 4);
+    if (it->out_path)
+      snprintf(it->out_path, n + 4, "%s.fz", it->in_path);
+  } else {
+    if (!ends_with(it->in_path, ".fz") || strlen(it->in_path) == 3) {
+      ctl_err("cannot name the output of '%s': it does not end in .fz (use -o)", it->in_path);
+      return CTL_USAGE;
+    }
+    it->out_path = strndup(it->in_path, strlen(it->in_path) - 3);
+  }
+  if (!it->out_path) {
+    ctl_err("out of memory");
+    return CTL_USAGE;
+  }
+  it->out_npy = o->decompress && ends_with(it->out_path, ".npy");
+  it->out_offset = it->out_npy ? CTL_NPY_HEADER_BYTES : 0;
+  struct stat st;
+  if (!o->force && strcmp(it->out_path, "-") != 0 && stat(it->out_path, &st) == 0) {
+    ctl_err("'%s' exists (use -f to overwrite)", it->out_path);
+    return CTL_USAGE;
+  }
+  return CTL_OK;
+}
+
+/* Opens the output just before the job leaves, so that a refused connection
+ * leaves no empty files behind. */
+static int open_output(item *it, bool use_fds) {
+  if (strcmp(it->out_path, "-") == 0) {
+    it->out_fd = use_fds ? memfd_create("fzctl-stdout", MFD_CLOEXEC) : STDOUT_FILENO;
+  } else {
+    it->out_fd = open(it->out_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    it->out_created = it->out_fd >= 0;
+  }
+  if (it->out_fd < 0) {
+    ctl_err("cannot write '%s': %s", it->out_path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static int map_input(item *it) {
+  if (it->in_length == 0)
+    return 0;
+  it->map_len = (size_t)(it->in_offset + it->in_length);
+  it->map = mmap(NULL, it->map_len, PROT_READ, MAP_PRIVATE, it->in_fd, 0);
+  if (it->map == MAP_FAILED) {
+    it->map = NULL;
+    ctl_err("cannot map '%s': %s", it->in_path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static int write_all(int fd, const void *p, size_t len, uint64_t off, bool positional) {
+  const char *b = p;
+  while (len > 0) {
+    ssize_t n = positional ? pwrite(fd, b, len, (off_t)off) : write(fd, b, len);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    b += n;
+    len -= (size_t)n;
+    off += (uint64_t)n;
+  }
+  return 0;
+}
+
+/* Moves a job's output where it belongs once the daemon answered.  Returns 0
+ * or -1 after printing why. */
+static int finish_output(item *it, bool use_fds) {
+  bool to_stdout = strcmp(it->out_path, "-") == 0;
+  fz_result *r = &it->res;
+  if (!use_fds) {
+    if (write_all(it->out_fd, r->data, r->data_len, it->out_offset, !to_stdout) < 0)
+      goto write_error;
+    if (!to_stdout && ftruncate(it->out_fd, (off_t)(it->out_offset + r->data_len)) < 0)
+      goto write_error;
+  }
+  if (it->out_npy) {
+    char hdr[CTL_NPY_HEADER_BYTES];
+    if (ctl_npy_header(r->dtype, r->ndims, r->shape, hdr) < 0) {
+      ctl_err("'%s': cannot write a .npy header for dtype '%s'", it->out_path, r->dtype);
+      return -1;
+    }
+    if (write_all(it->out_fd, hdr, sizeof hdr, 0, true) < 0)
+      goto write_error;
+  }
+  if (to_stdout && use_fds) {
+    /* The daemon wrote into a memfd; now it goes down the pipe. */
+    uint64_t left = it->out_offset + r->bytes_out;
+    off_t off = 0;
+    static char buf[1 << 20];
+    while (left > 0) {
+      ssize_t n = pread(it->out_fd, buf, left < sizeof buf ? left : sizeof buf, off);
+      if (n <= 0 || write_all(STDOUT_FILENO, buf, (size_t)n, 0, false) < 0)
+        goto write_error;
+      off += n;
+      left -= (uint64_t)n;
+    }
+  }
+  return 0;
+write_error:
+  ctl_err("cannot write '%s': %s", it->out_path, strerror(errno));
+  return -1;
+}
+
+static void report(FILE *f, const item *it, const sub_opts *o) {
+  const fz_result *r = &it->res;
+  if (o->json) {
+    fprintf(f, "{\"file\":");
+    ctl_json_str(f, it->in_path);
+    fprintf(f, ",\"output\":");
+    ctl_json_str(f, it->out_path);
+    fprintf(f, ",\"op\":\"%s\"", o->decompress ? "decompress" : "compress");
+    if (r->status < 0) {
+      fprintf(f, ",\"error\":{\"code\":%d,\"name\":\"%s\",\"message\":", r->status,
+              fz_err_name(r->status));
+      ctl_json_str(f, r->message);
+      fprintf(f, "}}\n");
+      return;
+    }
+    double ratio = o->decompress ? (r->bytes_in ? (double)r->bytes_out / (double)r->bytes_in : 0)
+                                 : r->ratio;
+    fprintf(f, ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%" PRIu64 ",\"ratio\":%.17g",
+            r->bytes_in, r->bytes_out, ratio);
+    if (r->has_max_error)
+      fprintf(f, ",\"max_error\":%.17g", r->max_error);
+    else
+      fprintf(f, ",\"max_error\":null");
+    fprintf(f, ",\"time_ms\":%.3f,\"server_time_ms\":%.3f}\n", it->time_ms,
+            (double)r->time_us / 1000.0);
+    return;
+  }
+  if (r->status < 0 || o->quiet)
+    return;
+  fprintf(f, "%s -> %s: %" PRIu64 " -> %" PRIu64 " bytes", it->in_path, it->out_path,
+          r->bytes_in, r->bytes_out);
+  if (!o->decompress)
+    fprintf(f, ", ratio %.2f", r->ratio);
+  if (r->has_max_error)
+    fprintf(f, ", max error %.3g (bound %.3g)", r->max_error, r->eb_abs);
+  fprintf(f, ", %.1f ms\n", it->time_ms);
+}
+
+static int parse_submit(int argc, char **argv, sub_opts *o) {
+  static const struct option opts[] = {
+    {"decompress", no_argument, NULL, 'd'},
+    {"output", required_argument, NULL, 'o'},
+    {"jobs", required_argument, NULL, 'j'},
+    {"dtype", required_argument, NULL, 't'},
+    {"shape", required_argument, NULL, 's'},
+    {"pipeline", required_argument, NULL, 'p'},
+    {"eb", required_argument, NULL, 'e'},
+    {"mode", required_argument, NULL, 'm'},
+    {"verify", no_argument, NULL, 'V'},
+    {"json", no_argument, NULL, 'J'},
+    {"inline", no_argument, NULL, 'I'},
+    {"force", no_argument, NULL, 'f'},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+  };
+  memset(o, 0, sizeof *o);
+  o->jobs = 4;
+  int c;
+  fz_dtype t;
+  fz_eb_mode m;
+  while ((c = getopt_long(argc, argv, ":do:j:t:s:p:e:m:fqh", opts, NULL)) != -1) {
+    switch (c) {
+    case 'd': o->decompress = true; break;
+    case 'o': o->output = optarg; break;
+    case 'j':
+      if (!ctl_parse_u64("--jobs", optarg, 1, 256, &o->jobs))
+        return CTL_USAGE;
+      break;
+    case 't':
+      if (fz_dtype_parse(optarg, &t) < 0)
+        return ctl_usage_error("submit", "invalid dtype '%s' (f32 f64 u8 i8 u16 i16 u32 i32 u64 i64)", optarg);
+      o->dtype = fz_dtype_name(t);
+      break;
+    case 's':
+      if (!ctl_parse_shape(optarg, &o->ndims, o->shape))
+        return CTL_USAGE;
+      break;
+    case 'p':
+      if (!*optarg)
+        return ctl_usage_error("submit", "invalid pipeline '' for --pipeline");
+      o->pipeline = optarg;
+      break;
+    case 'e':
+      if (!ctl_parse_double("--eb", optarg, &o->eb))
+        return CTL_USAGE;
+      o->have_eb = true;
+      break;
+    case 'm':
+      if (fz_eb_mode_parse(optarg, &m) < 0)
+        return ctl_usage_error("submit", "invalid mode '%s' (abs, rel or pwrel)", optarg);
+      o->mode = fz_eb_mode_name(m);
+      break;
+    case 'V': o->verify = true; break;
+    case 'J': o->json = true; break;
+    case 'I': o->inline_data = true; break;
+    case 'f': o->force = true; break;
+    case 'q': o->quiet = true; break;
+    case 'h':
+      ctl_print_usage(stdout, ctl_find_command("submit"));
+      return CTL_OK;
+    case ':':
+      return ctl_usage_error("submit", "option '%s' needs a value", argv[optind - 1]);
+    default:
+      return ctl_usage_error("submit", "unknown option '%s' for submit", argv[optind - 1]);
+    }
+  }
+  int nfiles = argc - optind;
+  if (nfiles < 1)
+    return ctl_usage_error("submit", "submit needs at least one FILE ('-' for stdin)");
+  if (o->output && nfiles > 1)
+    return ctl_usage_error("submit", "-o '%s' names one output but %d files are given",
+                           o->output, nfiles);
+  int stdin_uses = 0;
+  for (int i = optind; i < argc; i++)
+    stdin_uses += strcmp(argv[i], "-") == 0;
+  if (stdin_uses > 1)
+    return ctl_usage_error("submit", "'-' (stdin) is given %d times", stdin_uses);
+  if (o->decompress && (o->dtype || o->ndims || o->pipeline || o->have_eb || o->mode))
+    return ctl_usage_error("submit", "-d takes no --dtype, --shape, --pipeline, --eb or "
+                                     "--mode: archives describe themselves");
+  if (o->ndims && !o->dtype)
+    return ctl_usage_error("submit", "--shape needs --dtype");
+  /* Every preset but "lossless" is lossy and needs a bound; a chain the
+   * server will judge. */
+  const char *p = o->pipeline ? o->pipeline : "balanced";
+  if (!o->decompress && !o->have_eb && (strcmp(p, "balanced") == 0 || strcmp(p, "fast") == 0))
+    return ctl_usage_error("submit", "pipeline '%s' is lossy and needs --eb", p);
+  return -1;
+}
+
+int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
+  sub_opts o;
+  int rc = parse_submit(argc, argv, &o);
+  if (rc >= 0)
+    return rc;
+  size_t n = (size_t)(argc - optind);
+  item *items = calloc(n, sizeof *items);
+  if (!items) {
+    ctl_err("out of memory");
+    return CTL_SERVER;
+  }
+  int exit_code = CTL_OK;
+  bool any_stdout = false;
+  uint64_t total_bytes = 0;
+  for (size_t i = 0; i < n; i++) {
+    item *it = &items[i];
+    it->in_path = argv[optind + (int)i];
+    it->in_fd = -1;
+    it->out_fd = -1;
+  }
+  for (size_t i = 0; i < n && exit_code == CTL_OK; i++) {
+    exit_code = prepare_input(&items[i], &o);
+    if (exit_code == CTL_OK)
+      exit_code = name_output(&items[i], &o);
+    if (exit_code == CTL_OK) {
+      any_stdout |= strcmp(items[i].out_path, "-") == 0;
+      total_bytes += items[i].in_length;
+    }
+  }
+  /* With data on stdout, the report lines must not mix into it. */
+  FILE *rep = any_stdout ? stderr : stdout;
+  fz_client *c = NULL;
+  if (exit_code == CTL_OK)
+    exit_code = ctl_connect(g, &c);
+  if (exit_code != CTL_OK)
+    goto done;
+
+  fz_server_info info;
+  fz_client_info(c, &info);
+  bool use_fds = info.transport == FZ_TRANSPORT_UNIX && !o.inline_data;
+  ctl_progress prog;
+  ctl_progress_start(&prog, !o.quiet, n, total_bytes);
+  ctl_progress_draw(&prog);
+  size_t next = 0, done_count = 0;
+  while (done_count < n) {
+    while (next < n && fz_client_pending(c) < o.jobs) {
+      item *it = &items[next++];
+      fz_job job;
+      fz_job_init(&job);
+      if (!o.decompress) {
+        job.dtype = it->dtype;
+        job.ndims = it->ndims;
+        memcpy(job.shape, it->shape, sizeof job.shape);
+        job.pipeline = o.pipeline;
+        job.eb = o.eb;
+        job.mode = o.mode;
+        job.verify = o.verify;
+      }
+      if (open_output(it, use_fds) < 0 || (!use_fds && map_input(it) < 0)) {
+        it->failed = true;
+        exit_code = exit_code == CTL_OK ? CTL_USAGE : exit_code;
+        done_count++;
+        continue;
+      }
+      if (use_fds) {
+        job.in_fd = it->in_fd;
+        job.in_offset = it->in_offset;
+        job.in_length = it->in_length;
+        job.out_fd = it->out_fd;
+        job.out_offset = it->out_offset;
+      } else {
+        job.in = it->map ? (const char *)it->map + it->in_offset : "";
+        job.in_len = (size_t)it->in_length;
+      }
+      it->t_submit = ctl_now_s();
+      rc = fz_client_submit(c, o.decompress ? FZ_OP_DECOMPRESS : FZ_OP_COMPRESS, &job,
+                            NULL, it, NULL);
+      if (rc < 0) {
+        it->failed = true;
+        it->res.status = rc;
+        snprintf(it->res.message, sizeof it->res.message, "%s", fz_client_errmsg(c));
+        ctl_progress_clear(&prog);
+        ctl_err("'%s': %s (%s)", it->in_path, it->res.message, fz_err_name(rc));
+        report(rep, it, &o);
+        exit_code = CTL_SERVER;
+        done_count++;
+      }
+    }
+    if (fz_client_pending(c) == 0)
+      continue;
+    fz_completion comp;
+    rc = fz_client_wait(c, prog.on ? 250 : -1, &comp);
+    if (rc == 0) {
+      ctl_progress_draw(&prog);
+      continue;
+    }
+    item *it = comp.user;
+    it->res = comp.result;
+    it->time_ms = (ctl_now_s() - it->t_submit) * 1e3;
+    done_count++;
+    ctl_progress_clear(&prog);
+    if (it->res.status < 0) {
+      it->failed = true;
+      ctl_err("'%s': %s (%s)", it->in_path, it->res.message, fz_err_name(it->res.status));
+      exit_code = CTL_SERVER;
+    } else if (finish_output(it, use_fds) < 0) {
+      it->failed = true;
+      exit_code = CTL_SERVER;
+    }
+    report(rep, it, &o);
+    fz_client_free(it->res.data);
+    it->res.data = NULL;
+    prog.files_done++;
+    prog.bytes_done += it->in_length;
+    ctl_progress_draw(&prog);
+  }
+  ctl_progress_clear(&prog);
+  fz_client_close(c);
+
+done:
+  for (size_t i = 0; i < n; i++) {
+    item *it = &items[i];
+    if (it->map)
+      munmap(it->map, it->map_len);
+    if (it->in_fd >= 0)
+      close(it->in_fd);
+    if (it->out_fd >= 0 && it->out_fd != STDOUT_FILENO)
+      close(it->out_fd);
+    if (it->failed && it->out_created)
+      unlink(it->out_path);
+    free(it->out_path);
+  }
+  free(items);
+  fflush(stdout);
+  return exit_code;
+}

@@ -1,0 +1,286 @@
+/*
+ * fzclient.h - libfzclient, the C client of the fzd compression daemon.
+ *
+ * This header is the whole public API of libfzclient; anything it does not
+ * declare is private and may change.  It compiles as C11 and as C++.
+ *
+ * A client opens one connection (fz_client) to an fzd, over its Unix socket or
+ * over TCP, and sends jobs on it: compress an array, or decompress an archive.
+ * A job's input is either a host buffer (sent inline in the message) or a file
+ * descriptor (passed to the daemon with SCM_RIGHTS on the Unix socket, so the
+ * data is never copied through the socket); its output is either a host buffer
+ * or a file descriptor the daemon writes into.  Over TCP only inline buffers
+ * are allowed, up to the server's max_inline bytes (fz_client_info()).
+ *
+ * Jobs run either synchronously (fz_client_compress(), fz_client_decompress():
+ * send, then wait for this job's answer) or asynchronously
+ * (fz_client_submit(), then fz_client_wait()): many jobs may be in flight on
+ * one connection and their answers may come back in any order.
+ *
+ * Errors: every fallible call returns an int, >= 0 on success and a negative
+ * fz_errno code (fz_error.h) on failure; fz_strerror() gives its text.  Codes
+ * the daemon sends travel unchanged.  fz_client_errmsg() holds a one-line
+ * explanation of the last failure on a handle (the server's own message when
+ * the server refused).
+ *
+ * Threads: a handle is not internally locked.  Use one handle from one thread
+ * at a time (different handles are fully independent, so one handle per thread
+ * is the simple rule).  No call prints, exits, aborts or raises a signal
+ * (SIGPIPE is suppressed with MSG_NOSIGNAL).
+ */
+#ifndef FZCLIENT_H
+#define FZCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fz_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(FZCLIENT_BUILDING) && defined(__GNUC__)
+#define FZCLIENT_API __attribute__((visibility("default")))
+#else
+#define FZCLIENT_API
+#endif
+
+#define FZCLIENT_VERSION_MAJOR 0
+#define FZCLIENT_VERSION_MINOR 1
+#define FZCLIENT_VERSION_PATCH 0
+#define FZCLIENT_VERSION_HEX                                                   \
+  ((FZCLIENT_VERSION_MAJOR << 16) | (FZCLIENT_VERSION_MINOR << 8) |           \
+   FZCLIENT_VERSION_PATCH)
+
+/* The version of the library loaded at run time, as FZCLIENT_VERSION_HEX. */
+FZCLIENT_API unsigned fz_client_version(void);
+/* The same as "MAJOR.MINOR.PATCH"; static storage. */
+FZCLIENT_API const char *fz_client_version_string(void);
+
+/* The address used when none is given: the FZD_SOCKET environment variable,
+ * else "/run/fzd/fzd.sock".  Static storage or the environment's string. */
+FZCLIENT_API const char *fz_client_default_address(void);
+
+typedef struct fz_client fz_client;
+
+typedef struct fz_client_opts {
+  const char *token;       /* TCP token for the handshake; NULL: $FZD_TOKEN */
+  const char *name;        /* client name sent in the handshake; NULL: "libfzclient" */
+  int timeout_ms;          /* limit for connecting and for each synchronous
+                              call; 0 or negative: no limit */
+} fz_client_opts;
+
+/* Fills o with the defaults (all NULL, no time limit). */
+FZCLIENT_API void fz_client_opts_init(fz_client_opts *o);
+
+/* Connects to the daemon at address and performs the handshake.  Addresses:
+ * "unix:PATH", "tcp:HOST:PORT" (HOST may be a name, an IPv4 address or an
+ * IPv6 address in brackets), or a plain path (a Unix socket).  NULL means
+ * fz_client_default_address().  opts may be NULL.  On success *out is a new
+ * handle to release with fz_client_close().  Errors: FZ_EINVAL for a malformed
+ * address, FZ_ECONNREFUSED when nothing listens, FZ_EAUTH for a refused token,
+ * FZ_EVERSION for a daemon of another protocol version, FZ_ETIMEDOUT.  When
+ * errmsg is not NULL it receives a one-line explanation of a failure. */
+FZCLIENT_API int fz_client_connect(fz_client **out, const char *address,
+                                   const fz_client_opts *opts, char *errmsg,
+                                   size_t errmsg_len);
+
+/* Closes the connection and frees the handle.  Jobs still in flight are
+ * abandoned (the daemon cancels them); their output buffers are no longer
+ * touched once this returns.  NULL is a harmless no-op. */
+FZCLIENT_API void fz_client_close(fz_client *c);
+
+/* A one-line explanation of the last failure on this handle; "" when none.
+ * Valid until the next call on the handle. */
+FZCLIENT_API const char *fz_client_errmsg(const fz_client *c);
+
+/* ---- what the server said about itself ------------------------------------ */
+
+typedef enum fz_transport { FZ_TRANSPORT_UNIX = 1, FZ_TRANSPORT_TCP = 2 } fz_transport;
+
+typedef struct fz_server_info {
+  char server[64];         /* "fzd 0.1.0" */
+  char backend[16];        /* "cpu" or "gpu" */
+  char device[128];
+  uint64_t max_message;    /* bytes of one message the server accepts */
+  uint64_t max_inline;     /* bytes of inline data in one job */
+  int64_t pid;
+  int protocol;            /* the protocol version agreed on */
+  fz_transport transport;
+} fz_server_info;
+
+/* The handshake answer of this connection.  Never fails on a valid handle. */
+FZCLIENT_API int fz_client_info(const fz_client *c, fz_server_info *info);
+
+/* ---- jobs ------------------------------------------------------------------ */
+
+typedef enum fz_op { FZ_OP_COMPRESS = 1, FZ_OP_DECOMPRESS = 2 } fz_op;
+
+#define FZ_CLIENT_MAX_DIMS 4
+
+/* One job.  Initialize with fz_job_init(), then set what applies. */
+typedef struct fz_job {
+  /* Compress only: the array's element type ("f32", "f64", "u8" .. "i64") and
+   * its shape, slowest-varying dimension first (numpy's order). */
+  const char *dtype;
+  unsigned ndims;
+  uint64_t shape[FZ_CLIENT_MAX_DIMS];
+  const char *pipeline;    /* preset name or chain text; NULL: "balanced" */
+  double eb;               /* error bound; 0 for lossless pipelines */
+  const char *mode;        /* "abs", "rel" or "pwrel"; NULL: "rel" */
+  int verify;              /* nonzero: the server reports the max error */
+
+  /* Input: either in/in_len (sent inline), or in_fd >= 0 (Unix socket only)
+   * with in_offset and in_length (0: up to the end of the file). */
+  const void *in;
+  size_t in_len;
+  int in_fd;
+  uint64_t in_offset;
+  uint64_t in_length;
+
+  /* Output: either out_fd >= 0 (Unix socket only; the daemon writes at
+   * out_offset and truncates a regular file just after the data), or inline.
+   * Inline output lands in out/out_cap when out is not NULL (FZ_ENOSPC when it
+   * does not fit), else in a buffer the library allocates (fz_result.data,
+   * released with fz_client_free()). */
+  int out_fd;
+  uint64_t out_offset;
+  void *out;
+  size_t out_cap;
+} fz_job;
+
+/* Sets every field of j to "not given": no input, no output, in_fd and out_fd
+ * -1, default pipeline and mode. */
+FZCLIENT_API void fz_job_init(fz_job *j);
+
+/* The outcome of one job. */
+typedef struct fz_result {
+  int status;              /* 0, or the negative code of the failure */
+  char message[256];       /* explanation when status < 0; else "" */
+  uint64_t bytes_in;       /* bytes the server read */
+  uint64_t bytes_out;      /* bytes the server produced */
+  double ratio;            /* compress: bytes_in / bytes_out */
+  double eb_abs;           /* compress: absolute bound enforced */
+  int has_max_error;       /* compress with verify: max_error is valid */
+  double max_error;
+  uint64_t time_us;        /* time the server spent on the job */
+  char chain[256];         /* compress: the canonical chain that ran */
+  char dtype[8];           /* decompress: element type of the array */
+  unsigned ndims;          /* decompress: its shape */
+  uint64_t shape[FZ_CLIENT_MAX_DIMS];
+  void *data;              /* inline output (job.out or a library buffer) */
+  size_t data_len;         /* its length in bytes */
+} fz_result;
+
+/* Runs one job and waits for its answer (other jobs in flight on the handle
+ * keep their answers for fz_client_wait()).  Returns res->status, which is
+ * also the server's error for a refused job.  res->data, when the library
+ * allocated it, belongs to the caller: fz_client_free(res->data). */
+FZCLIENT_API int fz_client_compress(fz_client *c, const fz_job *job,
+                                    fz_result *res);
+FZCLIENT_API int fz_client_decompress(fz_client *c, const fz_job *job,
+                                      fz_result *res);
+
+/* Called by fz_client_wait() for a job submitted with a callback.  res and
+ * its library-allocated data belong to the callee only during the call;
+ * keep res->data by setting it to NULL before returning. */
+typedef void (*fz_done_cb)(fz_client *c, uint64_t id, void *user,
+                           fz_result *res);
+
+/* Sends one job and returns without waiting; *id (optional) receives the
+ * job's id.  The input buffer may be reused as soon as this returns; job.out,
+ * when given, must stay valid until the job completes.  When cb is NULL the
+ * completion is returned by fz_client_wait(); otherwise fz_client_wait() calls
+ * cb instead.  Errors here are about sending (the job is then not in flight);
+ * the server's verdict comes with the completion. */
+FZCLIENT_API int fz_client_submit(fz_client *c, fz_op op, const fz_job *job,
+                                  fz_done_cb cb, void *user, uint64_t *id);
+
+/* A completion of a job submitted without callback. */
+typedef struct fz_completion {
+  uint64_t id;
+  fz_op op;
+  void *user;
+  fz_result result;
+} fz_completion;
+
+/* Waits up to timeout_ms (negative: no limit, 0: only what is already here)
+ * for completions.  Calls the callback of every callback job that completes;
+ * returns 1 as soon as a job without callback completes (then stored in
+ * *done; done may be NULL to drop it), 0 when the time ran out or no job is
+ * left in flight.  When the connection fails, every job in flight completes
+ * with the failure's code (FZ_ECONNRESET, FZ_EPROTO...) in result.status. */
+FZCLIENT_API int fz_client_wait(fz_client *c, int timeout_ms,
+                                fz_completion *done);
+
+/* Number of jobs submitted and not yet returned or called back. */
+FZCLIENT_API unsigned fz_client_pending(const fz_client *c);
+
+/* The connection's descriptor, readable when an answer arrives: for an event
+ * loop that calls fz_client_wait(c, 0, ...) then.  Do not read or close it. */
+FZCLIENT_API int fz_client_fd(const fz_client *c);
+
+/* Releases a buffer the library allocated (fz_result.data).  NULL is a
+ * harmless no-op. */
+FZCLIENT_API void fz_client_free(void *p);
+
+/* ---- service calls ---------------------------------------------------------- */
+
+/* Round trip with the server; *server_ns (optional) receives its monotonic
+ * clock. */
+FZCLIENT_API int fz_client_ping(fz_client *c, uint64_t *server_ns);
+
+typedef struct fz_server_status {
+  char server[64];
+  char backend[16];
+  char device[128];
+  double uptime_s;
+  uint64_t workers;
+  uint64_t connections;
+  uint64_t queue_depth;
+  uint64_t queue_capacity;
+  uint64_t jobs_done;
+  uint64_t jobs_failed;
+} fz_server_status;
+
+FZCLIENT_API int fz_client_status(fz_client *c, fz_server_status *st);
+
+typedef struct fz_op_stats {
+  uint64_t count;
+  uint64_t bytes_in;
+  uint64_t bytes_out;
+  uint64_t time_us;
+} fz_op_stats;
+
+typedef struct fz_server_stats {
+  uint64_t jobs_done;
+  uint64_t jobs_failed;
+  uint64_t jobs_canceled;
+  uint64_t busy_rejections;
+  uint64_t bytes_in;
+  uint64_t bytes_out;
+  fz_op_stats compress;
+  fz_op_stats decompress;
+} fz_server_stats;
+
+FZCLIENT_API int fz_client_stats(fz_client *c, fz_server_stats *st);
+
+typedef struct fz_preset_info {
+  char name[32];
+  char chain[256];
+  char description[160];
+} fz_preset_info;
+
+/* Fills up to cap presets; *count receives how many the server has (which may
+ * be more than cap). */
+FZCLIENT_API int fz_client_presets(fz_client *c, fz_preset_info *presets,
+                                   size_t cap, size_t *count);
+
+/* fz_error.h's fz_strerror() and fz_err_name() are exported by libfzclient
+ * too. */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FZCLIENT_H */

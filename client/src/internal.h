@@ -1,0 +1,95 @@
+/*
+ * internal.h - what the files of libfzclient share and nothing else sees.
+ *
+ * A handle owns one non-blocking socket, a receive buffer that fills with
+ * whole msgpack messages, and the table of jobs in flight.  Every answer that
+ * arrives while the caller waits for something else is parked in that table
+ * (fzc_dispatch) until fz_client_wait() or the synchronous call asks for it.
+ */
+#ifndef FZC_INTERNAL_H
+#define FZC_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "fzclient.h"
+#include "fzp.h"
+
+/* One job in flight, or completed and not yet handed back. */
+typedef struct fzc_job {
+  uint32_t msgid;
+  fz_op op;
+  fz_done_cb cb;
+  void *user;
+  void *out;        /* the caller's inline output buffer, or NULL */
+  size_t out_cap;
+  bool done;
+  fz_result res;
+} fzc_job;
+
+struct fz_client {
+  int fd;
+  fz_transport transport;
+  int timeout_ms;
+  int broken;             /* 0, or the code that made the connection unusable */
+  uint32_t next_msgid;
+  fzp_limits limits;      /* what we accept from the server */
+  fz_server_info info;
+
+  unsigned char *rx;      /* received bytes not yet parsed */
+  size_t rx_len;
+  size_t rx_cap;
+  size_t rx_held;         /* front bytes of the message last returned */
+
+  fzc_job *jobs;          /* in flight or completed, in submission order */
+  size_t njobs;
+  size_t jobs_cap;
+
+  char errmsg[256];
+};
+
+/* errmsg formatting; returns err so that callers can `return fzc_fail(...)`. */
+int fzc_fail(fz_client *c, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* address.c: parses an address and opens a connected, non-blocking socket. */
+int fzc_dial(const char *address, int timeout_ms, int *fd_out,
+             fz_transport *transport, char *why, size_t why_len);
+
+/* io.c: a deadline in CLOCK_MONOTONIC milliseconds, or -1 for none. */
+int64_t fzc_deadline(int timeout_ms);
+/* Sends the iovecs whole, the descriptors with the first byte.  Bytes that
+ * arrive meanwhile are buffered, so a server answering while we send a large
+ * message never deadlocks with us. */
+int fzc_send(fz_client *c, const struct iovec *iov, int iovcnt, const int *fds,
+             int nfds, int64_t deadline);
+/* Receives the next whole message into msg (fzp_message_free() it).  Returns
+ * 1 with a message, 0 when the deadline passed, or a negative code.  The
+ * message may point into the receive buffer: it is valid until the next
+ * fzc_recv() or fzc_send() on the handle. */
+int fzc_recv(fz_client *c, int64_t deadline, fzp_message *msg);
+/* Marks the connection unusable and completes every job in flight with err. */
+void fzc_break(fz_client *c, int err, const char *what);
+
+/* jobs.c: stores an answer in the job table (responses to jobs only).
+ * Returns 1 when the message was a job's answer, 0 when it matched none. */
+int fzc_dispatch(fz_client *c, const fzp_message *msg);
+/* Fills res->status and res->message from a response's error map. */
+int fzc_error_from(const fzp_message *msg, fz_result *res);
+
+/* service.c / client.c: one request with a params map packed by packfn, and
+ * its answer.  On success *msg holds the response (a result map). */
+typedef void (*fzc_packfn)(msgpack_packer *pk, const void *arg);
+int fzc_call(fz_client *c, const char *method, uint32_t nfields,
+             fzc_packfn packfn, const void *arg, fzp_message *msg);
+
+/* Copies a msgpack str found under key into a NUL-terminated buffer
+ * (truncating); 1 found, 0 absent, negative on a wrong type. */
+int fzc_get_strbuf(const msgpack_object *map, const char *key, char *buf,
+                   size_t cap);
+
+uint32_t fzc_next_msgid(fz_client *c);
+
+#endif /* FZC_INTERNAL_H */

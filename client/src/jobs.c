@@ -1,0 +1,383 @@
+/*
+ * jobs.c - compress and decompress jobs, synchronous and asynchronous.
+ *
+ * A job becomes one request.  Its params map is packed into a small buffer
+ * and, for inline input, the map's last value is the "data" bin whose body is
+ * sent straight from the caller's buffer (a second iovec): a 64 MiB array is
+ * never copied on the way out.  Descriptors go with the first bytes of the
+ * request (SCM_RIGHTS) and the request says how many ("nfds").
+ *
+ * Every job stays in the handle's table from submission until it is handed
+ * back; answers are matched by msgid, so they may arrive in any order.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+void fz_job_init(fz_job *j) {
+  memset(j, 0, sizeof *j);
+  j->in_fd = -1;
+  j->out_fd = -1;
+}
+
+int fzc_error_from(const fzp_message *msg, fz_result *res) {
+  if (msg->error.type == MSGPACK_OBJECT_NIL)
+    return 0;
+  int64_t code = FZ_EPROTO;
+  if (msg->error.type != MSGPACK_OBJECT_MAP ||
+      fzp_get_i64(&msg->error, "code", &code) != 1 || code >= 0 || code < -100000)
+    code = FZ_EPROTO;
+  res->status = (int)code;
+  if (fzc_get_strbuf(&msg->error, "message", res->message, sizeof res->message) != 1)
+    snprintf(res->message, sizeof res->message, "%s", fz_strerror((int)code));
+  return (int)code;
+}
+
+static fzc_job *find_job(fz_client *c, uint32_t msgid) {
+  for (size_t i = 0; i < c->njobs; i++)
+    if (c->jobs[i].msgid == msgid && !c->jobs[i].done)
+      return &c->jobs[i];
+  return NULL;
+}
+
+static void fill_shape(const msgpack_object *map, fz_result *r) {
+  const msgpack_object *shape;
+  if (fzp_get_obj(map, "shape", &shape) != 1 || shape->type != MSGPACK_OBJECT_ARRAY)
+    return;
+  uint32_t n = shape->via.array.size;
+  if (n > FZ_CLIENT_MAX_DIMS)
+    return;
+  for (uint32_t i = 0; i < n; i++) {
+    if (shape->via.array.ptr[i].type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+      return;
+    r->shape[i] = shape->via.array.ptr[i].via.u64;
+  }
+  r->ndims = n;
+}
+
+/* Moves an inline payload into the job's output. */
+static void take_payload(fzc_job *j, const void *p, uint32_t len) {
+  fz_result *r = &j->res;
+  if (j->out) {
+    if (len > j->out_cap) {
+      r->status = FZ_ENOSPC;
+      snprintf(r->message, sizeof r->message,
+               "the output of %u bytes does not fit the buffer of %zu bytes",
+               len, j->out_cap);
+      return;
+    }
+    memcpy(j->out, p, len);
+    r->data = j->out;
+  } else {
+    r->data = malloc(len ? len : 1);
+    if (!r->data) {
+      r->status = FZ_ENOMEM;
+      snprintf(r->message, sizeof r->message, "out of memory for %u bytes", len);
+      return;
+    }
+    memcpy(r->data, p, len);
+  }
+  r->data_len = len;
+}
+
+int fzc_dispatch(fz_client *c, const fzp_message *msg) {
+  if (msg->type != FZP_RESPONSE)
+    return 0; /* notifications carry nothing a job waits for */
+  fzc_job *j = find_job(c, msg->msgid);
+  if (!j)
+    return 0;
+  fz_result *r = &j->res;
+  j->done = true;
+  if (fzc_error_from(msg, r) < 0)
+    return 1;
+  const msgpack_object *m = &msg->result;
+  if (m->type != MSGPACK_OBJECT_MAP) {
+    r->status = FZ_EPROTO;
+    snprintf(r->message, sizeof r->message, "the job's answer is not a map");
+    return 1;
+  }
+  fzp_get_u64(m, "bytes_in", &r->bytes_in);
+  fzp_get_u64(m, "bytes_out", &r->bytes_out);
+  fzp_get_u64(m, "time_us", &r->time_us);
+  fzp_get_f64(m, "ratio", &r->ratio);
+  fzp_get_f64(m, "eb_abs", &r->eb_abs);
+  r->has_max_error = fzp_get_f64(m, "max_error", &r->max_error) == 1;
+  fzc_get_strbuf(m, "chain", r->chain, sizeof r->chain);
+  fzc_get_strbuf(m, "dtype", r->dtype, sizeof r->dtype);
+  fill_shape(m, r);
+  const void *p;
+  uint32_t len;
+  if (fzp_get_bin(m, j->op == FZ_OP_COMPRESS ? "archive" : "data", &p, &len) == 1)
+    take_payload(j, p, len);
+  return 1;
+}
+
+/* ---- encoding ------------------------------------------------------------- */
+
+static void pack_str(msgpack_packer *pk, const char *key, const char *val) {
+  fzp_pack_key(pk, key);
+  msgpack_pack_str_with_body(pk, val, strlen(val));
+}
+
+static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v) {
+  fzp_pack_key(pk, key);
+  msgpack_pack_uint64(pk, v);
+}
+
+/* Checks a job against the transport and the server's limits before anything
+ * is sent, so a refusal is explained in the caller's terms. */
+static int check_job(fz_client *c, fz_op op, const fz_job *j) {
+  if (op != FZ_OP_COMPRESS && op != FZ_OP_DECOMPRESS)
+    return fzc_fail(c, FZ_EINVAL, "unknown operation %d", (int)op);
+  bool inline_in = j->in_fd < 0;
+  if (inline_in && !j->in && j->in_len > 0)
+    return fzc_fail(c, FZ_EINVAL, "no input: set in/in_len or in_fd");
+  if (inline_in && j->in_len > UINT32_MAX)
+    return fzc_fail(c, FZ_EMSGSIZE, "inline input of %zu bytes is over 4 GiB", j->in_len);
+  if (c->transport == FZ_TRANSPORT_TCP && (j->in_fd >= 0 || j->out_fd >= 0))
+    return fzc_fail(c, FZ_ETRANSPORT,
+                    "file descriptors cannot be passed over TCP; send the data inline");
+  if (inline_in && c->info.max_inline && j->in_len > c->info.max_inline)
+    return fzc_fail(c, FZ_EMSGSIZE,
+                    "inline input of %zu bytes exceeds the server's max_inline of %llu bytes%s",
+                    j->in_len, (unsigned long long)c->info.max_inline,
+                    c->transport == FZ_TRANSPORT_UNIX ? " (pass a file descriptor instead)" : "");
+  if (op == FZ_OP_COMPRESS) {
+    if (!j->dtype || !*j->dtype)
+      return fzc_fail(c, FZ_EINVAL, "compress needs a dtype");
+    if (j->ndims < 1 || j->ndims > FZ_CLIENT_MAX_DIMS)
+      return fzc_fail(c, FZ_EINVAL, "compress needs 1 to %d dimensions, not %u",
+                      FZ_CLIENT_MAX_DIMS, j->ndims);
+  }
+  return 0;
+}
+
+/* Packs the request of job j; the body of an inline input is left for the
+ * caller to send after sb (it is the last value of the map). */
+static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
+                     const fz_job *j, int nfds) {
+  bool inline_in = j->in_fd < 0;
+  uint32_t n = 0;
+  if (op == FZ_OP_COMPRESS)
+    n += 5 + (j->pipeline ? 1 : 0) + (j->verify ? 1 : 0); /* dtype shape eb mode nfds */
+  else
+    n += 1; /* nfds */
+  n += inline_in ? 1 : 1 + (j->in_offset ? 1 : 0) + (j->in_length ? 1 : 0);
+  n += j->out_fd >= 0 ? 1 + (j->out_offset ? 1 : 0) : 0;
+
+  fzp_pack_request_begin(pk, msgid, op == FZ_OP_COMPRESS ? "compress" : "decompress", n);
+  int fd_index = 0;
+  if (op == FZ_OP_COMPRESS) {
+    pack_str(pk, "dtype", j->dtype);
+    fzp_pack_key(pk, "shape");
+    msgpack_pack_array(pk, j->ndims);
+    for (unsigned i = 0; i < j->ndims; i++)
+      msgpack_pack_uint64(pk, j->shape[i]);
+    if (j->pipeline)
+      pack_str(pk, "pipeline", j->pipeline);
+    fzp_pack_key(pk, "eb");
+    msgpack_pack_double(pk, j->eb);
+    pack_str(pk, "mode", j->mode ? j->mode : "rel");
+    if (j->verify) {
+      fzp_pack_key(pk, "verify");
+      msgpack_pack_true(pk);
+    }
+  }
+  pack_u64(pk, "nfds", (uint64_t)nfds);
+  if (j->out_fd >= 0) {
+    pack_u64(pk, "out_fd", (uint64_t)fd_index++);
+    if (j->out_offset)
+      pack_u64(pk, "out_offset", j->out_offset);
+  }
+  if (!inline_in) {
+    pack_u64(pk, "in_fd", (uint64_t)fd_index++);
+    if (j->in_offset)
+      pack_u64(pk, "in_offset", j->in_offset);
+    if (j->in_length)
+      pack_u64(pk, "in_length", j->in_length);
+  } else {
+    fzp_pack_key(pk, "data");
+    msgpack_pack_bin(pk, j->in_len);
+  }
+}
+
+static int add_job(fz_client *c, fzc_job **out) {
+  if (c->njobs == c->jobs_cap) {
+    size_t cap = c->jobs_cap ? c->jobs_cap * 2 : 16;
+    fzc_job *p = realloc(c->jobs, cap * sizeof *p);
+    if (!p)
+      return fzc_fail(c, FZ_ENOMEM, "out of memory for the job table");
+    c->jobs = p;
+    c->jobs_cap = cap;
+  }
+  *out = &c->jobs[c->njobs++];
+  memset(*out, 0, sizeof **out);
+  return 0;
+}
+
+static void remove_job(fz_client *c, size_t i) {
+  memmove(&c->jobs[i], &c->jobs[i + 1], (c->njobs - i - 1) * sizeof c->jobs[0]);
+  c->njobs--;
+}
+
+int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
+                     void *user, uint64_t *id) {
+  if (!c || !job)
+    return FZ_EINVAL;
+  c->errmsg[0] = '\0';
+  if (c->broken)
+    return fzc_fail(c, c->broken, "the connection is no longer usable");
+  int rc = check_job(c, op, job);
+  if (rc < 0)
+    return rc;
+  int fds[2], nfds = 0;
+  if (job->out_fd >= 0)
+    fds[nfds++] = job->out_fd;
+  if (job->in_fd >= 0)
+    fds[nfds++] = job->in_fd;
+
+  fzc_job *j = NULL;
+  rc = add_job(c, &j);
+  if (rc < 0)
+    return rc;
+  j->msgid = fzc_next_msgid(c);
+  j->op = op;
+  j->cb = cb;
+  j->user = user;
+  j->out = job->out;
+  j->out_cap = job->out_cap;
+  uint32_t msgid = j->msgid;
+
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  pack_job(&pk, msgid, op, job, nfds);
+  struct iovec iov[2] = {{.iov_base = sb.data, .iov_len = sb.size},
+                         {.iov_base = (void *)job->in,
+                          .iov_len = job->in_fd < 0 ? job->in_len : 0}};
+  rc = fzc_send(c, iov, 2, fds, nfds, fzc_deadline(c->timeout_ms));
+  msgpack_sbuffer_destroy(&sb);
+  if (rc < 0) {
+    /* A job that did not leave is not in flight: take it out again.  (The
+     * table may have been touched by answers read meanwhile, so look it up.) */
+    for (size_t i = 0; i < c->njobs; i++)
+      if (c->jobs[i].msgid == msgid) {
+        remove_job(c, i);
+        break;
+      }
+    return rc;
+  }
+  if (id)
+    *id = msgid;
+  return 0;
+}
+
+unsigned fz_client_pending(const fz_client *c) { return c ? (unsigned)c->njobs : 0; }
+
+/* Hands back the first completed job: a callback job through its callback (1
+ * is returned only for jobs without one). */
+static int take_completed(fz_client *c, fz_completion *done, bool *called) {
+  for (size_t i = 0; i < c->njobs; i++) {
+    if (!c->jobs[i].done)
+      continue;
+    fzc_job j = c->jobs[i];
+    remove_job(c, i);
+    if (j.cb) {
+      j.cb(c, j.msgid, j.user, &j.res);
+      if (!j.out)
+        free(j.res.data);
+      *called = true;
+      return 0;
+    }
+    if (done) {
+      done->id = j.msgid;
+      done->op = j.op;
+      done->user = j.user;
+      done->result = j.res;
+    } else if (!j.out) {
+      free(j.res.data);
+    }
+    return 1;
+  }
+  return 0;
+}
+
+int fz_client_wait(fz_client *c, int timeout_ms, fz_completion *done) {
+  if (!c)
+    return FZ_EINVAL;
+  int64_t deadline = timeout_ms < 0 ? -1 : fzc_deadline(timeout_ms);
+  for (;;) {
+    bool called;
+    do {
+      called = false;
+      if (take_completed(c, done, &called) == 1)
+        return 1;
+    } while (called);
+    if (c->njobs == 0)
+      return 0;
+    if (c->broken)
+      return c->broken;
+    fzp_message msg;
+    /* A zero timeout polls: fzc_recv() with an expired deadline only takes
+     * what is buffered or readable now. */
+    int rc = fzc_recv(c, timeout_ms == 0 ? 0 : deadline, &msg);
+    if (rc == 0)
+      return 0;
+    if (rc < 0)
+      continue; /* fzc_break() completed every job with the error */
+    fzc_dispatch(c, &msg);
+    fzp_message_free(&msg);
+  }
+}
+
+/* The synchronous call: a submit, then answers until this one's. */
+static int run_sync(fz_client *c, fz_op op, const fz_job *job, fz_result *res) {
+  memset(res, 0, sizeof *res);
+  uint64_t id;
+  int rc = fz_client_submit(c, op, job, NULL, NULL, &id);
+  if (rc < 0) {
+    res->status = rc;
+    snprintf(res->message, sizeof res->message, "%s", c->errmsg);
+    return rc;
+  }
+  int64_t deadline = fzc_deadline(c->timeout_ms);
+  for (;;) {
+    for (size_t i = 0; i < c->njobs; i++) {
+      if (c->jobs[i].msgid != (uint32_t)id || !c->jobs[i].done)
+        continue;
+      *res = c->jobs[i].res;
+      remove_job(c, i);
+      if (res->status < 0)
+        fzc_fail(c, res->status, "%s", res->message);
+      return res->status;
+    }
+    fzp_message msg;
+    rc = fzc_recv(c, deadline, &msg);
+    if (rc == 0) {
+      /* The job stays in the table: its answer may still come, and
+       * fz_client_wait() will hand it back then. */
+      res->status = FZ_ETIMEDOUT;
+      snprintf(res->message, sizeof res->message, "no answer in time");
+      return fzc_fail(c, FZ_ETIMEDOUT, "no answer in time");
+    }
+    if (rc < 0)
+      continue; /* the job is completed with the error now */
+    fzc_dispatch(c, &msg);
+    fzp_message_free(&msg);
+  }
+}
+
+int fz_client_compress(fz_client *c, const fz_job *job, fz_result *res) {
+  if (!c || !job || !res)
+    return FZ_EINVAL;
+  return run_sync(c, FZ_OP_COMPRESS, job, res);
+}
+
+int fz_client_decompress(fz_client *c, const fz_job *job, fz_result *res) {
+  if (!c || !job || !res)
+    return FZ_EINVAL;
+  return run_sync(c, FZ_OP_DECOMPRESS, job, res);
+}
