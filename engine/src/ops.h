@@ -156,6 +156,55 @@ FZ_HD bool fzo_pw_quant_f64(double x, uint64_t k, double eb, uint64_t *code) {
   return true;
 }
 
+/* ---- the quantizer's parameters for one job ----
+ * From the user's bound and the finite range [lo, hi] of the data (ignored for
+ * PWREL), the absolute bound e enforced and the step: the bin width for ABS
+ * and REL, the bit step k for PWREL.  step 0 means lossless: the bound cannot
+ * be honoured by quantization (no finite value, a constant field under REL, a
+ * bound below the type's resolution).  Bins of width 2e would put values
+ * right at the bound, where rounding the reconstruction into the element type
+ * can tip them over; shaving one ulp of the largest magnitude off each side
+ * keeps nearly all of them quantizable.  Computed on the device by the GPU
+ * backend, so it too is plain IEEE arithmetic. */
+FZ_HD void fzo_quant_params(unsigned mode, double eb, double lo, double hi,
+                            bool f32, double *eb_abs, double *step) {
+  *eb_abs = 0;
+  *step = 0;
+  if (mode == 2) {
+    /* PWREL: k = floor(eb * 2^24) (2^53 for f64), at least 2 to be worth it;
+     * capped at 2^50, where a smaller step only tightens the bound. */
+    double k = eb * (f32 ? 16777216.0 : 9007199254740992.0);
+    if (!(k < 1125899906842624.0))
+      k = 1125899906842624.0;
+    double r = fzo_rint(k);
+    k = r > k ? r - 1.0 : r;
+    if (eb < 1 && k >= 2) {
+      *eb_abs = eb;
+      *step = k;
+    }
+    return;
+  }
+  if (!(lo <= hi))
+    return; /* no finite value */
+  double e = mode == 0 ? eb : eb * (hi - lo);
+  double min_e = f32 ? 1.17549435082228750797e-38 : 2.22507385850720138309e-308;
+  if (!(e >= min_e) || !(e <= 1.79769313486231570815e+308))
+    return;
+  /* ulp of the largest magnitude in the element type: 2^(exponent - 23) for
+   * f32 (52 for f64), read off the bit pattern of the double. */
+  double maxabs = fzo_fabs(lo) > fzo_fabs(hi) ? fzo_fabs(lo) : fzo_fabs(hi);
+  int64_t ex = (int64_t)((fzo_f64_bits(maxabs) >> 52) & 0x7ff) - 1023;
+  int64_t ue = ex - (f32 ? 23 : 52);
+  if (ue < -1022)
+    ue = -1022;
+  double u = fzo_bits_f64((uint64_t)(ue + 1023) << 52);
+  double s = e > 2 * u ? 2 * (e - u) : e;
+  if (!(1.0 / s <= 1.79769313486231570815e+308))
+    return;
+  *eb_abs = e;
+  *step = s;
+}
+
 /* ---- residual maps ---- */
 
 FZ_HD uint32_t fzo_zigzag32(uint32_t d) { return (d << 1) ^ (0u - (d >> 31)); }

@@ -13,7 +13,6 @@
  * field, a bound below the type's resolution) the stage turns lossless: the
  * words are the raw bit patterns, step is 0.
  */
-#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -49,46 +48,14 @@ static minmax scan_f64(const double *x, size_t n) {
   return (minmax){lo, hi};
 }
 
-/* The distance from |v| to the next representable value of the type, at the
- * largest magnitude in the data: the most a reconstruction can lose to the
- * final rounding into the element type. */
-static double type_ulp(fz_dtype t, double maxabs) {
-  int ex;
-  frexp(maxabs, &ex);
-  return ldexp(1.0, ex - (t == FZ_F32 ? 24 : 53));
-}
-
 int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
                       unsigned threads) {
   (void)threads;
-  st->eb_abs = 0;
-  st->step = 0;
-  if (st->mode == FZ_EB_PWREL) {
-    /* k = eb * 2^24 (2^53 for f64) bit steps, at least 2 to be worth it. */
-    double k = floor(st->eb * (t == FZ_F32 ? 0x1p24 : 0x1p53));
-    if (st->eb < 1 && k >= 2) {
-      st->eb_abs = st->eb;
-      st->step = k;
-    }
-    return 0;
-  }
-  minmax m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
-  if (!(m.lo <= m.hi))
-    return 0; /* no finite value: everything is stored losslessly */
-  double e = st->mode == FZ_EB_ABS ? st->eb : st->eb * (m.hi - m.lo);
-  double maxabs = fmax(fabs(m.lo), fabs(m.hi));
-  double min_e = t == FZ_F32 ? (double)FLT_MIN : DBL_MIN;
-  if (!(e >= min_e) || !isfinite(e))
-    return 0;
-  /* Bins of width 2e would put some values right at the bound, where the
-   * rounding of the reconstruction into the type can tip them over; shaving
-   * one ulp off each side keeps nearly all of them quantizable. */
-  double u = type_ulp(t, maxabs);
-  double step = e > 2 * u ? 2 * (e - u) : e;
-  if (!isfinite(1.0 / step))
-    return 0;
-  st->eb_abs = e;
-  st->step = step;
+  minmax m = {0, 0};
+  if (st->mode != FZ_EB_PWREL)
+    m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
+  fzo_quant_params(st->mode, st->eb, m.lo, m.hi, t == FZ_F32, &st->eb_abs,
+                   &st->step);
   return 0;
 }
 
