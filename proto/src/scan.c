@@ -86,7 +86,16 @@ static head classify(uint8_t b) {
 }
 
 int64_t fzp_scan(const void *buf, size_t len, const fzp_limits *lim) {
+  return fzp_scan_ex(buf, len, lim, NULL);
+}
+
+int64_t fzp_scan_ex(const void *buf, size_t len, const fzp_limits *lim,
+                    uint64_t *need) {
   fzp_limits def;
+  uint64_t need_local;
+  if (need == NULL)
+    need = &need_local;
+  *need = 0;
   if (lim == NULL) {
     fzp_limits_default(&def);
     lim = &def;
@@ -108,8 +117,10 @@ int64_t fzp_scan(const void *buf, size_t len, const fzp_limits *lim) {
     }
     if (pos + owed > lim->max_message)
       return FZ_EMSGSIZE;
-    if (pos >= len)
+    if (pos >= len) {
+      *need = pos + owed;
       return 0;
+    }
     head h = classify(p[pos]);
     if (h.bad)
       return FZ_EPROTO;
@@ -117,8 +128,10 @@ int64_t fzp_scan(const void *buf, size_t len, const fzp_limits *lim) {
     owed--;
     if (pos + h.hdr + owed > lim->max_message)
       return FZ_EMSGSIZE;
-    if (pos + h.hdr > len)
+    if (pos + h.hdr > len) {
+      *need = pos + h.hdr + owed;
       return 0;
+    }
     uint64_t n = h.lenbytes ? load_be(p + pos + 1, h.lenbytes) : h.count;
     if (h.kind == 1 || h.kind == 2) {
       if (n > lim->max_container)
@@ -141,8 +154,10 @@ int64_t fzp_scan(const void *buf, size_t len, const fzp_limits *lim) {
       body = n + 1; /* the type byte, then n bytes of data */
     if (pos + h.hdr + body + owed > lim->max_message)
       return FZ_EMSGSIZE;
-    if (pos + h.hdr + body > len)
+    if (pos + h.hdr + body > len) {
+      *need = pos + h.hdr + body + owed;
       return 0;
+    }
     pos += h.hdr + body;
   }
 }

@@ -1,0 +1,404 @@
+/*
+ * config.c - the settings table and the JSON loader.  A setting exists only
+ * as a row of `settings[]`: its default is written there as the JSON text a
+ * user would write and goes through the same validation as the file, so a
+ * default can never be a value the loader would refuse.  Every error names
+ * the file, the key and the offending value, because the person reading it
+ * is editing that file.
+ */
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fz_error.h"
+#include "log.h"
+
+enum stype { T_BOOL, T_UINT, T_STR, T_ENUM, T_MODE, T_GPU };
+
+typedef struct choice {
+  const char *name;
+  uint64_t value;
+} choice;
+
+typedef struct setting {
+  const char *name;
+  enum stype type;
+  size_t offset;
+  uint64_t min, max; /* numbers: bounds; strings: max length */
+  const char *def;   /* JSON text */
+  bool reloadable;
+  const choice *choices; /* T_ENUM, NULL-name terminated */
+  const char *description;
+} setting;
+
+static const choice backend_choices[] = {{"auto", FZD_BACKEND_AUTO},
+                                         {"cpu", FZD_BACKEND_CPU},
+                                         {"gpu", FZD_BACKEND_GPU},
+                                         {NULL, 0}};
+static const choice level_choices[] = {{"error", FZD_LOG_ERROR},
+                                       {"warning", FZD_LOG_WARNING},
+                                       {"info", FZD_LOG_INFO},
+                                       {"debug", FZD_LOG_DEBUG},
+                                       {NULL, 0}};
+
+#define OFF(f) offsetof(fzd_config, f)
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+
+static const setting settings[] = {
+    {"socket_path", T_STR, OFF(socket_path), 1, 107, "\"/run/fzd/fzd.sock\"",
+     false, NULL,
+     "Unix socket the daemon listens on (ignored when systemd passes a socket)"},
+    {"socket_mode", T_MODE, OFF(socket_mode), 0, 0777, "\"0660\"", false, NULL,
+     "permissions of the Unix socket, an octal string"},
+    {"socket_group", T_STR, OFF(socket_group), 0, 64, "\"\"", false, NULL,
+     "group that owns the Unix socket; empty keeps the daemon's group"},
+    {"tcp_enabled", T_BOOL, OFF(tcp_enabled), 0, 1, "false", false, NULL,
+     "also listen on TCP (inline data only, no descriptors)"},
+    {"tcp_address", T_STR, OFF(tcp_address), 1, 64, "\"127.0.0.1\"", false,
+     NULL, "numeric IPv4 or IPv6 address of the TCP listener"},
+    {"tcp_port", T_UINT, OFF(tcp_port), 0, 65535, "7878", false, NULL,
+     "TCP port; 0 picks a free one (reported in the log and the STATUS= line)"},
+    {"tcp_token", T_STR, OFF(tcp_token), 0, 255, "\"\"", true, NULL,
+     "shared secret TCP clients must send in hello; empty means none"},
+    {"backend", T_ENUM, OFF(backend), 0, 0, "\"auto\"", false, backend_choices,
+     "auto (the GPU when there is one, else the CPU), gpu (fail without one) or cpu"},
+    {"gpu", T_GPU, OFF(gpu), 0, 64, "\"0\"", false, NULL,
+     "GPU to pin: a CUDA index or a UUID string (GPU backend only)"},
+    {"workers", T_UINT, OFF(workers), 0, 1024, "0", false, NULL,
+     "worker threads; 0 means one per online CPU"},
+    {"queue_capacity", T_UINT, OFF(queue_capacity), 1, 1048576, "256", true,
+     NULL, "jobs waiting for a worker; beyond it requests get EBUSY"},
+    {"max_inflight_per_connection", T_UINT, OFF(max_inflight_per_connection),
+     1, 65536, "64", true, NULL,
+     "accepted but unanswered jobs per connection; beyond it the daemon stops reading it"},
+    {"max_connections", T_UINT, OFF(max_connections), 1, 1048576, "1024", true,
+     NULL, "open client connections; more are refused with EBUSY"},
+    {"max_message_bytes", T_UINT, OFF(max_message_bytes), 64 * KiB, 4 * GiB,
+     "67112960", true, NULL,
+     "largest message accepted (64 MiB + 4 KiB); larger ones get EMSGSIZE and a close"},
+    {"max_inline_bytes", T_UINT, OFF(max_inline_bytes), 0, 4 * GiB, "67108864",
+     true, NULL,
+     "largest inline data in a request or a result (must stay 4 KiB below max_message_bytes)"},
+    {"max_job_bytes", T_UINT, OFF(max_job_bytes), 1, UINT64_C(1) << 40,
+     "4294967296", true, NULL,
+     "largest input or output of one job passed by descriptor"},
+    {"plan_cache_entries", T_UINT, OFF(plan_cache_entries), 0, 4096, "16",
+     false, NULL, "finalized plans kept per worker (LRU); 0 disables the cache"},
+    {"log_level", T_ENUM, OFF(log_level), 0, 0, "\"info\"", true, level_choices,
+     "error, warning, info or debug"},
+    {"watchdog", T_BOOL, OFF(watchdog), 0, 1, "true", false, NULL,
+     "send WATCHDOG=1 every WATCHDOG_USEC/2 when systemd asks for it"},
+    {"shutdown_timeout_s", T_UINT, OFF(shutdown_timeout_s), 0, 86400, "60",
+     true, NULL,
+     "on SIGTERM, how long to wait for accepted jobs and their replies; 0 waits forever"},
+};
+#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
+
+static void *field(const fzd_config *cfg, const setting *s) {
+  return (char *)cfg + s->offset;
+}
+
+static int fail(char *why, size_t why_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *why, size_t why_len, const char *fmt, ...) {
+  if (why != NULL && why_len > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, why_len, fmt, ap);
+    va_end(ap);
+  }
+  return FZ_ECONFIG;
+}
+
+/* The value as the user wrote it, for error messages; shortened. */
+static void quote_value(const cJSON *v, char *buf, size_t len) {
+  char *text = cJSON_PrintUnformatted(v);
+  snprintf(buf, len, "%s", text ? text : "?");
+  if (text != NULL && strlen(text) >= len && len > 4)
+    memcpy(buf + len - 4, "...", 4);
+  cJSON_free(text);
+}
+
+static bool as_uint(const cJSON *v, uint64_t *out) {
+  if (!cJSON_IsNumber(v))
+    return false;
+  double d = v->valuedouble;
+  if (!(d >= 0) || d != floor(d) || d > 9007199254740992.0)
+    return false;
+  *out = (uint64_t)d;
+  return true;
+}
+
+/* Validates one value and stores it.  `what` says where it came from. */
+static int set_value(fzd_config *cfg, const setting *s, const cJSON *v,
+                     const char *what, char *why, size_t why_len) {
+  char q[80];
+  quote_value(v, q, sizeof(q));
+  void *dst = field(cfg, s);
+  uint64_t u;
+  switch (s->type) {
+  case T_BOOL:
+    if (!cJSON_IsBool(v))
+      return fail(why, why_len, "%s: setting \"%s\": bad value %s: expected true or false",
+                  what, s->name, q);
+    *(bool *)dst = cJSON_IsTrue(v);
+    return 0;
+  case T_UINT:
+    if (!as_uint(v, &u) || u < s->min || u > s->max)
+      return fail(why, why_len,
+                  "%s: setting \"%s\": bad value %s: expected an integer in [%llu, %llu]",
+                  what, s->name, q, (unsigned long long)s->min,
+                  (unsigned long long)s->max);
+    *(uint64_t *)dst = u;
+    return 0;
+  case T_GPU:
+    if (as_uint(v, &u) && u < 1024) {
+      snprintf(dst, FZD_CONFIG_STR, "%llu", (unsigned long long)u);
+      return 0;
+    }
+    /* Not an index, so it must be a UUID string. */
+    /* fall through */
+  case T_STR: {
+    if (!cJSON_IsString(v))
+      return fail(why, why_len, "%s: setting \"%s\": bad value %s: expected a string%s",
+                  what, s->name, q, s->type == T_GPU ? " or an index" : "");
+    size_t n = strlen(v->valuestring);
+    if (n < s->min || n > s->max)
+      return fail(why, why_len,
+                  "%s: setting \"%s\": bad value %s: length must be in [%llu, %llu]",
+                  what, s->name, q, (unsigned long long)s->min,
+                  (unsigned long long)s->max);
+    memcpy(dst, v->valuestring, n + 1);
+    return 0;
+  }
+  case T_ENUM:
+    if (cJSON_IsString(v))
+      for (const choice *c = s->choices; c->name != NULL; c++)
+        if (strcmp(c->name, v->valuestring) == 0) {
+          *(uint64_t *)dst = c->value;
+          return 0;
+        }
+    {
+      char names[128] = "";
+      for (const choice *c = s->choices; c->name != NULL; c++) {
+        strncat(names, names[0] ? ", " : "", sizeof(names) - strlen(names) - 1);
+        strncat(names, c->name, sizeof(names) - strlen(names) - 1);
+      }
+      return fail(why, why_len, "%s: setting \"%s\": bad value %s: expected one of %s",
+                  what, s->name, q, names);
+    }
+  case T_MODE: {
+    char *end = NULL;
+    unsigned long m = 0;
+    if (cJSON_IsString(v) && v->valuestring[0] != '\0' &&
+        strspn(v->valuestring, "01234567") == strlen(v->valuestring)) {
+      errno = 0;
+      m = strtoul(v->valuestring, &end, 8);
+    }
+    if (end == NULL || *end != '\0' || errno != 0 || m > s->max)
+      return fail(why, why_len,
+                  "%s: setting \"%s\": bad value %s: expected an octal mode string such as \"0660\"",
+                  what, s->name, q);
+    *(uint64_t *)dst = m;
+    return 0;
+  }
+  }
+  return fail(why, why_len, "%s: setting \"%s\": unsupported type", what, s->name);
+}
+
+static const setting *find_setting(const char *name) {
+  for (size_t i = 0; i < NSETTINGS; i++)
+    if (strcmp(settings[i].name, name) == 0)
+      return &settings[i];
+  return NULL;
+}
+
+void fzd_config_defaults(fzd_config *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  for (size_t i = 0; i < NSETTINGS; i++) {
+    cJSON *v = cJSON_Parse(settings[i].def);
+    char why[256];
+    /* The table is ours; a default the loader refuses is a bug caught by the
+     * config tests, which check every default round-trips. */
+    if (v == NULL || set_value(cfg, &settings[i], v, "default", why, sizeof(why)) < 0)
+      fzd_err("config: bad default for \"%s\"", settings[i].name);
+    cJSON_Delete(v);
+  }
+}
+
+static int cross_check(const fzd_config *cfg, const char *path, char *why,
+                       size_t why_len) {
+  if (cfg->max_inline_bytes + 4096 > cfg->max_message_bytes)
+    return fail(why, why_len,
+                "%s: setting \"max_inline_bytes\": bad value %llu: must be at most "
+                "max_message_bytes - 4096 (%llu)",
+                path, (unsigned long long)cfg->max_inline_bytes,
+                (unsigned long long)(cfg->max_message_bytes - 4096));
+  return 0;
+}
+
+#define CONFIG_FILE_MAX (1u << 20)
+
+int fzd_config_load(const char *path, fzd_config *cfg, char *why, size_t why_len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return fail(why, why_len, "%s: cannot open: %s", path, strerror(errno));
+  char *text = malloc(CONFIG_FILE_MAX + 1);
+  if (text == NULL) {
+    fclose(f);
+    return fail(why, why_len, "%s: out of memory", path);
+  }
+  size_t n = fread(text, 1, CONFIG_FILE_MAX + 1, f);
+  int rerr = ferror(f);
+  fclose(f);
+  if (rerr || n > CONFIG_FILE_MAX) {
+    free(text);
+    return fail(why, why_len, "%s: %s", path,
+                rerr ? "read error" : "larger than 1 MiB");
+  }
+  text[n] = '\0';
+  const char *end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, true);
+  if (root == NULL) {
+    size_t at = end != NULL && end >= text ? (size_t)(end - text) : 0;
+    size_t line = 1;
+    for (size_t i = 0; i < at && i < n; i++)
+      line += text[i] == '\n';
+    free(text);
+    return fail(why, why_len, "%s: not valid JSON (near line %zu, byte %zu)",
+                path, line, at);
+  }
+  free(text);
+  int err = 0;
+  if (!cJSON_IsObject(root)) {
+    err = fail(why, why_len, "%s: the top level must be a JSON object", path);
+    goto out;
+  }
+  fzd_config next = *cfg;
+  for (const cJSON *item = root->child; item != NULL; item = item->next) {
+    const setting *s = find_setting(item->string);
+    if (s == NULL) {
+      char q[80];
+      quote_value(item, q, sizeof(q));
+      err = fail(why, why_len, "%s: unknown setting \"%s\" (value %s)", path,
+                 item->string, q);
+      goto out;
+    }
+    for (const cJSON *prev = root->child; prev != item; prev = prev->next)
+      if (strcmp(prev->string, item->string) == 0) {
+        err = fail(why, why_len, "%s: setting \"%s\" appears twice", path,
+                   item->string);
+        goto out;
+      }
+    err = set_value(&next, s, item, path, why, why_len);
+    if (err < 0)
+      goto out;
+  }
+  err = cross_check(&next, path, why, why_len);
+  if (err == 0)
+    *cfg = next;
+out:
+  cJSON_Delete(root);
+  return err;
+}
+
+static void value_text(const fzd_config *cfg, const setting *s, char *buf,
+                       size_t len) {
+  const void *p = field(cfg, s);
+  switch (s->type) {
+  case T_BOOL:
+    snprintf(buf, len, "%s", *(const bool *)p ? "true" : "false");
+    break;
+  case T_UINT:
+    snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)p);
+    break;
+  case T_MODE:
+    snprintf(buf, len, "\"%04llo\"", (unsigned long long)*(const uint64_t *)p);
+    break;
+  case T_ENUM:
+    snprintf(buf, len, "\"?\"");
+    for (const choice *c = s->choices; c->name != NULL; c++)
+      if (c->value == *(const uint64_t *)p)
+        snprintf(buf, len, "\"%s\"", c->name);
+    break;
+  case T_STR:
+  case T_GPU:
+    /* The token is a secret: say that it changed, never what it is. */
+    if (strcmp(s->name, "tcp_token") == 0)
+      snprintf(buf, len, "%s", ((const char *)p)[0] ? "(set)" : "(empty)");
+    else
+      snprintf(buf, len, "\"%s\"", (const char *)p);
+    break;
+  }
+}
+
+static bool same_value(const fzd_config *a, const fzd_config *b, const setting *s) {
+  switch (s->type) {
+  case T_BOOL:
+    return *(const bool *)field(a, s) == *(const bool *)field(b, s);
+  case T_STR:
+  case T_GPU:
+    return strcmp(field(a, s), field(b, s)) == 0;
+  default:
+    return *(const uint64_t *)field(a, s) == *(const uint64_t *)field(b, s);
+  }
+}
+
+unsigned fzd_config_apply_reload(fzd_config *cur, const fzd_config *next) {
+  unsigned changed = 0;
+  for (size_t i = 0; i < NSETTINGS; i++) {
+    const setting *s = &settings[i];
+    if (same_value(cur, next, s))
+      continue;
+    char was[FZD_CONFIG_STR + 8], now[FZD_CONFIG_STR + 8];
+    value_text(cur, s, was, sizeof(was));
+    value_text(next, s, now, sizeof(now));
+    changed++;
+    if (!s->reloadable) {
+      fzd_warn("config: \"%s\" changed (%s -> %s) but needs a restart to take effect",
+               s->name, was, now);
+      continue;
+    }
+    switch (s->type) {
+    case T_BOOL:
+      *(bool *)field(cur, s) = *(const bool *)field(next, s);
+      break;
+    case T_STR:
+    case T_GPU:
+      memcpy(field(cur, s), field(next, s), FZD_CONFIG_STR);
+      break;
+    default:
+      *(uint64_t *)field(cur, s) = *(const uint64_t *)field(next, s);
+      break;
+    }
+    fzd_info("config: \"%s\" reloaded: %s -> %s", s->name, was, now);
+  }
+  return changed;
+}
+
+void fzd_config_print_help(FILE *out) {
+  static const char *type_names[] = {"bool", "integer", "string",
+                                     "choice", "octal string", "index or UUID"};
+  fprintf(out, "Settings (keys of the JSON config file):\n");
+  for (size_t i = 0; i < NSETTINGS; i++) {
+    const setting *s = &settings[i];
+    fprintf(out, "  %-28s %s, default %s%s\n      %s\n", s->name,
+            type_names[s->type], s->def, s->reloadable ? ", reloadable" : "",
+            s->description);
+  }
+}
+
+const char *fzd_backend_name(uint64_t backend) {
+  for (const choice *c = backend_choices; c->name != NULL; c++)
+    if (c->value == backend)
+      return c->name;
+  return "?";
+}

@@ -1,0 +1,242 @@
+/*
+ * listener.c - the listening sockets: the Unix socket (created here with its
+ * mode and group, or handed over by systemd socket activation through
+ * LISTEN_FDS/LISTEN_PID) and the optional TCP socket.  Accepting is done with
+ * accept4() from a uv_poll_t, since connections are driven by poll handles
+ * too (conn.c says why).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+
+#define LISTEN_FDS_START 3
+
+static void on_accept(uv_poll_t *h, int status, int events) {
+  fzd_listener *l = h->data;
+  fzd_server *srv = h->loop->data;
+  (void)events;
+  if (status < 0) {
+    fzd_err("listener: %s", uv_strerror(status));
+    return;
+  }
+  /* Bounded so a connection storm cannot keep the loop from its clients. */
+  for (int i = 0; i < 64; i++) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        fzd_warn("accept: %s", strerror(errno));
+      return;
+    }
+    fzd_conn_accept(srv, fd, l->tcp);
+  }
+}
+
+static int start_listener(fzd_server *srv, fzd_listener *l, int fd, bool tcp) {
+  l->fd = fd;
+  l->tcp = tcp;
+  int err = uv_poll_init(srv->loop, &l->poll, fd);
+  if (err < 0)
+    return err;
+  l->poll.data = l;
+  l->active = true;
+  return uv_poll_start(&l->poll, UV_READABLE, on_accept);
+}
+
+static int set_nonblock_cloexec(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    return -errno;
+  if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+    return -errno;
+  return 0;
+}
+
+/* Takes the sockets systemd passed: the first Unix stream socket and the
+ * first TCP one.  Returns how many were used. */
+static int take_activation(fzd_server *srv) {
+  const char *pid = getenv("LISTEN_PID");
+  const char *fds = getenv("LISTEN_FDS");
+  if (pid == NULL || fds == NULL || strtol(pid, NULL, 10) != (long)getpid())
+    return 0;
+  long n = strtol(fds, NULL, 10);
+  unsetenv("LISTEN_PID");
+  unsetenv("LISTEN_FDS");
+  unsetenv("LISTEN_FDNAMES");
+  int used = 0;
+  for (long i = 0; i < n && i < 64; i++) {
+    int fd = LISTEN_FDS_START + (int)i;
+    int domain = 0, type = 0, acc = 0;
+    socklen_t len = sizeof(int);
+    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len);
+    len = sizeof(int);
+    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len);
+    len = sizeof(int);
+    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &len);
+    fzd_listener *l = NULL;
+    if (type == SOCK_STREAM && acc && domain == AF_UNIX && !srv->unix_l.active)
+      l = &srv->unix_l;
+    else if (type == SOCK_STREAM && acc && (domain == AF_INET || domain == AF_INET6) &&
+             !srv->tcp_l.active)
+      l = &srv->tcp_l;
+    if (l == NULL) {
+      fzd_warn("socket activation: ignoring descriptor %d (not a listening stream socket "
+               "or a second one of its kind)", fd);
+      close(fd);
+      continue;
+    }
+    if (set_nonblock_cloexec(fd) < 0 || start_listener(srv, l, fd, l == &srv->tcp_l) < 0) {
+      fzd_err("socket activation: cannot use descriptor %d", fd);
+      close(fd);
+      continue;
+    }
+    fzd_info("listening on %s socket from systemd (descriptor %d)",
+             l == &srv->tcp_l ? "a TCP" : "a Unix", fd);
+    if (l == &srv->tcp_l)
+      snprintf(srv->tcp_bound, sizeof(srv->tcp_bound), "(from systemd)");
+    used++;
+  }
+  return used;
+}
+
+static int open_unix(fzd_server *srv) {
+  const fzd_config *cfg = &srv->cfg;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  size_t n = strlen(cfg->socket_path);
+  if (n >= sizeof(sa.sun_path)) {
+    fzd_err("socket_path \"%s\" is too long", cfg->socket_path);
+    return FZ_ECONFIG;
+  }
+  memcpy(sa.sun_path, cfg->socket_path, n + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return -errno;
+  /* A socket file left by a daemon that died is removed; one that still
+   * answers belongs to a live daemon and is left alone. */
+  struct stat st;
+  if (lstat(cfg->socket_path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (probe >= 0)
+      close(probe);
+    if (live) {
+      fzd_err("%s: another fzd is already listening there", cfg->socket_path);
+      close(fd);
+      return FZ_EBUSY;
+    }
+    unlink(cfg->socket_path);
+  }
+  /* Bind under a tight umask so the socket is never briefly too open. */
+  mode_t old = umask(0177);
+  int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+  int bind_errno = errno;
+  umask(old);
+  if (r < 0) {
+    fzd_err("bind %s: %s", cfg->socket_path, strerror(bind_errno));
+    close(fd);
+    return -bind_errno;
+  }
+  srv->unlink_socket = true;
+  if (cfg->socket_group[0] != '\0') {
+    struct group *gr = getgrnam(cfg->socket_group);
+    if (gr == NULL || chown(cfg->socket_path, (uid_t)-1, gr->gr_gid) < 0) {
+      fzd_err("socket_group \"%s\": %s", cfg->socket_group,
+              gr == NULL ? "no such group" : strerror(errno));
+      close(fd);
+      return FZ_ECONFIG;
+    }
+  }
+  if (chmod(cfg->socket_path, (mode_t)cfg->socket_mode) < 0 || listen(fd, 512) < 0) {
+    int err = -errno;
+    fzd_err("%s: %s", cfg->socket_path, strerror(errno));
+    close(fd);
+    return err;
+  }
+  fzd_info("listening on unix:%s (mode %04llo)", cfg->socket_path,
+           (unsigned long long)cfg->socket_mode);
+  return start_listener(srv, &srv->unix_l, fd, false);
+}
+
+static int open_tcp(fzd_server *srv) {
+  const fzd_config *cfg = &srv->cfg;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE};
+  struct addrinfo *ai = NULL;
+  char port[8];
+  snprintf(port, sizeof(port), "%u", (unsigned)cfg->tcp_port);
+  int r = getaddrinfo(cfg->tcp_address, port, &hints, &ai);
+  if (r != 0) {
+    fzd_err("tcp_address \"%s\": %s", cfg->tcp_address, gai_strerror(r));
+    return FZ_ECONFIG;
+  }
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+      bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 512) < 0) {
+    int err = -errno;
+    fzd_err("tcp %s port %s: %s", cfg->tcp_address, port, strerror(errno));
+    if (fd >= 0)
+      close(fd);
+    freeaddrinfo(ai);
+    return err;
+  }
+  freeaddrinfo(ai);
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  unsigned bound = 0;
+  if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+    bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
+  bool v6 = strchr(cfg->tcp_address, ':') != NULL;
+  snprintf(srv->tcp_bound, sizeof(srv->tcp_bound), "%s%s%s:%u", v6 ? "[" : "",
+           cfg->tcp_address, v6 ? "]" : "", bound);
+  fzd_info("listening on tcp:%s%s", srv->tcp_bound,
+           cfg->tcp_token[0] ? " (token required)" : "");
+  if (cfg->tcp_token[0] == '\0')
+    fzd_warn("TCP is enabled without tcp_token: anyone who can reach %s may use fzd",
+             srv->tcp_bound);
+  return start_listener(srv, &srv->tcp_l, fd, true);
+}
+
+int fzd_listeners_open(fzd_server *srv) {
+  take_activation(srv);
+  int err;
+  if (!srv->unix_l.active && (err = open_unix(srv)) < 0)
+    return err;
+  if (srv->cfg.tcp_enabled && !srv->tcp_l.active && (err = open_tcp(srv)) < 0)
+    return err;
+  return 0;
+}
+
+static void on_listener_closed(uv_handle_t *h) {
+  fzd_listener *l = h->data;
+  close(l->fd);
+}
+
+void fzd_listeners_close(fzd_server *srv) {
+  fzd_listener *ls[] = {&srv->unix_l, &srv->tcp_l};
+  for (size_t i = 0; i < 2; i++) {
+    if (!ls[i]->active)
+      continue;
+    ls[i]->active = false;
+    uv_poll_stop(&ls[i]->poll);
+    uv_close((uv_handle_t *)&ls[i]->poll, on_listener_closed);
+  }
+  if (srv->unlink_socket) {
+    unlink(srv->cfg.socket_path);
+    srv->unlink_socket = false;
+  }
+}

@@ -1,0 +1,313 @@
+/*
+ * main.c - fzd's entry point: the command line, start-up in the order that
+ * makes READY=1 true (config, backend, workers, listeners, then notify), the
+ * signals (SIGTERM/SIGINT drain and exit, SIGHUP reloads), the watchdog, and
+ * the drain that ends the process with every accepted job answered.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "notify.h"
+#include "server.h"
+
+static fzd_server server;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "Usage: fzd [OPTIONS]\n"
+          "Compression daemon for scientific arrays (error-bounded, GPU or CPU).\n\n"
+          "Options:\n"
+          "  --config FILE        read settings from the JSON file FILE\n"
+          "  --check-config FILE  validate FILE, print the verdict, exit 0 or 1\n"
+          "  --socket PATH        listen on PATH (overrides socket_path)\n"
+          "  --backend NAME       auto, cpu or gpu (overrides backend)\n"
+          "  --help               show this help\n"
+          "  --version            show the version\n\n"
+          "Signals: SIGTERM/SIGINT finish accepted jobs and exit; SIGHUP reloads FILE.\n\n");
+  fzd_config_print_help(out);
+}
+
+/* The command-line overrides, applied after every (re)load. */
+static int apply_overrides(fzd_config *cfg, char *why, size_t why_len) {
+  if (server.override_socket != NULL) {
+    if (strlen(server.override_socket) >= 108 || server.override_socket[0] == '\0') {
+      snprintf(why, why_len, "--socket \"%s\": must be 1 to 107 bytes",
+               server.override_socket);
+      return FZ_ECONFIG;
+    }
+    snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", server.override_socket);
+  }
+  if (server.override_backend != NULL) {
+    static const char *names[] = {"auto", "cpu", "gpu"};
+    uint64_t i;
+    for (i = 0; i < 3; i++)
+      if (strcmp(server.override_backend, names[i]) == 0)
+        break;
+    if (i == 3) {
+      snprintf(why, why_len, "--backend \"%s\": expected auto, cpu or gpu",
+               server.override_backend);
+      return FZ_ECONFIG;
+    }
+    cfg->backend = i;
+  }
+  return 0;
+}
+
+static int load_config(fzd_config *cfg, char *why, size_t why_len) {
+  fzd_config_defaults(cfg);
+  if (server.config_path != NULL) {
+    int err = fzd_config_load(server.config_path, cfg, why, why_len);
+    if (err < 0)
+      return err;
+  }
+  return apply_overrides(cfg, why, why_len);
+}
+
+/* ---- readiness, watchdog ---------------------------------------------------- */
+
+static void notify_ready(void) {
+  char msg[1024];
+  snprintf(msg, sizeof(msg),
+           "READY=1\nSTATUS=serving unix:%s%s%s backend:%s workers:%u\nMAINPID=%d",
+           server.cfg.socket_path, server.tcp_l.active ? " tcp:" : "",
+           server.tcp_l.active ? server.tcp_bound : "", server.backend_name,
+           server.workers, (int)getpid());
+  int err = fzd_notify(msg);
+  if (err < 0)
+    fzd_warn("notify READY=1: %s", strerror(-err));
+}
+
+static void on_watchdog(uv_timer_t *t) {
+  (void)t;
+  fzd_notify("WATCHDOG=1");
+}
+
+/* ---- drain and exit ---------------------------------------------------------- */
+
+static void on_handle_closed(uv_handle_t *h) { (void)h; }
+
+void fzd_server_check_drained(fzd_server *srv) {
+  if (!srv->draining || srv->conns != NULL || srv->inflight > 0 || srv->pool == NULL)
+    return;
+  /* Every accepted job is answered and every connection is gone: close the
+   * remaining handles so that uv_run() returns. */
+  fzd_pool_stop(srv->pool);
+  srv->pool = NULL;
+  uv_close((uv_handle_t *)&srv->sig_term, on_handle_closed);
+  uv_close((uv_handle_t *)&srv->sig_int, on_handle_closed);
+  uv_close((uv_handle_t *)&srv->sig_hup, on_handle_closed);
+  if (srv->watchdog_on)
+    uv_close((uv_handle_t *)&srv->watchdog, on_handle_closed);
+  if (srv->drain_timer_on)
+    uv_close((uv_handle_t *)&srv->drain_timer, on_handle_closed);
+  srv->watchdog_on = srv->drain_timer_on = false;
+}
+
+static void on_drain_timeout(uv_timer_t *t) {
+  fzd_server *srv = t->data;
+  fzd_warn("shutdown_timeout_s (%llu) passed with %llu jobs unanswered and %llu "
+           "connections open; closing them",
+           (unsigned long long)srv->cfg.shutdown_timeout_s,
+           (unsigned long long)srv->inflight, (unsigned long long)srv->nconns);
+  fzd_conns_close_all(srv);
+}
+
+static void begin_drain(fzd_server *srv, int signum) {
+  if (srv->draining) {
+    fzd_info("signal %d: already shutting down (%llu jobs in flight)", signum,
+             (unsigned long long)srv->inflight);
+    return;
+  }
+  srv->draining = true;
+  fzd_notify("STOPPING=1");
+  fzd_info("signal %d: shutting down; finishing %llu accepted jobs", signum,
+           (unsigned long long)srv->inflight);
+  fzd_listeners_close(srv);
+  if (srv->cfg.shutdown_timeout_s > 0) {
+    uv_timer_init(srv->loop, &srv->drain_timer);
+    srv->drain_timer.data = srv;
+    uv_timer_start(&srv->drain_timer, on_drain_timeout,
+                   srv->cfg.shutdown_timeout_s * 1000, 0);
+    uv_unref((uv_handle_t *)&srv->drain_timer);
+    srv->drain_timer_on = true;
+  }
+  fzd_conns_drain(srv);
+  fzd_server_check_drained(srv);
+}
+
+static void reload(fzd_server *srv) {
+  char msg[96];
+  snprintf(msg, sizeof(msg), "RELOADING=1\nMONOTONIC_USEC=%llu",
+           (unsigned long long)fzd_notify_monotonic_usec());
+  fzd_notify(msg);
+  fzd_config next;
+  char why[512];
+  if (load_config(&next, why, sizeof(why)) < 0) {
+    fzd_err("reload failed, keeping the running configuration: %s", why);
+  } else {
+    unsigned n = fzd_config_apply_reload(&srv->cfg, &next);
+    fzd_log_set_level((enum fzd_log_level)srv->cfg.log_level);
+    fzd_info("configuration reloaded (%u settings changed)", n);
+  }
+  notify_ready();
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  fzd_server *srv = h->data;
+  if (signum == SIGHUP) {
+    if (!srv->draining)
+      reload(srv);
+    return;
+  }
+  begin_drain(srv, signum);
+}
+
+/* ---- start-up ----------------------------------------------------------------- */
+
+static int choose_backend(fzd_server *srv) {
+  switch (srv->cfg.backend) {
+  case FZD_BACKEND_GPU:
+    fzd_err("backend \"gpu\": this build has no GPU backend (%s); use \"auto\" or \"cpu\"",
+            fz_strerror(FZ_ENOGPU));
+    return FZ_ENOGPU;
+  case FZD_BACKEND_AUTO:
+    fzd_info("backend \"auto\": no GPU backend in this build; using the CPU");
+    break;
+  default:
+    break;
+  }
+  if (strcmp(srv->cfg.gpu, "0") != 0)
+    fzd_info("setting gpu \"%s\" has no effect on the CPU backend", srv->cfg.gpu);
+  srv->backend_name = "cpu";
+  srv->device_name = "cpu";
+  return 0;
+}
+
+static int start(fzd_server *srv) {
+  int err = choose_backend(srv);
+  if (err < 0)
+    return err;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  srv->workers = srv->cfg.workers ? (unsigned)srv->cfg.workers
+                                  : (unsigned)(cores > 0 ? cores : 1);
+  err = fzd_pool_start(&srv->pool, srv->loop, srv->workers,
+                       (unsigned)srv->cfg.plan_cache_entries, fzd_conn_job_done, srv);
+  if (err < 0) {
+    fzd_err("cannot start %u workers: %s", srv->workers, fz_strerror(err));
+    return err;
+  }
+  err = fzd_listeners_open(srv);
+  if (err < 0)
+    return err;
+  uv_signal_t *sigs[] = {&srv->sig_term, &srv->sig_int, &srv->sig_hup};
+  int nums[] = {SIGTERM, SIGINT, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(srv->loop, sigs[i]);
+    sigs[i]->data = srv;
+    uv_signal_start(sigs[i], on_signal, nums[i]);
+  }
+  uint64_t wd = fzd_notify_watchdog_usec();
+  if (srv->cfg.watchdog && wd > 0) {
+    uint64_t ms = wd / 2000 ? wd / 2000 : 1;
+    uv_timer_init(srv->loop, &srv->watchdog);
+    uv_timer_start(&srv->watchdog, on_watchdog, ms, ms);
+    srv->watchdog_on = true;
+    fzd_info("watchdog: pinging every %llu ms", (unsigned long long)ms);
+  }
+  fzd_info("%s ready: %u workers, backend %s, queue capacity %llu", FZD_VERSION_STRING,
+           srv->workers, srv->backend_name, (unsigned long long)srv->cfg.queue_capacity);
+  notify_ready();
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  enum { OPT_CONFIG = 1, OPT_CHECK, OPT_SOCKET, OPT_BACKEND, OPT_HELP, OPT_VERSION };
+  static const struct option opts[] = {
+      {"config", required_argument, NULL, OPT_CONFIG},
+      {"check-config", required_argument, NULL, OPT_CHECK},
+      {"socket", required_argument, NULL, OPT_SOCKET},
+      {"backend", required_argument, NULL, OPT_BACKEND},
+      {"help", no_argument, NULL, OPT_HELP},
+      {"version", no_argument, NULL, OPT_VERSION},
+      {NULL, 0, NULL, 0}};
+  const char *check = NULL;
+  int o;
+  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (o) {
+    case OPT_CONFIG:
+      server.config_path = optarg;
+      break;
+    case OPT_CHECK:
+      check = optarg;
+      break;
+    case OPT_SOCKET:
+      server.override_socket = optarg;
+      break;
+    case OPT_BACKEND:
+      server.override_backend = optarg;
+      break;
+    case OPT_HELP:
+      usage(stdout);
+      return 0;
+    case OPT_VERSION:
+      printf("%s (protocol %d, engine %u.%u.%u)\n", FZD_VERSION_STRING,
+             FZP_PROTOCOL_VERSION, fz_version() >> 16, (fz_version() >> 8) & 0xff,
+             fz_version() & 0xff);
+      return 0;
+    default:
+      usage(stderr);
+      return 1;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "fzd: unexpected argument \"%s\"\n", argv[optind]);
+    usage(stderr);
+    return 1;
+  }
+  char why[512];
+  if (check != NULL) {
+    server.config_path = check;
+    if (load_config(&server.cfg, why, sizeof(why)) < 0) {
+      fprintf(stderr, "fzd: %s\n", why);
+      return 1;
+    }
+    printf("%s: ok\n", check);
+    return 0;
+  }
+  if (load_config(&server.cfg, why, sizeof(why)) < 0) {
+    fzd_err("%s", why);
+    return 1;
+  }
+  fzd_log_set_level((enum fzd_log_level)server.cfg.log_level);
+  signal(SIGPIPE, SIG_IGN);
+
+  uv_loop_t loop;
+  if (uv_loop_init(&loop) < 0) {
+    fzd_err("cannot create the event loop");
+    return 1;
+  }
+  loop.data = &server;
+  server.loop = &loop;
+  server.start_usec = fzd_notify_monotonic_usec();
+  if (start(&server) < 0) {
+    fzd_listeners_close(&server);
+    return 1;
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(&loop);
+  if (rc < 0) {
+    fzd_err("event loop closed with handles still open: %s", uv_strerror(rc));
+    return 1;
+  }
+  fzd_info("stopped: %llu jobs done, %llu failed, %llu canceled",
+           (unsigned long long)server.stats.jobs_done,
+           (unsigned long long)server.stats.jobs_failed,
+           (unsigned long long)server.stats.jobs_canceled);
+  return 0;
+}

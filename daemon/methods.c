@@ -1,0 +1,487 @@
+/*
+ * methods.c - the RPC methods: one table of {name, handler}, the handshake
+ * gate, and the validation of compress/decompress params into jobs.
+ *
+ * Everything a client declares is checked here, on the loop thread, before a
+ * job exists: types, the shape and its product (no overflow), that dtype
+ * size times shape equals the bytes supplied (ESIZE), descriptor indexes and
+ * sizes, and the transport rules.  A bad request gets an error reply and the
+ * connection stays usable; only a failed handshake closes it.  Conventions
+ * for codes: a missing or mistyped param is EPARAMS; a well-typed but invalid
+ * value uses the engine's own code where one exists (EDTYPE, ESHAPE).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+
+typedef void (*method_fn)(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
+
+/* Copies a wire string into a NUL-terminated buffer; false when too long. */
+static bool copy_str(char *dst, size_t cap, const char *s, uint32_t len) {
+  if (len >= cap || memchr(s, '\0', len) != NULL)
+    return false;
+  memcpy(dst, s, len);
+  dst[len] = '\0';
+  return true;
+}
+
+/* ---- handshake ------------------------------------------------------------ */
+
+/* Compares without an early exit so the time does not leak the token. */
+static bool token_equal(const char *want, const char *got, uint32_t got_len) {
+  size_t n = strlen(want);
+  unsigned diff = (unsigned)(n ^ got_len);
+  for (size_t i = 0; i < n; i++)
+    diff |= (unsigned char)want[i] ^ (unsigned char)(i < got_len ? got[i] : 0);
+  return diff == 0;
+}
+
+static void m_hello(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  const msgpack_object *p = &msg->params;
+  int64_t version = 0;
+  int r = fzp_get_i64(p, "version", &version);
+  if (r <= 0) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "hello needs \"version\" (an integer)");
+    fzd_conn_close_after_flush(c);
+    return;
+  }
+  if (version != FZP_PROTOCOL_VERSION) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EVERSION,
+                         "protocol version %lld is not supported; this server speaks %d",
+                         (long long)version, FZP_PROTOCOL_VERSION);
+    fzd_conn_close_after_flush(c);
+    return;
+  }
+  const char *client = "";
+  uint32_t client_len = 0;
+  if (fzp_get_str(p, "client", &client, &client_len) < 0) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "hello: \"client\" must be a string");
+    fzd_conn_close_after_flush(c);
+    return;
+  }
+  if (fzd_conn_is_tcp(c) && srv->cfg.tcp_token[0] != '\0') {
+    const char *tok = NULL;
+    uint32_t tok_len = 0;
+    if (fzp_get_str(p, "token", &tok, &tok_len) != 1 ||
+        !token_equal(srv->cfg.tcp_token, tok, tok_len)) {
+      fzd_conn_reply_error(c, msg->msgid, FZ_EAUTH,
+                           tok ? "wrong token" : "this server needs a \"token\" in hello");
+      fzd_warn("TCP client refused: %s token", tok ? "wrong" : "no");
+      fzd_conn_close_after_flush(c);
+      return;
+    }
+  }
+  fzd_conn_set_greeted(c);
+  fzd_debug("hello from client \"%.*s\"", (int)(client_len > 64 ? 64 : client_len),
+            client);
+  msgpack_packer *pk = fzd_conn_packer(c);
+  fzp_pack_result_begin(pk, msg->msgid, 7);
+  fzp_pack_key(pk, "version");
+  msgpack_pack_int(pk, FZP_PROTOCOL_VERSION);
+  fzp_pack_key(pk, "server");
+  fzp_pack_key(pk, FZD_VERSION_STRING);
+  fzp_pack_key(pk, "backend");
+  fzp_pack_key(pk, srv->backend_name);
+  fzp_pack_key(pk, "device");
+  fzp_pack_key(pk, srv->device_name);
+  fzp_pack_key(pk, "max_message");
+  msgpack_pack_uint64(pk, srv->cfg.max_message_bytes);
+  fzp_pack_key(pk, "max_inline");
+  msgpack_pack_uint64(pk, srv->cfg.max_inline_bytes);
+  fzp_pack_key(pk, "pid");
+  msgpack_pack_int(pk, (int)getpid());
+}
+
+/* ---- small methods -------------------------------------------------------- */
+
+static void m_ping(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  (void)srv;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  msgpack_packer *pk = fzd_conn_packer(c);
+  fzp_pack_result_begin(pk, msg->msgid, 1);
+  fzp_pack_key(pk, "time_ns");
+  msgpack_pack_uint64(pk, (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+}
+
+static void m_presets(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  (void)srv;
+  size_t n = 0;
+  const fz_preset *ps = fz_presets(&n);
+  msgpack_packer *pk = fzd_conn_packer(c);
+  fzp_pack_result_begin(pk, msg->msgid, 1);
+  fzp_pack_key(pk, "presets");
+  msgpack_pack_array(pk, n);
+  for (size_t i = 0; i < n; i++) {
+    msgpack_pack_map(pk, 3);
+    fzp_pack_key(pk, "name");
+    fzp_pack_key(pk, ps[i].name);
+    fzp_pack_key(pk, "chain");
+    fzp_pack_key(pk, ps[i].chain);
+    fzp_pack_key(pk, "description");
+    fzp_pack_key(pk, ps[i].description);
+  }
+}
+
+static void m_status(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  fzd_status_pack(srv, fzd_conn_packer(c), msg->msgid);
+}
+
+static void m_stats(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  fzd_stats_pack(&srv->stats, fzd_conn_packer(c), msg->msgid);
+}
+
+/* ---- jobs ----------------------------------------------------------------- */
+
+typedef struct bad {
+  int code;
+  char text[256];
+} bad;
+
+static int reject(bad *b, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int reject(bad *b, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b->text, sizeof(b->text), fmt, ap);
+  va_end(ap);
+  b->code = code;
+  return code;
+}
+
+/* Reads an optional uint param; EPARAMS when it has another type. */
+static int opt_u64(const msgpack_object *p, const char *key, uint64_t *v, bad *b) {
+  int r = fzp_get_u64(p, key, v);
+  if (r < 0)
+    return reject(b, FZ_EPARAMS, "\"%s\" must be an unsigned integer", key);
+  return r;
+}
+
+static int parse_fd_index(const msgpack_object *p, const char *key,
+                          const fzd_job *job, int *index, bad *b) {
+  uint64_t v;
+  int r = opt_u64(p, key, &v, b);
+  if (r <= 0)
+    return r;
+  if (v >= job->nfds)
+    return reject(b, FZ_EPARAMS,
+                  "\"%s\" is %llu but the message carries %u descriptors", key,
+                  (unsigned long long)v, job->nfds);
+  *index = (int)v;
+  return 1;
+}
+
+/* The input: inline "data" or "in_fd" (+ in_offset, in_length).  For inline
+ * data the bytes are copied out of the read buffer, which moves on. */
+static int parse_input(fzd_server *srv, const msgpack_object *p, fzd_job *job,
+                       bad *b) {
+  const void *data;
+  uint32_t data_len;
+  int has_data = fzp_get_bin(p, "data", &data, &data_len);
+  if (has_data < 0)
+    return reject(b, FZ_EPARAMS, "\"data\" must be bin");
+  int r = parse_fd_index(p, "in_fd", job, &job->in_fd, b);
+  if (r < 0)
+    return r;
+  if (has_data == (r == 1))
+    return reject(b, FZ_EPARAMS, "give exactly one of \"data\" and \"in_fd\"");
+  if (has_data) {
+    if (data_len > srv->cfg.max_inline_bytes)
+      return reject(b, FZ_EMSGSIZE, "inline data of %u bytes exceeds max_inline_bytes (%llu)",
+                    data_len, (unsigned long long)srv->cfg.max_inline_bytes);
+    job->in_data = malloc(data_len ? data_len : 1);
+    if (job->in_data == NULL)
+      return reject(b, FZ_ENOMEM, "no memory for %u bytes of input", data_len);
+    memcpy(job->in_data, data, data_len);
+    job->in_len = data_len;
+    return 0;
+  }
+  uint64_t off = 0, len = 0;
+  if (opt_u64(p, "in_offset", &off, b) < 0)
+    return b->code;
+  int has_len = opt_u64(p, "in_length", &len, b);
+  if (has_len < 0)
+    return b->code;
+  struct stat st;
+  if (fstat(job->fds[job->in_fd], &st) < 0 || !S_ISREG(st.st_mode))
+    return reject(b, FZ_EPARAMS, "in_fd must be a regular file or a memfd");
+  uint64_t size = (uint64_t)st.st_size;
+  if (off > size)
+    return reject(b, FZ_ESIZE, "in_offset %llu is past the end of in_fd (%llu bytes)",
+                  (unsigned long long)off, (unsigned long long)size);
+  if (!has_len)
+    len = size - off;
+  if (len > size - off)
+    return reject(b, FZ_ESIZE, "in_offset + in_length (%llu + %llu) is past the end "
+                  "of in_fd (%llu bytes)", (unsigned long long)off,
+                  (unsigned long long)len, (unsigned long long)size);
+  if (len > srv->cfg.max_job_bytes || len > SIZE_MAX)
+    return reject(b, FZ_EMSGSIZE, "input of %llu bytes exceeds max_job_bytes (%llu)",
+                  (unsigned long long)len, (unsigned long long)srv->cfg.max_job_bytes);
+  job->in_off = off;
+  job->in_len = (size_t)len;
+  return 0;
+}
+
+static int parse_output(const msgpack_object *p, fzd_job *job, bad *b) {
+  int r = parse_fd_index(p, "out_fd", job, &job->out_fd, b);
+  if (r < 0)
+    return r;
+  if (r == 0)
+    return 0;
+  if (opt_u64(p, "out_offset", &job->out_off, b) < 0)
+    return b->code;
+  if (job->out_off > (uint64_t)INT64_MAX / 2)
+    return reject(b, FZ_EPARAMS, "out_offset is too large");
+  struct stat st;
+  if (fstat(job->fds[job->out_fd], &st) < 0 || !S_ISREG(st.st_mode))
+    return reject(b, FZ_EPARAMS, "out_fd must be a regular file or a memfd");
+  return 0;
+}
+
+static int parse_compress(fzd_server *srv, const msgpack_object *p, fzd_job *job,
+                          bad *b) {
+  const char *s;
+  uint32_t len;
+  char text[32];
+  fz_params_init(&job->params);
+  job->params.threads = 1;
+
+  int r = fzp_get_str(p, "dtype", &s, &len);
+  if (r <= 0)
+    return reject(b, FZ_EPARAMS, "\"dtype\" (a string such as \"f32\") is required");
+  if (!copy_str(text, sizeof(text), s, len) ||
+      fz_dtype_parse(text, &job->params.dtype) < 0)
+    return reject(b, FZ_EDTYPE, "unknown dtype \"%.*s\"", (int)(len > 24 ? 24 : len), s);
+
+  const msgpack_object *shape;
+  if (fzp_get_obj(p, "shape", &shape) != 1 || shape->type != MSGPACK_OBJECT_ARRAY)
+    return reject(b, FZ_EPARAMS, "\"shape\" (an array of 1 to %d extents) is required",
+                  FZ_MAX_DIMS);
+  if (shape->via.array.size < 1 || shape->via.array.size > FZ_MAX_DIMS)
+    return reject(b, FZ_ESHAPE, "shape has %u dimensions; 1 to %d are supported",
+                  shape->via.array.size, FZ_MAX_DIMS);
+  uint64_t elems = 1;
+  job->params.ndims = shape->via.array.size;
+  for (uint32_t i = 0; i < shape->via.array.size; i++) {
+    const msgpack_object *d = &shape->via.array.ptr[i];
+    if (d->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+      return reject(b, FZ_EPARAMS, "shape[%u] must be an unsigned integer", i);
+    uint64_t v = d->via.u64;
+    if (v == 0)
+      return reject(b, FZ_ESHAPE, "shape[%u] is 0", i);
+    if (elems > UINT64_MAX / v)
+      return reject(b, FZ_ESHAPE, "the shape's product overflows 64 bits");
+    elems *= v;
+    job->params.dims[i] = v;
+  }
+  size_t esize = fz_dtype_size(job->params.dtype);
+  if (elems > UINT64_MAX / esize)
+    return reject(b, FZ_ESHAPE, "dtype size times the shape's product overflows 64 bits");
+  uint64_t want = elems * esize;
+
+  r = fzp_get_str(p, "pipeline", &s, &len);
+  if (r < 0)
+    return reject(b, FZ_EPARAMS, "\"pipeline\" must be a string");
+  if (r == 1 && !copy_str(job->pipeline, sizeof(job->pipeline), s, len))
+    return reject(b, FZ_EPARAMS, "\"pipeline\" is longer than %d bytes or holds a NUL",
+                  FZD_PIPELINE_MAX - 1);
+  r = fzp_get_f64(p, "eb", &job->params.eb);
+  if (r < 0)
+    return reject(b, FZ_EPARAMS, "\"eb\" must be a number");
+  r = fzp_get_str(p, "mode", &s, &len);
+  if (r < 0)
+    return reject(b, FZ_EPARAMS, "\"mode\" must be a string");
+  if (r == 1 && (!copy_str(text, sizeof(text), s, len) ||
+                 fz_eb_mode_parse(text, &job->params.eb_mode) < 0))
+    return reject(b, FZ_EPARAMS, "\"mode\" must be \"abs\", \"rel\" or \"pwrel\"");
+  if (fzp_get_bool(p, "verify", &job->verify) < 0)
+    return reject(b, FZ_EPARAMS, "\"verify\" must be a boolean");
+
+  int err = parse_input(srv, p, job, b);
+  if (err < 0)
+    return err;
+  if (job->in_len != want)
+    return reject(b, FZ_ESIZE, "input is %zu bytes but %s with this shape needs %llu",
+                  job->in_len, fz_dtype_name(job->params.dtype),
+                  (unsigned long long)want);
+  return parse_output(p, job, b);
+}
+
+static int parse_decompress(fzd_server *srv, const msgpack_object *p,
+                            fzd_job *job, bad *b) {
+  int err = parse_input(srv, p, job, b);
+  if (err < 0)
+    return err;
+  return parse_output(p, job, b);
+}
+
+static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
+                       enum fzd_job_kind kind) {
+  const msgpack_object *p = &msg->params;
+  uint64_t nfds = 0;
+  bad b = {0, ""};
+  if (fzp_get_u64(p, "nfds", &nfds) < 0) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "\"nfds\" must be an unsigned integer");
+    return;
+  }
+  if (nfds > 0 && fzd_conn_is_tcp(c)) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_ETRANSPORT,
+                         "descriptors cannot travel over TCP; send \"data\" inline");
+    return;
+  }
+  if (nfds > FZD_MAX_FDS_PER_MESSAGE) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPROTO,
+                         "nfds %llu exceeds %d per message", (unsigned long long)nfds,
+                         FZD_MAX_FDS_PER_MESSAGE);
+    fzd_conn_close_after_flush(c);
+    return;
+  }
+  fzd_job *job = calloc(1, sizeof(*job));
+  if (job == NULL) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_ENOMEM, "no memory for a job");
+    return;
+  }
+  job->kind = kind;
+  job->msgid = msg->msgid;
+  job->in_fd = job->out_fd = -1;
+  job->max_inline = srv->cfg.max_inline_bytes;
+  job->max_output = srv->cfg.max_job_bytes;
+  /* The descriptors belong to this message whatever happens next: taking
+   * them first keeps the queue in step with the stream. */
+  if (fzd_conn_take_fds(c, (unsigned)nfds, job->fds) < 0) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPROTO,
+                         "the message declares %llu descriptors but fewer arrived with it",
+                         (unsigned long long)nfds);
+    fzd_conn_close_after_flush(c);
+    free(job);
+    return;
+  }
+  job->nfds = (unsigned)nfds;
+  int err = kind == FZD_JOB_COMPRESS ? parse_compress(srv, p, job, &b)
+                                     : parse_decompress(srv, p, job, &b);
+  if (err == 0 && srv->draining)
+    err = reject(&b, FZ_ESHUTDOWN, "the server is shutting down");
+  if (err == 0) {
+    /* The worker never dereferences job->conn, and the reply can only be
+     * handled by this thread, so the accounting may follow the submit. */
+    job->conn = c;
+    err = fzd_pool_submit(srv->pool, job, srv->cfg.queue_capacity);
+    if (err == 0) {
+      fzd_conn_job_accepted(c, job);
+      return;
+    }
+    srv->stats.busy_rejections++;
+    reject(&b, FZ_EBUSY, "the job queue is full (%llu waiting); try again later",
+           (unsigned long long)srv->cfg.queue_capacity);
+  }
+  fzd_conn_reply_error(c, msg->msgid, b.code, "%s", b.text);
+  fzd_job_free(job);
+}
+
+static void m_compress(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  submit_job(srv, c, msg, FZD_JOB_COMPRESS);
+}
+
+static void m_decompress(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  submit_job(srv, c, msg, FZD_JOB_DECOMPRESS);
+}
+
+void fzd_job_reply(fzd_conn *c, const fzd_job *job) {
+  if (job->err < 0) {
+    fzd_conn_reply_error(c, job->msgid, job->err, "%s",
+                         job->why[0] ? job->why : fz_strerror(job->err));
+    return;
+  }
+  msgpack_packer *pk = fzd_conn_packer(c);
+  bool inline_out = job->out_fd < 0;
+  if (job->kind == FZD_JOB_COMPRESS) {
+    fzp_pack_result_begin(pk, job->msgid,
+                          6 + (job->has_max_error ? 1 : 0) + (inline_out ? 1 : 0));
+    fzp_pack_key(pk, "bytes_in");
+    msgpack_pack_uint64(pk, job->in_len);
+    fzp_pack_key(pk, "bytes_out");
+    msgpack_pack_uint64(pk, job->out_len);
+    fzp_pack_key(pk, "ratio");
+    msgpack_pack_double(pk, job->out_len ? (double)job->in_len / (double)job->out_len : 0.0);
+    fzp_pack_key(pk, "eb_abs");
+    msgpack_pack_double(pk, job->eb_abs);
+    fzp_pack_key(pk, "chain");
+    fzp_pack_key(pk, job->chain);
+    fzp_pack_key(pk, "time_us");
+    msgpack_pack_uint64(pk, job->time_us);
+    if (job->has_max_error) {
+      fzp_pack_key(pk, "max_error");
+      msgpack_pack_double(pk, job->max_error);
+    }
+    if (inline_out) {
+      fzp_pack_key(pk, "archive");
+      msgpack_pack_bin(pk, job->out_len);
+      msgpack_pack_bin_body(pk, job->out_data, job->out_len);
+    }
+    return;
+  }
+  fzp_pack_result_begin(pk, job->msgid, 5 + (inline_out ? 1 : 0));
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, fz_dtype_name(job->info.dtype) ? fz_dtype_name(job->info.dtype) : "?");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, job->info.ndims);
+  for (unsigned i = 0; i < job->info.ndims; i++)
+    msgpack_pack_uint64(pk, job->info.dims[i]);
+  fzp_pack_key(pk, "bytes_in");
+  msgpack_pack_uint64(pk, job->in_len);
+  fzp_pack_key(pk, "bytes_out");
+  msgpack_pack_uint64(pk, job->out_len);
+  fzp_pack_key(pk, "time_us");
+  msgpack_pack_uint64(pk, job->time_us);
+  if (inline_out) {
+    fzp_pack_key(pk, "data");
+    msgpack_pack_bin(pk, job->out_len);
+    msgpack_pack_bin_body(pk, job->out_data, job->out_len);
+  }
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+static const struct {
+  const char *name;
+  method_fn fn;
+} methods[] = {
+    {"hello", m_hello},       {"ping", m_ping},
+    {"status", m_status},     {"stats", m_stats},
+    {"presets", m_presets},   {"compress", m_compress},
+    {"decompress", m_decompress},
+};
+
+/* The method name for the log: short, printable. */
+static void printable(char *dst, size_t cap, const char *s, uint32_t len) {
+  size_t n = len < cap - 1 ? len : cap - 1;
+  for (size_t i = 0; i < n; i++)
+    dst[i] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
+  dst[n] = '\0';
+}
+
+void fzd_dispatch(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  if (!fzd_conn_greeted(c) && !fzp_method_is(msg, "hello")) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EHANDSHAKE,
+                         "the first request must be \"hello\"");
+    fzd_conn_close_after_flush(c);
+    return;
+  }
+  for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+    if (fzp_method_is(msg, methods[i].name)) {
+      methods[i].fn(srv, c, msg);
+      return;
+    }
+  char name[48];
+  printable(name, sizeof(name), msg->method, msg->method_len);
+  fzd_conn_reply_error(c, msg->msgid, FZ_EMETHOD, "unknown method \"%s\"", name);
+}

@@ -1,0 +1,166 @@
+/*
+ * server.h - the daemon's shared state and the internal interfaces between
+ * its subsystems (listener.c, conn.c, methods.c, jobs.c, stats.c, main.c).
+ *
+ * Threads: everything here belongs to the loop thread except the job queue
+ * inside fzd_pool (jobs.c), which the workers share under its mutex.  Workers
+ * see only fzd_job; they never touch a connection or a socket.
+ */
+#ifndef FZD_SERVER_H
+#define FZD_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "fz.h"
+#include "fzp.h"
+
+#define FZD_VERSION_STRING "fzd 0.1.0"
+#define FZD_MAX_FDS_PER_MESSAGE 16
+#define FZD_MAX_FDS_QUEUED 64
+#define FZD_PIPELINE_MAX 1024
+
+typedef struct fzd_server fzd_server;
+typedef struct fzd_conn fzd_conn;
+
+/* ---- jobs (jobs.c) ------------------------------------------------------ */
+
+enum fzd_job_kind { FZD_JOB_COMPRESS, FZD_JOB_DECOMPRESS };
+
+typedef struct fzd_job {
+  struct fzd_job *next;
+  fzd_conn *conn; /* opaque to workers: only the loop dereferences it */
+  uint32_t msgid;
+  enum fzd_job_kind kind;
+
+  /* Request, filled by the loop. */
+  fz_params params;
+  char pipeline[FZD_PIPELINE_MAX];
+  bool verify;
+  void *in_data;      /* inline input (owned copy) or NULL */
+  size_t in_len;      /* bytes of input */
+  int fds[FZD_MAX_FDS_PER_MESSAGE]; /* descriptors of this message, owned */
+  unsigned nfds;
+  int in_fd, out_fd;  /* indexes into fds, or -1 */
+  uint64_t in_off, out_off;
+  uint64_t max_inline; /* inline results larger than this fail (EMSGSIZE) */
+  uint64_t max_output; /* descriptor results larger than this fail */
+
+  /* Result, filled by the worker. */
+  int err;
+  char why[256];
+  void *out_data; /* inline result or NULL */
+  size_t out_len;
+  uint64_t time_us;
+  double eb_abs;
+  double max_error;
+  bool has_max_error;
+  char chain[256];
+  fz_archive_info info; /* decompress */
+} fzd_job;
+
+typedef struct fzd_pool fzd_pool;
+
+/* Starts n workers; done() runs on the loop thread for every finished job,
+ * and for every job fzd_pool_cancel() takes back (with err FZ_ECANCELED). */
+int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
+                   unsigned plan_cache_entries,
+                   void (*done)(fzd_job *job, void *arg), void *arg);
+/* Queues a job, or FZ_EBUSY when capacity jobs are already waiting. */
+int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
+/* Takes back the jobs of conn that no worker has picked up yet. */
+void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn);
+size_t fzd_pool_depth(fzd_pool *pool);
+/* Joins the workers (the queue must be empty) and closes the async handle;
+ * the pool is freed in the handle's close callback. */
+void fzd_pool_stop(fzd_pool *pool);
+void fzd_job_free(fzd_job *job);
+
+/* ---- statistics (stats.c) ------------------------------------------------ */
+
+typedef struct fzd_op_stats {
+  uint64_t count, bytes_in, bytes_out, time_us;
+} fzd_op_stats;
+
+typedef struct fzd_stats {
+  uint64_t jobs_done, jobs_failed, jobs_canceled, busy_rejections;
+  uint64_t bytes_in, bytes_out;
+  uint64_t connections_total, protocol_errors;
+  fzd_op_stats compress, decompress;
+} fzd_stats;
+
+void fzd_stats_job(fzd_stats *st, const fzd_job *job);
+void fzd_stats_pack(const fzd_stats *st, msgpack_packer *pk, uint32_t msgid);
+void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid);
+
+/* ---- server ------------------------------------------------------------- */
+
+typedef struct fzd_listener {
+  uv_poll_t poll;
+  int fd;
+  bool tcp;
+  bool active;
+} fzd_listener;
+
+struct fzd_server {
+  uv_loop_t *loop;
+  fzd_config cfg;
+  const char *config_path; /* NULL: defaults only */
+  const char *override_socket;
+  const char *override_backend;
+  fzd_listener unix_l, tcp_l;
+  bool unlink_socket; /* we created socket_path */
+  char tcp_bound[FZD_CONFIG_STR + 16]; /* "127.0.0.1:7878" once listening */
+  fzd_pool *pool;
+  unsigned workers;
+  const char *backend_name;
+  const char *device_name;
+  fzd_conn *conns; /* list of open connections */
+  uint64_t nconns;
+  uint64_t next_conn_id;
+  uint64_t inflight; /* accepted jobs not yet answered, all connections */
+  bool draining;
+  uint64_t start_usec;
+  fzd_stats stats;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_timer_t watchdog, drain_timer;
+  bool watchdog_on, drain_timer_on;
+};
+
+/* listener.c */
+int fzd_listeners_open(fzd_server *srv);
+void fzd_listeners_close(fzd_server *srv);
+
+/* conn.c */
+void fzd_conn_accept(fzd_server *srv, int fd, bool tcp);
+/* Packs into the connection's output, flushing as the socket allows. */
+msgpack_packer *fzd_conn_packer(fzd_conn *c);
+void fzd_conn_reply_error(fzd_conn *c, uint32_t msgid, int code, const char *fmt,
+                          ...) __attribute__((format(printf, 4, 5)));
+void fzd_conn_job_done(fzd_job *job, void *arg);
+/* Stops reading every connection and closes those with nothing owed. */
+void fzd_conns_drain(fzd_server *srv);
+void fzd_conns_close_all(fzd_server *srv);
+bool fzd_conn_is_tcp(const fzd_conn *c);
+bool fzd_conn_greeted(const fzd_conn *c);
+void fzd_conn_set_greeted(fzd_conn *c);
+/* Takes n descriptors from the front of the connection's queue into fds;
+ * FZ_EPROTO when fewer than n have arrived. */
+int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds);
+/* Counts a job accepted for c (the connection is kept alive until done). */
+void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job);
+/* The connection asks to be closed once its output is flushed. */
+void fzd_conn_close_after_flush(fzd_conn *c);
+
+/* methods.c: handles one parsed request; packs a finished job's reply. */
+void fzd_dispatch(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
+void fzd_job_reply(fzd_conn *c, const fzd_job *job);
+
+/* main.c: called when a connection or a job goes away during a drain. */
+void fzd_server_check_drained(fzd_server *srv);
+
+#endif

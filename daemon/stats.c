@@ -1,0 +1,69 @@
+/*
+ * stats.c - the counters behind the "stats" and "status" methods.  They are
+ * touched only on the loop thread (a job is counted when its completion comes
+ * back there), so they need no locks.
+ */
+#include "log.h"
+#include "notify.h"
+#include "server.h"
+
+void fzd_stats_job(fzd_stats *st, const fzd_job *job) {
+  if (job->err < 0) {
+    st->jobs_failed++;
+    return;
+  }
+  st->jobs_done++;
+  st->bytes_in += job->in_len;
+  st->bytes_out += job->out_len;
+  fzd_op_stats *op = job->kind == FZD_JOB_COMPRESS ? &st->compress : &st->decompress;
+  op->count++;
+  op->bytes_in += job->in_len;
+  op->bytes_out += job->out_len;
+  op->time_us += job->time_us;
+}
+
+static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v) {
+  fzp_pack_key(pk, key);
+  msgpack_pack_uint64(pk, v);
+}
+
+static void pack_op(msgpack_packer *pk, const char *key, const fzd_op_stats *op) {
+  fzp_pack_key(pk, key);
+  msgpack_pack_map(pk, 4);
+  pack_u64(pk, "count", op->count);
+  pack_u64(pk, "bytes_in", op->bytes_in);
+  pack_u64(pk, "bytes_out", op->bytes_out);
+  pack_u64(pk, "time_us", op->time_us);
+}
+
+void fzd_stats_pack(const fzd_stats *st, msgpack_packer *pk, uint32_t msgid) {
+  fzp_pack_result_begin(pk, msgid, 10);
+  pack_u64(pk, "jobs_done", st->jobs_done);
+  pack_u64(pk, "jobs_failed", st->jobs_failed);
+  pack_u64(pk, "jobs_canceled", st->jobs_canceled);
+  pack_u64(pk, "busy_rejections", st->busy_rejections);
+  pack_u64(pk, "bytes_in", st->bytes_in);
+  pack_u64(pk, "bytes_out", st->bytes_out);
+  pack_u64(pk, "connections_total", st->connections_total);
+  pack_u64(pk, "protocol_errors", st->protocol_errors);
+  pack_op(pk, "compress", &st->compress);
+  pack_op(pk, "decompress", &st->decompress);
+}
+
+void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
+  fzp_pack_result_begin(pk, msgid, 11);
+  fzp_pack_key(pk, "server");
+  fzp_pack_key(pk, FZD_VERSION_STRING);
+  fzp_pack_key(pk, "backend");
+  fzp_pack_key(pk, srv->backend_name);
+  fzp_pack_key(pk, "device");
+  fzp_pack_key(pk, srv->device_name);
+  pack_u64(pk, "uptime_s", (fzd_notify_monotonic_usec() - srv->start_usec) / 1000000u);
+  pack_u64(pk, "workers", srv->workers);
+  pack_u64(pk, "connections", srv->nconns);
+  pack_u64(pk, "queue_depth", fzd_pool_depth(srv->pool));
+  pack_u64(pk, "queue_capacity", srv->cfg.queue_capacity);
+  pack_u64(pk, "inflight", srv->inflight);
+  pack_u64(pk, "jobs_done", srv->stats.jobs_done);
+  pack_u64(pk, "jobs_failed", srv->stats.jobs_failed);
+}
