@@ -266,7 +266,7 @@ int fzd_config_load(const char *path, fzd_config *cfg, char *why, size_t why_len
   }
   text[n] = '\0';
   const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, true);
+  cJSON *root = cJSON_ParseWithLengthOpts(text, n + 1, &end, true);
   if (root == NULL) {
     size_t at = end != NULL && end >= text ? (size_t)(end - text) : 0;
     size_t line = 1;
