@@ -186,7 +186,11 @@ FZ_HD void fzo_quant_params(unsigned mode, double eb, double lo, double hi,
   }
   if (!(lo <= hi))
     return; /* no finite value */
+  /* REL: the product is shaved by 2^-50 so that its rounding can never
+   * allow more than the exact eb * (hi - lo). */
   double e = mode == 0 ? eb : eb * (hi - lo);
+  if (mode == 1)
+    e = e - e * 0x1p-50;
   double min_e = f32 ? 1.17549435082228750797e-38 : 2.22507385850720138309e-308;
   if (!(e >= min_e) || !(e <= 1.79769313486231570815e+308))
     return;
