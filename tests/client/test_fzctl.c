@@ -1,0 +1,389 @@
+/*
+ * test_fzctl.c - the fzctl program against a real fzd: submit of several
+ * files with --json checked field by field, decompression back to the
+ * originals within the bound, .npy in and out, stdin to stdout through real
+ * pipes, TCP, the read-only commands, and the exit codes scripts rely on
+ * (1 for usage errors, 2 when no daemon listens).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fz.h"
+#include "testutil.h"
+
+#ifndef FZCTL_PATH
+#error "FZCTL_PATH must name the fzctl binary"
+#endif
+
+static char dir[128];
+
+static void make_dir(void) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/fzctl-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void) {
+  char cmd[200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+/* Runs "fzctl ARGS" in the test directory. */
+static int fzctl(const char *args, char **out, char **err) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s", dir, FZCTL_PATH, args);
+  return tu_run(cmd, out, err);
+}
+
+static const char *json_at(const char *line, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = strstr(line, pat);
+  cr_assert_not_null(p, "no \"%s\" in %s", key, line);
+  return p + strlen(pat);
+}
+
+static double json_num(const char *line, const char *key) {
+  const char *p = json_at(line, key);
+  char *end;
+  double v = strtod(p, &end);
+  cr_assert_neq(end, p, "\"%s\" is not a number in %s", key, line);
+  return v;
+}
+
+static void json_str(const char *line, const char *key, char *buf, size_t cap) {
+  const char *p = json_at(line, key);
+  cr_assert_eq(*p, '"', "\"%s\" is not a string in %s", key, line);
+  const char *e = strchr(p + 1, '"');
+  cr_assert_not_null(e);
+  snprintf(buf, cap, "%.*s", (int)(e - p - 1), p + 1);
+}
+
+static char *path_in_dir(const char *name) {
+  static char buf[4][256];
+  static int k;
+  char *p = buf[k++ % 4];
+  snprintf(p, 256, "%s/%s", dir, name);
+  return p;
+}
+
+static size_t count_lines(const char *s) {
+  size_t n = 0;
+  for (; *s; s++)
+    n += *s == '\n';
+  return n;
+}
+
+Test(fzctl, submit_many_files_json_and_back) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  enum { NFILES = 5 };
+  size_t rows = 120, cols = 241, n = rows * cols;
+  float *fields[NFILES];
+  for (int i = 0; i < NFILES; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "field%d.f32", i);
+    fields[i] = tu_field_f32(rows, cols, 0.4f * (float)i);
+    tu_write_file(path_in_dir(name), fields[i], n * sizeof(float));
+  }
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args,
+           "-S '%s' submit -j 3 --dtype f32 --shape 120x241 --eb 1e-3 --mode rel --verify "
+           "--json field0.f32 field1.f32 field2.f32 field3.f32 field4.f32",
+           fzd_harness_socket_path(h));
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "fzctl exited %d: %s", rc, err);
+  cr_assert_eq(count_lines(out), NFILES, "one JSON object per file:\n%s", out);
+  bool seen[NFILES] = {false};
+  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+    char file[64], output[64];
+    json_str(line, "file", file, sizeof file);
+    json_str(line, "output", output, sizeof output);
+    int i = file[5] - '0';
+    cr_assert(i >= 0 && i < NFILES && !seen[i], "unexpected file %s", file);
+    seen[i] = true;
+    char want[80];
+    snprintf(want, sizeof want, "%s.fz", file);
+    cr_assert_str_eq(output, want, "default naming x.f32 -> x.f32.fz");
+    double bytes_in = json_num(line, "bytes_in"), bytes_out = json_num(line, "bytes_out");
+    cr_assert_eq(bytes_in, (double)(n * sizeof(float)));
+    cr_assert_gt(json_num(line, "ratio"), 1.0);
+    cr_assert_leq(json_num(line, "max_error"), 1e-3 * tu_range_f32(fields[i], n));
+    cr_assert_geq(json_num(line, "time_ms"), 0.0);
+    struct stat st;
+    cr_assert_eq(stat(path_in_dir(output), &st), 0);
+    cr_assert_eq((double)st.st_size, bytes_out, "the archive file holds bytes_out bytes");
+  }
+  free(out);
+  free(err);
+  for (int i = 0; i < NFILES; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "field%d.f32", i);
+    cr_assert_eq(unlink(path_in_dir(name)), 0);
+  }
+
+  snprintf(args, sizeof args,
+           "-S 'unix:%s' submit -d --json field0.f32.fz field1.f32.fz field2.f32.fz "
+           "field3.f32.fz field4.f32.fz",
+           fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "fzctl -d exited %d: %s", rc, err);
+  cr_assert_eq(count_lines(out), NFILES, "%s", out);
+  for (int i = 0; i < NFILES; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "field%d.f32", i);
+    size_t len;
+    float *back = tu_read_file(path_in_dir(name), &len);
+    cr_assert_eq(len, n * sizeof(float));
+    fz_compare_result cmp;
+    cr_assert_eq(fz_compare(FZ_F32, fields[i], back, n, &cmp), 0);
+    cr_assert_leq(cmp.max_abs_error, 1e-3 * tu_range_f32(fields[i], n));
+    free(back);
+    free(fields[i]);
+  }
+  free(out);
+  free(err);
+
+  /* Outputs are not overwritten without -f, and that is a usage error. */
+  snprintf(args, sizeof args, "-S '%s' submit -d field0.f32.fz", fzd_harness_socket_path(h));
+  rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 1);
+  cr_assert(strstr(err, "'field0.f32' exists") != NULL, "%s", err);
+  free(err);
+  tu_stop(h);
+  remove_dir();
+}
+
+/* A version 1.0 header as numpy writes it: padded so the data is aligned. */
+static void write_npy(const char *path, const char *descr, const char *order,
+                      size_t rows, size_t cols, const void *data, size_t bytes) {
+  char dict[118];
+  int len = snprintf(dict, sizeof dict,
+                     "{'descr': '%s', 'fortran_order': %s, 'shape': (%zu, %zu), }", descr,
+                     order, rows, cols);
+  memset(dict + len, ' ', sizeof dict - (size_t)len - 1);
+  dict[sizeof dict - 1] = '\n';
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, sizeof dict, 0};
+  fwrite(pre, 1, sizeof pre, f);
+  fwrite(dict, 1, sizeof dict, f);
+  fwrite(data, 1, bytes, f);
+  fclose(f);
+}
+
+Test(fzctl, npy_in_and_out) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  size_t rows = 90, cols = 130, n = rows * cols;
+  double *v = tu_field_f64(rows, cols, 0.7);
+  write_npy(path_in_dir("x.npy"), "<f8", "False", rows, cols, v, n * sizeof(double));
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args, "-S '%s' submit -p balanced --eb 1e-5 --mode abs --json x.npy",
+           fzd_harness_socket_path(h));
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_eq(json_num(out, "bytes_in"), (double)(n * sizeof(double)),
+               "only the array, not the header, is compressed");
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' submit -d -o y.npy x.npy.fz", fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(out);
+  free(err);
+  size_t len;
+  unsigned char *y = tu_read_file(path_in_dir("y.npy"), &len);
+  cr_assert_eq(memcmp(y, "\x93NUMPY", 6), 0);
+  size_t hlen = (size_t)y[8] | (size_t)y[9] << 8;
+  cr_assert_eq(len, 10 + hlen + n * sizeof(double));
+  cr_assert((10 + hlen) % 64 == 0, "numpy aligns the data to 64 bytes");
+  char *hdr = strndup((char *)y + 10, hlen);
+  cr_assert(strstr(hdr, "'descr': '<f8'") != NULL, "%s", hdr);
+  cr_assert(strstr(hdr, "'shape': (90, 130,)") != NULL, "%s", hdr);
+  cr_assert(strstr(hdr, "'fortran_order': False") != NULL, "%s", hdr);
+  fz_compare_result cmp;
+  cr_assert_eq(fz_compare(FZ_F64, v, y + 10 + hlen, n, &cmp), 0);
+  cr_assert_leq(cmp.max_abs_error, 1e-5);
+  free(hdr);
+  free(y);
+
+  /* Fortran order is refused, quoting why. */
+  float four[4] = {1, 2, 3, 4};
+  write_npy(path_in_dir("f.npy"), "<f4", "True", 2, 2, four, sizeof four);
+  snprintf(args, sizeof args, "-S '%s' submit --eb 1e-3 f.npy", fzd_harness_socket_path(h));
+  rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 1);
+  cr_assert(strstr(err, "fortran_order") != NULL, "%s", err);
+  free(err);
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}
+
+Test(fzctl, stdin_to_stdout_through_pipes_and_tcp) {
+  make_dir();
+  fzd_harness *h = tu_start("\"tcp_enabled\": true, \"tcp_port\": 0");
+  size_t rows = 100, cols = 333, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.9f);
+  tu_write_file(path_in_dir("in.f32"), v, n * sizeof(float));
+  char cmd[2048], tcp[64], *err;
+  for (int pass = 0; pass < 2; pass++) {
+    const char *addr = pass == 0 ? fzd_harness_socket_path(h) : tu_tcp_addr(h, tcp, sizeof tcp);
+    /* cat | fzctl - -o - | fzctl -d - | cat: stdin and stdout are pipes. */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && rm -f out.f32 && cat in.f32 | '%s' -S '%s' submit -q --dtype f32 "
+             "--shape %zux%zu --eb 1e-3 - | '%s' -S '%s' submit -q -d - | cat > out.f32",
+             dir, FZCTL_PATH, addr, rows, cols, FZCTL_PATH, addr);
+    int rc = tu_run(cmd, NULL, &err);
+    cr_assert_eq(rc, 0, "pass %d: %s", pass, err);
+    free(err);
+    size_t len;
+    float *back = tu_read_file(path_in_dir("out.f32"), &len);
+    cr_assert_eq(len, n * sizeof(float), "pass %d", pass);
+    fz_compare_result cmp;
+    cr_assert_eq(fz_compare(FZ_F32, v, back, n, &cmp), 0);
+    cr_assert_leq(cmp.max_abs_error, 1e-3 * tu_range_f32(v, n));
+    free(back);
+  }
+  /* Files over TCP travel inline; --json says the same as over Unix. */
+  char args[512], *out;
+  snprintf(args, sizeof args, "-S '%s' submit --dtype f32 --eb 1e-2 --verify --json in.f32",
+           tcp);
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_eq(json_num(out, "bytes_in"), (double)(n * sizeof(float)), "1-D by default");
+  cr_assert_leq(json_num(out, "max_error"), 1e-2 * tu_range_f32(v, n));
+  free(out);
+  free(err);
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}
+
+Test(fzctl, read_only_commands) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  char args[512], *out, *err;
+  snprintf(args, sizeof args, "-S '%s'", fzd_harness_socket_path(h));
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "bare fzctl runs status: %s", err);
+  cr_assert(strstr(out, "backend      cpu") != NULL, "%s", out);
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' status --json", fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_eq(json_num(out, "workers"), 2.0);
+  cr_assert_eq(json_num(out, "pid"), (double)fzd_harness_pid(h));
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' ping -c 3", fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert(strstr(out, "3 round trips: min") != NULL, "%s", out);
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' presets", fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert(strstr(out, "balanced") && strstr(out, "fast") && strstr(out, "lossless"), "%s", out);
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' stats --json", fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_geq(json_num(out, "jobs_done"), 0.0);
+  json_at(out, "compress");
+  free(out);
+  free(err);
+  tu_stop(h);
+  remove_dir();
+}
+
+/* Usage errors exit 1 and quote the bad value. */
+static void usage_case(const char *args, const char *quoted) {
+  char *err;
+  int rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 1, "'fzctl %s' exited %d, not 1: %s", args, rc, err);
+  cr_assert(strstr(err, quoted) != NULL, "'fzctl %s' does not quote %s: %s", args, quoted, err);
+  free(err);
+}
+
+Test(fzctl, exit_codes) {
+  make_dir();
+  float v[64] = {0};
+  tu_write_file(path_in_dir("a.f32"), v, sizeof v);
+  tu_write_file(path_in_dir("odd.bin"), v, 10);
+  usage_case("bogus", "'bogus'");
+  usage_case("--frobnicate", "'--frobnicate'");
+  usage_case("submit --eb abc --dtype f32 a.f32", "'abc'");
+  usage_case("submit --eb 1e-3 --dtype f33 a.f32", "'f33'");
+  usage_case("submit --eb 1e-3 --dtype f32 --shape 4x0 a.f32", "'4x0'");
+  usage_case("submit --eb 1e-3 --dtype f32 --mode relative a.f32", "'relative'");
+  usage_case("submit --eb 1e-3 --dtype f32 -j 0 a.f32", "'0'");
+  usage_case("submit --eb 1e-3 --dtype f32 --shape 3x3 a.f32", "'a.f32'");
+  usage_case("submit --eb 1e-3 --dtype f32 missing.f32", "'missing.f32'");
+  usage_case("submit --eb 1e-3 --dtype f32 odd.bin", "'odd.bin'");
+  usage_case("submit --dtype f32 a.f32", "'balanced'");
+  usage_case("submit -d a.f32", "'a.f32'");
+  usage_case("submit -o x a.f32 a.f32", "'x'");
+  usage_case("ping -c many", "'many'");
+  usage_case("help nosuch", "'nosuch'");
+  char *out;
+  cr_assert_eq(fzctl("help", &out, NULL), 0);
+  cr_assert(strstr(out, "submit") && strstr(out, "presets"), "%s", out);
+  free(out);
+  cr_assert_eq(fzctl("help submit", &out, NULL), 0);
+  cr_assert(strstr(out, "--verify"), "%s", out);
+  free(out);
+
+  /* No daemon listens: a transport error, exit 2, and nothing written. */
+  char *err;
+  int rc = fzctl("-S unix:./nobody.sock status", NULL, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  cr_assert(strstr(err, "nobody.sock") != NULL, "%s", err);
+  free(err);
+  rc = fzctl("-S ./nobody.sock submit --dtype f32 --eb 1e-3 a.f32", NULL, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  free(err);
+  struct stat st;
+  cr_assert_neq(stat(path_in_dir("a.f32.fz"), &st), 0, "no output is left behind");
+  rc = fzctl("-S tcp:127.0.0.1:1 ping", NULL, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  free(err);
+  remove_dir();
+}
+
+Test(fzctl, server_refusal_exits_2) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  float v[1024];
+  for (int i = 0; i < 1024; i++)
+    v[i] = (float)i;
+  tu_write_file(path_in_dir("a.f32"), v, sizeof v);
+  tu_write_file(path_in_dir("junk.fz"), v, sizeof v);
+  char args[512], *out, *err;
+  snprintf(args, sizeof args, "-S '%s' submit -d --json junk.fz", fzd_harness_socket_path(h));
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  cr_assert(strstr(out, "\"error\":{") != NULL, "%s", out);
+  cr_assert(strstr(err, "'junk.fz'") != NULL, "%s", err);
+  struct stat st;
+  cr_assert_neq(stat(path_in_dir("junk"), &st), 0, "a failed job leaves no output");
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' submit --dtype f32 --eb 1e-3 -p 'quant | bogus' a.f32",
+           fzd_harness_socket_path(h));
+  rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  cr_assert(strstr(err, "EPIPELINE") != NULL, "%s", err);
+  free(err);
+  tu_stop(h);
+  remove_dir();
+}

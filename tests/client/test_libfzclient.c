@@ -1,0 +1,447 @@
+/*
+ * test_libfzclient.c - libfzclient against a real fzd over real sockets:
+ * synchronous and asynchronous round trips on the Unix socket and on TCP,
+ * descriptor passing, answers out of order, callbacks, and the errors a
+ * caller must be able to tell apart.  Every round trip checks exact sizes
+ * and the error bound with the engine's own fz_compare().
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fz.h"
+#include "fzclient.h"
+#include "testutil.h"
+
+static fz_client *connect_ok(const char *addr, const char *token) {
+  fz_client_opts o;
+  fz_client_opts_init(&o);
+  o.token = token;
+  o.timeout_ms = 60000;
+  fz_client *c = NULL;
+  char why[256];
+  int rc = fz_client_connect(&c, addr, &o, why, sizeof why);
+  cr_assert_eq(rc, 0, "connect %s: %s (%s)", addr, fz_strerror(rc), why);
+  return c;
+}
+
+static void job_f32(fz_job *j, const float *v, size_t rows, size_t cols, double eb) {
+  fz_job_init(j);
+  j->dtype = "f32";
+  j->ndims = 2;
+  j->shape[0] = rows;
+  j->shape[1] = cols;
+  j->eb = eb;
+  j->mode = "rel";
+  j->in = v;
+  j->in_len = rows * cols * sizeof(float);
+}
+
+/* Decompresses archive inline and checks shape, size and the bound. */
+static void check_roundtrip_f32(fz_client *c, const float *v, size_t rows, size_t cols,
+                                const void *arc, size_t arc_len, double eb_rel) {
+  size_t n = rows * cols;
+  float *back = malloc(n * sizeof *back);
+  fz_job d;
+  fz_job_init(&d);
+  d.in = arc;
+  d.in_len = arc_len;
+  d.out = back;
+  d.out_cap = n * sizeof *back;
+  fz_result r;
+  int rc = fz_client_decompress(c, &d, &r);
+  cr_assert_eq(rc, 0, "decompress: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_eq(r.data, (void *)back);
+  cr_assert_eq(r.data_len, n * sizeof(float));
+  cr_assert_eq(r.bytes_out, n * sizeof(float));
+  cr_assert_eq(r.bytes_in, arc_len);
+  cr_assert_str_eq(r.dtype, "f32");
+  cr_assert_eq(r.ndims, 2);
+  cr_assert_eq(r.shape[0], rows);
+  cr_assert_eq(r.shape[1], cols);
+  fz_compare_result cmp;
+  cr_assert_eq(fz_compare(FZ_F32, v, back, n, &cmp), 0);
+  double bound = eb_rel * tu_range_f32(v, n);
+  cr_assert_leq(cmp.max_abs_error, bound, "max error %g over the bound %g", cmp.max_abs_error, bound);
+  cr_assert_eq(cmp.nonfinite_mismatches, 0);
+  free(back);
+}
+
+Test(libfzclient, sync_round_trip_unix) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  fz_server_info info;
+  cr_assert_eq(fz_client_info(c, &info), 0);
+  cr_assert_eq(info.transport, FZ_TRANSPORT_UNIX);
+  cr_assert_eq(info.protocol, 1);
+  cr_assert_str_eq(info.backend, "cpu");
+  cr_assert_gt(info.max_inline, 0);
+  cr_assert_eq(info.pid, (int64_t)fzd_harness_pid(h));
+
+  size_t rows = 300, cols = 400;
+  float *v = tu_field_f32(rows, cols, 0.3f);
+  fz_job j;
+  job_f32(&j, v, rows, cols, 1e-3);
+  j.verify = 1;
+  fz_result r;
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, 0, "compress: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_eq(r.status, 0);
+  cr_assert_eq(r.bytes_in, rows * cols * sizeof(float));
+  cr_assert_eq(r.data_len, r.bytes_out);
+  cr_assert_lt(r.bytes_out, r.bytes_in, "a smooth field must shrink");
+  cr_assert_gt(r.ratio, 1.0);
+  cr_assert(r.has_max_error);
+  double bound = 1e-3 * tu_range_f32(v, rows * cols);
+  cr_assert_leq(r.max_error, bound);
+  cr_assert_leq(r.eb_abs, bound * (1 + 1e-12));
+  cr_assert_neq(r.chain[0], '\0');
+  check_roundtrip_f32(c, v, rows, cols, r.data, r.data_len, 1e-3);
+  fz_client_free(r.data);
+  cr_assert_eq(fz_client_pending(c), 0);
+  fz_client_close(c);
+  free(v);
+  tu_stop(h);
+}
+
+Test(libfzclient, sync_round_trip_tcp_with_token) {
+  fzd_harness *h = tu_start("\"tcp_enabled\": true, \"tcp_port\": 0, \"tcp_token\": \"s3cret\"");
+  char addr[160];
+  tu_tcp_addr(h, addr, sizeof addr);
+  fz_client *c = connect_ok(addr, "s3cret");
+  fz_server_info info;
+  fz_client_info(c, &info);
+  cr_assert_eq(info.transport, FZ_TRANSPORT_TCP);
+
+  size_t rows = 128, cols = 200, n = rows * cols;
+  double *v = tu_field_f64(rows, cols, 0.1);
+  fz_job j;
+  fz_job_init(&j);
+  j.dtype = "f64";
+  j.ndims = 2;
+  j.shape[0] = rows;
+  j.shape[1] = cols;
+  j.eb = 1e-4;
+  j.mode = "abs";
+  j.in = v;
+  j.in_len = n * sizeof(double);
+  fz_result r;
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, 0, "compress: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_eq(r.bytes_in, n * sizeof(double));
+  cr_assert_eq(r.data_len, r.bytes_out);
+
+  fz_job d;
+  fz_job_init(&d);
+  d.in = r.data;
+  d.in_len = r.data_len;
+  fz_result b;
+  rc = fz_client_decompress(c, &d, &b);
+  cr_assert_eq(rc, 0, "decompress: %s: %s", fz_strerror(rc), b.message);
+  cr_assert_eq(b.data_len, n * sizeof(double));
+  cr_assert_str_eq(b.dtype, "f64");
+  fz_compare_result cmp;
+  cr_assert_eq(fz_compare(FZ_F64, v, b.data, n, &cmp), 0);
+  cr_assert_leq(cmp.max_abs_error, 1e-4);
+  fz_client_free(b.data);
+
+  /* Descriptors cannot cross TCP: refused before anything is sent. */
+  fz_job f;
+  job_f32(&f, NULL, 1, 1, 1e-3);
+  f.in_fd = 0;
+  rc = fz_client_compress(c, &f, &b);
+  cr_assert_eq(rc, FZ_ETRANSPORT, "got %s", fz_err_name(rc));
+  cr_assert_eq(fz_client_ping(c, NULL), 0, "the connection must stay usable");
+  fz_client_free(r.data);
+  fz_client_close(c);
+
+  /* A wrong or missing token is refused by the server. */
+  fz_client_opts o;
+  fz_client_opts_init(&o);
+  o.token = "wrong";
+  char why[256];
+  fz_client *bad = NULL;
+  rc = fz_client_connect(&bad, addr, &o, why, sizeof why);
+  cr_assert_eq(rc, FZ_EAUTH, "wrong token gave %s (%s)", fz_err_name(rc), why);
+  cr_assert_null(bad);
+  unsetenv("FZD_TOKEN");
+  rc = fz_client_connect(&bad, addr, NULL, why, sizeof why);
+  cr_assert_eq(rc, FZ_EAUTH, "no token gave %s (%s)", fz_err_name(rc), why);
+  free(v);
+  tu_stop(h);
+}
+
+Test(libfzclient, descriptors_in_and_out) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 256, cols = 512, n = rows * cols, bytes = n * sizeof(float);
+  float *v = tu_field_f32(rows, cols, 1.0f);
+  /* The input sits behind a 64-byte prefix, as in a file with a header. */
+  int in = memfd_create("in", 0), arc = memfd_create("arc", 0), out = memfd_create("out", 0);
+  cr_assert(in >= 0 && arc >= 0 && out >= 0);
+  char prefix[64] = {0};
+  cr_assert_eq(pwrite(in, prefix, sizeof prefix, 0), (ssize_t)sizeof prefix);
+  cr_assert_eq(pwrite(in, v, bytes, 64), (ssize_t)bytes);
+
+  fz_job j;
+  job_f32(&j, NULL, rows, cols, 1e-2);
+  j.in = NULL;
+  j.in_len = 0;
+  j.in_fd = in;
+  j.in_offset = 64;
+  j.in_length = bytes;
+  j.out_fd = arc;
+  fz_result r;
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, 0, "compress by fd: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_null(r.data, "the archive went to the descriptor, not inline");
+  cr_assert_eq(r.bytes_in, bytes);
+  struct stat st;
+  cr_assert_eq(fstat(arc, &st), 0);
+  cr_assert_eq((uint64_t)st.st_size, r.bytes_out, "the archive file is exactly the archive");
+
+  fz_job d;
+  fz_job_init(&d);
+  d.in_fd = arc;
+  d.out_fd = out;
+  d.out_offset = 4096;
+  fz_result b;
+  rc = fz_client_decompress(c, &d, &b);
+  cr_assert_eq(rc, 0, "decompress by fd: %s: %s", fz_strerror(rc), b.message);
+  cr_assert_eq(b.bytes_out, bytes);
+  cr_assert_eq(fstat(out, &st), 0);
+  cr_assert_eq((uint64_t)st.st_size, 4096 + bytes);
+  float *back = mmap(NULL, 4096 + bytes, PROT_READ, MAP_SHARED, out, 0);
+  cr_assert_neq(back, MAP_FAILED);
+  fz_compare_result cmp;
+  cr_assert_eq(fz_compare(FZ_F32, v, (const char *)back + 4096, n, &cmp), 0);
+  cr_assert_leq(cmp.max_abs_error, 1e-2 * tu_range_f32(v, n));
+  munmap(back, 4096 + bytes);
+  close(in);
+  close(arc);
+  close(out);
+  free(v);
+  fz_client_close(c);
+  tu_stop(h);
+}
+
+Test(libfzclient, many_in_flight_out_of_order) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  enum { NJOBS = 24 };
+  float *fields[NJOBS];
+  size_t rows[NJOBS], cols = 256;
+  /* The first job is large, the others small: with two workers the small
+   * ones finish while the large one still runs. */
+  for (int i = 0; i < NJOBS; i++) {
+    rows[i] = i == 0 ? 8192 : (size_t)(8 + i);
+    fields[i] = tu_field_f32(rows[i], cols, (float)i);
+  }
+  uint64_t ids[NJOBS];
+  for (int i = 0; i < NJOBS; i++) {
+    fz_job j;
+    job_f32(&j, fields[i], rows[i], cols, 1e-3);
+    int rc = fz_client_submit(c, FZ_OP_COMPRESS, &j, NULL, (void *)(intptr_t)i, &ids[i]);
+    cr_assert_eq(rc, 0, "submit %d: %s", i, fz_client_errmsg(c));
+  }
+  cr_assert_eq(fz_client_pending(c), NJOBS);
+  int order[NJOBS], got = 0;
+  bool seen[NJOBS] = {false};
+  void *archives[NJOBS];
+  size_t arc_len[NJOBS];
+  fz_completion done;
+  while (got < NJOBS) {
+    int rc = fz_client_wait(c, 60000, &done);
+    cr_assert_eq(rc, 1, "wait gave %d after %d completions", rc, got);
+    int i = (int)(intptr_t)done.user;
+    cr_assert(i >= 0 && i < NJOBS && !seen[i]);
+    cr_assert_eq(done.id, ids[i], "the completion carries its own id");
+    cr_assert_eq(done.op, FZ_OP_COMPRESS);
+    cr_assert_eq(done.result.status, 0, "job %d: %s", i, done.result.message);
+    cr_assert_eq(done.result.bytes_in, rows[i] * cols * sizeof(float));
+    cr_assert_eq(done.result.data_len, done.result.bytes_out);
+    seen[i] = true;
+    archives[i] = done.result.data;
+    arc_len[i] = done.result.data_len;
+    order[got++] = i;
+  }
+  cr_assert_eq(fz_client_wait(c, 0, &done), 0, "nothing is left");
+  cr_assert_eq(fz_client_pending(c), 0);
+  cr_assert_neq(order[0], 0, "the large job finished first: the answers came in order");
+  for (int i = 0; i < NJOBS; i++) {
+    check_roundtrip_f32(c, fields[i], rows[i], cols, archives[i], arc_len[i], 1e-3);
+    fz_client_free(archives[i]);
+    free(fields[i]);
+  }
+  fz_client_close(c);
+  tu_stop(h);
+}
+
+typedef struct cb_state {
+  int calls;
+  uint64_t bytes;
+} cb_state;
+
+static void on_done(fz_client *c, uint64_t id, void *user, fz_result *res) {
+  (void)c;
+  (void)id;
+  cb_state *s = user;
+  cr_assert_eq(res->status, 0, "%s", res->message);
+  s->calls++;
+  s->bytes += res->bytes_in;
+}
+
+Test(libfzclient, callbacks_and_sync_calls_interleave) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 64, cols = 300;
+  float *v = tu_field_f32(rows, cols, 2.0f);
+  cb_state s = {0, 0};
+  for (int i = 0; i < 10; i++) {
+    fz_job j;
+    job_f32(&j, v, rows, cols, 1e-3);
+    cr_assert_eq(fz_client_submit(c, FZ_OP_COMPRESS, &j, on_done, &s, NULL), 0);
+  }
+  /* A synchronous call in the middle gets its own answer; the others wait. */
+  fz_job j;
+  job_f32(&j, v, rows, cols, 1e-2);
+  fz_result r;
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0, "%s", r.message);
+  cr_assert_eq(s.calls, 0, "callbacks run only inside fz_client_wait()");
+  cr_assert_eq(fz_client_ping(c, NULL), 0);
+  fz_client_free(r.data);
+  while (fz_client_pending(c) > 0)
+    cr_assert_eq(fz_client_wait(c, 60000, NULL), 0);
+  cr_assert_eq(s.calls, 10);
+  cr_assert_eq(s.bytes, 10 * rows * cols * sizeof(float));
+  free(v);
+  fz_client_close(c);
+  tu_stop(h);
+}
+
+Test(libfzclient, server_errors_keep_the_connection) {
+  fzd_harness *h = tu_start("\"max_inline_bytes\": 65536");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  fz_server_info info;
+  fz_client_info(c, &info);
+  cr_assert_eq(info.max_inline, 65536);
+  float *v = tu_field_f32(32, 64, 0.0f);
+  fz_job j;
+  fz_result r;
+
+  job_f32(&j, v, 32, 64, 1e-3);
+  j.pipeline = "quant | nosuchstage";
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EPIPELINE, "got %s: %s",
+               fz_err_name(r.status), r.message);
+  cr_assert_neq(r.message[0], '\0');
+
+  job_f32(&j, v, 32, 64, 1e-3);
+  j.shape[0] = 33; /* more data promised than sent */
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert(rc == FZ_ESIZE || rc == FZ_EPARAMS, "got %s", fz_err_name(rc));
+
+  job_f32(&j, v, 32, 64, 1e-3);
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0);
+  unsigned char *arc = r.data;
+  arc[r.data_len / 2] ^= 0x5a;
+  fz_job d;
+  fz_job_init(&d);
+  d.in = arc;
+  d.in_len = r.data_len;
+  fz_result b;
+  rc = fz_client_decompress(c, &d, &b);
+  cr_assert(rc == FZ_ECORRUPT || rc == FZ_EFORMAT || rc == FZ_ETRUNC,
+            "a damaged archive gave %s", fz_err_name(rc));
+  arc[r.data_len / 2] ^= 0x5a;
+
+  /* The caller's buffer is too small for the answer. */
+  float small[16];
+  d.out = small;
+  d.out_cap = sizeof small;
+  cr_assert_eq(fz_client_decompress(c, &d, &b), FZ_ENOSPC);
+  fz_client_free(r.data);
+
+  /* Inline input over max_inline is refused before it is sent. */
+  float *big = tu_field_f32(128, 256, 0.0f);
+  job_f32(&j, big, 128, 256, 1e-3);
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EMSGSIZE);
+  cr_assert(strstr(fz_client_errmsg(c), "max_inline") != NULL, "%s", fz_client_errmsg(c));
+
+  uint64_t t1, t2;
+  cr_assert_eq(fz_client_ping(c, &t1), 0, "the connection must stay usable");
+  cr_assert_eq(fz_client_ping(c, &t2), 0);
+  cr_assert_geq(t2, t1, "the server clock is monotonic");
+  fz_client_close(c);
+  free(v);
+  free(big);
+  tu_stop(h);
+}
+
+Test(libfzclient, service_calls) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(fzd_harness_socket_path(h), NULL); /* a plain path */
+  (void)addr;
+  fz_preset_info p[16];
+  size_t n = 0;
+  cr_assert_eq(fz_client_presets(c, p, 16, &n), 0);
+  bool fast = false, balanced = false, lossless = false;
+  for (size_t i = 0; i < n && i < 16; i++) {
+    fast |= strcmp(p[i].name, "fast") == 0;
+    balanced |= strcmp(p[i].name, "balanced") == 0;
+    lossless |= strcmp(p[i].name, "lossless") == 0;
+    cr_assert_neq(p[i].chain[0], '\0');
+  }
+  cr_assert(fast && balanced && lossless, "presets: %zu", n);
+
+  float *v = tu_field_f32(16, 1024, 0.0f);
+  fz_job j;
+  job_f32(&j, v, 16, 1024, 1e-3);
+  fz_result r;
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0);
+  fz_client_free(r.data);
+
+  fz_server_status st;
+  cr_assert_eq(fz_client_status(c, &st), 0);
+  cr_assert_str_eq(st.backend, "cpu");
+  cr_assert_eq(st.workers, 2);
+  cr_assert_geq(st.connections, 1);
+  cr_assert_geq(st.jobs_done, 1);
+  cr_assert_gt(st.queue_capacity, 0);
+  fz_server_stats ss;
+  cr_assert_eq(fz_client_stats(c, &ss), 0);
+  cr_assert_geq(ss.compress.count, 1);
+  cr_assert_geq(ss.compress.bytes_in, 16 * 1024 * sizeof(float));
+  free(v);
+  fz_client_close(c);
+  tu_stop(h);
+}
+
+Test(libfzclient, connect_errors) {
+  char why[256];
+  fz_client *c = (fz_client *)&why; /* must be reset to NULL */
+  int rc = fz_client_connect(&c, "unix:/nonexistent/fzd.sock", NULL, why, sizeof why);
+  cr_assert_eq(rc, FZ_ECONNREFUSED, "got %s", fz_err_name(rc));
+  cr_assert_null(c);
+  cr_assert(strstr(why, "/nonexistent/fzd.sock") != NULL, "%s", why);
+  rc = fz_client_connect(&c, "tcp:localhost", NULL, why, sizeof why);
+  cr_assert_eq(rc, FZ_EINVAL);
+  cr_assert(strstr(why, "'tcp:localhost'") != NULL, "the message quotes the address: %s", why);
+  rc = fz_client_connect(&c, "tcp:127.0.0.1:1", NULL, why, sizeof why);
+  cr_assert_eq(rc, FZ_ECONNREFUSED, "got %s", fz_err_name(rc));
+  setenv("FZD_SOCKET", "/nonexistent/env.sock", 1);
+  cr_assert_str_eq(fz_client_default_address(), "/nonexistent/env.sock");
+  rc = fz_client_connect(&c, NULL, NULL, why, sizeof why);
+  cr_assert_eq(rc, FZ_ECONNREFUSED);
+  cr_assert(strstr(why, "/nonexistent/env.sock") != NULL, "%s", why);
+  fz_client_close(NULL); /* a harmless no-op */
+  cr_assert_eq(fz_client_version(), (unsigned)FZCLIENT_VERSION_HEX);
+  cr_assert_str_eq(fz_strerror(FZ_EAUTH), "authentication failed");
+}
