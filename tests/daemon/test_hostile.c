@@ -1,0 +1,311 @@
+/*
+ * test_hostile.c - clients that break the protocol.  Each case checks the
+ * exact error code, whether the daemon hung up (only when the stream is
+ * unusable or the handshake failed), and that a healthy client connected
+ * all along is still served.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jobs_util.h"
+
+static fzd_harness *start_daemon(const char *settings) {
+  fzd_harness_options o = {.settings = settings};
+  fzd_harness *h = NULL;
+  int err = fzd_harness_start(&o, &h);
+  cr_assert_eq(err, 0, "fzd did not start: %d", err);
+  return h;
+}
+
+static void stop_daemon(fzd_harness *h) {
+  int st = fzd_harness_stop(h, 30000);
+  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "fzd did not exit cleanly (status %d)", st);
+}
+
+/* Reads one reply and checks its msgid and code. */
+static void expect_error(wire *w, uint32_t msgid, int code) {
+  fzp_message m;
+  int err = wire_recv(w, &m, 10000);
+  cr_assert_eq(err, 0, "no error reply (%d)", err);
+  cr_assert_eq(m.msgid, msgid);
+  cr_assert_eq(wire_code(&m), code, "got %s, want %s", fz_err_name(wire_code(&m)),
+               fz_err_name(code));
+  const char *text;
+  uint32_t len;
+  cr_assert_eq(fzp_get_str(&m.error, "message", &text, &len), 1);
+  cr_assert_gt(len, 0u);
+  const char *name;
+  cr_assert_eq(fzp_get_str(&m.error, "name", &name, &len), 1);
+  cr_assert(len == strlen(fz_err_name(code)) && memcmp(name, fz_err_name(code), len) == 0);
+  fzp_message_free(&m);
+}
+
+static void healthy_still_served(wire *good) {
+  cr_assert_eq(wire_call0(good, 900, "ping", NULL), 0);
+  float x[4096];
+  wire_field_f32(x, 4096, 3);
+  roundtrip_inline(good, 901, x, 4096, 1e-3);
+}
+
+/* Runs one hostile exchange next to a healthy client. */
+#define HOSTILE_CASE(name, settings, ...)                                     \
+  Test(hostile, name) {                                                        \
+    fzd_harness *h = start_daemon(settings);                                   \
+    wire good, bad;                                                            \
+    wire_open(&good, h, false);                                                \
+    cr_assert_eq(wire_hello(&good, NULL), 0);                                  \
+    __VA_ARGS__                                                                \
+    healthy_still_served(&good);                                               \
+    wire_close(&good);                                                         \
+    stop_daemon(h);                                                            \
+  }
+
+HOSTILE_CASE(reserved_byte, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  const unsigned char junk[] = {0xc1, 0x00, 0x01};
+  cr_assert_eq(wire_send_raw(&bad, junk, sizeof(junk)), 0);
+  expect_error(&bad, 0, FZ_EPROTO);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(declared_bin_of_4_gib, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  /* [0, 2, "compress", {"data": bin32 of 0xffffffff bytes ...} */
+  const unsigned char msg[] = {0x94, 0x00, 0x02, 0xa8, 'c', 'o', 'm', 'p', 'r',
+                               'e',  's',  's',  0x81, 0xa4, 'd', 'a', 't', 'a',
+                               0xc6, 0xff, 0xff, 0xff, 0xff, 1, 2, 3};
+  cr_assert_eq(wire_send_raw(&bad, msg, sizeof(msg)), 0);
+  expect_error(&bad, 0, FZ_EMSGSIZE);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(array_of_4_billion, NULL, {
+  wire_open(&bad, h, false);
+  const unsigned char msg[] = {0xdd, 0xff, 0xff, 0xff, 0xff, 0x00};
+  cr_assert_eq(wire_send_raw(&bad, msg, sizeof(msg)), 0);
+  expect_error(&bad, 0, FZ_EPROTO);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(nesting_too_deep, NULL, {
+  wire_open(&bad, h, false);
+  unsigned char msg[40];
+  memset(msg, 0x91, sizeof(msg)); /* fixarray of 1, forty deep */
+  cr_assert_eq(wire_send_raw(&bad, msg, sizeof(msg)), 0);
+  expect_error(&bad, 0, FZ_EPROTO);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(truncated_then_closed, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  wire_begin(&bad, 3, "ping", 0);
+  cr_assert_eq(wire_send_raw(&bad, bad.sb.data, bad.sb.size - 3), 0);
+  msgpack_sbuffer_clear(&bad.sb);
+  cr_assert_eq(shutdown(bad.fd, SHUT_WR), 0);
+  expect_error(&bad, 0, FZ_EPROTO);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(wrong_shape, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  /* A request whose params are an array: [0, 4, "ping", []] */
+  const unsigned char msg[] = {0x94, 0x00, 0x04, 0xa4, 'p', 'i', 'n', 'g', 0x90};
+  cr_assert_eq(wire_send_raw(&bad, msg, sizeof(msg)), 0);
+  expect_error(&bad, 4, FZ_EPROTO);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(wrong_version, NULL, {
+  wire_open(&bad, h, false);
+  msgpack_packer *pk = wire_begin(&bad, 1, "hello", 1);
+  fzp_pack_key(pk, "version");
+  msgpack_pack_int(pk, 2);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 1, FZ_EVERSION);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(no_hello, NULL, {
+  wire_open(&bad, h, false);
+  wire_begin(&bad, 5, "ping", 0);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 5, FZ_EHANDSHAKE);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(unknown_method_keeps_connection, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  cr_assert_eq(wire_call0(&bad, 6, "launch_missiles", NULL), FZ_EMETHOD);
+  cr_assert_eq(wire_call0(&bad, 7, "ping", NULL), 0);
+  wire_close(&bad);
+})
+
+static void compress_with(wire *w, uint32_t msgid, const char *dtype,
+                          const uint64_t *shape, unsigned ndims, size_t data_len,
+                          int want) {
+  msgpack_packer *pk = wire_begin(w, msgid, "compress", dtype ? 4 : 3);
+  if (dtype) {
+    fzp_pack_key(pk, "dtype");
+    fzp_pack_key(pk, dtype);
+  }
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, ndims);
+  for (unsigned i = 0; i < ndims; i++)
+    msgpack_pack_uint64(pk, shape[i]);
+  fzp_pack_key(pk, "eb");
+  msgpack_pack_double(pk, 1e-3);
+  fzp_pack_key(pk, "data");
+  char *zeros = calloc(1, data_len + 1);
+  msgpack_pack_bin(pk, data_len);
+  msgpack_pack_bin_body(pk, zeros, data_len);
+  free(zeros);
+  cr_assert_eq(wire_send(w, NULL, 0), 0);
+  expect_error(w, msgid, want);
+}
+
+HOSTILE_CASE(bad_params_keep_connection, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  uint64_t s1[] = {1000};
+  compress_with(&bad, 10, NULL, s1, 1, 4000, FZ_EPARAMS);      /* no dtype */
+  compress_with(&bad, 11, "f33", s1, 1, 4000, FZ_EDTYPE);      /* unknown */
+  compress_with(&bad, 12, "f32", s1, 1, 3999, FZ_ESIZE);       /* 1 byte short */
+  compress_with(&bad, 13, "f64", s1, 1, 4000, FZ_ESIZE);       /* dtype size */
+  uint64_t big[] = {UINT64_C(1) << 32, UINT64_C(1) << 32, 2};
+  compress_with(&bad, 14, "f32", big, 3, 8, FZ_ESHAPE);        /* overflow */
+  uint64_t zero[] = {10, 0};
+  compress_with(&bad, 15, "f32", zero, 2, 0, FZ_ESHAPE);
+  uint64_t five[] = {1, 1, 1, 1, 1};
+  compress_with(&bad, 16, "f32", five, 5, 4, FZ_ESHAPE);
+  /* Wrong types. */
+  msgpack_packer *pk = wire_begin(&bad, 17, "compress", 3);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "f32");
+  fzp_pack_key(pk, "shape");
+  fzp_pack_key(pk, "1000");
+  fzp_pack_key(pk, "data");
+  msgpack_pack_nil(pk);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 17, FZ_EPARAMS);
+  /* A descriptor index with no descriptors. */
+  pk = wire_begin(&bad, 18, "decompress", 1);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 18, FZ_EPARAMS);
+  /* A corrupt archive is the engine's to judge. */
+  pk = wire_begin(&bad, 19, "decompress", 1);
+  fzp_pack_key(pk, "data");
+  msgpack_pack_bin(pk, 64);
+  msgpack_pack_bin_body(pk, "this is not an fzd archive, only sixty-four bytes of text......", 64);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 19, FZ_EFORMAT);
+  cr_assert_eq(wire_call0(&bad, 20, "ping", NULL), 0);
+  wire_close(&bad);
+})
+
+HOSTILE_CASE(descriptors_promised_but_missing, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  msgpack_packer *pk = wire_begin(&bad, 21, "decompress", 2);
+  fzp_pack_key(pk, "nfds");
+  msgpack_pack_uint64(pk, 2);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 21, FZ_EPROTO);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
+#define TCP_SETTINGS                                                           \
+  "\"tcp_enabled\": true, \"tcp_port\": 0, \"tcp_token\": \"s3cret\""
+
+static void tcp_hello_fails(fzd_harness *h, const char *token) {
+  wire bad;
+  wire_open(&bad, h, true);
+  cr_assert_eq(wire_hello(&bad, token), FZ_EAUTH);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+}
+
+HOSTILE_CASE(tcp_token, TCP_SETTINGS, {
+  cr_assert_gt(fzd_harness_tcp_port(h), 0);
+  tcp_hello_fails(h, "wrong");
+  tcp_hello_fails(h, NULL);
+  tcp_hello_fails(h, "s3cre");
+  wire_open(&bad, h, true);
+  cr_assert_eq(wire_hello(&bad, "s3cret"), 0);
+  /* Descriptors are refused over TCP, and the connection stays. */
+  msgpack_packer *pk = wire_begin(&bad, 30, "decompress", 2);
+  fzp_pack_key(pk, "nfds");
+  msgpack_pack_uint64(pk, 1);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 30, FZ_ETRANSPORT);
+  float x[2048];
+  wire_field_f32(x, 2048, 5);
+  roundtrip_inline(&bad, 31, x, 2048, 1e-2);
+  wire_close(&bad);
+  /* The Unix socket needs no token. */
+})
+
+static uint64_t stat_u64(wire *w, const char *method, const char *key) {
+  fzp_message m;
+  cr_assert_eq(wire_call0(w, 500, method, &m), 0);
+  uint64_t v = 0;
+  cr_assert_eq(fzp_get_u64(&m.result, key, &v), 1, "%s has no %s", method, key);
+  fzp_message_free(&m);
+  return v;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+HOSTILE_CASE(client_dies_mid_job, "\"workers\": 1", {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  size_t n = 1 << 20;
+  float *x = malloc(n * sizeof(float));
+  wire_field_f32(x, n, 9);
+  for (uint32_t i = 0; i < 6; i++)
+    send_compress_inline(&bad, 40 + i, x, n, 1e-4);
+  free(x);
+  /* Wait until the daemon holds them (one running, some queued), then die. */
+  for (int i = 0; i < 2000 && stat_u64(&good, "status", "queue_depth") == 0; i++)
+    sleep_ms(2);
+  cr_assert_gt(stat_u64(&good, "status", "inflight"), 1);
+  wire_close(&bad);
+  for (int i = 0; i < 5000 && stat_u64(&good, "status", "inflight") > 0; i++)
+    sleep_ms(2);
+  cr_assert_eq(stat_u64(&good, "status", "inflight"), 0);
+  cr_assert_eq(stat_u64(&good, "status", "connections"), 1);
+  cr_assert_geq(stat_u64(&good, "stats", "jobs_canceled"), 1);
+  /* The next client is served. */
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  cr_assert_eq(wire_call0(&bad, 50, "ping", NULL), 0);
+  wire_close(&bad);
+})
