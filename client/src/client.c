@@ -216,6 +216,8 @@ int fz_client_connect(fz_client **out, const char *address,
 
 err_handshake:
   close(c->fd);
+  free(c->rx);
+  free(c->jobs);
 err_dial:
   free(c);
   return rc;
