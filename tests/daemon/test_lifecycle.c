@@ -1,0 +1,283 @@
+/*
+ * test_lifecycle.c - fzd as an operator sees it: a full queue answers EBUSY
+ * without dropping anything, SIGTERM answers every accepted job and exits 0,
+ * SIGHUP reloads what may be reloaded, and bad configuration is refused with
+ * the key and value quoted.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jobs_util.h"
+
+static fzd_harness *start_daemon(const char *settings) {
+  fzd_harness_options o = {.settings = settings};
+  fzd_harness *h = NULL;
+  int err = fzd_harness_start(&o, &h);
+  cr_assert_eq(err, 0, "fzd did not start: %d", err);
+  return h;
+}
+
+static uint64_t stat_u64(wire *w, const char *method, const char *key) {
+  fzp_message m;
+  cr_assert_eq(wire_call0(w, 500, method, &m), 0);
+  uint64_t v = 0;
+  cr_assert_eq(fzp_get_u64(&m.result, key, &v), 1, "%s has no %s", method, key);
+  fzp_message_free(&m);
+  return v;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+Test(lifecycle, full_queue_answers_busy) {
+  fzd_harness *h = start_daemon("\"workers\": 1, \"queue_capacity\": 1");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  size_t n = 1 << 21;
+  float *x = malloc(n * sizeof(float));
+  wire_field_f32(x, n, 4);
+  enum { JOBS = 8 };
+  for (uint32_t i = 0; i < JOBS; i++)
+    send_compress_inline(&w, 100 + i, x, n, 1e-5);
+  free(x);
+  unsigned ok = 0, busy = 0, seen = 0;
+  for (int i = 0; i < JOBS; i++) {
+    fzp_message m;
+    cr_assert_eq(wire_recv(&w, &m, 120000), 0);
+    cr_assert(m.msgid >= 100 && m.msgid < 100 + JOBS);
+    seen |= 1u << (m.msgid - 100);
+    int code = wire_code(&m);
+    cr_assert(code == 0 || code == FZ_EBUSY, "unexpected %s", fz_err_name(code));
+    ok += code == 0;
+    busy += code == FZ_EBUSY;
+    fzp_message_free(&m);
+  }
+  cr_assert_eq(seen, (1u << JOBS) - 1, "every request gets exactly one reply");
+  cr_assert_geq(ok, 2u);
+  cr_assert_geq(busy, 1u);
+  cr_assert_eq(stat_u64(&w, "stats", "busy_rejections"), busy);
+  cr_assert_eq(stat_u64(&w, "stats", "jobs_done"), ok);
+  wire_close(&w);
+  int st = fzd_harness_stop(h, 30000);
+  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+Test(lifecycle, sigterm_answers_accepted_jobs) {
+  fzd_harness *h = start_daemon("\"workers\": 1");
+  wire w, probe;
+  wire_open(&w, h, false);
+  wire_open(&probe, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  cr_assert_eq(wire_hello(&probe, NULL), 0);
+  size_t n = 1 << 20;
+  float *x = malloc(n * sizeof(float));
+  wire_field_f32(x, n, 6);
+  enum { JOBS = 5 };
+  for (uint32_t i = 0; i < JOBS; i++)
+    send_compress_inline(&w, 10 + i, x, n, 1e-4);
+  free(x);
+  for (int i = 0; i < 5000 && stat_u64(&probe, "status", "inflight") < JOBS; i++)
+    sleep_ms(1);
+  cr_assert_eq(stat_u64(&probe, "status", "inflight"), JOBS);
+  wire_close(&probe);
+  cr_assert_eq(fzd_harness_kill(h, SIGTERM), 0);
+  cr_assert_eq(fzd_harness_wait_notify(h, "STOPPING=1", 10000), 0);
+  unsigned seen = 0;
+  for (int i = 0; i < JOBS; i++) {
+    fzp_message m;
+    cr_assert_eq(wire_recv(&w, &m, 60000), 0, "reply %d of %d missing", i, JOBS);
+    cr_assert_eq(wire_code(&m), 0);
+    seen |= 1u << (m.msgid - 10);
+    fzp_message_free(&m);
+  }
+  cr_assert_eq(seen, (1u << JOBS) - 1);
+  cr_assert(wire_closed_by_peer(&w, 10000));
+  wire_close(&w);
+  int st = fzd_harness_wait_exit(h, 30000);
+  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  /* The socket file is removed on exit. */
+  cr_assert_neq(access(fzd_harness_socket_path(h), F_OK), 0);
+  fzd_harness_stop(h, 1000);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs(text, f);
+  cr_assert_eq(fclose(f), 0);
+}
+
+Test(lifecycle, sighup_reloads) {
+  fzd_harness *h = start_daemon("\"workers\": 2, \"queue_capacity\": 10");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  cr_assert_eq(stat_u64(&w, "status", "queue_capacity"), 10);
+  char text[512];
+  snprintf(text, sizeof(text),
+           "{\"socket_path\": \"%s\", \"backend\": \"cpu\", \"log_level\": \"debug\", "
+           "\"workers\": 3, \"queue_capacity\": 3}",
+           fzd_harness_socket_path(h));
+  write_file(fzd_harness_config_path(h), text);
+  cr_assert_eq(fzd_harness_kill(h, SIGHUP), 0);
+  cr_assert_eq(fzd_harness_wait_notify(h, "RELOADING=1", 10000), 0);
+  cr_assert_eq(fzd_harness_wait_notify(h, "READY=1", 10000), 0);
+  cr_assert_eq(stat_u64(&w, "status", "queue_capacity"), 3);
+  cr_assert_eq(stat_u64(&w, "status", "workers"), 2, "workers needs a restart");
+  char *log = fzd_harness_log(h);
+  cr_assert_not_null(strstr(log, "\"workers\" changed (2 -> 3) but needs a restart"), "%s", log);
+  cr_assert_not_null(strstr(log, "<6>config: \"queue_capacity\" reloaded: 10 -> 3"), "%s", log);
+  free(log);
+
+  /* A broken file is refused and the running configuration stays. */
+  write_file(fzd_harness_config_path(h), "{\"queue_capacity\": \"many\"}");
+  cr_assert_eq(fzd_harness_kill(h, SIGHUP), 0);
+  cr_assert_eq(fzd_harness_wait_notify(h, "READY=1", 10000), 0);
+  cr_assert_eq(stat_u64(&w, "status", "queue_capacity"), 3);
+  log = fzd_harness_log(h);
+  cr_assert_not_null(strstr(log, "<3>reload failed"), "%s", log);
+  free(log);
+  cr_assert_eq(wire_call0(&w, 9, "ping", NULL), 0);
+  wire_close(&w);
+  int st = fzd_harness_stop(h, 30000);
+  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Runs fzd with args; returns its exit status and its stderr in err. */
+static int run_fzd(const char *const *args, char *err, size_t err_len) {
+  int pfd[2];
+  cr_assert_eq(pipe(pfd), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    dup2(pfd[1], 2);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    close(pfd[0]);
+    const char *argv[16] = {FZD_PATH};
+    for (int i = 0; args[i] != NULL && i < 14; i++)
+      argv[i + 1] = args[i];
+    unsetenv("NOTIFY_SOCKET");
+    execv(FZD_PATH, (char *const *)argv);
+    _exit(127);
+  }
+  close(pfd[1]);
+  size_t len = 0;
+  ssize_t n;
+  while (len + 1 < err_len && (n = read(pfd[0], err + len, err_len - len - 1)) > 0)
+    len += (size_t)n;
+  err[len] = '\0';
+  close(pfd[0]);
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFEXITED(st));
+  return WEXITSTATUS(st);
+}
+
+static int check_config(const char *json, char *err, size_t err_len) {
+  char path[] = "/tmp/fzd-config-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+  close(fd);
+  const char *args[] = {"--check-config", path, NULL};
+  int rc = run_fzd(args, err, err_len);
+  unlink(path);
+  return rc;
+}
+
+Test(lifecycle, config_errors) {
+  char err[2048];
+  cr_assert_eq(check_config("{\"workers\": 4, \"log_level\": \"debug\"}", err, sizeof(err)), 0,
+               "%s", err);
+  cr_assert_eq(check_config("{}", err, sizeof(err)), 0, "%s", err);
+
+  cr_assert_eq(check_config("{\"wokrers\": 4}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "unknown setting \"wokrers\" (value 4)"), "%s", err);
+
+  cr_assert_eq(check_config("{\"workers\": -3}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "setting \"workers\": bad value -3"), "%s", err);
+
+  cr_assert_eq(check_config("{\"queue_capacity\": 2.5}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "setting \"queue_capacity\": bad value 2.5"), "%s", err);
+
+  cr_assert_eq(check_config("{\"backend\": \"tpu\"}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "setting \"backend\": bad value \"tpu\": expected one of "
+                                 "auto, cpu, gpu"), "%s", err);
+
+  cr_assert_eq(check_config("{\"socket_mode\": \"0999\"}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "setting \"socket_mode\": bad value \"0999\""), "%s", err);
+
+  cr_assert_eq(check_config("{\"tcp_enabled\": \"yes\"}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "setting \"tcp_enabled\": bad value \"yes\""), "%s", err);
+
+  cr_assert_eq(check_config("{\"workers\": 1, \"workers\": 2}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "\"workers\" appears twice"), "%s", err);
+
+  cr_assert_eq(check_config("{\"workers\": 1,", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "not valid JSON"), "%s", err);
+
+  cr_assert_eq(check_config("[1, 2]", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "must be a JSON object"), "%s", err);
+
+  cr_assert_eq(check_config("{\"max_message_bytes\": 65536, \"max_inline_bytes\": 65536}",
+                            err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "\"max_inline_bytes\": bad value 65536"), "%s", err);
+
+  const char *missing[] = {"--check-config", "/nonexistent/fzd.json", NULL};
+  cr_assert_eq(run_fzd(missing, err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "/nonexistent/fzd.json: cannot open"), "%s", err);
+
+  const char *help[] = {"--help", NULL};
+  cr_assert_eq(run_fzd(help, err, sizeof(err)), 0);
+  const char *bogus[] = {"--frobnicate", NULL};
+  cr_assert_eq(run_fzd(bogus, err, sizeof(err)), 1);
+}
+
+Test(lifecycle, gpu_backend_refused_without_gpu) {
+  char err[2048];
+  const char *args[] = {"--backend", "gpu", "--socket", "/tmp/fzd-never.sock", NULL};
+  cr_assert_eq(run_fzd(args, err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "<3>backend \"gpu\": this build has no GPU backend"), "%s",
+                     err);
+  cr_assert_neq(access("/tmp/fzd-never.sock", F_OK), 0);
+}
+
+Test(lifecycle, socket_mode_and_log_priorities) {
+  fzd_harness *h = start_daemon("\"socket_mode\": \"0600\"");
+  struct stat st;
+  cr_assert_eq(stat(fzd_harness_socket_path(h), &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600);
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  wire_close(&w);
+  int rc = fzd_harness_kill(h, SIGINT);
+  cr_assert_eq(rc, 0);
+  int status = fzd_harness_wait_exit(h, 30000);
+  cr_assert(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  char *log = fzd_harness_log(h);
+  /* Every line carries a journald priority; peer credentials are logged. */
+  for (char *line = log; *line; line = strchr(line, '\n') + 1) {
+    cr_assert(line[0] == '<' && strchr("3467", line[1]) && line[2] == '>', "line: %.60s",
+              line);
+    if (strchr(line, '\n') == NULL)
+      break;
+  }
+  char want[64];
+  snprintf(want, sizeof(want), "unix pid=%d uid=%u", (int)getpid(), (unsigned)getuid());
+  cr_assert_not_null(strstr(log, want), "%s", log);
+  free(log);
+  fzd_harness_stop(h, 1000);
+}
