@@ -74,7 +74,8 @@ int ctl_cmd_status(const ctl_global *g, int argc, char **argv) {
   } else {
     printf("server       %s (pid %" PRId64 ")\n", st.server, info.pid);
     printf("address      %s\n", addr);
-    printf("backend      %s%s%s\n", st.backend, st.device[0] ? ", " : "", st.device);
+    bool dev = st.device[0] && strcmp(st.device, st.backend) != 0;
+    printf("backend      %s%s%s\n", st.backend, dev ? ", " : "", dev ? st.device : "");
     printf("uptime       %.1f s\n", st.uptime_s);
     printf("workers      %" PRIu64 "\n", st.workers);
     printf("connections  %" PRIu64 "\n", st.connections);
