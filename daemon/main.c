@@ -27,6 +27,7 @@ static void usage(FILE *out) {
           "  --check-config FILE  validate FILE, print the verdict, exit 0 or 1\n"
           "  --socket PATH        listen on PATH (overrides socket_path)\n"
           "  --backend NAME       auto, cpu or gpu (overrides backend)\n"
+          "  --gpu ID             GPU index or UUID (overrides gpu)\n"
           "  --help               show this help\n"
           "  --version            show the version\n\n"
           "Signals: SIGTERM/SIGINT finish accepted jobs and exit; SIGHUP reloads FILE.\n\n");
@@ -55,6 +56,13 @@ static int apply_overrides(fzd_config *cfg, char *why, size_t why_len) {
       return FZ_ECONFIG;
     }
     cfg->backend = i;
+  }
+  if (server.override_gpu != NULL) {
+    if (strlen(server.override_gpu) > 64 || server.override_gpu[0] == '\0') {
+      snprintf(why, why_len, "--gpu \"%s\": must be 1 to 64 bytes", server.override_gpu);
+      return FZ_ECONFIG;
+    }
+    snprintf(cfg->gpu, sizeof(cfg->gpu), "%s", server.override_gpu);
   }
   return 0;
 }
@@ -227,12 +235,13 @@ static int start(fzd_server *srv) {
 }
 
 int main(int argc, char **argv) {
-  enum { OPT_CONFIG = 1, OPT_CHECK, OPT_SOCKET, OPT_BACKEND, OPT_HELP, OPT_VERSION };
+  enum { OPT_CONFIG = 1, OPT_CHECK, OPT_SOCKET, OPT_BACKEND, OPT_GPU, OPT_HELP, OPT_VERSION };
   static const struct option opts[] = {
       {"config", required_argument, NULL, OPT_CONFIG},
       {"check-config", required_argument, NULL, OPT_CHECK},
       {"socket", required_argument, NULL, OPT_SOCKET},
       {"backend", required_argument, NULL, OPT_BACKEND},
+      {"gpu", required_argument, NULL, OPT_GPU},
       {"help", no_argument, NULL, OPT_HELP},
       {"version", no_argument, NULL, OPT_VERSION},
       {NULL, 0, NULL, 0}};
@@ -251,6 +260,9 @@ int main(int argc, char **argv) {
       break;
     case OPT_BACKEND:
       server.override_backend = optarg;
+      break;
+    case OPT_GPU:
+      server.override_gpu = optarg;
       break;
     case OPT_HELP:
       usage(stdout);

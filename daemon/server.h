@@ -112,6 +112,7 @@ struct fzd_server {
   const char *config_path; /* NULL: defaults only */
   const char *override_socket;
   const char *override_backend;
+  const char *override_gpu;
   fzd_listener unix_l, tcp_l;
   bool unlink_socket; /* we created socket_path */
   char tcp_bound[FZD_CONFIG_STR + 16]; /* "127.0.0.1:7878" once listening */
