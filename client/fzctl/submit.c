@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fz.h"
@@ -58,7 +59,13 @@ typedef struct item {
   double time_ms;
   fz_result res;
   bool failed;
+  unsigned busy_retries;
 } item;
+
+/* A job the server refused with EBUSY (its queue was full) is sent again
+ * after a pause, up to this many times: busy is backpressure, not failure. */
+#define BUSY_RETRIES 100
+#define BUSY_PAUSE_NS 20000000L
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
@@ -210,6 +217,8 @@ static int name_output(item *it, const sub_opts *o) {
 /* Opens the output just before the job leaves, so that a refused connection
  * leaves no empty files behind. */
 static int open_output(item *it, bool use_fds) {
+  if (it->out_fd >= 0)
+    return 0; /* a job sent again after EBUSY */
   if (strcmp(it->out_path, "-") == 0) {
     it->out_fd = use_fds ? memfd_create("fzctl-stdout", MFD_CLOEXEC) : STDOUT_FILENO;
   } else {
@@ -224,7 +233,7 @@ static int open_output(item *it, bool use_fds) {
 }
 
 static int map_input(item *it) {
-  if (it->in_length == 0)
+  if (it->in_length == 0 || it->map)
     return 0;
   it->map_len = (size_t)(it->in_offset + it->in_length);
   it->map = mmap(NULL, it->map_len, PROT_READ, MAP_PRIVATE, it->in_fd, 0);
@@ -466,9 +475,16 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
   ctl_progress_start(&prog, !o.quiet, n, total_bytes);
   ctl_progress_draw(&prog);
   size_t next = 0, done_count = 0;
+  item **again = calloc(n, sizeof *again); /* refused busy, to send again */
+  size_t nagain = 0;
+  if (!again) {
+    ctl_err("out of memory");
+    exit_code = CTL_SERVER;
+    done_count = n;
+  }
   while (done_count < n) {
-    while (next < n && fz_client_pending(c) < o.jobs) {
-      item *it = &items[next++];
+    while ((nagain > 0 || next < n) && fz_client_pending(c) < o.jobs) {
+      item *it = nagain > 0 ? again[--nagain] : &items[next++];
       fz_job job;
       fz_job_init(&job);
       if (!o.decompress) {
@@ -496,7 +512,8 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
         job.in = it->map ? (const char *)it->map + it->in_offset : "";
         job.in_len = (size_t)it->in_length;
       }
-      it->t_submit = ctl_now_s();
+      if (it->busy_retries == 0)
+        it->t_submit = ctl_now_s(); /* time_ms counts the retries too */
       rc = fz_client_submit(c, o.decompress ? FZ_OP_DECOMPRESS : FZ_OP_COMPRESS, &job,
                             NULL, it, NULL);
       if (rc < 0) {
@@ -519,6 +536,13 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
       continue;
     }
     item *it = comp.user;
+    if (comp.result.status == FZ_EBUSY && it->busy_retries < BUSY_RETRIES) {
+      it->busy_retries++;
+      again[nagain++] = it;
+      struct timespec pause = {.tv_sec = 0, .tv_nsec = BUSY_PAUSE_NS};
+      nanosleep(&pause, NULL);
+      continue;
+    }
     it->res = comp.result;
     it->time_ms = (ctl_now_s() - it->t_submit) * 1e3;
     done_count++;
@@ -539,6 +563,7 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
     ctl_progress_draw(&prog);
   }
   ctl_progress_clear(&prog);
+  free(again);
   fz_client_close(c);
 
 done:

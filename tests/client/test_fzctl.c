@@ -387,3 +387,39 @@ Test(fzctl, server_refusal_exits_2) {
   tu_stop(h);
   remove_dir();
 }
+
+Test(fzctl, busy_server_is_retried) {
+  make_dir();
+  /* One worker and a queue of one: with 8 jobs in flight most are refused
+   * busy at first, and fzctl must send them again until all are done. */
+  fzd_harness *h = tu_start("\"workers\": 1, \"queue_capacity\": 1");
+  size_t rows = 512, cols = 512, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.2f);
+  char files[512] = "";
+  for (int i = 0; i < 8; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "b%d.f32", i);
+    tu_write_file(path_in_dir(name), v, n * sizeof(float));
+    strcat(files, name);
+    strcat(files, " ");
+  }
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args, "-S '%s' submit -j 8 --json --dtype f32 --eb 1e-3 %s",
+           fzd_harness_socket_path(h), files);
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_eq(count_lines(out), 8, "%s", out);
+  cr_assert_null(strstr(out, "\"error\":{"), "%s", out);
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' stats --json", fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_eq(json_num(out, "jobs_done"), 8.0, "%s", out);
+  cr_assert_gt(json_num(out, "busy_rejections"), 0.0, "the queue never filled: %s", out);
+  free(out);
+  free(err);
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}

@@ -51,8 +51,11 @@ double tu_range_f64(const double *v, size_t n) {
 
 fzd_harness *tu_start(const char *settings) {
   char buf[512];
-  snprintf(buf, sizeof buf, "\"workers\": 2%s%s", settings ? ", " : "",
-           settings ? settings : "");
+  if (settings && strstr(settings, "\"workers\""))
+    snprintf(buf, sizeof buf, "%s", settings);
+  else
+    snprintf(buf, sizeof buf, "\"workers\": 2%s%s", settings ? ", " : "",
+             settings ? settings : "");
   fzd_harness_options o = {.settings = buf, .args = NULL, .ready_timeout_ms = 0};
   fzd_harness *h = NULL;
   int rc = fzd_harness_start(&o, &h);
