@@ -43,8 +43,8 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     const fze_stage *st = &c->st[i];
     switch (st->id) {
     case FZE_STAGE_DIFF:
-      fze_diff_encode(st, w, cur, n);
-      continue;
+      fze_diff_encode(st, w, cur, other, n);
+      break;
     case FZE_STAGE_BITSHUFFLE:
       fze_bitshuffle_encode(w, cur, n, other);
       len = fze_bitshuffle_bytes(w, n);

@@ -92,7 +92,8 @@ long fze_quant_side_len(const uint8_t *side, size_t len, size_t n, unsigned w);
 int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
                      size_t n, const uint8_t *side, size_t side_len,
                      void *out);
-void fze_diff_encode(const fze_stage *st, unsigned w, void *words, size_t n);
+void fze_diff_encode(const fze_stage *st, unsigned w, const void *in, void *out,
+                     size_t n);
 void fze_diff_decode(const fze_stage *st, unsigned w, void *words, size_t n);
 size_t fze_bitshuffle_bytes(unsigned w, size_t n);
 void fze_bitshuffle_encode(unsigned w, const void *words, size_t n, uint8_t *out);
@@ -104,6 +105,17 @@ int fze_rze_decode(unsigned levels, const uint8_t *in, size_t in_len,
 size_t fze_bitpack_encode(unsigned w, const void *words, size_t n, uint8_t *out);
 int fze_bitpack_decode(unsigned w, const uint8_t *in, size_t in_len,
                        void *words, size_t n);
+
+/* AVX2 twins of the hottest loops (simd_avx2.c) and the switch that selects
+ * them: on when the CPU has AVX2; tests turn it off to compare. */
+bool fze_have_avx2(void);
+void fze_set_avx2(bool on);
+void fze_quant_f32_avx2(const float *x, size_t n, double inv, double step,
+                        double e, uint32_t *c, uint8_t *bad);
+void fze_bitshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *out);
+void fze_bitunshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *out);
+void fze_minmax_f32_avx2(const float *x, size_t n, float *lo, float *hi);
+size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept);
 
 /* Quantizer set-up: resolves eb_abs and step for one job from the data. */
 int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,

@@ -223,4 +223,19 @@ FZ_HD uint32_t fzo_unnega32(uint32_t z) { return (z ^ FZO_NB32) - FZO_NB32; }
 FZ_HD uint64_t fzo_nega64(uint64_t d) { return (d + FZO_NB64) ^ FZO_NB64; }
 FZ_HD uint64_t fzo_unnega64(uint64_t z) { return (z ^ FZO_NB64) - FZO_NB64; }
 
+/* ---- bit-plane transposition ----
+ * Transposes the 8x8 bit matrix whose row r is byte r of x: bit j of byte r
+ * becomes bit r of byte j.  The bitshuffle stage runs it on eight words at a
+ * time, on both backends. */
+FZ_HD uint64_t fzo_transpose8(uint64_t x) {
+  uint64_t t;
+  t = (x ^ (x >> 7)) & 0x00aa00aa00aa00aaull;
+  x = x ^ t ^ (t << 7);
+  t = (x ^ (x >> 14)) & 0x0000cccc0000ccccull;
+  x = x ^ t ^ (t << 14);
+  t = (x ^ (x >> 28)) & 0x00000000f0f0f0f0ull;
+  x = x ^ t ^ (t << 28);
+  return x;
+}
+
 #endif

@@ -11,26 +11,18 @@
 #include <string.h>
 
 #include "engine.h"
+#include "ops.h"
 
 size_t fze_bitshuffle_bytes(unsigned w, size_t n) { return (size_t)8 * w * ((n + 7) / 8); }
 
-/* Transposes the 8x8 bit matrix whose row r is byte r of x. */
-static inline uint64_t transpose8(uint64_t x) {
-  uint64_t t;
-  t = (x ^ (x >> 7)) & 0x00aa00aa00aa00aaull;
-  x = x ^ t ^ (t << 7);
-  t = (x ^ (x >> 14)) & 0x0000cccc0000ccccull;
-  x = x ^ t ^ (t << 14);
-  t = (x ^ (x >> 28)) & 0x00000000f0f0f0f0ull;
-  x = x ^ t ^ (t << 28);
-  return x;
-}
-
-void fze_bitshuffle_encode(unsigned w, const void *words, size_t n, uint8_t *out) {
+/* Groups g0.. of eight words, in plain C: the whole chunk on CPUs without
+ * AVX2, and the words the AVX2 loop leaves over. */
+static void encode_groups(unsigned w, const void *words, size_t n, size_t g0,
+                          uint8_t *out) {
   const uint8_t *in = words;
   size_t groups = (n + 7) / 8, pb = groups;
   uint8_t pad[64];
-  for (size_t g = 0; g < groups; g++) {
+  for (size_t g = g0; g < groups; g++) {
     const uint8_t *src = in + g * 8 * w;
     if (g * 8 + 8 > n) { /* the partial last group, zero-padded */
       memset(pad, 0, sizeof pad);
@@ -41,29 +33,48 @@ void fze_bitshuffle_encode(unsigned w, const void *words, size_t n, uint8_t *out
       uint64_t x = 0;
       for (unsigned r = 0; r < 8; r++)
         x |= (uint64_t)src[r * w + k] << (8 * r);
-      x = transpose8(x);
+      x = fzo_transpose8(x);
       for (unsigned j = 0; j < 8; j++)
         out[(size_t)(8 * k + j) * pb + g] = (uint8_t)(x >> (8 * j));
     }
   }
 }
 
-void fze_bitshuffle_decode(unsigned w, const uint8_t *in, size_t n, void *words) {
+static void decode_groups(unsigned w, const uint8_t *in, size_t n, size_t g0,
+                          void *words) {
   uint8_t *out = words;
   size_t groups = (n + 7) / 8, pb = groups;
   uint8_t pad[64];
-  for (size_t g = 0; g < groups; g++) {
+  for (size_t g = g0; g < groups; g++) {
     int partial = g * 8 + 8 > n;
     uint8_t *dst = partial ? pad : out + g * 8 * w;
     for (unsigned k = 0; k < w; k++) {
       uint64_t x = 0;
       for (unsigned j = 0; j < 8; j++)
         x |= (uint64_t)in[(size_t)(8 * k + j) * pb + g] << (8 * j);
-      x = transpose8(x);
+      x = fzo_transpose8(x);
       for (unsigned r = 0; r < 8; r++)
         dst[r * w + k] = (uint8_t)(x >> (8 * r));
     }
     if (partial)
       memcpy(out + g * 8 * w, pad, (n - g * 8) * w);
   }
+}
+
+void fze_bitshuffle_encode(unsigned w, const void *words, size_t n, uint8_t *out) {
+  size_t done = 0;
+  if (w == 4 && fze_have_avx2()) {
+    done = n & ~(size_t)31;
+    fze_bitshuffle32_avx2(words, done, (n + 7) / 8, out);
+  }
+  encode_groups(w, words, n, done / 8, out);
+}
+
+void fze_bitshuffle_decode(unsigned w, const uint8_t *in, size_t n, void *words) {
+  size_t done = 0;
+  if (w == 4 && fze_have_avx2()) {
+    done = n & ~(size_t)31;
+    fze_bitunshuffle32_avx2(in, done, (n + 7) / 8, words);
+  }
+  decode_groups(w, in, n, done / 8, words);
 }

@@ -11,14 +11,16 @@
 #include "ops.h"
 
 #define DEFINE_DIFF(W, T, ZZ, UNZZ)                                            \
-  static void enc##W(T *v, size_t n, int nega) {                               \
-    T prev = 0;                                                                \
-    for (size_t i = 0; i < n; i++) {                                           \
-      T cur = v[i];                                                            \
-      T d = (T)(cur - prev);                                                   \
-      v[i] = nega ? (T)((T)(d + (T)NB##W) ^ (T)NB##W) : ZZ(d);                  \
-      prev = cur;                                                              \
-    }                                                                          \
+  static void enc##W(const T *restrict v, T *restrict o, size_t n, int nega) { \
+    if (n == 0)                                                                \
+      return;                                                                  \
+    o[0] = nega ? (T)((T)(v[0] + (T)NB##W) ^ (T)NB##W) : ZZ(v[0]);             \
+    if (nega)                                                                  \
+      for (size_t i = 1; i < n; i++)                                           \
+        o[i] = (T)((T)((T)(v[i] - v[i - 1]) + (T)NB##W) ^ (T)NB##W);           \
+    else                                                                       \
+      for (size_t i = 1; i < n; i++)                                           \
+        o[i] = ZZ((T)(v[i] - v[i - 1]));                                       \
   }                                                                            \
   static void dec##W(T *v, size_t n, int nega) {                               \
     T prev = 0;                                                                \
@@ -44,13 +46,14 @@ DEFINE_DIFF(16, uint16_t, ZZ16, UNZZ16)
 DEFINE_DIFF(32, uint32_t, fzo_zigzag32, fzo_unzigzag32)
 DEFINE_DIFF(64, uint64_t, fzo_zigzag64, fzo_unzigzag64)
 
-void fze_diff_encode(const fze_stage *st, unsigned w, void *words, size_t n) {
+void fze_diff_encode(const fze_stage *st, unsigned w, const void *in, void *out,
+                     size_t n) {
   int nega = st->mode == FZE_MAP_NEGABINARY;
   switch (w) {
-  case 1: enc8(words, n, nega); break;
-  case 2: enc16(words, n, nega); break;
-  case 4: enc32(words, n, nega); break;
-  default: enc64(words, n, nega); break;
+  case 1: enc8(in, out, n, nega); break;
+  case 2: enc16(in, out, n, nega); break;
+  case 4: enc32(in, out, n, nega); break;
+  default: enc64(in, out, n, nega); break;
   }
 }
 

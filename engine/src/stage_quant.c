@@ -25,6 +25,10 @@ typedef struct minmax {
 
 static minmax scan_f32(const float *x, size_t n) {
   float lo = INFINITY, hi = -INFINITY;
+  if (fze_have_avx2()) {
+    fze_minmax_f32_avx2(x, n, &lo, &hi);
+    return (minmax){lo, hi};
+  }
   for (size_t i = 0; i < n; i++) {
     float v = x[i];
     /* NaN compares false both ways; Inf is skipped explicitly. */
@@ -81,9 +85,62 @@ static size_t write_side(uint8_t *side, const uint16_t *idx, size_t m,
   return k;
 }
 
+/* The ABS/REL loops flag failures instead of branching on them; f32, the
+ * common case, has an AVX2 twin (simd_avx2.c) performing the same IEEE
+ * operations, so the output does not depend on which one runs. */
+static void quant_f32(const float *restrict x, size_t n, double inv,
+                               double step, double e, uint32_t *restrict c,
+                               uint8_t *restrict bad) {
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    double t = (double)v * inv;
+    int fits = fzo_fabs(t) <= FZO_QMAX_F32;
+    int32_t q = (int32_t)fzo_rint(fits ? t : 0.0);
+    float r = fzo_dequant_f32((uint32_t)q, step);
+    int ok = fits & (fzo_fabs((double)v - (double)r) <= e) &
+             !fzo_f32_special(fzo_f32_bits(v));
+    c[i] = ok ? (uint32_t)q : 0u;
+    bad[i] = (uint8_t)!ok;
+  }
+}
+
+static void quant_f64(const double *restrict x, size_t n, double inv,
+                               double step, double e, uint64_t *restrict c,
+                               uint8_t *restrict bad) {
+  for (size_t i = 0; i < n; i++) {
+    double v = x[i];
+    double t = v * inv;
+    int fits = fzo_fabs(t) <= FZO_QMAX_F64;
+    int64_t q = (int64_t)fzo_rint(fits ? t : 0.0);
+    double r = fzo_dequant_f64((uint64_t)q, step);
+    int ok = fits & (fzo_fabs(v - r) <= e) & !fzo_f64_special(fzo_f64_bits(v));
+    c[i] = ok ? (uint64_t)q : 0u;
+    bad[i] = (uint8_t)!ok;
+  }
+}
+
+/* Collects the flagged indices, eight flags at a time. */
+static size_t gather_bad(const uint8_t *bad, size_t n, uint16_t *idx) {
+  size_t m = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    memcpy(&v, bad + i, 8);
+    if (v == 0)
+      continue;
+    for (size_t j = 0; j < 8; j++)
+      if (bad[i + j])
+        idx[m++] = (uint16_t)(i + j);
+  }
+  for (; i < n; i++)
+    if (bad[i])
+      idx[m++] = (uint16_t)i;
+  return m;
+}
+
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
                         size_t n, void *codes, uint8_t *side) {
   uint16_t idx[FZ_CHUNK_MAX / 4];
+  uint8_t bad[FZ_CHUNK_MAX / 4];
   size_t m = 0;
   unsigned w = (unsigned)fz_dtype_size(t);
   if (st->step == 0) {
@@ -91,43 +148,33 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
     side[0] = 0; /* an empty side list */
     return 1;
   }
-  if (t == FZ_F32) {
-    const float *x = in;
-    uint32_t *c = codes;
-    if (st->mode == FZ_EB_PWREL) {
-      uint32_t k = (uint32_t)st->step;
+  if (st->mode == FZ_EB_PWREL) {
+    if (t == FZ_F32) {
+      const float *x = in;
+      uint32_t *c = codes, k = (uint32_t)st->step;
       for (size_t i = 0; i < n; i++)
         if (!fzo_pw_quant_f32(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
           idx[m++] = (uint16_t)i;
         }
     } else {
-      double inv = 1.0 / st->step;
-      for (size_t i = 0; i < n; i++)
-        if (!fzo_quant_f32(x[i], inv, st->step, st->eb_abs, &c[i])) {
-          c[i] = 0;
-          idx[m++] = (uint16_t)i;
-        }
-    }
-  } else {
-    const double *x = in;
-    uint64_t *c = codes;
-    if (st->mode == FZ_EB_PWREL) {
-      uint64_t k = (uint64_t)st->step;
+      const double *x = in;
+      uint64_t *c = codes, k = (uint64_t)st->step;
       for (size_t i = 0; i < n; i++)
         if (!fzo_pw_quant_f64(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
           idx[m++] = (uint16_t)i;
         }
-    } else {
-      double inv = 1.0 / st->step;
-      for (size_t i = 0; i < n; i++)
-        if (!fzo_quant_f64(x[i], inv, st->step, st->eb_abs, &c[i])) {
-          c[i] = 0;
-          idx[m++] = (uint16_t)i;
-        }
     }
+    return write_side(side, idx, m, in, w);
   }
+  if (t == FZ_F32 && fze_have_avx2())
+    fze_quant_f32_avx2(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
+  else if (t == FZ_F32)
+    quant_f32(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
+  else
+    quant_f64(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
+  m = gather_bad(bad, n, idx);
   return write_side(side, idx, m, in, w);
 }
 

@@ -17,6 +17,8 @@ static size_t bm_len(size_t n) { return (n + 7) / 8; }
 
 /* Level 1: zero elimination.  Returns the number of kept bytes. */
 static size_t zero_elim(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept) {
+  if (fze_have_avx2())
+    return fze_zero_elim_avx2(in, n, bm, kept);
   size_t k = 0, i = 0;
   memset(bm, 0, bm_len(n));
   for (; i + 8 <= n; i += 8) {
@@ -87,9 +89,21 @@ size_t fze_rze_encode(unsigned levels, const uint8_t *in, size_t n,
 }
 
 static size_t popcount_bytes(const uint8_t *p, size_t n) {
-  size_t c = 0;
-  for (size_t i = 0; i < n; i++)
-    c += (size_t)__builtin_popcount(p[i]);
+  size_t c = 0, i = 0;
+  for (; i + 8 <= n; i += 8) { /* SWAR: no popcnt instruction assumed */
+    uint64_t v;
+    memcpy(&v, p + i, 8);
+    v = v - ((v >> 1) & 0x5555555555555555ull);
+    v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
+    v = (v + (v >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    c += (size_t)((v * 0x0101010101010101ull) >> 56);
+  }
+  for (; i < n; i++) {
+    unsigned b = p[i];
+    b = b - ((b >> 1) & 0x55);
+    b = (b & 0x33) + ((b >> 2) & 0x33);
+    c += (b + (b >> 4)) & 0x0f;
+  }
   return c;
 }
 

@@ -1,0 +1,238 @@
+/*
+ * simd_avx2.c - AVX2 versions of the two hottest CPU loops: the f32
+ * quantizer (ABS/REL) and the 32-bit bit shuffle, forward and inverse.
+ *
+ * They compute exactly what the portable loops compute (same IEEE
+ * operations, same byte layout); the dispatcher in each stage picks them when
+ * the CPU has AVX2, and tests/engine/test_simd.c holds both versions to
+ * byte identity.  Rounding to an integer is done with the same 1.5 * 2^52
+ * addition as ops.h, and float/double conversions round to nearest as C's
+ * casts do.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "engine.h"
+#include "ops.h"
+
+#define AVX2 __attribute__((target("avx2")))
+
+AVX2 void fze_quant_f32_avx2(const float *x, size_t n, double inv, double step,
+                             double e, uint32_t *c, uint8_t *bad) {
+  const __m256d vinv = _mm256_set1_pd(inv), vstep = _mm256_set1_pd(step);
+  const __m256d ve = _mm256_set1_pd(e), vmax = _mm256_set1_pd(FZO_QMAX_F32);
+  const __m256d magic = _mm256_set1_pd(6755399441055744.0);
+  const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+  const __m128i expmask = _mm_set1_epi32(0xff), zero = _mm_setzero_si128();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    __m128 xf = _mm_loadu_ps(x + i);
+    __m256d xd = _mm256_cvtps_pd(xf);
+    __m256d t = _mm256_mul_pd(xd, vinv);
+    __m256d fits = _mm256_cmp_pd(_mm256_and_pd(t, absmask), vmax, _CMP_LE_OQ);
+    __m256d tz = _mm256_and_pd(t, fits);
+    __m256d q = _mm256_sub_pd(_mm256_add_pd(tz, magic), magic);
+    __m128i qi = _mm256_cvttpd_epi32(q);
+    __m256d rd = _mm256_mul_pd(_mm256_cvtepi32_pd(qi), vstep);
+    __m256d r = _mm256_cvtps_pd(_mm256_cvtpd_ps(rd));
+    __m256d err = _mm256_and_pd(_mm256_sub_pd(xd, r), absmask);
+    __m256d ok = _mm256_and_pd(fits, _mm256_cmp_pd(err, ve, _CMP_LE_OQ));
+    /* 64-bit lane masks down to 32-bit lanes. */
+    __m128i ok32 = _mm_castps_si128(_mm256_cvtpd_ps(_mm256_and_pd(ok, _mm256_set1_pd(1.0))));
+    ok32 = _mm_cmpeq_epi32(ok32, _mm_castps_si128(_mm_set1_ps(1.0f)));
+    __m128i b = _mm_castps_si128(xf);
+    __m128i ex = _mm_and_si128(_mm_srli_epi32(b, 23), expmask);
+    __m128i special = _mm_or_si128(
+        _mm_cmpeq_epi32(ex, expmask),
+        _mm_andnot_si128(_mm_cmpeq_epi32(b, zero), _mm_cmpeq_epi32(ex, zero)));
+    __m128i good = _mm_andnot_si128(special, ok32);
+    _mm_storeu_si128((__m128i *)(c + i), _mm_and_si128(qi, good));
+    __m128i b8 = _mm_packs_epi16(_mm_packs_epi32(good, zero), zero);
+    uint32_t flags = ~(uint32_t)_mm_cvtsi128_si32(b8) & 0x01010101u;
+    memcpy(bad + i, &flags, 4);
+  }
+  for (; i < n; i++) {
+    uint32_t code;
+    int ok = fzo_quant_f32(x[i], inv, step, e, &code);
+    c[i] = ok ? code : 0u;
+    bad[i] = (uint8_t)!ok;
+  }
+}
+
+/* Byte k of each of 32 words, in word order, for k = 0..3. */
+AVX2 static inline void gather_lanes(const uint8_t *in, __m256i r[4]) {
+  const __m256i byk = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                       0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256i v[4];
+  for (int j = 0; j < 4; j++) {
+    v[j] = _mm256_loadu_si256((const __m256i *)(in + 32 * j));
+    v[j] = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(v[j], byk), perm);
+  }
+  __m256i t0 = _mm256_unpacklo_epi64(v[0], v[1]), t1 = _mm256_unpackhi_epi64(v[0], v[1]);
+  __m256i t2 = _mm256_unpacklo_epi64(v[2], v[3]), t3 = _mm256_unpackhi_epi64(v[2], v[3]);
+  r[0] = _mm256_permute2x128_si256(t0, t2, 0x20);
+  r[2] = _mm256_permute2x128_si256(t0, t2, 0x31);
+  r[1] = _mm256_permute2x128_si256(t1, t3, 0x20);
+  r[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
+}
+
+/* The inverse of gather_lanes. */
+AVX2 static inline void scatter_lanes(__m256i r[4], uint8_t *out) {
+  const __m256i byk_inv = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+                                           0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m256i perm_inv = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  __m256i t0 = _mm256_permute2x128_si256(r[0], r[2], 0x20);
+  __m256i t2 = _mm256_permute2x128_si256(r[0], r[2], 0x31);
+  __m256i t1 = _mm256_permute2x128_si256(r[1], r[3], 0x20);
+  __m256i t3 = _mm256_permute2x128_si256(r[1], r[3], 0x31);
+  __m256i v[4];
+  v[0] = _mm256_unpacklo_epi64(t0, t1);
+  v[1] = _mm256_unpackhi_epi64(t0, t1);
+  v[2] = _mm256_unpacklo_epi64(t2, t3);
+  v[3] = _mm256_unpackhi_epi64(t2, t3);
+  for (int j = 0; j < 4; j++) {
+    v[j] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(v[j], perm_inv), byk_inv);
+    _mm256_storeu_si256((__m256i *)(out + 32 * j), v[j]);
+  }
+}
+
+/* Shuffles the first n32 (a multiple of 32) 4-byte words; pb is the plane
+ * length in bytes of the whole chunk. */
+AVX2 void fze_bitshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *out) {
+  for (size_t base = 0; base < n32; base += 32) {
+    __m256i r[4];
+    gather_lanes(in + 4 * base, r);
+    size_t g = base / 8;
+    for (int k = 0; k < 4; k++) {
+      __m256i v = r[k];
+      for (int j = 7; j >= 0; j--) {
+        uint32_t m = (uint32_t)_mm256_movemask_epi8(v);
+        memcpy(out + (size_t)(8 * k + j) * pb + g, &m, 4);
+        v = _mm256_add_epi8(v, v);
+      }
+    }
+  }
+}
+
+AVX2 void fze_bitunshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *out) {
+  /* Spreads a 32-bit plane mask so byte i holds bit i: broadcast, route
+   * mask byte i/8 to byte i, keep bit i%8, compare. */
+  const __m256i route = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bitsel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+  for (size_t base = 0; base < n32; base += 32) {
+    size_t g = base / 8;
+    __m256i r[4];
+    for (int k = 0; k < 4; k++) {
+      __m256i acc = _mm256_setzero_si256();
+      for (int j = 0; j < 8; j++) {
+        uint32_t m;
+        memcpy(&m, in + (size_t)(8 * k + j) * pb + g, 4);
+        __m256i s = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), route);
+        __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(s, bitsel), bitsel);
+        acc = _mm256_or_si256(acc, _mm256_and_si256(on, _mm256_set1_epi8((char)(1 << j))));
+      }
+      r[k] = acc;
+    }
+    scatter_lanes(r, out + 4 * base);
+  }
+}
+
+static int avx2_state = -1; /* -1: not yet probed */
+
+bool fze_have_avx2(void) {
+  int s = __atomic_load_n(&avx2_state, __ATOMIC_RELAXED);
+  if (s < 0) {
+    __builtin_cpu_init();
+    s = __builtin_cpu_supports("avx2") ? 1 : 0;
+    __atomic_store_n(&avx2_state, s, __ATOMIC_RELAXED);
+  }
+  return s == 1;
+}
+
+void fze_set_avx2(bool on) {
+  __builtin_cpu_init();
+  __atomic_store_n(&avx2_state, on && __builtin_cpu_supports("avx2") ? 1 : 0,
+                   __ATOMIC_RELAXED);
+}
+
+/* The finite range of f32 data, 8 values at a time: NaN and Inf are replaced
+ * by the neutral +Inf (for the minimum) and -Inf (for the maximum). */
+AVX2 void fze_minmax_f32_avx2(const float *x, size_t n, float *lo, float *hi) {
+  const __m256 pinf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
+  const __m256i expmask = _mm256_set1_epi32(0x7f800000);
+  __m256 vlo = pinf, vhi = ninf;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    __m256i ex = _mm256_and_si256(_mm256_castps_si256(v), expmask);
+    __m256 nonfinite = _mm256_castsi256_ps(_mm256_cmpeq_epi32(ex, expmask));
+    vlo = _mm256_min_ps(vlo, _mm256_blendv_ps(v, pinf, nonfinite));
+    vhi = _mm256_max_ps(vhi, _mm256_blendv_ps(v, ninf, nonfinite));
+  }
+  float l[8], h[8];
+  _mm256_storeu_ps(l, vlo);
+  _mm256_storeu_ps(h, vhi);
+  float a = *lo, b = *hi;
+  for (int j = 0; j < 8; j++) {
+    a = l[j] < a ? l[j] : a;
+    b = h[j] > b ? h[j] : b;
+  }
+  for (; i < n; i++) {
+    float v = x[i];
+    if (v < a && v != -__builtin_inff())
+      a = v;
+    if (v > b && v != __builtin_inff())
+      b = v;
+  }
+  *lo = a;
+  *hi = b;
+}
+
+/* Zero-byte elimination of n bytes: the bitmap (1 = nonzero) and the
+ * nonzero bytes in order, 8 bytes at a time through a table of shuffles.
+ * `kept` needs 16 bytes of slack.  Returns the number of kept bytes. */
+static uint8_t compact_lut[256][16];
+static int compact_ready;
+
+static void compact_init(void) {
+  for (unsigned m = 0; m < 256; m++) {
+    unsigned k = 0;
+    memset(compact_lut[m], 0x80, 16);
+    for (unsigned j = 0; j < 8; j++)
+      if (m & (1u << j))
+        compact_lut[m][k++] = (uint8_t)j;
+  }
+  __atomic_store_n(&compact_ready, 1, __ATOMIC_RELEASE);
+}
+
+AVX2 size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept) {
+  if (!__atomic_load_n(&compact_ready, __ATOMIC_ACQUIRE))
+    compact_init(); /* idempotent: a race writes the same table twice */
+  size_t k = 0, i = 0;
+  const __m256i zero = _mm256_setzero_si256();
+  for (; i + 32 <= n; i += 32) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(in + i));
+    uint32_t nz = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, zero));
+    memcpy(bm + i / 8, &nz, 4);
+    if (nz == 0)
+      continue;
+    for (unsigned j = 0; j < 4; j++) {
+      unsigned m = (nz >> (8 * j)) & 0xff;
+      __m128i src = _mm_loadl_epi64((const __m128i *)(in + i + 8 * j));
+      __m128i lut = _mm_loadu_si128((const __m128i *)compact_lut[m]);
+      _mm_storel_epi64((__m128i *)(kept + k), _mm_shuffle_epi8(src, lut));
+      k += (size_t)__builtin_popcount(m);
+    }
+  }
+  for (; i < n; i++) {
+    uint8_t b = in[i];
+    if (i % 8 == 0)
+      bm[i / 8] = 0;
+    kept[k] = b;
+    k += b != 0;
+    bm[i / 8] |= (uint8_t)((b != 0) << (i % 8));
+  }
+  return k;
+}
