@@ -368,8 +368,6 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
   job->nfds = (unsigned)nfds;
   int err = kind == FZD_JOB_COMPRESS ? parse_compress(srv, p, job, &b)
                                      : parse_decompress(srv, p, job, &b);
-  if (err == 0 && srv->draining)
-    err = reject(&b, FZ_ESHUTDOWN, "the server is shutting down");
   if (err == 0) {
     /* The worker never dereferences job->conn, and the reply can only be
      * handled by this thread, so the accounting may follow the submit. */
