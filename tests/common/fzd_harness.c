@@ -233,6 +233,16 @@ int fzd_harness_start(const fzd_harness_options *opt, fzd_harness **out) {
     unsetenv("LISTEN_FDNAMES");
     unsetenv("WATCHDOG_USEC");
     unsetenv("WATCHDOG_PID");
+    for (size_t i = 0; opt->env != NULL && opt->env[i] != NULL; i++)
+      putenv((char *)opt->env[i]);
+    if (opt->listen_fd > 0) {
+      if (dup2(opt->listen_fd, 3) < 0)
+        _exit(127);
+      char pid[32];
+      snprintf(pid, sizeof(pid), "%d", (int)getpid());
+      setenv("LISTEN_PID", pid, 1);
+      setenv("LISTEN_FDS", "1", 1);
+    }
     signal(SIGPIPE, SIG_DFL);
     execv(bin, (char *const *)argv);
     dprintf(2, "fzd_harness: exec %s: %s\n", bin, strerror(errno));

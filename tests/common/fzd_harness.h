@@ -37,6 +37,12 @@ typedef struct fzd_harness_options {
   const char *const *args;
   /* Milliseconds to wait for READY=1; 0 means 30000. */
   int ready_timeout_ms;
+  /* Extra "NAME=value" environment entries for fzd, NULL-terminated; NULL
+   * for none (e.g. "WATCHDOG_USEC=200000"). */
+  const char *const *env;
+  /* When > 0, a listening socket handed to fzd as descriptor 3 with
+   * LISTEN_FDS=1 and LISTEN_PID, as systemd socket activation does. */
+  int listen_fd;
 } fzd_harness_options;
 
 /* Starts fzd (opt may be NULL).  Returns 0 and the harness in *out, or a

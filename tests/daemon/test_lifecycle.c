@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -280,4 +282,47 @@ Test(lifecycle, socket_mode_and_log_priorities) {
   cr_assert_not_null(strstr(log, want), "%s", log);
   free(log);
   fzd_harness_stop(h, 1000);
+}
+
+Test(lifecycle, watchdog_pings) {
+  const char *env[] = {"WATCHDOG_USEC=100000", NULL};
+  fzd_harness_options o = {.env = env};
+  fzd_harness *h = NULL;
+  cr_assert_eq(fzd_harness_start(&o, &h), 0);
+  cr_assert_eq(fzd_harness_wait_notify(h, "WATCHDOG=1", 5000), 0);
+  cr_assert_eq(fzd_harness_wait_notify(h, "WATCHDOG=1", 5000), 0);
+  int st = fzd_harness_stop(h, 30000);
+  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+Test(lifecycle, socket_activation) {
+  char dir[] = "/tmp/fzd-act-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/act.sock", dir);
+  int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+  cr_assert_geq(lfd, 0);
+  cr_assert_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  cr_assert_eq(listen(lfd, 16), 0);
+  fzd_harness_options o = {.listen_fd = lfd};
+  fzd_harness *h = NULL;
+  cr_assert_eq(fzd_harness_start(&o, &h), 0);
+  close(lfd);
+  /* The configured socket_path is not created: the passed socket serves. */
+  cr_assert_neq(access(fzd_harness_socket_path(h), F_OK), 0);
+  wire w;
+  memset(&w, 0, sizeof(w));
+  w.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  cr_assert_eq(connect(w.fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  msgpack_sbuffer_init(&w.sb);
+  msgpack_packer_init(&w.pk, &w.sb, msgpack_sbuffer_write);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  cr_assert_eq(wire_call0(&w, 2, "ping", NULL), 0);
+  wire_close(&w);
+  int st = fzd_harness_stop(h, 30000);
+  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  /* The socket belongs to systemd: fzd leaves the file alone. */
+  cr_assert_eq(access(sa.sun_path, F_OK), 0);
+  unlink(sa.sun_path);
+  rmdir(dir);
 }
