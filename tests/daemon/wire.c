@@ -104,9 +104,11 @@ static int fill(wire *w, int timeout_ms) {
 }
 
 int wire_recv(wire *w, fzp_message *msg, int timeout_ms) {
-  memmove(w->buf, w->buf + w->consumed, w->len - w->consumed);
-  w->len -= w->consumed;
-  w->consumed = 0;
+  if (w->consumed > 0) {
+    memmove(w->buf, w->buf + w->consumed, w->len - w->consumed);
+    w->len -= w->consumed;
+    w->consumed = 0;
+  }
   fzp_limits lim;
   fzp_limits_default(&lim);
   lim.max_message = UINT64_C(1) << 32;
