@@ -116,6 +116,8 @@ void fze_bitshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *ou
 void fze_bitunshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *out);
 void fze_minmax_f32_avx2(const float *x, size_t n, float *lo, float *hi);
 size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept);
+void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out);
+void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
 
 /* Quantizer set-up: resolves eb_abs and step for one job from the data. */
 int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,

@@ -236,3 +236,39 @@ AVX2 size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t
   }
   return k;
 }
+
+/* Bit planes of a block of 32 residuals of 32 bits: plane p is the sign
+ * bits of the residuals shifted left by 31 - p. */
+AVX2 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out) {
+  __m256i v[4];
+  for (int j = 0; j < 4; j++)
+    v[j] = _mm256_loadu_si256((const __m256i *)(r + 8 * j));
+  for (unsigned p = 0; p < bits; p++) {
+    __m128i sh = _mm_cvtsi32_si128((int)(31 - p));
+    uint32_t plane = 0;
+    for (int j = 0; j < 4; j++)
+      plane |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_sll_epi32(v[j], sh)))
+               << (8 * j);
+    memcpy(out + 4 * p, &plane, 4);
+  }
+}
+
+/* The inverse: residual i gets bit p from bit i of plane p. */
+AVX2 void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r) {
+  const __m256i lane = _mm256_setr_epi32(1 << 0, 1 << 1, 1 << 2, 1 << 3, 1 << 4, 1 << 5,
+                                         1 << 6, 1 << 7);
+  __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(),
+                    _mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (unsigned p = 0; p < bits; p++) {
+    uint32_t plane;
+    memcpy(&plane, in + 4 * p, 4);
+    __m256i one = _mm256_set1_epi32((int)(1u << p));
+    for (int j = 0; j < 4; j++) {
+      __m256i m = _mm256_set1_epi32((int)((plane >> (8 * j)) & 0xff));
+      __m256i on = _mm256_cmpeq_epi32(_mm256_and_si256(m, lane), lane);
+      acc[j] = _mm256_or_si256(acc[j], _mm256_and_si256(on, one));
+    }
+  }
+  for (int j = 0; j < 4; j++)
+    _mm256_storeu_si256((__m256i *)(r + 8 * j), acc[j]);
+}
