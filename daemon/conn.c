@@ -380,8 +380,6 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     conn_flush(c);
   if ((events & UV_READABLE) && !c->closing) {
     conn_read(c);
-    conn_process(c);
-    conn_flush(c);
   } else if ((events & UV_DISCONNECT) && !c->closing) {
     /* The peer hung up while we were not reading it (its in-flight cap is
      * reached, or we drain): nobody will read the replies. */
@@ -389,6 +387,12 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     conn_close(c);
     return;
   }
+  if (c->closing)
+    return;
+  /* Also after a flush alone: requests already buffered may have waited for
+   * the replies ahead of them to drain. */
+  conn_process(c);
+  conn_flush(c);
   if (!c->closing) {
     conn_update(c);
     conn_maybe_finish(c);

@@ -287,11 +287,11 @@ static void sleep_ms(int ms) {
 HOSTILE_CASE(client_dies_mid_job, "\"workers\": 1", {
   wire_open(&bad, h, false);
   cr_assert_eq(wire_hello(&bad, NULL), 0);
-  size_t n = 1 << 20;
+  size_t n = 1 << 22;
   float *x = malloc(n * sizeof(float));
   wire_field_f32(x, n, 9);
   for (uint32_t i = 0; i < 6; i++)
-    send_compress_inline(&bad, 40 + i, x, n, 1e-4);
+    send_compress_inline(&bad, 40 + i, x, n, 1e-6);
   free(x);
   /* Wait until the daemon holds them (one running, some queued), then die. */
   for (int i = 0; i < 2000 && stat_u64(&good, "status", "queue_depth") == 0; i++)
