@@ -273,13 +273,12 @@ int main(int argc, char **argv) {
              fz_version() & 0xff);
       return 0;
     default:
-      usage(stderr);
+      fprintf(stderr, "Try 'fzd --help' for the options and settings.\n");
       return 1;
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "fzd: unexpected argument \"%s\"\n", argv[optind]);
-    usage(stderr);
+    fprintf(stderr, "fzd: unexpected argument \"%s\"; try 'fzd --help'\n", argv[optind]);
     return 1;
   }
   char why[512];

@@ -185,8 +185,12 @@ static int run_fzd(const char *const *args, char *err, size_t err_len) {
   close(pfd[1]);
   size_t len = 0;
   ssize_t n;
-  while (len + 1 < err_len && (n = read(pfd[0], err + len, err_len - len - 1)) > 0)
-    len += (size_t)n;
+  char sink[4096];
+  /* Read to the end, keeping what fits, so fzd never writes to a closed pipe. */
+  while ((n = read(pfd[0], len + 1 < err_len ? err + len : sink,
+                   len + 1 < err_len ? err_len - len - 1 : sizeof(sink))) > 0)
+    if (len + 1 < err_len)
+      len += (size_t)n;
   err[len] = '\0';
   close(pfd[0]);
   int st;
@@ -253,6 +257,10 @@ Test(lifecycle, config_errors) {
   cr_assert_eq(run_fzd(help, err, sizeof(err)), 0);
   const char *bogus[] = {"--frobnicate", NULL};
   cr_assert_eq(run_fzd(bogus, err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "fzd --help"), "%s", err);
+  const char *stray[] = {"extra", NULL};
+  cr_assert_eq(run_fzd(stray, err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "unexpected argument \"extra\""), "%s", err);
 }
 
 Test(lifecycle, gpu_backend_refused_without_gpu) {
