@@ -1,0 +1,180 @@
+/*
+ * daemon_bench.c - the service's bars, measured against a running fzd:
+ *
+ *   1. ping round trips over the socket (p50, p99);
+ *   2. C concurrent clients each compressing J jobs of M MiB through
+ *      libfzclient against the same jobs run by the engine in-process on as
+ *      many threads as fzd has workers.  The input travels inline in the
+ *      messages, or with --fd as a memfd passed once per job (SCM_RIGHTS),
+ *      the way host buffers are meant to reach a local daemon.
+ *
+ *   fz_daemon_bench -S ADDRESS [-c CLIENTS] [-j JOBS] [-m MIB] [-n PINGS] [--fd]
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fz.h"
+#include "fzclient.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char *address;
+static size_t job_values;
+static unsigned jobs_per_client;
+static float *field;
+static int use_fd;
+
+static void *client_main(void *arg) {
+  int *failed = arg;
+  fz_client *c;
+  if (fz_client_connect(&c, address, NULL, NULL, 0) < 0) {
+    *failed = 1;
+    return NULL;
+  }
+  fz_job j;
+  fz_job_init(&j);
+  j.dtype = "f32";
+  j.ndims = 1;
+  j.shape[0] = job_values;
+  j.pipeline = "balanced";
+  j.eb = 1e-3;
+  if (use_fd) {
+    int fd = memfd_create("fz-bench", MFD_CLOEXEC);
+    if (fd < 0 || write(fd, field, job_values * 4) != (ssize_t)(job_values * 4)) {
+      *failed = 1;
+      return NULL;
+    }
+    j.in_fd = fd;
+  } else {
+    j.in = field;
+    j.in_len = job_values * 4;
+  }
+  for (unsigned k = 0; k < jobs_per_client; k++) {
+    fz_result r;
+    if (fz_client_compress(c, &j, &r) < 0) {
+      fprintf(stderr, "job failed: %s\n", r.message);
+      *failed = 1;
+      break;
+    }
+    fz_client_free(r.data);
+  }
+  if (j.in_fd >= 0)
+    close(j.in_fd);
+  fz_client_close(c);
+  return NULL;
+}
+
+typedef struct local {
+  unsigned jobs;
+  int failed;
+} local;
+
+static void *local_main(void *arg) {
+  local *l = arg;
+  fz_params p;
+  fz_params_init(&p);
+  p.ndims = 1;
+  p.dims[0] = job_values;
+  p.eb = 1e-3;
+  fz_plan *pl;
+  if (fz_plan_create(&p, &pl, NULL, 0) < 0) {
+    l->failed = 1;
+    return NULL;
+  }
+  size_t cap = fz_plan_compress_bound(pl), len;
+  uint8_t *out = malloc(cap);
+  for (unsigned k = 0; k < l->jobs; k++)
+    if (fz_plan_compress(pl, field, job_values * 4, out, cap, &len) < 0)
+      l->failed = 1;
+  free(out);
+  fz_plan_destroy(pl);
+  return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  unsigned clients = 8, pings = 10000;
+  double mib = 1;
+  jobs_per_client = 64;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "-S") && i + 1 < argc) address = argv[++i];
+    else if (!strcmp(argv[i], "-c") && i + 1 < argc) clients = (unsigned)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-j") && i + 1 < argc) jobs_per_client = (unsigned)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-m") && i + 1 < argc) mib = atof(argv[++i]);
+    else if (!strcmp(argv[i], "-n") && i + 1 < argc) pings = (unsigned)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--fd")) use_fd = 1;
+    else {
+      fprintf(stderr, "usage: fz_daemon_bench -S ADDRESS [-c CLIENTS] [-j JOBS] [-m MIB] [-n PINGS]\n");
+      return 1;
+    }
+  }
+  job_values = (size_t)(mib * 1048576 / 4);
+  field = malloc(job_values * 4);
+  for (size_t i = 0; i < job_values; i++)
+    field[i] = (float)(sin((double)i * 1e-3) * 100 + cos((double)i * 7e-3) * 3);
+
+  fz_client *c;
+  int rc = fz_client_connect(&c, address, NULL, NULL, 0);
+  if (rc < 0) {
+    fprintf(stderr, "connect %s: %s\n", address ? address : "(default)", fz_strerror(rc));
+    return 2;
+  }
+  fz_server_status st;
+  fz_client_status(c, &st);
+  double *lat = malloc(pings * sizeof *lat);
+  for (unsigned i = 0; i < pings; i++) {
+    double t0 = now();
+    if (fz_client_ping(c, NULL) < 0)
+      return 2;
+    lat[i] = (now() - t0) * 1e6;
+  }
+  qsort(lat, pings, sizeof *lat, cmp_double);
+  printf("ping over %s: %u round trips, p50 %.1f us, p99 %.1f us\n", st.backend, pings,
+         lat[pings / 2], lat[pings * 99 / 100]);
+  fz_client_close(c);
+
+  pthread_t th[256];
+  int failed[256] = {0};
+  double t0 = now();
+  for (unsigned i = 0; i < clients; i++)
+    pthread_create(&th[i], NULL, client_main, &failed[i]);
+  for (unsigned i = 0; i < clients; i++)
+    pthread_join(th[i], NULL);
+  double td = now() - t0;
+  double total = (double)clients * jobs_per_client * job_values * 4;
+  for (unsigned i = 0; i < clients; i++)
+    if (failed[i])
+      return 2;
+
+  unsigned workers = st.workers ? (unsigned)st.workers : 1;
+  local loc[256];
+  t0 = now();
+  for (unsigned i = 0; i < workers; i++) {
+    loc[i] = (local){.jobs = (clients * jobs_per_client) / workers +
+                             (i < (clients * jobs_per_client) % workers)};
+    pthread_create(&th[i], NULL, local_main, &loc[i]);
+  }
+  for (unsigned i = 0; i < workers; i++)
+    pthread_join(th[i], NULL);
+  double tl = now() - t0;
+  printf("%u clients x %u jobs of %.2f MiB (%s), balanced REL 1e-3:\n", clients,
+         jobs_per_client, mib, use_fd ? "input as a passed memfd" : "input inline");
+  printf("  through fzd (%u workers): %.3f s, %.2f GB/s\n", workers, td, total / td / 1e9);
+  printf("  engine in-process, %u threads: %.3f s, %.2f GB/s\n", workers, tl, total / tl / 1e9);
+  printf("  daemon / in-process: %.1f%%\n", 100.0 * tl / td);
+  return 0;
+}
