@@ -32,6 +32,10 @@ void fze_header_write(const fze_header *h, uint8_t *out);
  * the total archive length. */
 int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h);
 
+/* The validated shape, chunk size and chain of a plan (plan.c), for the GPU
+ * backend, which builds its plans on top of CPU plans. */
+const fze_header *fze_plan_header(const fz_plan *plan);
+
 static inline unsigned fze_chunk_size_at(const fze_header *h, uint64_t i) {
   return (unsigned)h->sizes[2 * i] | (unsigned)h->sizes[2 * i + 1] << 8;
 }

@@ -120,7 +120,6 @@ void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out);
 void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
 
 /* Quantizer set-up: resolves eb_abs and step for one job from the data. */
-int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
-                      unsigned threads);
+void fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n);
 
 #endif

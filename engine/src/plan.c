@@ -176,6 +176,8 @@ size_t fz_plan_compress_bound(const fz_plan *pl) {
 
 const char *fz_plan_chain(const fz_plan *pl) { return pl->chain_text; }
 
+const fze_header *fze_plan_header(const fz_plan *pl) { return &pl->hdr; }
+
 /* ---- compression ---- */
 
 typedef struct compress_job {
@@ -242,10 +244,7 @@ int fz_plan_compress(fz_plan *pl, const void *in, size_t in_len, void *out,
   if (out_cap < h->header_len)
     return FZ_ENOSPC;
   if (fze_chain_has_quant(&h->chain)) {
-    int rc = fze_quant_resolve(&h->chain.st[0], h->dtype, in,
-                               (size_t)h->n_elems, pl->threads);
-    if (rc < 0)
-      return rc;
+    fze_quant_resolve(&h->chain.st[0], h->dtype, in, (size_t)h->n_elems);
   }
   compress_job j = {.pl = pl, .in = in, .out = out, .out_cap = out_cap};
   unsigned threads = pl->threads;

@@ -52,15 +52,12 @@ static minmax scan_f64(const double *x, size_t n) {
   return (minmax){lo, hi};
 }
 
-int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
-                      unsigned threads) {
-  (void)threads;
+void fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n) {
   minmax m = {0, 0};
   if (st->mode != FZ_EB_PWREL)
     m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
   fzo_quant_params(st->mode, st->eb, m.lo, m.hi, t == FZ_F32, &st->eb_abs,
                    &st->step);
-  return 0;
 }
 
 static size_t put_varint(uint8_t *p, uint32_t v) {
