@@ -1,0 +1,105 @@
+/*
+ * fz_gpu.h - the CUDA backend of the fzd engine: compression and
+ * decompression of device buffers, byte-identical to the CPU reference.
+ *
+ * This header is the whole public API of libfzkernels; it is plain C and
+ * needs no CUDA header.  A context pins one GPU (by index or UUID), owns a
+ * pool of streams and a stream-ordered device memory pool.  A GPU plan is
+ * the finalized form of an fz_params for that context: it owns (or draws per
+ * call from the pool) every device buffer a compression needs, so repeated
+ * same-shape jobs allocate nothing.  Compression and decompression read and
+ * write device memory and run on the caller's stream; a compression
+ * synchronises the host exactly once, to return the compressed size.
+ *
+ * Archives are the engine's format (docs/format.md): an archive made here
+ * decodes with fz_decompress() and the other way round, bit for bit.
+ *
+ * Every fallible call returns an int: >= 0 on success, a negative fz_errno
+ * code on failure (FZ_ENOGPU without a usable GPU, FZ_EGPUOOM when device
+ * memory runs out, FZ_ECUDA for any other CUDA error, whose name is quoted in
+ * `why`).  No call prints, exits or aborts.
+ */
+#ifndef FZ_GPU_H
+#define FZ_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fz.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The CUDA runtime's stream type (cudaStream_t is this very pointer type). */
+typedef struct CUstream_st *fz_gpu_stream;
+
+typedef struct fz_gpu_ctx fz_gpu_ctx;
+typedef struct fz_gpu_plan fz_gpu_plan;
+
+/* Number of CUDA devices; FZ_ENOGPU (and *count = 0) when there is no driver
+ * or no device. */
+int fz_gpu_device_count(int *count);
+
+/* Creates a context on `device`: NULL or "" for device 0, a decimal index, or
+ * a UUID as nvidia-smi prints it ("GPU-xxxxxxxx-xxxx-..."). nstreams (0 means
+ * 4) non-blocking streams are created for fz_gpu_ctx_stream(). */
+int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
+                      char *why, size_t why_len);
+/* Waits for the context's streams, then releases everything; NULL is a no-op.
+ * Every plan of the context must have been destroyed before. */
+void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx);
+/* Stream i (modulo the pool size) of the context's stream pool. */
+fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i);
+/* The pinned device's ordinal, and its name ("NVIDIA H200"). */
+int fz_gpu_ctx_device(const fz_gpu_ctx *ctx);
+const char *fz_gpu_ctx_name(const fz_gpu_ctx *ctx);
+
+/* Stream-ordered allocation from the context's pool (for callers that want
+ * their buffers to come from the same pool); freed with fz_gpu_free. */
+int fz_gpu_malloc(fz_gpu_ctx *ctx, size_t bytes, fz_gpu_stream stream,
+                  void **d_ptr, char *why, size_t why_len);
+int fz_gpu_free(fz_gpu_ctx *ctx, void *d_ptr, fz_gpu_stream stream);
+
+/* Plan flags. */
+#define FZ_GPU_PREALLOC 0x1u /* allocate the workspace once, at creation */
+#define FZ_GPU_TIMING 0x2u   /* record kernel time (fz_gpu_plan_kernel_ms) */
+
+/* Validates p like fz_plan_create() (p->threads is ignored) and finalizes a
+ * GPU plan.  Without FZ_GPU_PREALLOC the workspace is drawn from the
+ * context's pool on the caller's stream in each call and given back at its
+ * end (stream-ordered, so the pool reuses the same memory). */
+int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
+                       fz_gpu_plan **out, char *why, size_t why_len);
+void fz_gpu_plan_destroy(fz_gpu_plan *plan); /* NULL is a harmless no-op */
+
+size_t fz_gpu_plan_input_bytes(const fz_gpu_plan *plan);
+/* An upper bound on the archive size; the same as the CPU plan's. */
+size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *plan);
+/* Device bytes of the plan's workspace. */
+size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *plan);
+/* Milliseconds the kernels of the last compression took, from the first
+ * kernel to the last (needs FZ_GPU_TIMING; synchronises on the event). */
+int fz_gpu_plan_kernel_ms(fz_gpu_plan *plan, float *ms);
+
+/* Compresses in_len bytes of device memory d_in (in_len must equal
+ * fz_gpu_plan_input_bytes()) into device memory d_out.  Runs on `stream`
+ * (NULL: the context's stream 0) and waits for it once, to read the size.
+ * FZ_ENOSPC when out_cap is below the archive's size (*out_len then holds the
+ * size needed).  A plan may be used by one thread at a time. */
+int fz_gpu_compress(fz_gpu_plan *plan, const void *d_in, size_t in_len,
+                    void *d_out, size_t out_cap, size_t *out_len,
+                    fz_gpu_stream stream, char *why, size_t why_len);
+
+/* Decompresses the archive in device memory d_arc into device memory d_out
+ * (out_cap >= the raw size).  The header is copied to the host and fully
+ * validated before any kernel runs; every chunk is bounds-checked on the
+ * device; a corrupt archive gives the CPU decoder's error code. */
+int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len,
+                      void *d_out, size_t out_cap, size_t *out_len,
+                      fz_gpu_stream stream, char *why, size_t why_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FZ_GPU_H */

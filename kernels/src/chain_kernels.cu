@@ -1,0 +1,680 @@
+/*
+ * chain_kernels.cu - the kernels of a GPU compression or decompression and
+ * their launchers: the range reduction and quantizer parameters, the chunk
+ * kernels that run a whole chain of device ops (chunk_ops.cuh) on one chunk
+ * per block, the prefix sums that place chunks in the archive, the gather
+ * that moves them there, the header, and the checksums.
+ *
+ * Nothing here allocates or synchronises with the host; launchers return the
+ * launch's cudaError_t.  Every index into a chunk is bounded by the chunk's
+ * own size, and every read of an archive by the bounds the host validated
+ * and, again, by the payload length.
+ */
+#include <cuda_runtime.h>
+
+#include "chunk_ops.cuh"
+
+/* ---- shared memory layout ---- */
+
+__host__ __device__ static uint32_t align16(uint32_t v) { return (v + 15u) & ~15u; }
+
+extern "C" void fzk_desc_layout(fzk_desc *d) {
+  d->cap = align16(d->cb + 64);
+  uint32_t rze = d->cap / 4 + 64, bp = 5 * (d->cb / 32 + 1) + 32;
+  d->tcap = align16(rze > bp ? rze : bp);
+  d->smem = 2 * d->cap + d->tcap + align16(d->cb / 32 + 16) +
+            8 * (FZK_NW + 2) + 4 * 256 + 4 * 16;
+}
+
+__device__ static fzk_smem fzk_carve(const fzk_desc &d, uint8_t *base) {
+  fzk_smem s;
+  uint32_t o = 0;
+  s.x = base + o; o += d.cap;
+  s.y = base + o; o += d.cap;
+  s.t = base + o; o += d.tcap;
+  s.flags = (uint32_t *)(base + o); o += align16(d.cb / 32 + 16);
+  s.red = (fzk_u64 *)(base + o); o += 8 * (FZK_NW + 2);
+  s.tab = (uint32_t *)(base + o); o += 4 * 256;
+  s.misc = (uint32_t *)(base + o);
+  return s;
+}
+
+__device__ static void fzk_load_tab(fzk_smem &s, const uint32_t *__restrict__ d_tab) {
+  for (unsigned i = threadIdx.x; i < 256; i += FZK_NT)
+    s.tab[i] = d_tab[i];
+}
+
+/* Copies len bytes between 16-byte aligned buffers (the last vector may
+ * carry up to 15 bytes past len: both sides have room for it). */
+__device__ static void fzk_copy16(uint8_t *dst, const uint8_t *src, uint32_t len) {
+  uint32_t nv = (len + 15) / 16;
+  for (uint32_t i = threadIdx.x; i < nv; i += FZK_NT)
+    ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+}
+
+/* ---- range and quantizer parameters ---- */
+
+__device__ static bool fzk_finite_f32(uint32_t b) { return ((b >> 23) & 0xffu) != 0xffu; }
+__device__ static bool fzk_finite_f64(fzk_u64 b) { return ((b >> 52) & 0x7ffu) != 0x7ffu; }
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w,
+                  double *__restrict__ d_part) {
+  double lo = __longlong_as_double(0x7ff0000000000000ll), hi = -lo;
+  uint64_t stride = (uint64_t)gridDim.x * FZK_NT;
+  for (uint64_t i = (uint64_t)blockIdx.x * FZK_NT + threadIdx.x; i < n; i += stride) {
+    double v;
+    if (w == 4) {
+      uint32_t b = ((const uint32_t *)d_in)[i];
+      if (!fzk_finite_f32(b))
+        continue;
+      v = (double)__uint_as_float(b);
+    } else {
+      fzk_u64 b = ((const fzk_u64 *)d_in)[i];
+      if (!fzk_finite_f64(b))
+        continue;
+      v = __longlong_as_double((long long)b);
+    }
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  __shared__ double s_lo[FZK_NW], s_hi[FZK_NW];
+  for (unsigned o = 16; o; o >>= 1) {
+    double a = __shfl_xor_sync(FZK_FULL, lo, o), b = __shfl_xor_sync(FZK_FULL, hi, o);
+    lo = a < lo ? a : lo;
+    hi = b > hi ? b : hi;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    s_lo[threadIdx.x >> 5] = lo;
+    s_hi[threadIdx.x >> 5] = hi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned k = 1; k < FZK_NW; k++) {
+      lo = s_lo[k] < lo ? s_lo[k] : lo;
+      hi = s_hi[k] > hi ? s_hi[k] : hi;
+    }
+    d_part[2 * blockIdx.x] = lo;
+    d_part[2 * blockIdx.x + 1] = hi;
+  }
+}
+
+/* Min and max are exact whatever the order; the sign of a zero extreme can
+ * differ from the CPU's, which fzo_quant_params never sees (it uses hi - lo
+ * and magnitudes). */
+__global__ void fzk_qparams_kernel(const double *__restrict__ d_part, unsigned nparts,
+                                   unsigned mode, double eb, int f32,
+                                   fzk_qparams *__restrict__ d_qp) {
+  if (threadIdx.x != 0)
+    return;
+  double lo = 0, hi = 0;
+  if (mode != FZ_EB_PWREL) {
+    lo = __longlong_as_double(0x7ff0000000000000ll);
+    hi = -lo;
+    for (unsigned k = 0; k < nparts; k++) {
+      lo = d_part[2 * k] < lo ? d_part[2 * k] : lo;
+      hi = d_part[2 * k + 1] > hi ? d_part[2 * k + 1] : hi;
+    }
+  }
+  double e, s;
+  fzo_quant_params(mode, eb, lo, hi, f32 != 0, &e, &s);
+  d_qp->eb_abs = e;
+  d_qp->step = s;
+  d_qp->inv = s != 0 ? 1.0 / s : 0;
+}
+
+extern "C" int fzk_launch_qparams(const fzk_desc *d, const void *d_in, uint64_t n,
+                                  unsigned mode, double eb, double *d_part,
+                                  fzk_qparams *d_qp, fz_gpu_stream s) {
+  unsigned g = 0;
+  if (mode != FZ_EB_PWREL && n > 0) {
+    uint64_t want = (n + FZK_NT * 8 - 1) / (FZK_NT * 8);
+    g = want < FZK_MM_BLOCKS ? (unsigned)want : FZK_MM_BLOCKS;
+    fzk_minmax_kernel<<<g, FZK_NT, 0, s>>>((const uint8_t *)d_in, n, d->w, d_part);
+  }
+  fzk_qparams_kernel<<<1, 32, 0, s>>>(d_part, g, mode, eb, d->fkind == 1, d_qp);
+  return (int)cudaGetLastError();
+}
+
+/* ---- the chunk encoder ---- */
+
+/* Quantizes the chunk's n elements from global memory into s.x; the
+ * outlier bitmap to s.flags; returns the number of outliers. */
+__device__ static uint32_t fzk_quant_chunk(const fzk_desc &d, const uint8_t *__restrict__ g_in,
+                                           bool vec, uint32_t n, const fzk_qparams &q,
+                                           fzk_smem &s) {
+  const unsigned w = d.w, epl = 16 / w; /* elements per lane: 4 or 2 */
+  const unsigned lanes_per_word = 32 / epl;
+  unsigned lane = threadIdx.x & 31;
+  uint32_t nf = (n + 31) / 32;
+  fzk_u64 cnt = 0;
+  for (uint32_t base = (threadIdx.x - lane) * epl; base < n; base += FZK_NT * epl) {
+    uint32_t i0 = base + lane * epl;
+    fzk_u64 v[4];
+    if (vec && i0 + epl <= n) {
+      uint4 u = *(const uint4 *)(g_in + (size_t)i0 * w);
+      if (w == 4) {
+        v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
+      } else {
+        v[0] = (fzk_u64)u.y << 32 | u.x;
+        v[1] = (fzk_u64)u.w << 32 | u.z;
+      }
+    } else {
+      for (unsigned e = 0; e < epl; e++)
+        v[e] = i0 + e < n ? (w == 4 ? (fzk_u64)((const uint32_t *)g_in)[i0 + e]
+                                    : ((const fzk_u64 *)g_in)[i0 + e])
+                          : 0;
+    }
+    uint32_t bad = 0;
+    for (unsigned e = 0; e < epl; e++) {
+      if (i0 + e >= n)
+        break;
+      fzk_u64 c;
+      if (!fzk_quant_one(v[e], w, d.mode[0], q, &c))
+        bad |= 1u << e;
+      fzk_st(s.x, i0 + e, w, c);
+    }
+    /* Gather the lanes' bits into words of 32 elements. */
+    uint32_t word = bad << ((lane * epl) & 31);
+    for (unsigned o = 1; o < lanes_per_word; o <<= 1)
+      word |= __shfl_xor_sync(FZK_FULL, word, o);
+    uint32_t fw = (base + lane * epl) / 32;
+    if (lane % lanes_per_word == 0 && fw < nf) {
+      s.flags[fw] = word;
+      cnt += __popc(word);
+    }
+  }
+  return (uint32_t)fzk_sum(cnt, s.red);
+}
+
+/* Writes the side list (stage_quant.c) to out: count, indices, values. */
+__device__ static void fzk_side_write(const fzk_desc &d, const uint8_t *__restrict__ g_in,
+                                      uint32_t n, uint32_t m, fzk_smem &s, uint8_t *out) {
+  const unsigned w = d.w;
+  uint32_t vl = fzk_varint_len(m);
+  if (threadIdx.x == 0) {
+    uint32_t v = m;
+    for (uint32_t k = 0; k < vl; k++, v >>= 7)
+      out[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
+  }
+  uint32_t nf = (n + 31) / 32;
+  uint32_t per = (nf + FZK_NT - 1) / FZK_NT;
+  uint32_t lo = threadIdx.x * per, hi = lo + per < nf ? lo + per : nf;
+  fzk_u64 c = 0;
+  for (uint32_t f = lo; f < hi; f++)
+    c += __popc(s.flags[f]);
+  fzk_u64 tot, r = fzk_exscan(c, &tot, s.red);
+  uint8_t *idx = out + vl, *val = out + vl + 2 * m;
+  for (uint32_t f = lo; f < hi; f++) {
+    uint32_t word = s.flags[f];
+    while (word) {
+      uint32_t i = 32 * f + (__ffs(word) - 1);
+      word &= word - 1;
+      idx[2 * r] = (uint8_t)i;
+      idx[2 * r + 1] = (uint8_t)(i >> 8);
+      for (unsigned b = 0; b < w; b++)
+        val[(size_t)w * r + b] = g_in[(size_t)i * w + b];
+      r++;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_encode_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
+                  const fzk_qparams *__restrict__ d_qp, const uint32_t *__restrict__ d_tab,
+                  uint8_t *__restrict__ d_stage, uint32_t *__restrict__ d_sizes,
+                  uint32_t *__restrict__ d_crcs) {
+  extern __shared__ __align__(16) uint8_t fzk_shared[];
+  fzk_smem s = fzk_carve(d, fzk_shared);
+  const uint64_t c = blockIdx.x;
+  const unsigned w = d.w;
+  const uint8_t *g_in = d_in + c * d.cb;
+  const uint32_t raw = (uint32_t)(d.raw_bytes - c * d.cb < d.cb ? d.raw_bytes - c * d.cb : d.cb);
+  const uint32_t n = raw / w;
+  fzk_load_tab(s, d_tab);
+
+  uint32_t side_len = 0, m = 0;
+  unsigned first = 0;
+  bool fallback = false;
+  if (d.has_quant) {
+    fzk_qparams q = *d_qp;
+    m = fzk_quant_chunk(d, g_in, in_vec != 0, n, q, s);
+    side_len = fzk_varint_len(m) + m * (2 + w);
+    fallback = side_len >= raw;
+    first = 1;
+  } else {
+    if (in_vec)
+      fzk_copy16(s.x, g_in, raw & ~15u);
+    for (uint32_t i = (in_vec ? raw & ~15u : 0) + threadIdx.x; i < raw; i += FZK_NT)
+      s.x[i] = g_in[i];
+  }
+  __syncthreads();
+
+  uint8_t *cur = s.x, *other = s.y;
+  uint32_t len = raw;
+  for (unsigned i = first; i < d.nst && !fallback; i++) {
+    uint32_t r = 0;
+    switch (d.id[i]) {
+    case FZE_STAGE_DIFF:
+      fzk_diff_fwd(cur, other, n, w, d.mode[i]);
+      break;
+    case FZE_STAGE_BITSHUFFLE:
+      fzk_bitshuffle_fwd(cur, other, n, w);
+      len = fzk_bs_bytes(n, w);
+      break;
+    case FZE_STAGE_RZE:
+      r = fzk_rze_fwd(cur, len, other, s.t, d.levels[i], raw - side_len, s.red);
+      len = r;
+      break;
+    case FZE_STAGE_BITPACK:
+      r = fzk_bitpack_fwd(cur, n, w, other, s.t, raw - side_len, s.red);
+      len = r;
+      break;
+    }
+    if (r == FZK_BAD) {
+      fallback = true;
+      break;
+    }
+    uint8_t *t = cur;
+    cur = other;
+    other = t;
+  }
+  if (!fallback && side_len + len >= raw)
+    fallback = true;
+
+  uint8_t *res = cur;
+  uint32_t res_len = len;
+  if (fallback) {
+    res = other;
+    res_len = raw;
+    if (in_vec)
+      fzk_copy16(res, g_in, raw & ~15u);
+    for (uint32_t i = (in_vec ? raw & ~15u : 0) + threadIdx.x; i < raw; i += FZK_NT)
+      res[i] = g_in[i];
+  } else if (d.has_quant) {
+    /* Side list first, then the stream, assembled in the free buffer. */
+    res = other;
+    res_len = side_len + len;
+    fzk_side_write(d, g_in, n, m, s, res);
+    for (uint32_t i = threadIdx.x; i < len; i += FZK_NT)
+      res[side_len + i] = cur[i];
+  }
+  __syncthreads();
+  uint32_t crc = fzk_crc_block(res, res_len, s.tab, d_tab[256 + threadIdx.x], s.red);
+  fzk_copy16(d_stage + c * d.cb, res, res_len);
+  if (threadIdx.x == 0) {
+    d_sizes[c] = res_len;
+    d_crcs[c] = crc;
+  }
+}
+
+extern "C" int fzk_launch_encode(const fzk_desc *d, const void *d_in, int in_vec,
+                                 const fzk_qparams *d_qp, const uint32_t *d_tab,
+                                 uint8_t *d_stage, uint32_t *d_sizes, uint32_t *d_crcs,
+                                 fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_encode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
+      *d, (const uint8_t *)d_in, in_vec, d_qp, d_tab, d_stage, d_sizes, d_crcs);
+  return (int)cudaGetLastError();
+}
+
+/* ---- the chunk decoder ---- */
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+                  const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+                  fzk_qparams q, const uint32_t *__restrict__ d_tab, uint8_t *__restrict__ d_out,
+                  int out_vec, uint32_t *__restrict__ d_crcs, uint32_t *__restrict__ d_status) {
+  extern __shared__ __align__(16) uint8_t fzk_shared[];
+  fzk_smem s = fzk_carve(d, fzk_shared);
+  const uint64_t c = blockIdx.x;
+  const unsigned w = d.w;
+  const uint32_t raw = (uint32_t)(d.raw_bytes - c * d.cb < d.cb ? d.raw_bytes - c * d.cb : d.cb);
+  const uint32_t n = raw / w;
+  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
+  const uint64_t off = d_offs[c];
+  uint8_t *g_out = d_out + c * d.cb;
+  fzk_load_tab(s, d_tab);
+  /* The host validated the table; a chunk outside the payload is refused
+   * again here, before any byte of it is read. */
+  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
+    if (threadIdx.x == 0) {
+      atomicOr(d_status, 1u);
+      d_crcs[c] = 0;
+    }
+    return;
+  }
+  const uint8_t *g_arc = d_pay + off;
+
+  /* The side list's length, parsed as stage_quant.c does, from global. */
+  uint32_t side_len = 0, m = 0;
+  bool bad = false;
+  if (d.has_quant && len != raw) {
+    if (threadIdx.x == 0) {
+      uint32_t v = 0, k = 0, ok = 0;
+      for (unsigned shift = 0; shift <= 28; shift += 7) {
+        if (k >= len)
+          break;
+        uint8_t b = g_arc[k++];
+        v |= (uint32_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+          ok = 1;
+          break;
+        }
+      }
+      if (!ok || v > n || (len - k) / (2 + w) < v)
+        ok = 0;
+      s.misc[0] = ok;
+      s.misc[1] = v;
+      s.misc[2] = ok ? k + v * (2 + w) : 0;
+    }
+    __syncthreads();
+    bad = s.misc[0] == 0;
+    m = s.misc[1];
+    side_len = s.misc[2];
+  }
+  /* The stream after the side list lands 16-byte aligned in s.x. */
+  uint32_t pad = (16 - side_len % 16) % 16;
+  uint8_t *coded = s.x + pad;
+  for (uint32_t i = threadIdx.x; i < len; i += FZK_NT)
+    coded[i] = g_arc[i];
+  __syncthreads();
+  uint32_t crc = fzk_crc_block(coded, len, s.tab, d_tab[256 + threadIdx.x], s.red);
+  if (threadIdx.x == 0)
+    d_crcs[c] = crc;
+
+  uint8_t *res = coded;
+  if (len != raw && !bad) {
+    unsigned first = d.has_quant ? 1 : 0;
+    uint32_t size_in[FZE_MAX_STAGES + 1];
+    size_in[first] = raw;
+    for (unsigned i = first; i < d.nst; i++)
+      size_in[i + 1] = d.id[i] == FZE_STAGE_BITSHUFFLE ? fzk_bs_bytes(n, w) : size_in[i];
+    uint8_t last = d.id[d.nst - 1];
+    uint8_t *cur = coded + side_len, *other = s.y;
+    uint32_t clen = len - side_len;
+    if (last != FZE_STAGE_RZE && last != FZE_STAGE_BITPACK && clen != size_in[d.nst])
+      bad = true;
+    for (unsigned i = d.nst; i-- > first && !bad;) {
+      switch (d.id[i]) {
+      case FZE_STAGE_RZE:
+        bad = !fzk_rze_inv(cur, clen, other, size_in[i], s.t, d.levels[i], s.red);
+        clen = size_in[i];
+        break;
+      case FZE_STAGE_BITPACK:
+        bad = !fzk_bitpack_inv(cur, clen, other, n, w, s.t, s.red);
+        clen = raw;
+        break;
+      case FZE_STAGE_BITSHUFFLE:
+        fzk_bitshuffle_inv(cur, other, n, w);
+        clen = raw;
+        break;
+      case FZE_STAGE_DIFF:
+        fzk_diff_inv(cur, other, n, w, d.mode[i], s.red);
+        break;
+      }
+      /* The first stream buffer is s.x (holding the coded chunk); from then
+       * on the two buffers alternate. */
+      uint8_t *t = other;
+      other = cur == coded + side_len ? s.x : cur;
+      cur = t;
+    }
+    if (!bad && d.has_quant) {
+      /* Dequantize into the free buffer, then patch the outliers. */
+      uint8_t *dst = other;
+      for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
+        fzk_st(dst, i, w, fzk_dequant_one(fzk_ld(cur, i, w), w, d.mode[0], q));
+      __syncthreads();
+      bool pbad = q.step == 0 && m != 0;
+      const uint8_t *idx = g_arc + side_len - (size_t)m * (2 + w);
+      const uint8_t *val = idx + 2 * (size_t)m;
+      for (uint32_t j = threadIdx.x; j < m && !pbad; j += FZK_NT) {
+        uint32_t i = idx[2 * j] | (uint32_t)idx[2 * j + 1] << 8;
+        uint32_t p = j ? (idx[2 * j - 2] | (uint32_t)idx[2 * j - 1] << 8) : 0;
+        if ((j && i <= p) || i >= n) {
+          pbad = true;
+          break;
+        }
+        for (unsigned b = 0; b < w; b++)
+          dst[(size_t)i * w + b] = val[(size_t)w * j + b];
+      }
+      bad = fzk_any(pbad);
+      cur = dst;
+    }
+    res = cur;
+  }
+  if (fzk_any(bad)) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return;
+  }
+  __syncthreads();
+  /* res is 16-byte aligned except for a raw chunk stored at pad != 0, which
+   * only happens when len == raw and side_len == 0, so pad is 0 there. */
+  uint32_t nv = out_vec ? raw / 16 : 0;
+  for (uint32_t i = threadIdx.x; i < nv; i += FZK_NT)
+    ((uint4 *)g_out)[i] = ((const uint4 *)res)[i];
+  for (uint32_t i = 16 * nv + threadIdx.x; i < raw; i += FZK_NT)
+    g_out[i] = res[i];
+}
+
+extern "C" int fzk_launch_decode(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                                 const uint64_t *d_offs, const uint8_t *d_sizes16,
+                                 fzk_qparams qp, const uint32_t *d_tab, void *d_out,
+                                 int out_vec, uint32_t *d_crcs, uint32_t *d_status,
+                                 fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_decode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
+      *d, d_pay, pay_len, d_offs, d_sizes16, qp, d_tab, (uint8_t *)d_out, out_vec, d_crcs,
+      d_status);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int fzk_kernels_init(const fzk_desc *d) {
+  cudaError_t e = cudaFuncSetAttribute(fzk_encode_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)d->smem);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fzk_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)d->smem);
+  return (int)e;
+}
+
+/* ---- prefix sums of chunk sizes ---- */
+
+#define FZK_SCAN_PER 16u
+#define FZK_SCAN_TILE (FZK_NT * FZK_SCAN_PER)
+
+__device__ static uint32_t fzk_size_at(const uint32_t *s32, const uint8_t *s16, uint64_t i) {
+  return s32 ? s32[i] : (uint32_t)s16[2 * i] | (uint32_t)s16[2 * i + 1] << 8;
+}
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_scan_kernel(uint64_t n, const uint32_t *__restrict__ s32, const uint8_t *__restrict__ s16,
+                uint64_t *__restrict__ d_bsum, uint64_t *__restrict__ d_offs, int apply) {
+  __shared__ fzk_u64 red[FZK_NW + 2];
+  uint64_t lo = (uint64_t)blockIdx.x * FZK_SCAN_TILE + threadIdx.x * FZK_SCAN_PER;
+  fzk_u64 v = 0;
+  for (uint32_t k = 0; k < FZK_SCAN_PER; k++)
+    if (lo + k < n)
+      v += fzk_size_at(s32, s16, lo + k);
+  fzk_u64 tot, ex = fzk_exscan(v, &tot, red);
+  if (!apply) {
+    if (threadIdx.x == 0)
+      d_bsum[blockIdx.x] = tot;
+    return;
+  }
+  fzk_u64 run = d_bsum[blockIdx.x] + ex;
+  for (uint32_t k = 0; k < FZK_SCAN_PER && lo + k < n; k++) {
+    d_offs[lo + k] = run;
+    run += fzk_size_at(s32, s16, lo + k);
+  }
+  if (lo < n && lo + FZK_SCAN_PER >= n)
+    d_offs[n] = run;
+}
+
+/* Exclusive scan of the block sums in one block, tile by tile. */
+__global__ void __launch_bounds__(FZK_NT)
+fzk_scan_top_kernel(uint64_t nb, uint64_t *__restrict__ d_bsum) {
+  __shared__ fzk_u64 red[FZK_NW + 2];
+  fzk_u64 carry = 0;
+  for (uint64_t base = 0; base < nb; base += FZK_NT) {
+    uint64_t i = base + threadIdx.x;
+    fzk_u64 v = i < nb ? d_bsum[i] : 0, tot;
+    fzk_u64 ex = fzk_exscan(v, &tot, red);
+    if (i < nb)
+      d_bsum[i] = carry + ex;
+    carry += tot;
+  }
+  if (threadIdx.x == 0)
+    d_bsum[nb] = carry;
+}
+
+__global__ void fzk_zero_kernel(uint64_t *d_offs) { d_offs[0] = 0; }
+
+extern "C" uint64_t fzk_scan_blocks(uint64_t n) { return (n + FZK_SCAN_TILE - 1) / FZK_SCAN_TILE; }
+
+extern "C" int fzk_launch_scan(uint64_t n, const uint32_t *d_sizes32, const uint8_t *d_sizes16,
+                               uint64_t *d_bsum, uint64_t *d_offs, fz_gpu_stream s) {
+  if (n == 0) {
+    fzk_zero_kernel<<<1, 1, 0, s>>>(d_offs);
+    return (int)cudaGetLastError();
+  }
+  uint64_t nb = fzk_scan_blocks(n);
+  fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 0);
+  fzk_scan_top_kernel<<<1, FZK_NT, 0, s>>>(nb, d_bsum);
+  fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 1);
+  return (int)cudaGetLastError();
+}
+
+/* ---- gather and header ---- */
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_gather_kernel(uint32_t cb, const uint8_t *__restrict__ d_stage,
+                  const uint32_t *__restrict__ d_sizes, const uint64_t *__restrict__ d_offs,
+                  uint8_t *__restrict__ d_out, uint64_t out_cap, uint64_t header_len,
+                  uint64_t table_off) {
+  const uint64_t c = blockIdx.x;
+  uint32_t len = d_sizes[c];
+  uint64_t at = header_len + d_offs[c];
+  const uint8_t *src = d_stage + c * cb;
+  uint64_t room = at < out_cap ? out_cap - at : 0;
+  uint32_t lim = len < room ? len : (uint32_t)room;
+  for (uint32_t i = threadIdx.x; i < lim; i += FZK_NT)
+    d_out[at + i] = src[i];
+  if (threadIdx.x == 0) {
+    d_out[table_off + 2 * c] = (uint8_t)len;
+    d_out[table_off + 2 * c + 1] = (uint8_t)(len >> 8);
+  }
+}
+
+extern "C" int fzk_launch_gather(const fzk_desc *d, const uint8_t *d_stage,
+                                 const uint32_t *d_sizes, const uint64_t *d_offs,
+                                 uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
+                                 uint64_t table_off, fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_gather_kernel<<<(unsigned)d->nchunks, FZK_NT, 0, s>>>(d->cb, d_stage, d_sizes, d_offs,
+                                                            d_out, out_cap, header_len,
+                                                            table_off);
+  return (int)cudaGetLastError();
+}
+
+__global__ void fzk_header_kernel(const uint8_t *__restrict__ d_tpl, uint64_t tpl_len,
+                                  uint64_t q_off, const fzk_qparams *__restrict__ d_qp,
+                                  uint8_t *__restrict__ d_out) {
+  for (uint64_t i = threadIdx.x; i < tpl_len; i += blockDim.x) {
+    uint8_t b = d_tpl[i];
+    if (q_off && i >= q_off && i < q_off + 16) {
+      double v = i < q_off + 8 ? d_qp->eb_abs : d_qp->step;
+      b = (uint8_t)((fzk_u64)__double_as_longlong(v) >> (8 * ((i - q_off) & 7)));
+    }
+    d_out[i] = b;
+  }
+}
+
+extern "C" int fzk_launch_header(const uint8_t *d_tpl, uint64_t tpl_len, uint64_t q_off,
+                                 const fzk_qparams *d_qp, uint8_t *d_out, fz_gpu_stream s) {
+  fzk_header_kernel<<<1, FZK_NT, 0, s>>>(d_tpl, tpl_len, q_off, d_qp, d_out);
+  return (int)cudaGetLastError();
+}
+
+/* ---- CRC-32C of a long buffer ---- */
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_crc_parts_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
+                     const uint32_t *__restrict__ d_tab, uint32_t *__restrict__ d_parts) {
+  __shared__ uint32_t tab[256];
+  __shared__ fzk_u64 red[FZK_NW + 2];
+  for (unsigned i = threadIdx.x; i < 256; i += FZK_NT)
+    tab[i] = d_tab[i];
+  __syncthreads();
+  uint64_t np = gridDim.x, p0 = np * FZK_CRC_SPAN - len;
+  /* Real bytes of this thread's segment of the virtual span. */
+  int64_t v0 = (int64_t)(blockIdx.x * (uint64_t)FZK_CRC_SPAN + threadIdx.x * FZK_CRC_SEG);
+  int64_t j0 = v0 - (int64_t)p0, j1 = j0 + FZK_CRC_SEG;
+  if (j0 < 0)
+    j0 = 0;
+  uint32_t c = 0;
+  for (int64_t j = j0; j < j1; j++) {
+    uint32_t b = d_p[j] ^ (j < 4 ? 0xffu : 0u);
+    c = (c >> 8) ^ tab[(c ^ b) & 0xffu];
+  }
+  if (c)
+    c = fzk_crc_mulmod(c, d_tab[256 + threadIdx.x]);
+  c = fzk_xor(c, red);
+  if (threadIdx.x == 0) {
+    uint64_t e = np - 1 - blockIdx.x;
+    uint32_t mul = FZK_X0;
+    for (unsigned k = 0; e; k++, e >>= 1)
+      if (e & 1)
+        mul = fzk_crc_mulmod(mul, d_tab[256 + FZK_NT + k]);
+    d_parts[blockIdx.x] = fzk_crc_mulmod(c, mul);
+  }
+}
+
+__global__ void fzk_crc_finish_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
+                                      const uint32_t *__restrict__ d_parts, uint64_t np,
+                                      const uint32_t *__restrict__ d_tab, uint8_t *d_dst_le,
+                                      uint32_t *d_status, uint32_t expect, uint64_t *d_total,
+                                      const uint64_t *d_end, uint64_t add) {
+  if (threadIdx.x != 0)
+    return;
+  uint32_t crc;
+  if (len >= 4) {
+    uint32_t x = 0;
+    for (uint64_t k = 0; k < np; k++)
+      x ^= d_parts[k];
+    crc = ~x;
+  } else {
+    uint32_t r = 0xffffffffu;
+    for (uint64_t j = 0; j < len; j++)
+      r = (r >> 8) ^ d_tab[(r ^ d_p[j]) & 0xffu];
+    crc = ~r;
+  }
+  if (d_dst_le)
+    for (int k = 0; k < 4; k++)
+      d_dst_le[k] = (uint8_t)(crc >> (8 * k));
+  if (d_status && crc != expect)
+    *d_status |= 1u;
+  if (d_total)
+    *d_total = *d_end + add;
+}
+
+extern "C" uint64_t fzk_crc_parts(uint64_t len) { return (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN + 1; }
+
+extern "C" int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
+                              const uint32_t *d_tab, uint8_t *d_dst_le, uint32_t *d_status,
+                              uint32_t expect, uint64_t *d_total, const uint64_t *d_end,
+                              uint64_t add, fz_gpu_stream s) {
+  uint64_t np = 0;
+  if (len >= 4) {
+    np = (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN;
+    fzk_crc_parts_kernel<<<(unsigned)np, FZK_NT, 0, s>>>(d_p, len, d_tab, d_parts);
+  }
+  fzk_crc_finish_kernel<<<1, 32, 0, s>>>(d_p, len, d_parts, np, d_tab, d_dst_le, d_status,
+                                         expect, d_total, d_end, add);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,212 @@
+/*
+ * context.c - the GPU context: one pinned device, a pool of streams, a
+ * stream-ordered device memory pool and the CRC tables, plus the mapping of
+ * CUDA errors to fz_errno codes.
+ *
+ * Every entry point first makes the context's device current on the calling
+ * thread (cudaSetDevice is cheap), so a context may be used from any thread.
+ */
+#include <cuda_runtime_api.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fz_gpu.h"
+#include "fzk.h"
+#include "gpu_ctx.h"
+#include "gpu_err.h"
+
+void fzk_why(char *why, size_t len, const char *fmt, ...) {
+  if (why == NULL || len == 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, len, fmt, ap);
+  va_end(ap);
+}
+
+int fzk_cuda_error(int err, const char *what, char *why, size_t why_len) {
+  cudaError_t e = (cudaError_t)err;
+  fzk_why(why, why_len, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  switch (e) {
+  case cudaErrorMemoryAllocation:
+    return FZ_EGPUOOM;
+  case cudaErrorNoDevice:
+  case cudaErrorInsufficientDriver:
+  case cudaErrorInvalidDevice:
+  case cudaErrorDevicesUnavailable:
+    return FZ_ENOGPU;
+  default:
+    return FZ_ECUDA;
+  }
+}
+
+int fz_gpu_device_count(int *count) {
+  if (count == NULL)
+    return FZ_EINVAL;
+  *count = 0;
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+    cudaGetLastError(); /* clear the sticky-free error state */
+    return FZ_ENOGPU;
+  }
+  *count = n;
+  return 0;
+}
+
+/* "GPU-" followed by the 16 UUID bytes in nvidia-smi's grouping. */
+static void format_uuid(const unsigned char *u, char *buf, size_t len) {
+  snprintf(buf, len,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+           u[12], u[13], u[14], u[15]);
+}
+
+static int find_device(const char *spec, int *dev, char *why, size_t why_len) {
+  int n = 0, rc = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    if (e == cudaSuccess)
+      fzk_why(why, why_len, "no CUDA device");
+    else
+      fzk_cuda_error((int)e, "cudaGetDeviceCount", why, why_len);
+    return FZ_ENOGPU;
+  }
+  if (spec == NULL || spec[0] == 0) {
+    *dev = 0;
+    return 0;
+  }
+  if (strncmp(spec, "GPU-", 4) == 0) {
+    for (int d = 0; d < n; d++) {
+      struct cudaDeviceProp prop;
+      FZK_CHECK(cudaGetDeviceProperties(&prop, d), fail);
+      char u[64];
+      format_uuid((const unsigned char *)prop.uuid.bytes, u, sizeof u);
+      if (strcasecmp(u, spec) == 0) {
+        *dev = d;
+        return 0;
+      }
+    }
+    fzk_why(why, why_len, "no GPU with UUID '%s'", spec);
+    return FZ_ENOGPU;
+  }
+  char *end;
+  long v = strtol(spec, &end, 10);
+  if (*end != 0 || v < 0 || v >= n) {
+    fzk_why(why, why_len, "GPU '%s' is not an index below %d or a GPU- UUID", spec, n);
+    return FZ_ENOGPU;
+  }
+  *dev = (int)v;
+  return 0;
+fail:
+  return rc;
+}
+
+int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
+                      char *why, size_t why_len) {
+  if (out == NULL)
+    return FZ_EINVAL;
+  *out = NULL;
+  int dev = 0, rc = find_device(device, &dev, why, why_len);
+  if (rc < 0)
+    return rc;
+  fz_gpu_ctx *ctx = calloc(1, sizeof *ctx);
+  if (ctx == NULL)
+    return FZ_ENOMEM;
+  ctx->device = dev;
+  ctx->nstreams = nstreams ? nstreams : 4;
+  pthread_mutex_init(&ctx->lock, NULL);
+  ctx->streams = calloc(ctx->nstreams, sizeof *ctx->streams);
+  if (ctx->streams == NULL) {
+    rc = FZ_ENOMEM;
+    goto fail;
+  }
+  struct cudaDeviceProp prop;
+  FZK_CHECK(cudaSetDevice(dev), fail);
+  FZK_CHECK(cudaGetDeviceProperties(&prop, dev), fail);
+  snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
+  for (unsigned i = 0; i < ctx->nstreams; i++)
+    FZK_CHECK(cudaStreamCreateWithFlags(&ctx->streams[i], cudaStreamNonBlocking), fail);
+
+  /* A pool of our own that keeps what it has (no release at sync points),
+   * so stream-ordered allocations of repeated jobs reuse the same memory. */
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  FZK_CHECK(cudaMemPoolCreate(&ctx->pool, &props), fail);
+  ctx->have_pool = 1;
+  uint64_t keep = UINT64_MAX;
+  FZK_CHECK(cudaMemPoolSetAttribute(ctx->pool, cudaMemPoolAttrReleaseThreshold, &keep), fail);
+
+  uint32_t tab[FZK_CRC_TAB_WORDS];
+  fzk_crc_tables(tab);
+  FZK_CHECK(cudaMalloc((void **)&ctx->d_tab, sizeof tab), fail);
+  FZK_CHECK(cudaMemcpy(ctx->d_tab, tab, sizeof tab, cudaMemcpyHostToDevice), fail);
+  FZK_CHECK(cudaMallocHost((void **)&ctx->h_word, 64), fail);
+  *out = ctx;
+  return 0;
+fail:
+  fz_gpu_ctx_destroy(ctx);
+  return rc;
+}
+
+void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx) {
+  if (ctx == NULL)
+    return;
+  cudaSetDevice(ctx->device);
+  if (ctx->streams)
+    for (unsigned i = 0; i < ctx->nstreams; i++)
+      if (ctx->streams[i]) {
+        cudaStreamSynchronize(ctx->streams[i]);
+        cudaStreamDestroy(ctx->streams[i]);
+      }
+  cudaFree(ctx->d_tab);
+  cudaFreeHost(ctx->h_word);
+  cudaFreeHost(ctx->h_hdr);
+  if (ctx->have_pool)
+    cudaMemPoolDestroy(ctx->pool);
+  cudaGetLastError();
+  pthread_mutex_destroy(&ctx->lock);
+  free(ctx->streams);
+  free(ctx);
+}
+
+fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i) {
+  return ctx->streams[i % ctx->nstreams];
+}
+
+int fz_gpu_ctx_device(const fz_gpu_ctx *ctx) { return ctx->device; }
+const char *fz_gpu_ctx_name(const fz_gpu_ctx *ctx) { return ctx->name; }
+
+int fz_gpu_malloc(fz_gpu_ctx *ctx, size_t bytes, fz_gpu_stream stream, void **d_ptr,
+                  char *why, size_t why_len) {
+  if (ctx == NULL || d_ptr == NULL)
+    return FZ_EINVAL;
+  int rc = 0;
+  *d_ptr = NULL;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  FZK_CHECK(cudaMallocFromPoolAsync(d_ptr, bytes ? bytes : 1, ctx->pool,
+                                    stream ? stream : ctx->streams[0]), fail);
+  return 0;
+fail:
+  return rc;
+}
+
+int fz_gpu_free(fz_gpu_ctx *ctx, void *d_ptr, fz_gpu_stream stream) {
+  if (ctx == NULL)
+    return FZ_EINVAL;
+  if (d_ptr == NULL)
+    return 0;
+  char why[8];
+  size_t why_len = sizeof why;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  FZK_CHECK(cudaFreeAsync(d_ptr, stream ? stream : ctx->streams[0]), fail);
+  return 0;
+fail:
+  return rc;
+}

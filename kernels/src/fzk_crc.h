@@ -1,0 +1,53 @@
+/*
+ * fzk_crc.h - CRC-32C arithmetic for checksumming on the device in parallel.
+ *
+ * The archive's checksums are plain CRC-32C, computed on the CPU byte after
+ * byte.  A GPU block splits a buffer into segments, checksums each from a
+ * zero register, and combines them with the identity
+ *   raw(A || B) = raw(A) * x^(8|B|) mod P  xor  raw(B),
+ * where raw() is the CRC register run from zero and the product is taken in
+ * the bit-reflected representation the CRC uses (bit 31 holds x^0).  The
+ * standard CRC starts from an all-ones register and complements the result;
+ * the ones act like a complement of the first four message bytes, so for
+ * messages of four bytes or more crc(M) = ~raw(M with bytes 0..3 inverted).
+ * XOR is commutative, so the combined value does not depend on the order in
+ * which threads or blocks finish.
+ */
+#ifndef FZK_CRC_H
+#define FZK_CRC_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define FZK_HD __host__ __device__ __forceinline__
+#else
+#define FZK_HD static inline
+#endif
+
+#define FZK_CRC_POLY 0x82f63b78u /* Castagnoli, reflected */
+#define FZK_X0 0x80000000u       /* the polynomial 1 */
+
+/* a * b mod P, reflected. */
+FZK_HD uint32_t fzk_crc_mulmod(uint32_t a, uint32_t b) {
+  uint32_t p = 0;
+  for (int i = 0; i < 32; i++) {
+    if (a & (FZK_X0 >> i))
+      p ^= b;
+    b = (b >> 1) ^ (FZK_CRC_POLY & (0u - (b & 1u)));
+  }
+  return p;
+}
+
+/* x^(8 * nbytes) mod P, by repeated squaring. */
+FZK_HD uint32_t fzk_crc_xpow8(uint64_t nbytes) {
+  uint32_t r = FZK_X0, sq = FZK_X0 >> 8; /* x^8 */
+  while (nbytes) {
+    if (nbytes & 1)
+      r = fzk_crc_mulmod(r, sq);
+    sq = fzk_crc_mulmod(sq, sq);
+    nbytes >>= 1;
+  }
+  return r;
+}
+
+#endif

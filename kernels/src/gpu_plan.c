@@ -1,0 +1,390 @@
+/*
+ * gpu_plan.c - GPU plans, and the host side of compression and
+ * decompression: it validates, lays out the workspace and enqueues the
+ * kernels (chain_kernels.cu) on the caller's stream.
+ *
+ * A GPU plan wraps a CPU plan, which validates the parameters exactly as the
+ * CPU backend does and knows the header layout.  Compression never waits for
+ * the device except once, at the end, for the archive's size; the range of
+ * the data, the quantizer's parameters, the chunk table, the prefix sums,
+ * the checksums and the header are all computed on the device.
+ * Decompression copies the header to the host and validates it with the
+ * engine's own parser before any kernel runs.
+ */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "archive.h"
+#include "fz_gpu.h"
+#include "fzk.h"
+#include "gpu_ctx.h"
+#include "gpu_err.h"
+
+/* Workspace of one compression: byte offsets of each buffer. */
+typedef struct ws_layout {
+  size_t stage, sizes, crcs, offs, bsum, part, qp, cparts, total, bytes;
+} ws_layout;
+
+struct fz_gpu_plan {
+  fz_gpu_ctx *ctx;
+  fz_plan *cpu;            /* validation and header layout */
+  const fze_header *hdr;
+  fzk_desc desc;
+  unsigned flags;
+  ws_layout ws;
+  uint8_t *d_ws;           /* with FZ_GPU_PREALLOC */
+  uint8_t *d_tpl;          /* the header up to the chunk table */
+  size_t table_off, q_off;
+  uint64_t *h_total;       /* pinned */
+  cudaEvent_t ev0, ev1;
+  int have_events;
+};
+
+static size_t up256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len) {
+  size_t o = 0;
+  w->stage = o; o += up256((size_t)nchunks * cb);
+  w->sizes = o; o += up256(4 * (size_t)nchunks + 4);
+  w->crcs = o; o += up256(4 * (size_t)nchunks + 4);
+  w->offs = o; o += up256(8 * ((size_t)nchunks + 1));
+  w->bsum = o; o += up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1));
+  w->part = o; o += up256(16 * (size_t)FZK_MM_BLOCKS);
+  w->qp = o; o += up256(sizeof(fzk_qparams));
+  uint64_t p1 = fzk_crc_parts(4 * nchunks), p2 = fzk_crc_parts(header_len);
+  w->cparts = o; o += up256(4 * (size_t)(p1 > p2 ? p1 : p2));
+  w->total = o; o += up256(8);
+  w->bytes = o;
+}
+
+static void fill_desc(fzk_desc *d, const fze_header *h) {
+  memset(d, 0, sizeof *d);
+  d->nst = (uint8_t)h->chain.n;
+  d->w = (uint8_t)fz_dtype_size(h->dtype);
+  d->fkind = h->dtype == FZ_F32 ? 1 : h->dtype == FZ_F64 ? 2 : 0;
+  d->has_quant = fze_chain_has_quant(&h->chain);
+  for (unsigned i = 0; i < h->chain.n; i++) {
+    d->id[i] = h->chain.st[i].id;
+    d->mode[i] = h->chain.st[i].mode;
+    d->levels[i] = h->chain.st[i].levels;
+  }
+  d->cb = h->chunk_bytes;
+  d->raw_bytes = h->raw_bytes;
+  d->nchunks = h->nchunks;
+  fzk_desc_layout(d);
+}
+
+/* Enables the chunk kernels' shared memory once per size. */
+static int kernels_ready(fz_gpu_ctx *ctx, const fzk_desc *d, char *why, size_t why_len) {
+  int rc = 0;
+  if (ctx->smem_ready >= d->smem)
+    return 0;
+  FZK_CHECK(fzk_kernels_init(d), fail);
+  ctx->smem_ready = d->smem;
+  return 0;
+fail:
+  return rc;
+}
+
+int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
+                       fz_gpu_plan **out, char *why, size_t why_len) {
+  if (ctx == NULL || p == NULL || out == NULL)
+    return FZ_EINVAL;
+  *out = NULL;
+  if (flags & ~(FZ_GPU_PREALLOC | FZ_GPU_TIMING)) {
+    fzk_why(why, why_len, "unknown plan flags 0x%x", flags);
+    return FZ_EINVAL;
+  }
+  fz_params cp = *p;
+  cp.threads = 1;
+  fz_gpu_plan *pl = calloc(1, sizeof *pl);
+  if (pl == NULL)
+    return FZ_ENOMEM;
+  pl->ctx = ctx;
+  pl->flags = flags;
+  uint8_t *tpl = NULL, *zeros = NULL;
+  int rc = fz_plan_create(&cp, &pl->cpu, why, why_len);
+  if (rc < 0)
+    goto fail;
+  pl->hdr = fze_plan_header(pl->cpu);
+  const fze_header *h = pl->hdr;
+  if (h->nchunks >= (1u << 31)) {
+    fzk_why(why, why_len, "too many chunks for one grid: %llu", (unsigned long long)h->nchunks);
+    rc = FZ_ESHAPE;
+    goto fail;
+  }
+  fill_desc(&pl->desc, h);
+  layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len);
+  pl->table_off = h->header_len - 4 - 2 * (size_t)h->nchunks;
+  pl->q_off = pl->desc.has_quant ? 19 + 8 * (size_t)h->ndims : 0;
+
+  /* The header with placeholder quantizer values, checksums and table: the
+   * device copies the part before the table and fills in the rest. */
+  rc = FZ_ENOMEM;
+  tpl = malloc(h->header_len);
+  zeros = calloc(1, 2 * (size_t)h->nchunks + 1);
+  if (tpl == NULL || zeros == NULL)
+    goto fail;
+  fze_header th = *h;
+  th.sizes = zeros;
+  th.payload_crc = 0;
+  fze_header_write(&th, tpl);
+
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  rc = kernels_ready(ctx, &pl->desc, why, why_len);
+  if (rc < 0)
+    goto fail;
+  FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->table_off), fail);
+  FZK_CHECK(cudaMemcpy(pl->d_tpl, tpl, pl->table_off, cudaMemcpyHostToDevice), fail);
+  FZK_CHECK(cudaMallocHost((void **)&pl->h_total, sizeof *pl->h_total), fail);
+  if (flags & FZ_GPU_PREALLOC) {
+    FZK_CHECK(cudaMallocFromPoolAsync((void **)&pl->d_ws, pl->ws.bytes, ctx->pool,
+                                      ctx->streams[0]), fail);
+    FZK_CHECK(cudaStreamSynchronize(ctx->streams[0]), fail);
+  }
+  if (flags & FZ_GPU_TIMING) {
+    FZK_CHECK(cudaEventCreate(&pl->ev0), fail);
+    FZK_CHECK(cudaEventCreate(&pl->ev1), fail);
+    pl->have_events = 1;
+  }
+  free(tpl);
+  free(zeros);
+  *out = pl;
+  return 0;
+fail:
+  free(tpl);
+  free(zeros);
+  fz_gpu_plan_destroy(pl);
+  return rc;
+}
+
+void fz_gpu_plan_destroy(fz_gpu_plan *pl) {
+  if (pl == NULL)
+    return;
+  cudaSetDevice(pl->ctx->device);
+  if (pl->d_ws) {
+    cudaFreeAsync(pl->d_ws, pl->ctx->streams[0]);
+    cudaStreamSynchronize(pl->ctx->streams[0]);
+  }
+  cudaFree(pl->d_tpl);
+  cudaFreeHost(pl->h_total);
+  if (pl->have_events) {
+    cudaEventDestroy(pl->ev0);
+    cudaEventDestroy(pl->ev1);
+  }
+  cudaGetLastError();
+  fz_plan_destroy(pl->cpu);
+  free(pl);
+}
+
+size_t fz_gpu_plan_input_bytes(const fz_gpu_plan *pl) { return fz_plan_input_bytes(pl->cpu); }
+size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *pl) {
+  return fz_plan_compress_bound(pl->cpu);
+}
+size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *pl) { return pl->ws.bytes; }
+
+int fz_gpu_plan_kernel_ms(fz_gpu_plan *pl, float *ms) {
+  if (pl == NULL || ms == NULL || !pl->have_events)
+    return FZ_EINVAL;
+  char why[8];
+  size_t why_len = sizeof why;
+  int rc = 0;
+  FZK_CHECK(cudaEventSynchronize(pl->ev1), fail);
+  FZK_CHECK(cudaEventElapsedTime(ms, pl->ev0, pl->ev1), fail);
+  return 0;
+fail:
+  return rc;
+}
+
+int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_out,
+                    size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,
+                    size_t why_len) {
+  if (pl == NULL || out_len == NULL || d_out == NULL || (d_in == NULL && in_len))
+    return FZ_EINVAL;
+  const fze_header *h = pl->hdr;
+  const fzk_desc *d = &pl->desc;
+  fz_gpu_ctx *ctx = pl->ctx;
+  if (in_len != h->raw_bytes)
+    return FZ_ESIZE;
+  if (out_cap < h->header_len)
+    return FZ_ENOSPC;
+  if ((uintptr_t)d_in % d->w != 0) {
+    fzk_why(why, why_len, "input not aligned to its %u-byte elements", d->w);
+    return FZ_EINVAL;
+  }
+  cudaStream_t s = stream ? stream : ctx->streams[0];
+  int rc = 0;
+  uint8_t *ws = pl->d_ws, *out = d_out;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  if (ws == NULL)
+    FZK_CHECK(cudaMallocFromPoolAsync((void **)&ws, pl->ws.bytes, ctx->pool, s), fail);
+  const ws_layout *L = &pl->ws;
+  uint32_t *sizes = (uint32_t *)(ws + L->sizes), *crcs = (uint32_t *)(ws + L->crcs);
+  uint64_t *offs = (uint64_t *)(ws + L->offs), *total = (uint64_t *)(ws + L->total);
+  fzk_qparams *qp = (fzk_qparams *)(ws + L->qp);
+  uint32_t *cparts = (uint32_t *)(ws + L->cparts);
+  if (pl->have_events)
+    FZK_CHECK(cudaEventRecord(pl->ev0, s), fail_ws);
+  if (d->has_quant) {
+    const fze_stage *q = &h->chain.st[0];
+    FZK_CHECK(fzk_launch_qparams(d, d_in, h->n_elems, q->mode, q->eb,
+                                 (double *)(ws + L->part), qp, s), fail_ws);
+  }
+  FZK_CHECK(fzk_launch_encode(d, d_in, (uintptr_t)d_in % 16 == 0, qp, ctx->d_tab,
+                              ws + L->stage, sizes, crcs, s), fail_ws);
+  FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, s),
+            fail_ws);
+  FZK_CHECK(fzk_launch_gather(d, ws + L->stage, sizes, offs, out, out_cap, h->header_len,
+                              pl->table_off, s), fail_ws);
+  FZK_CHECK(fzk_launch_header(pl->d_tpl, pl->table_off, pl->q_off, qp, out, s), fail_ws);
+  /* The payload checksum goes into the header, then the header's own. */
+  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * h->nchunks, cparts, ctx->d_tab,
+                           out + pl->table_off - 4, NULL, 0, NULL, NULL, 0, s), fail_ws);
+  FZK_CHECK(fzk_launch_crc(out, h->header_len - 4, cparts, ctx->d_tab,
+                           out + h->header_len - 4, NULL, 0, total, offs + h->nchunks,
+                           h->header_len, s), fail_ws);
+  if (pl->have_events)
+    FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
+  FZK_CHECK(cudaMemcpyAsync(pl->h_total, total, sizeof *total, cudaMemcpyDeviceToHost, s),
+            fail_ws);
+  if (pl->d_ws == NULL)
+    FZK_CHECK(cudaFreeAsync(ws, s), fail);
+  FZK_CHECK(cudaStreamSynchronize(s), fail);
+  *out_len = (size_t)*pl->h_total;
+  return *out_len > out_cap ? FZ_ENOSPC : 0;
+fail_ws:
+  if (pl->d_ws == NULL)
+    cudaFreeAsync(ws, s);
+fail:
+  return rc;
+}
+
+/* ---- decompression ---- */
+
+static int host_buffer(fz_gpu_ctx *ctx, size_t need, char *why, size_t why_len) {
+  int rc = 0;
+  if (ctx->h_hdr_cap >= need)
+    return 0;
+  cudaFreeHost(ctx->h_hdr);
+  ctx->h_hdr = NULL;
+  ctx->h_hdr_cap = 0;
+  size_t cap = need < 4096 ? 4096 : need;
+  FZK_CHECK(cudaMallocHost((void **)&ctx->h_hdr, cap), fail);
+  ctx->h_hdr_cap = cap;
+  return 0;
+fail:
+  return rc;
+}
+
+/* Copies the header to ctx->h_hdr and parses it: first a prefix that holds
+ * any shape and chain, then exactly the bytes the chunk table can need. */
+static int fetch_header(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len,
+                        fze_header *h, cudaStream_t s, char *why, size_t why_len) {
+  const size_t prefix_max = 8 + 8 * FZ_MAX_DIMS + 1 + FZE_MAX_STAGES * 26 + 4;
+  size_t pre = arc_len < 512 ? arc_len : 512;
+  int rc = host_buffer(ctx, 512, why, why_len);
+  if (rc < 0)
+    return rc;
+  if (pre)
+    FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, pre, cudaMemcpyDeviceToHost, s), fail);
+  FZK_CHECK(cudaStreamSynchronize(s), fail);
+  if (arc_len <= 512)
+    return fze_header_parse(ctx->h_hdr, arc_len, h);
+  const uint8_t *b = ctx->h_hdr;
+  size_t w = fz_dtype_size((fz_dtype)b[5]);
+  unsigned nd = b[6];
+  uint64_t dims[FZ_MAX_DIMS], n, raw;
+  if (memcmp(b, FZE_MAGIC, 4) != 0 || w == 0 || nd < 1 || nd > FZ_MAX_DIMS || b[7] < 12 ||
+      b[7] > 15)
+    return fze_header_parse(b, pre, h); /* reports what is wrong */
+  for (unsigned i = 0; i < nd; i++) {
+    dims[i] = 0;
+    for (int k = 7; k >= 0; k--)
+      dims[i] = dims[i] << 8 | b[8 + 8 * i + k];
+  }
+  if (fze_shape_size(nd, dims, w, &n, &raw) < 0)
+    return fze_header_parse(b, pre, h);
+  uint64_t cb = 1u << b[7], nchunks = (raw + cb - 1) / cb;
+  size_t need = prefix_max + 2 * (size_t)nchunks + 4;
+  if (need > arc_len)
+    need = arc_len;
+  if ((rc = host_buffer(ctx, need, why, why_len)) < 0)
+    return rc;
+  FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, need, cudaMemcpyDeviceToHost, s), fail);
+  FZK_CHECK(cudaStreamSynchronize(s), fail);
+  /* The parser reads only the header, which lies within `need` bytes; the
+   * full length lets it check the chunk table against the archive. */
+  return fze_header_parse(ctx->h_hdr, arc_len, h);
+fail:
+  return rc;
+}
+
+int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *d_out,
+                      size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,
+                      size_t why_len) {
+  if (ctx == NULL || out_len == NULL || (d_arc == NULL && arc_len))
+    return FZ_EINVAL;
+  cudaStream_t s = stream ? stream : ctx->streams[0];
+  int rc = 0;
+  uint8_t *ws = NULL;
+  pthread_mutex_lock(&ctx->lock);
+  FZK_CHECK(cudaSetDevice(ctx->device), out);
+  fze_header h;
+  rc = fetch_header(ctx, d_arc, arc_len, &h, s, why, why_len);
+  if (rc < 0)
+    goto out;
+  if (out_cap < h.raw_bytes) {
+    rc = FZ_ENOSPC;
+    goto out;
+  }
+  if (h.raw_bytes && d_out == NULL) {
+    rc = FZ_EINVAL;
+    goto out;
+  }
+  fzk_desc d;
+  fill_desc(&d, &h);
+  if ((rc = kernels_ready(ctx, &d, why, why_len)) < 0)
+    goto out;
+  fzk_qparams qp = {0, 0, 0};
+  if (d.has_quant) {
+    qp.eb_abs = h.chain.st[0].eb_abs;
+    qp.step = h.chain.st[0].step;
+    qp.inv = qp.step != 0 ? 1.0 / qp.step : 0;
+  }
+  uint64_t nc = h.nchunks;
+  size_t o_tab = 0, o_offs = up256(2 * nc + 1), o_bsum = o_offs + up256(8 * (nc + 1));
+  size_t o_crcs = o_bsum + up256(8 * (fzk_scan_blocks(nc) + 1));
+  size_t o_parts = o_crcs + up256(4 * nc + 4);
+  size_t o_status = o_parts + up256(4 * fzk_crc_parts(4 * nc));
+  size_t bytes = o_status + 256;
+  FZK_CHECK(cudaMallocFromPoolAsync((void **)&ws, bytes, ctx->pool, s), out);
+  uint32_t *status = (uint32_t *)(ws + o_status);
+  /* The table the host validated is the one the kernels use. */
+  if (nc)
+    FZK_CHECK(cudaMemcpyAsync(ws + o_tab, h.sizes, 2 * nc, cudaMemcpyHostToDevice, s), out);
+  FZK_CHECK(cudaMemsetAsync(status, 0, 4, s), out);
+  FZK_CHECK(fzk_launch_scan(nc, NULL, ws + o_tab, (uint64_t *)(ws + o_bsum),
+                            (uint64_t *)(ws + o_offs), s), out);
+  FZK_CHECK(fzk_launch_decode(&d, (const uint8_t *)d_arc + h.header_len,
+                              arc_len - h.header_len, (const uint64_t *)(ws + o_offs),
+                              ws + o_tab, qp, ctx->d_tab, d_out,
+                              (uintptr_t)d_out % 16 == 0, (uint32_t *)(ws + o_crcs), status,
+                              s), out);
+  FZK_CHECK(fzk_launch_crc(ws + o_crcs, 4 * nc, (uint32_t *)(ws + o_parts), ctx->d_tab, NULL,
+                           status, h.payload_crc, NULL, NULL, 0, s), out);
+  FZK_CHECK(cudaMemcpyAsync(ctx->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
+  FZK_CHECK(cudaFreeAsync(ws, s), out);
+  ws = NULL;
+  FZK_CHECK(cudaStreamSynchronize(s), out);
+  if (ctx->h_word[0] != 0) {
+    rc = FZ_ECORRUPT;
+    goto out;
+  }
+  *out_len = (size_t)h.raw_bytes;
+out:
+  if (ws)
+    cudaFreeAsync(ws, s);
+  pthread_mutex_unlock(&ctx->lock);
+  return rc;
+}

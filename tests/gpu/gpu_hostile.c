@@ -1,0 +1,109 @@
+/*
+ * gpu_hostile.c - corrupt, truncated and hostile archives decoded on the
+ * GPU: every one must give an error (the CPU decoder's code), never a crash
+ * or an access out of bounds (run under compute-sanitizer by run.sh).
+ */
+#include <criterion/criterion.h>
+
+#include "gpu_util.h"
+
+static uint8_t *make_archive(const char *preset, size_t n, size_t *len) {
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 1;
+  p.dims[0] = n;
+  p.pipeline = preset;
+  p.eb = 1e-3;
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
+  float *x = gen_data(FZ_F32, n, GEN_SPECIAL, 3);
+  size_t bound = fz_plan_compress_bound(pl);
+  uint8_t *a = malloc(bound);
+  cr_assert_eq(fz_plan_compress(pl, x, n * 4, a, bound, len), 0);
+  fz_plan_destroy(pl);
+  free(x);
+  return a;
+}
+
+/* Decodes arc on both backends; both must fail with the same code or both
+ * succeed with the same bytes. */
+static void both(const uint8_t *arc, size_t len, size_t raw) {
+  fz_gpu_ctx *ctx = test_ctx();
+  uint8_t *o_cpu = malloc(raw + 1), *o_gpu = malloc(raw + 1);
+  size_t ol = 0;
+  int rc_cpu = fz_decompress(arc, len, o_cpu, raw, &ol, 1);
+  void *d_arc = to_device(arc, len), *d_out = NULL;
+  CUDA_OK(cudaMalloc(&d_out, raw + 1));
+  char why[256] = "";
+  int rc_gpu = fz_gpu_decompress(ctx, d_arc, len, d_out, raw, &ol, NULL, why, sizeof why);
+  cr_assert_eq(rc_gpu, rc_cpu, "gpu %s (%s), cpu %s", fz_err_name(rc_gpu), why,
+               fz_err_name(rc_cpu));
+  if (rc_cpu == 0) {
+    CUDA_OK(cudaMemcpy(o_gpu, d_out, raw, cudaMemcpyDeviceToHost));
+    cr_assert(memcmp(o_cpu, o_gpu, raw) == 0);
+  }
+  cudaFree(d_arc);
+  cudaFree(d_out);
+  free(o_cpu);
+  free(o_gpu);
+}
+
+Test(hostile, truncations) {
+  const char *presets[] = {"fast", "balanced", "lossless"};
+  for (int p = 0; p < 3; p++) {
+    size_t len, n = 9000;
+    uint8_t *a = make_archive(presets[p], n, &len);
+    for (size_t cut = 0; cut < len; cut += 1 + cut / 3)
+      both(a, cut, n * 4);
+    free(a);
+  }
+}
+
+Test(hostile, byte_flips) {
+  const char *presets[] = {"fast", "balanced", "lossless"};
+  for (int p = 0; p < 3; p++) {
+    size_t len, n = 9000;
+    uint8_t *a = make_archive(presets[p], n, &len);
+    uint64_t s = 99;
+    for (int k = 0; k < 120; k++) {
+      uint8_t *b = malloc(len);
+      memcpy(b, a, len);
+      size_t at = (size_t)(rng_next(&s) % len);
+      b[at] ^= (uint8_t)(1 + rng_next(&s) % 255);
+      both(b, len, n * 4);
+      free(b);
+    }
+    free(a);
+  }
+}
+
+/* Many bytes of the payload garbled at once. */
+Test(hostile, garbled_payload) {
+  size_t len, n = 20000;
+  uint8_t *a = make_archive("balanced", n, &len);
+  uint64_t s = 7;
+  for (int k = 0; k < 40; k++) {
+    uint8_t *b = malloc(len);
+    memcpy(b, a, len);
+    for (int j = 0; j < 8; j++)
+      b[len - 1 - (size_t)(rng_next(&s) % (len / 2))] = (uint8_t)rng_next(&s);
+    both(b, len, n * 4);
+    free(b);
+  }
+  free(a);
+}
+
+Test(hostile, wrong_output_capacity) {
+  size_t len, n = 5000;
+  uint8_t *a = make_archive("balanced", n, &len);
+  fz_gpu_ctx *ctx = test_ctx();
+  void *d_arc = to_device(a, len), *d_out = NULL;
+  CUDA_OK(cudaMalloc(&d_out, n * 4));
+  size_t ol;
+  cr_assert_eq(fz_gpu_decompress(ctx, d_arc, len, d_out, n * 4 - 1, &ol, NULL, NULL, 0),
+               FZ_ENOSPC);
+  cudaFree(d_arc);
+  cudaFree(d_out);
+  free(a);
+}

@@ -1,0 +1,92 @@
+/*
+ * gpu_identity.c - the GPU backend against the CPU reference: for every
+ * preset, error mode and data type, on sizes around the chunk boundaries and
+ * on data full of NaN, Inf, -0.0 and denormals, the archives must be byte
+ * for byte the same, and decoding on either backend bit for bit the same.
+ */
+#include <criterion/criterion.h>
+
+#include "gpu_util.h"
+
+static const fz_eb_mode modes[] = {FZ_EB_ABS, FZ_EB_REL, FZ_EB_PWREL};
+static const gen_kind kinds[] = {GEN_SMOOTH, GEN_NOISE, GEN_SPECIAL};
+
+static void sweep(fz_dtype t, const char *preset, unsigned chunk) {
+  size_t per_chunk = (chunk ? chunk : FZ_CHUNK_DEFAULT) / fz_dtype_size(t);
+  size_t sizes[] = {0, 1, 7, per_chunk - 1, per_chunk, per_chunk + 1, 3 * per_chunk + 5, 100003};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (size_t ki = 0; ki < 3; ki++) {
+      void *x = gen_data(t, sizes[si], kinds[ki], si * 31 + ki);
+      for (size_t mi = 0; mi < 3; mi++) {
+        const double ebs[] = {1e-2, 1e-4};
+        for (size_t ei = 0; ei < 2; ei++)
+          check_identity(t, preset, modes[mi], ebs[ei], chunk, x, sizes[si], 0);
+      }
+      free(x);
+    }
+}
+
+Test(identity, fast_f32) { sweep(FZ_F32, "fast", 0); }
+Test(identity, balanced_f32) { sweep(FZ_F32, "balanced", 0); }
+Test(identity, fast_f64) { sweep(FZ_F64, "fast", 0); }
+Test(identity, balanced_f64) { sweep(FZ_F64, "balanced", 0); }
+Test(identity, balanced_f32_chunk32k) { sweep(FZ_F32, "balanced", 32768); }
+Test(identity, fast_f32_chunk4k) { sweep(FZ_F32, "fast", 4096); }
+
+Test(identity, lossless_every_dtype) {
+  const fz_dtype types[] = {FZ_U8, FZ_I8, FZ_U16, FZ_I16, FZ_U32, FZ_I32,
+                            FZ_U64, FZ_I64, FZ_F32, FZ_F64};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    size_t per_chunk = FZ_CHUNK_DEFAULT / fz_dtype_size(types[ti]);
+    size_t sizes[] = {0, 1, 7, per_chunk - 1, per_chunk, per_chunk + 1, 70001};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+      for (size_t ki = 0; ki < 3; ki++) {
+        void *x = gen_data(types[ti], sizes[si], kinds[ki], si * 7 + ki);
+        check_identity(types[ti], "lossless", FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+        free(x);
+      }
+  }
+}
+
+/* Chains beyond the presets: each stage alone and in other orders. */
+Test(identity, other_chains) {
+  const char *chains[] = {"quant", "quant | diff", "quant | bitshuffle",
+                          "quant | rze(levels=1)", "quant | diff(map=negabinary) | bitshuffle | rze(levels=6)",
+                          "quant | diff | diff | bitpack", "diff | bitpack", "bitshuffle | rze(levels=2)",
+                          "diff(map=negabinary) | rze"};
+  const fz_dtype types[] = {FZ_F32, FZ_F64};
+  for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++)
+    for (size_t ti = 0; ti < 2; ti++) {
+      size_t n = 2 * 4096 + 333;
+      void *x = gen_data(types[ti], n, GEN_SMOOTH, c);
+      check_identity(types[ti], chains[c], FZ_EB_REL, 1e-3, 0, x, n, 0);
+      free(x);
+    }
+  const fz_dtype ints[] = {FZ_U8, FZ_I16, FZ_I64};
+  for (size_t ti = 0; ti < 3; ti++) {
+    void *x = gen_data(ints[ti], 50001, GEN_SMOOTH, ti);
+    check_identity(ints[ti], "diff | bitpack", FZ_EB_REL, 1e-3, 0, x, 50001, 0);
+    check_identity(ints[ti], "bitshuffle | rze(levels=3)", FZ_EB_REL, 1e-3, 0, x, 50001, 0);
+    free(x);
+  }
+}
+
+Test(identity, constant_and_tiny_bounds) {
+  void *c = gen_data(FZ_F32, 20000, GEN_CONST, 1);
+  check_identity(FZ_F32, "balanced", FZ_EB_REL, 1e-3, 0, c, 20000, 0); /* lossless REL */
+  check_identity(FZ_F32, "fast", FZ_EB_ABS, 1e-3, 0, c, 20000, 0);
+  free(c);
+  void *x = gen_data(FZ_F32, 20000, GEN_SMOOTH, 2);
+  check_identity(FZ_F32, "balanced", FZ_EB_ABS, 1e-300, 0, x, 20000, 0);
+  check_identity(FZ_F32, "fast", FZ_EB_PWREL, 1e-9, 0, x, 20000, 0);
+  check_identity(FZ_F32, "balanced", FZ_EB_REL, 0.5, 0, x, 20000, 0);
+  free(x);
+}
+
+/* The preallocating mode reuses one workspace across jobs. */
+Test(identity, prealloc_repeated) {
+  void *x = gen_data(FZ_F32, 300000, GEN_SMOOTH, 5);
+  for (int r = 0; r < 3; r++)
+    check_identity(FZ_F32, "balanced", FZ_EB_REL, 1e-3, 0, x, 300000, FZ_GPU_PREALLOC);
+  free(x);
+}
