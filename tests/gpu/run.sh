@@ -1,0 +1,90 @@
+#!/bin/bash
+# The GPU runner: on a machine with a GPU (and, when the Debian development
+# packages are missing, their .deb files in .deps/), configures and builds the
+# CUDA backend, runs the GPU test suites, compute-sanitizer memcheck and
+# racecheck on a small case, the GPU benchmark, and prints a short table.
+# Logs go to $OUT when it is set (else build-gpu-run/logs).
+#
+#   tests/gpu/run.sh [FIELDS_DIR]     FIELDS_DIR: *.f32 fields for the bench
+#                                      (default: build-fields/ when present)
+# Environment: FZ_BENCH_ARGS (extra fz_gpu_bench options, e.g. "-r 3"),
+# FZ_GPU_TEST_LARGE_MB (size of the large identity test; 0 skips it),
+# FZ_SKIP_TESTS=1 / FZ_SKIP_BENCH=1.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+build=$root/build-gpu-run
+logs=${OUT:-$build/logs}
+mkdir -p "$logs"
+fields=${1:-$root/build-fields}
+
+if ! pkg-config --exists criterion 2>/dev/null && [ -f .deps/unpack-debs.sh ]; then
+  eval "$(bash .deps/unpack-debs.sh .deps)"
+fi
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+    | tee "$logs/gpu.txt"
+fi
+
+step() { printf '\n== %s\n' "$*"; }
+status=0
+summary=()
+
+step configure and build
+cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+  > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
+cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
+  test_gpu_large fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
+echo "built"
+
+if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
+  step GPU test suites
+  if ctest --test-dir "$build" -R '^test_gpu_' --output-on-failure \
+       > "$logs/ctest.log" 2>&1; then
+    summary+=("ctest GPU suites: passed")
+  else
+    summary+=("ctest GPU suites: FAILED")
+    status=1
+  fi
+  grep -E "tests passed|Test +#|Passed|Failed|Skipped|SKIP|Synthesis|large:" "$logs/ctest.log" | tail -30
+
+  step compute-sanitizer
+  for tool in memcheck racecheck; do
+    if compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
+         "$build/tests/gpu/test_gpu_identity" --filter 'identity/other_chains' -j1 \
+         > "$logs/sanitizer-$tool.log" 2>&1 &&
+       compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
+         "$build/tests/gpu/test_gpu_hostile" --filter 'hostile/byte_flips' -j1 \
+         >> "$logs/sanitizer-$tool.log" 2>&1; then
+      summary+=("compute-sanitizer $tool: clean")
+    else
+      summary+=("compute-sanitizer $tool: ERRORS (see sanitizer-$tool.log)")
+      status=1
+    fi
+    grep -E "ERROR SUMMARY|Synthesis" "$logs/sanitizer-$tool.log" | tail -4
+  done
+fi
+
+if [ "${FZ_SKIP_BENCH:-0}" != 1 ]; then
+  step GPU benchmark
+  inputs=()
+  if [ -d "$fields" ]; then
+    for f in "$fields"/*.f32; do [ -f "$f" ] && inputs+=("$f"); done
+  fi
+  inputs+=(--gen smooth --gen noise)
+  # shellcheck disable=SC2086
+  if "$build/tests/bench/fz_gpu_bench" ${FZ_BENCH_ARGS:-} "${inputs[@]}" \
+       > "$logs/bench.md" 2> "$logs/bench.err"; then
+    summary+=("benchmark: every bound held")
+  else
+    summary+=("benchmark: FAILED (exit $?)")
+    status=1
+  fi
+  cat "$logs/bench.md"
+  cat "$logs/bench.err"
+fi
+
+step summary
+printf '%s\n' "${summary[@]}"
+exit $status
