@@ -42,6 +42,8 @@ typedef struct fzd_job {
   char pipeline[FZD_PIPELINE_MAX];
   bool verify;
   void *in_data;      /* inline input (owned copy) or NULL */
+  void *in_map;       /* mapping of a sealed memfd input, or NULL */
+  size_t in_map_len;
   size_t in_len;      /* bytes of input */
   int fds[FZD_MAX_FDS_PER_MESSAGE]; /* descriptors of this message, owned */
   unsigned nfds;
