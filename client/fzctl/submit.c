@@ -72,16 +72,23 @@ static bool ends_with(const char *s, const char *suffix) {
   return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-/* Copies fd 0 into a memfd so that it can be passed or mapped like a file. */
+/* Copies fd 0 into a memfd so that it can be passed like a file.  Sealed
+ * against shrinking once full, the memfd can be mapped by the daemon rather
+ * than copied. */
 static int stdin_to_memfd(void) {
-  int fd = memfd_create("fzctl-stdin", MFD_CLOEXEC);
+  int fd = memfd_create("fzctl-stdin", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0)
     return -1;
   static char buf[1 << 20];
   for (;;) {
     ssize_t n = read(STDIN_FILENO, buf, sizeof buf);
-    if (n == 0)
+    if (n == 0) {
+      if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) < 0) {
+        close(fd);
+        return -1;
+      }
       return fd;
+    }
     if (n < 0) {
       if (errno == EINTR)
         continue;

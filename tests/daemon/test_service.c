@@ -4,6 +4,7 @@
  * and many clients at once.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,15 +137,18 @@ Test(service, inline_roundtrip_and_stats) {
   stop_daemon(h);
 }
 
-/* A memfd holding bytes, rewound. */
-static int memfd_with(const void *bytes, size_t len) {
-  int fd = memfd_create("fzd-test", MFD_CLOEXEC);
+/* A memfd holding bytes; sealed against shrinking when asked, which lets the
+ * daemon map it instead of reading it. */
+static int memfd_with(const void *bytes, size_t len, bool sealed) {
+  int fd = memfd_create("fzd-test", MFD_CLOEXEC | (sealed ? MFD_ALLOW_SEALING : 0));
   cr_assert_geq(fd, 0);
   cr_assert_eq(write(fd, bytes, len), (ssize_t)len);
+  if (sealed)
+    cr_assert_eq(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
   return fd;
 }
 
-Test(service, descriptor_roundtrip) {
+static void descriptor_roundtrip(bool sealed) {
   fzd_harness *h = start_daemon(NULL);
   wire w;
   wire_open(&w, h, false);
@@ -156,7 +160,7 @@ Test(service, descriptor_roundtrip) {
   char *file = malloc(100 + n * sizeof(float));
   memset(file, 0x5a, 100);
   memcpy(file + 100, x, n * sizeof(float));
-  int in = memfd_with(file, 100 + n * sizeof(float));
+  int in = memfd_with(file, 100 + n * sizeof(float), sealed);
   int out = memfd_create("fzd-out", MFD_CLOEXEC);
   int fds[2] = {in, out};
   double eb = 1e-3;
@@ -233,6 +237,9 @@ Test(service, descriptor_roundtrip) {
   wire_close(&w);
   stop_daemon(h);
 }
+
+Test(service, descriptor_roundtrip) { descriptor_roundtrip(false); }
+Test(service, sealed_memfd_roundtrip) { descriptor_roundtrip(true); }
 
 typedef struct client_arg {
   const fzd_harness *h;
