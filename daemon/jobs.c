@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,9 +317,32 @@ static int run_decompress(fzd_job *job) {
 
 /* ---- threads -------------------------------------------------------------- */
 
+/* On the CPU backend each worker owns a core: pinned, its caches stay warm
+ * with its plans and chunks instead of following it around the machine.
+ * Only the cores this process may use count; with more workers than cores
+ * they share them in turn.  A failure to pin is harmless. */
+static void pin_to_core(unsigned index) {
+  cpu_set_t allowed, one;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return;
+  int count = CPU_COUNT(&allowed);
+  if (count <= 1)
+    return;
+  int want = (int)(index % (unsigned)count);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &allowed) || want-- > 0)
+      continue;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    return;
+  }
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   fzd_pool *pool = w->pool;
+  pin_to_core(w->index);
   for (;;) {
     pthread_mutex_lock(&pool->mu);
     while (pool->head == NULL && !pool->stop)
