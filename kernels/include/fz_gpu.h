@@ -84,7 +84,7 @@ int fz_gpu_plan_kernel_ms(fz_gpu_plan *plan, float *ms);
 
 /* Compresses in_len bytes of device memory d_in (in_len must equal
  * fz_gpu_plan_input_bytes()) into device memory d_out.  Runs on `stream`
- * (NULL: the context's stream 0) and waits for it once, to read the size.
+ * (NULL: the default stream) and waits for it once, to read the size.
  * FZ_ENOSPC when out_cap is below the archive's size (*out_len then holds the
  * size needed).  A plan may be used by one thread at a time. */
 int fz_gpu_compress(fz_gpu_plan *plan, const void *d_in, size_t in_len,
@@ -92,7 +92,8 @@ int fz_gpu_compress(fz_gpu_plan *plan, const void *d_in, size_t in_len,
                     fz_gpu_stream stream, char *why, size_t why_len);
 
 /* Decompresses the archive in device memory d_arc into device memory d_out
- * (out_cap >= the raw size).  The header is copied to the host and fully
+ * (out_cap >= the raw size), on `stream` (NULL: the default stream),
+ * which it waits for.  The header is copied to the host and fully
  * validated before any kernel runs; every chunk is bounds-checked on the
  * device; a corrupt archive gives the CPU decoder's error code. */
 int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len,

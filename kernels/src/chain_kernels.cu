@@ -426,19 +426,22 @@ fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_le
       for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
         fzk_st(dst, i, w, fzk_dequant_one(fzk_ld(cur, i, w), w, d.mode[0], q));
       __syncthreads();
+      /* Indices must be strictly ascending and below n; all are checked
+       * before any is used, so no two threads write one element. */
       bool pbad = q.step == 0 && m != 0;
       const uint8_t *idx = g_arc + side_len - (size_t)m * (2 + w);
       const uint8_t *val = idx + 2 * (size_t)m;
-      for (uint32_t j = threadIdx.x; j < m && !pbad; j += FZK_NT) {
+      for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
         uint32_t i = idx[2 * j] | (uint32_t)idx[2 * j + 1] << 8;
         uint32_t p = j ? (idx[2 * j - 2] | (uint32_t)idx[2 * j - 1] << 8) : 0;
-        if ((j && i <= p) || i >= n) {
-          pbad = true;
-          break;
-        }
-        for (unsigned b = 0; b < w; b++)
-          dst[(size_t)i * w + b] = val[(size_t)w * j + b];
+        pbad |= (j && i <= p) || i >= n;
       }
+      if (!fzk_any(pbad))
+        for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
+          uint32_t i = idx[2 * j] | (uint32_t)idx[2 * j + 1] << 8;
+          for (unsigned b = 0; b < w; b++)
+            dst[(size_t)i * w + b] = val[(size_t)w * j + b];
+        }
       bad = fzk_any(pbad);
       cur = dst;
     }

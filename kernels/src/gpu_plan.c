@@ -213,7 +213,9 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
     fzk_why(why, why_len, "input not aligned to its %u-byte elements", d->w);
     return FZ_EINVAL;
   }
-  cudaStream_t s = stream ? stream : ctx->streams[0];
+  /* NULL is the default stream, which orders this call after the caller's
+   * plain cudaMemcpy calls. */
+  cudaStream_t s = stream;
   int rc = 0;
   uint8_t *ws = pl->d_ws, *out = d_out;
   FZK_CHECK(cudaSetDevice(ctx->device), fail);
@@ -325,7 +327,7 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *
                       size_t why_len) {
   if (ctx == NULL || out_len == NULL || (d_arc == NULL && arc_len))
     return FZ_EINVAL;
-  cudaStream_t s = stream ? stream : ctx->streams[0];
+  cudaStream_t s = stream;
   int rc = 0;
   uint8_t *ws = NULL;
   pthread_mutex_lock(&ctx->lock);
