@@ -72,8 +72,12 @@ static const setting settings[] = {
      "auto (the GPU when there is one, else the CPU), gpu (fail without one) or cpu"},
     {"gpu", T_GPU, OFF(gpu), 0, 64, "\"0\"", false, NULL,
      "GPU to pin: a CUDA index or a UUID string (GPU backend only)"},
+    {"gpu_memory_limit", T_UINT, OFF(gpu_memory_limit), 0, UINT64_C(1) << 50, "0",
+     false, NULL,
+     "device bytes the workers' buffers and plans may hold together (GPU backend); "
+     "beyond it a job gets EGPUOOM; 0 means no limit but the GPU's"},
     {"workers", T_UINT, OFF(workers), 0, 1024, "0", false, NULL,
-     "worker threads; 0 means one per online CPU"},
+     "worker threads; 0 means one per online CPU (CPU backend) or 4 (GPU backend, one stream each)"},
     {"queue_capacity", T_UINT, OFF(queue_capacity), 1, 1048576, "256", true,
      NULL, "jobs waiting for a worker; beyond it requests get EBUSY"},
     {"max_inflight_per_connection", T_UINT, OFF(max_inflight_per_connection),

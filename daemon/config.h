@@ -26,6 +26,7 @@ typedef struct fzd_config {
   char tcp_token[FZD_CONFIG_STR];
   uint64_t backend; /* enum fzd_backend */
   char gpu[FZD_CONFIG_STR];
+  uint64_t gpu_memory_limit; /* bytes; 0: no limit */
   uint64_t workers; /* 0: one per online CPU */
   uint64_t queue_capacity;
   uint64_t max_inflight_per_connection;

@@ -52,6 +52,7 @@ struct fzd_conn {
   int fdq[FZD_MAX_FDS_QUEUED];
   unsigned fdq_head, fdq_count;
   char peer[96];
+  fzd_ipc_cache *ipc; /* imported CUDA IPC buffers, made on first use */
 };
 
 static void conn_close(fzd_conn *c);
@@ -60,12 +61,20 @@ static void conn_update(fzd_conn *c);
 static void conn_unref(fzd_conn *c) {
   if (--c->refs > 0)
     return;
+  /* No job of this connection is left, so no worker holds an IPC buffer. */
+  fzd_ipc_cache_destroy(c->ipc);
   free(c->in);
   free(c->out);
   free(c);
 }
 
 bool fzd_conn_is_tcp(const fzd_conn *c) { return c->tcp; }
+
+fzd_ipc_cache *fzd_conn_ipc(fzd_conn *c) {
+  if (c->ipc == NULL && c->srv->gpu != NULL)
+    c->ipc = fzd_ipc_cache_create(c->srv->gpu);
+  return c->ipc;
+}
 bool fzd_conn_greeted(const fzd_conn *c) { return c->greeted; }
 void fzd_conn_set_greeted(fzd_conn *c) { c->greeted = true; }
 

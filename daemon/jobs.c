@@ -10,7 +10,9 @@
  * could be truncated by its owner while mapped, and the daemon would die of
  * SIGBUS; those are read with pread.  Each worker keeps
  * its own small LRU of finalized plans, since a plan serves one thread at a
- * time and the next job is very often the same shape.
+ * time and the next job is very often the same shape.  On the GPU backend
+ * a worker hands its jobs to gpu.c with its own stream and buffers; the
+ * descriptor and delivery helpers here serve both backends.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -40,6 +42,7 @@ typedef struct worker {
   unsigned index;
   plan_entry *plans;
   uint64_t tick;
+  fzd_gpu_worker *gpu; /* the GPU backend's state of this worker, or NULL */
 } worker;
 
 struct fzd_pool {
@@ -78,11 +81,12 @@ void fzd_job_free(fzd_job *job) {
 
 /* ---- plans ---------------------------------------------------------------- */
 
-static bool same_key(const plan_entry *e, const fzd_job *job) {
-  const fz_params *a = &e->key, *b = &job->params;
+bool fzd_job_same_plan(const fz_params *a, const char *pipeline,
+                       const fzd_job *job) {
+  const fz_params *b = &job->params;
   if (a->dtype != b->dtype || a->ndims != b->ndims || a->eb_mode != b->eb_mode ||
       memcmp(&a->eb, &b->eb, sizeof(a->eb)) != 0 ||
-      strcmp(e->pipeline, job->pipeline) != 0)
+      strcmp(pipeline, job->pipeline) != 0)
     return false;
   for (unsigned i = 0; i < a->ndims; i++)
     if (a->dims[i] != b->dims[i])
@@ -97,7 +101,7 @@ static int get_plan(worker *w, fzd_job *job, fz_plan **plan, bool *owned) {
   unsigned n = w->pool->plan_cache_entries;
   *owned = false;
   for (unsigned i = 0; i < n; i++)
-    if (w->plans[i].plan != NULL && same_key(&w->plans[i], job)) {
+    if (w->plans[i].plan != NULL && fzd_job_same_plan(&w->plans[i].key, w->plans[i].pipeline, job)) {
       w->plans[i].used = ++w->tick;
       *plan = w->plans[i].plan;
       return 0;
@@ -154,20 +158,12 @@ static void unmap_input(fzd_job *job) {
   job->in_map = NULL;
 }
 
-static int read_input(fzd_job *job, const void **in) {
-  if (job->in_fd < 0) {
-    *in = job->in_data;
-    return 0;
-  }
+/* Reads in_len bytes at in_off of in_fd into dst. */
+static int pread_input(fzd_job *job, void *dst) {
   int fd = job->fds[job->in_fd];
-  if (map_input(job, fd, in))
-    return 0;
-  job->in_data = malloc(job->in_len ? job->in_len : 1);
-  if (job->in_data == NULL)
-    return FZ_ENOMEM;
   size_t got = 0;
   while (got < job->in_len) {
-    ssize_t n = pread(fd, (char *)job->in_data + got, job->in_len - got,
+    ssize_t n = pread(fd, (char *)dst + got, job->in_len - got,
                       (off_t)(job->in_off + got));
     if (n < 0 && errno == EINTR)
       continue;
@@ -179,24 +175,44 @@ static int read_input(fzd_job *job, const void **in) {
     }
     got += (size_t)n;
   }
-  *in = job->in_data;
   return 0;
 }
 
-/* Delivers len bytes of result: to out_fd, or kept for the inline reply. */
-static int deliver(fzd_job *job, void *data, size_t len) {
-  if (job->out_fd < 0) {
-    if (len > job->max_inline) {
-      snprintf(job->why, sizeof(job->why),
-               "result of %zu bytes exceeds max_inline_bytes (%llu); pass out_fd",
-               len, (unsigned long long)job->max_inline);
-      free(data);
-      return FZ_EMSGSIZE;
-    }
-    job->out_data = data;
-    job->out_len = len;
+static int read_input(fzd_job *job, const void **in) {
+  if (job->in_fd < 0) {
+    *in = job->in_data;
     return 0;
   }
+  if (map_input(job, job->fds[job->in_fd], in))
+    return 0;
+  job->in_data = malloc(job->in_len ? job->in_len : 1);
+  if (job->in_data == NULL)
+    return FZ_ENOMEM;
+  *in = job->in_data;
+  return pread_input(job, job->in_data);
+}
+
+int fzd_job_read_into(fzd_job *job, void *dst) {
+  const void *src = job->in_data;
+  if (job->in_fd >= 0 && !map_input(job, job->fds[job->in_fd], &src))
+    return pread_input(job, dst);
+  if (job->in_len > 0)
+    memcpy(dst, src, job->in_len);
+  unmap_input(job);
+  return 0;
+}
+
+static int inline_too_large(fzd_job *job, size_t len) {
+  if (len <= job->max_inline)
+    return 0;
+  snprintf(job->why, sizeof(job->why),
+           "result of %zu bytes exceeds max_inline_bytes (%llu); pass out_fd", len,
+           (unsigned long long)job->max_inline);
+  return FZ_EMSGSIZE;
+}
+
+/* Writes len bytes at out_off of out_fd and truncates a file after them. */
+static int write_output(fzd_job *job, const void *data, size_t len) {
   int fd = job->fds[job->out_fd];
   size_t put = 0;
   int err = 0;
@@ -219,9 +235,41 @@ static int deliver(fzd_job *job, void *data, size_t len) {
     snprintf(job->why, sizeof(job->why), "truncating out_fd: %s", strerror(errno));
     err = FZ_EIO;
   }
-  free(data);
   job->out_len = len;
   return err;
+}
+
+/* Delivers len bytes of result, taking data: to out_fd, or kept for the
+ * inline reply. */
+static int deliver(fzd_job *job, void *data, size_t len) {
+  if (job->out_fd < 0) {
+    int err = inline_too_large(job, len);
+    if (err < 0) {
+      free(data);
+      return err;
+    }
+    job->out_data = data;
+    job->out_len = len;
+    return 0;
+  }
+  int err = write_output(job, data, len);
+  free(data);
+  return err;
+}
+
+int fzd_job_deliver_copy(fzd_job *job, const void *data, size_t len) {
+  if (job->out_fd >= 0)
+    return write_output(job, data, len);
+  int err = inline_too_large(job, len);
+  if (err < 0)
+    return err;
+  void *copy = malloc(len ? len : 1);
+  if (copy == NULL)
+    return FZ_ENOMEM;
+  memcpy(copy, data, len);
+  job->out_data = copy;
+  job->out_len = len;
+  return 0;
 }
 
 /* ---- the two kinds of job ------------------------------------------------ */
@@ -342,7 +390,8 @@ static void pin_to_core(unsigned index) {
 static void *worker_main(void *arg) {
   worker *w = arg;
   fzd_pool *pool = w->pool;
-  pin_to_core(w->index);
+  if (w->gpu == NULL)
+    pin_to_core(w->index);
   for (;;) {
     pthread_mutex_lock(&pool->mu);
     while (pool->head == NULL && !pool->stop)
@@ -360,8 +409,11 @@ static void *worker_main(void *arg) {
 
     job->next = NULL;
     job->why[0] = '\0';
-    job->err = job->kind == FZD_JOB_COMPRESS ? run_compress(w, job)
-                                             : run_decompress(job);
+    if (w->gpu != NULL)
+      job->err = fzd_gpu_run(w->gpu, job);
+    else
+      job->err = job->kind == FZD_JOB_COMPRESS ? run_compress(w, job)
+                                               : run_decompress(job);
     if (job->err > 0)
       job->err = 0;
 
@@ -374,7 +426,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&pool->mu);
     uv_async_send(&pool->async);
   }
-  for (unsigned i = 0; i < pool->plan_cache_entries; i++)
+  for (unsigned i = 0; w->plans != NULL && i < pool->plan_cache_entries; i++)
     fz_plan_destroy(w->plans[i].plan);
   return NULL;
 }
@@ -394,7 +446,7 @@ static void on_async(uv_async_t *h) {
 }
 
 int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
-                   unsigned plan_cache_entries,
+                   unsigned plan_cache_entries, fzd_gpu *gpu,
                    void (*done)(fzd_job *job, void *arg), void *arg) {
   fzd_pool *pool = calloc(1, sizeof(*pool));
   if (pool == NULL)
@@ -411,11 +463,20 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
   if (uv_async_init(loop, &pool->async, on_async) < 0)
     goto err_mutex;
   pool->async.data = pool;
+  int fail = FZ_ENOMEM;
   for (unsigned i = 0; i < n; i++) {
     worker *w = &pool->workers[i];
     w->pool = pool;
     w->index = i;
-    if (plan_cache_entries > 0) {
+    if (gpu != NULL) {
+      char why[256] = "";
+      int err = fzd_gpu_worker_create(gpu, i, plan_cache_entries, &w->gpu, why, sizeof why);
+      if (err < 0) {
+        fzd_err("GPU worker %u: %s", i, why[0] ? why : fz_strerror(err));
+        fail = err;
+        break;
+      }
+    } else if (plan_cache_entries > 0) {
       w->plans = calloc(plan_cache_entries, sizeof(plan_entry));
       if (w->plans == NULL)
         break;
@@ -423,6 +484,8 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
       free(w->plans);
       w->plans = NULL;
+      fzd_gpu_worker_destroy(w->gpu);
+      w->gpu = NULL;
       break;
     }
     pool->nworkers++;
@@ -430,7 +493,7 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
   if (pool->nworkers < n) {
     fzd_err("started only %u of %u workers", pool->nworkers, n);
     fzd_pool_stop(pool);
-    return FZ_ENOMEM;
+    return fail;
   }
   *out = pool;
   return 0;
@@ -513,6 +576,7 @@ void fzd_pool_stop(fzd_pool *pool) {
   for (unsigned i = 0; i < pool->nworkers; i++) {
     pthread_join(pool->workers[i].thread, NULL);
     free(pool->workers[i].plans);
+    fzd_gpu_worker_destroy(pool->workers[i].gpu);
   }
   /* Jobs that finished after the last async wake-up still get their reply. */
   on_async(&pool->async);

@@ -178,22 +178,40 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 /* ---- start-up ----------------------------------------------------------------- */
 
+/* The GPU backend pins one GPU (the "gpu" setting) with one stream per
+ * worker; "auto" falls back to the CPU when this build has no CUDA or the
+ * GPU cannot be used, and says why. */
 static int choose_backend(fzd_server *srv) {
-  switch (srv->cfg.backend) {
-  case FZD_BACKEND_GPU:
-    fzd_err("backend \"gpu\": this build has no GPU backend (%s); use \"auto\" or \"cpu\"",
-            fz_strerror(FZ_ENOGPU));
-    return FZ_ENOGPU;
-  case FZD_BACKEND_AUTO:
-    fzd_info("backend \"auto\": no GPU backend in this build; using the CPU");
-    break;
-  default:
-    break;
+  if (srv->cfg.backend != FZD_BACKEND_CPU) {
+    unsigned streams = srv->cfg.workers ? (unsigned)srv->cfg.workers
+                                        : FZD_GPU_DEFAULT_WORKERS;
+    char why[256] = "this build has no GPU backend";
+    int err = fzd_gpu_open(srv->cfg.gpu, streams, srv->cfg.gpu_memory_limit, &srv->gpu,
+                           why, sizeof(why));
+    if (err == 0) {
+      srv->backend_name = "gpu";
+      srv->device_name = fzd_gpu_name(srv->gpu);
+      srv->workers = streams;
+      fzd_info("backend %s: GPU \"%s\" is %s (%s), %u streams",
+               fzd_backend_name(srv->cfg.backend), srv->cfg.gpu, srv->device_name,
+               fzd_gpu_uuid(srv->gpu), streams);
+      return 0;
+    }
+    if (srv->cfg.backend == FZD_BACKEND_GPU) {
+      fzd_err("backend \"gpu\": cannot use GPU \"%s\": %s (%s); use \"auto\" or \"cpu\"",
+              srv->cfg.gpu, why, fz_strerror(err));
+      return err;
+    }
+    fzd_info("backend \"auto\": no usable GPU \"%s\" (%s); using the CPU", srv->cfg.gpu,
+             why);
   }
   if (strcmp(srv->cfg.gpu, "0") != 0)
     fzd_info("setting gpu \"%s\" has no effect on the CPU backend", srv->cfg.gpu);
   srv->backend_name = "cpu";
   srv->device_name = "cpu";
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  srv->workers = srv->cfg.workers ? (unsigned)srv->cfg.workers
+                                  : (unsigned)(cores > 0 ? cores : 1);
   return 0;
 }
 
@@ -201,11 +219,10 @@ static int start(fzd_server *srv) {
   int err = choose_backend(srv);
   if (err < 0)
     return err;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  srv->workers = srv->cfg.workers ? (unsigned)srv->cfg.workers
-                                  : (unsigned)(cores > 0 ? cores : 1);
+  /* On the GPU backend this warms every worker up before READY=1. */
   err = fzd_pool_start(&srv->pool, srv->loop, srv->workers,
-                       (unsigned)srv->cfg.plan_cache_entries, fzd_conn_job_done, srv);
+                       (unsigned)srv->cfg.plan_cache_entries, srv->gpu,
+                       fzd_conn_job_done, srv);
   if (err < 0) {
     fzd_err("cannot start %u workers: %s", srv->workers, fz_strerror(err));
     return err;
@@ -308,9 +325,11 @@ int main(int argc, char **argv) {
   server.start_usec = fzd_notify_monotonic_usec();
   if (start(&server) < 0) {
     fzd_listeners_close(&server);
+    fzd_gpu_close(server.gpu);
     return 1;
   }
   uv_run(&loop, UV_RUN_DEFAULT);
+  fzd_gpu_close(server.gpu); /* the workers and connections are gone */
   int rc = uv_loop_close(&loop);
   if (rc < 0) {
     fzd_err("event loop closed with handles still open: %s", uv_strerror(rc));

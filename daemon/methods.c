@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -179,10 +180,74 @@ static int parse_fd_index(const msgpack_object *p, const char *key,
   return 1;
 }
 
-/* The input: inline "data" or "in_fd" (+ in_offset, in_length).  For inline
- * data the bytes are copied out of the read buffer, which moves on. */
-static int parse_input(fzd_server *srv, const msgpack_object *p, fzd_job *job,
-                       bad *b) {
+/* A CUDA IPC buffer named by "<side>_ipc": a legacy cudaIpcMemHandle_t (64
+ * bytes), only on the Unix socket of a GPU backend, with "device" naming
+ * this daemon's GPU by UUID.  1 when given (handle copied to dst), 0 when
+ * absent, or the error. */
+static int parse_ipc_handle(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
+                            const char *side, fzd_job *job, unsigned char *dst, bad *b) {
+  char key[16];
+  snprintf(key, sizeof(key), "%s_ipc", side);
+  const void *h;
+  uint32_t len;
+  int r = fzp_get_bin(p, key, &h, &len);
+  if (r < 0)
+    return reject(b, FZ_EPARAMS, "\"%s\" must be bin", key);
+  if (r == 0)
+    return 0;
+  if (fzd_conn_is_tcp(c))
+    return reject(b, FZ_ETRANSPORT, "CUDA IPC buffers cannot be used over TCP; "
+                  "send \"data\" inline");
+  if (srv->gpu == NULL)
+    return reject(b, FZ_ENOGPU, "\"%s\": CUDA IPC buffers need the GPU backend; "
+                  "this fzd runs the CPU backend", key);
+  if (len != FZD_IPC_HANDLE_BYTES)
+    return reject(b, FZ_EPARAMS, "\"%s\" must be a %d-byte cudaIpcMemHandle_t, not %u "
+                  "bytes", key, FZD_IPC_HANDLE_BYTES, len);
+  const char *dev;
+  uint32_t dev_len;
+  char text[72];
+  if (fzp_get_str(p, "device", &dev, &dev_len) != 1 ||
+      !copy_str(text, sizeof(text), dev, dev_len))
+    return reject(b, FZ_EPARAMS, "\"%s\" needs \"device\", the UUID of the buffer's GPU "
+                  "(\"GPU-...\")", key);
+  if (strcasecmp(text, fzd_gpu_uuid(srv->gpu)) != 0)
+    return reject(b, FZ_ENOGPU, "the buffer is on GPU \"%s\" but this fzd serves %s",
+                  text, fzd_gpu_uuid(srv->gpu));
+  job->ipc = fzd_conn_ipc(c);
+  if (job->ipc == NULL)
+    return reject(b, FZ_ENOMEM, "no memory for the connection's IPC cache");
+  memcpy(dst, h, FZD_IPC_HANDLE_BYTES);
+  return 1;
+}
+
+/* The input of an IPC job: in_offset (default 0) and in_length (default:
+ * what the shape needs, want; required when want is 0). */
+static int parse_ipc_input(fzd_server *srv, const msgpack_object *p, fzd_job *job,
+                           uint64_t want, bad *b) {
+  uint64_t off = 0, len = want;
+  if (opt_u64(p, "in_offset", &off, b) < 0)
+    return b->code;
+  int has_len = opt_u64(p, "in_length", &len, b);
+  if (has_len < 0)
+    return b->code;
+  if (!has_len && want == 0)
+    return reject(b, FZ_EPARAMS, "\"in_ipc\" needs \"in_length\", the archive's size");
+  if (len > srv->cfg.max_job_bytes || len > SIZE_MAX || off > UINT64_MAX - len)
+    return reject(b, FZ_EMSGSIZE, "input of %llu bytes exceeds max_job_bytes (%llu)",
+                  (unsigned long long)len, (unsigned long long)srv->cfg.max_job_bytes);
+  job->in_ipc = true;
+  job->in_off = off;
+  job->in_len = (size_t)len;
+  return 0;
+}
+
+/* The input: inline "data", "in_fd" (+ in_offset, in_length) or "in_ipc"
+ * (+ in_offset, in_length, device).  For inline data the bytes are copied
+ * out of the read buffer, which moves on.  want is the size the shape needs
+ * (compress) or 0. */
+static int parse_input(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
+                       fzd_job *job, uint64_t want, bad *b) {
   const void *data;
   uint32_t data_len;
   int has_data = fzp_get_bin(p, "data", &data, &data_len);
@@ -191,8 +256,14 @@ static int parse_input(fzd_server *srv, const msgpack_object *p, fzd_job *job,
   int r = parse_fd_index(p, "in_fd", job, &job->in_fd, b);
   if (r < 0)
     return r;
-  if (has_data == (r == 1))
-    return reject(b, FZ_EPARAMS, "give exactly one of \"data\" and \"in_fd\"");
+  int has_ipc = parse_ipc_handle(srv, c, p, "in", job, job->in_handle, b);
+  if (has_ipc < 0)
+    return has_ipc;
+  if (has_data + (r == 1) + has_ipc != 1)
+    return reject(b, FZ_EPARAMS,
+                  "give exactly one of \"data\", \"in_fd\" and \"in_ipc\"");
+  if (has_ipc)
+    return parse_ipc_input(srv, p, job, want, b);
   if (has_data) {
     if (data_len > srv->cfg.max_inline_bytes)
       return reject(b, FZ_EMSGSIZE, "inline data of %u bytes exceeds max_inline_bytes (%llu)",
@@ -231,10 +302,31 @@ static int parse_input(fzd_server *srv, const msgpack_object *p, fzd_job *job,
   return 0;
 }
 
-static int parse_output(const msgpack_object *p, fzd_job *job, bad *b) {
+/* The output: inline (nothing given), "out_fd" (+ out_offset) or "out_ipc"
+ * (+ out_offset, out_length: the bytes the daemon may write there). */
+static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
+                        fzd_job *job, bad *b) {
   int r = parse_fd_index(p, "out_fd", job, &job->out_fd, b);
   if (r < 0)
     return r;
+  int has_ipc = parse_ipc_handle(srv, c, p, "out", job, job->out_handle, b);
+  if (has_ipc < 0)
+    return has_ipc;
+  if (r == 1 && has_ipc)
+    return reject(b, FZ_EPARAMS, "give at most one of \"out_fd\" and \"out_ipc\"");
+  if (has_ipc) {
+    if (opt_u64(p, "out_offset", &job->out_off, b) < 0)
+      return b->code;
+    int has_len = opt_u64(p, "out_length", &job->out_cap, b);
+    if (has_len < 0)
+      return b->code;
+    if (!has_len || job->out_cap == 0 || job->out_cap > SIZE_MAX ||
+        job->out_off > UINT64_MAX - job->out_cap)
+      return reject(b, FZ_EPARAMS, "\"out_ipc\" needs \"out_length\", the bytes the "
+                    "daemon may write at out_offset");
+    job->out_ipc = true;
+    return 0;
+  }
   if (r == 0)
     return 0;
   if (opt_u64(p, "out_offset", &job->out_off, b) < 0)
@@ -247,8 +339,8 @@ static int parse_output(const msgpack_object *p, fzd_job *job, bad *b) {
   return 0;
 }
 
-static int parse_compress(fzd_server *srv, const msgpack_object *p, fzd_job *job,
-                          bad *b) {
+static int parse_compress(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
+                          fzd_job *job, bad *b) {
   const char *s;
   uint32_t len;
   char text[32];
@@ -306,22 +398,22 @@ static int parse_compress(fzd_server *srv, const msgpack_object *p, fzd_job *job
   if (fzp_get_bool(p, "verify", &job->verify) < 0)
     return reject(b, FZ_EPARAMS, "\"verify\" must be a boolean");
 
-  int err = parse_input(srv, p, job, b);
+  int err = parse_input(srv, c, p, job, want, b);
   if (err < 0)
     return err;
   if (job->in_len != want)
     return reject(b, FZ_ESIZE, "input is %zu bytes but %s with this shape needs %llu",
                   job->in_len, fz_dtype_name(job->params.dtype),
                   (unsigned long long)want);
-  return parse_output(p, job, b);
+  return parse_output(srv, c, p, job, b);
 }
 
-static int parse_decompress(fzd_server *srv, const msgpack_object *p,
+static int parse_decompress(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
                             fzd_job *job, bad *b) {
-  int err = parse_input(srv, p, job, b);
+  int err = parse_input(srv, c, p, job, 0, b);
   if (err < 0)
     return err;
-  return parse_output(p, job, b);
+  return parse_output(srv, c, p, job, b);
 }
 
 static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
@@ -366,8 +458,8 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
     return;
   }
   job->nfds = (unsigned)nfds;
-  int err = kind == FZD_JOB_COMPRESS ? parse_compress(srv, p, job, &b)
-                                     : parse_decompress(srv, p, job, &b);
+  int err = kind == FZD_JOB_COMPRESS ? parse_compress(srv, c, p, job, &b)
+                                     : parse_decompress(srv, c, p, job, &b);
   if (err == 0) {
     /* The worker never dereferences job->conn, and the reply can only be
      * handled by this thread, so the accounting may follow the submit. */
@@ -400,7 +492,7 @@ void fzd_job_reply(fzd_conn *c, const fzd_job *job) {
     return;
   }
   msgpack_packer *pk = fzd_conn_packer(c);
-  bool inline_out = job->out_fd < 0;
+  bool inline_out = job->out_fd < 0 && !job->out_ipc;
   if (job->kind == FZD_JOB_COMPRESS) {
     fzp_pack_result_begin(pk, job->msgid,
                           6 + (job->has_max_error ? 1 : 0) + (inline_out ? 1 : 0));

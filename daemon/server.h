@@ -18,6 +18,7 @@
 #include "config.h"
 #include "fz.h"
 #include "fzp.h"
+#include "gpu.h"
 
 #define FZD_VERSION_STRING "fzd 0.1.0"
 #define FZD_MAX_FDS_PER_MESSAGE 16
@@ -51,6 +52,15 @@ typedef struct fzd_job {
   uint64_t in_off, out_off;
   uint64_t max_inline; /* inline results larger than this fail (EMSGSIZE) */
   uint64_t max_output; /* descriptor results larger than this fail */
+  /* CUDA IPC buffers (GPU backend only): the input is in_len bytes at
+   * in_off of the allocation in_handle names; the output goes to out_off of
+   * out_handle's allocation, at most out_cap bytes.  ipc is the connection's
+   * cache of opened handles, which outlives the job. */
+  bool in_ipc, out_ipc;
+  unsigned char in_handle[FZD_IPC_HANDLE_BYTES];
+  unsigned char out_handle[FZD_IPC_HANDLE_BYTES];
+  uint64_t out_cap;
+  fzd_ipc_cache *ipc;
 
   /* Result, filled by the worker. */
   int err;
@@ -68,9 +78,10 @@ typedef struct fzd_job {
 typedef struct fzd_pool fzd_pool;
 
 /* Starts n workers; done() runs on the loop thread for every finished job,
- * and for every job fzd_pool_cancel() takes back (with err FZ_ECANCELED). */
+ * and for every job fzd_pool_cancel() takes back (with err FZ_ECANCELED).
+ * With gpu (else NULL) worker i runs its jobs on stream i of the GPU. */
 int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
-                   unsigned plan_cache_entries,
+                   unsigned plan_cache_entries, fzd_gpu *gpu,
                    void (*done)(fzd_job *job, void *arg), void *arg);
 /* Queues a job, or FZ_EBUSY when capacity jobs are already waiting. */
 int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
@@ -81,6 +92,16 @@ size_t fzd_pool_depth(fzd_pool *pool);
  * the pool is freed in the handle's close callback. */
 void fzd_pool_stop(fzd_pool *pool);
 void fzd_job_free(fzd_job *job);
+
+/* For the GPU backend: copies the job's host input (inline, mapped memfd or
+ * read from in_fd) into dst, which holds in_len bytes. */
+int fzd_job_read_into(fzd_job *job, void *dst);
+/* Delivers len bytes of result, copied: kept for the inline reply, or
+ * written to out_fd. */
+int fzd_job_deliver_copy(fzd_job *job, const void *data, size_t len);
+/* True when a cached plan made for (key, pipeline) serves this job. */
+bool fzd_job_same_plan(const fz_params *key, const char *pipeline,
+                       const fzd_job *job);
 
 /* ---- statistics (stats.c) ------------------------------------------------ */
 
@@ -122,6 +143,7 @@ struct fzd_server {
   unsigned workers;
   const char *backend_name;
   const char *device_name;
+  fzd_gpu *gpu; /* the GPU backend's context, or NULL on the CPU backend */
   fzd_conn *conns; /* list of open connections */
   uint64_t nconns;
   uint64_t next_conn_id;
@@ -158,6 +180,9 @@ int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds);
 void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job);
 /* The connection asks to be closed once its output is flushed. */
 void fzd_conn_close_after_flush(fzd_conn *c);
+/* The connection's cache of imported CUDA IPC buffers, made on first use;
+ * NULL on the CPU backend or without memory. */
+fzd_ipc_cache *fzd_conn_ipc(fzd_conn *c);
 
 /* methods.c: handles one parsed request; packs a finished job's reply. */
 void fzd_dispatch(fzd_server *srv, fzd_conn *c, const fzp_message *msg);

@@ -10,7 +10,11 @@
  * descriptor (passed to the daemon with SCM_RIGHTS on the Unix socket, so the
  * data is never copied through the socket); its output is either a host buffer
  * or a file descriptor the daemon writes into.  Over TCP only inline buffers
- * are allowed, up to the server's max_inline bytes (fz_client_info()).
+ * are allowed, up to the server's max_inline bytes (fz_client_info()).  On
+ * the Unix socket of a daemon on the GPU backend, input and output may also
+ * be device memory named by a CUDA IPC handle (fz_job.in_ipc, out_ipc): the
+ * daemon compresses it in place.  The library does not need CUDA for this;
+ * the caller passes the handle's bytes.
  *
  * Jobs run either synchronously (fz_client_compress(), fz_client_decompress():
  * send, then wait for this job's answer) or asynchronously
@@ -118,6 +122,8 @@ FZCLIENT_API int fz_client_info(const fz_client *c, fz_server_info *info);
 typedef enum fz_op { FZ_OP_COMPRESS = 1, FZ_OP_DECOMPRESS = 2 } fz_op;
 
 #define FZ_CLIENT_MAX_DIMS 4
+/* Bytes of a cudaIpcMemHandle_t. */
+#define FZ_CLIENT_IPC_HANDLE_BYTES 64
 
 /* One job.  Initialize with fz_job_init(), then set what applies. */
 typedef struct fz_job {
@@ -148,6 +154,25 @@ typedef struct fz_job {
   uint64_t out_offset;
   void *out;
   size_t out_cap;
+
+  /* Device memory (Unix socket, daemon on the GPU backend): a legacy CUDA
+   * IPC handle of memory from cudaMalloc, as cudaIpcGetMemHandle() filled it
+   * (FZ_CLIENT_IPC_HANDLE_BYTES bytes, copied when the job is sent).  The
+   * handle names the whole allocation, so in_offset / out_offset say where
+   * in it the data starts; the daemon checks both ranges against the
+   * allocation's size.  in_ipc replaces in/in_fd: in_length bytes at
+   * in_offset (for compress 0 means what dtype and shape need; decompress
+   * needs it).  out_ipc replaces the inline or descriptor output: at most
+   * out_length bytes are written at out_offset, and fz_result.bytes_out says
+   * how many were.  device is the UUID of the GPU holding the buffers, as
+   * nvidia-smi prints it ("GPU-xxxxxxxx-...": cudaDeviceProp.uuid); the
+   * daemon refuses buffers of another GPU.  The caller must have finished
+   * writing the input (e.g. cudaStreamSynchronize) before submitting, and
+   * may read the output once the job has completed. */
+  const void *in_ipc;
+  const void *out_ipc;
+  uint64_t out_length;
+  const char *device;
 } fz_job;
 
 /* Sets every field of j to "not given": no input, no output, in_fd and out_fd

@@ -5,7 +5,9 @@
  * and, for inline input, the map's last value is the "data" bin whose body is
  * sent straight from the caller's buffer (a second iovec): a 64 MiB array is
  * never copied on the way out.  Descriptors go with the first bytes of the
- * request (SCM_RIGHTS) and the request says how many ("nfds").
+ * request (SCM_RIGHTS) and the request says how many ("nfds").  CUDA IPC
+ * buffers travel as their handle's bytes ("in_ipc", "out_ipc") with the
+ * GPU's UUID ("device").
  *
  * Every job stays in the handle's table from submission until it is handed
  * back; answers are matched by msgid, so they may arrive in any order.
@@ -131,7 +133,20 @@ static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v) {
 static int check_job(fz_client *c, fz_op op, const fz_job *j) {
   if (op != FZ_OP_COMPRESS && op != FZ_OP_DECOMPRESS)
     return fzc_fail(c, FZ_EINVAL, "unknown operation %d", (int)op);
-  bool inline_in = j->in_fd < 0;
+  bool inline_in = j->in_fd < 0 && !j->in_ipc;
+  if (j->in_ipc && (j->in_fd >= 0 || j->in))
+    return fzc_fail(c, FZ_EINVAL, "give one input: in_ipc, in_fd or in");
+  if (j->out_ipc && j->out_fd >= 0)
+    return fzc_fail(c, FZ_EINVAL, "give one output: out_ipc or out_fd");
+  if (j->out_ipc && j->out_length == 0)
+    return fzc_fail(c, FZ_EINVAL, "out_ipc needs out_length, the bytes the daemon may write");
+  if (j->in_ipc && op == FZ_OP_DECOMPRESS && j->in_length == 0)
+    return fzc_fail(c, FZ_EINVAL, "decompress from in_ipc needs in_length, the archive's size");
+  if ((j->in_ipc || j->out_ipc) && (!j->device || !*j->device))
+    return fzc_fail(c, FZ_EINVAL, "CUDA IPC buffers need device, the GPU's UUID");
+  if (c->transport == FZ_TRANSPORT_TCP && (j->in_ipc || j->out_ipc))
+    return fzc_fail(c, FZ_ETRANSPORT,
+                    "CUDA IPC buffers cannot be used over TCP; send the data inline");
   if (inline_in && !j->in && j->in_len > 0)
     return fzc_fail(c, FZ_EINVAL, "no input: set in/in_len or in_fd");
   if (inline_in && j->in_len > UINT32_MAX)
@@ -158,14 +173,16 @@ static int check_job(fz_client *c, fz_op op, const fz_job *j) {
  * caller to send after sb (it is the last value of the map). */
 static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
                      const fz_job *j, int nfds) {
-  bool inline_in = j->in_fd < 0;
+  bool inline_in = j->in_fd < 0 && !j->in_ipc;
   uint32_t n = 0;
   if (op == FZ_OP_COMPRESS)
     n += 5 + (j->pipeline ? 1 : 0) + (j->verify ? 1 : 0); /* dtype shape eb mode nfds */
   else
     n += 1; /* nfds */
   n += inline_in ? 1 : 1 + (j->in_offset ? 1 : 0) + (j->in_length ? 1 : 0);
-  n += j->out_fd >= 0 ? 1 + (j->out_offset ? 1 : 0) : 0;
+  n += j->out_fd >= 0 || j->out_ipc ? 1 + (j->out_offset ? 1 : 0) : 0;
+  n += j->out_ipc ? 1 : 0;                    /* out_length */
+  n += j->in_ipc || j->out_ipc ? 1 : 0;       /* device */
 
   fzp_pack_request_begin(pk, msgid, op == FZ_OP_COMPRESS ? "compress" : "decompress", n);
   int fd_index = 0;
@@ -186,13 +203,26 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
     }
   }
   pack_u64(pk, "nfds", (uint64_t)nfds);
-  if (j->out_fd >= 0) {
+  if (j->in_ipc || j->out_ipc)
+    pack_str(pk, "device", j->device);
+  if (j->out_ipc) {
+    fzp_pack_key(pk, "out_ipc");
+    msgpack_pack_bin_with_body(pk, j->out_ipc, FZ_CLIENT_IPC_HANDLE_BYTES);
+    pack_u64(pk, "out_length", j->out_length);
+    if (j->out_offset)
+      pack_u64(pk, "out_offset", j->out_offset);
+  } else if (j->out_fd >= 0) {
     pack_u64(pk, "out_fd", (uint64_t)fd_index++);
     if (j->out_offset)
       pack_u64(pk, "out_offset", j->out_offset);
   }
   if (!inline_in) {
-    pack_u64(pk, "in_fd", (uint64_t)fd_index++);
+    if (j->in_ipc) {
+      fzp_pack_key(pk, "in_ipc");
+      msgpack_pack_bin_with_body(pk, j->in_ipc, FZ_CLIENT_IPC_HANDLE_BYTES);
+    } else {
+      pack_u64(pk, "in_fd", (uint64_t)fd_index++);
+    }
     if (j->in_offset)
       pack_u64(pk, "in_offset", j->in_offset);
     if (j->in_length)
@@ -233,9 +263,9 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   if (rc < 0)
     return rc;
   int fds[2], nfds = 0;
-  if (job->out_fd >= 0)
+  if (job->out_fd >= 0 && !job->out_ipc)
     fds[nfds++] = job->out_fd;
-  if (job->in_fd >= 0)
+  if (job->in_fd >= 0 && !job->in_ipc)
     fds[nfds++] = job->in_fd;
 
   fzc_job *j = NULL;
@@ -257,7 +287,7 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   pack_job(&pk, msgid, op, job, nfds);
   struct iovec iov[2] = {{.iov_base = sb.data, .iov_len = sb.size},
                          {.iov_base = (void *)job->in,
-                          .iov_len = job->in_fd < 0 ? job->in_len : 0}};
+                          .iov_len = job->in_fd < 0 && !job->in_ipc ? job->in_len : 0}};
   rc = fzc_send(c, iov, 2, fds, nfds, fzc_deadline(c->timeout_ms));
   msgpack_sbuffer_destroy(&sb);
   if (rc < 0) {

@@ -445,3 +445,45 @@ Test(libfzclient, connect_errors) {
   cr_assert_eq(fz_client_version(), (unsigned)FZCLIENT_VERSION_HEX);
   cr_assert_str_eq(fz_strerror(FZ_EAUTH), "authentication failed");
 }
+
+/* CUDA IPC jobs: the library checks them before sending (one input, one
+ * output, a device, lengths, never over TCP), and a daemon on the CPU
+ * backend refuses them with ENOGPU and keeps the connection. */
+Test(libfzclient, ipc_jobs_checked_and_refused_on_cpu) {
+  fzd_harness *h = tu_start("\"tcp_enabled\": true, \"tcp_port\": 0");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  unsigned char handle[FZ_CLIENT_IPC_HANDLE_BYTES] = {1, 2, 3};
+  float v[256] = {0};
+  fz_job j;
+  fz_result r;
+
+  job_f32(&j, NULL, 16, 16, 1e-3);
+  j.in_len = 0;
+  j.in_ipc = handle;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EINVAL, "no device");
+  cr_assert(strstr(fz_client_errmsg(c), "UUID") != NULL, "%s", fz_client_errmsg(c));
+  j.device = "GPU-00000000-0000-0000-0000-000000000000";
+  j.in = v;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EINVAL, "two inputs");
+  j.in = NULL;
+  j.out_ipc = handle;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EINVAL, "out_ipc without out_length");
+  j.out_length = 4096;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_ENOGPU, "%s", r.message);
+  cr_assert(strstr(r.message, "GPU backend") != NULL, "%s", r.message);
+  fz_job d;
+  fz_job_init(&d);
+  d.in_ipc = handle;
+  d.device = j.device;
+  cr_assert_eq(fz_client_decompress(c, &d, &r), FZ_EINVAL, "decompress needs in_length");
+  d.in_length = 100;
+  cr_assert_eq(fz_client_decompress(c, &d, &r), FZ_ENOGPU, "%s", r.message);
+  cr_assert_eq(fz_client_ping(c, NULL), 0);
+  fz_client_close(c);
+
+  c = connect_ok(tu_tcp_addr(h, addr, sizeof addr), NULL);
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_ETRANSPORT);
+  fz_client_close(c);
+  tu_stop(h);
+}

@@ -309,3 +309,42 @@ HOSTILE_CASE(client_dies_mid_job, "\"workers\": 1", {
   cr_assert_eq(wire_call0(&bad, 50, "ping", NULL), 0);
   wire_close(&bad);
 })
+
+/* A compress of 1024 f32 whose input is a CUDA IPC handle (of hlen bytes). */
+static void compress_ipc(wire *w, uint32_t msgid, size_t hlen) {
+  msgpack_packer *pk = wire_begin(w, msgid, "compress", 5);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "f32");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, 1024);
+  fzp_pack_key(pk, "eb");
+  msgpack_pack_double(pk, 1e-3);
+  fzp_pack_key(pk, "device");
+  fzp_pack_key(pk, "GPU-00000000-0000-0000-0000-000000000000");
+  fzp_pack_key(pk, "in_ipc");
+  unsigned char handle[80] = {0};
+  msgpack_pack_bin_with_body(pk, handle, hlen);
+  cr_assert_eq(wire_send(w, NULL, 0), 0);
+}
+
+/* Device buffers are refused over TCP, and on the Unix socket of a daemon
+ * on the CPU backend; either way the connection stays usable. */
+HOSTILE_CASE(ipc_refused_on_tcp_and_cpu,
+             "\"tcp_enabled\": true, \"tcp_port\": 0, \"tcp_token\": \"s3cret\"", {
+  wire_open(&bad, h, true);
+  cr_assert_eq(wire_hello(&bad, "s3cret"), 0);
+  compress_ipc(&bad, 60, 64);
+  expect_error(&bad, 60, FZ_ETRANSPORT);
+  cr_assert_eq(wire_call0(&bad, 61, "ping", NULL), 0);
+  wire_close(&bad);
+
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  compress_ipc(&bad, 62, 64);
+  expect_error(&bad, 62, FZ_ENOGPU);
+  compress_ipc(&bad, 63, 80);
+  expect_error(&bad, 63, FZ_ENOGPU);
+  cr_assert_eq(wire_call0(&bad, 64, "ping", NULL), 0);
+  wire_close(&bad);
+})

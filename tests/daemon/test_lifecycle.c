@@ -263,12 +263,18 @@ Test(lifecycle, config_errors) {
   cr_assert_not_null(strstr(err, "unexpected argument \"extra\""), "%s", err);
 }
 
+/* A GPU no machine has: refused whether or not the build has CUDA and the
+ * machine a GPU, with the reason and the way out. */
 Test(lifecycle, gpu_backend_refused_without_gpu) {
   char err[2048];
-  const char *args[] = {"--backend", "gpu", "--socket", "/tmp/fzd-never.sock", NULL};
+  const char *args[] = {"--backend", "gpu", "--gpu", "GPU-00000000-0000-0000-0000-000000000000",
+                        "--socket", "/tmp/fzd-never.sock", NULL};
   cr_assert_eq(run_fzd(args, err, sizeof(err)), 1);
-  cr_assert_not_null(strstr(err, "<3>backend \"gpu\": this build has no GPU backend"), "%s",
-                     err);
+  cr_assert_not_null(strstr(err, "<3>backend \"gpu\": "), "%s", err);
+  cr_assert(strstr(err, "this build has no GPU backend") != NULL ||
+                strstr(err, "cannot use GPU \"GPU-00000000-0000-0000-0000-000000000000\"") != NULL,
+            "%s", err);
+  cr_assert_not_null(strstr(err, "use \"auto\" or \"cpu\""), "%s", err);
   cr_assert_neq(access("/tmp/fzd-never.sock", F_OK), 0);
 }
 

@@ -1,0 +1,747 @@
+/*
+ * gpu.c - the GPU backend of fzd: one CUDA context (fz_gpu_ctx) pinned at
+ * start-up, and for each worker thread one stream of it with everything a
+ * job needs kept from job to job, so that the steady state allocates
+ * nothing: pinned host staging buffers, device buffers drawn from the
+ * context's pool, and an LRU of preallocated GPU plans.
+ *
+ * A job whose data is on the host (inline or a descriptor) is copied into
+ * the worker's pinned staging buffer, sent to the device, compressed or
+ * decompressed there, and its result copied back to pinned memory and
+ * delivered like the CPU backend's.  A job that names CUDA IPC buffers is
+ * compressed in place: the daemon opens the client's allocation (once per
+ * connection: the handles are cached, see below), checks the offset and
+ * length against the allocation's size, and the kernels read or write it
+ * directly.  Archive headers are always read on the host (the reply reports
+ * the chain and the bound the header holds), so an archive in device memory
+ * is copied back too; it is compressed, hence small.
+ *
+ * Device memory the workers hold (buffers and plan workspaces) is counted
+ * against gpu_memory_limit; running out of device memory, or over that
+ * limit, fails the job with FZ_EGPUOOM and the worker gives back everything
+ * it holds, so the next job starts from an empty slate and the daemon keeps
+ * serving.
+ *
+ * Imported IPC buffers are cached per connection (UCX-style): an entry holds
+ * the opened pointer and the allocation size, a count of the jobs using it,
+ * and a last-use tick for LRU eviction among the unused ones.  Workers share
+ * a connection's cache under its mutex; the loop thread closes every handle
+ * when the connection's memory goes, after its last job has come back.
+ */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "fz_gpu.h"
+#include "log.h"
+#include "server.h"
+
+#define IPC_CACHE_ENTRIES 32
+#define WARMUP_ELEMS 65536u
+
+/* cuMemGetAddressRange, found through the runtime: linking the driver
+ * library would keep fzd from starting at all on a machine without one. */
+typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+
+struct fzd_gpu {
+  fz_gpu_ctx *ctx;
+  address_range_fn address_range;
+  int device;
+  char uuid[48];
+  uint64_t mem_limit;
+  _Atomic uint64_t mem_used;
+};
+
+/* A buffer kept across jobs: pinned host memory or device memory. */
+typedef struct buf {
+  void *p;
+  size_t cap;
+} buf;
+
+typedef struct gplan {
+  fz_params key;
+  char pipeline[FZD_PIPELINE_MAX];
+  fz_gpu_plan *plan;
+  size_t ws; /* device bytes counted against the limit */
+  uint64_t used;
+} gplan;
+
+struct fzd_gpu_worker {
+  fzd_gpu *g;
+  unsigned index;
+  fz_gpu_stream stream;
+  buf h_in, h_out, h_back; /* pinned */
+  buf d_in, d_out, d_back; /* device */
+  gplan *plans;
+  unsigned nplans;
+  uint64_t tick;
+};
+
+typedef struct ipc_entry {
+  unsigned char key[FZD_IPC_HANDLE_BYTES];
+  void *d_base;
+  size_t size;
+  unsigned refs;
+  uint64_t used;
+  bool open;
+} ipc_entry;
+
+struct fzd_ipc_cache {
+  pthread_mutex_t mu;
+  fzd_gpu *g;
+  uint64_t tick;
+  ipc_entry e[IPC_CACHE_ENTRIES];
+};
+
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Turns a failed CUDA call into an error code and a message naming it. */
+static int cuda_fail(fzd_job *job, cudaError_t e, const char *what) {
+  cudaGetLastError(); /* clear a non-sticky error for the next job */
+  snprintf(job->why, sizeof(job->why), "%s: %s (%s)", what, cudaGetErrorName(e),
+           cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? FZ_EGPUOOM : FZ_ECUDA;
+}
+
+#define CUDA_TRY(call, what)                                                   \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      err = cuda_fail(job, e_, what);                                          \
+      goto out;                                                                \
+    }                                                                          \
+  } while (0)
+
+/* ---- the context ----------------------------------------------------------- */
+
+int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
+                 fzd_gpu **out, char *why, size_t why_len) {
+  *out = NULL;
+  fzd_gpu *g = calloc(1, sizeof *g);
+  if (g == NULL)
+    return FZ_ENOMEM;
+  int err = fz_gpu_ctx_create(device, nstreams, &g->ctx, why, why_len);
+  if (err < 0) {
+    free(g);
+    return err;
+  }
+  g->device = fz_gpu_ctx_device(g->ctx);
+  g->mem_limit = mem_limit;
+  struct cudaDeviceProp prop;
+  cudaError_t e = cudaGetDeviceProperties(&prop, g->device);
+  if (e != cudaSuccess) {
+    snprintf(why, why_len, "cudaGetDeviceProperties: %s", cudaGetErrorName(e));
+    fz_gpu_ctx_destroy(g->ctx);
+    free(g);
+    return FZ_ECUDA;
+  }
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                       &found);
+  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
+    snprintf(why, why_len, "the driver has no cuMemGetAddressRange (%s)", cudaGetErrorName(e));
+    fz_gpu_ctx_destroy(g->ctx);
+    free(g);
+    return FZ_ECUDA;
+  }
+  g->address_range = (address_range_fn)fn;
+  const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+  snprintf(g->uuid, sizeof g->uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+           u[12], u[13], u[14], u[15]);
+  *out = g;
+  return 0;
+}
+
+void fzd_gpu_close(fzd_gpu *g) {
+  if (g == NULL)
+    return;
+  fz_gpu_ctx_destroy(g->ctx);
+  free(g);
+}
+
+const char *fzd_gpu_name(const fzd_gpu *g) { return fz_gpu_ctx_name(g->ctx); }
+const char *fzd_gpu_uuid(const fzd_gpu *g) { return g->uuid; }
+
+/* Counts bytes of device memory against gpu_memory_limit. */
+static int mem_reserve(fzd_gpu *g, size_t bytes, fzd_job *job) {
+  uint64_t cur = atomic_load(&g->mem_used);
+  do {
+    if (g->mem_limit != 0 && (bytes > g->mem_limit || cur > g->mem_limit - bytes)) {
+      snprintf(job->why, sizeof(job->why),
+               "%zu more bytes of device memory would pass gpu_memory_limit "
+               "(%llu bytes, %llu held)", bytes, (unsigned long long)g->mem_limit,
+               (unsigned long long)cur);
+      return FZ_EGPUOOM;
+    }
+  } while (!atomic_compare_exchange_weak(&g->mem_used, &cur, cur + bytes));
+  return 0;
+}
+
+static void mem_release(fzd_gpu *g, size_t bytes) {
+  atomic_fetch_sub(&g->mem_used, bytes);
+}
+
+/* Sizes grow in whole MiB so that nearby sizes share a buffer. */
+static size_t round_mib(size_t n) {
+  const size_t m = (size_t)1 << 20;
+  return n > SIZE_MAX - m ? n : (n + m - 1) / m * m + (n == 0 ? m : 0);
+}
+
+/* ---- per-worker buffers ---------------------------------------------------- */
+
+static int host_ensure(buf *b, size_t need, fzd_job *job) {
+  if (b->cap >= need)
+    return 0;
+  cudaFreeHost(b->p);
+  b->p = NULL;
+  b->cap = 0;
+  size_t n = round_mib(need);
+  cudaError_t e = cudaMallocHost(&b->p, n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    b->p = NULL;
+    snprintf(job->why, sizeof(job->why), "cudaMallocHost of %zu bytes of staging: %s",
+             n, cudaGetErrorName(e));
+    return FZ_ENOMEM;
+  }
+  b->cap = n;
+  return 0;
+}
+
+static void dev_drop(fzd_gpu_worker *w, buf *b) {
+  if (b->p == NULL)
+    return;
+  fz_gpu_free(w->g->ctx, b->p, w->stream);
+  mem_release(w->g, b->cap);
+  b->p = NULL;
+  b->cap = 0;
+}
+
+static int dev_ensure(fzd_gpu_worker *w, buf *b, size_t need, fzd_job *job) {
+  if (b->cap >= need)
+    return 0;
+  dev_drop(w, b);
+  size_t n = round_mib(need);
+  int err = mem_reserve(w->g, n, job);
+  if (err < 0)
+    return err;
+  err = fz_gpu_malloc(w->g->ctx, n, w->stream, &b->p, job->why, sizeof(job->why));
+  if (err < 0) {
+    mem_release(w->g, n);
+    b->p = NULL;
+    return err;
+  }
+  b->cap = n;
+  return 0;
+}
+
+static void plan_drop(fzd_gpu_worker *w, gplan *e) {
+  if (e->plan == NULL)
+    return;
+  fz_gpu_plan_destroy(e->plan);
+  mem_release(w->g, e->ws);
+  e->plan = NULL;
+  e->ws = 0;
+}
+
+/* Gives back every device buffer and plan the worker holds (after running
+ * out of device memory, so that the next job finds it free). */
+static void trim(fzd_gpu_worker *w) {
+  cudaStreamSynchronize(w->stream);
+  cudaGetLastError();
+  dev_drop(w, &w->d_in);
+  dev_drop(w, &w->d_out);
+  dev_drop(w, &w->d_back);
+  for (unsigned i = 0; i < w->nplans; i++)
+    plan_drop(w, &w->plans[i]);
+  cudaStreamSynchronize(w->stream);
+  cudaGetLastError();
+}
+
+/* A preallocated GPU plan for the job: from the worker's LRU, or created in
+ * place of the least recently used one. */
+static int get_plan(fzd_gpu_worker *w, fzd_job *job, fz_gpu_plan **out) {
+  for (unsigned i = 0; i < w->nplans; i++) {
+    gplan *e = &w->plans[i];
+    if (e->plan != NULL && fzd_job_same_plan(&e->key, e->pipeline, job)) {
+      e->used = ++w->tick;
+      *out = e->plan;
+      return 0;
+    }
+  }
+  gplan *victim = &w->plans[0];
+  for (unsigned i = 1; i < w->nplans; i++)
+    if (w->plans[i].used < victim->used)
+      victim = &w->plans[i];
+  plan_drop(w, victim);
+  fz_params p = job->params;
+  p.pipeline = job->pipeline[0] ? job->pipeline : NULL;
+  fz_gpu_plan *plan;
+  int err = fz_gpu_plan_create(w->g->ctx, &p, FZ_GPU_PREALLOC, &plan, job->why,
+                               sizeof(job->why));
+  if (err < 0)
+    return err;
+  size_t ws = fz_gpu_plan_workspace_bytes(plan);
+  err = mem_reserve(w->g, ws, job);
+  if (err < 0) {
+    fz_gpu_plan_destroy(plan);
+    return err;
+  }
+  victim->plan = plan;
+  victim->ws = ws;
+  victim->key = job->params;
+  memcpy(victim->pipeline, job->pipeline, sizeof(victim->pipeline));
+  victim->used = ++w->tick;
+  *out = plan;
+  return 0;
+}
+
+/* ---- IPC buffers ------------------------------------------------------------- */
+
+fzd_ipc_cache *fzd_ipc_cache_create(fzd_gpu *g) {
+  fzd_ipc_cache *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return NULL;
+  pthread_mutex_init(&c->mu, NULL);
+  c->g = g;
+  return c;
+}
+
+void fzd_ipc_cache_destroy(fzd_ipc_cache *c) {
+  if (c == NULL)
+    return;
+  cudaSetDevice(c->g->device);
+  for (unsigned i = 0; i < IPC_CACHE_ENTRIES; i++)
+    if (c->e[i].open)
+      cudaIpcCloseMemHandle(c->e[i].d_base);
+  cudaGetLastError();
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+/* Opens (or finds) the allocation a handle names and checks that
+ * [off, off + len) lies inside it; *ent is held until ipc_release(). */
+static int ipc_acquire(fzd_ipc_cache *c, const unsigned char *key, uint64_t off,
+                       uint64_t len, const char *side, fzd_job *job, void **d_ptr,
+                       ipc_entry **ent) {
+  int err = 0;
+  pthread_mutex_lock(&c->mu);
+  ipc_entry *e = NULL, *victim = NULL;
+  for (unsigned i = 0; i < IPC_CACHE_ENTRIES; i++) {
+    ipc_entry *x = &c->e[i];
+    if (x->open && memcmp(x->key, key, FZD_IPC_HANDLE_BYTES) == 0) {
+      e = x;
+      break;
+    }
+    if (x->refs == 0 && (victim == NULL || !x->open || (victim->open && x->used < victim->used)))
+      victim = x;
+  }
+  if (e == NULL) {
+    if (victim == NULL) {
+      snprintf(job->why, sizeof(job->why),
+               "%d IPC buffers of this connection are in use at once", IPC_CACHE_ENTRIES);
+      err = FZ_EBUSY;
+      goto out;
+    }
+    if (victim->open)
+      cudaIpcCloseMemHandle(victim->d_base);
+    victim->open = false;
+    cudaIpcMemHandle_t h;
+    memcpy(&h, key, sizeof h);
+    void *p = NULL;
+    cudaError_t ce = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (ce != cudaSuccess) {
+      cudaGetLastError();
+      snprintf(job->why, sizeof(job->why), "%s_ipc: cudaIpcOpenMemHandle: %s (%s)", side,
+               cudaGetErrorName(ce), cudaGetErrorString(ce));
+      err = FZ_EINVAL;
+      goto out;
+    }
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CUresult r = c->g->address_range(&base, &size, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS || base != (CUdeviceptr)(uintptr_t)p) {
+      cudaIpcCloseMemHandle(p);
+      snprintf(job->why, sizeof(job->why),
+               "%s_ipc: cuMemGetAddressRange of the opened buffer failed (%d)", side, (int)r);
+      err = FZ_ECUDA;
+      goto out;
+    }
+    e = victim;
+    memcpy(e->key, key, FZD_IPC_HANDLE_BYTES);
+    e->d_base = p;
+    e->size = size;
+    e->open = true;
+  }
+  e->used = ++c->tick;
+  if (off > e->size || len > e->size - off) {
+    snprintf(job->why, sizeof(job->why),
+             "%s_offset + %s_length (%llu + %llu) is past the end of the IPC "
+             "allocation (%zu bytes)", side, side, (unsigned long long)off,
+             (unsigned long long)len, e->size);
+    err = FZ_ESIZE;
+    goto out;
+  }
+  e->refs++;
+  *ent = e;
+  *d_ptr = (char *)e->d_base + off;
+out:
+  pthread_mutex_unlock(&c->mu);
+  return err;
+}
+
+static void ipc_release(fzd_ipc_cache *c, ipc_entry *e) {
+  if (e == NULL)
+    return;
+  pthread_mutex_lock(&c->mu);
+  e->refs--;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- jobs ---------------------------------------------------------------------- */
+
+/* After a compression: decompresses the archive on the GPU and compares it
+ * on the host with the input (fetched back when it came by IPC). */
+static int verify(fzd_gpu_worker *w, fzd_job *job, const void *d_arc, size_t arc_len,
+                  const void *d_in) {
+  size_t n = job->in_len, back_len = 0;
+  int err = dev_ensure(w, &w->d_back, n, job);
+  if (err < 0)
+    return err;
+  if ((err = host_ensure(&w->h_back, n, job)) < 0)
+    return err;
+  err = fz_gpu_decompress(w->g->ctx, d_arc, arc_len, w->d_back.p, n, &back_len,
+                          w->stream, job->why, sizeof(job->why));
+  if (err < 0)
+    return err;
+  CUDA_TRY(cudaMemcpyAsync(w->h_back.p, w->d_back.p, n, cudaMemcpyDeviceToHost, w->stream),
+           "copying the decompressed data back");
+  if (job->in_ipc) {
+    if ((err = host_ensure(&w->h_in, n, job)) < 0)
+      goto out;
+    CUDA_TRY(cudaMemcpyAsync(w->h_in.p, d_in, n, cudaMemcpyDeviceToHost, w->stream),
+             "copying the input back");
+  }
+  CUDA_TRY(cudaStreamSynchronize(w->stream), "verification");
+  fz_compare_result cmp;
+  err = fz_compare(job->params.dtype, w->h_in.p, w->h_back.p,
+                   n / fz_dtype_size(job->params.dtype), &cmp);
+  if (err < 0) {
+    snprintf(job->why, sizeof(job->why), "verification failed: %s", fz_strerror(err));
+    goto out;
+  }
+  job->max_error = cmp.max_abs_error;
+  job->has_max_error = true;
+out:
+  return err;
+}
+
+static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
+  ipc_entry *ein = NULL, *eout = NULL;
+  fz_gpu_plan *plan;
+  int err = get_plan(w, job, &plan);
+  if (err < 0)
+    return err;
+  uint64_t t0 = now_us();
+  void *d_in, *d_out;
+  if (job->in_ipc) {
+    err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job,
+                      &d_in, &ein);
+    if (err < 0)
+      goto out;
+  } else {
+    if ((err = host_ensure(&w->h_in, job->in_len, job)) < 0 ||
+        (err = fzd_job_read_into(job, w->h_in.p)) < 0 ||
+        (err = dev_ensure(w, &w->d_in, job->in_len, job)) < 0)
+      goto out;
+    free(job->in_data); /* the staging copy is all that is needed now */
+    job->in_data = NULL;
+    t0 = now_us();
+    CUDA_TRY(cudaMemcpyAsync(w->d_in.p, w->h_in.p, job->in_len, cudaMemcpyHostToDevice,
+                             w->stream), "copying the input to the GPU");
+    d_in = w->d_in.p;
+  }
+  size_t cap;
+  if (job->out_ipc) {
+    cap = (size_t)job->out_cap;
+    err = ipc_acquire(job->ipc, job->out_handle, job->out_off, job->out_cap, "out", job,
+                      &d_out, &eout);
+    if (err < 0)
+      goto out;
+  } else {
+    cap = fz_gpu_plan_compress_bound(plan);
+    if ((err = dev_ensure(w, &w->d_out, cap, job)) < 0)
+      goto out;
+    d_out = w->d_out.p;
+  }
+  size_t arc_len = 0;
+  err = fz_gpu_compress(plan, d_in, job->in_len, d_out, cap, &arc_len, w->stream, job->why,
+                        sizeof(job->why));
+  if (err == FZ_ENOSPC)
+    snprintf(job->why, sizeof(job->why), "the archive needs %zu bytes; out_length is %zu",
+             arc_len, cap);
+  if (err < 0)
+    goto out;
+  if ((err = host_ensure(&w->h_out, arc_len, job)) < 0)
+    goto out;
+  CUDA_TRY(cudaMemcpyAsync(w->h_out.p, d_out, arc_len, cudaMemcpyDeviceToHost, w->stream),
+           "copying the archive back");
+  CUDA_TRY(cudaStreamSynchronize(w->stream), "compression");
+  job->time_us = now_us() - t0;
+  fz_archive_info info;
+  if (fz_archive_inspect(w->h_out.p, arc_len, &info) >= 0) {
+    job->eb_abs = info.eb_abs;
+    snprintf(job->chain, sizeof(job->chain), "%s", info.chain);
+  }
+  if (job->verify && (err = verify(w, job, d_out, arc_len, d_in)) < 0)
+    goto out;
+  if (job->out_ipc)
+    job->out_len = arc_len;
+  else
+    err = fzd_job_deliver_copy(job, w->h_out.p, arc_len);
+out:
+  if (err < 0) {
+    /* Nothing may still run on an IPC buffer once it is released. */
+    cudaStreamSynchronize(w->stream);
+    cudaGetLastError();
+  }
+  ipc_release(job->ipc, ein);
+  ipc_release(job->ipc, eout);
+  return err;
+}
+
+static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
+  ipc_entry *ein = NULL, *eout = NULL;
+  fz_archive_info *info = &job->info;
+  uint64_t t0 = now_us();
+  void *d_arc, *d_out;
+  /* The header is read on the host, from a host copy of the archive. */
+  int err = host_ensure(&w->h_in, job->in_len, job);
+  if (err < 0)
+    return err;
+  if (job->in_ipc) {
+    err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job,
+                      &d_arc, &ein);
+    if (err < 0)
+      goto out;
+    CUDA_TRY(cudaMemcpyAsync(w->h_in.p, d_arc, job->in_len, cudaMemcpyDeviceToHost,
+                             w->stream), "copying the archive's header back");
+    CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the archive's header back");
+  } else if ((err = fzd_job_read_into(job, w->h_in.p)) < 0) {
+    goto out;
+  }
+  if ((err = fz_archive_inspect(w->h_in.p, job->in_len, info)) < 0)
+    goto out;
+  size_t raw = (size_t)info->raw_bytes, cap = raw;
+  if (job->out_ipc) {
+    if (raw > job->out_cap) {
+      snprintf(job->why, sizeof(job->why),
+               "decompressed size %zu does not fit out_length (%llu bytes)", raw,
+               (unsigned long long)job->out_cap);
+      err = FZ_ENOSPC;
+      goto out;
+    }
+    cap = (size_t)job->out_cap;
+    err = ipc_acquire(job->ipc, job->out_handle, job->out_off, job->out_cap, "out", job,
+                      &d_out, &eout);
+    if (err < 0)
+      goto out;
+  } else {
+    uint64_t limit = job->out_fd < 0 ? job->max_inline : job->max_output;
+    if (info->raw_bytes > limit) {
+      snprintf(job->why, sizeof(job->why),
+               "decompressed size %llu exceeds the limit of %llu bytes%s",
+               (unsigned long long)info->raw_bytes, (unsigned long long)limit,
+               job->out_fd < 0 ? " for inline results; pass out_fd" : "");
+      err = FZ_EMSGSIZE;
+      goto out;
+    }
+    if ((err = dev_ensure(w, &w->d_out, raw, job)) < 0 ||
+        (err = host_ensure(&w->h_out, raw, job)) < 0)
+      goto out;
+    d_out = w->d_out.p;
+  }
+  if (!job->in_ipc) {
+    if ((err = dev_ensure(w, &w->d_in, job->in_len, job)) < 0)
+      goto out;
+    free(job->in_data);
+    job->in_data = NULL;
+    CUDA_TRY(cudaMemcpyAsync(w->d_in.p, w->h_in.p, job->in_len, cudaMemcpyHostToDevice,
+                             w->stream), "copying the archive to the GPU");
+    d_arc = w->d_in.p;
+  }
+  size_t out_len = 0;
+  err = fz_gpu_decompress(w->g->ctx, d_arc, job->in_len, d_out, cap, &out_len, w->stream,
+                          job->why, sizeof(job->why));
+  if (err < 0)
+    goto out;
+  if (job->out_ipc) {
+    job->time_us = now_us() - t0;
+    job->out_len = out_len;
+    goto out;
+  }
+  CUDA_TRY(cudaMemcpyAsync(w->h_out.p, d_out, out_len, cudaMemcpyDeviceToHost, w->stream),
+           "copying the data back");
+  CUDA_TRY(cudaStreamSynchronize(w->stream), "decompression");
+  job->time_us = now_us() - t0;
+  err = fzd_job_deliver_copy(job, w->h_out.p, out_len);
+out:
+  if (err < 0) {
+    cudaStreamSynchronize(w->stream);
+    cudaGetLastError();
+  }
+  ipc_release(job->ipc, ein);
+  ipc_release(job->ipc, eout);
+  return err;
+}
+
+int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
+  int err = 0;
+  CUDA_TRY(cudaSetDevice(w->g->device), "cudaSetDevice");
+  if ((job->in_ipc || job->out_ipc) && job->ipc == NULL) {
+    snprintf(job->why, sizeof(job->why), "no memory for the connection's IPC cache");
+    return FZ_ENOMEM;
+  }
+  err = job->kind == FZD_JOB_COMPRESS ? gpu_compress(w, job) : gpu_decompress(w, job);
+  if (err == FZ_EGPUOOM) {
+    fzd_warn("worker %u: out of GPU memory (%s); releasing its buffers and plans",
+             w->index, job->why);
+    trim(w);
+  }
+out:
+  return err;
+}
+
+/* ---- workers ------------------------------------------------------------------- */
+
+void fzd_gpu_worker_destroy(fzd_gpu_worker *w) {
+  if (w == NULL)
+    return;
+  cudaSetDevice(w->g->device);
+  trim(w);
+  cudaFreeHost(w->h_in.p);
+  cudaFreeHost(w->h_out.p);
+  cudaFreeHost(w->h_back.p);
+  cudaGetLastError();
+  free(w->plans);
+  free(w);
+}
+
+/* The warm-up job: a smooth field of WARMUP_ELEMS f32 values, REL 1e-3 with
+ * the default pipeline. */
+static fzd_job *warmup_job(enum fzd_job_kind kind, void *data, size_t len) {
+  fzd_job *job = calloc(1, sizeof *job);
+  if (job == NULL)
+    return NULL;
+  job->kind = kind;
+  fz_params_init(&job->params);
+  job->params.dtype = FZ_F32;
+  job->params.ndims = 1;
+  job->params.dims[0] = WARMUP_ELEMS;
+  job->params.eb = 1e-3;
+  job->params.eb_mode = FZ_EB_REL;
+  job->in_fd = job->out_fd = -1;
+  job->max_inline = job->max_output = UINT64_MAX;
+  job->in_data = data;
+  job->in_len = len;
+  return job;
+}
+
+/* Runs a compression and a decompression through the job path (loading the
+ * kernels, filling the buffers and the plan cache) and checks the archive
+ * against the CPU engine's: a GPU that disagrees with the oracle must not
+ * serve. */
+static int warm_up(fzd_gpu_worker *w, char *why, size_t why_len) {
+  size_t len = WARMUP_ELEMS * sizeof(float);
+  float *field = malloc(len);
+  fzd_job *c = warmup_job(FZD_JOB_COMPRESS, field, len), *d = NULL;
+  fz_plan *cpu = NULL;
+  void *cpu_arc = NULL;
+  int err = FZ_ENOMEM;
+  if (field == NULL || c == NULL) {
+    free(field);
+    goto out;
+  }
+  for (size_t i = 0; i < WARMUP_ELEMS; i++)
+    field[i] = (float)(sin(0.001 * (double)i) * 100.0);
+  fz_params p = c->params;
+  if ((err = fz_plan_create(&p, &cpu, why, why_len)) < 0)
+    goto out;
+  size_t cap = fz_plan_compress_bound(cpu), cpu_len = 0;
+  if ((cpu_arc = malloc(cap)) == NULL) {
+    err = FZ_ENOMEM;
+    goto out;
+  }
+  if ((err = fz_plan_compress(cpu, field, len, cpu_arc, cap, &cpu_len)) < 0)
+    goto out;
+  if ((err = fzd_gpu_run(w, c)) < 0) {
+    snprintf(why, why_len, "warm-up compression: %s", c->why[0] ? c->why : fz_strerror(err));
+    goto out;
+  }
+  if (c->out_len != cpu_len || memcmp(c->out_data, cpu_arc, cpu_len) != 0) {
+    snprintf(why, why_len, "warm-up: the GPU archive (%zu bytes) differs from the CPU "
+             "engine's (%zu bytes)", c->out_len, cpu_len);
+    err = FZ_ECORRUPT;
+    goto out;
+  }
+  d = warmup_job(FZD_JOB_DECOMPRESS, c->out_data, c->out_len);
+  if (d == NULL) {
+    err = FZ_ENOMEM;
+    goto out;
+  }
+  c->out_data = NULL;
+  if ((err = fzd_gpu_run(w, d)) < 0) {
+    snprintf(why, why_len, "warm-up decompression: %s", d->why[0] ? d->why : fz_strerror(err));
+    goto out;
+  }
+  if (d->out_len != len) {
+    snprintf(why, why_len, "warm-up: decompressed %zu bytes of %zu", d->out_len, len);
+    err = FZ_ECORRUPT;
+  }
+out:
+  fzd_job_free(c);
+  fzd_job_free(d);
+  fz_plan_destroy(cpu);
+  free(cpu_arc);
+  return err;
+}
+
+int fzd_gpu_worker_create(fzd_gpu *g, unsigned index, unsigned plan_cache_entries,
+                          fzd_gpu_worker **out, char *why, size_t why_len) {
+  *out = NULL;
+  fzd_gpu_worker *w = calloc(1, sizeof *w);
+  if (w == NULL)
+    return FZ_ENOMEM;
+  w->g = g;
+  w->index = index;
+  w->stream = fz_gpu_ctx_stream(g->ctx, index);
+  /* A plan serves one job at a time, so a worker keeps at least the one it
+   * is using even when the cache is off. */
+  w->nplans = plan_cache_entries ? plan_cache_entries : 1;
+  w->plans = calloc(w->nplans, sizeof(gplan));
+  if (w->plans == NULL) {
+    free(w);
+    return FZ_ENOMEM;
+  }
+  int err = warm_up(w, why, why_len);
+  if (err < 0) {
+    fzd_gpu_worker_destroy(w);
+    return err;
+  }
+  *out = w;
+  return 0;
+}
