@@ -96,6 +96,38 @@ if [ "${FZ_SKIP_BENCH:-0}" != 1 ]; then
   cat "$logs/bench.err"
 fi
 
+# ---- service on the GPU ---------------------------------------------------
+# FZ_GPU_RUN_SERVICE=1 (or "tests" / "bench" for one half): fzd on the GPU
+# backend (tests/gpu/gpu_service.c), then tests/bench/fzctl_bench.sh with
+# FZD_BACKEND=gpu ($FZ_SERVICE_BENCH_ARGS: NFILES MIB EB JOBS, default 100 64).
+service=${FZ_GPU_RUN_SERVICE:-0}
+if [ "$service" != 0 ]; then
+  step service on the GPU
+  cmake --build "$build" -j16 --target fzd fzctl test_gpu_service \
+    > "$logs/build-service.log" 2>&1 || { tail -40 "$logs/build-service.log"; exit 1; }
+  if [ "$service" != bench ]; then
+    if ctest --test-dir "$build" -R '^test_gpu_service$' --output-on-failure \
+         > "$logs/ctest-service.log" 2>&1; then
+      summary+=("ctest GPU service: passed")
+    else
+      summary+=("ctest GPU service: FAILED")
+      status=1
+    fi
+    grep -E "Test +#|PASS|FAIL|Assert|Synthesis|\[----\]" "$logs/ctest-service.log" | tail -30
+  fi
+  if [ "$service" != tests ]; then
+    # shellcheck disable=SC2086
+    if FZD_BACKEND=gpu sh tests/bench/fzctl_bench.sh "$build" ${FZ_SERVICE_BENCH_ARGS:-100 64} \
+         > "$logs/fzctl-bench.txt" 2>&1; then
+      summary+=("fzctl bench on the GPU: done")
+    else
+      summary+=("fzctl bench on the GPU: FAILED")
+      status=1
+    fi
+    cat "$logs/fzctl-bench.txt"
+  fi
+fi
+
 step summary
 printf '%s\n' "${summary[@]}"
 exit $status
