@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "archive.h"
+#include "archive_fixup.h"
 #include "check.h"
 #include "gen.h"
 
@@ -126,36 +126,6 @@ Test(archive, every_single_byte_corruption_fails, .timeout = 300) {
   }
 }
 
-/* Recomputes both checksums after a mutation, so that it reaches the
- * structural checks and the stage decoders. */
-static void fix_checksums(uint8_t *a, size_t len, const fze_header *orig) {
-  size_t table = orig->header_len - 4 - 2 * (size_t)orig->nchunks;
-  size_t pos = orig->header_len;
-  uint8_t crcs[4096];
-  size_t k = 0;
-  uint32_t pc = 0;
-  for (uint64_t i = 0; i < orig->nchunks; i++) {
-    size_t sz = (size_t)a[table + 2 * i] | (size_t)a[table + 2 * i + 1] << 8;
-    if (pos + sz > len)
-      sz = len > pos ? len - pos : 0;
-    uint32_t c = fze_crc32c(0, a + pos, sz);
-    pos += sz;
-    for (int b = 0; b < 4; b++)
-      crcs[k++] = (uint8_t)(c >> (8 * b));
-    if (k == sizeof crcs) {
-      pc = fze_crc32c(pc, crcs, k);
-      k = 0;
-    }
-  }
-  pc = fze_crc32c(pc, crcs, k);
-  size_t pcrc = table - 4;
-  for (int b = 0; b < 4; b++)
-    a[pcrc + (size_t)b] = (uint8_t)(pc >> (8 * b));
-  uint32_t hc = fze_crc32c(0, a, orig->header_len - 4);
-  for (int b = 0; b < 4; b++)
-    a[orig->header_len - 4 + (size_t)b] = (uint8_t)(hc >> (8 * b));
-}
-
 Test(archive, mutations_behind_valid_checksums_never_crash, .timeout = 600) {
   uint64_t seed = 12345;
   for (size_t s = 0; s < NSAMPLES; s++) {
@@ -178,7 +148,7 @@ Test(archive, mutations_behind_valid_checksums_never_crash, .timeout = 600) {
           at = h.header_len + gen_rand(&seed) % (len - h.header_len);
         m[at] = (uint8_t)gen_rand(&seed);
       }
-      fix_checksums(m, len, &h);
+      archive_fix_checksums(m, len, &h);
       int rc = decode(m, len, raw);
       if (rc == 0)
         ok++;
