@@ -237,9 +237,10 @@ Test(libfzclient, many_in_flight_out_of_order) {
   float *fields[NJOBS];
   size_t rows[NJOBS], cols = 256;
   /* The first job is large, the others small: with two workers the small
-   * ones finish while the large one still runs. */
+   * ones finish while the large one still runs (32 MiB, so that it does even
+   * when other test suites load the machine's cores). */
   for (int i = 0; i < NJOBS; i++) {
-    rows[i] = i == 0 ? 8192 : (size_t)(8 + i);
+    rows[i] = i == 0 ? 32768 : (size_t)(8 + i);
     fields[i] = tu_field_f32(rows[i], cols, (float)i);
   }
   uint64_t ids[NJOBS];
