@@ -53,6 +53,7 @@ struct fzd_conn {
   unsigned fdq_head, fdq_count;
   char peer[96];
   fzd_ipc_cache *ipc; /* imported CUDA IPC buffers, made on first use */
+  fzd_fdmap *maps;    /* mapped sealed memfds, made on first use */
 };
 
 static void conn_close(fzd_conn *c);
@@ -63,12 +64,19 @@ static void conn_unref(fzd_conn *c) {
     return;
   /* No job of this connection is left, so no worker holds an IPC buffer. */
   fzd_ipc_cache_destroy(c->ipc);
+  fzd_fdmap_free(c->maps);
   free(c->in);
   free(c->out);
   free(c);
 }
 
 bool fzd_conn_is_tcp(const fzd_conn *c) { return c->tcp; }
+
+fzd_fdmap *fzd_conn_fdmap(fzd_conn *c) {
+  if (c->maps == NULL)
+    c->maps = fzd_fdmap_new(FZD_FDMAP_ENTRIES, FZD_FDMAP_BYTES);
+  return c->maps;
+}
 
 fzd_ipc_cache *fzd_conn_ipc(fzd_conn *c) {
   if (c->ipc == NULL && c->srv->gpu != NULL)

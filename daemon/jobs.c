@@ -4,13 +4,12 @@
  * uv_async_t, which coalesces wake-ups).
  *
  * A worker runs one job at a time with the engine on one thread, reading its
- * input from the inline copy or from the passed descriptor, and writing the
- * result inline or to the output descriptor.  A descriptor is mapped, not
- * copied, only when it is a memfd sealed against shrinking: any other file
- * could be truncated by its owner while mapped, and the daemon would die of
- * SIGBUS; those are read with pread.  Each worker keeps
- * its own small LRU of finalized plans, since a plan serves one thread at a
- * time and the next job is very often the same shape.  On the GPU backend
+ * input from the inline copy, from the connection's mapping of a sealed
+ * memfd (fdmap.c, set up by the loop thread), or with pread from any other
+ * passed descriptor, and writing the result inline or to the output
+ * descriptor.  Each worker keeps its own small LRU of finalized plans, since
+ * a plan serves one thread at a time and the next job is very often the same
+ * shape.  On the GPU backend
  * a worker hands its jobs to gpu.c with its own stream and buffers; the
  * descriptor and delivery helpers here serve both backends.
  */
@@ -20,8 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,14 +63,12 @@ static uint64_t now_us(void) {
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static void unmap_input(fzd_job *job);
-
 void fzd_job_free(fzd_job *job) {
   if (job == NULL)
     return;
   for (unsigned i = 0; i < job->nfds; i++)
     close(job->fds[i]);
-  unmap_input(job);
+  fzd_fdmap_release(job->in_ref);
   free(job->in_data);
   free(job->out_data);
   free(job);
@@ -131,33 +126,6 @@ static int get_plan(worker *w, fzd_job *job, fz_plan **plan, bool *owned) {
 
 /* ---- descriptors ---------------------------------------------------------- */
 
-/* Maps [in_off, in_off + in_len) of a memfd whose size cannot shrink; 0 and
- * no mapping when the descriptor does not qualify. */
-static int map_input(fzd_job *job, int fd, const void **in) {
-  int seals = fcntl(fd, F_GET_SEALS);
-  struct stat st;
-  if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 ||
-      job->in_off > (uint64_t)st.st_size ||
-      job->in_len > (uint64_t)st.st_size - job->in_off || job->in_len == 0)
-    return 0;
-  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-  uint64_t start = job->in_off / page * page;
-  size_t len = (size_t)(job->in_off + job->in_len - start);
-  void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)start);
-  if (p == MAP_FAILED)
-    return 0;
-  job->in_map = p;
-  job->in_map_len = len;
-  *in = (const char *)p + (job->in_off - start);
-  return 1;
-}
-
-static void unmap_input(fzd_job *job) {
-  if (job->in_map != NULL)
-    munmap(job->in_map, job->in_map_len);
-  job->in_map = NULL;
-}
-
 /* Reads in_len bytes at in_off of in_fd into dst. */
 static int pread_input(fzd_job *job, void *dst) {
   int fd = job->fds[job->in_fd];
@@ -179,12 +147,10 @@ static int pread_input(fzd_job *job, void *dst) {
 }
 
 static int read_input(fzd_job *job, const void **in) {
-  if (job->in_fd < 0) {
-    *in = job->in_data;
+  if (job->in_ptr != NULL || job->in_fd < 0) {
+    *in = job->in_ptr != NULL ? job->in_ptr : job->in_data;
     return 0;
   }
-  if (map_input(job, job->fds[job->in_fd], in))
-    return 0;
   job->in_data = malloc(job->in_len ? job->in_len : 1);
   if (job->in_data == NULL)
     return FZ_ENOMEM;
@@ -193,12 +159,11 @@ static int read_input(fzd_job *job, const void **in) {
 }
 
 int fzd_job_read_into(fzd_job *job, void *dst) {
-  const void *src = job->in_data;
-  if (job->in_fd >= 0 && !map_input(job, job->fds[job->in_fd], &src))
+  const void *src = job->in_ptr != NULL ? job->in_ptr : job->in_data;
+  if (job->in_ptr == NULL && job->in_fd >= 0)
     return pread_input(job, dst);
   if (job->in_len > 0)
     memcpy(dst, src, job->in_len);
-  unmap_input(job);
   return 0;
 }
 
@@ -321,7 +286,6 @@ static int run_compress(worker *w, fzd_job *job) {
     fz_plan_destroy(plan);
   free(job->in_data); /* the input is no longer needed: free it early */
   job->in_data = NULL;
-  unmap_input(job);
   if (err < 0) {
     free(arc);
     return err;
@@ -355,7 +319,6 @@ static int run_decompress(fzd_job *job) {
   job->time_us = now_us() - t0;
   free(job->in_data);
   job->in_data = NULL;
-  unmap_input(job);
   if (err < 0) {
     free(out);
     return err;

@@ -299,6 +299,9 @@ static int parse_input(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
                   (unsigned long long)len, (unsigned long long)srv->cfg.max_job_bytes);
   job->in_off = off;
   job->in_len = (size_t)len;
+  /* A sealed memfd is read in place from the connection's mapping. */
+  fzd_fdmap_acquire(fzd_conn_fdmap(c), job->fds[job->in_fd], off, len, &job->in_ptr,
+                    &job->in_ref);
   return 0;
 }
 

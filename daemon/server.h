@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "fdmap.h"
 #include "fz.h"
 #include "fzp.h"
 #include "gpu.h"
@@ -43,8 +44,8 @@ typedef struct fzd_job {
   char pipeline[FZD_PIPELINE_MAX];
   bool verify;
   void *in_data;      /* inline input (owned copy) or NULL */
-  void *in_map;       /* mapping of a sealed memfd input, or NULL */
-  size_t in_map_len;
+  const void *in_ptr; /* the input inside a cached memfd mapping, or NULL */
+  fzd_fdmap_entry *in_ref;
   size_t in_len;      /* bytes of input */
   int fds[FZD_MAX_FDS_PER_MESSAGE]; /* descriptors of this message, owned */
   unsigned nfds;
@@ -183,6 +184,9 @@ void fzd_conn_close_after_flush(fzd_conn *c);
 /* The connection's cache of imported CUDA IPC buffers, made on first use;
  * NULL on the CPU backend or without memory. */
 fzd_ipc_cache *fzd_conn_ipc(fzd_conn *c);
+/* The connection's cache of sealed-memfd mappings (fdmap.h); NULL when no
+ * memory is left for one, and inputs are then read with pread. */
+fzd_fdmap *fzd_conn_fdmap(fzd_conn *c);
 
 /* methods.c: handles one parsed request; packs a finished job's reply. */
 void fzd_dispatch(fzd_server *srv, fzd_conn *c, const fzp_message *msg);

@@ -238,6 +238,70 @@ static void descriptor_roundtrip(bool sealed) {
   stop_daemon(h);
 }
 
+/* Compresses n floats of fd (from offset 0) with the archive inline; decodes
+ * it here and checks it against want. */
+static void fd_job_matches(wire *w, uint32_t msgid, int fd, const float *want, size_t n) {
+  msgpack_packer *pk = wire_begin(w, msgid, "compress", 7);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "f32");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, n);
+  fzp_pack_key(pk, "eb");
+  msgpack_pack_double(pk, 1e-3);
+  fzp_pack_key(pk, "mode");
+  fzp_pack_key(pk, "abs");
+  fzp_pack_key(pk, "nfds");
+  msgpack_pack_uint64(pk, 1);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  fzp_pack_key(pk, "in_length");
+  msgpack_pack_uint64(pk, n * sizeof(float));
+  cr_assert_eq(wire_send(w, &fd, 1), 0);
+  fzp_message m;
+  cr_assert_eq(wire_recv(w, &m, 60000), 0);
+  cr_assert_eq(wire_code(&m), 0);
+  const void *arc;
+  uint32_t arc_len;
+  cr_assert_eq(fzp_get_bin(&m.result, "archive", &arc, &arc_len), 1);
+  float *y = malloc(n * sizeof(float));
+  size_t y_len;
+  cr_assert_eq(fz_decompress(arc, arc_len, y, n * sizeof(float), &y_len, 1), 0);
+  fz_compare_result cmp;
+  cr_assert_eq(fz_compare(FZ_F32, want, y, n, &cmp), 0);
+  cr_assert_leq(cmp.max_abs_error, 1e-3, "job %u read stale or wrong input", msgid);
+  free(y);
+  fzp_message_free(&m);
+}
+
+/* The daemon keeps sealed memfds mapped between jobs: a client that rewrites
+ * its memfd for the next time step, or grows it, must be compressed from
+ * what the memfd holds now. */
+Test(service, reused_sealed_memfd_follows_its_content) {
+  fzd_harness *h = start_daemon(NULL);
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  size_t n = 100000;
+  float *a = malloc(2 * n * sizeof(float)), *b = malloc(2 * n * sizeof(float));
+  wire_field_f32(a, 2 * n, 3);
+  for (size_t i = 0; i < 2 * n; i++)
+    b[i] = a[i] * -2.0f + 5.0f;
+  int fd = memfd_with(a, n * sizeof(float), true);
+  fd_job_matches(&w, 1, fd, a, n);
+  cr_assert_eq(pwrite(fd, b, n * sizeof(float), 0), (ssize_t)(n * sizeof(float)));
+  fd_job_matches(&w, 2, fd, b, n);
+  /* Growing past the mapping: the daemon maps the file anew. */
+  cr_assert_eq(pwrite(fd, a, 2 * n * sizeof(float), 0), (ssize_t)(2 * n * sizeof(float)));
+  fd_job_matches(&w, 3, fd, a, 2 * n);
+  fd_job_matches(&w, 4, fd, a, n);
+  close(fd);
+  free(a);
+  free(b);
+  wire_close(&w);
+  stop_daemon(h);
+}
+
 Test(service, descriptor_roundtrip) { descriptor_roundtrip(false); }
 Test(service, sealed_memfd_roundtrip) { descriptor_roundtrip(true); }
 
