@@ -40,6 +40,8 @@ typedef struct worker {
   plan_entry *plans;
   uint64_t tick;
   fzd_gpu_worker *gpu; /* the GPU backend's state of this worker, or NULL */
+  void *arc;           /* compression output, kept across jobs */
+  size_t arc_cap;
 } worker;
 
 struct fzd_pool {
@@ -249,11 +251,21 @@ static int run_compress(worker *w, fzd_job *job) {
   err = get_plan(w, job, &plan, &owned);
   if (err < 0)
     return err;
+  /* The archive is written to the worker's own buffer, which stays (and
+   * stays faulted in) from one job to the next; only its compressed bytes
+   * are copied out for the reply. */
   size_t cap = fz_plan_compress_bound(plan);
-  void *arc = malloc(cap ? cap : 1);
+  if (cap > w->arc_cap) {
+    void *grown = realloc(w->arc, cap);
+    if (grown != NULL) {
+      w->arc = grown;
+      w->arc_cap = cap;
+    }
+  }
+  void *arc = w->arc;
   size_t arc_len = 0;
   uint64_t t0 = now_us();
-  if (arc == NULL)
+  if (cap > w->arc_cap)
     err = FZ_ENOMEM;
   else
     err = fz_plan_compress(plan, in, job->in_len, arc, cap, &arc_len);
@@ -286,11 +298,9 @@ static int run_compress(worker *w, fzd_job *job) {
     fz_plan_destroy(plan);
   free(job->in_data); /* the input is no longer needed: free it early */
   job->in_data = NULL;
-  if (err < 0) {
-    free(arc);
+  if (err < 0)
     return err;
-  }
-  return deliver(job, arc, arc_len);
+  return fzd_job_deliver_copy(job, arc, arc_len);
 }
 
 static int run_decompress(fzd_job *job) {
@@ -391,6 +401,7 @@ static void *worker_main(void *arg) {
   }
   for (unsigned i = 0; w->plans != NULL && i < pool->plan_cache_entries; i++)
     fz_plan_destroy(w->plans[i].plan);
+  free(w->arc);
   return NULL;
 }
 
