@@ -22,8 +22,8 @@ extern "C" void fzk_desc_layout(fzk_desc *d) {
   d->cap = align16(d->cb + 64);
   uint32_t rze = d->cap / 4 + 64, bp = 5 * (d->cb / 32 + 1) + 32;
   d->tcap = align16(rze > bp ? rze : bp);
-  d->smem = 2 * d->cap + d->tcap + align16(d->cb / 32 + 16) +
-            8 * (FZK_NW + 2) + 4 * 256 + 4 * 16;
+  d->smem = 2 * d->cap + d->tcap + align16(d->cb / 32 + 16) + 8 * (FZK_NW + 2) + 4 * 16;
+  fzk_desc_layout32(d);
 }
 
 __device__ static fzk_smem fzk_carve(const fzk_desc &d, uint8_t *base) {
@@ -34,14 +34,8 @@ __device__ static fzk_smem fzk_carve(const fzk_desc &d, uint8_t *base) {
   s.t = base + o; o += d.tcap;
   s.flags = (uint32_t *)(base + o); o += align16(d.cb / 32 + 16);
   s.red = (fzk_u64 *)(base + o); o += 8 * (FZK_NW + 2);
-  s.tab = (uint32_t *)(base + o); o += 4 * 256;
   s.misc = (uint32_t *)(base + o);
   return s;
-}
-
-__device__ static void fzk_load_tab(fzk_smem &s, const uint32_t *__restrict__ d_tab) {
-  for (unsigned i = threadIdx.x; i < 256; i += FZK_NT)
-    s.tab[i] = d_tab[i];
 }
 
 /* Copies len bytes between 16-byte aligned buffers (the last vector may
@@ -57,26 +51,48 @@ __device__ static void fzk_copy16(uint8_t *dst, const uint8_t *src, uint32_t len
 __device__ static bool fzk_finite_f32(uint32_t b) { return ((b >> 23) & 0xffu) != 0xffu; }
 __device__ static bool fzk_finite_f64(fzk_u64 b) { return ((b >> 52) & 0x7ffu) != 0x7ffu; }
 
+/* Grid-stride minimum and maximum of the finite values; f32 in 16-byte
+ * vectors when the input allows.  Each block leaves one pair in d_part. */
 __global__ void __launch_bounds__(FZK_NT)
-fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w,
+fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w, int vec,
                   double *__restrict__ d_part) {
   double lo = __longlong_as_double(0x7ff0000000000000ll), hi = -lo;
-  uint64_t stride = (uint64_t)gridDim.x * FZK_NT;
-  for (uint64_t i = (uint64_t)blockIdx.x * FZK_NT + threadIdx.x; i < n; i += stride) {
-    double v;
-    if (w == 4) {
+  const uint64_t stride = (uint64_t)gridDim.x * FZK_NT;
+  const uint64_t t0 = (uint64_t)blockIdx.x * FZK_NT + threadIdx.x;
+  if (w == 4) {
+    float flo = __int_as_float(0x7f800000), fhi = -flo;
+    uint64_t nv = vec ? n / 4 : 0;
+    for (uint64_t v = t0; v < nv; v += stride) {
+      uint4 u = ((const uint4 *)d_in)[v];
+      uint32_t b[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        if (!fzk_finite_f32(b[k]))
+          continue;
+        float x = __uint_as_float(b[k]);
+        flo = x < flo ? x : flo;
+        fhi = x > fhi ? x : fhi;
+      }
+    }
+    for (uint64_t i = 4 * nv + t0; i < n; i += stride) {
       uint32_t b = ((const uint32_t *)d_in)[i];
       if (!fzk_finite_f32(b))
         continue;
-      v = (double)__uint_as_float(b);
-    } else {
+      float x = __uint_as_float(b);
+      flo = x < flo ? x : flo;
+      fhi = x > fhi ? x : fhi;
+    }
+    lo = (double)flo;
+    hi = (double)fhi;
+  } else {
+    for (uint64_t i = t0; i < n; i += stride) {
       fzk_u64 b = ((const fzk_u64 *)d_in)[i];
       if (!fzk_finite_f64(b))
         continue;
-      v = __longlong_as_double((long long)b);
+      double v = __longlong_as_double((long long)b);
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
     }
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
   }
   __shared__ double s_lo[FZK_NW], s_hi[FZK_NW];
   for (unsigned o = 16; o; o >>= 1) {
@@ -101,21 +117,35 @@ fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w,
 
 /* Min and max are exact whatever the order; the sign of a zero extreme can
  * differ from the CPU's, which fzo_quant_params never sees (it uses hi - lo
- * and magnitudes). */
-__global__ void fzk_qparams_kernel(const double *__restrict__ d_part, unsigned nparts,
-                                   unsigned mode, double eb, int f32,
-                                   fzk_qparams *__restrict__ d_qp) {
-  if (threadIdx.x != 0)
-    return;
-  double lo = 0, hi = 0;
-  if (mode != FZ_EB_PWREL) {
-    lo = __longlong_as_double(0x7ff0000000000000ll);
-    hi = -lo;
-    for (unsigned k = 0; k < nparts; k++) {
+ * and magnitudes).  One block folds the per-block pairs. */
+__global__ void __launch_bounds__(FZK_NT)
+fzk_qparams_kernel(const double *__restrict__ d_part, unsigned nparts, unsigned mode,
+                   double eb, int f32, fzk_qparams *__restrict__ d_qp) {
+  __shared__ double s_lo[FZK_NW], s_hi[FZK_NW];
+  double lo = __longlong_as_double(0x7ff0000000000000ll), hi = -lo;
+  if (mode != FZ_EB_PWREL)
+    for (unsigned k = threadIdx.x; k < nparts; k += FZK_NT) {
       lo = d_part[2 * k] < lo ? d_part[2 * k] : lo;
       hi = d_part[2 * k + 1] > hi ? d_part[2 * k + 1] : hi;
     }
+  for (unsigned o = 16; o; o >>= 1) {
+    double a = __shfl_xor_sync(FZK_FULL, lo, o), b = __shfl_xor_sync(FZK_FULL, hi, o);
+    lo = a < lo ? a : lo;
+    hi = b > hi ? b : hi;
   }
+  if ((threadIdx.x & 31) == 0) {
+    s_lo[threadIdx.x >> 5] = lo;
+    s_hi[threadIdx.x >> 5] = hi;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0)
+    return;
+  for (unsigned k = 1; k < FZK_NW; k++) {
+    lo = s_lo[k] < lo ? s_lo[k] : lo;
+    hi = s_hi[k] > hi ? s_hi[k] : hi;
+  }
+  if (mode == FZ_EB_PWREL)
+    lo = hi = 0;
   double e, s;
   fzo_quant_params(mode, eb, lo, hi, f32 != 0, &e, &s);
   d_qp->eb_abs = e;
@@ -130,9 +160,10 @@ extern "C" int fzk_launch_qparams(const fzk_desc *d, const void *d_in, uint64_t 
   if (mode != FZ_EB_PWREL && n > 0) {
     uint64_t want = (n + FZK_NT * 8 - 1) / (FZK_NT * 8);
     g = want < FZK_MM_BLOCKS ? (unsigned)want : FZK_MM_BLOCKS;
-    fzk_minmax_kernel<<<g, FZK_NT, 0, s>>>((const uint8_t *)d_in, n, d->w, d_part);
+    fzk_minmax_kernel<<<g, FZK_NT, 0, s>>>((const uint8_t *)d_in, n, d->w,
+                                           (uintptr_t)d_in % 16 == 0, d_part);
   }
-  fzk_qparams_kernel<<<1, 32, 0, s>>>(d_part, g, mode, eb, d->fkind == 1, d_qp);
+  fzk_qparams_kernel<<<1, FZK_NT, 0, s>>>(d_part, g, mode, eb, d->fkind == 1, d_qp);
   return (int)cudaGetLastError();
 }
 
@@ -221,9 +252,8 @@ __device__ static void fzk_side_write(const fzk_desc &d, const uint8_t *__restri
 
 __global__ void __launch_bounds__(FZK_NT)
 fzk_encode_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
-                  const fzk_qparams *__restrict__ d_qp, const uint32_t *__restrict__ d_tab,
-                  uint8_t *__restrict__ d_stage, uint32_t *__restrict__ d_sizes,
-                  uint32_t *__restrict__ d_crcs) {
+                  const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_stage,
+                  uint32_t *__restrict__ d_sizes) {
   extern __shared__ __align__(16) uint8_t fzk_shared[];
   fzk_smem s = fzk_carve(d, fzk_shared);
   const uint64_t c = blockIdx.x;
@@ -231,7 +261,6 @@ fzk_encode_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
   const uint8_t *g_in = d_in + c * d.cb;
   const uint32_t raw = (uint32_t)(d.raw_bytes - c * d.cb < d.cb ? d.raw_bytes - c * d.cb : d.cb);
   const uint32_t n = raw / w;
-  fzk_load_tab(s, d_tab);
 
   uint32_t side_len = 0, m = 0;
   unsigned first = 0;
@@ -300,22 +329,18 @@ fzk_encode_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
       res[side_len + i] = cur[i];
   }
   __syncthreads();
-  uint32_t crc = fzk_crc_block(res, res_len, s.tab, d_tab[256 + threadIdx.x], s.red);
   fzk_copy16(d_stage + c * d.cb, res, res_len);
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0)
     d_sizes[c] = res_len;
-    d_crcs[c] = crc;
-  }
 }
 
 extern "C" int fzk_launch_encode(const fzk_desc *d, const void *d_in, int in_vec,
-                                 const fzk_qparams *d_qp, const uint32_t *d_tab,
-                                 uint8_t *d_stage, uint32_t *d_sizes, uint32_t *d_crcs,
+                                 const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
                                  fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
   fzk_encode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
-      *d, (const uint8_t *)d_in, in_vec, d_qp, d_tab, d_stage, d_sizes, d_crcs);
+      *d, (const uint8_t *)d_in, in_vec, d_qp, d_stage, d_sizes);
   return (int)cudaGetLastError();
 }
 
@@ -324,8 +349,8 @@ extern "C" int fzk_launch_encode(const fzk_desc *d, const void *d_in, int in_vec
 __global__ void __launch_bounds__(FZK_NT)
 fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                   const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-                  fzk_qparams q, const uint32_t *__restrict__ d_tab, uint8_t *__restrict__ d_out,
-                  int out_vec, uint32_t *__restrict__ d_crcs, uint32_t *__restrict__ d_status) {
+                  fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+                  uint32_t *__restrict__ d_status) {
   extern __shared__ __align__(16) uint8_t fzk_shared[];
   fzk_smem s = fzk_carve(d, fzk_shared);
   const uint64_t c = blockIdx.x;
@@ -335,14 +360,11 @@ fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_le
   const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
   const uint64_t off = d_offs[c];
   uint8_t *g_out = d_out + c * d.cb;
-  fzk_load_tab(s, d_tab);
   /* The host validated the table; a chunk outside the payload is refused
    * again here, before any byte of it is read. */
   if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
       atomicOr(d_status, 1u);
-      d_crcs[c] = 0;
-    }
     return;
   }
   const uint8_t *g_arc = d_pay + off;
@@ -380,9 +402,6 @@ fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_le
   for (uint32_t i = threadIdx.x; i < len; i += FZK_NT)
     coded[i] = g_arc[i];
   __syncthreads();
-  uint32_t crc = fzk_crc_block(coded, len, s.tab, d_tab[256 + threadIdx.x], s.red);
-  if (threadIdx.x == 0)
-    d_crcs[c] = crc;
 
   uint8_t *res = coded;
   if (len != raw && !bad) {
@@ -464,25 +483,13 @@ fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_le
 
 extern "C" int fzk_launch_decode(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
                                  const uint64_t *d_offs, const uint8_t *d_sizes16,
-                                 fzk_qparams qp, const uint32_t *d_tab, void *d_out,
-                                 int out_vec, uint32_t *d_crcs, uint32_t *d_status,
-                                 fz_gpu_stream s) {
+                                 fzk_qparams qp, void *d_out, int out_vec,
+                                 uint32_t *d_status, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
   fzk_decode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
-      *d, d_pay, pay_len, d_offs, d_sizes16, qp, d_tab, (uint8_t *)d_out, out_vec, d_crcs,
-      d_status);
+      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status);
   return (int)cudaGetLastError();
-}
-
-extern "C" int fzk_kernels_init(const fzk_desc *d) {
-  cudaError_t e = cudaFuncSetAttribute(fzk_encode_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)d->smem);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fzk_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)d->smem);
-  return (int)e;
 }
 
 /* ---- prefix sums of chunk sizes ---- */
@@ -552,36 +559,103 @@ extern "C" int fzk_launch_scan(uint64_t n, const uint32_t *d_sizes32, const uint
   return (int)cudaGetLastError();
 }
 
-/* ---- gather and header ---- */
+/* ---- placing chunks, chunk checksums, header ---- */
 
+/* Shared memory of the place and check kernels: the slice tables, the
+ * reduction words, and one chunk at offset 16 to 31. */
+static uint32_t fzk_place_smem(uint32_t cb) { return 4096 + 4 * 32 + cb + 64; }
+
+/* One block per chunk: the staged chunk into shared memory, its CRC-32C,
+ * then out to its place in 4-byte aligned words (the place has any
+ * alignment: each word is funnel-shifted out of two shared words). */
 __global__ void __launch_bounds__(FZK_NT)
-fzk_gather_kernel(uint32_t cb, const uint8_t *__restrict__ d_stage,
-                  const uint32_t *__restrict__ d_sizes, const uint64_t *__restrict__ d_offs,
-                  uint8_t *__restrict__ d_out, uint64_t out_cap, uint64_t header_len,
-                  uint64_t table_off) {
+fzk_place_kernel(uint32_t cb, const uint8_t *__restrict__ d_stage,
+                 const uint32_t *__restrict__ d_sizes, const uint64_t *__restrict__ d_offs,
+                 const uint32_t *__restrict__ d_tab, uint8_t *__restrict__ d_out,
+                 uint64_t out_cap, uint64_t header_len, uint64_t table_off,
+                 uint32_t *__restrict__ d_crcs) {
+  extern __shared__ __align__(16) uint8_t fzk_shp[];
+  uint32_t *T = (uint32_t *)fzk_shp, *red = T + 1024;
+  uint8_t *buf = (uint8_t *)(red + 32);
   const uint64_t c = blockIdx.x;
-  uint32_t len = d_sizes[c];
-  uint64_t at = header_len + d_offs[c];
+  const uint32_t len = d_sizes[c], seg = cb / FZK_NT;
+  const uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(seg) + threadIdx.x];
+  fzk_load_slices(T, d_tab);
   const uint8_t *src = d_stage + c * cb;
+  uint32_t nv = (len + 15) / 16;
+  for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
+    ((uint4 *)(buf + 16))[v] = ((const uint4 *)src)[v];
+  __syncthreads();
+  uint32_t crc = fzk_crc_chunk(buf, 16, len, seg, T, kt, red);
+  uint64_t at = header_len + d_offs[c];
   uint64_t room = at < out_cap ? out_cap - at : 0;
   uint32_t lim = len < room ? len : (uint32_t)room;
-  for (uint32_t i = threadIdx.x; i < lim; i += FZK_NT)
-    d_out[at + i] = src[i];
+  uint8_t *dp = d_out + at;
+  uint32_t head = (uint32_t)((4 - ((uintptr_t)dp & 3)) & 3);
+  if (head > lim)
+    head = lim;
+  uint32_t nw = (lim - head) / 4;
+  if (threadIdx.x < head)
+    dp[threadIdx.x] = buf[16 + threadIdx.x];
+  for (uint32_t k = threadIdx.x; k < nw; k += FZK_NT)
+    ((uint32_t *)(dp + head))[k] = fzk_ld32u(buf, 16 + head + 4 * k);
+  for (uint32_t i = head + 4 * nw + threadIdx.x; i < lim; i += FZK_NT)
+    dp[i] = buf[16 + i];
   if (threadIdx.x == 0) {
     d_out[table_off + 2 * c] = (uint8_t)len;
     d_out[table_off + 2 * c + 1] = (uint8_t)(len >> 8);
+    d_crcs[c] = crc;
   }
 }
 
-extern "C" int fzk_launch_gather(const fzk_desc *d, const uint8_t *d_stage,
-                                 const uint32_t *d_sizes, const uint64_t *d_offs,
-                                 uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
-                                 uint64_t table_off, fz_gpu_stream s) {
+extern "C" int fzk_launch_place(const fzk_desc *d, const uint8_t *d_stage,
+                                const uint32_t *d_sizes, const uint64_t *d_offs,
+                                const uint32_t *d_tab, uint8_t *d_out, uint64_t out_cap,
+                                uint64_t header_len, uint64_t table_off, uint32_t *d_crcs,
+                                fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
-  fzk_gather_kernel<<<(unsigned)d->nchunks, FZK_NT, 0, s>>>(d->cb, d_stage, d_sizes, d_offs,
-                                                            d_out, out_cap, header_len,
-                                                            table_off);
+  fzk_place_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(d->cb), s>>>(
+      d->cb, d_stage, d_sizes, d_offs, d_tab, d_out, out_cap, header_len, table_off, d_crcs);
+  return (int)cudaGetLastError();
+}
+
+/* One block per chunk of an archive: its CRC-32C, read straight from the
+ * payload (the decoder needs none). */
+__global__ void __launch_bounds__(FZK_NT)
+fzk_check_kernel(uint32_t cb, uint64_t raw_bytes, const uint8_t *__restrict__ d_pay,
+                 uint64_t pay_len, const uint64_t *__restrict__ d_offs,
+                 const uint8_t *__restrict__ d_sizes16, const uint32_t *__restrict__ d_tab,
+                 uint32_t *__restrict__ d_crcs) {
+  extern __shared__ __align__(16) uint8_t fzk_shp[];
+  uint32_t *T = (uint32_t *)fzk_shp, *red = T + 1024;
+  uint8_t *buf = (uint8_t *)(red + 32);
+  const uint64_t c = blockIdx.x;
+  const uint32_t raw = (uint32_t)(raw_bytes - c * cb < cb ? raw_bytes - c * cb : cb);
+  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
+  const uint64_t off = d_offs[c];
+  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
+    if (threadIdx.x == 0)
+      d_crcs[c] = 0;
+    return;
+  }
+  const uint32_t seg = cb / FZK_NT;
+  const uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(seg) + threadIdx.x];
+  fzk_load_slices(T, d_tab);
+  uint32_t o = fzk_load_chunk(buf, d_pay + off, len);
+  __syncthreads();
+  uint32_t crc = fzk_crc_chunk(buf, o, len, seg, T, kt, red);
+  if (threadIdx.x == 0)
+    d_crcs[c] = crc;
+}
+
+extern "C" int fzk_launch_check(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                                const uint64_t *d_offs, const uint8_t *d_sizes16,
+                                const uint32_t *d_tab, uint32_t *d_crcs, fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_check_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(d->cb), s>>>(
+      d->cb, d->raw_bytes, d_pay, pay_len, d_offs, d_sizes16, d_tab, d_crcs);
   return (int)cudaGetLastError();
 }
 
@@ -606,34 +680,29 @@ extern "C" int fzk_launch_header(const uint8_t *d_tpl, uint64_t tpl_len, uint64_
 
 /* ---- CRC-32C of a long buffer ---- */
 
+/* Block b checksums its span of FZK_CRC_SPAN bytes of a virtual buffer
+ * that ends with the len real bytes (the leading zeros change nothing) and
+ * shifts the value to the end of the buffer. */
 __global__ void __launch_bounds__(FZK_NT)
 fzk_crc_parts_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
                      const uint32_t *__restrict__ d_tab, uint32_t *__restrict__ d_parts) {
-  __shared__ uint32_t tab[256];
-  __shared__ fzk_u64 red[FZK_NW + 2];
-  for (unsigned i = threadIdx.x; i < 256; i += FZK_NT)
-    tab[i] = d_tab[i];
-  __syncthreads();
+  __shared__ uint32_t T[1024], red[32];
+  __shared__ __align__(16) uint8_t buf[FZK_CRC_SPAN + 48];
+  fzk_load_slices(T, d_tab);
   uint64_t np = gridDim.x, p0 = np * FZK_CRC_SPAN - len;
-  /* Real bytes of this thread's segment of the virtual span. */
-  int64_t v0 = (int64_t)(blockIdx.x * (uint64_t)FZK_CRC_SPAN + threadIdx.x * FZK_CRC_SEG);
-  int64_t j0 = v0 - (int64_t)p0, j1 = j0 + FZK_CRC_SEG;
-  if (j0 < 0)
-    j0 = 0;
-  uint32_t c = 0;
-  for (int64_t j = j0; j < j1; j++) {
-    uint32_t b = d_p[j] ^ (j < 4 ? 0xffu : 0u);
-    c = (c >> 8) ^ tab[(c ^ b) & 0xffu];
-  }
-  if (c)
-    c = fzk_crc_mulmod(c, d_tab[256 + threadIdx.x]);
-  c = fzk_xor(c, red);
+  uint64_t e = ((uint64_t)blockIdx.x + 1) * FZK_CRC_SPAN - p0;
+  uint64_t s0 = blockIdx.x ? e - FZK_CRC_SPAN : 0;
+  uint32_t lb = (uint32_t)(e - s0);
+  uint32_t o = fzk_load_chunk(buf, d_p + s0, lb);
+  __syncthreads();
+  uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(FZK_CRC_SEG) + threadIdx.x];
+  uint32_t c = fzk_block_xor(fzk_crc_share(buf, o, lb, FZK_CRC_SEG, s0, T, kt), red);
   if (threadIdx.x == 0) {
-    uint64_t e = np - 1 - blockIdx.x;
+    uint64_t k = np - 1 - blockIdx.x;
     uint32_t mul = FZK_X0;
-    for (unsigned k = 0; e; k++, e >>= 1)
-      if (e & 1)
-        mul = fzk_crc_mulmod(mul, d_tab[256 + FZK_NT + k]);
+    for (unsigned j = 0; k; j++, k >>= 1)
+      if (k & 1)
+        mul = fzk_crc_mulmod(mul, d_tab[FZK_CRC_SPANF + j]);
     d_parts[blockIdx.x] = fzk_crc_mulmod(c, mul);
   }
 }
@@ -680,4 +749,22 @@ extern "C" int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_part
   fzk_crc_finish_kernel<<<1, 32, 0, s>>>(d_p, len, d_parts, np, d_tab, d_dst_le, d_status,
                                          expect, d_total, d_end, add);
   return (int)cudaGetLastError();
+}
+
+extern "C" int fzk_kernels_init(const fzk_desc *d) {
+  cudaError_t e = cudaFuncSetAttribute(fzk_encode_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)d->smem);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fzk_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)d->smem);
+  if (e == cudaSuccess)
+    e = (cudaError_t)fzk_kernels32_init(d);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fzk_place_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)fzk_place_smem(d->cb));
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fzk_check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)fzk_place_smem(d->cb));
+  return (int)e;
 }

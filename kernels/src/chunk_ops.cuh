@@ -19,11 +19,9 @@
 
 #include "fzk.h"
 #include "engine.h"
-#include "fzk_crc.h"
 #include "ops.h"
+#include "warp_ops.cuh"
 
-#define FZK_FULL 0xffffffffu
-#define FZK_NW (FZK_NT / 32)
 #define FZK_BAD 0xffffffffu
 
 typedef unsigned long long fzk_u64;
@@ -34,7 +32,6 @@ typedef struct fzk_smem {
   uint8_t *t;        /* bitmaps and tables, tcap bytes */
   uint32_t *flags;   /* outlier bitmap of the quantizer */
   fzk_u64 *red;      /* FZK_NW + 1 words for block scans and reductions */
-  uint32_t *tab;     /* CRC byte table */
   uint32_t *misc;    /* values broadcast by one thread */
 } fzk_smem;
 
@@ -77,50 +74,8 @@ __device__ __forceinline__ fzk_u64 fzk_sum(fzk_u64 v, fzk_u64 *red) {
   return t;
 }
 
-__device__ __forceinline__ uint32_t fzk_xor(uint32_t v, fzk_u64 *red) {
-  for (unsigned o = 16; o; o >>= 1)
-    v ^= __shfl_xor_sync(FZK_FULL, v, o);
-  if ((threadIdx.x & 31) == 0)
-    red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  uint32_t r = 0;
-  for (unsigned w = 0; w < FZK_NW; w++)
-    r ^= (uint32_t)red[w];
-  __syncthreads();
-  return r;
-}
-
 /* True in every thread when any thread passes true. */
 __device__ __forceinline__ bool fzk_any(bool v) { return __syncthreads_or(v) != 0; }
-
-/* CRC-32C of the L <= FZK_CRC_SPAN bytes at p (fzk_crc.h): thread t takes
- * the t-th of FZK_NT segments of a span whose last L bytes are the data. */
-__device__ __forceinline__ uint32_t fzk_crc_block(const uint8_t *p, uint32_t L,
-                                                  const uint32_t *tab,
-                                                  uint32_t kt, fzk_u64 *red) {
-  uint32_t c = 0;
-  if (L >= 4) {
-    int j0 = (int)(threadIdx.x * FZK_CRC_SEG) - (int)(FZK_CRC_SPAN - L);
-    int j1 = j0 + (int)FZK_CRC_SEG;
-    if (j0 < 0)
-      j0 = 0;
-    if (j1 > (int)L)
-      j1 = (int)L;
-    for (int j = j0; j < j1; j++) {
-      uint32_t b = p[j] ^ (j < 4 ? 0xffu : 0u);
-      c = (c >> 8) ^ tab[(c ^ b) & 0xffu];
-    }
-    if (c)
-      c = fzk_crc_mulmod(c, kt);
-  } else if (threadIdx.x == 0) {
-    c = 0xffffffffu;
-    for (uint32_t j = 0; j < L; j++)
-      c = (c >> 8) ^ tab[(c ^ p[j]) & 0xffu];
-    c = ~c;
-  }
-  uint32_t r = fzk_xor(c, red);
-  return L >= 4 ? ~r : r;
-}
 
 /* ---- words of any width ---- */
 

@@ -1,7 +1,8 @@
 /*
- * crc_tables.c - the CRC-32C tables the kernels read: the byte table, the
- * shift factor of each thread's segment within a block, and the shift
- * factors between blocks (fzk_crc.h explains the combination).
+ * crc_tables.c - the CRC-32C tables the kernels read: the four slice-by-4
+ * tables, the shift factor of each thread's segment within a block for
+ * every segment size, and the shift factors between blocks of a long
+ * buffer (fzk_crc.h explains the combination).
  */
 #include "fzk.h"
 #include "fzk_crc.h"
@@ -13,16 +14,24 @@ void fzk_crc_tables(uint32_t *tab) {
       c = (c >> 1) ^ (FZK_CRC_POLY & (0u - (c & 1u)));
     tab[i] = c;
   }
+  /* Table s advances a byte that has s more bytes behind it. */
+  for (uint32_t s = 1; s < 4; s++)
+    for (uint32_t i = 0; i < 256; i++) {
+      uint32_t c = tab[256 * (s - 1) + i];
+      tab[256 * s + i] = (c >> 8) ^ tab[c & 0xffu];
+    }
   /* Thread t's segment is followed by NT-1-t segments of the block. */
-  uint32_t seg = fzk_crc_xpow8(FZK_CRC_SEG), k = FZK_X0;
-  for (int t = FZK_NT - 1; t >= 0; t--) {
-    tab[256 + t] = k;
-    k = fzk_crc_mulmod(k, seg);
+  for (uint32_t k = 0; k < FZK_CRC_NSEG; k++) {
+    uint32_t seg = fzk_crc_xpow8(16u << k), f = FZK_X0;
+    for (int t = FZK_NT - 1; t >= 0; t--) {
+      tab[FZK_CRC_SEGF + FZK_NT * k + (uint32_t)t] = f;
+      f = fzk_crc_mulmod(f, seg);
+    }
   }
   /* x^(8 * SPAN * 2^j). */
   uint32_t s = fzk_crc_xpow8(FZK_CRC_SPAN);
   for (int j = 0; j < 64; j++) {
-    tab[256 + FZK_NT + j] = s;
+    tab[FZK_CRC_SPANF + (uint32_t)j] = s;
     s = fzk_crc_mulmod(s, s);
   }
 }

@@ -21,14 +21,17 @@ extern "C" {
 
 /* Threads of every chunk kernel: one block owns one chunk. */
 #define FZK_NT 256
-/* A block checksums FZK_NT segments of FZK_CRC_SEG bytes.  132 bytes = 33
- * words, so thread t's k-th byte sits in bank (t + k/4) mod 32: the threads
- * of a warp never share a bank. */
-#define FZK_CRC_SEG 132u
+/* CRC-32C tables in device memory (crc_tables.c): four slice-by-4 tables
+ * (the first is the byte table), then for each segment size 16 << k
+ * (k < FZK_CRC_NSEG) the per-thread shift factors x^(8*seg*(NT-1-t)), then
+ * x^(8*SPAN*2^j) for combining the blocks of a long buffer, which are
+ * checksummed in segments of FZK_CRC_SEG bytes. */
+#define FZK_CRC_NSEG 4u
+#define FZK_CRC_SEG 128u
 #define FZK_CRC_SPAN (FZK_NT * FZK_CRC_SEG)
-/* The CRC tables in device memory: the byte table, the per-thread shift
- * factors x^(8*SEG*(NT-1-t)), and x^(8*SPAN*2^k) for combining blocks. */
-#define FZK_CRC_TAB_WORDS (256 + FZK_NT + 64)
+#define FZK_CRC_SEGF 1024u
+#define FZK_CRC_SPANF (FZK_CRC_SEGF + FZK_CRC_NSEG * FZK_NT)
+#define FZK_CRC_TAB_WORDS (FZK_CRC_SPANF + 64)
 
 /* A chain as a kernel sees it (passed by value). */
 typedef struct fzk_desc {
@@ -37,10 +40,15 @@ typedef struct fzk_desc {
   uint8_t fkind;        /* 0: integers, 1: f32, 2: f64 */
   uint8_t has_quant;    /* st[0] is quant */
   uint8_t id[8], mode[8], levels[8];
+  /* The 4-byte word kernels (chain32.cu): 0 none, 1 the chain after quant
+   * is bitpack, 2 it is [diff] bitshuffle rze; with diff and its map, and
+   * the rze levels. */
+  uint8_t k32, k32diff, k32nega, k32lev;
   uint32_t cb;          /* input bytes per chunk */
   uint32_t cap;         /* bytes of each shared stream buffer */
   uint32_t tcap;        /* bytes of the shared bitmap / table area */
   uint32_t smem;        /* dynamic shared memory of the chunk kernels */
+  uint32_t smem_e32, smem_d32; /* of the 4-byte word kernels */
   uint64_t raw_bytes, nchunks;
 } fzk_desc;
 
@@ -51,10 +59,12 @@ typedef struct fzk_qparams {
 
 /* Host-computed CRC tables (FZK_CRC_TAB_WORDS words) uploaded once. */
 void fzk_crc_tables(uint32_t *tab);
-/* Shared memory the chunk kernels need for a chunk size. */
+/* Shared memory the chunk kernels need for a chunk size (d->k32 set). */
 void fzk_desc_layout(fzk_desc *d);
-/* Raises the kernels' dynamic shared memory limit to d->smem. */
+void fzk_desc_layout32(fzk_desc *d);
+/* Raises the kernels' dynamic shared memory limits to what d needs. */
 int fzk_kernels_init(const fzk_desc *d);
+int fzk_kernels32_init(const fzk_desc *d);
 
 /* Minimum and maximum of the finite values (skipped for PWREL), then the
  * quantizer parameters (fzo_quant_params) into *d_qp.  d_part holds
@@ -65,11 +75,14 @@ int fzk_launch_qparams(const fzk_desc *d, const void *d_in, uint64_t n,
                        fzk_qparams *d_qp, fz_gpu_stream s);
 
 /* One block per chunk runs the whole chain; chunk i's coded bytes go to
- * d_stage + i * cb, its length to d_sizes[i], its CRC-32C to d_crcs[i]. */
+ * d_stage + i * cb, its length to d_sizes[i].  The 32 variant runs the
+ * chains of d->k32 on 4-byte words. */
 int fzk_launch_encode(const fzk_desc *d, const void *d_in, int in_vec,
-                      const fzk_qparams *d_qp, const uint32_t *d_tab,
-                      uint8_t *d_stage, uint32_t *d_sizes, uint32_t *d_crcs,
+                      const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
                       fz_gpu_stream s);
+int fzk_launch_encode32(const fzk_desc *d, const void *d_in, int in_vec,
+                        const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
+                        fz_gpu_stream s);
 
 /* Exclusive prefix sums of n sizes (u32 words, or little-endian u16 when
  * d_sizes16 is given) into d_offs[0..n]; d_offs[n] is the total.  d_bsum
@@ -79,12 +92,20 @@ int fzk_launch_scan(uint64_t n, const uint32_t *d_sizes32,
                     const uint8_t *d_sizes16, uint64_t *d_bsum,
                     uint64_t *d_offs, fz_gpu_stream s);
 
-/* Copies the staged chunks to their places in the archive and writes the
- * chunk table; nothing is written at or beyond out_cap. */
-int fzk_launch_gather(const fzk_desc *d, const uint8_t *d_stage,
-                      const uint32_t *d_sizes, const uint64_t *d_offs,
-                      uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
-                      uint64_t table_off, fz_gpu_stream s);
+/* Copies the staged chunks to their places in the archive, writes the
+ * chunk table and each chunk's CRC-32C to d_crcs; nothing is written at or
+ * beyond out_cap. */
+int fzk_launch_place(const fzk_desc *d, const uint8_t *d_stage, const uint32_t *d_sizes,
+                     const uint64_t *d_offs, const uint32_t *d_tab, uint8_t *d_out,
+                     uint64_t out_cap, uint64_t header_len, uint64_t table_off,
+                     uint32_t *d_crcs, fz_gpu_stream s);
+
+/* CRC-32C of every chunk of an archive's payload (chunk i at d_offs[i],
+ * d_sizes16 the archive's table) to d_crcs; a chunk outside the payload
+ * gets 0 (the decoder reports it). */
+int fzk_launch_check(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                     const uint64_t *d_offs, const uint8_t *d_sizes16, const uint32_t *d_tab,
+                     uint32_t *d_crcs, fz_gpu_stream s);
 
 /* Copies the header template (tpl_len bytes) to d_out and patches the
  * quantizer's eb_abs and step at q_off (0: no quant stage) from *d_qp. */
@@ -103,13 +124,15 @@ int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
                    const uint64_t *d_end, uint64_t add, fz_gpu_stream s);
 
 /* One block per chunk decodes the payload (d_pay, pay_len bytes; chunk i at
- * d_offs[i], d_sizes16 the archive's table) into d_out; CRCs of the coded
- * chunks to d_crcs; any corruption sets *d_status to 1. */
+ * d_offs[i], d_sizes16 the archive's table) into d_out; any corruption sets
+ * *d_status to 1.  The 32 variant runs the chains of d->k32. */
 int fzk_launch_decode(const fzk_desc *d, const uint8_t *d_pay,
                       uint64_t pay_len, const uint64_t *d_offs,
                       const uint8_t *d_sizes16, fzk_qparams qp,
-                      const uint32_t *d_tab, void *d_out, int out_vec,
-                      uint32_t *d_crcs, uint32_t *d_status, fz_gpu_stream s);
+                      void *d_out, int out_vec, uint32_t *d_status, fz_gpu_stream s);
+int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                        const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                        void *d_out, int out_vec, uint32_t *d_status, fz_gpu_stream s);
 
 #ifdef __cplusplus
 }

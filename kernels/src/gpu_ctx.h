@@ -22,7 +22,7 @@ struct fz_gpu_ctx {
   uint8_t *h_hdr;
   size_t h_hdr_cap;
   uint32_t *h_word;
-  uint32_t smem_ready;   /* largest kernel shared memory enabled so far */
+  uint32_t smem_ready;   /* largest chunk size whose kernels are enabled */
 };
 
 #endif

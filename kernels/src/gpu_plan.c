@@ -69,19 +69,35 @@ static void fill_desc(fzk_desc *d, const fze_header *h) {
     d->mode[i] = h->chain.st[i].mode;
     d->levels[i] = h->chain.st[i].levels;
   }
+  /* Chains on 4-byte words that end in bitpack or in [diff] bitshuffle rze
+   * have kernels of their own (chain32.cu). */
+  unsigned j = d->has_quant;
+  if (d->w == 4 && h->chain.n == j + 1 && d->id[j] == FZE_STAGE_BITPACK) {
+    d->k32 = 1;
+  } else if (d->w == 4) {
+    unsigned diff = j < h->chain.n && d->id[j] == FZE_STAGE_DIFF;
+    unsigned k = j + diff;
+    if (h->chain.n == k + 2 && d->id[k] == FZE_STAGE_BITSHUFFLE && d->id[k + 1] == FZE_STAGE_RZE) {
+      d->k32 = 2;
+      d->k32diff = (uint8_t)diff;
+      d->k32nega = diff && d->mode[j] == FZE_MAP_NEGABINARY;
+      d->k32lev = d->levels[k + 1];
+    }
+  }
   d->cb = h->chunk_bytes;
   d->raw_bytes = h->raw_bytes;
   d->nchunks = h->nchunks;
   fzk_desc_layout(d);
 }
 
-/* Enables the chunk kernels' shared memory once per size. */
+/* Enables the kernels' shared memory once per chunk size. */
 static int kernels_ready(fz_gpu_ctx *ctx, const fzk_desc *d, char *why, size_t why_len) {
   int rc = 0;
-  if (ctx->smem_ready >= d->smem)
+  /* Every kernel's shared memory grows with the chunk size alone. */
+  if (ctx->smem_ready >= d->cb)
     return 0;
   FZK_CHECK(fzk_kernels_init(d), fail);
-  ctx->smem_ready = d->smem;
+  ctx->smem_ready = d->cb;
   return 0;
 fail:
   return rc;
@@ -233,12 +249,15 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
     FZK_CHECK(fzk_launch_qparams(d, d_in, h->n_elems, q->mode, q->eb,
                                  (double *)(ws + L->part), qp, s), fail_ws);
   }
-  FZK_CHECK(fzk_launch_encode(d, d_in, (uintptr_t)d_in % 16 == 0, qp, ctx->d_tab,
-                              ws + L->stage, sizes, crcs, s), fail_ws);
+  int in_vec = (uintptr_t)d_in % 16 == 0;
+  if (d->k32)
+    FZK_CHECK(fzk_launch_encode32(d, d_in, in_vec, qp, ws + L->stage, sizes, s), fail_ws);
+  else
+    FZK_CHECK(fzk_launch_encode(d, d_in, in_vec, qp, ws + L->stage, sizes, s), fail_ws);
   FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, s),
             fail_ws);
-  FZK_CHECK(fzk_launch_gather(d, ws + L->stage, sizes, offs, out, out_cap, h->header_len,
-                              pl->table_off, s), fail_ws);
+  FZK_CHECK(fzk_launch_place(d, ws + L->stage, sizes, offs, ctx->d_tab, out, out_cap,
+                             h->header_len, pl->table_off, crcs, s), fail_ws);
   FZK_CHECK(fzk_launch_header(pl->d_tpl, pl->table_off, pl->q_off, qp, out, s), fail_ws);
   /* The payload checksum goes into the header, then the header's own. */
   FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * h->nchunks, cparts, ctx->d_tab,
@@ -368,11 +387,18 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *
   FZK_CHECK(cudaMemsetAsync(status, 0, 4, s), out);
   FZK_CHECK(fzk_launch_scan(nc, NULL, ws + o_tab, (uint64_t *)(ws + o_bsum),
                             (uint64_t *)(ws + o_offs), s), out);
-  FZK_CHECK(fzk_launch_decode(&d, (const uint8_t *)d_arc + h.header_len,
-                              arc_len - h.header_len, (const uint64_t *)(ws + o_offs),
-                              ws + o_tab, qp, ctx->d_tab, d_out,
-                              (uintptr_t)d_out % 16 == 0, (uint32_t *)(ws + o_crcs), status,
-                              s), out);
+  const uint8_t *pay = (const uint8_t *)d_arc + h.header_len;
+  uint64_t pay_len = arc_len - h.header_len;
+  const uint64_t *offs = (const uint64_t *)(ws + o_offs);
+  int out_vec = (uintptr_t)d_out % 16 == 0;
+  FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, ws + o_tab, ctx->d_tab,
+                             (uint32_t *)(ws + o_crcs), s), out);
+  if (d.k32)
+    FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, ws + o_tab, qp, d_out, out_vec,
+                                  status, s), out);
+  else
+    FZK_CHECK(fzk_launch_decode(&d, pay, pay_len, offs, ws + o_tab, qp, d_out, out_vec,
+                                status, s), out);
   FZK_CHECK(fzk_launch_crc(ws + o_crcs, 4 * nc, (uint32_t *)(ws + o_parts), ctx->d_tab, NULL,
                            status, h.payload_crc, NULL, NULL, 0, s), out);
   FZK_CHECK(cudaMemcpyAsync(ctx->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);

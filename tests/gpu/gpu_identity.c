@@ -32,6 +32,31 @@ Test(identity, fast_f64) { sweep(FZ_F64, "fast", 0); }
 Test(identity, balanced_f64) { sweep(FZ_F64, "balanced", 0); }
 Test(identity, balanced_f32_chunk32k) { sweep(FZ_F32, "balanced", 32768); }
 Test(identity, fast_f32_chunk4k) { sweep(FZ_F32, "fast", 4096); }
+Test(identity, fast_f32_chunk32k) { sweep(FZ_F32, "fast", 32768); }
+Test(identity, balanced_f32_chunk4k) { sweep(FZ_F32, "balanced", 4096); }
+
+/* The 4-byte word kernels on a few shapes, small enough for the sanitizers:
+ * every chain they take, partial blocks, outliers, u32 and i32 words. */
+Test(identity, word32_small) {
+  const char *chains[] = {"fast", "balanced", "lossless", "bitpack",
+                          "quant | diff(map=negabinary) | bitshuffle | rze(levels=1)",
+                          "quant(mode=pwrel) | bitshuffle | rze(levels=5)"};
+  const size_t sizes[] = {1, 33, 4096, 3 * 4096 + 77};
+  for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++)
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+      for (size_t ki = 0; ki < 3; ki++) {
+        void *x = gen_data(FZ_F32, sizes[si], kinds[ki], 11 * si + ki);
+        check_identity(FZ_F32, chains[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+        free(x);
+      }
+  const fz_dtype ints[] = {FZ_U32, FZ_I32};
+  for (size_t ti = 0; ti < 2; ti++) {
+    void *x = gen_data(ints[ti], 10001, GEN_NOISE, ti);
+    check_identity(ints[ti], "lossless", FZ_EB_REL, 1e-3, 0, x, 10001, 0);
+    check_identity(ints[ti], "bitpack", FZ_EB_REL, 1e-3, 0, x, 10001, 0);
+    free(x);
+  }
+}
 
 Test(identity, lossless_every_dtype) {
   const fz_dtype types[] = {FZ_U8, FZ_I8, FZ_U16, FZ_I16, FZ_U32, FZ_I32,

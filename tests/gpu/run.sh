@@ -46,7 +46,7 @@ step configure and build
 cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
-  test_gpu_large fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
+  test_gpu_large test_gpu_service fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
 echo "built"
 
 if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
@@ -65,6 +65,9 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
     if compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
          "$build/tests/gpu/test_gpu_identity" --filter 'identity/other_chains' -j1 \
          > "$logs/sanitizer-$tool.log" 2>&1 &&
+       compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
+         "$build/tests/gpu/test_gpu_identity" --filter 'identity/word32_small' -j1 \
+         >> "$logs/sanitizer-$tool.log" 2>&1 &&
        compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
          "$build/tests/gpu/test_gpu_hostile" --filter 'hostile/byte_flips' -j1 \
          >> "$logs/sanitizer-$tool.log" 2>&1; then

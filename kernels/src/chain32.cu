@@ -1,0 +1,739 @@
+/*
+ * chain32.cu - the chunk kernels for chains on 4-byte words (f32, and u32 /
+ * i32 without quant) that end in bitpack, or in bitshuffle | rze with an
+ * optional diff before: the `fast`, `balanced` and `lossless` presets.
+ *
+ * One block still owns one chunk, but the work is laid out for warps: warp
+ * w takes the 32-word blocks [w*K, w*K + K) of the chunk in order, so the
+ * previous word of a block is a shuffle away (carried from the block
+ * before), a 32x32 bit transpose by shuffles turns a block's 32 words into
+ * its 32 bit planes (bitpack planes, or four bytes of each bitshuffle
+ * plane), and every prefix sum the layout needs (plane offsets, outlier
+ * ranks, running sums of differences) is a warp scan plus one barrier.
+ * Checksums are not computed here: the place and check kernels do them
+ * (chain_kernels.cu).  The bytes are the CPU reference's (engine/src/stage_*.c),
+ * and the decoder accepts exactly what the CPU decoder accepts.
+ */
+#include <cuda_runtime.h>
+
+#include "engine.h"
+#include "ops.h"
+#include "warp_ops.cuh"
+
+#define FZK_32_MAXNB 256u /* 32-word blocks of a 32 KiB chunk */
+
+__host__ __device__ static inline uint32_t a16(uint32_t v) { return (v + 15u) & ~15u; }
+
+/* Shared memory of the two kernels (fzk_desc_layout32). */
+struct fzk_e32 {
+  uint8_t *a;      /* residual words (bitpack) or the bit-shuffled stream */
+  uint8_t *res;    /* the coded chunk as it is stored */
+  uint32_t *info;  /* per block: outliers << 16 | 4 * bit width */
+  uint32_t *flags; /* per block: outlier bits */
+  uint32_t *offs;  /* per block: exclusive prefix of info within the warp */
+  uint32_t *wt;    /* per warp: two sums */
+  uint8_t *tb;     /* rze bitmaps, every level */
+};
+
+struct fzk_d32 {
+  uint8_t *c;      /* the coded chunk, at offset o */
+  uint8_t *s;      /* the bit-shuffled stream */
+  uint32_t *obm;   /* outlier bitmap */
+  uint32_t *offs;  /* per block: plane offset within the warp */
+  uint32_t *wt;    /* per warp sums, and flags */
+  uint8_t *tb1, *tb2; /* rze bitmap of level 1; two for the levels above */
+};
+
+__host__ __device__ static inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
+
+extern "C" void fzk_desc_layout32(fzk_desc *d) {
+  uint32_t cb = d->cb, nbm = 4 * nbmax32(cb);
+  uint32_t tb = 0, len = cb / 8;
+  for (unsigned l = 1; l <= FZE_RZE_MAX_LEVELS; l++, len = (len + 7) / 8)
+    tb += a16(len + 1);
+  uint32_t e = 2 * a16(cb + 16) + 3 * nbm + 4 * 32;
+  d->smem_e32 = d->k32 == 2 ? e + tb : e;
+  uint32_t dd = a16(cb + 48) + 2 * nbm + 4 * 32;
+  d->smem_d32 = d->k32 == 2 ? dd + a16(cb + 16) + a16(cb / 8 + 16) + 2 * a16(cb / 64 + 16) : dd;
+}
+
+__device__ static fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
+  fzk_e32 s;
+  uint32_t nbm = 4 * nbmax32(d.cb);
+  s.a = p; p += a16(d.cb + 16);
+  s.res = p; p += a16(d.cb + 16);
+  s.info = (uint32_t *)p; p += nbm;
+  s.flags = (uint32_t *)p; p += nbm;
+  s.offs = (uint32_t *)p; p += nbm;
+  s.wt = (uint32_t *)p; p += 4 * 32;
+  s.tb = p;
+  return s;
+}
+
+__device__ static fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
+  fzk_d32 s;
+  uint32_t nbm = 4 * nbmax32(d.cb);
+  s.c = p; p += a16(d.cb + 48);
+  s.obm = (uint32_t *)p; p += nbm;
+  s.offs = (uint32_t *)p; p += nbm;
+  s.wt = (uint32_t *)p; p += 4 * 32;
+  s.s = p; p += a16(d.cb + 16);
+  s.tb1 = p; p += a16(d.cb / 8 + 16);
+  s.tb2 = p;
+  return s;
+}
+
+/* ---- per-element helpers ---- */
+
+/* The quantizer's word for the bits b of an f32 (ops.h); false for an
+ * outlier, whose word is 0. */
+__device__ __forceinline__ bool fzk_q32(uint32_t b, unsigned mode, const fzk_qparams &q,
+                                        uint32_t *code) {
+  if (q.step == 0) {
+    *code = b;
+    return true;
+  }
+  uint32_t c = 0;
+  float x = fzo_bits_f32(b);
+  bool ok = mode == FZ_EB_PWREL ? fzo_pw_quant_f32(x, (uint32_t)q.step, q.eb_abs, &c)
+                                : fzo_quant_f32(x, q.inv, q.step, q.eb_abs, &c);
+  *code = ok ? c : 0;
+  return ok;
+}
+
+__device__ __forceinline__ uint32_t fzk_dq32(uint32_t code, unsigned mode, const fzk_qparams &q) {
+  if (q.step == 0)
+    return code;
+  return mode == FZ_EB_PWREL ? fzo_f32_bits(fzo_pw_dequant_f32(code, (uint32_t)q.step))
+                             : fzo_f32_bits(fzo_dequant_f32(code, q.step));
+}
+
+__device__ __forceinline__ uint32_t fzk_vlen(uint32_t v) {
+  uint32_t k = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    k++;
+  }
+  return k;
+}
+
+/* 4-bit mask of the nonzero bytes of v. */
+__device__ __forceinline__ uint32_t fzk_nz4(uint32_t v) {
+  uint32_t t = (((v & 0x7f7f7f7fu) + 0x7f7f7f7fu) | v) & 0x80808080u;
+  return ((t >> 7) & 1u) | ((t >> 14) & 2u) | ((t >> 21) & 4u) | ((t >> 28) & 8u);
+}
+
+/* Bits at and beyond position n of a bitmap must be zero. */
+__device__ __forceinline__ bool fzk_tail_ok32(const uint8_t *bm, uint32_t n) {
+  return n % 8 == 0 || (bm[n / 8] >> (n % 8)) == 0;
+}
+
+/* ---- rze levels >= 2, one warp (their data is an eighth or less) ---- */
+
+/* Lane range of nbm bitmap bytes. */
+__device__ __forceinline__ void fzk_lane_range(uint32_t nbm, uint32_t *j0, uint32_t *j1) {
+  uint32_t per = (nbm + 31) / 32, lo = (threadIdx.x & 31) * per;
+  *j0 = lo < nbm ? lo : nbm;
+  *j1 = lo + per < nbm ? lo + per : nbm;
+}
+
+/* Repeat elimination of nin bytes: the bitmap to bm, the kept count back. */
+__device__ uint32_t fzk_wrze_level(const uint8_t *in, uint32_t nin, uint8_t *bm) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range((nin + 7) / 8, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++) {
+    uint32_t m = 0;
+    for (unsigned b = 0; b < 8; b++) {
+      uint32_t i = 8 * j + b;
+      if (i >= nin)
+        break;
+      uint32_t prev = i ? in[i - 1] : 0;
+      m |= (uint32_t)(in[i] != prev) << b;
+    }
+    bm[j] = (uint8_t)m;
+    cnt += __popc(m);
+  }
+  return __reduce_add_sync(FZK_FULL, cnt);
+}
+
+/* The kept bytes of one level, in order, to dst. */
+__device__ void fzk_wrze_scatter(const uint8_t *in, uint32_t nin, const uint8_t *bm,
+                                 uint8_t *dst) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range((nin + 7) / 8, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++)
+    cnt += __popc(bm[j]);
+  uint32_t r = fzk_warp_incl(cnt) - cnt;
+  for (uint32_t j = j0; j < j1; j++) {
+    uint32_t m = bm[j];
+    while (m) {
+      unsigned b = __ffs(m) - 1;
+      m &= m - 1;
+      dst[r++] = in[8 * j + b];
+    }
+  }
+}
+
+/* Restores n bytes of a repeat-eliminated level from bitmap bm and the kept
+ * bytes k (cnt of them, checked by the caller). */
+__device__ void fzk_wrze_restore(const uint8_t *bm, const uint8_t *k, uint32_t n, uint8_t *dst) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range((n + 7) / 8, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++)
+    cnt += __popc(bm[j]);
+  uint32_t r = fzk_warp_incl(cnt) - cnt;
+  uint32_t prev = r ? k[r - 1] : 0;
+  for (uint32_t j = j0; j < j1; j++) {
+    uint32_t m = bm[j];
+    for (unsigned b = 0; b < 8; b++) {
+      uint32_t i = 8 * j + b;
+      if (i >= n)
+        break;
+      if ((m >> b) & 1)
+        prev = k[r++];
+      dst[i] = (uint8_t)prev;
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t fzk_wpopc(const uint8_t *bm, uint32_t nbm) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range(nbm, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++)
+    cnt += __popc(bm[j]);
+  return __reduce_add_sync(FZK_FULL, cnt);
+}
+
+/* ---- encoder ---- */
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
+                 const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_stage,
+                 uint32_t *__restrict__ d_sizes) {
+  extern __shared__ __align__(16) uint8_t fzk_sh32[];
+  fzk_e32 s = fzk_carve_e32(d, fzk_sh32);
+  const uint64_t c = blockIdx.x;
+  const uint32_t cb = d.cb;
+  const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
+  const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
+  const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
+  const uint32_t *g = (const uint32_t *)(d_in + c * cb);
+  uint8_t *stage = d_stage + c * cb;
+  const bool quant = d.has_quant, bp = d.k32 == 1, diff = bp || d.k32diff;
+  const unsigned qmode = d.mode[0];
+  fzk_qparams q = {0, 0, 0};
+  if (quant)
+    q = *d_qp;
+
+  /* Pass 1: words, residuals or shuffled planes, outliers, bit widths. */
+  uint32_t carry = 0;
+  if (diff && b0 > 0 && b0 < nb) {
+    uint32_t v = g[32 * b0 - 1];
+    if (quant)
+      fzk_q32(v, qmode, q, &v);
+    carry = v;
+  }
+  for (uint32_t b = b0; b < b1; b += 4) {
+    uint32_t v[4];
+#pragma unroll
+    for (unsigned k = 0; k < 4; k++) {
+      uint32_t i = 32 * (b + k) + lane;
+      v[k] = b + k < b1 && i < n ? g[i] : 0;
+    }
+#pragma unroll
+    for (unsigned k = 0; k < 4; k++) {
+      const uint32_t bb = b + k, i = 32 * bb + lane;
+      if (bb >= b1)
+        break;
+      const bool valid = i < n;
+      uint32_t code = v[k];
+      bool bad = false;
+      if (quant)
+        bad = !fzk_q32(v[k], qmode, q, &code) && valid;
+      if (!valid)
+        code = 0;
+      uint32_t prev = __shfl_up_sync(FZK_FULL, code, 1);
+      if (lane == 0)
+        prev = carry;
+      carry = __shfl_sync(FZK_FULL, code, 31);
+      uint32_t fl = __ballot_sync(FZK_FULL, bad);
+      if (bp) {
+        uint32_t r = valid ? fzo_zigzag32(code - prev) : 0;
+        ((uint32_t *)s.a)[i] = r;
+        uint32_t any = __reduce_or_sync(FZK_FULL, r);
+        if (lane == 0) {
+          s.info[bb] = (uint32_t)__popc(fl) << 16 | 4u * (any ? 32u - __clz(any) : 0u);
+          s.flags[bb] = fl;
+        }
+      } else {
+        uint32_t u = code;
+        if (diff) {
+          uint32_t dd = code - prev;
+          u = d.k32nega ? fzo_nega32(dd) : fzo_zigzag32(dd);
+        }
+        if (!valid)
+          u = 0;
+        uint32_t x = fzk_transpose32(u);
+        /* Lane p holds bytes 4bb..4bb+3 of plane p. */
+        if (4 * bb + 4 <= pb) {
+          fzk_st32u(s.a, lane * pb + 4 * bb, x);
+        } else {
+          for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
+            s.a[lane * pb + 4 * bb + k2] = (uint8_t)(x >> (8 * k2));
+        }
+        if (lane == 0) {
+          s.info[bb] = (uint32_t)__popc(fl) << 16;
+          s.flags[bb] = fl;
+        }
+      }
+    }
+  }
+  __syncwarp();
+  {
+    uint32_t bi = b0 + lane, x = lane < K && bi < b1 ? s.info[bi] : 0;
+    uint32_t inc = fzk_warp_incl(x);
+    if (lane < K && bi < b1)
+      s.offs[bi] = inc - x;
+    if (lane == 31)
+      s.wt[warp] = inc;
+  }
+  __syncthreads();
+  uint32_t tot = 0, base = 0;
+  for (unsigned w = 0; w < FZK_NW; w++) {
+    uint32_t t = s.wt[w];
+    base += w < warp ? t : 0;
+    tot += t;
+  }
+  const uint32_t m = tot >> 16, vl = quant ? fzk_vlen(m) : 0;
+  const uint32_t side = quant ? vl + 6 * m : 0;
+  uint32_t total;
+
+  /* rze of the shuffled stream: level 1 by the block, the rest by warp 0. */
+  const uint32_t len0 = 32 * pb;
+  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0;
+  unsigned L = d.k32lev;
+  uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
+  uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
+  if (bp) {
+    total = side + nb + (tot & 0xffffu);
+  } else {
+    uint32_t nv = len0 / 16, per = (nv + FZK_NT - 1) / FZK_NT;
+    v0 = threadIdx.x * per < nv ? threadIdx.x * per : nv;
+    v1 = v0 + per < nv ? v0 + per : nv;
+    uint32_t cnt = 0;
+    for (uint32_t v = v0; v < v1; v++) {
+      uint4 qv = ((const uint4 *)s.a)[v];
+      uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
+      *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
+      cnt += __popc(mk);
+    }
+    uint32_t inc = fzk_warp_incl(cnt);
+    rank1 = inc - cnt;
+    if (lane == 31)
+      s.wt[16 + warp] = inc;
+    lens[0] = len0;
+    bms[1] = s.tb;
+    for (unsigned l = 1; l <= L; l++) {
+      lens[l] = (lens[l - 1] + 7) / 8;
+      if (l >= 2)
+        bms[l] = bms[l - 1] + a16(lens[l - 1] + 1);
+    }
+    __syncthreads();
+    if (warp == 0) {
+      for (unsigned l = 2; l <= L; l++) {
+        uint32_t k = fzk_wrze_level(bms[l - 1], lens[l - 1], bms[l]);
+        __syncwarp();
+        if (lane == 0)
+          s.wt[24 + l] = k;
+      }
+    }
+    uint32_t kept1 = 0;
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      uint32_t t = s.wt[16 + w];
+      rank1 += w < warp ? t : 0;
+      kept1 += t;
+    }
+    __syncthreads();
+    pos1 = side + lens[L];
+    for (unsigned l = 2; l <= L; l++)
+      pos1 += s.wt[24 + l];
+    total = pos1 + kept1;
+  }
+
+  const bool fallback = total >= raw;
+  if (!fallback) {
+    if (quant && threadIdx.x == 0) {
+      uint32_t v = m;
+      for (uint32_t k = 0; k < vl; k++, v >>= 7)
+        s.res[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
+    }
+    for (uint32_t b = b0; b < b1; b++) {
+      const uint32_t i = 32 * b + lane, o = base + s.offs[b];
+      if (bp) {
+        uint32_t x = fzk_transpose32(((const uint32_t *)s.a)[i]);
+        uint32_t nbits = (s.info[b] & 0xffffu) >> 2;
+        if (lane < nbits)
+          fzk_st32u(s.res, side + nb + (o & 0xffffu) + 4 * lane, x);
+        if (lane == 0)
+          s.res[side + b] = (uint8_t)nbits;
+      }
+      if (quant) {
+        uint32_t fl = s.flags[b];
+        if ((fl >> lane) & 1u) {
+          uint32_t r = (o >> 16) + __popc(fl & ((1u << lane) - 1u));
+          s.res[vl + 2 * r] = (uint8_t)i;
+          s.res[vl + 2 * r + 1] = (uint8_t)(i >> 8);
+          fzk_st32u(s.res, vl + 2 * m + 4 * r, g[i]);
+        }
+      }
+    }
+    if (!bp) {
+      if (warp == 0) {
+        uint32_t pos = side + lens[L];
+        for (uint32_t j = lane; j < lens[L]; j += 32)
+          s.res[side + j] = bms[L][j];
+        for (unsigned l = L; l >= 2; l--) {
+          fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], s.res + pos);
+          pos += s.wt[24 + l];
+        }
+      }
+      uint8_t *dst = s.res + pos1 + rank1;
+      for (uint32_t v = v0; v < v1; v++) {
+        uint4 qv = ((const uint4 *)s.a)[v];
+        uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+        for (unsigned k = 0; k < 4; k++) {
+#pragma unroll
+          for (unsigned e = 0; e < 4; e++) {
+            uint32_t byte = (wv[k] >> (8 * e)) & 0xffu;
+            if (byte)
+              *dst++ = (uint8_t)byte;
+          }
+        }
+      }
+    }
+    __syncthreads();
+    uint32_t nv = (total + 15) / 16;
+    for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
+      ((uint4 *)stage)[v] = ((const uint4 *)s.res)[v];
+  } else {
+    const uint8_t *gin = d_in + c * cb;
+    uint32_t nv = in_vec ? raw / 16 : 0;
+    for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
+      ((uint4 *)stage)[v] = ((const uint4 *)gin)[v];
+    for (uint32_t i = 16 * nv + threadIdx.x; i < raw; i += FZK_NT)
+      stage[i] = gin[i];
+  }
+  if (threadIdx.x == 0)
+    d_sizes[c] = fallback ? raw : total;
+}
+
+/* ---- decoder ---- */
+
+__device__ __forceinline__ void fzk_put32(uint8_t *g, uint32_t i, uint32_t v, bool al) {
+  if (al) {
+    ((uint32_t *)g)[i] = v;
+  } else {
+    for (unsigned k = 0; k < 4; k++)
+      g[4 * i + k] = (uint8_t)(v >> (8 * k));
+  }
+}
+
+__global__ void __launch_bounds__(FZK_NT)
+fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+                 const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+                 fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+                 uint32_t *__restrict__ d_status) {
+  extern __shared__ __align__(16) uint8_t fzk_sh32[];
+  fzk_d32 s = fzk_carve_d32(d, fzk_sh32);
+  const uint64_t c = blockIdx.x;
+  const uint32_t cb = d.cb;
+  const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
+  const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
+  const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
+  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
+  const uint64_t off = d_offs[c];
+  uint8_t *gout = d_out + c * cb;
+  const bool quant = d.has_quant, bp = d.k32 == 1, diff = bp || d.k32diff;
+  const unsigned qmode = d.mode[0];
+  /* The host validated the table; a chunk outside the payload is refused
+   * again here, before any byte of it is read. */
+  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return;
+  }
+  const uint8_t *g = d_pay + off;
+  if (len == raw) {
+    bool al = out_vec && ((uintptr_t)g & 15) == 0;
+    uint32_t nv = al ? raw / 16 : 0;
+    for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
+      ((uint4 *)gout)[v] = ((const uint4 *)g)[v];
+    for (uint32_t i = 16 * nv + threadIdx.x; i < raw; i += FZK_NT)
+      gout[i] = g[i];
+    return;
+  }
+  const uint32_t o = fzk_load_chunk(s.c, g, len);
+  for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
+    s.obm[b] = 0;
+  if (threadIdx.x < 32)
+    s.wt[threadIdx.x] = 0;
+  __syncthreads();
+
+  /* The side list (stage_quant.c), parsed by every thread alike. */
+  const uint8_t *cc = s.c + o;
+  uint32_t side = 0, m = 0, vl = 0;
+  if (quant) {
+    uint32_t v = 0, k = 0;
+    bool ok = false;
+    for (unsigned shift = 0; shift <= 28; shift += 7) {
+      if (k >= len)
+        break;
+      uint8_t byte = cc[k++];
+      v |= (uint32_t)(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) {
+        ok = true;
+        break;
+      }
+    }
+    if (!ok || v > n || (len - k) / 6 < v || (q.step == 0 && v != 0)) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    m = v;
+    vl = k;
+    side = k + 6 * v;
+    /* Strictly ascending indices below n; the outliers' bitmap. */
+    for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
+      uint32_t i = cc[vl + 2 * j] | (uint32_t)cc[vl + 2 * j + 1] << 8;
+      uint32_t p = j ? (cc[vl + 2 * j - 2] | (uint32_t)cc[vl + 2 * j - 1] << 8) : 0;
+      if ((j && i <= p) || i >= n)
+        atomicOr(&s.wt[31], 1u);
+      else
+        atomicOr(&s.obm[i >> 5], 1u << (i & 31));
+    }
+  }
+  const uint32_t st = o + side, clen = len - side;
+  const uint8_t *in = s.c + st;
+  uint32_t base = 0;
+
+  if (bp) {
+    if (clen < nb) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    uint32_t bi = b0 + lane, x = 0;
+    if (lane < K && bi < b1) {
+      x = in[bi];
+      if (x > 32)
+        atomicOr(&s.wt[31], 1u);
+      x *= 4;
+    }
+    uint32_t inc = fzk_warp_incl(x);
+    if (lane < K && bi < b1)
+      s.offs[bi] = inc - x;
+    if (lane == 31)
+      s.wt[warp] = inc;
+    __syncthreads();
+    uint32_t tot = 0;
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      tot += s.wt[w];
+      base += w < warp ? s.wt[w] : 0;
+    }
+    if (s.wt[31] || nb + tot != clen) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+  } else {
+    const unsigned L = d.k32lev;
+    uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
+    lens[0] = 32 * pb;
+    for (unsigned l = 1; l <= L; l++)
+      lens[l] = (lens[l - 1] + 7) / 8;
+    if (clen < lens[L] || !fzk_tail_ok32(in, lens[L - 1])) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    if (warp == 0) {
+      const uint8_t *bm = in;
+      uint32_t pos = lens[L];
+      bool bad = false;
+      for (unsigned l = L; l >= 2; l--) {
+        uint32_t cnt = fzk_wpopc(bm, lens[l]);
+        if (cnt > clen - pos) {
+          bad = true;
+          break;
+        }
+        uint8_t *dst = l == 2 ? s.tb1 : s.tb2 + (l & 1) * a16(cb / 64 + 16);
+        fzk_wrze_restore(bm, in + pos, lens[l - 1], dst);
+        __syncwarp();
+        if (!fzk_tail_ok32(dst, lens[l - 2])) {
+          bad = true;
+          break;
+        }
+        pos += cnt;
+        bm = dst;
+      }
+      if (lane == 0) {
+        s.wt[24] = pos;
+        if (bad)
+          atomicOr(&s.wt[31], 1u);
+      }
+    }
+    __syncthreads();
+    if (s.wt[31]) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    const uint32_t pos1 = s.wt[24];
+    const uint8_t *bm1 = L == 1 ? in : s.tb1;
+    uint32_t per = (lens[1] + FZK_NT - 1) / FZK_NT;
+    uint32_t j0 = threadIdx.x * per < lens[1] ? threadIdx.x * per : lens[1];
+    uint32_t j1 = j0 + per < lens[1] ? j0 + per : lens[1];
+    uint32_t cnt = 0;
+    for (uint32_t j = j0; j < j1; j++)
+      cnt += __popc(bm1[j]);
+    uint32_t inc = fzk_warp_incl(cnt);
+    if (lane == 31)
+      s.wt[warp] = inc;
+    __syncthreads();
+    uint32_t tot = 0, r = inc - cnt;
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      tot += s.wt[w];
+      r += w < warp ? s.wt[w] : 0;
+    }
+    if (pos1 + tot != clen) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    const uint8_t *kept = in + pos1;
+    for (uint32_t j = j0; j < j1; j++) {
+      uint32_t mk = bm1[j], lo = 0, hi = 0;
+#pragma unroll
+      for (unsigned b = 0; b < 4; b++)
+        if ((mk >> b) & 1)
+          lo |= (uint32_t)kept[r++] << (8 * b);
+#pragma unroll
+      for (unsigned b = 0; b < 4; b++)
+        if ((mk >> (b + 4)) & 1)
+          hi |= (uint32_t)kept[r++] << (8 * b);
+      ((uint2 *)s.s)[j] = make_uint2(lo, hi);
+    }
+    __syncthreads();
+  }
+
+  /* Words from planes: bitpack planes or four bytes of each shuffle plane. */
+  auto planes = [&](uint32_t b) -> uint32_t {
+    uint32_t x = 0;
+    if (bp) {
+      uint32_t nbits = in[b];
+      if (lane < nbits)
+        x = fzk_ld32u(s.c, st + nb + base + s.offs[b] + 4 * lane);
+    } else if (4 * b + 4 <= pb) {
+      x = fzk_ld32u(s.s, lane * pb + 4 * b);
+    } else {
+      for (unsigned k = 0; 4 * b + k < pb; k++)
+        x |= (uint32_t)s.s[lane * pb + 4 * b + k] << (8 * k);
+    }
+    return fzk_transpose32(x);
+  };
+  uint32_t run = 0;
+  if (diff) {
+    /* Sums of each warp's differences, for the running sums across warps. */
+    bool pad_bad = false;
+    uint32_t sum = 0;
+    for (uint32_t b = b0; b < b1; b++) {
+      uint32_t u = planes(b), i = 32 * b + lane;
+      uint32_t dd = bp ? fzo_unzigzag32(u) : d.k32nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
+      if (i >= n) {
+        pad_bad |= bp && u != 0;
+        dd = 0;
+      }
+      sum += __reduce_add_sync(FZK_FULL, dd);
+    }
+    if (pad_bad)
+      atomicOr(&s.wt[30], 1u);
+    if (lane == 0)
+      s.wt[8 + warp] = sum;
+    __syncthreads();
+    if (s.wt[30]) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    for (unsigned w = 0; w < warp; w++)
+      run += s.wt[8 + w];
+  }
+  const bool al = out_vec != 0;
+  for (uint32_t b = b0; b < b1; b++) {
+    uint32_t u = planes(b), i = 32 * b + lane, code = u;
+    if (diff) {
+      uint32_t dd = bp ? fzo_unzigzag32(u) : d.k32nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
+      if (i >= n)
+        dd = 0;
+      code = fzk_warp_incl(dd) + run;
+      run = __shfl_sync(FZK_FULL, code, 31);
+    }
+    if (i >= n)
+      continue;
+    uint32_t val = quant ? fzk_dq32(code, qmode, q) : code;
+    if (quant && ((s.obm[b] >> lane) & 1u)) {
+      uint32_t lo = 0, hi = m;
+      while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
+        if (im < i)
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      val = fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
+    }
+    fzk_put32(gout, i, val, al);
+  }
+}
+
+extern "C" int fzk_launch_encode32(const fzk_desc *d, const void *d_in, int in_vec,
+                                   const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
+                                   fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_enc32_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem_e32, s>>>(
+      *d, (const uint8_t *)d_in, in_vec, d_qp, d_stage, d_sizes);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                                   const uint64_t *d_offs, const uint8_t *d_sizes16,
+                                   fzk_qparams qp, void *d_out, int out_vec, uint32_t *d_status,
+                                   fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_dec32_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem_d32, s>>>(
+      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status);
+  return (int)cudaGetLastError();
+}
+
+/* Enables the largest layout of the chunk size (the rze chains'). */
+extern "C" int fzk_kernels32_init(const fzk_desc *d) {
+  fzk_desc m = *d;
+  m.k32 = 2;
+  fzk_desc_layout32(&m);
+  cudaError_t e = cudaFuncSetAttribute(fzk_enc32_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)m.smem_e32);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(fzk_dec32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)m.smem_d32);
+  return (int)e;
+}

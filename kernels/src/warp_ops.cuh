@@ -1,0 +1,177 @@
+/*
+ * warp_ops.cuh - warp-level building blocks of the fast kernels: the 32x32
+ * bit transpose that turns 32 words into their 32 bit planes (and back),
+ * warp prefix sums, unaligned word loads from shared memory, and the
+ * block-parallel CRC-32C of a buffer held in shared memory.
+ *
+ * The CRC follows fzk_crc.h: the buffer is placed at the end of a virtual
+ * span of FZK_NT segments (leading zeros leave a CRC register run from zero
+ * unchanged), every thread runs its segment four bytes at a time with the
+ * slice-by-4 tables, shifts its partial value to the end of the span with
+ * the precomputed factor x^(8*seg*(FZK_NT-1-t)) and the block XORs the
+ * results.  GF(2) arithmetic is exact, so the value is the CPU's.
+ */
+#ifndef FZK_WARP_OPS_CUH
+#define FZK_WARP_OPS_CUH
+
+#include <stdint.h>
+
+#include "fzk.h"
+#include "fzk_crc.h"
+
+#define FZK_FULL 0xffffffffu
+#define FZK_NW (FZK_NT / 32)
+
+/* Lane p of the result holds bit p of every lane's x: bit i of lane p is
+ * bit p of lane i.  Its own inverse. */
+__device__ __forceinline__ uint32_t fzk_transpose32(uint32_t x) {
+  const unsigned lane = threadIdx.x & 31;
+  const uint32_t masks[5] = {0x0000ffffu, 0x00ff00ffu, 0x0f0f0f0fu, 0x33333333u, 0x55555555u};
+#pragma unroll
+  for (int k = 0; k < 5; k++) {
+    const unsigned j = 16u >> k;
+    const uint32_t m = masks[k];
+    uint32_t o = __shfl_xor_sync(FZK_FULL, x, j);
+    x = (lane & j) ? ((x & ~m) | ((o >> j) & m)) : ((x & m) | ((o << j) & ~m));
+  }
+  return x;
+}
+
+/* Inclusive prefix sum over the warp (modulo 2^32). */
+__device__ __forceinline__ uint32_t fzk_warp_incl(uint32_t v) {
+  const unsigned lane = threadIdx.x & 31;
+#pragma unroll
+  for (unsigned o = 1; o < 32; o <<= 1) {
+    uint32_t y = __shfl_up_sync(FZK_FULL, v, o);
+    if (lane >= o)
+      v += y;
+  }
+  return v;
+}
+
+/* Four bytes at any byte offset a of a 4-byte aligned shared buffer that
+ * is readable up to a + 8. */
+__device__ __forceinline__ uint32_t fzk_ld32u(const uint8_t *p, uint32_t a) {
+  const uint32_t *w = (const uint32_t *)p + (a >> 2);
+  return __funnelshift_r(w[0], w[1], 8 * (a & 3));
+}
+
+/* Stores four bytes at any byte offset of a shared buffer. */
+__device__ __forceinline__ void fzk_st32u(uint8_t *p, uint32_t a, uint32_t v) {
+  if ((a & 3) == 0) {
+    *(uint32_t *)(p + a) = v;
+  } else {
+    p[a] = (uint8_t)v;
+    p[a + 1] = (uint8_t)(v >> 8);
+    p[a + 2] = (uint8_t)(v >> 16);
+    p[a + 3] = (uint8_t)(v >> 24);
+  }
+}
+
+/* a * b mod P without branches (the CRC's reflected representation). */
+__device__ __forceinline__ uint32_t fzk_mulmod_dev(uint32_t a, uint32_t b) {
+  uint32_t p = 0;
+#pragma unroll
+  for (int i = 0; i < 32; i++) {
+    p ^= b & (0u - ((a >> (31 - i)) & 1u));
+    b = (b >> 1) ^ (FZK_CRC_POLY & (0u - (b & 1u)));
+  }
+  return p;
+}
+
+/* One thread's share of the CRC of the L bytes at p + o (p 4-byte aligned,
+ * o >= 4, readable up to p + o + L + 8): its segment of the virtual span
+ * of FZK_NT * seg bytes that ends with them, run from a zero register,
+ * times this thread's shift factor kt.  `g0` is the index of the first of
+ * the L bytes within the whole message: message bytes 0..3 enter inverted,
+ * which stands for the all-ones initial register. */
+__device__ __forceinline__ uint32_t fzk_crc_share(const uint8_t *p, uint32_t o, uint32_t L,
+                                                  uint32_t seg, uint64_t g0, const uint32_t *T,
+                                                  uint32_t kt) {
+  int j = (int)(threadIdx.x * seg) - (int)(FZK_NT * seg - L);
+  const int j1 = j + (int)seg;
+  if (j1 <= 0)
+    return 0;
+  if (j <= -4)
+    j += ((-j) / 4) * 4; /* whole words of virtual zeros change nothing */
+  uint32_t c = 0;
+  for (; j < j1; j += 4) {
+    uint32_t v = fzk_ld32u(p, (uint32_t)((int)o + j));
+    int64_t g = (int64_t)g0 + j;
+    if (g < 4)
+      v ^= g >= 0 ? 0xffffffffu >> (8 * g) : 0xffffffffu << (8 * -g);
+    if (j < 0) /* bytes before the buffer are virtual zeros */
+      v &= 0xffffffffu << (8 * -j);
+    c ^= v;
+    c = T[768 + (c & 0xffu)] ^ T[512 + ((c >> 8) & 0xffu)] ^ T[256 + ((c >> 16) & 0xffu)] ^
+        T[c >> 24];
+  }
+  return c ? fzk_mulmod_dev(c, kt) : 0;
+}
+
+/* XOR over the block; red holds FZK_NW words.  Synchronises twice. */
+__device__ __forceinline__ uint32_t fzk_block_xor(uint32_t v, uint32_t *red) {
+  for (unsigned o = 16; o; o >>= 1)
+    v ^= __shfl_xor_sync(FZK_FULL, v, o);
+  if ((threadIdx.x & 31) == 0)
+    red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  uint32_t r = 0;
+  for (unsigned w = 0; w < FZK_NW; w++)
+    r ^= red[w];
+  __syncthreads();
+  return r;
+}
+
+/* The CRC-32C of L <= FZK_NT * seg bytes at p + o (see fzk_crc_share), the
+ * same in every thread.  T: the slice tables in shared memory; kt: this
+ * thread's factor for seg. */
+__device__ __forceinline__ uint32_t fzk_crc_chunk(const uint8_t *p, uint32_t o, uint32_t L,
+                                                  uint32_t seg, const uint32_t *T, uint32_t kt,
+                                                  uint32_t *red) {
+  uint32_t c = 0;
+  if (L >= 4) {
+    c = fzk_crc_share(p, o, L, seg, 0, T, kt);
+  } else if (threadIdx.x == 0) {
+    c = 0xffffffffu;
+    for (uint32_t j = 0; j < L; j++)
+      c = (c >> 8) ^ T[(c ^ p[o + j]) & 0xffu];
+    c = ~c;
+  }
+  uint32_t r = fzk_block_xor(c, red);
+  return L >= 4 ? ~r : r;
+}
+
+/* Index of the factor table for a segment of seg = 16 << k bytes. */
+__device__ __forceinline__ unsigned fzk_seg_index(uint32_t seg) {
+  return 27u - __clz(seg); /* 16 -> 0, 32 -> 1, 64 -> 2, 128 -> 3 */
+}
+
+/* Copies len bytes from global g into shared buf at the offset returned
+ * (16 to 31, congruent to g modulo 16) so that the middle moves in aligned
+ * 16-byte vectors; no byte outside [g, g + len) is read.  buf needs
+ * len + 48 bytes.  The caller synchronises. */
+__device__ __forceinline__ uint32_t fzk_load_chunk(uint8_t *buf, const uint8_t *__restrict__ g,
+                                                   uint32_t len) {
+  const uint32_t mis = (uint32_t)((uintptr_t)g & 15u);
+  const uint32_t o = 16 + mis;
+  uint32_t h = (16 - mis) & 15u;
+  if (h > len)
+    h = len;
+  const uint32_t nv = (len - h) / 16;
+  if (threadIdx.x < h)
+    buf[o + threadIdx.x] = g[threadIdx.x];
+  for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
+    ((uint4 *)(buf + o + h))[v] = ((const uint4 *)(g + h))[v];
+  for (uint32_t i = h + 16 * nv + threadIdx.x; i < len; i += FZK_NT)
+    buf[o + i] = g[i];
+  return o;
+}
+
+/* Loads the four CRC slice tables into shared memory. */
+__device__ __forceinline__ void fzk_load_slices(uint32_t *T, const uint32_t *__restrict__ d_tab) {
+  for (unsigned i = threadIdx.x; i < 1024; i += FZK_NT)
+    T[i] = d_tab[i];
+}
+
+#endif
