@@ -312,7 +312,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
 
   /* rze of the shuffled stream: level 1 by the block, the rest by warp 0. */
   const uint32_t len0 = 32 * pb;
-  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0;
+  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0;
   unsigned L = d.k32lev;
   uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
   uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
@@ -341,8 +341,39 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
         bms[l] = bms[l - 1] + a16(lens[l - 1] + 1);
     }
     __syncthreads();
+    /* Level 2 by the block too (its input is an eighth of the stream). */
+    if (L >= 2) {
+      uint32_t per2 = (lens[2] + FZK_NT - 1) / FZK_NT;
+      q0 = threadIdx.x * per2 < lens[2] ? threadIdx.x * per2 : lens[2];
+      q1 = q0 + per2 < lens[2] ? q0 + per2 : lens[2];
+      uint32_t cnt2 = 0;
+      for (uint32_t j = q0; j < q1; j++) {
+        uint32_t mk = 0;
+        for (unsigned b = 0; b < 8; b++) {
+          uint32_t i = 8 * j + b;
+          if (i >= lens[1])
+            break;
+          uint32_t prev = i ? bms[1][i - 1] : 0;
+          mk |= (uint32_t)(bms[1][i] != prev) << b;
+        }
+        bms[2][j] = (uint8_t)mk;
+        cnt2 += __popc(mk);
+      }
+      uint32_t inc2 = fzk_warp_incl(cnt2);
+      r2 = inc2 - cnt2;
+      if (lane == 31)
+        s.wt[8 + warp] = inc2;
+      __syncthreads();
+      uint32_t kept2 = 0;
+      for (unsigned w = 0; w < FZK_NW; w++) {
+        r2 += w < warp ? s.wt[8 + w] : 0;
+        kept2 += s.wt[8 + w];
+      }
+      if (threadIdx.x == 0)
+        s.wt[26] = kept2;
+    }
     if (warp == 0) {
-      for (unsigned l = 2; l <= L; l++) {
+      for (unsigned l = 3; l <= L; l++) {
         uint32_t k = fzk_wrze_level(bms[l - 1], lens[l - 1], bms[l]);
         __syncwarp();
         if (lane == 0)
@@ -394,9 +425,23 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
         uint32_t pos = side + lens[L];
         for (uint32_t j = lane; j < lens[L]; j += 32)
           s.res[side + j] = bms[L][j];
-        for (unsigned l = L; l >= 2; l--) {
+        for (unsigned l = L; l >= 3; l--) {
           fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], s.res + pos);
           pos += s.wt[24 + l];
+        }
+      }
+      if (L >= 2) {
+        uint32_t pos2 = side + lens[L];
+        for (unsigned l = 3; l <= L; l++)
+          pos2 += s.wt[24 + l];
+        uint8_t *dst2 = s.res + pos2 + r2;
+        for (uint32_t j = q0; j < q1; j++) {
+          uint32_t mk = bms[2][j];
+          while (mk) {
+            unsigned b = __ffs(mk) - 1;
+            mk &= mk - 1;
+            *dst2++ = bms[1][8 * j + b];
+          }
         }
       }
       uint8_t *dst = s.res + pos1 + rank1;
@@ -566,13 +611,13 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
       const uint8_t *bm = in;
       uint32_t pos = lens[L];
       bool bad = false;
-      for (unsigned l = L; l >= 2; l--) {
+      for (unsigned l = L; l >= 3; l--) {
         uint32_t cnt = fzk_wpopc(bm, lens[l]);
         if (cnt > clen - pos) {
           bad = true;
           break;
         }
-        uint8_t *dst = l == 2 ? s.tb1 : s.tb2 + (l & 1) * a16(cb / 64 + 16);
+        uint8_t *dst = s.tb2 + (l & 1) * a16(cb / 64 + 16);
         fzk_wrze_restore(bm, in + pos, lens[l - 1], dst);
         __syncwarp();
         if (!fzk_tail_ok32(dst, lens[l - 2])) {
@@ -594,7 +639,47 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
         atomicOr(d_status, 1u);
       return;
     }
-    const uint32_t pos1 = s.wt[24];
+    uint32_t pos1 = s.wt[24];
+    if (L >= 2) {
+      /* Level 2 by the block: the level-1 bitmap into tb1. */
+      const uint8_t *bm2 = L == 2 ? in : s.tb2 + a16(cb / 64 + 16);
+      uint32_t per2 = (lens[2] + FZK_NT - 1) / FZK_NT;
+      uint32_t q0 = threadIdx.x * per2 < lens[2] ? threadIdx.x * per2 : lens[2];
+      uint32_t q1 = q0 + per2 < lens[2] ? q0 + per2 : lens[2];
+      uint32_t cnt2 = 0;
+      for (uint32_t j = q0; j < q1; j++)
+        cnt2 += __popc(bm2[j]);
+      uint32_t inc2 = fzk_warp_incl(cnt2);
+      if (lane == 31)
+        s.wt[warp] = inc2;
+      __syncthreads();
+      uint32_t tot2 = 0, r2 = inc2 - cnt2;
+      for (unsigned w = 0; w < FZK_NW; w++) {
+        tot2 += s.wt[w];
+        r2 += w < warp ? s.wt[w] : 0;
+      }
+      if (tot2 > clen - pos1) {
+        if (threadIdx.x == 0)
+          atomicOr(d_status, 1u);
+        return;
+      }
+      const uint8_t *k2 = in + pos1;
+      uint32_t prev = r2 ? k2[r2 - 1] : 0;
+      for (uint32_t j = q0; j < q1; j++) {
+        uint32_t mk = bm2[j];
+        for (unsigned b = 0; b < 8; b++) {
+          uint32_t i = 8 * j + b;
+          if (i >= lens[1])
+            break;
+          if ((mk >> b) & 1)
+            prev = k2[r2++];
+          s.tb1[i] = (uint8_t)prev;
+        }
+      }
+      pos1 += tot2;
+      /* The level-1 bitmap covers 32 * pb positions: no tail to check. */
+      __syncthreads();
+    }
     const uint8_t *bm1 = L == 1 ? in : s.tb1;
     uint32_t per = (lens[1] + FZK_NT - 1) / FZK_NT;
     uint32_t j0 = threadIdx.x * per < lens[1] ? threadIdx.x * per : lens[1];

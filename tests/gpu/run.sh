@@ -46,12 +46,12 @@ step configure and build
 cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
-  test_gpu_large test_gpu_service fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
+  test_gpu_large fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
 echo "built"
 
 if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   step GPU test suites
-  if ctest --test-dir "$build" -R '^test_gpu_' --output-on-failure \
+  if ctest --test-dir "$build" -R '^test_gpu_' -E '^test_gpu_service$' --output-on-failure \
        > "$logs/ctest.log" 2>&1; then
     summary+=("ctest GPU suites: passed")
   else
