@@ -198,6 +198,8 @@ int fz_client_connect(fz_client **out, const char *address,
     return FZ_ENOMEM;
   }
   c->fd = -1;
+  for (int i = 0; i < FZC_SHM_SLOTS; i++)
+    c->shm[i].fd = -1;
   c->timeout_ms = opts ? opts->timeout_ms : 0;
   fzp_limits_default(&c->limits);
   int rc = fzc_dial(address, c->timeout_ms, &c->fd, &c->transport, errmsg,
@@ -231,6 +233,9 @@ void fz_client_close(fz_client *c) {
   for (size_t i = 0; i < c->njobs; i++)
     if (!c->jobs[i].out)
       free(c->jobs[i].res.data);
+  for (int i = 0; i < FZC_SHM_SLOTS; i++)
+    if (c->shm[i].fd >= 0)
+      close(c->shm[i].fd);
   free(c->jobs);
   free(c->rx);
   free(c);

@@ -26,8 +26,22 @@ typedef struct fzc_job {
   void *out;        /* the caller's inline output buffer, or NULL */
   size_t out_cap;
   bool done;
+  int shm;          /* the handle's memfd slot holding the input, or -1 */
   fz_result res;
 } fzc_job;
+
+/* Large inline inputs on the Unix socket are copied once into one of the
+ * handle's memfds (sealed against shrinking, kept and reused) and passed as a
+ * descriptor: the daemon maps them, instead of both ends copying the bytes
+ * through the socket.  A slot is busy while its job is in flight. */
+#define FZC_SHM_SLOTS 8
+#define FZC_SHM_MIN ((size_t)256 << 10)
+
+typedef struct fzc_shm {
+  int fd;       /* -1 until first used */
+  size_t size;
+  bool busy;
+} fzc_shm;
 
 struct fz_client {
   int fd;
@@ -46,6 +60,7 @@ struct fz_client {
   fzc_job *jobs;          /* in flight or completed, in submission order */
   size_t njobs;
   size_t jobs_cap;
+  fzc_shm shm[FZC_SHM_SLOTS];
 
   char errmsg[256];
 };
@@ -76,6 +91,8 @@ void fzc_break(fz_client *c, int err, const char *what);
 /* jobs.c: stores an answer in the job table (responses to jobs only).
  * Returns 1 when the message was a job's answer, 0 when it matched none. */
 int fzc_dispatch(fz_client *c, const fzp_message *msg);
+/* Marks a job answered and frees the memfd slot its input occupied. */
+void fzc_job_finish(fz_client *c, fzc_job *j);
 /* Fills res->status and res->message from a response's error map. */
 int fzc_error_from(const fzp_message *msg, fz_result *res);
 

@@ -44,7 +44,7 @@ void fzc_break(fz_client *c, int err, const char *what) {
     fzc_job *j = &c->jobs[i];
     if (j->done)
       continue;
-    j->done = true;
+    fzc_job_finish(c, j);
     j->res.status = err;
     snprintf(j->res.message, sizeof j->res.message, "%s", c->errmsg);
   }

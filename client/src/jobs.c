@@ -11,10 +11,18 @@
  *
  * Every job stays in the handle's table from submission until it is handed
  * back; answers are matched by msgid, so they may arrive in any order.
+ * Over the Unix socket, an inline input of 256 KiB or more is copied into
+ * one of the handle's sealed memfds and passed as a descriptor instead
+ * (internal.h): one copy instead of two through the kernel and one more in
+ * the daemon.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -91,7 +99,7 @@ int fzc_dispatch(fz_client *c, const fzp_message *msg) {
   if (!j)
     return 0;
   fz_result *r = &j->res;
-  j->done = true;
+  fzc_job_finish(c, j);
   if (fzc_error_from(msg, r) < 0)
     return 1;
   const msgpack_object *m = &msg->result;
@@ -233,6 +241,54 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
   }
 }
 
+void fzc_job_finish(fz_client *c, fzc_job *j) {
+  j->done = true;
+  if (j->shm >= 0)
+    c->shm[j->shm].busy = false;
+  j->shm = -1;
+}
+
+/* Copies a large inline input into a free memfd slot; the slot's index, or
+ * -1 when none is free or the copy fails (the input then goes inline). */
+static int shm_stage(fz_client *c, const void *in, size_t len) {
+  int slot = -1;
+  for (int i = 0; i < FZC_SHM_SLOTS && slot < 0; i++) /* big enough already */
+    if (!c->shm[i].busy && c->shm[i].fd >= 0 && c->shm[i].size >= len)
+      slot = i;
+  for (int i = 0; i < FZC_SHM_SLOTS && slot < 0; i++) /* else any free one */
+    if (!c->shm[i].busy)
+      slot = i;
+  if (slot < 0)
+    return -1;
+  fzc_shm *s = &c->shm[slot];
+  if (s->fd < 0) {
+    s->fd = memfd_create("fzclient-input", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (s->fd < 0)
+      return -1;
+    s->size = 0;
+    if (fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+      close(s->fd);
+      s->fd = -1;
+      return -1;
+    }
+  }
+  if (s->size < len) {
+    if (ftruncate(s->fd, (off_t)len) < 0)
+      return -1;
+    s->size = len;
+  }
+  for (size_t put = 0; put < len;) {
+    ssize_t n = pwrite(s->fd, (const char *)in + put, len - put, (off_t)put);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    put += (size_t)n;
+  }
+  s->busy = true;
+  return slot;
+}
+
 static int add_job(fz_client *c, fzc_job **out) {
   if (c->njobs == c->jobs_cap) {
     size_t cap = c->jobs_cap ? c->jobs_cap * 2 : 16;
@@ -244,6 +300,7 @@ static int add_job(fz_client *c, fzc_job **out) {
   }
   *out = &c->jobs[c->njobs++];
   memset(*out, 0, sizeof **out);
+  (*out)->shm = -1;
   return 0;
 }
 
@@ -259,9 +316,21 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   c->errmsg[0] = '\0';
   if (c->broken)
     return fzc_fail(c, c->broken, "the connection is no longer usable");
+  fz_job staged;
+  int shm = -1;
+  if (c->transport == FZ_TRANSPORT_UNIX && job->in_fd < 0 && !job->in_ipc && job->in &&
+      job->in_len >= FZC_SHM_MIN && (shm = shm_stage(c, job->in, job->in_len)) >= 0) {
+    staged = *job;
+    staged.in = NULL;
+    staged.in_len = 0;
+    staged.in_fd = c->shm[shm].fd;
+    staged.in_offset = 0;
+    staged.in_length = job->in_len;
+    job = &staged;
+  }
   int rc = check_job(c, op, job);
   if (rc < 0)
-    return rc;
+    goto err_shm;
   int fds[2], nfds = 0;
   if (job->out_fd >= 0 && !job->out_ipc)
     fds[nfds++] = job->out_fd;
@@ -271,7 +340,8 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   fzc_job *j = NULL;
   rc = add_job(c, &j);
   if (rc < 0)
-    return rc;
+    goto err_shm;
+  j->shm = shm;
   j->msgid = fzc_next_msgid(c);
   j->op = op;
   j->cb = cb;
@@ -295,6 +365,7 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
      * table may have been touched by answers read meanwhile, so look it up.) */
     for (size_t i = 0; i < c->njobs; i++)
       if (c->jobs[i].msgid == msgid) {
+        fzc_job_finish(c, &c->jobs[i]);
         remove_job(c, i);
         break;
       }
@@ -303,6 +374,11 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   if (id)
     *id = msgid;
   return 0;
+
+err_shm:
+  if (shm >= 0)
+    c->shm[shm].busy = false;
+  return rc;
 }
 
 unsigned fz_client_pending(const fz_client *c) { return c ? (unsigned)c->njobs : 0; }

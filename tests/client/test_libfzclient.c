@@ -283,6 +283,43 @@ Test(libfzclient, many_in_flight_out_of_order) {
   tu_stop(h);
 }
 
+/* Large inline inputs travel in the handle's memfds (8 slots); with 20 in
+ * flight some slots are taken and the rest go inline, and a slot is reused
+ * only once its job has answered: every archive must be its own input's. */
+Test(libfzclient, large_inputs_in_flight_keep_their_bytes) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  enum { NJOBS = 20, ROUNDS = 2 };
+  size_t rows = 1024, cols = 256; /* 1 MiB each */
+  for (int round = 0; round < ROUNDS; round++) {
+    float *fields[NJOBS];
+    for (int i = 0; i < NJOBS; i++) {
+      fields[i] = tu_field_f32(rows, cols, (float)(i + NJOBS * round));
+      fz_job j;
+      job_f32(&j, fields[i], rows, cols, 1e-3);
+      cr_assert_eq(fz_client_submit(c, FZ_OP_COMPRESS, &j, NULL, (void *)(intptr_t)i, NULL),
+                   0, "submit %d: %s", i, fz_client_errmsg(c));
+      /* The caller may reuse its buffer at once. */
+      memset(fields[i] + rows * cols / 2, 0xff, 64);
+      free(fields[i]);
+      fields[i] = tu_field_f32(rows, cols, (float)(i + NJOBS * round));
+    }
+    for (int got = 0; got < NJOBS; got++) {
+      fz_completion done;
+      cr_assert_eq(fz_client_wait(c, 60000, &done), 1);
+      int i = (int)(intptr_t)done.user;
+      cr_assert_eq(done.result.status, 0, "job %d: %s", i, done.result.message);
+      check_roundtrip_f32(c, fields[i], rows, cols, done.result.data, done.result.data_len,
+                          1e-3);
+      fz_client_free(done.result.data);
+      free(fields[i]);
+    }
+  }
+  fz_client_close(c);
+  tu_stop(h);
+}
+
 typedef struct cb_state {
   int calls;
   uint64_t bytes;
