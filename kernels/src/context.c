@@ -7,28 +7,19 @@
  * thread (cudaSetDevice is cheap), so a context may be used from any thread.
  */
 #include <cuda_runtime_api.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "fz_gpu.h"
 #include "fzk.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
 
-void fzk_why(char *why, size_t len, const char *fmt, ...) {
-  if (why == NULL || len == 0)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, len, fmt, ap);
-  va_end(ap);
-}
-
 int fzk_cuda_error(int err, const char *what, char *why, size_t why_len) {
   cudaError_t e = (cudaError_t)err;
-  fzk_why(why, why_len, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+  fze_why(why, why_len, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
   switch (e) {
   case cudaErrorMemoryAllocation:
     return FZ_EGPUOOM;
@@ -69,7 +60,7 @@ static int find_device(const char *spec, int *dev, char *why, size_t why_len) {
   if (e != cudaSuccess || n <= 0) {
     cudaGetLastError();
     if (e == cudaSuccess)
-      fzk_why(why, why_len, "no CUDA device");
+      fze_why(why, why_len, "no CUDA device");
     else
       fzk_cuda_error((int)e, "cudaGetDeviceCount", why, why_len);
     return FZ_ENOGPU;
@@ -89,13 +80,13 @@ static int find_device(const char *spec, int *dev, char *why, size_t why_len) {
         return 0;
       }
     }
-    fzk_why(why, why_len, "no GPU with UUID '%s'", spec);
+    fze_why(why, why_len, "no GPU with UUID '%s'", spec);
     return FZ_ENOGPU;
   }
   char *end;
   long v = strtol(spec, &end, 10);
   if (*end != 0 || v < 0 || v >= n) {
-    fzk_why(why, why_len, "GPU '%s' is not an index below %d or a GPU- UUID", spec, n);
+    fze_why(why, why_len, "GPU '%s' is not an index below %d or a GPU- UUID", spec, n);
     return FZ_ENOGPU;
   }
   *dev = (int)v;

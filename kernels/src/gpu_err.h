@@ -10,8 +10,6 @@
 /* Maps a cudaError_t (as int) to FZ_EGPUOOM, FZ_ENOGPU or FZ_ECUDA and
  * writes "what: cudaErrorName (description)" to why. */
 int fzk_cuda_error(int err, const char *what, char *why, size_t why_len);
-void fzk_why(char *why, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* Runs a CUDA call; on failure sets rc and jumps to `label`. */
 #define FZK_CHECK(call, label)                                                 \

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "archive.h"
+#include "engine.h"
 #include "fz_gpu.h"
 #include "fzk.h"
 #include "gpu_ctx.h"
@@ -109,7 +110,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     return FZ_EINVAL;
   *out = NULL;
   if (flags & ~(FZ_GPU_PREALLOC | FZ_GPU_TIMING)) {
-    fzk_why(why, why_len, "unknown plan flags 0x%x", flags);
+    fze_why(why, why_len, "unknown plan flags 0x%x", flags);
     return FZ_EINVAL;
   }
   fz_params cp = *p;
@@ -126,7 +127,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   pl->hdr = fze_plan_header(pl->cpu);
   const fze_header *h = pl->hdr;
   if (h->nchunks >= (1u << 31)) {
-    fzk_why(why, why_len, "too many chunks for one grid: %llu", (unsigned long long)h->nchunks);
+    fze_why(why, why_len, "too many chunks for one grid: %llu", (unsigned long long)h->nchunks);
     rc = FZ_ESHAPE;
     goto fail;
   }
@@ -226,7 +227,7 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   if (out_cap < h->header_len)
     return FZ_ENOSPC;
   if ((uintptr_t)d_in % d->w != 0) {
-    fzk_why(why, why_len, "input not aligned to its %u-byte elements", d->w);
+    fze_why(why, why_len, "input not aligned to its %u-byte elements", d->w);
     return FZ_EINVAL;
   }
   /* NULL is the default stream, which orders this call after the caller's
