@@ -6,8 +6,38 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 
 #include "fz.h"
+
+fzd_harness *start_daemon(const char *settings) {
+  fzd_harness_options o = {.settings = settings};
+  fzd_harness *h = NULL;
+  int err = fzd_harness_start(&o, &h);
+  cr_assert_eq(err, 0, "fzd did not start: %d", err);
+  return h;
+}
+
+void stop_daemon(fzd_harness *h) {
+  int st = fzd_harness_stop(h, 30000);
+  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "fzd did not exit cleanly (status %d)", st);
+}
+
+uint64_t stat_u64(wire *w, const char *method, const char *key) {
+  fzp_message m;
+  cr_assert_eq(wire_call0(w, 500, method, &m), 0);
+  uint64_t v = 0;
+  cr_assert_eq(fzp_get_u64(&m.result, key, &v), 1, "%s has no %s", method, key);
+  fzp_message_free(&m);
+  return v;
+}
+
+void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
 
 void send_compress_inline(wire *w, uint32_t msgid, const float *x, size_t n,
                           double eb) {

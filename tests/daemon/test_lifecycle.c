@@ -19,28 +19,6 @@
 
 #include "jobs_util.h"
 
-static fzd_harness *start_daemon(const char *settings) {
-  fzd_harness_options o = {.settings = settings};
-  fzd_harness *h = NULL;
-  int err = fzd_harness_start(&o, &h);
-  cr_assert_eq(err, 0, "fzd did not start: %d", err);
-  return h;
-}
-
-static uint64_t stat_u64(wire *w, const char *method, const char *key) {
-  fzp_message m;
-  cr_assert_eq(wire_call0(w, 500, method, &m), 0);
-  uint64_t v = 0;
-  cr_assert_eq(fzp_get_u64(&m.result, key, &v), 1, "%s has no %s", method, key);
-  fzp_message_free(&m);
-  return v;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 Test(lifecycle, full_queue_answers_busy) {
   fzd_harness *h = start_daemon("\"workers\": 1, \"queue_capacity\": 1");
   wire w;

@@ -15,20 +15,6 @@
 #include "fz.h"
 #include "jobs_util.h"
 
-static fzd_harness *start_daemon(const char *settings) {
-  fzd_harness_options o = {.settings = settings};
-  fzd_harness *h = NULL;
-  int err = fzd_harness_start(&o, &h);
-  cr_assert_eq(err, 0, "fzd did not start: %d", err);
-  return h;
-}
-
-static void stop_daemon(fzd_harness *h) {
-  int st = fzd_harness_stop(h, 30000);
-  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-            "fzd did not exit cleanly (status %d)", st);
-}
-
 static bool str_is(const msgpack_object *map, const char *key, const char *want) {
   const char *s;
   uint32_t len;
