@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_data.h"
 #include "fz.h"
 
 static double now(void) {
@@ -25,44 +26,12 @@ static double now(void) {
 
 /* Reads NAME_AxBxC.f32 and sets the shape from the name. */
 static float *load(const char *path, fz_params *p) {
-  const char *base = strrchr(path, '/');
-  base = base ? base + 1 : path;
-  const char *us = strrchr(base, '_');
-  if (!us)
-    return NULL;
-  p->ndims = 0;
-  const char *s = us + 1;
-  while (p->ndims < FZ_MAX_DIMS) {
-    char *end;
-    p->dims[p->ndims++] = strtoull(s, &end, 10);
-    if (*end != 'x')
-      break;
-    s = end + 1;
-  }
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  float *x = malloc((size_t)len);
-  if (x && fread(x, 1, (size_t)len, f) != (size_t)len) {
-    free(x);
-    x = NULL;
-  }
-  fclose(f);
-  return x;
-}
-
-static float *generate(const char *kind, size_t n) {
-  float *x = malloc(n * sizeof *x);
-  uint64_t s = 42;
-  for (size_t i = 0; i < n; i++) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    double r = (double)(s >> 11) / 9007199254740992.0;
-    double t = (double)i / 1000.0;
-    x[i] = strcmp(kind, "noise") == 0 ? (float)(r * 2 - 1)
-                                       : (float)(sin(t) + 0.5 * sin(3.7 * t) + 0.01 * r);
+  size_t n = 0;
+  p->ndims = bench_shape(path, p->dims, FZ_MAX_DIMS);
+  float *x = bench_load(path, &n);
+  if (p->ndims == 0) { /* no shape in the name: 1-D */
+    p->ndims = 1;
+    p->dims[0] = n;
   }
   return x;
 }
@@ -101,7 +70,7 @@ int main(int argc, char **argv) {
       name = argv[i + 1];
       p.ndims = 1;
       p.dims[0] = strtoull(argv[i + 2], NULL, 10);
-      x = generate(argv[i + 1], p.dims[0]);
+      x = bench_generate(argv[i + 1], p.dims[0]);
       i += 2;
     } else {
       x = load(argv[i], &p);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_data.h"
 #include "fz.h"
 #include "fz_gpu.h"
 
@@ -30,35 +31,6 @@
     }                                                                           \
   } while (0)
 
-static float *load(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  float *x = (float *)malloc((size_t)len);
-  if (x && fread(x, 1, (size_t)len, f) != (size_t)len) {
-    free(x);
-    x = NULL;
-  }
-  fclose(f);
-  *n = (size_t)len / 4;
-  return x;
-}
-
-static float *generate(const char *kind, size_t n) {
-  float *x = (float *)malloc(n * sizeof *x);
-  uint64_t s = 42;
-  for (size_t i = 0; i < n; i++) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    double r = (double)(s >> 11) / 9007199254740992.0;
-    double t = (double)i / 1000.0;
-    x[i] = strcmp(kind, "noise") == 0 ? (float)(r * 2 - 1)
-                                       : (float)(sin(t) + 0.5 * sin(3.7 * t) + 0.01 * r);
-  }
-  return x;
-}
 
 /* Repeats the field whole until it holds at least min_bytes. */
 static float *replicate(const float *x, size_t n, size_t min_bytes, size_t *total) {
@@ -195,10 +167,10 @@ int main(int argc, char **argv) {
     const char *name;
     if (!strcmp(argv[i], "--gen") && i + 1 < argc) {
       name = argv[++i];
-      x = generate(name, min_bytes / 4);
+      x = bench_generate(name, min_bytes / 4);
       n = min_bytes / 4;
     } else {
-      x = load(argv[i], &n);
+      x = bench_load(argv[i], &n);
       const char *b = strrchr(argv[i], '/');
       name = b ? b + 1 : argv[i];
       if (!x || n == 0) {
