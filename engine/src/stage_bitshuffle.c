@@ -44,7 +44,7 @@ static void decode_groups(unsigned w, const uint8_t *in, size_t n, size_t g0,
                           void *words) {
   uint8_t *out = words;
   size_t groups = (n + 7) / 8, pb = groups;
-  uint8_t pad[64];
+  uint8_t pad[64] = {0}; /* every byte is written before it is read */
   for (size_t g = g0; g < groups; g++) {
     int partial = g * 8 + 8 > n;
     uint8_t *dst = partial ? pad : out + g * 8 * w;
