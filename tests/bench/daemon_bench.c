@@ -4,9 +4,10 @@
  *   1. ping round trips over the socket (p50, p99);
  *   2. C concurrent clients each compressing J jobs of M MiB through
  *      libfzclient against the same jobs run by the engine in-process on as
- *      many threads as fzd has workers.  The input travels inline in the
- *      messages, or with --fd as a memfd passed once per job (SCM_RIGHTS),
- *      the way host buffers are meant to reach a local daemon.
+ *      many threads as fzd has workers.  The input is a host buffer given to
+ *      libfzclient (which moves it through a memfd of its own), or with --fd
+ *      a memfd of the client's passed with each job (SCM_RIGHTS), and the
+ *      archive written to another memfd, as fzctl does with files.
  *
  *   fz_daemon_bench -S ADDRESS [-c CLIENTS] [-j JOBS] [-m MIB] [-n PINGS] [-r REPEAT]
  *                   [--fd]
@@ -59,6 +60,12 @@ static void *client_main(void *arg) {
       return NULL;
     }
     j.in_fd = fd;
+    /* The archive goes to a memfd too, as fzctl does with files. */
+    j.out_fd = memfd_create("fz-bench-out", MFD_CLOEXEC);
+    if (j.out_fd < 0) {
+      *failed = 1;
+      return NULL;
+    }
   } else {
     j.in = field;
     j.in_len = job_values * 4;
@@ -74,6 +81,8 @@ static void *client_main(void *arg) {
   }
   if (j.in_fd >= 0)
     close(j.in_fd);
+  if (j.out_fd >= 0)
+    close(j.out_fd);
   fz_client_close(c);
   return NULL;
 }
@@ -203,7 +212,7 @@ int main(int argc, char **argv) {
     tl = fmin(tl, now() - t0);
   }
   printf("%u clients x %u jobs of %.2f MiB (%s), balanced REL 1e-3:\n", clients,
-         jobs_per_client, mib, use_fd ? "input as a passed memfd" : "input inline");
+         jobs_per_client, mib, use_fd ? "input and output as passed memfds" : "host buffers");
   printf("  through fzd (%u workers): %.3f s, %.2f GB/s\n", workers, td,
          total / td / 1e9);
   printf("  engine in-process, %u threads: %.3f s, %.2f GB/s\n", workers, tl,
