@@ -37,11 +37,11 @@ struct fzk_e32 {
 
 struct fzk_d32 {
   uint8_t *c;      /* the coded chunk, at offset o */
-  uint8_t *s;      /* the bit-shuffled stream */
   uint32_t *obm;   /* outlier bitmap */
   uint32_t *offs;  /* per block: plane offset within the warp */
   uint32_t *wt;    /* per warp sums, and flags */
-  uint8_t *tb1, *tb2; /* rze bitmap of level 1; two for the levels above */
+  uint2 *r1;       /* rze level-1 bitmap words and their ranks (fzk_r1_at) */
+  uint8_t *tb2;    /* two rze bitmaps of the levels above 1 */
 };
 
 __host__ __device__ static inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
@@ -54,7 +54,7 @@ extern "C" void fzk_desc_layout32(fzk_desc *d) {
   uint32_t e = 2 * a16(cb + 16) + 3 * nbm + 4 * 32;
   d->smem_e32 = d->k32 == 2 ? e + tb : e;
   uint32_t dd = a16(cb + 48) + 2 * nbm + 4 * 32;
-  d->smem_d32 = d->k32 == 2 ? dd + a16(cb + 16) + a16(cb / 8 + 16) + 2 * a16(cb / 64 + 16) : dd;
+  d->smem_d32 = d->k32 == 2 ? dd + a16(cb / 4 + 16) + 2 * a16(cb / 64 + 16) : dd;
 }
 
 __device__ static fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
@@ -77,8 +77,7 @@ __device__ static fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
   s.obm = (uint32_t *)p; p += nbm;
   s.offs = (uint32_t *)p; p += nbm;
   s.wt = (uint32_t *)p; p += 4 * 32;
-  s.s = p; p += a16(d.cb + 16);
-  s.tb1 = p; p += a16(d.cb / 8 + 16);
+  s.r1 = (uint2 *)p; p += a16(d.cb / 4 + 16);
   s.tb2 = p;
   return s;
 }
@@ -477,6 +476,25 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
 
 /* ---- decoder ---- */
 
+/* Where word w of the level-1 bitmap lives in fzk_d32.r1: swizzled within
+ * groups of 16 entries, because the lanes of a warp read words pb / 32
+ * apart (one per plane), which would otherwise share a bank. */
+__device__ __forceinline__ uint32_t fzk_r1_at(uint32_t w) { return w ^ ((w >> 4) & 15u); }
+
+/* The __byte_perm selector that moves the low bytes of a word, in order, to
+ * the byte positions set in the 4-bit mask m and zeroes the rest (selector
+ * 4 picks a byte of the zero second operand). */
+__device__ __forceinline__ uint32_t fzk_expand_sel(uint32_t m) {
+  uint32_t sel = 0, k = 0;
+#pragma unroll
+  for (unsigned b = 0; b < 4; b++) {
+    uint32_t on = (m >> b) & 1u;
+    sel |= (on ? k : 4u) << (4 * b);
+    k += on;
+  }
+  return sel;
+}
+
 __device__ __forceinline__ void fzk_put32(uint8_t *g, uint32_t i, uint32_t v, bool al) {
   if (al) {
     ((uint32_t *)g)[i] = v;
@@ -565,7 +583,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
   }
   const uint32_t st = o + side, clen = len - side;
   const uint8_t *in = s.c + st;
-  uint32_t base = 0;
+  uint32_t base = 0, wbase = 0, ko = 0, wsh = 0;
 
   if (bp) {
     if (clen < nb) {
@@ -607,6 +625,16 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
         atomicOr(d_status, 1u);
       return;
     }
+    /* Thread t owns bytes [q0, q1) of the level-2 bitmap, a power of two of
+     * them, and so the level-1 bitmap words [2 q0, 2 q1): the warp that owns
+     * word w is w >> wsh. */
+    const uint32_t nq = (pb + 1) / 2;
+    unsigned qsh = 0;
+    while ((uint32_t)FZK_NT << qsh < nq)
+      qsh++;
+    const uint32_t q0 = threadIdx.x << qsh < nq ? threadIdx.x << qsh : nq;
+    const uint32_t q1 = q0 + (1u << qsh) < nq ? q0 + (1u << qsh) : nq;
+    wsh = 6 + qsh;
     if (warp == 0) {
       const uint8_t *bm = in;
       uint32_t pos = lens[L];
@@ -627,6 +655,19 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
         pos += cnt;
         bm = dst;
       }
+      /* The level-2 kept bytes of each warp's share of the bitmap, so that
+       * the ranks need no block scan of their own. */
+      if (!bad && L >= 2) {
+        for (unsigned w = 0; w < FZK_NW; w++) {
+          uint32_t cnt = 0;
+          for (uint32_t j = ((32u * w) << qsh) + lane; j < ((32u * w + 32u) << qsh) && j < nq;
+               j += 32)
+            cnt += __popc(bm[j]);
+          cnt = __reduce_add_sync(FZK_FULL, cnt);
+          if (lane == 0)
+            s.wt[w] = cnt;
+        }
+      }
       if (lane == 0) {
         s.wt[24] = pos;
         if (bad)
@@ -640,20 +681,17 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
       return;
     }
     uint32_t pos1 = s.wt[24];
+    /* Level 2 (when there is one) restores this thread's words of the
+     * level-1 bitmap from its bytes of the level-2 bitmap. */
+    const uint8_t *bm2 = L == 2 ? in : s.tb2 + a16(cb / 64 + 16);
+    const uint8_t *k2 = in + pos1;
+    uint32_t r2 = 0, prev = 0;
     if (L >= 2) {
-      /* Level 2 by the block: the level-1 bitmap into tb1. */
-      const uint8_t *bm2 = L == 2 ? in : s.tb2 + a16(cb / 64 + 16);
-      uint32_t per2 = (lens[2] + FZK_NT - 1) / FZK_NT;
-      uint32_t q0 = threadIdx.x * per2 < lens[2] ? threadIdx.x * per2 : lens[2];
-      uint32_t q1 = q0 + per2 < lens[2] ? q0 + per2 : lens[2];
       uint32_t cnt2 = 0;
       for (uint32_t j = q0; j < q1; j++)
         cnt2 += __popc(bm2[j]);
-      uint32_t inc2 = fzk_warp_incl(cnt2);
-      if (lane == 31)
-        s.wt[warp] = inc2;
-      __syncthreads();
-      uint32_t tot2 = 0, r2 = inc2 - cnt2;
+      uint32_t tot2 = 0;
+      r2 = fzk_warp_incl(cnt2) - cnt2;
       for (unsigned w = 0; w < FZK_NW; w++) {
         tot2 += s.wt[w];
         r2 += w < warp ? s.wt[w] : 0;
@@ -663,72 +701,78 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
           atomicOr(d_status, 1u);
         return;
       }
-      const uint8_t *k2 = in + pos1;
-      uint32_t prev = r2 ? k2[r2 - 1] : 0;
-      for (uint32_t j = q0; j < q1; j++) {
+      prev = r2 ? k2[r2 - 1] : 0;
+      pos1 += tot2;
+    }
+    uint32_t cnt1 = 0;
+    for (uint32_t j = q0; j < q1; j++) {
+      uint32_t lo = 0, hi = 0;
+      if (L >= 2) {
+        /* Bits past the level-1 bitmap are zero (checked above). */
         uint32_t mk = bm2[j];
+#pragma unroll
         for (unsigned b = 0; b < 8; b++) {
-          uint32_t i = 8 * j + b;
-          if (i >= lens[1])
-            break;
           if ((mk >> b) & 1)
             prev = k2[r2++];
-          s.tb1[i] = (uint8_t)prev;
+          if (b < 4)
+            lo |= prev << (8 * b);
+          else
+            hi |= prev << (8 * (b - 4));
         }
+      } else {
+        lo = fzk_ld32u(s.c, st + 8 * j);
+        if (2 * j + 1 < pb)
+          hi = fzk_ld32u(s.c, st + 8 * j + 4);
       }
-      pos1 += tot2;
-      /* The level-1 bitmap covers 32 * pb positions: no tail to check. */
-      __syncthreads();
+      s.r1[fzk_r1_at(2 * j)].x = lo;
+      cnt1 += __popc(lo);
+      if (2 * j + 1 < pb) {
+        s.r1[fzk_r1_at(2 * j + 1)].x = hi;
+        cnt1 += __popc(hi);
+      }
     }
-    const uint8_t *bm1 = L == 1 ? in : s.tb1;
-    uint32_t per = (lens[1] + FZK_NT - 1) / FZK_NT;
-    uint32_t j0 = threadIdx.x * per < lens[1] ? threadIdx.x * per : lens[1];
-    uint32_t j1 = j0 + per < lens[1] ? j0 + per : lens[1];
-    uint32_t cnt = 0;
-    for (uint32_t j = j0; j < j1; j++)
-      cnt += __popc(bm1[j]);
-    uint32_t inc = fzk_warp_incl(cnt);
+    /* Each word's rank among the kept bytes of level 1, within its warp;
+     * the warps' bases are added from a shuffle when the words are read. */
+    const uint32_t inc1 = fzk_warp_incl(cnt1);
+    uint32_t r = inc1 - cnt1;
+    for (uint32_t w = 2 * q0; w < 2 * q1 && w < pb; w++) {
+      uint2 *e = &s.r1[fzk_r1_at(w)];
+      e->y = r;
+      r += __popc(e->x);
+    }
     if (lane == 31)
-      s.wt[warp] = inc;
+      s.wt[16 + warp] = inc1;
     __syncthreads();
-    uint32_t tot = 0, r = inc - cnt;
-    for (unsigned w = 0; w < FZK_NW; w++) {
-      tot += s.wt[w];
-      r += w < warp ? s.wt[w] : 0;
-    }
-    if (pos1 + tot != clen) {
+    const uint32_t t1 = lane < FZK_NW ? s.wt[16 + lane] : 0, inc = fzk_warp_incl(t1);
+    wbase = inc - t1;
+    if (pos1 + __shfl_sync(FZK_FULL, inc, FZK_NW - 1) != clen) {
       if (threadIdx.x == 0)
         atomicOr(d_status, 1u);
       return;
     }
-    const uint8_t *kept = in + pos1;
-    for (uint32_t j = j0; j < j1; j++) {
-      uint32_t mk = bm1[j], lo = 0, hi = 0;
-#pragma unroll
-      for (unsigned b = 0; b < 4; b++)
-        if ((mk >> b) & 1)
-          lo |= (uint32_t)kept[r++] << (8 * b);
-#pragma unroll
-      for (unsigned b = 0; b < 4; b++)
-        if ((mk >> (b + 4)) & 1)
-          hi |= (uint32_t)kept[r++] << (8 * b);
-      ((uint2 *)s.s)[j] = make_uint2(lo, hi);
-    }
-    __syncthreads();
+    ko = st + pos1;
   }
 
-  /* Words from planes: bitpack planes or four bytes of each shuffle plane. */
+  /* Words from planes: bitpack planes or four bytes of each shuffle plane,
+   * the latter straight from the kept bytes of rze level 1: bytes
+   * lane * pb + 4b .. +3 of the shuffled stream are the bytes of its
+   * bitmap nibble, and the kept ones are consecutive from the rank. */
   auto planes = [&](uint32_t b) -> uint32_t {
     uint32_t x = 0;
     if (bp) {
       uint32_t nbits = in[b];
       if (lane < nbits)
         x = fzk_ld32u(s.c, st + nb + base + s.offs[b] + 4 * lane);
-    } else if (4 * b + 4 <= pb) {
-      x = fzk_ld32u(s.s, lane * pb + 4 * b);
     } else {
-      for (unsigned k = 0; 4 * b + k < pb; k++)
-        x |= (uint32_t)s.s[lane * pb + 4 * b + k] << (8 * k);
+      const uint32_t i = lane * pb + 4 * b, w = i >> 5, sh = i & 31;
+      const uint2 e = s.r1[fzk_r1_at(w)];
+      const uint32_t nx = sh > 28 && w + 1 < pb ? s.r1[fzk_r1_at(w + 1)].x : 0;
+      uint32_t mk = __funnelshift_r(e.x, nx, sh) & 15u;
+      if (4 * b + 4 > pb) /* the plane ends inside these four bytes */
+        mk &= (1u << (pb - 4 * b)) - 1;
+      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
+                          __popc(e.x & ((1u << sh) - 1));
+      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, fzk_expand_sel(mk));
     }
     return fzk_transpose32(x);
   };
