@@ -44,10 +44,10 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* Runs fn over `threads` ranges; the caller's thread takes range 0.  When a
- * thread cannot be started its range runs on the caller, so the work is done
- * either way. */
-static void parallel_ranges(unsigned threads, uint64_t n, range_fn fn, void *ctx) {
+/* Runs fn over `threads` ranges (fewer when there are fewer items) and
+ * returns how many; the caller's thread takes range 0.  When a thread cannot
+ * be started its range runs on the caller, so the work is done either way. */
+static unsigned parallel_ranges(unsigned threads, uint64_t n, range_fn fn, void *ctx) {
   if (threads > n)
     threads = n ? (unsigned)n : 1;
   worker ws[threads];
@@ -65,6 +65,7 @@ static void parallel_ranges(unsigned threads, uint64_t n, range_fn fn, void *ctx
     else
       fn(ctx, t, ws[t].lo, ws[t].hi);
   }
+  return threads;
 }
 
 /* ---- plans ---- */
@@ -186,6 +187,7 @@ typedef struct compress_job {
   uint8_t *out;
   size_t out_cap;
   bool in_place;       /* ranges written at their uncompressed offsets */
+  size_t start[256];   /* where each range began writing */
   uint64_t used[256];  /* bytes written by each range */
   int rc[256];
 } compress_job;
@@ -197,6 +199,7 @@ static void compress_range(void *ctx, unsigned tid, uint64_t lo, uint64_t hi) {
   uint8_t *buf = pl->chunk_out + (size_t)tid * h->chunk_bytes;
   size_t pos = h->header_len + (j->in_place ? (size_t)lo * h->chunk_bytes : 0);
   size_t start = pos;
+  j->start[tid] = start;
   for (uint64_t i = lo; i < hi; i++) {
     size_t off = (size_t)i * h->chunk_bytes;
     size_t bytes = h->raw_bytes - off < h->chunk_bytes ? h->raw_bytes - off
@@ -251,18 +254,15 @@ int fz_plan_compress(fz_plan *pl, const void *in, size_t in_len, void *out,
   j.in_place = threads > 1 && out_cap >= fz_plan_compress_bound(pl);
   if (!j.in_place)
     threads = 1;
-  parallel_ranges(threads, h->nchunks, compress_range, &j);
-  for (unsigned t = 0; t < threads; t++)
+  unsigned ranges = parallel_ranges(threads, h->nchunks, compress_range, &j);
+  for (unsigned t = 0; t < ranges; t++)
     if (j.rc[t] < 0)
       return j.rc[t];
+  /* Close up the ranges, in order. */
   size_t total = h->header_len;
-  unsigned used_threads = threads > h->nchunks ? (h->nchunks ? (unsigned)h->nchunks : 1)
-                                               : threads;
-  for (unsigned t = 0; t < used_threads; t++) {
-    uint64_t lo = h->nchunks * t / used_threads;
-    size_t src = h->header_len + (j.in_place ? (size_t)lo * h->chunk_bytes : 0);
-    if (src != total)
-      memmove((uint8_t *)out + total, (uint8_t *)out + src, j.used[t]);
+  for (unsigned t = 0; t < ranges; t++) {
+    if (j.start[t] != total)
+      memmove((uint8_t *)out + total, (uint8_t *)out + j.start[t], j.used[t]);
     total += j.used[t];
   }
   h->sizes = pl->sizes;
@@ -346,9 +346,8 @@ int fz_decompress(const void *arc, size_t arc_len, void *out, size_t out_cap,
   j.crcs = malloc(4 * (size_t)h.nchunks + 4);
   if (j.crcs == NULL)
     return FZ_ENOMEM;
-  threads = clamp_threads(threads);
-  parallel_ranges(threads, h.nchunks, decompress_range, &j);
-  for (unsigned t = 0; t < threads; t++)
+  unsigned ranges = parallel_ranges(clamp_threads(threads), h.nchunks, decompress_range, &j);
+  for (unsigned t = 0; t < ranges; t++)
     if (j.rc[t] < 0 && rc == 0)
       rc = j.rc[t];
   if (rc == 0 && payload_crc(j.crcs, h.nchunks) != h.payload_crc)
