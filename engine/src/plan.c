@@ -204,17 +204,23 @@ static void compress_range(void *ctx, unsigned tid, uint64_t lo, uint64_t hi) {
     size_t off = (size_t)i * h->chunk_bytes;
     size_t bytes = h->raw_bytes - off < h->chunk_bytes ? h->raw_bytes - off
                                                        : h->chunk_bytes;
+    /* A coded chunk is never longer than the chunk itself: with that much
+     * room left it is written in place, else through buf and checked. */
+    size_t room = j->out_cap - pos;
+    uint8_t *dst = room >= bytes ? j->out + pos : buf;
     size_t len = fze_chunk_encode(&h->chain, h->dtype, j->in + off,
-                                  bytes / pl->width, buf, &pl->scratch[tid]);
-    if (len > j->out_cap - pos) {
-      j->rc[tid] = FZ_ENOSPC;
-      return;
+                                  bytes / pl->width, dst, &pl->scratch[tid]);
+    if (dst == buf) {
+      if (len > room) {
+        j->rc[tid] = FZ_ENOSPC;
+        return;
+      }
+      memcpy(j->out + pos, buf, len);
     }
-    memcpy(j->out + pos, buf, len);
+    pl->crcs[i] = fze_crc32c(0, j->out + pos, len);
     pos += len;
     pl->sizes[2 * i] = (uint8_t)len;
     pl->sizes[2 * i + 1] = (uint8_t)(len >> 8);
-    pl->crcs[i] = fze_crc32c(0, buf, len);
   }
   j->used[tid] = pos - start;
 }
