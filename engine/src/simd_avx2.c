@@ -10,6 +10,7 @@
  * casts do.
  */
 #include <immintrin.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "engine.h"
@@ -194,8 +195,10 @@ AVX2 void fze_minmax_f32_avx2(const float *x, size_t n, float *lo, float *hi) {
  * nonzero bytes in order, 8 bytes at a time through a table of shuffles.
  * `kept` needs 16 bytes of slack.  Returns the number of kept bytes. */
 static uint8_t compact_lut[256][16];
-static int compact_ready;
 
+/* Built exactly once: a second builder would refill entries (0x80, the
+ * shuffle's zero, first) under a thread already using the table, and that
+ * thread would silently drop nonzero bytes. */
 static void compact_init(void) {
   for (unsigned m = 0; m < 256; m++) {
     unsigned k = 0;
@@ -204,12 +207,11 @@ static void compact_init(void) {
       if (m & (1u << j))
         compact_lut[m][k++] = (uint8_t)j;
   }
-  __atomic_store_n(&compact_ready, 1, __ATOMIC_RELEASE);
 }
 
 AVX2 size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept) {
-  if (!__atomic_load_n(&compact_ready, __ATOMIC_ACQUIRE))
-    compact_init(); /* idempotent: a race writes the same table twice */
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, compact_init);
   size_t k = 0, i = 0;
   const __m256i zero = _mm256_setzero_si256();
   for (; i + 32 <= n; i += 32) {

@@ -113,7 +113,8 @@ Test(fzctl, submit_many_files_json_and_back) {
     double bytes_in = json_num(line, "bytes_in"), bytes_out = json_num(line, "bytes_out");
     cr_assert_eq(bytes_in, (double)(n * sizeof(float)));
     cr_assert_gt(json_num(line, "ratio"), 1.0);
-    cr_assert_leq(json_num(line, "max_error"), 1e-3 * tu_range_f32(fields[i], n));
+    double bound = 1e-3 * tu_range_f32(fields[i], n);
+    cr_assert_leq(json_num(line, "max_error"), bound, "bound %.17g exceeded: %s", bound, line);
     cr_assert_geq(json_num(line, "time_ms"), 0.0);
     struct stat st;
     cr_assert_eq(stat(path_in_dir(output), &st), 0);

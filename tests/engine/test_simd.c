@@ -5,7 +5,12 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "gen.h"
@@ -62,4 +67,89 @@ Test(simd, avx2_and_portable_loops_agree, .timeout = 300) {
           free(y2);
         }
   fze_set_avx2(true);
+}
+
+/* ---- first use from many threads at once --------------------------------
+ * The AVX2 zero-byte elimination builds a shuffle table on first use.  Eight
+ * threads released together compress the same data in a fresh process; every
+ * archive must equal the one made afterwards by a single thread. */
+
+enum { RACE_THREADS = 8, RACE_N = 1 << 16 };
+
+typedef struct race_arg {
+  pthread_barrier_t *go;
+  const float *x;
+  uint8_t *arc;
+  size_t len;
+} race_arg;
+
+static int race_compress(const float *x, uint8_t **arc, size_t *len) {
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 1;
+  p.dims[0] = RACE_N;
+  p.pipeline = "lossless";
+  fz_plan *pl;
+  if (fz_plan_create(&p, &pl, NULL, 0) < 0)
+    return -1;
+  size_t cap = fz_plan_compress_bound(pl);
+  *arc = malloc(cap);
+  int rc = *arc ? fz_plan_compress(pl, x, RACE_N * sizeof(float), *arc, cap, len) : -1;
+  fz_plan_destroy(pl);
+  return rc;
+}
+
+static void *race_thread(void *p) {
+  race_arg *a = p;
+  pthread_barrier_wait(a->go);
+  if (race_compress(a->x, &a->arc, &a->len) < 0)
+    a->len = 0;
+  return NULL;
+}
+
+/* The child's exit status: 0 when every thread's archive is right. */
+static int race_once(const float *x) {
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, RACE_THREADS);
+  pthread_t th[RACE_THREADS];
+  race_arg a[RACE_THREADS];
+  for (int t = 0; t < RACE_THREADS; t++) {
+    a[t] = (race_arg){.go = &go, .x = x};
+    if (pthread_create(&th[t], NULL, race_thread, &a[t]) != 0)
+      return 3;
+  }
+  for (int t = 0; t < RACE_THREADS; t++)
+    pthread_join(th[t], NULL);
+  uint8_t *want;
+  size_t want_len;
+  if (race_compress(x, &want, &want_len) < 0)
+    return 3;
+  for (int t = 0; t < RACE_THREADS; t++)
+    if (a[t].len != want_len || memcmp(a[t].arc, want, want_len) != 0)
+      return 1;
+  return 0;
+}
+
+Test(simd, first_use_from_many_threads, .timeout = 120) {
+  fze_set_avx2(true);
+  if (!fze_have_avx2())
+    cr_skip_test("this CPU has no AVX2: the table under test is not used");
+  float *x = malloc(RACE_N * sizeof *x);
+  cr_assert_not_null(x);
+  for (size_t i = 0; i < RACE_N; i++)
+    x[i] = (float)(100.0 * sin(0.001 * (double)i) + 0.01 * (double)(i % 97));
+  for (int round = 0; round < 200; round++) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0)
+      _exit(race_once(x));
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st), "round %d: the child died", round);
+    cr_assert_eq(WEXITSTATUS(st), 0,
+                 "round %d: an archive made during the first use differs (status %d)",
+                 round, WEXITSTATUS(st));
+  }
+  free(x);
 }
