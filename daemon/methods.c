@@ -425,7 +425,9 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
   uint64_t nfds = 0;
   bad b = {0, ""};
   if (fzp_get_u64(p, "nfds", &nfds) < 0) {
+    /* Descriptors that came with it cannot be told from the next message's. */
     fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "\"nfds\" must be an unsigned integer");
+    fzd_conn_close_after_flush(c);
     return;
   }
   if (nfds > 0 && fzd_conn_is_tcp(c)) {

@@ -109,6 +109,7 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   ctx->device = dev;
   ctx->nstreams = nstreams ? nstreams : 4;
   pthread_mutex_init(&ctx->lock, NULL);
+  pthread_mutex_init(&ctx->smem_lock, NULL);
   ctx->streams = calloc(ctx->nstreams, sizeof *ctx->streams);
   if (ctx->streams == NULL) {
     rc = FZ_ENOMEM;
@@ -162,6 +163,7 @@ void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx) {
     cudaMemPoolDestroy(ctx->pool);
   cudaGetLastError();
   pthread_mutex_destroy(&ctx->lock);
+  pthread_mutex_destroy(&ctx->smem_lock);
   free(ctx->streams);
   free(ctx);
 }

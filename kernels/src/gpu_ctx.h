@@ -22,7 +22,10 @@ struct fz_gpu_ctx {
   uint8_t *h_hdr;
   size_t h_hdr_cap;
   uint32_t *h_word;
-  uint32_t smem_ready;   /* largest chunk size whose kernels are enabled */
+  /* The largest chunk size whose kernels are enabled; guarded by smem_lock
+   * (taken inside lock by decompression, never the other way round). */
+  pthread_mutex_t smem_lock;
+  uint32_t smem_ready;
 };
 
 #endif

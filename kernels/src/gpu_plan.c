@@ -91,16 +91,19 @@ static void fill_desc(fzk_desc *d, const fze_header *h) {
   fzk_desc_layout(d);
 }
 
-/* Enables the kernels' shared memory once per chunk size. */
+/* Enables the kernels' shared memory once per chunk size.  Plans are made
+ * from several host threads (one per daemon worker), so the check and the
+ * set-up happen under smem_lock. */
 static int kernels_ready(fz_gpu_ctx *ctx, const fzk_desc *d, char *why, size_t why_len) {
   int rc = 0;
+  pthread_mutex_lock(&ctx->smem_lock);
   /* Every kernel's shared memory grows with the chunk size alone. */
-  if (ctx->smem_ready >= d->cb)
-    return 0;
-  FZK_CHECK(fzk_kernels_init(d), fail);
-  ctx->smem_ready = d->cb;
-  return 0;
-fail:
+  if (ctx->smem_ready < d->cb) {
+    FZK_CHECK(fzk_kernels_init(d), out);
+    ctx->smem_ready = d->cb;
+  }
+out:
+  pthread_mutex_unlock(&ctx->smem_lock);
   return rc;
 }
 
