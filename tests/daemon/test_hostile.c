@@ -223,6 +223,20 @@ HOSTILE_CASE(descriptors_promised_but_missing, NULL, {
   wire_close(&bad);
 })
 
+HOSTILE_CASE(mistyped_nfds_closes, NULL, {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  msgpack_packer *pk = wire_begin(&bad, 22, "decompress", 2);
+  fzp_pack_key(pk, "nfds");
+  msgpack_pack_str_with_body(pk, "two", 3);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 22, FZ_EPARAMS);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+})
+
 #define TCP_SETTINGS                                                           \
   "\"tcp_enabled\": true, \"tcp_port\": 0, \"tcp_token\": \"s3cret\""
 
