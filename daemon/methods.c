@@ -336,6 +336,10 @@ static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
     return b->code;
   if (job->out_off > (uint64_t)INT64_MAX / 2)
     return reject(b, FZ_EPARAMS, "out_offset is too large");
+  /* Optional with a descriptor: a result longer than out_length fails with
+   * ENOSPC instead of writing past the region the client set aside. */
+  if (opt_u64(p, "out_length", &job->out_cap, b) < 0)
+    return b->code;
   struct stat st;
   if (fstat(job->fds[job->out_fd], &st) < 0 || !S_ISREG(st.st_mode))
     return reject(b, FZ_EPARAMS, "out_fd must be a regular file or a memfd");

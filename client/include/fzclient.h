@@ -146,7 +146,8 @@ typedef struct fz_job {
   uint64_t in_length;
 
   /* Output: either out_fd >= 0 (Unix socket only; the daemon writes at
-   * out_offset and truncates a regular file just after the data), or inline.
+   * out_offset, at most out_length bytes when that is nonzero, and truncates
+   * a regular file just after the data), or inline.
    * Inline output lands in out/out_cap when out is not NULL (FZ_ENOSPC when it
    * does not fit), else in a buffer the library allocates (fz_result.data,
    * released with fz_client_free()). */
@@ -197,6 +198,22 @@ typedef struct fz_result {
   void *data;              /* inline output (job.out or a library buffer) */
   size_t data_len;         /* its length in bytes */
 } fz_result;
+
+/* ---- shared buffers ---------------------------------------------------------
+ * Host memory the daemon reads and writes in place.  fz_client_buffer_alloc()
+ * returns size bytes of zeroed memory backed by a sealed memfd of this handle
+ * (NULL on failure; fz_client_errmsg() says why).  On the Unix socket, a job
+ * whose `in` (in_len bytes) lies inside a shared buffer sends the buffer's
+ * descriptor and the offset instead of the bytes, and a job whose `out`
+ * (out_cap bytes) lies inside one has the daemon write the result there:
+ * fz_result.data then points at `out`.  Over TCP they act as ordinary memory.
+ * Do not write an input region, or touch an output region, while its job is
+ * in flight.  fz_client_buffer_free() takes the pointer the allocation
+ * returned; fz_client_close() frees the buffers still allocated.  The daemon
+ * keeps its mapping per connection, so the pages live until both ends let
+ * go. */
+FZCLIENT_API void *fz_client_buffer_alloc(fz_client *c, size_t size);
+FZCLIENT_API void fz_client_buffer_free(fz_client *c, void *p);
 
 /* Runs one job and waits for its answer (other jobs in flight on the handle
  * keep their answers for fz_client_wait()).  Returns res->status, which is

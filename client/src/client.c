@@ -236,6 +236,7 @@ void fz_client_close(fz_client *c) {
   for (int i = 0; i < FZC_SHM_SLOTS; i++)
     if (c->shm[i].fd >= 0)
       close(c->shm[i].fd);
+  fzc_buf_free_all(c);
   free(c->jobs);
   free(c->rx);
   free(c);

@@ -26,6 +26,7 @@ typedef struct fzc_job {
   void *out;        /* the caller's inline output buffer, or NULL */
   size_t out_cap;
   bool done;
+  bool out_shared;  /* out lies in a shared buffer: the daemon writes it */
   int shm;          /* the handle's memfd slot holding the input, or -1 */
   fz_result res;
 } fzc_job;
@@ -42,6 +43,18 @@ typedef struct fzc_shm {
   size_t size;
   bool busy;
 } fzc_shm;
+
+/* A shared buffer (buffers.c): a memfd sealed at its size, mapped at base. */
+typedef struct fzc_buf {
+  struct fzc_buf *next;
+  char *base;
+  size_t size;
+  int fd;
+} fzc_buf;
+
+/* The shared buffer holding [p, p + len), or NULL. */
+const fzc_buf *fzc_buf_find(const fz_client *c, const void *p, size_t len);
+void fzc_buf_free_all(fz_client *c);
 
 struct fz_client {
   int fd;
@@ -61,6 +74,7 @@ struct fz_client {
   size_t njobs;
   size_t jobs_cap;
   fzc_shm shm[FZC_SHM_SLOTS];
+  fzc_buf *bufs;          /* from fz_client_buffer_alloc() */
 
   char errmsg[256];
 };

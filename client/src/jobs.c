@@ -119,8 +119,20 @@ int fzc_dispatch(fz_client *c, const fzp_message *msg) {
   fill_shape(m, r);
   const void *p;
   uint32_t len;
-  if (fzp_get_bin(m, j->op == FZ_OP_COMPRESS ? "archive" : "data", &p, &len) == 1)
+  if (fzp_get_bin(m, j->op == FZ_OP_COMPRESS ? "archive" : "data", &p, &len) == 1) {
     take_payload(j, p, len);
+  } else if (j->out_shared) {
+    /* The daemon wrote the result into the shared buffer at j->out. */
+    if (r->bytes_out > j->out_cap) {
+      r->status = FZ_EPROTO;
+      snprintf(r->message, sizeof r->message,
+               "the server reports %llu bytes written into a buffer of %zu",
+               (unsigned long long)r->bytes_out, j->out_cap);
+      return 1;
+    }
+    r->data = j->out;
+    r->data_len = (size_t)r->bytes_out;
+  }
   return 1;
 }
 
@@ -189,7 +201,7 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
     n += 1; /* nfds */
   n += inline_in ? 1 : 1 + (j->in_offset ? 1 : 0) + (j->in_length ? 1 : 0);
   n += j->out_fd >= 0 || j->out_ipc ? 1 + (j->out_offset ? 1 : 0) : 0;
-  n += j->out_ipc ? 1 : 0;                    /* out_length */
+  n += j->out_ipc || (j->out_fd >= 0 && j->out_length) ? 1 : 0; /* out_length */
   n += j->in_ipc || j->out_ipc ? 1 : 0;       /* device */
 
   fzp_pack_request_begin(pk, msgid, op == FZ_OP_COMPRESS ? "compress" : "decompress", n);
@@ -223,6 +235,8 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
     pack_u64(pk, "out_fd", (uint64_t)fd_index++);
     if (j->out_offset)
       pack_u64(pk, "out_offset", j->out_offset);
+    if (j->out_length)
+      pack_u64(pk, "out_length", j->out_length);
   }
   if (!inline_in) {
     if (j->in_ipc) {
@@ -316,18 +330,38 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   c->errmsg[0] = '\0';
   if (c->broken)
     return fzc_fail(c, c->broken, "the connection is no longer usable");
-  fz_job staged;
+  /* On the Unix socket, an input or output inside a shared buffer goes as
+   * the buffer's descriptor and an offset; another large input is copied
+   * once into a memfd slot.  Either way the daemon maps it. */
+  fz_job staged = *job;
   int shm = -1;
-  if (c->transport == FZ_TRANSPORT_UNIX && job->in_fd < 0 && !job->in_ipc && job->in &&
-      job->in_len >= FZC_SHM_MIN && (shm = shm_stage(c, job->in, job->in_len)) >= 0) {
-    staged = *job;
-    staged.in = NULL;
-    staged.in_len = 0;
-    staged.in_fd = c->shm[shm].fd;
-    staged.in_offset = 0;
-    staged.in_length = job->in_len;
-    job = &staged;
+  bool out_shared = false;
+  if (c->transport == FZ_TRANSPORT_UNIX) {
+    const fzc_buf *b;
+    bool inline_in = job->in_fd < 0 && !job->in_ipc && job->in && job->in_len > 0;
+    if (inline_in && (b = fzc_buf_find(c, job->in, job->in_len)) != NULL) {
+      staged.in_fd = b->fd;
+      staged.in_offset = (uint64_t)((const char *)job->in - b->base);
+      staged.in_length = job->in_len;
+    } else if (inline_in && job->in_len >= FZC_SHM_MIN &&
+               (shm = shm_stage(c, job->in, job->in_len)) >= 0) {
+      staged.in_fd = c->shm[shm].fd;
+      staged.in_offset = 0;
+      staged.in_length = job->in_len;
+    }
+    if (staged.in_fd >= 0 && job->in_fd < 0) {
+      staged.in = NULL;
+      staged.in_len = 0;
+    }
+    if (job->out && job->out_cap > 0 && job->out_fd < 0 && !job->out_ipc &&
+        (b = fzc_buf_find(c, job->out, job->out_cap)) != NULL) {
+      staged.out_fd = b->fd;
+      staged.out_offset = (uint64_t)((char *)job->out - b->base);
+      staged.out_length = job->out_cap;
+      out_shared = true;
+    }
   }
+  job = &staged;
   int rc = check_job(c, op, job);
   if (rc < 0)
     goto err_shm;
@@ -348,6 +382,7 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   j->user = user;
   j->out = job->out;
   j->out_cap = job->out_cap;
+  j->out_shared = out_shared;
   uint32_t msgid = j->msgid;
 
   msgpack_sbuffer sb;

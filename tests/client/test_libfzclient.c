@@ -525,3 +525,98 @@ Test(libfzclient, ipc_jobs_checked_and_refused_on_cpu) {
   fz_client_close(c);
   tu_stop(h);
 }
+
+/* Shared buffers: with max_inline_bytes at 4 KiB the daemon refuses every
+ * inline payload larger than that, so these jobs succeed only if the input
+ * and the output really travel as the buffers' descriptors. */
+Test(libfzclient, shared_buffers_in_place) {
+  fzd_harness *h = tu_start("\"max_inline_bytes\": 4096");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 100, cols = 160, n = rows * cols, raw = n * sizeof(float);
+  float *v = tu_field_f32(rows, cols, 0.7f);
+  cr_assert_null(fz_client_buffer_alloc(c, 0));
+  cr_assert_neq(fz_client_errmsg(c)[0], '\0');
+
+  /* The input sits at an offset inside its buffer; the archive goes to an
+   * offset of another, with a canary after the region given. */
+  char *in = fz_client_buffer_alloc(c, raw + 4096);
+  char *out = fz_client_buffer_alloc(c, 2 * raw);
+  cr_assert(in && out, "%s", fz_client_errmsg(c));
+  memcpy(in + 4096, v, raw);
+  memset(out, 0xa5, 2 * raw);
+  fz_job j;
+  job_f32(&j, (const float *)(in + 4096), rows, cols, 1e-3);
+  j.verify = 1;
+  j.out = out + 100;
+  j.out_cap = raw;
+  fz_result r;
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, 0, "compress: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_eq(r.data, (void *)(out + 100), "the archive is where out points");
+  cr_assert_eq(r.data_len, r.bytes_out);
+  cr_assert_gt(r.bytes_out, 4096, "the archive must be too large to come inline");
+  cr_assert_eq((unsigned char)out[99], 0xa5, "nothing is written before the region");
+  cr_assert_eq((unsigned char)out[100 + r.bytes_out], 0xa5, "nor after the archive");
+  cr_assert_leq(r.max_error, 1e-3 * tu_range_f32(v, n));
+  size_t arc_len = r.data_len;
+
+  /* Back again, from the shared archive into a third buffer. */
+  float *back = fz_client_buffer_alloc(c, raw);
+  cr_assert_not_null(back);
+  fz_job d;
+  fz_job_init(&d);
+  d.in = out + 100;
+  d.in_len = arc_len;
+  d.out = back;
+  d.out_cap = raw;
+  rc = fz_client_decompress(c, &d, &r);
+  cr_assert_eq(rc, 0, "decompress: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_eq(r.data, (void *)back);
+  cr_assert_eq(r.bytes_out, raw);
+  fz_compare_result cmp;
+  cr_assert_eq(fz_compare(FZ_F32, v, back, n, &cmp), 0);
+  cr_assert_leq(cmp.max_abs_error, 1e-3 * tu_range_f32(v, n));
+
+  /* An output region too small: ENOSPC, and the region's neighbour intact. */
+  memset(out, 0xa5, 2 * raw);
+  j.out = out;
+  j.out_cap = 64;
+  rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, FZ_ENOSPC, "got %s: %s", fz_err_name(rc), r.message);
+  cr_assert_not_null(strstr(r.message, "out_length"), "%s", r.message);
+  for (size_t i = 0; i < 2 * raw; i++)
+    cr_assert_eq((unsigned char)out[i], 0xa5, "byte %zu was written", i);
+
+  /* A region that runs past the buffer's end is ordinary memory: it goes
+   * inline, which this daemon refuses for its size. */
+  job_f32(&j, (const float *)(in + 4096 + 4), rows, cols, 1e-3);
+  j.in_len = raw;
+  rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, FZ_EMSGSIZE, "got %s: %s", fz_err_name(rc), r.message);
+
+  /* The same buffers serve again after new data is written into them. */
+  for (size_t i = 0; i < n; i++)
+    v[i] = -v[i];
+  memcpy(in + 4096, v, raw);
+  job_f32(&j, (const float *)(in + 4096), rows, cols, 1e-3);
+  j.verify = 1;
+  j.out = out;
+  j.out_cap = 2 * raw;
+  rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, 0, "compress again: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_leq(r.max_error, 1e-3 * tu_range_f32(v, n));
+  d.in = out;
+  d.in_len = r.bytes_out;
+  rc = fz_client_decompress(c, &d, &r);
+  cr_assert_eq(rc, 0, "decompress again: %s: %s", fz_strerror(rc), r.message);
+  cr_assert_eq(fz_compare(FZ_F32, v, back, n, &cmp), 0);
+  cr_assert_leq(cmp.max_abs_error, 1e-3 * tu_range_f32(v, n));
+
+  fz_client_buffer_free(c, back);
+  fz_client_buffer_free(c, in);
+  /* `out` is left for fz_client_close() to free. */
+  fz_client_close(c);
+  free(v);
+  tu_stop(h);
+}
