@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -234,8 +235,11 @@ void fz_client_close(fz_client *c) {
     if (!c->jobs[i].out)
       free(c->jobs[i].res.data);
   for (int i = 0; i < FZC_SHM_SLOTS; i++)
-    if (c->shm[i].fd >= 0)
+    if (c->shm[i].fd >= 0) {
+      if (c->shm[i].map)
+        munmap(c->shm[i].map, c->shm[i].size);
       close(c->shm[i].fd);
+    }
   fzc_buf_free_all(c);
   free(c->jobs);
   free(c->rx);

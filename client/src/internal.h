@@ -41,6 +41,7 @@ typedef struct fzc_job {
 typedef struct fzc_shm {
   int fd;       /* -1 until first used */
   size_t size;
+  void *map;    /* size bytes mapped, or NULL */
   bool busy;
 } fzc_shm;
 

@@ -263,7 +263,9 @@ void fzc_job_finish(fz_client *c, fzc_job *j) {
 }
 
 /* Copies a large inline input into a free memfd slot; the slot's index, or
- * -1 when none is free or the copy fails (the input then goes inline). */
+ * -1 when none is free or the slot cannot be made (the input then goes
+ * inline).  Slots stay mapped here, so the copy is a memcpy into pages that
+ * are already faulted in after the first use. */
 static int shm_stage(fz_client *c, const void *in, size_t len) {
   int slot = -1;
   for (int i = 0; i < FZC_SHM_SLOTS && slot < 0; i++) /* big enough already */
@@ -280,6 +282,7 @@ static int shm_stage(fz_client *c, const void *in, size_t len) {
     if (s->fd < 0)
       return -1;
     s->size = 0;
+    s->map = NULL;
     if (fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
       close(s->fd);
       s->fd = -1;
@@ -287,18 +290,21 @@ static int shm_stage(fz_client *c, const void *in, size_t len) {
     }
   }
   if (s->size < len) {
+    /* Grown, never shrunk (the seal): the daemon may map the old size. */
+    if (s->map)
+      munmap(s->map, s->size);
+    s->map = NULL;
     if (ftruncate(s->fd, (off_t)len) < 0)
       return -1;
     s->size = len;
   }
-  for (size_t put = 0; put < len;) {
-    ssize_t n = pwrite(s->fd, (const char *)in + put, len - put, (off_t)put);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
+  if (!s->map) {
+    void *m = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (m == MAP_FAILED)
       return -1;
-    put += (size_t)n;
+    s->map = m;
   }
+  memcpy(s->map, in, len);
   s->busy = true;
   return slot;
 }

@@ -7,10 +7,13 @@
  *      many threads as fzd has workers.  The input is a host buffer given to
  *      libfzclient (which moves it through a memfd of its own), or with --fd
  *      a memfd of the client's passed with each job (SCM_RIGHTS), and the
- *      archive written to another memfd, as fzctl does with files.
+ *      archive written to another memfd, as fzctl does with files; or with
+ *      --shared, input and archive in libfzclient's shared buffers
+ *      (fz_client_buffer_alloc), written in place by the client and the
+ *      daemon.
  *
  *   fz_daemon_bench -S ADDRESS [-c CLIENTS] [-j JOBS] [-m MIB] [-n PINGS] [-r REPEAT]
- *                   [--fd]
+ *                   [--fd | --shared]
  */
 #include <fcntl.h>
 #include <math.h>
@@ -35,7 +38,7 @@ static const char *address;
 static size_t job_values;
 static unsigned jobs_per_client;
 static float *field;
-static int use_fd;
+static int use_fd, use_shared;
 
 static void *client_main(void *arg) {
   int *failed = arg;
@@ -66,6 +69,21 @@ static void *client_main(void *arg) {
       *failed = 1;
       return NULL;
     }
+  } else if (use_shared) {
+    /* The client's data is made in a shared buffer and the archive lands in
+     * another: nothing is copied on either side. */
+    size_t cap = job_values * 4 + 65536;
+    float *in = fz_client_buffer_alloc(c, job_values * 4);
+    j.out = fz_client_buffer_alloc(c, cap);
+    if (in == NULL || j.out == NULL) {
+      fprintf(stderr, "shared buffer: %s\n", fz_client_errmsg(c));
+      *failed = 1;
+      return NULL;
+    }
+    memcpy(in, field, job_values * 4);
+    j.in = in;
+    j.in_len = job_values * 4;
+    j.out_cap = cap;
   } else {
     j.in = field;
     j.in_len = job_values * 4;
@@ -77,7 +95,8 @@ static void *client_main(void *arg) {
       *failed = 1;
       break;
     }
-    fz_client_free(r.data);
+    if (!use_shared)
+      fz_client_free(r.data);
   }
   if (j.in_fd >= 0)
     close(j.in_fd);
@@ -141,11 +160,13 @@ int main(int argc, char **argv) {
       pings = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fd"))
       use_fd = 1;
+    else if (!strcmp(argv[i], "--shared"))
+      use_shared = 1;
     else if (!strcmp(argv[i], "-r") && i + 1 < argc)
       repeat = (unsigned)atoi(argv[++i]);
     else {
       fprintf(stderr, "usage: fz_daemon_bench -S ADDRESS [-c CLIENTS] [-j JOBS] [-m MIB] "
-                      "[-n PINGS] [-r REPEAT] [--fd]\n");
+                      "[-n PINGS] [-r REPEAT] [--fd | --shared]\n");
       return 1;
     }
   }
@@ -212,7 +233,9 @@ int main(int argc, char **argv) {
     tl = fmin(tl, now() - t0);
   }
   printf("%u clients x %u jobs of %.2f MiB (%s), balanced REL 1e-3:\n", clients,
-         jobs_per_client, mib, use_fd ? "input and output as passed memfds" : "host buffers");
+         jobs_per_client, mib, use_fd       ? "input and output as passed memfds"
+         : use_shared ? "input and output in shared buffers"
+                      : "host buffers");
   printf("  through fzd (%u workers): %.3f s, %.2f GB/s\n", workers, td,
          total / td / 1e9);
   printf("  engine in-process, %u threads: %.3f s, %.2f GB/s\n", workers, tl,
