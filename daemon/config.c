@@ -269,6 +269,13 @@ int fzd_config_load(const char *path, fzd_config *cfg, char *why, size_t why_len
                 rerr ? "read error" : "larger than 1 MiB");
   }
   text[n] = '\0';
+  int err = fzd_config_parse(text, n, path, cfg, why, why_len);
+  free(text);
+  return err;
+}
+
+int fzd_config_parse(const char *text, size_t n, const char *path, fzd_config *cfg,
+                     char *why, size_t why_len) {
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, n + 1, &end, true);
   if (root == NULL) {
@@ -276,11 +283,9 @@ int fzd_config_load(const char *path, fzd_config *cfg, char *why, size_t why_len
     size_t line = 1;
     for (size_t i = 0; i < at && i < n; i++)
       line += text[i] == '\n';
-    free(text);
     return fail(why, why_len, "%s: not valid JSON (near line %zu, byte %zu)",
                 path, line, at);
   }
-  free(text);
   int err = 0;
   if (!cJSON_IsObject(root)) {
     err = fail(why, why_len, "%s: the top level must be a JSON object", path);

@@ -48,6 +48,11 @@ void fzd_config_defaults(fzd_config *cfg);
  * the value in why. */
 int fzd_config_load(const char *path, fzd_config *cfg, char *why, size_t why_len);
 
+/* The same for the n bytes of text (text[n] must be '\0'), named path in the
+ * messages. */
+int fzd_config_parse(const char *text, size_t n, const char *path, fzd_config *cfg,
+                     char *why, size_t why_len);
+
 /* Applies a changed configuration: settings marked reloadable are copied from
  * next into cur and logged; others that differ are logged as needing a
  * restart.  Returns how many settings changed. */

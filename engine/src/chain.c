@@ -267,8 +267,18 @@ void fze_chain_format(const fze_chain *c, char *buf, size_t len) {
     int w;
     switch (st->id) {
     case FZE_STAGE_QUANT:
-      w = snprintf(buf + k, len - k, "%squant(eb=%.17g,mode=%s)", sep, st->eb,
-                   fz_eb_mode_name((fz_eb_mode)st->mode));
+      /* What the text left to the job's parameters stays unsaid, so the
+       * canonical text of any chain parses back to it. */
+      if (st->has_eb && st->has_mode)
+        w = snprintf(buf + k, len - k, "%squant(eb=%.17g,mode=%s)", sep, st->eb,
+                     fz_eb_mode_name((fz_eb_mode)st->mode));
+      else if (st->has_eb)
+        w = snprintf(buf + k, len - k, "%squant(eb=%.17g)", sep, st->eb);
+      else if (st->has_mode)
+        w = snprintf(buf + k, len - k, "%squant(mode=%s)", sep,
+                     fz_eb_mode_name((fz_eb_mode)st->mode));
+      else
+        w = snprintf(buf + k, len - k, "%squant", sep);
       break;
     case FZE_STAGE_DIFF:
       w = snprintf(buf + k, len - k, "%sdiff(map=%s)", sep,

@@ -115,6 +115,8 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
       }
       q->eb = p->eb;
     }
+    /* The plan's chain names every parameter from here on. */
+    q->has_eb = q->has_mode = true;
     if (q->mode == FZ_EB_PWREL && !(q->eb < 1)) {
       fze_why(why, why_len, "a pointwise relative bound must be below 1, not %g", q->eb);
       rc = FZ_EBOUND;
