@@ -16,6 +16,7 @@
  * connection is never freed inside its own callback or under a worker.
  */
 #include <errno.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -39,6 +40,7 @@ struct fzd_conn {
   int fd;
   uint64_t id;
   bool tcp, greeted, closing, close_after_flush, eof;
+  bool half_closed; /* the peer shut its sending side; it may still read */
   int events; /* what the poll handle watches now; -1 when stopped */
   unsigned refs;
   uint64_t inflight;
@@ -113,10 +115,13 @@ msgpack_packer *fzd_conn_packer(fzd_conn *c) { return &c->pk; }
 
 static size_t out_pending(const fzd_conn *c) { return c->out_len - c->out_off; }
 
+/* Closes once every reply is out.  Jobs accepted before the end of the
+ * stream (or before a protocol error) are answered first: a client that shuts
+ * its sending side after its last request still reads the replies. */
 static void conn_maybe_finish(fzd_conn *c) {
-  if (c->closing || out_pending(c) > 0)
+  if (c->closing || out_pending(c) > 0 || c->inflight > 0)
     return;
-  if (c->close_after_flush || (c->srv->draining && c->inflight == 0))
+  if (c->close_after_flush || c->srv->draining)
     conn_close(c);
 }
 
@@ -374,7 +379,9 @@ static void on_poll(uv_poll_t *h, int status, int events);
 static void conn_update(fzd_conn *c) {
   if (c->closing)
     return;
-  int ev = UV_DISCONNECT;
+  /* A half-closed peer keeps signalling; from then on a vanished peer shows
+   * when a reply cannot be sent. */
+  int ev = c->eof || c->half_closed ? 0 : UV_DISCONNECT;
   if (!conn_paused(c) && !c->eof)
     ev |= UV_READABLE;
   if (out_pending(c) > 0)
@@ -382,7 +389,16 @@ static void conn_update(fzd_conn *c) {
   if (ev == c->events)
     return;
   c->events = ev;
-  uv_poll_start(&c->poll, ev, on_poll);
+  if (ev == 0)
+    uv_poll_stop(&c->poll);
+  else
+    uv_poll_start(&c->poll, ev, on_poll);
+}
+
+/* Whether the peer is gone both ways (closed, not just shut for writing). */
+static bool peer_gone(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
 }
 
 static void on_poll(uv_poll_t *h, int status, int events) {
@@ -399,10 +415,15 @@ static void on_poll(uv_poll_t *h, int status, int events) {
     conn_read(c);
   } else if ((events & UV_DISCONNECT) && !c->closing) {
     /* The peer hung up while we were not reading it (its in-flight cap is
-     * reached, or we drain): nobody will read the replies. */
-    fzd_debug("connection %llu: peer hung up", (unsigned long long)c->id);
-    conn_close(c);
-    return;
+     * reached, or we drain).  Gone both ways, nobody will read the replies:
+     * its queued jobs are canceled.  Only shut for writing, it still reads
+     * them, and the rest of its requests wait in the socket. */
+    if (peer_gone(c->fd)) {
+      fzd_debug("connection %llu: peer hung up", (unsigned long long)c->id);
+      conn_close(c);
+      return;
+    }
+    c->half_closed = true;
   }
   if (c->closing)
     return;

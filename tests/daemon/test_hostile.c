@@ -5,6 +5,7 @@
  * all along is still served.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fz.h"
 #include "jobs_util.h"
 
 /* Reads one reply and checks its msgid and code. */
@@ -235,6 +237,186 @@ HOSTILE_CASE(mistyped_nfds_closes, NULL, {
   expect_error(&bad, 22, FZ_EPARAMS);
   cr_assert(wire_closed_by_peer(&bad, 10000));
   wire_close(&bad);
+})
+
+/* A client that shuts its sending side after its last request (as
+ * `nc -N` or a script closing stdin does) is still answered in full. */
+HOSTILE_CASE(half_close_still_answered, "\"workers\": 1", {
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  size_t n = 1 << 20;
+  float *x = malloc(n * sizeof(float));
+  wire_field_f32(x, n, 4);
+  for (uint32_t i = 0; i < 4; i++)
+    send_compress_inline(&bad, 50 + i, x, n, 1e-6);
+  free(x);
+  cr_assert_eq(shutdown(bad.fd, SHUT_WR), 0);
+  bool seen[4] = {false};
+  for (int i = 0; i < 4; i++) {
+    fzp_message m;
+    cr_assert_eq(wire_recv(&bad, &m, 60000), 0, "reply %d of 4 missing", i);
+    cr_assert(m.msgid >= 50 && m.msgid < 54 && !seen[m.msgid - 50]);
+    seen[m.msgid - 50] = true;
+    cr_assert_eq(wire_code(&m), 0);
+    fzp_message_free(&m);
+  }
+  cr_assert(wire_closed_by_peer(&bad, 10000), "closed once everything is answered");
+  wire_close(&bad);
+  cr_assert_eq(stat_u64(&good, "stats", "jobs_canceled"), 0);
+})
+
+/* ---- a storm of mutated requests ----------------------------------------
+ * Valid messages (a hello, then one request) are mutated at random: bytes
+ * flipped, inserted or cut.  Each goes on a fresh connection whose write side
+ * is then shut, so the daemon sees the end of the stream: it must answer and
+ * hang up within the time limit, never crash or stall, and keep serving the
+ * healthy client.  The generator is seeded, so a failure names its round. */
+
+typedef struct storm_msg {
+  unsigned char *p;
+  size_t n;
+} storm_msg;
+
+static storm_msg storm_pack(msgpack_sbuffer *sb) {
+  storm_msg m = {malloc(sb->size), sb->size};
+  cr_assert_not_null(m.p);
+  memcpy(m.p, sb->data, sb->size);
+  msgpack_sbuffer_clear(sb);
+  return m;
+}
+
+static uint64_t storm_next(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+HOSTILE_CASE(mutated_request_storm, NULL, {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  enum { N = 256 };
+  float x[N];
+  wire_field_f32(x, N, 11);
+
+  fzp_pack_request_begin(&pk, 1, "hello", 2);
+  fzp_pack_key(&pk, "version");
+  msgpack_pack_int(&pk, 1);
+  fzp_pack_key(&pk, "client");
+  fzp_pack_key(&pk, "storm");
+  storm_msg hello = storm_pack(&sb);
+
+  storm_msg req[6];
+  fzp_pack_request_begin(&pk, 2, "compress", 6);
+  fzp_pack_key(&pk, "dtype");
+  fzp_pack_key(&pk, "f32");
+  fzp_pack_key(&pk, "shape");
+  msgpack_pack_array(&pk, 2);
+  msgpack_pack_uint64(&pk, 16);
+  msgpack_pack_uint64(&pk, 16);
+  fzp_pack_key(&pk, "eb");
+  msgpack_pack_double(&pk, 1e-3);
+  fzp_pack_key(&pk, "pipeline");
+  fzp_pack_key(&pk, "quant(mode=rel) | diff | bitshuffle | rze(levels=2)");
+  fzp_pack_key(&pk, "verify");
+  msgpack_pack_true(&pk);
+  fzp_pack_key(&pk, "data");
+  msgpack_pack_bin(&pk, sizeof x);
+  msgpack_pack_bin_body(&pk, x, sizeof x);
+  req[0] = storm_pack(&sb);
+
+  /* An archive made in-process, to decompress. */
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 1;
+  p.dims[0] = N;
+  p.eb = 1e-2;
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
+  size_t cap = fz_plan_compress_bound(pl), arc_len;
+  void *arc = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, x, sizeof x, arc, cap, &arc_len), 0);
+  fz_plan_destroy(pl);
+  fzp_pack_request_begin(&pk, 3, "decompress", 1);
+  fzp_pack_key(&pk, "data");
+  msgpack_pack_bin(&pk, (uint32_t)arc_len);
+  msgpack_pack_bin_body(&pk, arc, arc_len);
+  req[1] = storm_pack(&sb);
+  free(arc);
+
+  const char *plain[] = {"ping", "status", "stats", "presets"};
+  for (int i = 0; i < 4; i++) {
+    fzp_pack_request_begin(&pk, 4 + (uint32_t)i, plain[i], 0);
+    req[2 + i] = storm_pack(&sb);
+  }
+
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  unsigned served = 0, refused = 0;
+  unsigned char buf[8192];
+  for (int round = 0; round < 1000; round++) {
+    /* Mostly the two jobs (their data survives most mutations), now and
+     * then one of the small calls. */
+    unsigned pick = (unsigned)(storm_next(&seed) % 8);
+    const storm_msg *r = &req[pick < 4 ? 0 : pick < 6 ? 1 : 2 + storm_next(&seed) % 4];
+    size_t n = 0;
+    memcpy(buf, hello.p, hello.n);
+    memcpy(buf + hello.n, r->p, r->n);
+    n = hello.n + r->n;
+    /* 1 or 2 mutations (bit flips and new bytes most often, an inserted
+     * byte or a cut now and then); the hello is hit too, one time in eight. */
+    size_t from = storm_next(&seed) % 8 == 0 ? 0 : hello.n;
+    int muts = 1 + (int)(storm_next(&seed) % 2);
+    for (int k = 0; k < muts && n > from; k++) {
+      size_t at = from + storm_next(&seed) % (n - from);
+      switch (storm_next(&seed) % 8) {
+      case 0: case 1: case 2:
+        buf[at] ^= (unsigned char)(1u << (storm_next(&seed) % 8));
+        break;
+      case 3: case 4: case 5:
+        buf[at] = (unsigned char)storm_next(&seed);
+        break;
+      case 6: /* insert a byte */
+        if (n < sizeof buf) {
+          memmove(buf + at + 1, buf + at, n - at);
+          buf[at] = (unsigned char)storm_next(&seed);
+          n++;
+        }
+        break;
+      default: /* cut */
+        n = at;
+        break;
+      }
+    }
+    wire_open(&bad, h, false);
+    cr_assert_eq(wire_send_raw(&bad, buf, n), 0, "round %d", round);
+    shutdown(bad.fd, SHUT_WR);
+    for (;;) {
+      fzp_message m;
+      int rc = wire_recv(&bad, &m, 10000);
+      if (rc == -ECONNRESET)
+        break;
+      cr_assert_eq(rc, 0, "round %d: the daemon neither answered nor hung up (%d)",
+                   round, rc);
+      if (m.msgid >= 2)
+        served += wire_code(&m) == 0;
+      refused += wire_code(&m) < 0;
+      fzp_message_free(&m);
+    }
+    wire_close(&bad);
+    if (round % 200 == 199)
+      healthy_still_served(&good);
+  }
+  /* Both outcomes must be common, or the mutations test nothing. */
+  cr_assert_gt(served, 100, "only %u mutated requests were served", served);
+  cr_assert_gt(refused, 200, "only %u mutated requests were refused", refused);
+  cr_assert_eq(stat_u64(&good, "status", "connections"), 1);
+  free(hello.p);
+  for (int i = 0; i < 6; i++)
+    free(req[i].p);
+  msgpack_sbuffer_destroy(&sb);
 })
 
 #define TCP_SETTINGS                                                           \
