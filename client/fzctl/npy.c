@@ -192,9 +192,16 @@ int ctl_npy_parse(const void *buf, size_t len, ctl_npy *out, char *why,
   out->data_offset = start + hlen;
   return 0;
 
-malformed:
-  snprintf(why, why_len, "malformed .npy header dict near '%.20s'", c.p);
+malformed: {
+  /* Quote at most 20 bytes, never past the header, printable only. */
+  char near[21];
+  size_t n = (size_t)(c.end - c.p) < 20 ? (size_t)(c.end - c.p) : 20;
+  for (size_t i = 0; i < n; i++)
+    near[i] = c.p[i] >= 0x20 && c.p[i] < 0x7f ? c.p[i] : '?';
+  near[n] = '\0';
+  snprintf(why, why_len, "malformed .npy header dict near '%s'", near);
   return -1;
+}
 }
 
 int ctl_npy_header(const char *dtype, unsigned ndims, const uint64_t *shape,
