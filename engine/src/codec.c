@@ -123,11 +123,13 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       len = raw;
       break;
     case FZE_STAGE_DIFF:
-      if (cur != s->a && cur != s->b)
-        memcpy(dst, cur, raw);
-      else
+      /* The running sums go straight to out when they are the result and
+       * out is aligned for the words; else in place when cur is scratch. */
+      if (i == 0 && (uintptr_t)out % w == 0)
+        dst = out;
+      else if (cur == s->a || cur == s->b)
         dst = (uint8_t *)cur;
-      fze_diff_decode(st, w, dst, n);
+      fze_diff_decode(st, w, cur, dst, n);
       break;
     }
     if (rc < 0)
@@ -138,6 +140,7 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
   }
   if (first)
     return fze_quant_decode(&c->st[0], t, cur, n, in, side_len, out);
-  memcpy(out, cur, raw);
+  if (cur != out)
+    memcpy(out, cur, raw);
   return 0;
 }

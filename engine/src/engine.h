@@ -94,7 +94,9 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
                      void *out);
 void fze_diff_encode(const fze_stage *st, unsigned w, const void *in, void *out,
                      size_t n);
-void fze_diff_decode(const fze_stage *st, unsigned w, void *words, size_t n);
+/* in may equal out (in place). */
+void fze_diff_decode(const fze_stage *st, unsigned w, const void *in, void *out,
+                     size_t n);
 size_t fze_bitshuffle_bytes(unsigned w, size_t n);
 void fze_bitshuffle_encode(unsigned w, const void *words, size_t n, uint8_t *out);
 void fze_bitshuffle_decode(unsigned w, const uint8_t *in, size_t n, void *words);
@@ -116,6 +118,8 @@ void fze_bitshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *ou
 void fze_bitunshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *out);
 void fze_minmax_f32_avx2(const float *x, size_t n, float *lo, float *hi);
 size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept);
+size_t fze_zero_restore_avx2(const uint8_t *bm, const uint8_t *kept, size_t avail,
+                             size_t n, uint8_t *out, size_t *k_out);
 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out);
 void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
 

@@ -239,6 +239,37 @@ AVX2 size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t
   return k;
 }
 
+/* The inverse: each bitmap byte m spreads popcount(m) kept bytes over its 8
+ * positions through a shuffle table (0x80 writes a zero).  Runs while 8
+ * kept bytes can be loaded inside `avail`, the bytes present; returns the
+ * positions done and their kept bytes in *k, for the portable loop to go
+ * on from. */
+static uint8_t expand_lut[256][8];
+
+static void expand_init(void) {
+  for (unsigned m = 0; m < 256; m++) {
+    unsigned k = 0;
+    for (unsigned j = 0; j < 8; j++)
+      expand_lut[m][j] = m & (1u << j) ? (uint8_t)k++ : 0x80;
+  }
+}
+
+AVX2 size_t fze_zero_restore_avx2(const uint8_t *bm, const uint8_t *kept, size_t avail,
+                                  size_t n, uint8_t *out, size_t *k_out) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, expand_init);
+  size_t k = 0, i = 0;
+  for (; i + 8 <= n && k + 8 <= avail; i += 8) {
+    unsigned m = bm[i / 8];
+    __m128i src = _mm_loadl_epi64((const __m128i *)(kept + k));
+    __m128i lut = _mm_loadl_epi64((const __m128i *)expand_lut[m]);
+    _mm_storel_epi64((__m128i *)(out + i), _mm_shuffle_epi8(src, lut));
+    k += (size_t)__builtin_popcount(m);
+  }
+  *k_out = k;
+  return i;
+}
+
 /* Bit planes of a block of 32 residuals of 32 bits: plane p is the sign
  * bits of the residuals shifted left by 31 - p. */
 AVX2 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out) {

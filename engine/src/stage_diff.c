@@ -22,10 +22,10 @@
       for (size_t i = 1; i < n; i++)                                           \
         o[i] = ZZ((T)(v[i] - v[i - 1]));                                       \
   }                                                                            \
-  static void dec##W(T *v, size_t n, int nega) {                               \
+  static void dec##W(const T *in, T *v, size_t n, int nega) {                 \
     T prev = 0;                                                                \
     for (size_t i = 0; i < n; i++) {                                           \
-      T z = v[i];                                                              \
+      T z = in[i];                                                             \
       T d = nega ? (T)((T)(z ^ (T)NB##W) - (T)NB##W) : UNZZ(z);                 \
       prev = (T)(prev + d);                                                    \
       v[i] = prev;                                                             \
@@ -57,12 +57,13 @@ void fze_diff_encode(const fze_stage *st, unsigned w, const void *in, void *out,
   }
 }
 
-void fze_diff_decode(const fze_stage *st, unsigned w, void *words, size_t n) {
+void fze_diff_decode(const fze_stage *st, unsigned w, const void *in, void *out,
+                     size_t n) {
   int nega = st->mode == FZE_MAP_NEGABINARY;
   switch (w) {
-  case 1: dec8(words, n, nega); break;
-  case 2: dec16(words, n, nega); break;
-  case 4: dec32(words, n, nega); break;
-  default: dec64(words, n, nega); break;
+  case 1: dec8(in, out, n, nega); break;
+  case 2: dec16(in, out, n, nega); break;
+  case 4: dec32(in, out, n, nega); break;
+  default: dec64(in, out, n, nega); break;
   }
 }

@@ -115,9 +115,13 @@ static int tail_ok(const uint8_t *bm, size_t n) {
   return (bm[n / 8] >> (n % 8)) == 0;
 }
 
-static void zero_restore(const uint8_t *bm, const uint8_t *kept, size_t n,
-                         uint8_t *out) {
+/* avail: the bytes present from kept on (at least the bitmap's popcount), so
+ * that a vector load never leaves the input. */
+static void zero_restore(const uint8_t *bm, const uint8_t *kept, size_t avail,
+                         size_t n, uint8_t *out) {
   size_t k = 0, i = 0;
+  if (fze_have_avx2())
+    i = fze_zero_restore_avx2(bm, kept, avail, n, out, &k);
   for (; i + 8 <= n; i += 8) {
     uint8_t m = bm[i / 8];
     if (m == 0) {
@@ -167,7 +171,7 @@ int fze_rze_decode(unsigned levels, const uint8_t *in, size_t in_len,
       return FZ_ECORRUPT;
     uint8_t *dst = l == 1 ? out : buf[l & 1];
     if (l == 1)
-      zero_restore(bm, in + pos, len[0], dst);
+      zero_restore(bm, in + pos, in_len - pos, len[0], dst);
     else {
       repeat_restore(bm, in + pos, len[l - 1], dst);
       if (!tail_ok(dst, len[l - 2]))
