@@ -34,6 +34,17 @@ static void expect_error(wire *w, uint32_t msgid, int code) {
   fzp_message_free(&m);
 }
 
+/* Sends count compress jobs of n floats with a tight bound (msgids from
+ * first), enough work to keep a worker busy while the test acts. */
+static void send_slow_jobs(wire *w, uint32_t first, uint32_t count, size_t n) {
+  float *x = malloc(n * sizeof(float));
+  cr_assert_not_null(x);
+  wire_field_f32(x, n, first);
+  for (uint32_t i = 0; i < count; i++)
+    send_compress_inline(w, first + i, x, n, 1e-6);
+  free(x);
+}
+
 static void healthy_still_served(wire *good) {
   cr_assert_eq(wire_call0(good, 900, "ping", NULL), 0);
   float x[4096];
@@ -244,12 +255,7 @@ HOSTILE_CASE(mistyped_nfds_closes, NULL, {
 HOSTILE_CASE(half_close_still_answered, "\"workers\": 1", {
   wire_open(&bad, h, false);
   cr_assert_eq(wire_hello(&bad, NULL), 0);
-  size_t n = 1 << 20;
-  float *x = malloc(n * sizeof(float));
-  wire_field_f32(x, n, 4);
-  for (uint32_t i = 0; i < 4; i++)
-    send_compress_inline(&bad, 50 + i, x, n, 1e-6);
-  free(x);
+  send_slow_jobs(&bad, 50, 4, 1 << 20);
   cr_assert_eq(shutdown(bad.fd, SHUT_WR), 0);
   bool seen[4] = {false};
   for (int i = 0; i < 4; i++) {
@@ -455,12 +461,7 @@ HOSTILE_CASE(tcp_token, TCP_SETTINGS, {
 HOSTILE_CASE(client_dies_mid_job, "\"workers\": 1", {
   wire_open(&bad, h, false);
   cr_assert_eq(wire_hello(&bad, NULL), 0);
-  size_t n = 1 << 22;
-  float *x = malloc(n * sizeof(float));
-  wire_field_f32(x, n, 9);
-  for (uint32_t i = 0; i < 6; i++)
-    send_compress_inline(&bad, 40 + i, x, n, 1e-6);
-  free(x);
+  send_slow_jobs(&bad, 40, 6, 1 << 22);
   /* Wait until the daemon holds them (one running, some queued), then die. */
   for (int i = 0; i < 2000 && stat_u64(&good, "status", "queue_depth") == 0; i++)
     sleep_ms(2);

@@ -9,19 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_text.h"
 #include "engine.h"
 
 /* Longer text than any chain the engine can hold is not worth the time. */
 #define MAX_TEXT 2048
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size > MAX_TEXT)
-    return 0;
-  char *text = malloc(size + 1);
+  char *text = fuzz_text(data, size, MAX_TEXT);
   if (text == NULL)
     return 0;
-  memcpy(text, data, size);
-  text[size] = '\0';
   fze_chain c;
   char why[256] = "";
   if (fze_chain_parse(text, &c, why, sizeof why) < 0) {

@@ -8,19 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_text.h"
 #include "config.h"
 #include "log.h"
 
 #define MAX_TEXT (64u << 10)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size > MAX_TEXT)
-    return 0;
-  char *text = malloc(size + 1);
+  char *text = fuzz_text(data, size, MAX_TEXT);
   if (text == NULL)
     return 0;
-  memcpy(text, data, size);
-  text[size] = '\0';
   fzd_log_set_level(FZD_LOG_ERROR); /* reloads log every change at info */
   fzd_config def, cfg;
   fzd_config_defaults(&def);
