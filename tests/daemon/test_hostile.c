@@ -298,7 +298,8 @@ static uint64_t storm_next(uint64_t *s) {
   return *s;
 }
 
-HOSTILE_CASE(mutated_request_storm, NULL, {
+static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
+  wire bad;
   msgpack_sbuffer sb;
   msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
@@ -307,11 +308,15 @@ HOSTILE_CASE(mutated_request_storm, NULL, {
   float x[N];
   wire_field_f32(x, N, 11);
 
-  fzp_pack_request_begin(&pk, 1, "hello", 2);
+  fzp_pack_request_begin(&pk, 1, "hello", token ? 3 : 2);
   fzp_pack_key(&pk, "version");
   msgpack_pack_int(&pk, 1);
   fzp_pack_key(&pk, "client");
   fzp_pack_key(&pk, "storm");
+  if (token) {
+    fzp_pack_key(&pk, "token");
+    fzp_pack_key(&pk, token);
+  }
   storm_msg hello = storm_pack(&sb);
 
   storm_msg req[6];
@@ -396,7 +401,7 @@ HOSTILE_CASE(mutated_request_storm, NULL, {
         break;
       }
     }
-    wire_open(&bad, h, false);
+    wire_open(&bad, h, tcp);
     cr_assert_eq(wire_send_raw(&bad, buf, n), 0, "round %d", round);
     shutdown(bad.fd, SHUT_WR);
     for (;;) {
@@ -413,20 +418,25 @@ HOSTILE_CASE(mutated_request_storm, NULL, {
     }
     wire_close(&bad);
     if (round % 200 == 199)
-      healthy_still_served(&good);
+      healthy_still_served(good);
   }
   /* Both outcomes must be common, or the mutations test nothing. */
   cr_assert_gt(served, 100, "only %u mutated requests were served", served);
   cr_assert_gt(refused, 200, "only %u mutated requests were refused", refused);
-  cr_assert_eq(stat_u64(&good, "status", "connections"), 1);
+  cr_assert_eq(stat_u64(good, "status", "connections"), 1);
   free(hello.p);
   for (int i = 0; i < 6; i++)
     free(req[i].p);
   msgpack_sbuffer_destroy(&sb);
-})
+}
+
+HOSTILE_CASE(mutated_request_storm, NULL, { storm(h, &good, false, NULL); })
 
 #define TCP_SETTINGS                                                           \
   "\"tcp_enabled\": true, \"tcp_port\": 0, \"tcp_token\": \"s3cret\""
+
+HOSTILE_CASE(mutated_request_storm_tcp, TCP_SETTINGS, { storm(h, &good, true, "s3cret"); })
+
 
 static void tcp_hello_fails(fzd_harness *h, const char *token) {
   wire bad;
