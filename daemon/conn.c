@@ -61,6 +61,12 @@ struct fzd_conn {
 static void conn_close(fzd_conn *c);
 static void conn_update(fzd_conn *c);
 
+/* Whether the peer is gone both ways (closed, not just shut for writing). */
+static bool peer_gone(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
+}
+
 static void conn_unref(fzd_conn *c) {
   if (--c->refs > 0)
     return;
@@ -364,7 +370,15 @@ static void conn_read(fzd_conn *c) {
       return;
     }
     if (n == 0) {
+      /* The end of the stream: a peer gone both ways reads no replies, so
+       * its queued jobs are canceled now; one that only shut its sending
+       * side is answered in full (conn_process, conn_maybe_finish). */
       c->eof = true;
+      if (peer_gone(c->fd)) {
+        fzd_debug("connection %llu: peer hung up", (unsigned long long)c->id);
+        conn_close(c);
+        return;
+      }
       break;
     }
     c->in_len += (size_t)n;
@@ -395,11 +409,6 @@ static void conn_update(fzd_conn *c) {
     uv_poll_start(&c->poll, ev, on_poll);
 }
 
-/* Whether the peer is gone both ways (closed, not just shut for writing). */
-static bool peer_gone(int fd) {
-  struct pollfd p = {.fd = fd, .events = POLLOUT};
-  return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
-}
 
 static void on_poll(uv_poll_t *h, int status, int events) {
   fzd_conn *c = h->data;

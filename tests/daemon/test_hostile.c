@@ -477,7 +477,9 @@ HOSTILE_CASE(client_dies_mid_job, "\"workers\": 1", {
     sleep_ms(2);
   cr_assert_gt(stat_u64(&good, "status", "inflight"), 1);
   wire_close(&bad);
-  for (int i = 0; i < 5000 && stat_u64(&good, "status", "inflight") > 0; i++)
+  /* The running job still finishes: allow it a minute (a sanitized fzd on
+   * a loaded machine is slow), so the test checks the outcome, not a speed. */
+  for (int i = 0; i < 30000 && stat_u64(&good, "status", "inflight") > 0; i++)
     sleep_ms(2);
   cr_assert_eq(stat_u64(&good, "status", "inflight"), 0);
   cr_assert_eq(stat_u64(&good, "status", "connections"), 1);
