@@ -345,7 +345,9 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   if (c->transport == FZ_TRANSPORT_UNIX) {
     const fzc_buf *b;
     bool inline_in = job->in_fd < 0 && !job->in_ipc && job->in && job->in_len > 0;
+    bool in_shared = false;
     if (inline_in && (b = fzc_buf_find(c, job->in, job->in_len)) != NULL) {
+      in_shared = true;
       staged.in_fd = b->fd;
       staged.in_offset = (uint64_t)((const char *)job->in - b->base);
       staged.in_length = job->in_len;
@@ -361,6 +363,11 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
     }
     if (job->out && job->out_cap > 0 && job->out_fd < 0 && !job->out_ipc &&
         (b = fzc_buf_find(c, job->out, job->out_cap)) != NULL) {
+      /* The daemon may write the result while it still reads the input.
+       * (An input that is not shared was copied already.) */
+      const char *o = job->out, *i = job->in;
+      if (in_shared && i < o + job->out_cap && o < i + job->in_len)
+        return fzc_fail(c, FZ_EINVAL, "the output region overlaps the input");
       staged.out_fd = b->fd;
       staged.out_offset = (uint64_t)((char *)job->out - b->base);
       staged.out_length = job->out_cap;

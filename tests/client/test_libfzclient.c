@@ -588,6 +588,14 @@ Test(libfzclient, shared_buffers_in_place) {
   for (size_t i = 0; i < 2 * raw; i++)
     cr_assert_eq((unsigned char)out[i], 0xa5, "byte %zu was written", i);
 
+  /* Output over the input: refused before anything is sent. */
+  job_f32(&j, (const float *)(in + 4096), rows, cols, 1e-3);
+  j.out = in;
+  j.out_cap = 8192;
+  rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, FZ_EINVAL, "got %s: %s", fz_err_name(rc), r.message);
+  cr_assert_eq(fz_client_pending(c), 0);
+
   /* A region that runs past the buffer's end is ordinary memory: it goes
    * inline, which this daemon refuses for its size. */
   job_f32(&j, (const float *)(in + 4096 + 4), rows, cols, 1e-3);
