@@ -70,9 +70,10 @@ Test(simd, avx2_and_portable_loops_agree, .timeout = 300) {
 }
 
 /* ---- first use from many threads at once --------------------------------
- * The AVX2 zero-byte elimination builds a shuffle table on first use.  Eight
- * threads released together compress the same data in a fresh process; every
- * archive must equal the one made afterwards by a single thread. */
+ * The AVX2 zero-byte elimination and its inverse build shuffle tables on
+ * first use.  Eight threads released together compress the same data in a
+ * fresh process and decode it again; every archive must equal the one made
+ * afterwards by a single thread, and every decode the input. */
 
 enum { RACE_THREADS = 8, RACE_N = 1 << 16 };
 
@@ -100,11 +101,22 @@ static int race_compress(const float *x, uint8_t **arc, size_t *len) {
   return rc;
 }
 
+/* Compresses, then decodes its own archive (the decoder's table has a
+ * first use too); a wrong decode clears len. */
 static void *race_thread(void *p) {
   race_arg *a = p;
   pthread_barrier_wait(a->go);
-  if (race_compress(a->x, &a->arc, &a->len) < 0)
+  if (race_compress(a->x, &a->arc, &a->len) < 0) {
     a->len = 0;
+    return NULL;
+  }
+  float *back = malloc(RACE_N * sizeof *back);
+  size_t back_len = 0;
+  if (back == NULL ||
+      fz_decompress(a->arc, a->len, back, RACE_N * sizeof *back, &back_len, 1) < 0 ||
+      back_len != RACE_N * sizeof *back || memcmp(back, a->x, back_len) != 0)
+    a->len = 0;
+  free(back);
   return NULL;
 }
 
