@@ -51,7 +51,7 @@ extern "C" {
 #endif
 
 #define FZCLIENT_VERSION_MAJOR 0
-#define FZCLIENT_VERSION_MINOR 1
+#define FZCLIENT_VERSION_MINOR 2
 #define FZCLIENT_VERSION_PATCH 0
 #define FZCLIENT_VERSION_HEX                                                   \
   ((FZCLIENT_VERSION_MAJOR << 16) | (FZCLIENT_VERSION_MINOR << 8) |           \
