@@ -5,9 +5,11 @@
  * all along is still served.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -291,6 +293,19 @@ static storm_msg storm_pack(msgpack_sbuffer *sb) {
   return m;
 }
 
+/* How many descriptors process pid has open. */
+static unsigned open_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  cr_assert_not_null(d, "%s", path);
+  unsigned n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
 static uint64_t storm_next(uint64_t *s) {
   *s ^= *s << 13;
   *s ^= *s >> 7;
@@ -319,7 +334,7 @@ static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
   }
   storm_msg hello = storm_pack(&sb);
 
-  storm_msg req[6];
+  storm_msg req[7];
   fzp_pack_request_begin(&pk, 2, "compress", 6);
   fzp_pack_key(&pk, "dtype");
   fzp_pack_key(&pk, "f32");
@@ -364,6 +379,30 @@ static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
     req[2 + i] = storm_pack(&sb);
   }
 
+  /* A compress whose input and output are descriptors (Unix socket only):
+   * mutations make it claim too many or too few of them. */
+  int fds[2] = {memfd_create("storm-out", MFD_CLOEXEC), memfd_create("storm-in", MFD_CLOEXEC)};
+  cr_assert(fds[0] >= 0 && fds[1] >= 0);
+  cr_assert_eq(write(fds[1], x, sizeof x), (ssize_t)sizeof x);
+  fzp_pack_request_begin(&pk, 9, "compress", 7);
+  fzp_pack_key(&pk, "dtype");
+  fzp_pack_key(&pk, "f32");
+  fzp_pack_key(&pk, "shape");
+  msgpack_pack_array(&pk, 1);
+  msgpack_pack_uint64(&pk, N);
+  fzp_pack_key(&pk, "eb");
+  msgpack_pack_double(&pk, 1e-3);
+  fzp_pack_key(&pk, "verify");
+  msgpack_pack_true(&pk);
+  fzp_pack_key(&pk, "nfds");
+  msgpack_pack_uint64(&pk, 2);
+  fzp_pack_key(&pk, "out_fd");
+  msgpack_pack_uint64(&pk, 0);
+  fzp_pack_key(&pk, "in_fd");
+  msgpack_pack_uint64(&pk, 1);
+  req[6] = storm_pack(&sb);
+  unsigned fds_before = open_fds(fzd_harness_pid(h));
+
   uint64_t seed = 0x9e3779b97f4a7c15ull;
   unsigned served = 0, refused = 0;
   unsigned char buf[8192];
@@ -371,7 +410,9 @@ static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
     /* Mostly the two jobs (their data survives most mutations), now and
      * then one of the small calls. */
     unsigned pick = (unsigned)(storm_next(&seed) % 8);
-    const storm_msg *r = &req[pick < 4 ? 0 : pick < 6 ? 1 : 2 + storm_next(&seed) % 4];
+    bool with_fds = pick == 3 && !tcp;
+    const storm_msg *r = with_fds ? &req[6]
+                         : &req[pick < 4 ? 0 : pick < 6 ? 1 : 2 + storm_next(&seed) % 4];
     size_t n = 0;
     memcpy(buf, hello.p, hello.n);
     memcpy(buf + hello.n, r->p, r->n);
@@ -402,7 +443,12 @@ static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
       }
     }
     wire_open(&bad, h, tcp);
-    cr_assert_eq(wire_send_raw(&bad, buf, n), 0, "round %d", round);
+    if (with_fds) {
+      msgpack_sbuffer_write(&bad.sb, (const char *)buf, n);
+      cr_assert_eq(wire_send(&bad, fds, 2), 0, "round %d", round);
+    } else {
+      cr_assert_eq(wire_send_raw(&bad, buf, n), 0, "round %d", round);
+    }
     shutdown(bad.fd, SHUT_WR);
     for (;;) {
       fzp_message m;
@@ -425,7 +471,18 @@ static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
   cr_assert_gt(refused, 200, "only %u mutated requests were refused", refused);
   cr_assert_eq(stat_u64(good, "status", "connections"), 1);
   free(hello.p);
-  for (int i = 0; i < 6; i++)
+  /* Every descriptor that came with a request, taken or left over, was
+   * closed with its job or its connection. */
+  unsigned fds_after = open_fds(fzd_harness_pid(h));
+  for (int i = 0; i < 500 && fds_after != fds_before; i++) {
+    sleep_ms(10);
+    fds_after = open_fds(fzd_harness_pid(h));
+  }
+  cr_assert_eq(fds_after, fds_before, "fzd holds %u descriptors, %u before the storm",
+               fds_after, fds_before);
+  close(fds[0]);
+  close(fds[1]);
+  for (int i = 0; i < 7; i++)
     free(req[i].p);
   msgpack_sbuffer_destroy(&sb);
 }
