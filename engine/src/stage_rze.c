@@ -47,10 +47,25 @@ static size_t zero_elim(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept)
 /* Levels 2+: repeat elimination (a byte equal to its predecessor is
  * dropped; the predecessor of the first byte is 0). */
 static size_t repeat_elim(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept) {
-  size_t k = 0;
+  size_t k = 0, i = 0;
   uint8_t prev = 0;
   memset(bm, 0, bm_len(n));
-  for (size_t i = 0; i < n; i++) {
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    memcpy(&v, in + i, 8);
+    if (v == prev * 0x0101010101010101ull)
+      continue; /* eight repeats: bitmap byte 0, nothing kept */
+    uint8_t m = 0;
+    for (unsigned j = 0; j < 8; j++) {
+      uint8_t b = in[i + j];
+      kept[k] = b;
+      k += b != prev;
+      m |= (uint8_t)((b != prev) << j);
+      prev = b;
+    }
+    bm[i / 8] = m;
+  }
+  for (; i < n; i++) {
     uint8_t b = in[i];
     kept[k] = b;
     k += b != prev;
@@ -141,11 +156,26 @@ static void zero_restore(const uint8_t *bm, const uint8_t *kept, size_t avail,
   }
 }
 
+/* Bitmaps of bit-shuffled data are mostly runs, so their own bitmaps are
+ * mostly zero bytes: eight repeats of the byte before. */
 static void repeat_restore(const uint8_t *bm, const uint8_t *kept, size_t n,
                            uint8_t *out) {
-  size_t k = 0;
+  size_t k = 0, i = 0;
   uint8_t prev = 0;
-  for (size_t i = 0; i < n; i++) {
+  for (; i + 8 <= n; i += 8) {
+    uint8_t m = bm[i / 8];
+    if (m == 0) {
+      memset(out + i, prev, 8);
+      continue;
+    }
+    for (unsigned j = 0; j < 8; j++) {
+      uint8_t on = (m >> j) & 1;
+      prev = on ? kept[k] : prev;
+      k += on;
+      out[i + j] = prev;
+    }
+  }
+  for (; i < n; i++) {
     uint8_t on = (bm[i / 8] >> (i % 8)) & 1;
     prev = on ? kept[k] : prev;
     k += on;
