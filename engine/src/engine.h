@@ -118,6 +118,7 @@ void fze_bitshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *ou
 void fze_bitunshuffle32_avx2(const uint8_t *in, size_t n32, size_t pb, uint8_t *out);
 void fze_minmax_f32_avx2(const float *x, size_t n, float *lo, float *hi);
 size_t fze_zero_elim_avx2(const uint8_t *in, size_t n, uint8_t *bm, uint8_t *kept);
+void fze_diff_decode32_avx2(const uint32_t *in, uint32_t *out, size_t n, int nega);
 size_t fze_zero_restore_avx2(const uint8_t *bm, const uint8_t *kept, size_t avail,
                              size_t n, uint8_t *out, size_t *k_out);
 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out);

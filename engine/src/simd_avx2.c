@@ -270,6 +270,37 @@ AVX2 size_t fze_zero_restore_avx2(const uint8_t *bm, const uint8_t *kept, size_t
   return i;
 }
 
+/* The inverse of the difference stage for 32-bit words: unmap eight words
+ * (zigzag or negabinary), take their running sum inside the vector (two
+ * shifted adds per 128-bit half, then the low half's total into the high
+ * half), and add the sum so far.  Integer sums wrap as the portable loop's
+ * do, so the words are the same.  in may equal out. */
+AVX2 void fze_diff_decode32_avx2(const uint32_t *in, uint32_t *out, size_t n, int nega) {
+  const __m256i nb = _mm256_set1_epi32((int)0xaaaaaaaau), one = _mm256_set1_epi32(1);
+  const __m256i zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(7);
+  __m256i carry = zero;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i z = _mm256_loadu_si256((const __m256i *)(in + i));
+    __m256i d = nega ? _mm256_sub_epi32(_mm256_xor_si256(z, nb), nb)
+                     : _mm256_xor_si256(_mm256_srli_epi32(z, 1),
+                                        _mm256_sub_epi32(zero, _mm256_and_si256(z, one)));
+    d = _mm256_add_epi32(d, _mm256_slli_si256(d, 4));
+    d = _mm256_add_epi32(d, _mm256_slli_si256(d, 8));
+    __m256i low_total = _mm256_shuffle_epi32(d, 0xff);
+    d = _mm256_add_epi32(d, _mm256_permute2x128_si256(low_total, low_total, 0x08));
+    d = _mm256_add_epi32(d, carry);
+    _mm256_storeu_si256((__m256i *)(out + i), d);
+    carry = _mm256_permutevar8x32_epi32(d, last);
+  }
+  uint32_t prev = i ? out[i - 1] : 0;
+  for (; i < n; i++) {
+    uint32_t z = in[i];
+    prev += nega ? (z ^ 0xaaaaaaaau) - 0xaaaaaaaau : (z >> 1) ^ (0u - (z & 1u));
+    out[i] = prev;
+  }
+}
+
 /* Bit planes of a block of 32 residuals of 32 bits: plane p is the sign
  * bits of the residuals shifted left by 31 - p. */
 AVX2 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out) {

@@ -63,7 +63,12 @@ void fze_diff_decode(const fze_stage *st, unsigned w, const void *in, void *out,
   switch (w) {
   case 1: dec8(in, out, n, nega); break;
   case 2: dec16(in, out, n, nega); break;
-  case 4: dec32(in, out, n, nega); break;
+  case 4:
+    if (fze_have_avx2())
+      fze_diff_decode32_avx2(in, out, n, nega);
+    else
+      dec32(in, out, n, nega);
+    break;
   default: dec64(in, out, n, nega); break;
   }
 }

@@ -39,11 +39,12 @@ Test(simd, avx2_and_portable_loops_agree, .timeout = 300) {
   if (!fze_have_avx2())
     cr_skip_test("this CPU has no AVX2: only the portable loops exist here");
   static const char *const pipes[] = {"balanced", "fast", "lossless",
-                                      "quant | bitshuffle | rze(levels=1)"};
+                                      "quant | bitshuffle | rze(levels=1)",
+                                      "quant | diff(map=negabinary) | bitshuffle | rze"};
   const size_t sizes[] = {1, 31, 33, 4095, 4096, 4127, 100000};
   for (unsigned k = 0; k < GEN_KINDS; k++)
     for (unsigned s = 0; s < sizeof sizes / sizeof *sizes; s++)
-      for (unsigned q = 0; q < 4; q++)
+      for (unsigned q = 0; q < sizeof pipes / sizeof *pipes; q++)
         for (int e = 1; e <= 7; e += 3) {
           size_t n = sizes[s];
           float *x = malloc(n * 4), *y1 = malloc(n * 4), *y2 = malloc(n * 4);
