@@ -171,9 +171,13 @@ static int handshake(fz_client *c, const fz_client_opts *opts) {
   fzp_get_u64(&msg.result, "max_inline", &in->max_inline);
   fzp_get_i64(&msg.result, "pid", &in->pid);
   fzp_message_free(&msg);
-  /* Answers carry at most max_inline bytes of data plus a small envelope. */
-  if (in->max_message + 65536 > c->limits.max_message)
-    c->limits.max_message = in->max_message + 65536;
+  /* Answers carry at most max_inline bytes of data plus a small envelope.
+   * The announced size is capped at what fzd can be configured to (4 GiB),
+   * so a server cannot talk the client into any allocation at all. */
+  uint64_t announced = in->max_message < ((uint64_t)4 << 30) ? in->max_message
+                                                             : (uint64_t)4 << 30;
+  if (announced + 65536 > c->limits.max_message)
+    c->limits.max_message = announced + 65536;
   return 0;
 }
 
