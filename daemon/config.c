@@ -85,6 +85,10 @@ static const setting settings[] = {
      "accepted but unanswered jobs per connection; beyond it the daemon stops reading it"},
     {"max_connections", T_UINT, OFF(max_connections), 1, 1048576, "1024", true,
      NULL, "open client connections; more are refused with EBUSY"},
+    {"handshake_timeout_ms", T_UINT, OFF(handshake_timeout_ms), 0, 3600000, "10000",
+     true, NULL,
+     "a connection that has not completed hello this long after connecting gets "
+     "EHANDSHAKE and is closed; 0 waits forever"},
     {"max_message_bytes", T_UINT, OFF(max_message_bytes), 64 * KiB, 4 * GiB,
      "67112960", true, NULL,
      "largest message accepted (64 MiB + 4 KiB); larger ones get EMSGSIZE and a close"},

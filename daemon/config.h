@@ -31,6 +31,7 @@ typedef struct fzd_config {
   uint64_t queue_capacity;
   uint64_t max_inflight_per_connection;
   uint64_t max_connections;
+  uint64_t handshake_timeout_ms; /* 0: no limit */
   uint64_t max_message_bytes;
   uint64_t max_inline_bytes;
   uint64_t max_job_bytes;

@@ -39,6 +39,7 @@ struct fzd_conn {
   uv_poll_t poll;
   int fd;
   uint64_t id;
+  uint64_t born_ms; /* loop time of the accept */
   bool tcp, greeted, closing, close_after_flush, eof;
   bool half_closed; /* the peer shut its sending side; it may still read */
   int events; /* what the poll handle watches now; -1 when stopped */
@@ -560,6 +561,7 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
   c->fd = fd;
   c->tcp = tcp;
   c->id = ++srv->next_conn_id;
+  c->born_ms = uv_now(srv->loop);
   c->refs = 1;
   c->events = -1;
   c->poll.data = c;
@@ -581,6 +583,21 @@ void fzd_conns_drain(fzd_server *srv) {
     next = c->next;
     conn_update(c);
     conn_maybe_finish(c);
+  }
+}
+
+void fzd_conns_sweep(fzd_server *srv) {
+  uint64_t limit = srv->cfg.handshake_timeout_ms, now = uv_now(srv->loop);
+  if (limit == 0)
+    return;
+  fzd_conn *next;
+  for (fzd_conn *c = srv->conns; c != NULL; c = next) {
+    next = c->next;
+    if (c->greeted || c->closing || c->close_after_flush || now - c->born_ms < limit)
+      continue;
+    protocol_error(c, 0, FZ_EHANDSHAKE, "no hello within handshake_timeout_ms (%llu ms)",
+                   (unsigned long long)limit);
+    conn_flush(c);
   }
 }
 

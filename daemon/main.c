@@ -91,6 +91,8 @@ static void notify_ready(void) {
     fzd_warn("notify READY=1: %s", strerror(-err));
 }
 
+static void on_sweep(uv_timer_t *t) { fzd_conns_sweep(t->data); }
+
 static void on_watchdog(uv_timer_t *t) {
   (void)t;
   fzd_notify("WATCHDOG=1");
@@ -114,7 +116,9 @@ void fzd_server_check_drained(fzd_server *srv) {
     uv_close((uv_handle_t *)&srv->watchdog, on_handle_closed);
   if (srv->drain_timer_on)
     uv_close((uv_handle_t *)&srv->drain_timer, on_handle_closed);
-  srv->watchdog_on = srv->drain_timer_on = false;
+  if (srv->sweep_on)
+    uv_close((uv_handle_t *)&srv->sweep, on_handle_closed);
+  srv->watchdog_on = srv->drain_timer_on = srv->sweep_on = false;
 }
 
 static void on_drain_timeout(uv_timer_t *t) {
@@ -237,6 +241,12 @@ static int start(fzd_server *srv) {
     sigs[i]->data = srv;
     uv_signal_start(sigs[i], on_signal, nums[i]);
   }
+  /* Four times a second, connections still without hello are checked
+   * against handshake_timeout_ms (reloadable, so the timer always runs). */
+  uv_timer_init(srv->loop, &srv->sweep);
+  srv->sweep.data = srv;
+  uv_timer_start(&srv->sweep, on_sweep, 250, 250);
+  srv->sweep_on = true;
   uint64_t wd = fzd_notify_watchdog_usec();
   if (srv->cfg.watchdog && wd > 0) {
     uint64_t ms = wd / 2000 ? wd / 2000 : 1;

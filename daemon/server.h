@@ -153,8 +153,8 @@ struct fzd_server {
   uint64_t start_usec;
   fzd_stats stats;
   uv_signal_t sig_term, sig_int, sig_hup;
-  uv_timer_t watchdog, drain_timer;
-  bool watchdog_on, drain_timer_on;
+  uv_timer_t watchdog, drain_timer, sweep; /* sweep: handshake_timeout_ms */
+  bool watchdog_on, drain_timer_on, sweep_on;
 };
 
 /* listener.c */
@@ -171,6 +171,8 @@ void fzd_conn_job_done(fzd_job *job, void *arg);
 /* Stops reading every connection and closes those with nothing owed. */
 void fzd_conns_drain(fzd_server *srv);
 void fzd_conns_close_all(fzd_server *srv);
+/* Closes connections that have not completed hello in handshake_timeout_ms. */
+void fzd_conns_sweep(fzd_server *srv);
 bool fzd_conn_is_tcp(const fzd_conn *c);
 bool fzd_conn_greeted(const fzd_conn *c);
 void fzd_conn_set_greeted(fzd_conn *c);

@@ -252,6 +252,18 @@ HOSTILE_CASE(mistyped_nfds_closes, NULL, {
   wire_close(&bad);
 })
 
+/* A client that connects and never says hello is answered EHANDSHAKE and
+ * dropped after handshake_timeout_ms; a greeted one may idle longer. */
+HOSTILE_CASE(silent_client_timed_out, "\"handshake_timeout_ms\": 300", {
+  wire_open(&bad, h, false);
+  const unsigned char half[] = {0x94, 0x00}; /* the start of a request, then nothing */
+  cr_assert_eq(wire_send_raw(&bad, half, sizeof half), 0);
+  expect_error(&bad, 0, FZ_EHANDSHAKE);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
+  sleep_ms(400); /* the healthy client, greeted long ago, is still served below */
+})
+
 /* A client that shuts its sending side after its last request (as
  * `nc -N` or a script closing stdin does) is still answered in full. */
 HOSTILE_CASE(half_close_still_answered, "\"workers\": 1", {
