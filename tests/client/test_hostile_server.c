@@ -167,7 +167,8 @@ static void *serve(void *arg) {
 
 static void fake_start(fake *f) {
   memset(f, 0, sizeof *f);
-  snprintf(f->dir, sizeof f->dir, "/tmp/fzfake-XXXXXX");
+  const char *tmp = getenv("TMPDIR");
+  snprintf(f->dir, sizeof f->dir, "%s/fzfake-XXXXXX", tmp && *tmp ? tmp : "/tmp");
   cr_assert_not_null(mkdtemp(f->dir));
   snprintf(f->path, sizeof f->path, "%s/fake.sock", f->dir);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
