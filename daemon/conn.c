@@ -410,7 +410,6 @@ static void conn_update(fzd_conn *c) {
     uv_poll_start(&c->poll, ev, on_poll);
 }
 
-
 static void on_poll(uv_poll_t *h, int status, int events) {
   fzd_conn *c = h->data;
   if (status < 0) {
