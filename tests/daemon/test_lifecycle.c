@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -325,4 +326,54 @@ Test(lifecycle, socket_activation) {
   cr_assert_eq(access(sa.sun_path, F_OK), 0);
   unlink(sa.sun_path);
   rmdir(dir);
+}
+
+/* A job larger than the memory fzd may take is answered ENOMEM, and fzd
+ * goes on serving.  The limit is an address-space rlimit inherited by fzd;
+ * sanitizer run-times reserve far more address space than that and cannot
+ * start under it, so with a sanitized fzd (or FZD_BINARY) the test skips. */
+Test(lifecycle, out_of_memory_is_an_error) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  cr_skip_test("built with a sanitizer: no address-space limit possible");
+#endif
+  if (getenv("FZD_BINARY"))
+    cr_skip_test("FZD_BINARY may be a sanitized fzd: no address-space limit possible");
+  struct rlimit lim = {.rlim_cur = (rlim_t)1536 << 20, .rlim_max = (rlim_t)1536 << 20};
+  cr_assert_eq(setrlimit(RLIMIT_AS, &lim), 0);
+  fzd_harness *h = start_daemon("\"workers\": 1");
+  char path[256];
+  snprintf(path, sizeof path, "%s/big.f32", fzd_harness_dir(h));
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  cr_assert_geq(fd, 0);
+  uint64_t values = (uint64_t)512 << 20; /* 2 GiB of f32, sparse */
+  cr_assert_eq(ftruncate(fd, (off_t)(values * 4)), 0);
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  msgpack_packer *pk = wire_begin(&w, 7, "compress", 6);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "f32");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, values);
+  fzp_pack_key(pk, "eb");
+  msgpack_pack_double(pk, 1e-3);
+  fzp_pack_key(pk, "mode");
+  fzp_pack_key(pk, "rel");
+  fzp_pack_key(pk, "nfds");
+  msgpack_pack_uint64(pk, 1);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  cr_assert_eq(wire_send(&w, &fd, 1), 0);
+  close(fd);
+  fzp_message m;
+  cr_assert_eq(wire_recv(&w, &m, 120000), 0);
+  cr_assert_eq(m.msgid, 7u);
+  cr_assert_eq(wire_code(&m), FZ_ENOMEM, "got %s", fz_err_name(wire_code(&m)));
+  fzp_message_free(&m);
+  float x[4096];
+  wire_field_f32(x, 4096, 2);
+  roundtrip_inline(&w, 8, x, 4096, 1e-3);
+  wire_close(&w);
+  stop_daemon(h);
 }
