@@ -61,6 +61,7 @@ struct fzd_conn {
 
 static void conn_close(fzd_conn *c);
 static void conn_update(fzd_conn *c);
+static void on_sweep(uv_timer_t *t);
 
 /* Whether the peer is gone both ways (closed, not just shut for writing). */
 static bool peer_gone(int fd) {
@@ -573,6 +574,8 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
   srv->nconns++;
   srv->stats.connections_total++;
   fzd_info("connection %llu from %s", (unsigned long long)c->id, c->peer);
+  if (srv->sweep_on && !uv_is_active((uv_handle_t *)&srv->sweep))
+    uv_timer_start(&srv->sweep, on_sweep, 250, 250);
   conn_update(c);
 }
 
@@ -585,19 +588,29 @@ void fzd_conns_drain(fzd_server *srv) {
   }
 }
 
-void fzd_conns_sweep(fzd_server *srv) {
+/* Four times a second while some connection has not said hello: those past
+ * handshake_timeout_ms (read each time, so a reload applies) get EHANDSHAKE
+ * and are closed.  With every connection greeted the timer stops, so an idle
+ * daemon does not wake up. */
+static void on_sweep(uv_timer_t *t) {
+  fzd_server *srv = t->data;
   uint64_t limit = srv->cfg.handshake_timeout_ms, now = uv_now(srv->loop);
-  if (limit == 0)
-    return;
+  bool waiting = false;
   fzd_conn *next;
   for (fzd_conn *c = srv->conns; c != NULL; c = next) {
     next = c->next;
-    if (c->greeted || c->closing || c->close_after_flush || now - c->born_ms < limit)
+    if (c->greeted || c->closing || c->close_after_flush)
       continue;
+    if (limit == 0 || now - c->born_ms < limit) {
+      waiting = true;
+      continue;
+    }
     protocol_error(c, 0, FZ_EHANDSHAKE, "no hello within handshake_timeout_ms (%llu ms)",
                    (unsigned long long)limit);
     conn_flush(c);
   }
+  if (!waiting)
+    uv_timer_stop(t);
 }
 
 void fzd_conns_close_all(fzd_server *srv) {

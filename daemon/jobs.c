@@ -14,13 +14,11 @@
  * descriptor and delivery helpers here serve both backends.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,13 +177,6 @@ static int inline_too_large(fzd_job *job, size_t len) {
   return FZ_EMSGSIZE;
 }
 
-/* A memfd sealed against shrinking or growing is a shared buffer of fixed
- * size, not a file whose old tail should go. */
-static bool fixed_size(int fd) {
-  int seals = fcntl(fd, F_GET_SEALS);
-  return seals > 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW));
-}
-
 /* Writes len bytes at out_off of out_fd (at most out_length, when the client
  * gave one) and truncates a file after them. */
 static int write_output(fzd_job *job, const void *data, size_t len) {
@@ -211,9 +202,7 @@ static int write_output(fzd_job *job, const void *data, size_t len) {
     }
     put += (size_t)n;
   }
-  struct stat st;
-  if (err == 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && !fixed_size(fd) &&
-      ftruncate(fd, (off_t)(job->out_off + len)) < 0) {
+  if (err == 0 && job->out_truncate && ftruncate(fd, (off_t)(job->out_off + len)) < 0) {
     snprintf(job->why, sizeof(job->why), "truncating out_fd: %s", strerror(errno));
     err = FZ_EIO;
   }

@@ -91,8 +91,6 @@ static void notify_ready(void) {
     fzd_warn("notify READY=1: %s", strerror(-err));
 }
 
-static void on_sweep(uv_timer_t *t) { fzd_conns_sweep(t->data); }
-
 static void on_watchdog(uv_timer_t *t) {
   (void)t;
   fzd_notify("WATCHDOG=1");
@@ -241,11 +239,9 @@ static int start(fzd_server *srv) {
     sigs[i]->data = srv;
     uv_signal_start(sigs[i], on_signal, nums[i]);
   }
-  /* Four times a second, connections still without hello are checked
-   * against handshake_timeout_ms (reloadable, so the timer always runs). */
+  /* conn.c starts it when a connection arrives (handshake_timeout_ms). */
   uv_timer_init(srv->loop, &srv->sweep);
   srv->sweep.data = srv;
-  uv_timer_start(&srv->sweep, on_sweep, 250, 250);
   srv->sweep_on = true;
   uint64_t wd = fzd_notify_watchdog_usec();
   if (srv->cfg.watchdog && wd > 0) {

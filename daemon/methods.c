@@ -11,6 +11,7 @@
  * value uses the engine's own code where one exists (EDTYPE, ESHAPE).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -340,9 +341,14 @@ static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
    * ENOSPC instead of writing past the region the client set aside. */
   if (opt_u64(p, "out_length", &job->out_cap, b) < 0)
     return b->code;
+  int fd = job->fds[job->out_fd];
   struct stat st;
-  if (fstat(job->fds[job->out_fd], &st) < 0 || !S_ISREG(st.st_mode))
+  if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
     return reject(b, FZ_EPARAMS, "out_fd must be a regular file or a memfd");
+  /* A memfd sealed against shrinking or growing is a shared buffer of fixed
+   * size, not a file whose old tail should go. */
+  int seals = fcntl(fd, F_GET_SEALS);
+  job->out_truncate = !(seals > 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)));
   return 0;
 }
 

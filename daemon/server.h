@@ -51,6 +51,7 @@ typedef struct fzd_job {
   unsigned nfds;
   int in_fd, out_fd;  /* indexes into fds, or -1 */
   uint64_t in_off, out_off;
+  bool out_truncate;  /* cut out_fd after the result (a file, not a fixed-size memfd) */
   uint64_t max_inline; /* inline results larger than this fail (EMSGSIZE) */
   uint64_t max_output; /* descriptor results larger than this fail */
   /* CUDA IPC buffers (GPU backend only): the input is in_len bytes at
@@ -153,7 +154,8 @@ struct fzd_server {
   uint64_t start_usec;
   fzd_stats stats;
   uv_signal_t sig_term, sig_int, sig_hup;
-  uv_timer_t watchdog, drain_timer, sweep; /* sweep: handshake_timeout_ms */
+  uv_timer_t watchdog, drain_timer;
+  uv_timer_t sweep; /* handshake_timeout_ms, run by conn.c while a connection is new */
   bool watchdog_on, drain_timer_on, sweep_on;
 };
 
@@ -171,8 +173,6 @@ void fzd_conn_job_done(fzd_job *job, void *arg);
 /* Stops reading every connection and closes those with nothing owed. */
 void fzd_conns_drain(fzd_server *srv);
 void fzd_conns_close_all(fzd_server *srv);
-/* Closes connections that have not completed hello in handshake_timeout_ms. */
-void fzd_conns_sweep(fzd_server *srv);
 bool fzd_conn_is_tcp(const fzd_conn *c);
 bool fzd_conn_greeted(const fzd_conn *c);
 void fzd_conn_set_greeted(fzd_conn *c);

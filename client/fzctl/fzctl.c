@@ -52,21 +52,23 @@ const ctl_command *ctl_find_command(const char *name) {
   return NULL;
 }
 
-void ctl_err(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
+static void verr(const char *fmt, va_list ap) {
   fputs("fzctl: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+}
+
+void ctl_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  verr(fmt, ap);
   va_end(ap);
 }
 
 int ctl_usage_error(const char *cmd, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fputs("fzctl: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  verr(fmt, ap);
   va_end(ap);
   fprintf(stderr, "Try 'fzctl help%s%s'.\n", cmd ? " " : "", cmd ? cmd : "");
   return CTL_USAGE;

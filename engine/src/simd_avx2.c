@@ -311,7 +311,7 @@ AVX2 void fze_diff_decode32_avx2(const uint32_t *in, uint32_t *out, size_t n, in
   uint32_t prev = i ? out[i - 1] : 0;
   for (; i < n; i++) {
     uint32_t z = in[i];
-    prev += nega ? (z ^ 0xaaaaaaaau) - 0xaaaaaaaau : (z >> 1) ^ (0u - (z & 1u));
+    prev += nega ? (z ^ 0xaaaaaaaau) - 0xaaaaaaaau : fzo_unzigzag32(z);
     out[i] = prev;
   }
 }

@@ -19,6 +19,7 @@
 
 #include "fzclient.h"
 #include "fzp.h"
+#include "xorshift.h"
 
 enum { ROUNDS = 600 };
 
@@ -29,13 +30,6 @@ typedef struct fake {
   uint64_t seed;
   unsigned answered_jobs; /* rounds that got as far as the job */
 } fake;
-
-static uint64_t next(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
 
 /* Reads one whole request (or gives up when the client goes quiet or away). */
 static bool read_request(int fd) {
@@ -66,16 +60,16 @@ static void send_all(int fd, const void *p, size_t n) {
 
 /* Flips, replaces, inserts or cuts 1 to 3 bytes of msg (in place). */
 static size_t mutate(unsigned char *msg, size_t n, size_t cap, uint64_t *s) {
-  int muts = 1 + (int)(next(s) % 3);
+  int muts = 1 + (int)(xorshift64(s) % 3);
   for (int k = 0; k < muts && n > 0; k++) {
-    size_t at = next(s) % n;
-    switch (next(s) % 6) {
-    case 0: case 1: msg[at] ^= (unsigned char)(1u << (next(s) % 8)); break;
-    case 2: case 3: msg[at] = (unsigned char)next(s); break;
+    size_t at = xorshift64(s) % n;
+    switch (xorshift64(s) % 6) {
+    case 0: case 1: msg[at] ^= (unsigned char)(1u << (xorshift64(s) % 8)); break;
+    case 2: case 3: msg[at] = (unsigned char)xorshift64(s); break;
     case 4:
       if (n < cap) {
         memmove(msg + at + 1, msg + at, n - at);
-        msg[at] = (unsigned char)next(s);
+        msg[at] = (unsigned char)xorshift64(s);
         n++;
       }
       break;
@@ -114,7 +108,7 @@ static void pack_job_reply(msgpack_sbuffer *sb, uint64_t *s) {
   fzp_pack_key(&pk, "bytes_in");
   msgpack_pack_uint64(&pk, 4096);
   fzp_pack_key(&pk, "bytes_out");
-  msgpack_pack_uint64(&pk, next(s) % 2 ? sizeof arc : UINT64_MAX);
+  msgpack_pack_uint64(&pk, xorshift64(s) % 2 ? sizeof arc : UINT64_MAX);
   fzp_pack_key(&pk, "ratio");
   msgpack_pack_double(&pk, 85.3);
   fzp_pack_key(&pk, "eb_abs");
@@ -140,8 +134,8 @@ static void *serve(void *arg) {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     /* A third of the rounds lie in the handshake, the rest in the job. */
-    bool in_hello = next(&f->seed) % 3 == 0;
-    uint64_t max_message = next(&f->seed) % 4 == 0 ? UINT64_MAX - next(&f->seed) % 70000
+    bool in_hello = xorshift64(&f->seed) % 3 == 0;
+    uint64_t max_message = xorshift64(&f->seed) % 4 == 0 ? UINT64_MAX - xorshift64(&f->seed) % 70000
                                                     : 1 << 20;
     if (read_request(fd)) {
       size_t n = pack_hello_reply(&sb, max_message);

@@ -17,6 +17,7 @@
 
 #include "fz.h"
 #include "jobs_util.h"
+#include "xorshift.h"
 
 /* Reads one reply and checks its msgid and code. */
 static void expect_error(wire *w, uint32_t msgid, int code) {
@@ -318,13 +319,6 @@ static unsigned open_fds(pid_t pid) {
   return n;
 }
 
-static uint64_t storm_next(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
-
 static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
   wire bad;
   msgpack_sbuffer sb;
@@ -421,31 +415,31 @@ static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
   for (int round = 0; round < 1000; round++) {
     /* Mostly the two jobs (their data survives most mutations), now and
      * then one of the small calls. */
-    unsigned pick = (unsigned)(storm_next(&seed) % 8);
+    unsigned pick = (unsigned)(xorshift64(&seed) % 8);
     bool with_fds = pick == 3 && !tcp;
     const storm_msg *r = with_fds ? &req[6]
-                         : &req[pick < 4 ? 0 : pick < 6 ? 1 : 2 + storm_next(&seed) % 4];
+                         : &req[pick < 4 ? 0 : pick < 6 ? 1 : 2 + xorshift64(&seed) % 4];
     size_t n = 0;
     memcpy(buf, hello.p, hello.n);
     memcpy(buf + hello.n, r->p, r->n);
     n = hello.n + r->n;
     /* 1 or 2 mutations (bit flips and new bytes most often, an inserted
      * byte or a cut now and then); the hello is hit too, one time in eight. */
-    size_t from = storm_next(&seed) % 8 == 0 ? 0 : hello.n;
-    int muts = 1 + (int)(storm_next(&seed) % 2);
+    size_t from = xorshift64(&seed) % 8 == 0 ? 0 : hello.n;
+    int muts = 1 + (int)(xorshift64(&seed) % 2);
     for (int k = 0; k < muts && n > from; k++) {
-      size_t at = from + storm_next(&seed) % (n - from);
-      switch (storm_next(&seed) % 8) {
+      size_t at = from + xorshift64(&seed) % (n - from);
+      switch (xorshift64(&seed) % 8) {
       case 0: case 1: case 2:
-        buf[at] ^= (unsigned char)(1u << (storm_next(&seed) % 8));
+        buf[at] ^= (unsigned char)(1u << (xorshift64(&seed) % 8));
         break;
       case 3: case 4: case 5:
-        buf[at] = (unsigned char)storm_next(&seed);
+        buf[at] = (unsigned char)xorshift64(&seed);
         break;
       case 6: /* insert a byte */
         if (n < sizeof buf) {
           memmove(buf + at + 1, buf + at, n - at);
-          buf[at] = (unsigned char)storm_next(&seed);
+          buf[at] = (unsigned char)xorshift64(&seed);
           n++;
         }
         break;
