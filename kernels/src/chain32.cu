@@ -22,16 +22,25 @@
 
 #define FZK_32_MAXNB 256u /* 32-word blocks of a 32 KiB chunk */
 
+/* Blocks per SM the kernels are built for: a budget of 40 registers a
+ * thread; shared memory allows as many at 16 KiB chunks. */
+#ifndef FZK_ENC32_BLOCKS
+#define FZK_ENC32_BLOCKS 6
+#endif
+#ifndef FZK_DEC32_BLOCKS
+#define FZK_DEC32_BLOCKS 6
+#endif
+
 __host__ __device__ static inline uint32_t a16(uint32_t v) { return (v + 15u) & ~15u; }
 
 /* Shared memory of the two kernels (fzk_desc_layout32). */
 struct fzk_e32 {
   uint8_t *a;      /* residual words (bitpack) or the bit-shuffled stream */
-  uint8_t *res;    /* the coded chunk as it is stored */
+  uint8_t *res;    /* the coded chunk as it is stored, 16 bytes into its area */
   uint32_t *info;  /* per block: outliers << 16 | 4 * bit width */
   uint32_t *flags; /* per block: outlier bits */
   uint32_t *offs;  /* per block: exclusive prefix of info within the warp */
-  uint32_t *wt;    /* per warp: two sums */
+  uint32_t *wt;    /* per warp sums and more (FZK_WT_WORDS) */
   uint8_t *tb;     /* rze bitmaps, every level */
 };
 
@@ -40,32 +49,43 @@ struct fzk_d32 {
   uint32_t *obm;   /* outlier bitmap */
   uint32_t *offs;  /* per block: plane offset within the warp */
   uint32_t *wt;    /* per warp sums, and flags */
-  uint2 *r1;       /* rze level-1 bitmap words and their ranks (fzk_r1_at) */
+  uint2 *r1;       /* rze level-1 bitmap words and their ranks (fzk_r1_at);
+                    * first the CRC slice tables */
   uint8_t *tb2;    /* two rze bitmaps of the levels above 1 */
 };
 
 __host__ __device__ static inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
+
+/* Words of the per-warp sums area (wt): [0, 32) sums and flags, [32, 40)
+ * the CRC's reduction, 40 and 41 the chunk's archive offset, 47 its ticket. */
+#define FZK_WT_WORDS 48u
+
+/* The decoder's level-1 words, which also hold the CRC slice tables while
+ * the chunk is checksummed. */
+__host__ __device__ static inline uint32_t r1_bytes(uint32_t cb) {
+  return a16(cb / 4 + 16) > 4096u ? a16(cb / 4 + 16) : 4096u;
+}
 
 extern "C" void fzk_desc_layout32(fzk_desc *d) {
   uint32_t cb = d->cb, nbm = 4 * nbmax32(cb);
   uint32_t tb = 0, len = cb / 8;
   for (unsigned l = 1; l <= FZE_RZE_MAX_LEVELS; l++, len = (len + 7) / 8)
     tb += a16(len + 1);
-  uint32_t e = 2 * a16(cb + 16) + 3 * nbm + 4 * 32;
+  uint32_t e = a16(cb + 16) + a16(cb + 48) + 3 * nbm + 4 * FZK_WT_WORDS;
   d->smem_e32 = d->k32 == 2 ? e + tb : e;
-  uint32_t dd = a16(cb + 48) + 2 * nbm + 4 * 32;
-  d->smem_d32 = d->k32 == 2 ? dd + a16(cb / 4 + 16) + 2 * a16(cb / 64 + 16) : dd;
+  uint32_t dd = a16(cb + 48) + 2 * nbm + 4 * FZK_WT_WORDS + r1_bytes(cb);
+  d->smem_d32 = d->k32 == 2 ? dd + 2 * a16(cb / 64 + 16) : dd;
 }
 
 __device__ static fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
   fzk_e32 s;
   uint32_t nbm = 4 * nbmax32(d.cb);
   s.a = p; p += a16(d.cb + 16);
-  s.res = p; p += a16(d.cb + 16);
+  s.res = p + 16; p += a16(d.cb + 48);
   s.info = (uint32_t *)p; p += nbm;
   s.flags = (uint32_t *)p; p += nbm;
   s.offs = (uint32_t *)p; p += nbm;
-  s.wt = (uint32_t *)p; p += 4 * 32;
+  s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
   s.tb = p;
   return s;
 }
@@ -76,35 +96,61 @@ __device__ static fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
   s.c = p; p += a16(d.cb + 48);
   s.obm = (uint32_t *)p; p += nbm;
   s.offs = (uint32_t *)p; p += nbm;
-  s.wt = (uint32_t *)p; p += 4 * 32;
-  s.r1 = (uint2 *)p; p += a16(d.cb / 4 + 16);
+  s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
+  s.r1 = (uint2 *)p; p += r1_bytes(d.cb);
   s.tb2 = p;
   return s;
 }
 
 /* ---- per-element helpers ---- */
 
-/* The quantizer's word for the bits b of an f32 (ops.h); false for an
- * outlier, whose word is 0. */
-__device__ __forceinline__ bool fzk_q32(uint32_t b, unsigned mode, const fzk_qparams &q,
-                                        uint32_t *code) {
-  if (q.step == 0) {
+/* The kinds of quantizer a kernel is built for: none, uniform bins (ABS and
+ * REL), PWREL.  A quantizer whose step came out 0 (lossless) passes words
+ * through at run time. */
+#define FZK_Q_NONE 0
+#define FZK_Q_BINS 1
+#define FZK_Q_PW 2
+
+/* 1.5 * 2^52: t + M has ulp 1, so its low word is rint(t) as an int32 for
+ * |t| < 2^31, and (t + M) - M is rint(t) itself (ops.h: fzo_rint). */
+#define FZK_MAGIC 6755399441055744.0
+
+/* The quantizer's word for the bits b of an f32; false for an outlier,
+ * whose word is 0.  The uniform bins are fzo_quant_f32 (ops.h) step for
+ * step, with the bin read off the rounding sum instead of converted back
+ * and forth: the same IEEE operations, so the same words. */
+template <int QK>
+__device__ __forceinline__ bool fzk_q32(uint32_t b, const fzk_qparams &q, uint32_t *code) {
+  if (QK == FZK_Q_NONE || q.step == 0) {
     *code = b;
     return true;
   }
   uint32_t c = 0;
-  float x = fzo_bits_f32(b);
-  bool ok = mode == FZ_EB_PWREL ? fzo_pw_quant_f32(x, (uint32_t)q.step, q.eb_abs, &c)
-                                : fzo_quant_f32(x, q.inv, q.step, q.eb_abs, &c);
+  bool ok;
+  if (QK == FZK_Q_PW) {
+    ok = fzo_pw_quant_f32(fzo_bits_f32(b), (uint32_t)q.step, q.eb_abs, &c);
+  } else {
+    const double x = (double)__uint_as_float(b);
+    const double t = x * q.inv;
+    const double u = t + FZK_MAGIC;
+    const float r = (float)((u - FZK_MAGIC) * q.step);
+    ok = !fzo_f32_special(b) && fabs(t) <= FZO_QMAX_F32 && fabs(x - (double)r) <= q.eb_abs;
+    c = (uint32_t)__double2loint(u);
+  }
   *code = ok ? c : 0;
   return ok;
 }
 
-__device__ __forceinline__ uint32_t fzk_dq32(uint32_t code, unsigned mode, const fzk_qparams &q) {
-  if (q.step == 0)
+/* The value of a word: fzo_dequant_f32 with the int32 made a double by the
+ * same rounding sum backwards (exact: both sides are integers below 2^52). */
+template <int QK>
+__device__ __forceinline__ uint32_t fzk_dq32(uint32_t code, const fzk_qparams &q) {
+  if (QK == FZK_Q_NONE || q.step == 0)
     return code;
-  return mode == FZ_EB_PWREL ? fzo_f32_bits(fzo_pw_dequant_f32(code, (uint32_t)q.step))
-                             : fzo_f32_bits(fzo_dequant_f32(code, q.step));
+  if (QK == FZK_Q_PW)
+    return fzo_f32_bits(fzo_pw_dequant_f32(code, (uint32_t)q.step));
+  const double k = __hiloint2double(0x43380000 - (int)(code >> 31), (int)code) - FZK_MAGIC;
+  return __float_as_uint((float)(k * q.step));
 }
 
 __device__ __forceinline__ uint32_t fzk_vlen(uint32_t v) {
@@ -205,13 +251,65 @@ __device__ __forceinline__ uint32_t fzk_wpopc(const uint8_t *bm, uint32_t nbm) {
 
 /* ---- encoder ---- */
 
-__global__ void __launch_bounds__(FZK_NT)
-fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
-                 const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_stage,
-                 uint32_t *__restrict__ d_sizes) {
+/* Flags of a chunk's look-back word (FZK_LB_*): the chunk's own coded size
+ * is known, or the sum of the sizes up to and including it. */
+#define FZK_LB_AGG (1ull << 62)
+#define FZK_LB_INCL (2ull << 62)
+#define FZK_LB_VAL ((1ull << 62) - 1)
+
+__device__ __forceinline__ void fzk_lb_put(fzk_u64 *lb, uint64_t c, fzk_u64 v) {
+  *(volatile fzk_u64 *)(lb + c) = v;
+}
+
+/* The archive offset of chunk c (decoupled look-back, run by one warp): the
+ * chunks before it are summed from their look-back words, 32 at a time,
+ * back to the nearest one that knows its inclusive sum; a word still empty
+ * is read again (its chunk took its ticket earlier, so it is running and
+ * publishes its own size without waiting on anyone).  Chunk c's size was
+ * published before; its inclusive sum is published here. */
+__device__ uint64_t fzk_lookback(fzk_u64 *lb, uint64_t c, uint32_t size) {
+  const unsigned lane = threadIdx.x & 31;
+  fzk_u64 excl = 0;
+  int64_t top = (int64_t)c - 1;
+  while (top >= 0) {
+    const int64_t i = top - lane;
+    const fzk_u64 v = i >= 0 ? *(volatile const fzk_u64 *)(lb + i) : FZK_LB_INCL;
+    if (__any_sync(FZK_FULL, v == 0))
+      continue;
+    const uint32_t incl = __ballot_sync(FZK_FULL, (v & FZK_LB_INCL) != 0);
+    const unsigned last = incl ? __ffs(incl) - 1 : 31;
+    fzk_u64 x = lane <= last ? v & FZK_LB_VAL : 0;
+#pragma unroll
+    for (unsigned o = 16; o; o >>= 1)
+      x += __shfl_xor_sync(FZK_FULL, x, o);
+    excl += x;
+    if (incl)
+      break;
+    top -= 32;
+  }
+  if (lane == 0 && c > 0)
+    fzk_lb_put(lb, c, FZK_LB_INCL | (excl + size));
+  return excl;
+}
+
+/* One block codes one chunk (the chunk of its ticket, so that every chunk
+ * before it is already running), places it in the archive at the offset
+ * the look-back gives, writes its table entry and its CRC-32C to d_crcs,
+ * and the last chunk leaves the payload's length in lb[nchunks].  lb holds
+ * nchunks + 2 words, zero at launch; the last is the ticket counter.
+ * Nothing is written at or beyond out_cap. */
+template <int QK, bool BP>
+__global__ void __launch_bounds__(FZK_NT, FZK_ENC32_BLOCKS)
+fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams *__restrict__ d_qp,
+                 uint8_t *__restrict__ d_out, uint64_t out_cap, uint64_t header_len,
+                 uint64_t table_off, uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,
+                 const uint32_t *__restrict__ d_tab) {
   extern __shared__ __align__(16) uint8_t fzk_sh32[];
   fzk_e32 s = fzk_carve_e32(d, fzk_sh32);
-  const uint64_t c = blockIdx.x;
+  if (threadIdx.x == 0)
+    s.wt[47] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
+  __syncthreads();
+  const uint64_t c = s.wt[47];
   const uint32_t cb = d.cb;
   const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
   const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
@@ -219,9 +317,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
   const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
   const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
   const uint32_t *g = (const uint32_t *)(d_in + c * cb);
-  uint8_t *stage = d_stage + c * cb;
-  const bool quant = d.has_quant, bp = d.k32 == 1, diff = bp || d.k32diff;
-  const unsigned qmode = d.mode[0];
+  const bool quant = QK != FZK_Q_NONE, bp = BP, diff = bp || d.k32diff;
   fzk_qparams q = {0, 0, 0};
   if (quant)
     q = *d_qp;
@@ -231,7 +327,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
   if (diff && b0 > 0 && b0 < nb) {
     uint32_t v = g[32 * b0 - 1];
     if (quant)
-      fzk_q32(v, qmode, q, &v);
+      fzk_q32<QK>(v, q, &v);
     carry = v;
   }
   for (uint32_t b = b0; b < b1; b += 4) {
@@ -250,7 +346,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
       uint32_t code = v[k];
       bool bad = false;
       if (quant)
-        bad = !fzk_q32(v[k], qmode, q, &code) && valid;
+        bad = !fzk_q32<QK>(v[k], q, &code) && valid;
       if (!valid)
         code = 0;
       uint32_t prev = __shfl_up_sync(FZK_FULL, code, 1);
@@ -393,11 +489,20 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
   }
 
   const bool fallback = total >= raw;
+  const uint32_t size = fallback ? raw : total;
+  if (threadIdx.x == 0)
+    fzk_lb_put(lb, c, (c == 0 ? FZK_LB_INCL : FZK_LB_AGG) | size);
+  /* The coded chunk goes to s.res + shift, chosen so that the bit planes
+   * of bitpack start on a word. */
+  const uint32_t shift = bp && !fallback ? (0u - (side + nb)) & 3u : 0u;
+  uint8_t *res = s.res + shift;
   if (!fallback) {
-    if (quant && threadIdx.x == 0) {
-      uint32_t v = m;
-      for (uint32_t k = 0; k < vl; k++, v >>= 7)
-        s.res[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
+    if constexpr (QK != FZK_Q_NONE) {
+      if (threadIdx.x == 0) {
+        uint32_t v = m;
+        for (uint32_t k = 0; k < vl; k++, v >>= 7)
+          res[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
+      }
     }
     for (uint32_t b = b0; b < b1; b++) {
       const uint32_t i = 32 * b + lane, o = base + s.offs[b];
@@ -405,17 +510,17 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
         uint32_t x = fzk_transpose32(((const uint32_t *)s.a)[i]);
         uint32_t nbits = (s.info[b] & 0xffffu) >> 2;
         if (lane < nbits)
-          fzk_st32u(s.res, side + nb + (o & 0xffffu) + 4 * lane, x);
+          *(uint32_t *)(res + side + nb + (o & 0xffffu) + 4 * lane) = x;
         if (lane == 0)
-          s.res[side + b] = (uint8_t)nbits;
+          res[side + b] = (uint8_t)nbits;
       }
       if (quant) {
         uint32_t fl = s.flags[b];
         if ((fl >> lane) & 1u) {
           uint32_t r = (o >> 16) + __popc(fl & ((1u << lane) - 1u));
-          s.res[vl + 2 * r] = (uint8_t)i;
-          s.res[vl + 2 * r + 1] = (uint8_t)(i >> 8);
-          fzk_st32u(s.res, vl + 2 * m + 4 * r, g[i]);
+          res[vl + 2 * r] = (uint8_t)i;
+          res[vl + 2 * r + 1] = (uint8_t)(i >> 8);
+          fzk_st32u(s.res, shift + vl + 2 * m + 4 * r, g[i]);
         }
       }
     }
@@ -423,9 +528,9 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
       if (warp == 0) {
         uint32_t pos = side + lens[L];
         for (uint32_t j = lane; j < lens[L]; j += 32)
-          s.res[side + j] = bms[L][j];
+          res[side + j] = bms[L][j];
         for (unsigned l = L; l >= 3; l--) {
-          fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], s.res + pos);
+          fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], res + pos);
           pos += s.wt[24 + l];
         }
       }
@@ -433,7 +538,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
         uint32_t pos2 = side + lens[L];
         for (unsigned l = 3; l <= L; l++)
           pos2 += s.wt[24 + l];
-        uint8_t *dst2 = s.res + pos2 + r2;
+        uint8_t *dst2 = res + pos2 + r2;
         for (uint32_t j = q0; j < q1; j++) {
           uint32_t mk = bms[2][j];
           while (mk) {
@@ -443,7 +548,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
           }
         }
       }
-      uint8_t *dst = s.res + pos1 + rank1;
+      uint8_t *dst = res + pos1 + rank1;
       for (uint32_t v = v0; v < v1; v++) {
         uint4 qv = ((const uint4 *)s.a)[v];
         uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
@@ -458,20 +563,49 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
         }
       }
     }
-    __syncthreads();
-    uint32_t nv = (total + 15) / 16;
-    for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
-      ((uint4 *)stage)[v] = ((const uint4 *)s.res)[v];
   } else {
-    const uint8_t *gin = d_in + c * cb;
-    uint32_t nv = in_vec ? raw / 16 : 0;
-    for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
-      ((uint4 *)stage)[v] = ((const uint4 *)gin)[v];
-    for (uint32_t i = 16 * nv + threadIdx.x; i < raw; i += FZK_NT)
-      stage[i] = gin[i];
+    for (uint32_t v = threadIdx.x; v < n; v += FZK_NT)
+      ((uint32_t *)s.res)[v] = g[v];
   }
-  if (threadIdx.x == 0)
-    d_sizes[c] = fallback ? raw : total;
+  __syncthreads();
+
+  /* Place the chunk: its CRC-32C from shared memory (the slice tables take
+   * the place of the stream, which is done with) while warp 0 finds its
+   * offset by the look-back, then its bytes out in 4-byte aligned words. */
+  const uint32_t *T = (const uint32_t *)s.a;
+  fzk_load_slices((uint32_t *)s.a, d_tab);
+  if (warp == 0) {
+    const uint64_t off = fzk_lookback(lb, c, size);
+    if (lane == 0) {
+      s.wt[40] = (uint32_t)off;
+      s.wt[41] = (uint32_t)(off >> 32);
+    }
+  }
+  __syncthreads();
+  const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
+  const uint8_t *buf = s.res - 16;
+  const uint32_t o = 16 + shift;
+  fzk_crc_chunk_xor(buf, o, size, T, d_tab, d_crcs + c);
+  const uint64_t at = header_len + off;
+  const uint64_t room = at < out_cap ? out_cap - at : 0;
+  const uint32_t lim = size < room ? size : (uint32_t)room;
+  uint8_t *dp = d_out + at;
+  uint32_t hd = (uint32_t)((4 - ((uintptr_t)dp & 3)) & 3);
+  if (hd > lim)
+    hd = lim;
+  const uint32_t nw = (lim - hd) / 4;
+  if (threadIdx.x < hd)
+    dp[threadIdx.x] = buf[o + threadIdx.x];
+  for (uint32_t k = threadIdx.x; k < nw; k += FZK_NT)
+    ((uint32_t *)(dp + hd))[k] = fzk_ld32u(buf, o + hd + 4 * k);
+  for (uint32_t i = hd + 4 * nw + threadIdx.x; i < lim; i += FZK_NT)
+    dp[i] = buf[o + i];
+  if (threadIdx.x == 0) {
+    d_out[table_off + 2 * c] = (uint8_t)size;
+    d_out[table_off + 2 * c + 1] = (uint8_t)(size >> 8);
+    if (c + 1 == d.nchunks)
+      lb[d.nchunks] = off + size;
+  }
 }
 
 /* ---- decoder ---- */
@@ -504,11 +638,16 @@ __device__ __forceinline__ void fzk_put32(uint8_t *g, uint32_t i, uint32_t v, bo
   }
 }
 
-__global__ void __launch_bounds__(FZK_NT)
+/* One block decodes one chunk, and first writes the chunk's CRC-32C to
+ * d_crcs (0 for a chunk outside the payload), which the caller checks
+ * against the archive's payload checksum. */
+template <int QK, bool BP>
+__global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)
 fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                  const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
                  fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
-                 uint32_t *__restrict__ d_status) {
+                 uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+                 const uint32_t *__restrict__ d_tab) {
   extern __shared__ __align__(16) uint8_t fzk_sh32[];
   fzk_d32 s = fzk_carve_d32(d, fzk_sh32);
   const uint64_t c = blockIdx.x;
@@ -521,8 +660,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
   const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
   const uint64_t off = d_offs[c];
   uint8_t *gout = d_out + c * cb;
-  const bool quant = d.has_quant, bp = d.k32 == 1, diff = bp || d.k32diff;
-  const unsigned qmode = d.mode[0];
+  const bool quant = QK != FZK_Q_NONE, bp = BP, diff = bp || d.k32diff;
   /* The host validated the table; a chunk outside the payload is refused
    * again here, before any byte of it is read. */
   if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
@@ -531,16 +669,16 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     return;
   }
   const uint8_t *g = d_pay + off;
+  fzk_load_slices((uint32_t *)s.r1, d_tab);
+  const uint32_t o = fzk_load_chunk(s.c, g, len);
+  __syncthreads();
+  fzk_crc_chunk_xor(s.c, o, len, (const uint32_t *)s.r1, d_tab, d_crcs + c);
   if (len == raw) {
-    bool al = out_vec && ((uintptr_t)g & 15) == 0;
-    uint32_t nv = al ? raw / 16 : 0;
-    for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
-      ((uint4 *)gout)[v] = ((const uint4 *)g)[v];
-    for (uint32_t i = 16 * nv + threadIdx.x; i < raw; i += FZK_NT)
-      gout[i] = g[i];
+    const bool al = out_vec != 0;
+    for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
+      fzk_put32(gout, i, fzk_ld32u(s.c, o + 4 * i), al);
     return;
   }
-  const uint32_t o = fzk_load_chunk(s.c, g, len);
   for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
     s.obm[b] = 0;
   if (threadIdx.x < 32)
@@ -815,7 +953,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     }
     if (i >= n)
       continue;
-    uint32_t val = quant ? fzk_dq32(code, qmode, q) : code;
+    uint32_t val = fzk_dq32<QK>(code, q);
     if (quant && ((s.obm[b] >> lane) & 1u)) {
       uint32_t lo = 0, hi = m;
       while (lo < hi) {
@@ -832,37 +970,64 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
   }
 }
 
-extern "C" int fzk_launch_encode32(const fzk_desc *d, const void *d_in, int in_vec,
-                                   const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
-                                   fz_gpu_stream s) {
+/* The kernels built: [quantizer kind][bitpack]. */
+typedef void (*fzk_enc32_fn)(fzk_desc, const uint8_t *, const fzk_qparams *, uint8_t *, uint64_t,
+                             uint64_t, uint64_t, uint32_t *, fzk_u64 *, const uint32_t *);
+typedef void (*fzk_dec32_fn)(fzk_desc, const uint8_t *, uint64_t, const uint64_t *,
+                             const uint8_t *, fzk_qparams, uint8_t *, int, uint32_t *,
+                             uint32_t *, const uint32_t *);
+static const fzk_enc32_fn fzk_enc32[3][2] = {
+    {fzk_enc32_kernel<FZK_Q_NONE, false>, fzk_enc32_kernel<FZK_Q_NONE, true>},
+    {fzk_enc32_kernel<FZK_Q_BINS, false>, fzk_enc32_kernel<FZK_Q_BINS, true>},
+    {fzk_enc32_kernel<FZK_Q_PW, false>, fzk_enc32_kernel<FZK_Q_PW, true>}};
+static const fzk_dec32_fn fzk_dec32[3][2] = {
+    {fzk_dec32_kernel<FZK_Q_NONE, false>, fzk_dec32_kernel<FZK_Q_NONE, true>},
+    {fzk_dec32_kernel<FZK_Q_BINS, false>, fzk_dec32_kernel<FZK_Q_BINS, true>},
+    {fzk_dec32_kernel<FZK_Q_PW, false>, fzk_dec32_kernel<FZK_Q_PW, true>}};
+
+static unsigned fzk_qkind(const fzk_desc *d) {
+  return !d->has_quant ? FZK_Q_NONE : d->mode[0] == FZ_EB_PWREL ? FZK_Q_PW : FZK_Q_BINS;
+}
+
+extern "C" int fzk_launch_encode32(const fzk_desc *d, const void *d_in, const fzk_qparams *d_qp,
+                                   uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
+                                   uint64_t table_off, uint32_t *d_crcs, uint64_t *d_lb,
+                                   const uint32_t *d_tab, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
-  fzk_enc32_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem_e32, s>>>(
-      *d, (const uint8_t *)d_in, in_vec, d_qp, d_stage, d_sizes);
+  fzk_enc32[fzk_qkind(d)][d->k32 == 1]<<<(unsigned)d->nchunks, FZK_NT, d->smem_e32, s>>>(
+      *d, (const uint8_t *)d_in, d_qp, d_out, out_cap, header_len, table_off, d_crcs,
+      (fzk_u64 *)d_lb, d_tab);
   return (int)cudaGetLastError();
 }
 
 extern "C" int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                                   const uint64_t *d_offs, const uint8_t *d_sizes16,
-                                   fzk_qparams qp, void *d_out, int out_vec, uint32_t *d_status,
-                                   fz_gpu_stream s) {
+                                   const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                                   void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
+                                   const uint32_t *d_tab, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
-  fzk_dec32_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem_d32, s>>>(
-      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status);
+  fzk_dec32[fzk_qkind(d)][d->k32 == 1]<<<(unsigned)d->nchunks, FZK_NT, d->smem_d32, s>>>(
+      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status, d_crcs,
+      d_tab);
   return (int)cudaGetLastError();
 }
 
-/* Enables the largest layout of the chunk size (the rze chains'). */
+/* Enables the largest layout of the chunk size (the rze chains') for every
+ * kernel built. */
 extern "C" int fzk_kernels32_init(const fzk_desc *d) {
   fzk_desc m = *d;
   m.k32 = 2;
   fzk_desc_layout32(&m);
-  cudaError_t e = cudaFuncSetAttribute(fzk_enc32_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)m.smem_e32);
-  if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fzk_dec32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)m.smem_d32);
+  cudaError_t e = cudaSuccess;
+  for (unsigned k = 0; k < 3 && e == cudaSuccess; k++) {
+    for (unsigned b = 0; b < 2 && e == cudaSuccess; b++) {
+      e = cudaFuncSetAttribute(fzk_enc32[k][b], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)m.smem_e32);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(fzk_dec32[k][b], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)m.smem_d32);
+    }
+  }
   return (int)e;
 }

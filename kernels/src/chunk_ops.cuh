@@ -24,8 +24,6 @@
 
 #define FZK_BAD 0xffffffffu
 
-typedef unsigned long long fzk_u64;
-
 /* Shared memory of one chunk block (layout in fzk_desc_layout). */
 typedef struct fzk_smem {
   uint8_t *x, *y;    /* stream buffers, cap bytes each */

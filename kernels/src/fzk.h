@@ -75,14 +75,21 @@ int fzk_launch_qparams(const fzk_desc *d, const void *d_in, uint64_t n,
                        fzk_qparams *d_qp, fz_gpu_stream s);
 
 /* One block per chunk runs the whole chain; chunk i's coded bytes go to
- * d_stage + i * cb, its length to d_sizes[i].  The 32 variant runs the
- * chains of d->k32 on 4-byte words. */
+ * d_stage + i * cb, its length to d_sizes[i]; the place kernel moves them
+ * into the archive. */
 int fzk_launch_encode(const fzk_desc *d, const void *d_in, int in_vec,
                       const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
                       fz_gpu_stream s);
-int fzk_launch_encode32(const fzk_desc *d, const void *d_in, int in_vec,
-                        const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
-                        fz_gpu_stream s);
+/* The chains of d->k32 on 4-byte words, in one pass: each block codes its
+ * chunk, finds the chunk's offset by a look-back over the chunks before it
+ * and writes it straight into the archive (header_len + offset; nothing at
+ * or beyond out_cap), with its table entry (at table_off) and its CRC-32C
+ * (d_crcs).  d_lb holds nchunks + 2 words, zeroed before the launch; the
+ * payload's length is left in d_lb[nchunks]. */
+int fzk_launch_encode32(const fzk_desc *d, const void *d_in, const fzk_qparams *d_qp,
+                        uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
+                        uint64_t table_off, uint32_t *d_crcs, uint64_t *d_lb,
+                        const uint32_t *d_tab, fz_gpu_stream s);
 
 /* Exclusive prefix sums of n sizes (u32 words, or little-endian u16 when
  * d_sizes16 is given) into d_offs[0..n]; d_offs[n] is the total.  d_bsum
@@ -125,14 +132,16 @@ int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
 
 /* One block per chunk decodes the payload (d_pay, pay_len bytes; chunk i at
  * d_offs[i], d_sizes16 the archive's table) into d_out; any corruption sets
- * *d_status to 1.  The 32 variant runs the chains of d->k32. */
+ * *d_status to 1.  The 32 variant runs the chains of d->k32 and also
+ * writes each chunk's CRC-32C to d_crcs, as the check kernel does. */
 int fzk_launch_decode(const fzk_desc *d, const uint8_t *d_pay,
                       uint64_t pay_len, const uint64_t *d_offs,
                       const uint8_t *d_sizes16, fzk_qparams qp,
                       void *d_out, int out_vec, uint32_t *d_status, fz_gpu_stream s);
 int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
                         const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
-                        void *d_out, int out_vec, uint32_t *d_status, fz_gpu_stream s);
+                        void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
+                        const uint32_t *d_tab, fz_gpu_stream s);
 
 #ifdef __cplusplus
 }

@@ -44,12 +44,14 @@ struct fz_gpu_plan {
 
 static size_t up256(size_t v) { return (v + 255) & ~(size_t)255; }
 
-static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len) {
+/* The staging area is for the generic chunk kernels only: the 4-byte word
+ * kernels place their chunks themselves, and use offs for the look-back. */
+static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len, int staged) {
   size_t o = 0;
-  w->stage = o; o += up256((size_t)nchunks * cb);
+  w->stage = o; o += staged ? up256((size_t)nchunks * cb) : 0;
   w->sizes = o; o += up256(4 * (size_t)nchunks + 4);
   w->crcs = o; o += up256(4 * (size_t)nchunks + 4);
-  w->offs = o; o += up256(8 * ((size_t)nchunks + 1));
+  w->offs = o; o += up256(8 * ((size_t)nchunks + 2));
   w->bsum = o; o += up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1));
   w->part = o; o += up256(16 * (size_t)FZK_MM_BLOCKS);
   w->qp = o; o += up256(sizeof(fzk_qparams));
@@ -135,7 +137,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     goto fail;
   }
   fill_desc(&pl->desc, h);
-  layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len);
+  layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32);
   pl->table_off = h->header_len - 4 - 2 * (size_t)h->nchunks;
   pl->q_off = pl->desc.has_quant ? 19 + 8 * (size_t)h->ndims : 0;
 
@@ -253,15 +255,22 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
     FZK_CHECK(fzk_launch_qparams(d, d_in, h->n_elems, q->mode, q->eb,
                                  (double *)(ws + L->part), qp, s), fail_ws);
   }
-  int in_vec = (uintptr_t)d_in % 16 == 0;
-  if (d->k32)
-    FZK_CHECK(fzk_launch_encode32(d, d_in, in_vec, qp, ws + L->stage, sizes, s), fail_ws);
-  else
+  if (d->k32) {
+    /* Chunks placed by look-back: offs holds the look-back words, and the
+     * chunk CRCs are summed into zeroed words (both areas in one memset). */
+    FZK_CHECK(cudaMemsetAsync(crcs, 0, L->offs - L->crcs + 8 * ((size_t)h->nchunks + 2), s),
+              fail_ws);
+    FZK_CHECK(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len, pl->table_off, crcs,
+                                  offs, ctx->d_tab, s), fail_ws);
+  } else {
+    int in_vec = (uintptr_t)d_in % 16 == 0;
     FZK_CHECK(fzk_launch_encode(d, d_in, in_vec, qp, ws + L->stage, sizes, s), fail_ws);
-  FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, s),
-            fail_ws);
-  FZK_CHECK(fzk_launch_place(d, ws + L->stage, sizes, offs, ctx->d_tab, out, out_cap,
-                             h->header_len, pl->table_off, crcs, s), fail_ws);
+    FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, s),
+              fail_ws);
+    FZK_CHECK(fzk_launch_place(d, ws + L->stage, sizes, offs, ctx->d_tab, out, out_cap,
+                               h->header_len, pl->table_off, crcs, s), fail_ws);
+  }
+  /* Either way offs[nchunks] is now the payload's length. */
   FZK_CHECK(fzk_launch_header(pl->d_tpl, pl->table_off, pl->q_off, qp, out, s), fail_ws);
   /* The payload checksum goes into the header, then the header's own. */
   FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * h->nchunks, cparts, ctx->d_tab,
@@ -395,14 +404,16 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *
   uint64_t pay_len = arc_len - h.header_len;
   const uint64_t *offs = (const uint64_t *)(ws + o_offs);
   int out_vec = (uintptr_t)d_out % 16 == 0;
-  FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, ws + o_tab, ctx->d_tab,
-                             (uint32_t *)(ws + o_crcs), s), out);
-  if (d.k32)
+  uint32_t *crcs = (uint32_t *)(ws + o_crcs);
+  if (d.k32) {
+    FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc, s), out);
     FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, ws + o_tab, qp, d_out, out_vec,
-                                  status, s), out);
-  else
+                                  status, crcs, ctx->d_tab, s), out);
+  } else {
+    FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, ws + o_tab, ctx->d_tab, crcs, s), out);
     FZK_CHECK(fzk_launch_decode(&d, pay, pay_len, offs, ws + o_tab, qp, d_out, out_vec,
                                 status, s), out);
+  }
   FZK_CHECK(fzk_launch_crc(ws + o_crcs, 4 * nc, (uint32_t *)(ws + o_parts), ctx->d_tab, NULL,
                            status, h.payload_crc, NULL, NULL, 0, s), out);
   FZK_CHECK(cudaMemcpyAsync(ctx->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);

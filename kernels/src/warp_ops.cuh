@@ -20,19 +20,26 @@
 #include "fzk_crc.h"
 
 #define FZK_FULL 0xffffffffu
+
+/* The 64-bit type of the device atomics and shuffles. */
+typedef unsigned long long fzk_u64;
 #define FZK_NW (FZK_NT / 32)
 
 /* Lane p of the result holds bit p of every lane's x: bit i of lane p is
- * bit p of lane i.  Its own inverse. */
+ * bit p of lane i.  Its own inverse.  Each of the five steps swaps the
+ * off-diagonal j x j blocks between lanes j apart: a lane sends its word
+ * already shifted into its partner's place (the upper lane of a pair left
+ * by j, the lower right by j) and keeps the other half of its own. */
 __device__ __forceinline__ uint32_t fzk_transpose32(uint32_t x) {
   const unsigned lane = threadIdx.x & 31;
   const uint32_t masks[5] = {0x0000ffffu, 0x00ff00ffu, 0x0f0f0f0fu, 0x33333333u, 0x55555555u};
 #pragma unroll
   for (int k = 0; k < 5; k++) {
     const unsigned j = 16u >> k;
-    const uint32_t m = masks[k];
-    uint32_t o = __shfl_xor_sync(FZK_FULL, x, j);
-    x = (lane & j) ? ((x & ~m) | ((o >> j) & m)) : ((x & m) | ((o << j) & ~m));
+    const unsigned sl = lane & j, sr = sl ^ j;
+    const uint32_t keep = sl ? ~masks[k] : masks[k];
+    const uint32_t o = __shfl_xor_sync(FZK_FULL, (x << sl) >> sr, j);
+    x = (x & keep) | (o & ~keep);
   }
   return x;
 }
@@ -145,6 +152,43 @@ __device__ __forceinline__ uint32_t fzk_crc_chunk(const uint8_t *p, uint32_t o, 
 /* Index of the factor table for a segment of seg = 16 << k bytes. */
 __device__ __forceinline__ unsigned fzk_seg_index(uint32_t seg) {
   return 27u - __clz(seg); /* 16 -> 0, 32 -> 1, 64 -> 2, 128 -> 3 */
+}
+
+/* The shortest segment with which the block's threads cover L bytes
+ * (L <= FZK_NT * 128): the shorter a thread's serial run, the sooner the
+ * checksum is done. */
+__device__ __forceinline__ uint32_t fzk_crc_seg(uint32_t L) {
+  uint32_t seg = 16;
+  while (FZK_NT * seg < L && seg < 128)
+    seg <<= 1;
+  return seg;
+}
+
+/* The CRC-32C of the L bytes at p + o (as fzk_crc_chunk), XORed into *dst,
+ * which the caller zeroed: each warp adds its threads' shares with one
+ * atomic, so no thread waits on another.  d_tab: the device CRC tables (for
+ * the thread's shift factor); T: the slice tables in shared memory. */
+__device__ __forceinline__ void fzk_crc_chunk_xor(const uint8_t *p, uint32_t o, uint32_t L,
+                                                  const uint32_t *T,
+                                                  const uint32_t *__restrict__ d_tab,
+                                                  uint32_t *dst) {
+  uint32_t c = 0;
+  if (L >= 4) {
+    const uint32_t seg = fzk_crc_seg(L);
+    const uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(seg) + threadIdx.x];
+    c = fzk_crc_share(p, o, L, seg, 0, T, kt);
+    if (threadIdx.x == 0)
+      c = ~c; /* the final complement, once */
+  } else if (threadIdx.x == 0) {
+    c = 0xffffffffu;
+    for (uint32_t j = 0; j < L; j++)
+      c = (c >> 8) ^ T[(c ^ p[o + j]) & 0xffu];
+    c = ~c;
+  }
+  for (unsigned k = 16; k; k >>= 1)
+    c ^= __shfl_xor_sync(FZK_FULL, c, k);
+  if ((threadIdx.x & 31) == 0 && c)
+    atomicXor(dst, c);
 }
 
 /* Copies len bytes from global g into shared buf at the offset returned

@@ -9,11 +9,13 @@
 #                                      (default: build-fields/ when present)
 # Environment: FZ_BENCH_ARGS (extra fz_gpu_bench options, e.g. "-r 3"),
 # FZ_GPU_TEST_LARGE_MB (size of the large identity test; 0 skips it),
-# FZ_SKIP_TESTS=1 / FZ_SKIP_BENCH=1.
+# FZ_SKIP_TESTS=1 / FZ_SKIP_BENCH=1, FZ_GPU_PROFILE=1 (Nsight Compute, below),
+# FZ_GPU_BUILD (build directory), FZ_CUDA_FLAGS (extra nvcc flags, e.g. a
+# -D of a kernel tuning knob).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-build=$root/build-gpu-run
+build=${FZ_GPU_BUILD:-$root/build-gpu-run}
 logs=${OUT:-$build/logs}
 mkdir -p "$logs" "$build"
 fields=${1:-$root/build-fields}
@@ -43,7 +45,11 @@ status=0
 summary=()
 
 step configure and build
+# A profile maps samples to source lines (-lineinfo changes no code).
+cuda_flags=${FZ_CUDA_FLAGS:-}
+[ "${FZ_GPU_PROFILE:-0}" != 0 ] && cuda_flags="$cuda_flags -lineinfo"
 cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_FLAGS="$cuda_flags" \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
   test_gpu_large fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
@@ -97,6 +103,41 @@ if [ "${FZ_SKIP_BENCH:-0}" != 1 ]; then
   fi
   cat "$logs/bench.md"
   cat "$logs/bench.err"
+fi
+
+# ---- kernel profile ------------------------------------------------------
+# FZ_GPU_PROFILE=1: Nsight Compute on one compress and one decompress per
+# preset ($FZ_PROFILE_PRESETS, default fast,balanced) of the first field at
+# REL 1e-3: each kernel's duration, throughput and occupancy.
+# FZ_GPU_PROFILE=full: the full section set with per-line source counters of
+# the chunk kernels, kept as ncu.ncu-rep and exported as CSV (source-*.csv).
+if [ "${FZ_GPU_PROFILE:-0}" != 0 ] && command -v ncu > /dev/null; then
+  step kernel profile
+  pin=(--gen smooth)
+  for f in "$fields"/*.f32; do [ -f "$f" ] && { pin=("$f"); break; }; done
+  bench=("$build/tests/bench/fz_gpu_bench" -r 0 -e 1e-3 -p "${FZ_PROFILE_PRESETS:-fast,balanced}"
+         "${pin[@]}")
+  if [ "$FZ_GPU_PROFILE" = full ]; then
+    ncu --clock-control none --kernel-name "regex:${FZ_PROFILE_KERNELS:-fzk_(enc|dec)32}" \
+      --set full --import-source yes -f -o "$logs/ncu" "${bench[@]}" > "$logs/ncu-run.txt" 2>&1 ||
+      { summary+=("ncu profile: FAILED"); status=1; }
+    for view in details source-sass source-cuda; do
+      case $view in
+        details) opts=(--print-details all) ;;
+        source-*) opts=(--page source --csv --print-source "${view#source-}") ;;
+      esac
+      ncu -i "$logs/ncu.ncu-rep" "${opts[@]}" > "$logs/ncu-$view.txt" 2>&1 ||
+        { summary+=("ncu export $view: FAILED"); status=1; }
+    done
+    cp "$logs/ncu-details.txt" "$logs/ncu.txt"
+  else
+    ncu --clock-control none --kernel-name regex:fzk_ \
+      --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "${bench[@]}" > "$logs/ncu.txt" 2>&1 || { summary+=("ncu profile: FAILED"); status=1; }
+  fi
+  grep -E "^  fzk_|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued" \
+    "$logs/ncu.txt" | grep -v "^ *---" | head -200
 fi
 
 # ---- service on the GPU ---------------------------------------------------
