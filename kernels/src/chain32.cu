@@ -318,6 +318,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
   const uint32_t *g = (const uint32_t *)(d_in + c * cb);
   const bool quant = QK != FZK_Q_NONE, bp = BP, diff = bp || d.k32diff;
+  const fzk_tp tp = fzk_tp_init();
   fzk_qparams q = {0, 0, 0};
   if (quant)
     q = *d_qp;
@@ -370,7 +371,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
         }
         if (!valid)
           u = 0;
-        uint32_t x = fzk_transpose32(u);
+        uint32_t x = fzk_transpose32(u, tp);
         /* Lane p holds bytes 4bb..4bb+3 of plane p. */
         if (4 * bb + 4 <= pb) {
           fzk_st32u(s.a, lane * pb + 4 * bb, x);
@@ -507,7 +508,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
     for (uint32_t b = b0; b < b1; b++) {
       const uint32_t i = 32 * b + lane, o = base + s.offs[b];
       if (bp) {
-        uint32_t x = fzk_transpose32(((const uint32_t *)s.a)[i]);
+        uint32_t x = fzk_transpose32(((const uint32_t *)s.a)[i], tp);
         uint32_t nbits = (s.info[b] & 0xffffu) >> 2;
         if (lane < nbits)
           *(uint32_t *)(res + side + nb + (o & 0xffffu) + 4 * lane) = x;
@@ -661,6 +662,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
   const uint64_t off = d_offs[c];
   uint8_t *gout = d_out + c * cb;
   const bool quant = QK != FZK_Q_NONE, bp = BP, diff = bp || d.k32diff;
+  const fzk_tp tp = fzk_tp_init();
   /* The host validated the table; a chunk outside the payload is refused
    * again here, before any byte of it is read. */
   if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
@@ -912,21 +914,32 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
                           __popc(e.x & ((1u << sh) - 1));
       x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, fzk_expand_sel(mk));
     }
-    return fzk_transpose32(x);
+    return x;
   };
   uint32_t run = 0;
   if (diff) {
-    /* Sums of each warp's differences, for the running sums across warps. */
+    /* Sums of each warp's differences, for the running sums across warps.
+     * A zigzag difference sum needs no transpose: in a block whose plane p
+     * lane p holds, the even words add (u >> 1) and the odd ones subtract
+     * (u >> 1) + 1, so plane p >= 1 adds 2^(p-1) times the count of its
+     * bits in even words less the count in odd words (plane 0 marks the
+     * odd words), and plane 0 subtracts its own count. */
     bool pad_bad = false;
     uint32_t sum = 0;
     for (uint32_t b = b0; b < b1; b++) {
-      uint32_t u = planes(b), i = 32 * b + lane;
-      uint32_t dd = bp ? fzo_unzigzag32(u) : d.k32nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
-      if (i >= n) {
-        pad_bad |= bp && u != 0;
-        dd = 0;
+      const uint32_t rem = n - 32 * b;
+      const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
+      uint32_t x = planes(b);
+      pad_bad |= bp && (x & ~vm) != 0;
+      x &= vm;
+      if (!bp && d.k32nega) {
+        sum += __reduce_add_sync(FZK_FULL, fzo_unnega32(fzk_transpose32(x, tp)));
+      } else {
+        const uint32_t odd = __shfl_sync(FZK_FULL, x, 0);
+        const uint32_t t = lane ? (uint32_t)(__popc(x & ~odd) - __popc(x & odd)) << (lane - 1)
+                                : 0u - (uint32_t)__popc(odd);
+        sum += __reduce_add_sync(FZK_FULL, t);
       }
-      sum += __reduce_add_sync(FZK_FULL, dd);
     }
     if (pad_bad)
       atomicOr(&s.wt[30], 1u);
@@ -943,7 +956,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
   }
   const bool al = out_vec != 0;
   for (uint32_t b = b0; b < b1; b++) {
-    uint32_t u = planes(b), i = 32 * b + lane, code = u;
+    uint32_t u = fzk_transpose32(planes(b), tp), i = 32 * b + lane, code = u;
     if (diff) {
       uint32_t dd = bp ? fzo_unzigzag32(u) : d.k32nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
       if (i >= n)

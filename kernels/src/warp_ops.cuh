@@ -25,33 +25,59 @@
 typedef unsigned long long fzk_u64;
 #define FZK_NW (FZK_NT / 32)
 
-/* Lane p of the result holds bit p of every lane's x: bit i of lane p is
- * bit p of lane i.  Its own inverse.  Each of the five steps swaps the
- * off-diagonal j x j blocks between lanes j apart: a lane sends its word
- * already shifted into its partner's place (the upper lane of a pair left
- * by j, the lower right by j) and keeps the other half of its own. */
-__device__ __forceinline__ uint32_t fzk_transpose32(uint32_t x) {
+/* The 32x32 bit transpose: lane p of the result holds bit p of every
+ * lane's x (bit i of lane p is bit p of lane i); its own inverse.  Each of
+ * its five steps swaps the off-diagonal j x j blocks between lanes j apart:
+ * a lane keeps half of its word and takes the other half from its partner,
+ * which sends its word rotated into place (the upper lane of a pair by j to
+ * the left, the lower by j to the right; the bits that wrap around are the
+ * ones the receiver drops).  The per-lane constants, made once per kernel
+ * by fzk_tp_init, keep each step at a rotate, a shuffle and a select. */
+struct fzk_tp {
+  uint32_t keep[5]; /* the bits a lane keeps of its own word */
+  uint32_t rot[5];  /* left rotation of the word it sends */
+};
+
+__device__ __forceinline__ fzk_tp fzk_tp_init() {
   const unsigned lane = threadIdx.x & 31;
   const uint32_t masks[5] = {0x0000ffffu, 0x00ff00ffu, 0x0f0f0f0fu, 0x33333333u, 0x55555555u};
+  fzk_tp t;
 #pragma unroll
   for (int k = 0; k < 5; k++) {
     const unsigned j = 16u >> k;
-    const unsigned sl = lane & j, sr = sl ^ j;
-    const uint32_t keep = sl ? ~masks[k] : masks[k];
-    const uint32_t o = __shfl_xor_sync(FZK_FULL, (x << sl) >> sr, j);
-    x = (x & keep) | (o & ~keep);
+    const bool up = (lane & j) != 0;
+    t.keep[k] = up ? ~masks[k] : masks[k];
+    t.rot[k] = up ? j : 32u - j;
+  }
+  return t;
+}
+
+/* (a & m) | (b & ~m) in one instruction. */
+__device__ __forceinline__ uint32_t fzk_blend(uint32_t a, uint32_t b, uint32_t m) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xe4;" : "=r"(r) : "r"(a), "r"(b), "r"(m));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t fzk_transpose32(uint32_t x, const fzk_tp &t) {
+#pragma unroll
+  for (int k = 0; k < 5; k++) {
+    const uint32_t o = __shfl_xor_sync(FZK_FULL, __funnelshift_l(x, x, t.rot[k]), 16u >> k);
+    x = fzk_blend(x, o, t.keep[k]);
   }
   return x;
 }
 
-/* Inclusive prefix sum over the warp (modulo 2^32). */
+/* Inclusive prefix sum over the warp (modulo 2^32): each step's shuffle
+ * says whether its source lane exists, and the add is predicated on it. */
 __device__ __forceinline__ uint32_t fzk_warp_incl(uint32_t v) {
-  const unsigned lane = threadIdx.x & 31;
 #pragma unroll
   for (unsigned o = 1; o < 32; o <<= 1) {
-    uint32_t y = __shfl_up_sync(FZK_FULL, v, o);
-    if (lane >= o)
-      v += y;
+    asm("{\n\t.reg .u32 t;\n\t.reg .pred p;\n\t"
+        "shfl.sync.up.b32 t|p, %0, %1, 0, -1;\n\t"
+        "@p add.u32 %0, %0, t;\n\t}"
+        : "+r"(v)
+        : "r"(o));
   }
   return v;
 }
