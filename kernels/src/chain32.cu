@@ -16,6 +16,8 @@
  */
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "engine.h"
 #include "ops.h"
 #include "warp_ops.cuh"
@@ -35,11 +37,9 @@ __host__ __device__ static inline uint32_t a16(uint32_t v) { return (v + 15u) & 
 
 /* Shared memory of the two kernels (fzk_desc_layout32). */
 struct fzk_e32 {
-  uint8_t *a;      /* residual words (bitpack) or the bit-shuffled stream */
+  uint8_t *a;      /* residual words (bitpack) or the bit-shuffled stream
+                    * (fzk_plane_stride) */
   uint8_t *res;    /* the coded chunk as it is stored, 16 bytes into its area */
-  uint32_t *info;  /* per block: outliers << 16 | 4 * bit width */
-  uint32_t *flags; /* per block: outlier bits */
-  uint32_t *offs;  /* per block: exclusive prefix of info within the warp */
   uint32_t *wt;    /* per warp sums and more (FZK_WT_WORDS) */
   uint8_t *tb;     /* rze bitmaps, every level */
 };
@@ -56,6 +56,23 @@ struct fzk_d32 {
 
 __host__ __device__ static inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
 
+/* Bytes from one bit plane of the encoder's shuffled stream to the next in
+ * shared memory.  A warp stores four bytes of all 32 planes at once; with
+ * planes a multiple of 128 bytes apart they would all hit one bank, so a
+ * chunk whose planes are a power of two of 16-byte vectors long pads each
+ * by 16 bytes (32 * 16 bytes in all).  Other (partial) chunks pack them. */
+__device__ __forceinline__ uint32_t fzk_plane_stride(uint32_t pb) {
+  return pb % 16 == 0 && (pb & (pb - 1)) == 0 ? pb + 16 : pb;
+}
+
+/* Where 16-byte vector v of the shuffled stream lies. */
+__device__ __forceinline__ uint32_t fzk_plane_vec(uint32_t v, uint32_t pb, uint32_t ps) {
+  if (ps == pb)
+    return 16 * v;
+  const uint32_t vp = pb / 16; /* a power of two */
+  return (v >> (__ffs(vp) - 1)) * ps + 16 * (v & (vp - 1));
+}
+
 /* Words of the per-warp sums area (wt): [0, 32) sums and flags, [32, 40)
  * the CRC's reduction, 40 and 41 the chunk's archive offset, 47 its ticket. */
 #define FZK_WT_WORDS 48u
@@ -71,7 +88,7 @@ extern "C" void fzk_desc_layout32(fzk_desc *d) {
   uint32_t tb = 0, len = cb / 8;
   for (unsigned l = 1; l <= FZE_RZE_MAX_LEVELS; l++, len = (len + 7) / 8)
     tb += a16(len + 1);
-  uint32_t e = a16(cb + 16) + a16(cb + 48) + 3 * nbm + 4 * FZK_WT_WORDS;
+  uint32_t e = a16(cb + 32 * 16 + 16) + a16(cb + 48) + 4 * FZK_WT_WORDS;
   d->smem_e32 = d->k32 == 2 ? e + tb : e;
   uint32_t dd = a16(cb + 48) + 2 * nbm + 4 * FZK_WT_WORDS + r1_bytes(cb);
   d->smem_d32 = d->k32 == 2 ? dd + 2 * a16(cb / 64 + 16) : dd;
@@ -79,12 +96,8 @@ extern "C" void fzk_desc_layout32(fzk_desc *d) {
 
 __device__ static fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
   fzk_e32 s;
-  uint32_t nbm = 4 * nbmax32(d.cb);
-  s.a = p; p += a16(d.cb + 16);
+  s.a = p; p += a16(d.cb + 32 * 16 + 16);
   s.res = p + 16; p += a16(d.cb + 48);
-  s.info = (uint32_t *)p; p += nbm;
-  s.flags = (uint32_t *)p; p += nbm;
-  s.offs = (uint32_t *)p; p += nbm;
   s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
   s.tb = p;
   return s;
@@ -323,75 +336,86 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   if (quant)
     q = *d_qp;
 
-  /* Pass 1: words, residuals or shuffled planes, outliers, bit widths. */
-  uint32_t carry = 0;
+  /* Pass 1: words, residuals or shuffled planes, outliers, bit widths.
+   * Lane k of the warp keeps the summary of the warp's block b0 + k: its
+   * outlier bits, and outliers << 16 | 4 * bit width. */
+  const uint32_t ps = fzk_plane_stride(pb);
+  uint32_t carry = 0, my_fl = 0, my_info = 0;
   if (diff && b0 > 0 && b0 < nb) {
     uint32_t v = g[32 * b0 - 1];
     if (quant)
       fzk_q32<QK>(v, q, &v);
     carry = v;
   }
-  for (uint32_t b = b0; b < b1; b += 4) {
-    uint32_t v[4];
+  /* Built twice: for whole chunks of whole 4-block steps (every chunk but
+   * maybe the last) without the bounds checks, and for any chunk. */
+  auto pass1 = [&](auto whole) {
+    constexpr bool FULL = decltype(whole)::value;
+    for (uint32_t b = b0; b < b1; b += 4) {
+      uint32_t v[4];
 #pragma unroll
-    for (unsigned k = 0; k < 4; k++) {
-      uint32_t i = 32 * (b + k) + lane;
-      v[k] = b + k < b1 && i < n ? g[i] : 0;
-    }
+      for (unsigned k = 0; k < 4; k++) {
+        uint32_t i = 32 * (b + k) + lane;
+        v[k] = FULL || (b + k < b1 && i < n) ? g[i] : 0;
+      }
 #pragma unroll
-    for (unsigned k = 0; k < 4; k++) {
-      const uint32_t bb = b + k, i = 32 * bb + lane;
-      if (bb >= b1)
-        break;
-      const bool valid = i < n;
-      uint32_t code = v[k];
-      bool bad = false;
-      if (quant)
-        bad = !fzk_q32<QK>(v[k], q, &code) && valid;
-      if (!valid)
-        code = 0;
-      uint32_t prev = __shfl_up_sync(FZK_FULL, code, 1);
-      if (lane == 0)
-        prev = carry;
-      carry = __shfl_sync(FZK_FULL, code, 31);
-      uint32_t fl = __ballot_sync(FZK_FULL, bad);
-      if (bp) {
-        uint32_t r = valid ? fzo_zigzag32(code - prev) : 0;
-        ((uint32_t *)s.a)[i] = r;
-        uint32_t any = __reduce_or_sync(FZK_FULL, r);
-        if (lane == 0) {
-          s.info[bb] = (uint32_t)__popc(fl) << 16 | 4u * (any ? 32u - __clz(any) : 0u);
-          s.flags[bb] = fl;
-        }
-      } else {
-        uint32_t u = code;
-        if (diff) {
-          uint32_t dd = code - prev;
-          u = d.k32nega ? fzo_nega32(dd) : fzo_zigzag32(dd);
-        }
+      for (unsigned k = 0; k < 4; k++) {
+        const uint32_t bb = b + k, i = 32 * bb + lane;
+        if (!FULL && bb >= b1)
+          break;
+        const bool valid = FULL || i < n;
+        uint32_t code = v[k];
+        bool bad = false;
+        if (quant)
+          bad = !fzk_q32<QK>(v[k], q, &code) && valid;
         if (!valid)
-          u = 0;
-        uint32_t x = fzk_transpose32(u, tp);
-        /* Lane p holds bytes 4bb..4bb+3 of plane p. */
-        if (4 * bb + 4 <= pb) {
-          fzk_st32u(s.a, lane * pb + 4 * bb, x);
+          code = 0;
+        uint32_t prev = __shfl_up_sync(FZK_FULL, code, 1);
+        if (lane == 0)
+          prev = carry;
+        carry = __shfl_sync(FZK_FULL, code, 31);
+        uint32_t fl = __ballot_sync(FZK_FULL, bad);
+        if (bp) {
+          uint32_t r = valid ? fzo_zigzag32(code - prev) : 0;
+          ((uint32_t *)s.a)[i] = r;
+          uint32_t any = __reduce_or_sync(FZK_FULL, r);
+          if (lane == bb - b0) {
+            my_info = (uint32_t)__popc(fl) << 16 | 4u * (32u - __clz(any));
+            my_fl = fl;
+          }
         } else {
-          for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
-            s.a[lane * pb + 4 * bb + k2] = (uint8_t)(x >> (8 * k2));
-        }
-        if (lane == 0) {
-          s.info[bb] = (uint32_t)__popc(fl) << 16;
-          s.flags[bb] = fl;
+          uint32_t u = code;
+          if (diff) {
+            uint32_t dd = code - prev;
+            u = d.k32nega ? fzo_nega32(dd) : fzo_zigzag32(dd);
+          }
+          if (!valid)
+            u = 0;
+          uint32_t x = fzk_transpose32(u, tp);
+          /* Lane p holds bytes 4bb..4bb+3 of plane p. */
+          if (4 * bb + 4 <= pb) {
+            fzk_st32u(s.a, lane * ps + 4 * bb, x);
+          } else {
+            for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
+              s.a[lane * ps + 4 * bb + k2] = (uint8_t)(x >> (8 * k2));
+          }
+          if (lane == bb - b0) {
+            my_info = (uint32_t)__popc(fl) << 16;
+            my_fl = fl;
+          }
         }
       }
     }
-  }
+  };
+  if (raw == cb && K % 4 == 0)
+    pass1(std::true_type());
+  else
+    pass1(std::false_type());
   __syncwarp();
+  uint32_t my_off;
   {
-    uint32_t bi = b0 + lane, x = lane < K && bi < b1 ? s.info[bi] : 0;
-    uint32_t inc = fzk_warp_incl(x);
-    if (lane < K && bi < b1)
-      s.offs[bi] = inc - x;
+    const uint32_t inc = fzk_warp_incl(my_info);
+    my_off = inc - my_info;
     if (lane == 31)
       s.wt[warp] = inc;
   }
@@ -420,7 +444,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
     v1 = v0 + per < nv ? v0 + per : nv;
     uint32_t cnt = 0;
     for (uint32_t v = v0; v < v1; v++) {
-      uint4 qv = ((const uint4 *)s.a)[v];
+      uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
       uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
       *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
       cnt += __popc(mk);
@@ -506,17 +530,17 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
       }
     }
     for (uint32_t b = b0; b < b1; b++) {
-      const uint32_t i = 32 * b + lane, o = base + s.offs[b];
+      const uint32_t i = 32 * b + lane, o = base + __shfl_sync(FZK_FULL, my_off, b - b0);
       if (bp) {
         uint32_t x = fzk_transpose32(((const uint32_t *)s.a)[i], tp);
-        uint32_t nbits = (s.info[b] & 0xffffu) >> 2;
+        uint32_t nbits = (__shfl_sync(FZK_FULL, my_info, b - b0) & 0xffffu) >> 2;
         if (lane < nbits)
           *(uint32_t *)(res + side + nb + (o & 0xffffu) + 4 * lane) = x;
         if (lane == 0)
           res[side + b] = (uint8_t)nbits;
       }
       if (quant) {
-        uint32_t fl = s.flags[b];
+        uint32_t fl = __shfl_sync(FZK_FULL, my_fl, b - b0);
         if ((fl >> lane) & 1u) {
           uint32_t r = (o >> 16) + __popc(fl & ((1u << lane) - 1u));
           res[vl + 2 * r] = (uint8_t)i;
@@ -551,7 +575,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
       }
       uint8_t *dst = res + pos1 + rank1;
       for (uint32_t v = v0; v < v1; v++) {
-        uint4 qv = ((const uint4 *)s.a)[v];
+        uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
         uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
         for (unsigned k = 0; k < 4; k++) {
