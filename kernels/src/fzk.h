@@ -27,7 +27,7 @@ extern "C" {
  * x^(8*SPAN*2^j) for combining the blocks of a long buffer, which are
  * checksummed in segments of FZK_CRC_SEG bytes. */
 #define FZK_CRC_NSEG 4u
-#define FZK_CRC_SEG 128u
+#define FZK_CRC_SEG 16u /* short serial runs, and many blocks for a long buffer */
 #define FZK_CRC_SPAN (FZK_NT * FZK_CRC_SEG)
 #define FZK_CRC_SEGF 1024u
 #define FZK_CRC_SPANF (FZK_CRC_SEGF + FZK_CRC_NSEG * FZK_NT)
