@@ -1,0 +1,126 @@
+/*
+ * crc_model.c - the arithmetic of the GPU checksums, on the CPU: the tables
+ * of crc_tables.c drive a model of how the kernels split a buffer (every
+ * thread of a block a segment of a virtual span that ends with the buffer,
+ * every block of a long buffer a span, fzk_crc.h), and the combined value
+ * must be the CRC-32C the engine computes byte after byte.  It needs no
+ * GPU, so CI checks the tables and the constants of fzk.h on every run; the
+ * GPU suites check the kernels themselves against the CPU archives.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "engine.h"
+#include "fzk.h"
+#include "fzk_crc.h"
+#include "xorshift.h"
+
+static uint32_t tab[FZK_CRC_TAB_WORDS];
+
+static void setup(void) { fzk_crc_tables(tab); }
+
+/* Thread t's share, as fzk_crc_share (warp_ops.cuh) computes it: its
+ * segment of the span of FZK_NT * seg bytes that ends with the L bytes at p
+ * (virtual zeros before them), four bytes at a time with the slice tables,
+ * message bytes 0..3 inverted (g0: the index of p[0] in the message), then
+ * shifted to the end of the span by the factor tab holds for t. */
+static uint32_t share(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0, unsigned t) {
+  int64_t j = (int64_t)t * seg - ((int64_t)FZK_NT * seg - L);
+  const int64_t j1 = j + seg;
+  if (j1 <= 0)
+    return 0;
+  if (j <= -4)
+    j += ((-j) / 4) * 4; /* whole words of virtual zeros change nothing */
+  uint32_t c = 0;
+  for (; j < j1; j += 4) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++)
+      if (j + k >= 0)
+        v |= (uint32_t)p[j + k] << (8 * k);
+    int64_t g = (int64_t)g0 + j;
+    if (g < 4)
+      v ^= g >= 0 ? 0xffffffffu >> (8 * g) : 0xffffffffu << (8 * -g);
+    if (j < 0)
+      v &= 0xffffffffu << (8 * -j);
+    c ^= v;
+    c = tab[768 + (c & 0xffu)] ^ tab[512 + ((c >> 8) & 0xffu)] ^ tab[256 + ((c >> 16) & 0xffu)] ^
+        tab[c >> 24];
+  }
+  unsigned k = 0;
+  while ((16u << k) != seg)
+    k++;
+  return c ? fzk_crc_mulmod(c, tab[FZK_CRC_SEGF + FZK_NT * k + t]) : 0;
+}
+
+/* The raw register of one span, as a chunk kernel or one block of
+ * fzk_crc_parts_kernel XORs it together. */
+static uint32_t span(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0) {
+  uint32_t x = 0;
+  for (unsigned t = 0; t < FZK_NT; t++)
+    x ^= share(p, L, seg, g0, t);
+  return x;
+}
+
+static uint8_t *random_bytes(size_t n, uint64_t seed) {
+  uint8_t *b = malloc(n ? n : 1);
+  cr_assert_not_null(b);
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; i++)
+    b[i] = (uint8_t)(xorshift64(&s) >> 56);
+  return b;
+}
+
+TestSuite(kernel_crc, .init = setup);
+
+/* A chunk: one block, every segment size the chunk kernels choose, lengths
+ * from 4 bytes to the whole span (shorter ones are done byte by byte). */
+Test(kernel_crc, chunk_segments) {
+  for (uint32_t seg = 16; seg <= 128; seg *= 2) {
+    const uint32_t lens[] = {4, 5, 7, 63, 64, 65, 1000, 4095, FZK_NT * seg - 1, FZK_NT * seg};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+      uint32_t L = lens[i];
+      uint8_t *b = random_bytes(L, 1 + 31 * seg + i);
+      uint32_t got = ~span(b, L, seg, 0), want = fze_crc32c(0, b, L);
+      cr_assert_eq(got, want, "seg %u, %u bytes: %08x, want %08x", seg, L, got, want);
+      free(b);
+    }
+  }
+}
+
+/* A long buffer: spans of FZK_CRC_SPAN bytes, the first one short so that
+ * the last ends the buffer, each shifted to the end by the products of the
+ * x^(8 * SPAN * 2^j) factors, as fzk_crc_parts_kernel and the finish kernel
+ * combine them. */
+Test(kernel_crc, long_buffers) {
+  const uint64_t lens[] = {4, 100, FZK_CRC_SPAN - 1, FZK_CRC_SPAN, FZK_CRC_SPAN + 1,
+                           3 * FZK_CRC_SPAN + 17, 40 * FZK_CRC_SPAN + 1234};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    const uint64_t len = lens[i], np = (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN;
+    uint8_t *b = random_bytes(len, 7 + i);
+    const uint64_t p0 = np * FZK_CRC_SPAN - len;
+    uint32_t x = 0;
+    for (uint64_t blk = 0; blk < np; blk++) {
+      uint64_t e = (blk + 1) * FZK_CRC_SPAN - p0, s0 = blk ? e - FZK_CRC_SPAN : 0;
+      uint32_t c = span(b + s0, (uint32_t)(e - s0), FZK_CRC_SEG, s0);
+      uint32_t mul = FZK_X0;
+      for (uint64_t k = np - 1 - blk, j = 0; k; j++, k >>= 1)
+        if (k & 1)
+          mul = fzk_crc_mulmod(mul, tab[FZK_CRC_SPANF + j]);
+      x ^= fzk_crc_mulmod(c, mul);
+    }
+    cr_assert_eq(~x, fze_crc32c(0, b, len), "%llu bytes", (unsigned long long)len);
+    free(b);
+  }
+}
+
+/* The factors themselves: x^(8n) by repeated squaring against shifting a
+ * CRC register through n zero bytes one at a time. */
+Test(kernel_crc, shift_factors) {
+  for (uint64_t n = 0; n < 300; n += 7) {
+    uint32_t c = 0x12345678u, byte_at_a_time = c;
+    for (uint64_t k = 0; k < n; k++)
+      byte_at_a_time = (byte_at_a_time >> 8) ^ tab[byte_at_a_time & 0xffu];
+    cr_assert_eq(fzk_crc_mulmod(c, fzk_crc_xpow8(n)), byte_at_a_time, "n = %llu",
+                 (unsigned long long)n);
+  }
+}
