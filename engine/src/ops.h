@@ -13,6 +13,7 @@
 #ifndef FZE_OPS_H
 #define FZE_OPS_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -49,13 +50,29 @@ FZ_HD double fzo_bits_f64(uint64_t u) {
   memcpy(&x, &u, sizeof x);
   return x;
 }
+/* A double's low word, and a double from its two words: one register move
+ * each on the GPU. */
+FZ_HD uint32_t fzo_f64_lo(double x) {
+#ifdef __CUDA_ARCH__
+  return (uint32_t)__double2loint(x);
+#else
+  return (uint32_t)fzo_f64_bits(x);
+#endif
+}
+FZ_HD double fzo_f64_words(uint32_t hi, uint32_t lo) {
+#ifdef __CUDA_ARCH__
+  return __hiloint2double((int)hi, (int)lo);
+#else
+  return fzo_bits_f64((uint64_t)hi << 32 | lo);
+#endif
+}
 FZ_HD double fzo_fabs(double x) { return x < 0 ? -x : x; }
 
+/* 1.5 * 2^52: t + M has ulp 1 for |t| < 2^51. */
+#define FZO_RINT_MAGIC 6755399441055744.0
+
 /* Round to nearest, ties to even, for |t| < 2^51. */
-FZ_HD double fzo_rint(double t) {
-  const double m = 6755399441055744.0; /* 1.5 * 2^52 */
-  return (t + m) - m;
-}
+FZ_HD double fzo_rint(double t) { return (t + FZO_RINT_MAGIC) - FZO_RINT_MAGIC; }
 
 /* Values that must come back bit for bit and are never quantized: NaN, Inf,
  * -0.0 and denormals.  +0.0 is quantized (to bin 0, which decodes to +0.0). */
@@ -87,6 +104,29 @@ FZ_HD bool fzo_quant_f32(float x, double inv, double step, double e,
     return false;
   *code = c;
   return true;
+}
+
+/* The same bins without converting the bin between double and int32, as
+ * the GPU's word kernels compute them: the low word of t + M is rint(t) as
+ * an int32 (|t| <= FZO_QMAX_F32 < 2^31), (t + M) - M is rint(t) itself, and
+ * an int32 word becomes its double by the same sum backwards (the high word
+ * of M, less one for a negative word, over the word).  The same IEEE
+ * operations as fzo_quant_f32 and fzo_dequant_f32, so the same results
+ * (tests/gpu/quant_model.c); an outlier's word is 0.  fabs() instead of
+ * fzo_fabs() gives the same comparisons and one instruction on the GPU. */
+FZ_HD bool fzo_quant_f32_sum(float x, double inv, double step, double e, uint32_t *code) {
+  const double xd = (double)x;
+  const double t = xd * inv;
+  const double u = t + FZO_RINT_MAGIC;
+  const float r = (float)((u - FZO_RINT_MAGIC) * step);
+  const uint32_t c = fzo_f64_lo(u);
+  const bool ok = !fzo_f32_special(fzo_f32_bits(x)) && fabs(t) <= FZO_QMAX_F32 &&
+                  fabs(xd - (double)r) <= e;
+  *code = ok ? c : 0;
+  return ok;
+}
+FZ_HD float fzo_dequant_f32_sum(uint32_t code, double step) {
+  return (float)((fzo_f64_words(0x43380000u - (code >> 31), code) - FZO_RINT_MAGIC) * step);
 }
 
 FZ_HD double fzo_dequant_f64(uint64_t code, double step) {

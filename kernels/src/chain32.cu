@@ -124,46 +124,31 @@ __device__ static fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
 #define FZK_Q_BINS 1
 #define FZK_Q_PW 2
 
-/* 1.5 * 2^52: t + M has ulp 1, so its low word is rint(t) as an int32 for
- * |t| < 2^31, and (t + M) - M is rint(t) itself (ops.h: fzo_rint). */
-#define FZK_MAGIC 6755399441055744.0
-
 /* The quantizer's word for the bits b of an f32; false for an outlier,
- * whose word is 0.  The uniform bins are fzo_quant_f32 (ops.h) step for
- * step, with the bin read off the rounding sum instead of converted back
- * and forth: the same IEEE operations, so the same words. */
+ * whose word is 0.  Uniform bins read the bin off the rounding sum
+ * (fzo_quant_f32_sum, ops.h), with the archive's words. */
 template <int QK>
 __device__ __forceinline__ bool fzk_q32(uint32_t b, const fzk_qparams &q, uint32_t *code) {
   if (QK == FZK_Q_NONE || q.step == 0) {
     *code = b;
     return true;
   }
+  if (QK == FZK_Q_BINS)
+    return fzo_quant_f32_sum(fzo_bits_f32(b), q.inv, q.step, q.eb_abs, code);
   uint32_t c = 0;
-  bool ok;
-  if (QK == FZK_Q_PW) {
-    ok = fzo_pw_quant_f32(fzo_bits_f32(b), (uint32_t)q.step, q.eb_abs, &c);
-  } else {
-    const double x = (double)__uint_as_float(b);
-    const double t = x * q.inv;
-    const double u = t + FZK_MAGIC;
-    const float r = (float)((u - FZK_MAGIC) * q.step);
-    ok = !fzo_f32_special(b) && fabs(t) <= FZO_QMAX_F32 && fabs(x - (double)r) <= q.eb_abs;
-    c = (uint32_t)__double2loint(u);
-  }
+  const bool ok = fzo_pw_quant_f32(fzo_bits_f32(b), (uint32_t)q.step, q.eb_abs, &c);
   *code = ok ? c : 0;
   return ok;
 }
 
-/* The value of a word: fzo_dequant_f32 with the int32 made a double by the
- * same rounding sum backwards (exact: both sides are integers below 2^52). */
+/* The value of a word (fzo_dequant_f32_sum for uniform bins). */
 template <int QK>
 __device__ __forceinline__ uint32_t fzk_dq32(uint32_t code, const fzk_qparams &q) {
   if (QK == FZK_Q_NONE || q.step == 0)
     return code;
   if (QK == FZK_Q_PW)
     return fzo_f32_bits(fzo_pw_dequant_f32(code, (uint32_t)q.step));
-  const double k = __hiloint2double(0x43380000 - (int)(code >> 31), (int)code) - FZK_MAGIC;
-  return __float_as_uint((float)(k * q.step));
+  return fzo_f32_bits(fzo_dequant_f32_sum(code, q.step));
 }
 
 __device__ __forceinline__ uint32_t fzk_vlen(uint32_t v) {

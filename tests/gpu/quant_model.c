@@ -1,9 +1,9 @@
 /*
  * quant_model.c - the GPU quantizer's shortcut, on the CPU.  The 4-byte word
  * kernels (chain32.cu: fzk_q32, fzk_dq32) do not convert the bin between
- * double and int32: they read it off the low word of t + 1.5 * 2^52 and
- * build the double back from the int32 the same way.  Here the same
- * formulas, written with the same IEEE operations, must give exactly the
+ * double and int32: fzo_quant_f32_sum and fzo_dequant_f32_sum (ops.h) read
+ * it off the low word of t + 1.5 * 2^52 and build the double back from the
+ * int32 the same way.  Built here for the CPU, they must give exactly the
  * words and values of the engine's fzo_quant_f32 and fzo_dequant_f32 for
  * every kind of input (specials, bins at the limits, any 32-bit word a
  * hostile archive may hold).  No GPU needed; the GPU suites check the
@@ -16,43 +16,15 @@
 #include "ops.h"
 #include "xorshift.h"
 
-#define MAGIC 6755399441055744.0
-
-static uint32_t lo_word(double d) {
-  uint64_t u;
-  memcpy(&u, &d, sizeof u);
-  return (uint32_t)u;
-}
-
-static double from_words(uint32_t hi, uint32_t lo) {
-  uint64_t u = (uint64_t)hi << 32 | lo;
-  double d;
-  memcpy(&d, &u, sizeof d);
-  return d;
-}
-
-/* fzk_q32 for uniform bins. */
-static bool model_quant(uint32_t b, double inv, double step, double e, uint32_t *code) {
-  const double x = (double)fzo_bits_f32(b);
-  const double t = x * inv;
-  const double u = t + MAGIC;
-  const float r = (float)((u - MAGIC) * step);
-  bool ok = !fzo_f32_special(b) && fabs(t) <= FZO_QMAX_F32 && fabs(x - (double)r) <= e;
-  *code = ok ? lo_word(u) : 0;
-  return ok;
-}
-
-/* fzk_dq32 for uniform bins. */
-static uint32_t model_dequant(uint32_t code, double step) {
-  const double k = from_words(0x43380000u - (code >> 31), code) - MAGIC;
-  return fzo_f32_bits((float)(k * step));
+static uint32_t dequant_sum(uint32_t code, double step) {
+  return fzo_f32_bits(fzo_dequant_f32_sum(code, step));
 }
 
 static void check_quant(uint32_t b, double eb) {
   const double step = 2 * eb * (1 - 0x1p-20), inv = 1.0 / step;
   uint32_t want = 0, got = 0;
   bool ok_want = fzo_quant_f32(fzo_bits_f32(b), inv, step, eb, &want);
-  bool ok_got = model_quant(b, inv, step, eb, &got);
+  bool ok_got = fzo_quant_f32_sum(fzo_bits_f32(b), inv, step, eb, &got);
   if (!ok_want)
     want = 0;
   cr_assert_eq(ok_got, ok_want, "word %08x, eb %g: outlier %d, want %d", b, eb, !ok_got,
@@ -97,16 +69,16 @@ Test(kernel_quant, dequant_matches_the_engine) {
   for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
     for (uint64_t c = 0; c <= 0xffffffffu; c += 65537) {
       uint32_t want = fzo_f32_bits(fzo_dequant_f32((uint32_t)c, steps[k]));
-      cr_assert_eq(model_dequant((uint32_t)c, steps[k]), want, "code %08x", (unsigned)c);
+      cr_assert_eq(dequant_sum((uint32_t)c, steps[k]), want, "code %08x", (unsigned)c);
     }
     const uint32_t edges[] = {0, 1, 0x7fffffffu, 0x80000000u, 0x80000001u, 0xffffffffu};
     for (size_t j = 0; j < sizeof edges / sizeof edges[0]; j++) {
       uint32_t want = fzo_f32_bits(fzo_dequant_f32(edges[j], steps[k]));
-      cr_assert_eq(model_dequant(edges[j], steps[k]), want, "code %08x", edges[j]);
+      cr_assert_eq(dequant_sum(edges[j], steps[k]), want, "code %08x", edges[j]);
     }
     for (int i = 0; i < 100000; i++) {
       uint32_t c = (uint32_t)(xorshift64(&s) >> 32);
-      cr_assert_eq(model_dequant(c, steps[k]), fzo_f32_bits(fzo_dequant_f32(c, steps[k])),
+      cr_assert_eq(dequant_sum(c, steps[k]), fzo_f32_bits(fzo_dequant_f32(c, steps[k])),
                    "code %08x", c);
     }
   }
