@@ -43,6 +43,22 @@ fi
 step() { printf '\n== %s\n' "$*"; }
 status=0
 summary=()
+# run_ctest LABEL LOG CTEST-ARGS...: one selection of suites, its verdict in
+# the summary and its log in $logs/LOG.
+run_ctest() {
+  local label=$1 log=$2
+  shift 2
+  if ctest --test-dir "$build" "$@" --output-on-failure > "$logs/$log" 2>&1; then
+    if grep -q '\*\*\*Skipped' "$logs/$log"; then
+      summary+=("$label: SKIPPED, some or all (see $log)")
+    else
+      summary+=("$label: passed")
+    fi
+  else
+    summary+=("$label: FAILED")
+    status=1
+  fi
+}
 
 step configure and build
 # A profile maps samples to source lines (-lineinfo changes no code).
@@ -57,13 +73,7 @@ echo "built"
 
 if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   step GPU test suites
-  if ctest --test-dir "$build" -R '^test_gpu_' -E '^test_gpu_service$' --output-on-failure \
-       > "$logs/ctest.log" 2>&1; then
-    summary+=("ctest GPU suites: passed")
-  else
-    summary+=("ctest GPU suites: FAILED")
-    status=1
-  fi
+  run_ctest "ctest GPU suites" ctest.log -R '^test_gpu_' -E '^test_gpu_service$'
   grep -E "tests passed|Test +#|Passed|Failed|Skipped|SKIP|Synthesis|large:" "$logs/ctest.log" | tail -30
 
   step compute-sanitizer
@@ -119,7 +129,9 @@ if [ "${FZ_GPU_PROFILE:-0}" != 0 ] && command -v ncu > /dev/null; then
   for f in "$fields"/*.f32; do [ -f "$f" ] && { pin=("$f"); break; }; done
   bench=("$build/tests/bench/fz_gpu_bench" -r 0 -e 1e-3 -p "${FZ_PROFILE_PRESETS:-fast,balanced}"
          "${pin[@]}")
+  report=$logs/ncu.txt
   if [ "$FZ_GPU_PROFILE" = full ]; then
+    report=$logs/ncu-details.txt
     ncu --clock-control none --kernel-name "regex:${FZ_PROFILE_KERNELS:-fzk_(enc|dec)32}" \
       --set full --import-source yes -f -o "$logs/ncu" "${bench[@]}" > "$logs/ncu-run.txt" 2>&1 ||
       { summary+=("ncu profile: FAILED"); status=1; }
@@ -131,7 +143,6 @@ if [ "${FZ_GPU_PROFILE:-0}" != 0 ] && command -v ncu > /dev/null; then
       ncu -i "$logs/ncu.ncu-rep" "${opts[@]}" > "$logs/ncu-$view.txt" 2>&1 ||
         { summary+=("ncu export $view: FAILED"); status=1; }
     done
-    cp "$logs/ncu-details.txt" "$logs/ncu.txt"
   else
     ncu --clock-control none --kernel-name regex:fzk_ \
       --section SpeedOfLight --section Occupancy --section LaunchStats \
@@ -139,7 +150,7 @@ if [ "${FZ_GPU_PROFILE:-0}" != 0 ] && command -v ncu > /dev/null; then
       "${bench[@]}" > "$logs/ncu.txt" 2>&1 || { summary+=("ncu profile: FAILED"); status=1; }
   fi
   grep -E "^  fzk_|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Warp Cycles Per Issued" \
-    "$logs/ncu.txt" | grep -v "^ *---" | head -200
+    "$report" | grep -v "^ *---" | head -200
 fi
 
 # ---- service on the GPU ---------------------------------------------------
@@ -152,13 +163,7 @@ if [ "$service" != 0 ]; then
   cmake --build "$build" -j16 --target fzd fzctl test_gpu_service \
     > "$logs/build-service.log" 2>&1 || { tail -40 "$logs/build-service.log"; exit 1; }
   if [ "$service" != bench ]; then
-    if ctest --test-dir "$build" -R '^test_gpu_service$' --output-on-failure \
-         > "$logs/ctest-service.log" 2>&1; then
-      summary+=("ctest GPU service: passed")
-    else
-      summary+=("ctest GPU service: FAILED")
-      status=1
-    fi
+    run_ctest "ctest GPU service" ctest-service.log -R '^test_gpu_service$'
     grep -E "Test +#|PASS|FAIL|Assert|Synthesis|\[----\]" "$logs/ctest-service.log" | tail -30
   fi
   if [ "$service" != tests ]; then
