@@ -88,12 +88,7 @@ static void m_hello(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   fzp_pack_result_begin(pk, msg->msgid, 7);
   fzp_pack_key(pk, "version");
   msgpack_pack_int(pk, FZP_PROTOCOL_VERSION);
-  fzp_pack_key(pk, "server");
-  fzp_pack_key(pk, FZD_VERSION_STRING);
-  fzp_pack_key(pk, "backend");
-  fzp_pack_key(pk, srv->backend_name);
-  fzp_pack_key(pk, "device");
-  fzp_pack_key(pk, srv->device_name);
+  fzd_pack_identity(srv, pk);
   fzp_pack_key(pk, "max_message");
   msgpack_pack_uint64(pk, srv->cfg.max_message_bytes);
   fzp_pack_key(pk, "max_inline");

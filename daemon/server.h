@@ -121,6 +121,9 @@ typedef struct fzd_stats {
 void fzd_stats_job(fzd_stats *st, const fzd_job *job);
 void fzd_stats_pack(const fzd_stats *st, msgpack_packer *pk, uint32_t msgid);
 void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid);
+/* The three pairs that name this fzd in hello and status replies: server
+ * (version string), backend, device. */
+void fzd_pack_identity(const fzd_server *srv, msgpack_packer *pk);
 
 /* ---- server ------------------------------------------------------------- */
 

@@ -50,14 +50,18 @@ void fzd_stats_pack(const fzd_stats *st, msgpack_packer *pk, uint32_t msgid) {
   pack_op(pk, "decompress", &st->decompress);
 }
 
-void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
-  fzp_pack_result_begin(pk, msgid, 11);
+void fzd_pack_identity(const fzd_server *srv, msgpack_packer *pk) {
   fzp_pack_key(pk, "server");
   fzp_pack_key(pk, FZD_VERSION_STRING);
   fzp_pack_key(pk, "backend");
   fzp_pack_key(pk, srv->backend_name);
   fzp_pack_key(pk, "device");
   fzp_pack_key(pk, srv->device_name);
+}
+
+void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
+  fzp_pack_result_begin(pk, msgid, 11);
+  fzd_pack_identity(srv, pk);
   pack_u64(pk, "uptime_s", (fzd_notify_monotonic_usec() - srv->start_usec) / 1000000u);
   pack_u64(pk, "workers", srv->workers);
   pack_u64(pk, "connections", srv->nconns);
