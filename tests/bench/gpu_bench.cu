@@ -21,6 +21,7 @@
 #include "bench_data.h"
 #include "fz.h"
 #include "fz_gpu.h"
+#include "params_1d.h"
 
 #define CK(call)                                                                \
   do {                                                                          \
@@ -47,11 +48,7 @@ static float *replicate(const float *x, size_t n, size_t min_bytes, size_t *tota
 static int bench(fz_gpu_ctx *ctx, const char *name, const float *h_x, size_t n,
                  const char *preset, double eb, fz_eb_mode mode, unsigned repeat) {
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = FZ_F32;
-  p.ndims = 1;
-  p.dims[0] = n;
-  p.pipeline = preset;
+  fzt_params_1d(&p, FZ_F32, n, preset);
   p.eb = eb;
   p.eb_mode = mode;
   char why[256] = "";

@@ -17,6 +17,7 @@
 
 #include "fz.h"
 #include "jobs_util.h"
+#include "params_1d.h"
 #include "xorshift.h"
 
 /* Reads one reply and checks its msgid and code. */
@@ -361,10 +362,7 @@ static void storm(fzd_harness *h, wire *good, bool tcp, const char *token) {
 
   /* An archive made in-process, to decompress. */
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = FZ_F32;
-  p.ndims = 1;
-  p.dims[0] = N;
+  fzt_params_1d(&p, FZ_F32, N, NULL);
   p.eb = 1e-2;
   fz_plan *pl;
   cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);

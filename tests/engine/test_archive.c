@@ -12,6 +12,7 @@
 #include "archive_fixup.h"
 #include "check.h"
 #include "gen.h"
+#include "params_1d.h"
 
 typedef struct sample {
   const char *name;
@@ -41,11 +42,7 @@ static uint8_t *make(const sample *s, size_t *len, void **data) {
     for (size_t i = 0; i < s->n * w; i++)
       x[i] = (uint8_t)(i / 64);
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = s->t;
-  p.ndims = 1;
-  p.dims[0] = s->n;
-  p.pipeline = s->pipe;
+  fzt_params_1d(&p, s->t, s->n, s->pipe);
   p.eb = 1e-3;
   fz_plan *pl;
   char why[256];

@@ -6,14 +6,11 @@
 #include <string.h>
 
 #include "fz.h"
+#include "params_1d.h"
 
 static int plan_rc(const char *pipe, fz_dtype t, double eb, char *why, size_t len) {
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = 1;
-  p.dims[0] = 100;
-  p.pipeline = pipe;
+  fzt_params_1d(&p, t, 100, pipe);
   p.eb = eb;
   fz_plan *pl = NULL;
   why[0] = 0;
@@ -28,11 +25,7 @@ static int plan_rc(const char *pipe, fz_dtype t, double eb, char *why, size_t le
 static const char *canonical(const char *pipe, fz_dtype t) {
   static char buf[256];
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = 1;
-  p.dims[0] = 10;
-  p.pipeline = pipe;
+  fzt_params_1d(&p, t, 10, pipe);
   p.eb = 1e-3;
   fz_plan *pl;
   char why[256];

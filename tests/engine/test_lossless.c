@@ -8,6 +8,7 @@
 
 #include "fz.h"
 #include "gen.h"
+#include "params_1d.h"
 
 static void lossless(fz_dtype t, const char *pipe, size_t n, int pattern) {
   size_t w = fz_dtype_size(t);
@@ -21,11 +22,7 @@ static void lossless(fz_dtype t, const char *pipe, size_t n, int pattern) {
     }
   }
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = 1;
-  p.dims[0] = n;
-  p.pipeline = pipe;
+  fzt_params_1d(&p, t, n, pipe);
   fz_plan *pl;
   char why[256] = "";
   int rc = fz_plan_create(&p, &pl, why, sizeof why);
@@ -67,11 +64,7 @@ Test(lossless, float_specials) {
     uint8_t *x = malloc(n * w), *y = malloc(n * w);
     gen_fill(GEN_SPECIAL_MIX, x, n, f32, 9);
     fz_params p;
-    fz_params_init(&p);
-    p.dtype = f32 ? FZ_F32 : FZ_F64;
-    p.ndims = 1;
-    p.dims[0] = n;
-    p.pipeline = "lossless";
+    fzt_params_1d(&p, f32 ? FZ_F32 : FZ_F64, n, "lossless");
     fz_plan *pl;
     cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
     size_t cap = fz_plan_compress_bound(pl), len, ylen;

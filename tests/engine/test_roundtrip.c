@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "gen.h"
+#include "params_1d.h"
 
 static const char *const pipelines[] = {
     "fast", "balanced", "quant | diff(map=negabinary) | bitshuffle | rze(levels=2)"};
@@ -26,11 +27,7 @@ static void roundtrip(fz_dtype t, enum gen_kind k, size_t n, const char *pipe,
   void *x = malloc(n * w + 8), *y = malloc(n * w + 8);
   gen_fill(k, x, n, f32, n + 1);
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = 1;
-  p.dims[0] = n;
-  p.pipeline = pipe;
+  fzt_params_1d(&p, t, n, pipe);
   p.eb = eb;
   p.eb_mode = mode;
   p.threads = threads;

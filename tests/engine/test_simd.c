@@ -14,15 +14,12 @@
 
 #include "engine.h"
 #include "gen.h"
+#include "params_1d.h"
 
 static uint8_t *compress(const void *x, fz_dtype t, size_t n, const char *pipe,
                          double eb, fz_eb_mode mode, size_t *len) {
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = 1;
-  p.dims[0] = n;
-  p.pipeline = pipe;
+  fzt_params_1d(&p, t, n, pipe);
   p.eb = eb;
   p.eb_mode = mode;
   fz_plan *pl;
@@ -87,11 +84,7 @@ typedef struct race_arg {
 
 static int race_compress(const float *x, uint8_t **arc, size_t *len) {
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = FZ_F32;
-  p.ndims = 1;
-  p.dims[0] = RACE_N;
-  p.pipeline = "lossless";
+  fzt_params_1d(&p, FZ_F32, RACE_N, "lossless");
   fz_plan *pl;
   if (fz_plan_create(&p, &pl, NULL, 0) < 0)
     return -1;

@@ -9,11 +9,7 @@
 
 static uint8_t *make_archive(const char *preset, size_t n, size_t *len) {
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = FZ_F32;
-  p.ndims = 1;
-  p.dims[0] = n;
-  p.pipeline = preset;
+  fzt_params_1d(&p, FZ_F32, n, preset);
   p.eb = 1e-3;
   fz_plan *pl;
   cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);

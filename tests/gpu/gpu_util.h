@@ -13,6 +13,7 @@
 
 #include "fz.h"
 #include "fz_gpu.h"
+#include "params_1d.h"
 
 #define CUDA_OK(call) cr_assert_eq((int)(call), 0, "%s failed", #call)
 
@@ -95,11 +96,7 @@ static inline size_t check_identity(fz_dtype t, const char *pipeline, fz_eb_mode
                                     size_t n, unsigned flags) {
   size_t w = fz_dtype_size(t), in_len = n * w;
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = 1;
-  p.dims[0] = n;
-  p.pipeline = pipeline;
+  fzt_params_1d(&p, t, n, pipeline);
   p.eb = eb;
   p.eb_mode = mode;
   p.threads = 8;
