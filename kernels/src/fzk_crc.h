@@ -38,6 +38,27 @@ FZK_HD uint32_t fzk_crc_mulmod(uint32_t a, uint32_t b) {
   return p;
 }
 
+/* Four message bytes v (low byte first) as they enter a register run from
+ * zero: g is the index of the first in the message, j its index in the
+ * buffer at hand (g, j >= -3; bytes at negative j are virtual zeros before
+ * the buffer).  Message bytes 0..3 enter inverted, which stands for the
+ * all-ones initial register. */
+FZK_HD uint32_t fzk_crc_in4(uint32_t v, int64_t g, int j) {
+  if (g < 4)
+    v ^= g >= 0 ? 0xffffffffu >> (8 * g) : 0xffffffffu << (8 * -g);
+  if (j < 0)
+    v &= 0xffffffffu << (8 * -j);
+  return v;
+}
+
+/* The register after four bytes v, with the slice-by-4 tables T
+ * (fzk_crc_tables: T[256 s + b] advances byte b past s more bytes). */
+FZK_HD uint32_t fzk_crc_step4(uint32_t c, uint32_t v, const uint32_t *T) {
+  c ^= v;
+  return T[768 + (c & 0xffu)] ^ T[512 + ((c >> 8) & 0xffu)] ^ T[256 + ((c >> 16) & 0xffu)] ^
+         T[c >> 24];
+}
+
 /* x^(8 * nbytes) mod P, by repeated squaring. */
 FZK_HD uint32_t fzk_crc_xpow8(uint64_t nbytes) {
   uint32_t r = FZK_X0, sq = FZK_X0 >> 8; /* x^8 */

@@ -128,17 +128,9 @@ __device__ __forceinline__ uint32_t fzk_crc_share(const uint8_t *p, uint32_t o, 
   if (j <= -4)
     j += ((-j) / 4) * 4; /* whole words of virtual zeros change nothing */
   uint32_t c = 0;
-  for (; j < j1; j += 4) {
-    uint32_t v = fzk_ld32u(p, (uint32_t)((int)o + j));
-    int64_t g = (int64_t)g0 + j;
-    if (g < 4)
-      v ^= g >= 0 ? 0xffffffffu >> (8 * g) : 0xffffffffu << (8 * -g);
-    if (j < 0) /* bytes before the buffer are virtual zeros */
-      v &= 0xffffffffu << (8 * -j);
-    c ^= v;
-    c = T[768 + (c & 0xffu)] ^ T[512 + ((c >> 8) & 0xffu)] ^ T[256 + ((c >> 16) & 0xffu)] ^
-        T[c >> 24];
-  }
+  for (; j < j1; j += 4)
+    c = fzk_crc_step4(c, fzk_crc_in4(fzk_ld32u(p, (uint32_t)((int)o + j)), (int64_t)g0 + j, j),
+                      T);
   return c ? fzk_mulmod_dev(c, kt) : 0;
 }
 

@@ -21,9 +21,10 @@ static void setup(void) { fzk_crc_tables(tab); }
 
 /* Thread t's share, as fzk_crc_share (warp_ops.cuh) computes it: its
  * segment of the span of FZK_NT * seg bytes that ends with the L bytes at p
- * (virtual zeros before them), four bytes at a time with the slice tables,
- * message bytes 0..3 inverted (g0: the index of p[0] in the message), then
- * shifted to the end of the span by the factor tab holds for t. */
+ * (virtual zeros before them), four bytes at a time through the kernels'
+ * own steps (fzk_crc_in4, fzk_crc_step4; g0: the index of p[0] in the
+ * message), then shifted to the end of the span by the factor tab holds
+ * for t. */
 static uint32_t share(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0, unsigned t) {
   int64_t j = (int64_t)t * seg - ((int64_t)FZK_NT * seg - L);
   const int64_t j1 = j + seg;
@@ -37,14 +38,7 @@ static uint32_t share(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0, u
     for (int k = 0; k < 4; k++)
       if (j + k >= 0)
         v |= (uint32_t)p[j + k] << (8 * k);
-    int64_t g = (int64_t)g0 + j;
-    if (g < 4)
-      v ^= g >= 0 ? 0xffffffffu >> (8 * g) : 0xffffffffu << (8 * -g);
-    if (j < 0)
-      v &= 0xffffffffu << (8 * -j);
-    c ^= v;
-    c = tab[768 + (c & 0xffu)] ^ tab[512 + ((c >> 8) & 0xffu)] ^ tab[256 + ((c >> 16) & 0xffu)] ^
-        tab[c >> 24];
+    c = fzk_crc_step4(c, fzk_crc_in4(v, (int64_t)g0 + j, (int)j), tab);
   }
   unsigned k = 0;
   while ((16u << k) != seg)
