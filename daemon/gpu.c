@@ -450,6 +450,19 @@ out:
   return err;
 }
 
+/* The end of a job on IPC buffers: after a failure, wait for whatever still
+ * runs on the worker's stream (nothing may run on an IPC buffer once it is
+ * released), then release the job's two entries. */
+static int job_end(fzd_gpu_worker *w, fzd_job *job, ipc_entry *ein, ipc_entry *eout, int err) {
+  if (err < 0) {
+    cudaStreamSynchronize(w->stream);
+    cudaGetLastError();
+  }
+  ipc_release(job->ipc, ein);
+  ipc_release(job->ipc, eout);
+  return err;
+}
+
 static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   ipc_entry *ein = NULL, *eout = NULL;
   fz_gpu_plan *plan;
@@ -514,14 +527,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   else
     err = fzd_job_deliver_copy(job, w->h_out.p, arc_len);
 out:
-  if (err < 0) {
-    /* Nothing may still run on an IPC buffer once it is released. */
-    cudaStreamSynchronize(w->stream);
-    cudaGetLastError();
-  }
-  ipc_release(job->ipc, ein);
-  ipc_release(job->ipc, eout);
-  return err;
+  return job_end(w, job, ein, eout, err);
 }
 
 static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
@@ -600,13 +606,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   job->time_us = now_us() - t0;
   err = fzd_job_deliver_copy(job, w->h_out.p, out_len);
 out:
-  if (err < 0) {
-    cudaStreamSynchronize(w->stream);
-    cudaGetLastError();
-  }
-  ipc_release(job->ipc, ein);
-  ipc_release(job->ipc, eout);
-  return err;
+  return job_end(w, job, ein, eout, err);
 }
 
 int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
