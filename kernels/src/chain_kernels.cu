@@ -51,6 +51,28 @@ __device__ static void fzk_copy16(uint8_t *dst, const uint8_t *src, uint32_t len
 __device__ static bool fzk_finite_f32(uint32_t b) { return ((b >> 23) & 0xffu) != 0xffu; }
 __device__ static bool fzk_finite_f64(fzk_u64 b) { return ((b >> 52) & 0x7ffu) != 0x7ffu; }
 
+/* The minimum and maximum of every thread's lo and hi, left in thread 0's
+ * (by warp shuffles, then one barrier). */
+__device__ __forceinline__ void fzk_block_minmax(double *lo, double *hi) {
+  __shared__ double s_lo[FZK_NW], s_hi[FZK_NW];
+  for (unsigned o = 16; o; o >>= 1) {
+    double a = __shfl_xor_sync(FZK_FULL, *lo, o), b = __shfl_xor_sync(FZK_FULL, *hi, o);
+    *lo = a < *lo ? a : *lo;
+    *hi = b > *hi ? b : *hi;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    s_lo[threadIdx.x >> 5] = *lo;
+    s_hi[threadIdx.x >> 5] = *hi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (unsigned k = 1; k < FZK_NW; k++) {
+      *lo = s_lo[k] < *lo ? s_lo[k] : *lo;
+      *hi = s_hi[k] > *hi ? s_hi[k] : *hi;
+    }
+  }
+}
+
 /* Grid-stride minimum and maximum of the finite values; f32 in 16-byte
  * vectors when the input allows.  Each block leaves one pair in d_part. */
 __global__ void __launch_bounds__(FZK_NT)
@@ -94,22 +116,8 @@ fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w, int 
       hi = v > hi ? v : hi;
     }
   }
-  __shared__ double s_lo[FZK_NW], s_hi[FZK_NW];
-  for (unsigned o = 16; o; o >>= 1) {
-    double a = __shfl_xor_sync(FZK_FULL, lo, o), b = __shfl_xor_sync(FZK_FULL, hi, o);
-    lo = a < lo ? a : lo;
-    hi = b > hi ? b : hi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    s_lo[threadIdx.x >> 5] = lo;
-    s_hi[threadIdx.x >> 5] = hi;
-  }
-  __syncthreads();
+  fzk_block_minmax(&lo, &hi);
   if (threadIdx.x == 0) {
-    for (unsigned k = 1; k < FZK_NW; k++) {
-      lo = s_lo[k] < lo ? s_lo[k] : lo;
-      hi = s_hi[k] > hi ? s_hi[k] : hi;
-    }
     d_part[2 * blockIdx.x] = lo;
     d_part[2 * blockIdx.x + 1] = hi;
   }
@@ -121,29 +129,15 @@ fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w, int 
 __global__ void __launch_bounds__(FZK_NT)
 fzk_qparams_kernel(const double *__restrict__ d_part, unsigned nparts, unsigned mode,
                    double eb, int f32, fzk_qparams *__restrict__ d_qp) {
-  __shared__ double s_lo[FZK_NW], s_hi[FZK_NW];
   double lo = __longlong_as_double(0x7ff0000000000000ll), hi = -lo;
   if (mode != FZ_EB_PWREL)
     for (unsigned k = threadIdx.x; k < nparts; k += FZK_NT) {
       lo = d_part[2 * k] < lo ? d_part[2 * k] : lo;
       hi = d_part[2 * k + 1] > hi ? d_part[2 * k + 1] : hi;
     }
-  for (unsigned o = 16; o; o >>= 1) {
-    double a = __shfl_xor_sync(FZK_FULL, lo, o), b = __shfl_xor_sync(FZK_FULL, hi, o);
-    lo = a < lo ? a : lo;
-    hi = b > hi ? b : hi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    s_lo[threadIdx.x >> 5] = lo;
-    s_hi[threadIdx.x >> 5] = hi;
-  }
-  __syncthreads();
+  fzk_block_minmax(&lo, &hi);
   if (threadIdx.x != 0)
     return;
-  for (unsigned k = 1; k < FZK_NW; k++) {
-    lo = s_lo[k] < lo ? s_lo[k] : lo;
-    hi = s_hi[k] > hi ? s_hi[k] : hi;
-  }
   if (mode == FZ_EB_PWREL)
     lo = hi = 0;
   double e, s;
