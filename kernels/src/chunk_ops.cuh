@@ -223,15 +223,25 @@ __device__ __forceinline__ uint32_t fzk_rze_mask(const uint8_t *in, uint32_t nin
   return m;
 }
 
+/* This thread's bytes [lo, hi) of an nbm-byte bitmap, and the number of
+ * bits set before them (a block scan). */
+__device__ __forceinline__ fzk_u64 fzk_rank_range(const uint8_t *bm, uint32_t nbm,
+                                                  uint32_t *lo, uint32_t *hi, fzk_u64 *red) {
+  uint32_t per = (nbm + FZK_NT - 1) / FZK_NT;
+  *lo = threadIdx.x * per;
+  *hi = *lo + per < nbm ? *lo + per : nbm;
+  fzk_u64 c = 0;
+  for (uint32_t j = *lo; j < *hi; j++)
+    c += __popc(bm[j]);
+  fzk_u64 tot;
+  return fzk_exscan(c, &tot, red);
+}
+
 /* Kept bytes of one level, in index order, to dst. */
 __device__ void fzk_rze_scatter(const uint8_t *in, uint32_t nin, const uint8_t *bm,
                                 uint32_t nbm, uint8_t *dst, fzk_u64 *red) {
-  uint32_t per = (nbm + FZK_NT - 1) / FZK_NT;
-  uint32_t lo = threadIdx.x * per, hi = lo + per < nbm ? lo + per : nbm;
-  fzk_u64 c = 0;
-  for (uint32_t j = lo; j < hi; j++)
-    c += __popc(bm[j]);
-  fzk_u64 tot, r = fzk_exscan(c, &tot, red);
+  uint32_t lo, hi;
+  fzk_u64 r = fzk_rank_range(bm, nbm, &lo, &hi, red);
   for (uint32_t j = lo; j < hi; j++) {
     uint32_t m = bm[j];
     while (m) {
@@ -299,13 +309,8 @@ __device__ __forceinline__ bool fzk_tail_ok(const uint8_t *bm, uint32_t n) {
 /* Restores one level: n positions from bitmap bm and kept bytes k. */
 __device__ void fzk_rze_restore(const uint8_t *bm, const uint8_t *k, uint32_t n,
                                 uint8_t *dst, bool repeat, fzk_u64 *red) {
-  uint32_t nbm = (n + 7) / 8;
-  uint32_t per = (nbm + FZK_NT - 1) / FZK_NT;
-  uint32_t lo = threadIdx.x * per, hi = lo + per < nbm ? lo + per : nbm;
-  fzk_u64 c = 0;
-  for (uint32_t j = lo; j < hi; j++)
-    c += __popc(bm[j]);
-  fzk_u64 tot, r = fzk_exscan(c, &tot, red);
+  uint32_t nbm = (n + 7) / 8, lo, hi;
+  fzk_u64 r = fzk_rank_range(bm, nbm, &lo, &hi, red);
   uint32_t prev = repeat && r ? k[r - 1] : 0;
   for (uint32_t j = lo; j < hi; j++) {
     uint32_t m = bm[j];
