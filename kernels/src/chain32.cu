@@ -22,8 +22,6 @@
 #include "ops.h"
 #include "warp_ops.cuh"
 
-#define FZK_32_MAXNB 256u /* 32-word blocks of a 32 KiB chunk */
-
 /* Blocks per SM the kernels are built for: a budget of 40 registers a
  * thread; shared memory allows as many at 16 KiB chunks. */
 #ifndef FZK_ENC32_BLOCKS

@@ -44,15 +44,16 @@ struct fz_gpu_plan {
 
 static size_t up256(size_t v) { return (v + 255) & ~(size_t)255; }
 
-/* The staging area is for the generic chunk kernels only: the 4-byte word
- * kernels place their chunks themselves, and use offs for the look-back. */
+/* The staging area, the staged sizes and their scan are for the generic
+ * chunk kernels only: the 4-byte word kernels place their chunks
+ * themselves, and use offs for the look-back. */
 static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len, int staged) {
   size_t o = 0;
   w->stage = o; o += staged ? up256((size_t)nchunks * cb) : 0;
-  w->sizes = o; o += up256(4 * (size_t)nchunks + 4);
+  w->sizes = o; o += staged ? up256(4 * (size_t)nchunks + 4) : 0;
   w->crcs = o; o += up256(4 * (size_t)nchunks + 4);
   w->offs = o; o += up256(8 * ((size_t)nchunks + 2));
-  w->bsum = o; o += up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1));
+  w->bsum = o; o += staged ? up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1)) : 0;
   w->part = o; o += up256(16 * (size_t)FZK_MM_BLOCKS);
   w->qp = o; o += up256(sizeof(fzk_qparams));
   uint64_t p1 = fzk_crc_parts(4 * nchunks), p2 = fzk_crc_parts(header_len);
