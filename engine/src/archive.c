@@ -125,7 +125,7 @@ static int quant_params_ok(const fze_stage *st, fz_dtype t) {
   return 1;
 }
 
-int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h) {
+int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_t *table_pos) {
   memset(h, 0, sizeof *h);
   if (len < 4 || memcmp(arc, FZE_MAGIC, 4) != 0)
     return len < 4 && memcmp(arc, FZE_MAGIC, len) == 0 ? FZ_ETRUNC : FZ_EFORMAT;
@@ -188,15 +188,24 @@ int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h) {
     return FZ_ETRUNC;
   h->payload_crc = get_u32(arc + pos);
   pos += 4;
-  /* The chunk table must fit in what is present before it is read. */
+  /* The chunk table and the header CRC must be present. */
   if (h->nchunks > (len - pos) / 2 || len - pos - 2 * h->nchunks < 4)
     return FZ_ETRUNC;
+  *table_pos = pos;
+  h->header_len = pos + 2 * (size_t)h->nchunks + 4;
+  return 0;
+}
+
+int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h) {
+  size_t pos;
+  int rc = fze_header_parse_prefix(arc, len, h, &pos);
+  if (rc < 0)
+    return rc;
   h->sizes = arc + pos;
   pos += 2 * (size_t)h->nchunks;
   if (get_u32(arc + pos) != fze_crc32c(0, arc, pos))
     return FZ_ECORRUPT;
   pos += 4;
-  h->header_len = pos;
   uint64_t total = pos;
   for (uint64_t i = 0; i < h->nchunks; i++) {
     uint64_t raw = i + 1 < h->nchunks ? h->chunk_bytes

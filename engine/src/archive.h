@@ -31,6 +31,14 @@ void fze_header_write(const fze_header *h, uint8_t *out);
 /* Validates everything that can be validated without the payload, including
  * the total archive length. */
 int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h);
+/* The first part of fze_header_parse, which reads no more than the first
+ * FZE_PREFIX_MAX bytes of arc (of an archive of len bytes): everything up
+ * to the chunk table, which must be present with the header CRC after it
+ * (*table_pos: where it starts; h->header_len is set, h->sizes is not).
+ * The caller checks the header CRC, the chunk sizes and the total length
+ * as fze_header_parse does, in that order. */
+#define FZE_PREFIX_MAX (8 + 8 * FZ_MAX_DIMS + 1 + FZE_MAX_STAGES * 26 + 4)
+int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_t *table_pos);
 
 /* The validated shape, chunk size and chain of a plan (plan.c), for the GPU
  * backend, which builds its plans on top of CPU plans. */

@@ -45,11 +45,10 @@ struct fzk_e32 {
 struct fzk_d32 {
   uint8_t *c;      /* the coded chunk, at offset o */
   uint32_t *obm;   /* outlier bitmap */
-  uint32_t *offs;  /* per block: plane offset within the warp */
   uint32_t *wt;    /* per warp sums, and flags */
-  uint2 *r1;       /* rze level-1 bitmap words and their ranks (fzk_r1_at);
-                    * first the CRC slice tables */
-  uint8_t *tb2;    /* two rze bitmaps of the levels above 1 */
+  uint32_t *T;     /* the CRC slice tables */
+  uint2 *r1;       /* rze: level-1 bitmap words and their ranks (fzk_r1_at) */
+  uint8_t *tb2;    /* rze: two bitmaps of the levels above 1 */
 };
 
 __host__ __device__ static inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
@@ -75,11 +74,8 @@ __device__ __forceinline__ uint32_t fzk_plane_vec(uint32_t v, uint32_t pb, uint3
  * the CRC's reduction, 40 and 41 the chunk's archive offset, 47 its ticket. */
 #define FZK_WT_WORDS 48u
 
-/* The decoder's level-1 words, which also hold the CRC slice tables while
- * the chunk is checksummed. */
-__host__ __device__ static inline uint32_t r1_bytes(uint32_t cb) {
-  return a16(cb / 4 + 16) > 4096u ? a16(cb / 4 + 16) : 4096u;
-}
+/* The decoder's level-1 words. */
+__host__ __device__ static inline uint32_t r1_bytes(uint32_t cb) { return a16(cb / 4 + 16); }
 
 extern "C" void fzk_desc_layout32(fzk_desc *d) {
   uint32_t cb = d->cb, nbm = 4 * nbmax32(cb);
@@ -88,8 +84,8 @@ extern "C" void fzk_desc_layout32(fzk_desc *d) {
     tb += a16(len + 1);
   uint32_t e = a16(cb + 32 * 16 + 16) + a16(cb + 48) + 4 * FZK_WT_WORDS;
   d->smem_e32 = d->k32 == 2 ? e + tb : e;
-  uint32_t dd = a16(cb + 48) + 2 * nbm + 4 * FZK_WT_WORDS + r1_bytes(cb);
-  d->smem_d32 = d->k32 == 2 ? dd + 2 * a16(cb / 64 + 16) : dd;
+  uint32_t dd = a16(cb + 48) + nbm + 4 * FZK_WT_WORDS + 4096;
+  d->smem_d32 = d->k32 == 2 ? dd + r1_bytes(cb) + 2 * a16(cb / 64 + 16) : dd;
 }
 
 __device__ static fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
@@ -106,8 +102,8 @@ __device__ static fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
   uint32_t nbm = 4 * nbmax32(d.cb);
   s.c = p; p += a16(d.cb + 48);
   s.obm = (uint32_t *)p; p += nbm;
-  s.offs = (uint32_t *)p; p += nbm;
   s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
+  s.T = (uint32_t *)p; p += 4096;
   s.r1 = (uint2 *)p; p += r1_bytes(d.cb);
   s.tb2 = p;
   return s;
@@ -319,11 +315,13 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   if (quant)
     q = *d_qp;
 
-  /* Pass 1: words, residuals or shuffled planes, outliers, bit widths.
-   * Lane k of the warp keeps the summary of the warp's block b0 + k: its
-   * outlier bits, and outliers << 16 | 4 * bit width. */
+  /* Pass 1: words, residuals, outliers; bitpack planes packed per warp
+   * (the warp's blocks' planes in order from s.a + 128 b0 to s.a + wst),
+   * or the shuffled stream's planes.  Lane k of the warp keeps the summary
+   * of the warp's block b0 + k: its outlier bits, and outliers << 16 |
+   * 4 * bit width. */
   const uint32_t ps = fzk_plane_stride(pb);
-  uint32_t carry = 0, my_fl = 0, my_info = 0;
+  uint32_t carry = 0, my_fl = 0, my_info = 0, wst = 128 * b0;
   if (diff && b0 > 0 && b0 < nb) {
     uint32_t v = g[32 * b0 - 1];
     if (quant)
@@ -359,11 +357,16 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
         carry = __shfl_sync(FZK_FULL, code, 31);
         uint32_t fl = __ballot_sync(FZK_FULL, bad);
         if (bp) {
-          uint32_t r = valid ? fzo_zigzag32(code - prev) : 0;
-          ((uint32_t *)s.a)[i] = r;
-          uint32_t any = __reduce_or_sync(FZK_FULL, r);
+          /* The block's bit planes, as many as its widest residual needs,
+           * go to the warp's run in s.a at once. */
+          const uint32_t r = valid ? fzo_zigzag32(code - prev) : 0;
+          const uint32_t nbits = 32u - __clz(__reduce_or_sync(FZK_FULL, r));
+          const uint32_t x = fzk_transpose32(r, tp);
+          if (lane < nbits)
+            *(uint32_t *)(s.a + wst + 4 * lane) = x;
+          wst += 4 * nbits;
           if (lane == bb - b0) {
-            my_info = (uint32_t)__popc(fl) << 16 | 4u * (32u - __clz(any));
+            my_info = (uint32_t)__popc(fl) << 16 | 4u * nbits;
             my_fl = fl;
           }
         } else {
@@ -512,18 +515,23 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
           res[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
       }
     }
-    for (uint32_t b = b0; b < b1; b++) {
-      const uint32_t i = 32 * b + lane, o = base + __shfl_sync(FZK_FULL, my_off, b - b0);
-      if (bp) {
-        uint32_t x = fzk_transpose32(((const uint32_t *)s.a)[i], tp);
-        uint32_t nbits = (__shfl_sync(FZK_FULL, my_info, b - b0) & 0xffffu) >> 2;
-        if (lane < nbits)
-          *(uint32_t *)(res + side + nb + (o & 0xffffu) + 4 * lane) = x;
-        if (lane == 0)
-          res[side + b] = (uint8_t)nbits;
-      }
-      if (quant) {
-        uint32_t fl = __shfl_sync(FZK_FULL, my_fl, b - b0);
+    if (bp) {
+      /* The bit widths, and the warp's planes to their place (word
+       * aligned: see shift). */
+      if (lane < b1 - b0)
+        res[side + b0 + lane] = (uint8_t)((my_info & 0xffffu) >> 2);
+      const uint32_t nw = (wst - 128 * b0) / 4;
+      uint32_t *dst = (uint32_t *)(res + side + nb + (base & 0xffffu));
+      const uint32_t *src = (const uint32_t *)(s.a + 128 * b0);
+      for (uint32_t j = lane; j < nw; j += 32)
+        dst[j] = src[j];
+    }
+    if (quant) {
+      /* The outliers of the warp's blocks that have any. */
+      for (uint32_t pend = __ballot_sync(FZK_FULL, my_fl != 0); pend; pend &= pend - 1) {
+        const unsigned k = __ffs(pend) - 1;
+        const uint32_t fl = __shfl_sync(FZK_FULL, my_fl, k);
+        const uint32_t o = base + __shfl_sync(FZK_FULL, my_off, k), i = 32 * (b0 + k) + lane;
         if ((fl >> lane) & 1u) {
           uint32_t r = (o >> 16) + __popc(fl & ((1u << lane) - 1u));
           res[vl + 2 * r] = (uint8_t)i;
@@ -577,9 +585,10 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   }
   __syncthreads();
 
-  /* Place the chunk: its CRC-32C from shared memory (the slice tables take
-   * the place of the stream, which is done with) while warp 0 finds its
-   * offset by the look-back, then its bytes out in 4-byte aligned words. */
+  /* Place the chunk: warp 0 finds its offset by the look-back while the
+   * slice tables take the place of the stream (which is done with), then
+   * its bytes go out in 4-byte aligned words, and the last warp adds its
+   * CRC-32C. */
   const uint32_t *T = (const uint32_t *)s.a;
   fzk_load_slices((uint32_t *)s.a, d_tab);
   if (warp == 0) {
@@ -593,7 +602,6 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
   const uint8_t *buf = s.res - 16;
   const uint32_t o = 16 + shift;
-  fzk_crc_chunk_xor(buf, o, size, T, d_tab, d_crcs + c);
   const uint64_t at = header_len + off;
   const uint64_t room = at < out_cap ? out_cap - at : 0;
   const uint32_t lim = size < room ? size : (uint32_t)room;
@@ -614,6 +622,9 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
     if (c + 1 == d.nchunks)
       lb[d.nchunks] = off + size;
   }
+  /* Its checksum, by the last warp, from the copy still in place. */
+  if (warp == FZK_NW - 1)
+    fzk_crc_warp_xor(buf, o, size, T, d_tab, d_crcs + c);
 }
 
 /* ---- decoder ---- */
@@ -646,9 +657,10 @@ __device__ __forceinline__ void fzk_put32(uint8_t *g, uint32_t i, uint32_t v, bo
   }
 }
 
-/* One block decodes one chunk, and first writes the chunk's CRC-32C to
- * d_crcs (0 for a chunk outside the payload), which the caller checks
- * against the archive's payload checksum. */
+/* One block decodes one chunk, and its last warp XORs the chunk's CRC-32C
+ * into d_crcs (zeroed by the caller; left as it is for a chunk that fails
+ * to decode, which sets *d_status anyway), which the caller checks against
+ * the archive's payload checksum. */
 template <int QK, bool BP>
 __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)
 fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
@@ -678,21 +690,24 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     return;
   }
   const uint8_t *g = d_pay + off;
-  fzk_load_slices((uint32_t *)s.r1, d_tab);
+  fzk_load_slices(s.T, d_tab);
+  if (threadIdx.x < 32)
+    s.wt[threadIdx.x] = 0;
   const uint32_t o = fzk_load_chunk(s.c, g, len);
   __syncthreads();
-  fzk_crc_chunk_xor(s.c, o, len, (const uint32_t *)s.r1, d_tab, d_crcs + c);
+  /* The checksum, by the last warp once it has done its share (the chunk
+   * and the tables stay in place). */
+  auto crc = [&]() {
+    if (warp == FZK_NW - 1)
+      fzk_crc_warp_xor(s.c, o, len, s.T, d_tab, d_crcs + c);
+  };
   if (len == raw) {
     const bool al = out_vec != 0;
     for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
       fzk_put32(gout, i, fzk_ld32u(s.c, o + 4 * i), al);
+    crc();
     return;
   }
-  for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
-    s.obm[b] = 0;
-  if (threadIdx.x < 32)
-    s.wt[threadIdx.x] = 0;
-  __syncthreads();
 
   /* The side list (stage_quant.c), parsed by every thread alike. */
   const uint8_t *cc = s.c + o;
@@ -719,18 +734,26 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     vl = k;
     side = k + 6 * v;
     /* Strictly ascending indices below n; the outliers' bitmap. */
-    for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
-      uint32_t i = cc[vl + 2 * j] | (uint32_t)cc[vl + 2 * j + 1] << 8;
-      uint32_t p = j ? (cc[vl + 2 * j - 2] | (uint32_t)cc[vl + 2 * j - 1] << 8) : 0;
-      if ((j && i <= p) || i >= n)
-        atomicOr(&s.wt[31], 1u);
-      else
-        atomicOr(&s.obm[i >> 5], 1u << (i & 31));
+    if (m) {
+      for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
+        s.obm[b] = 0;
+      __syncthreads();
+      for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
+        uint32_t i = cc[vl + 2 * j] | (uint32_t)cc[vl + 2 * j + 1] << 8;
+        uint32_t p = j ? (cc[vl + 2 * j - 2] | (uint32_t)cc[vl + 2 * j - 1] << 8) : 0;
+        if ((j && i <= p) || i >= n)
+          atomicOr(&s.wt[31], 1u);
+        else
+          atomicOr(&s.obm[i >> 5], 1u << (i & 31));
+      }
     }
   }
   const uint32_t st = o + side, clen = len - side;
   const uint8_t *in = s.c + st;
-  uint32_t base = 0, wbase = 0, ko = 0, wsh = 0;
+  uint32_t wbase = 0, ko = 0, wsh = 0;
+  /* Bitpack: lane k of a warp holds the bit width of the warp's block
+   * b0 + k, and its planes follow the blocks before, from wpos0 on. */
+  uint32_t my_nb = 0, wpos0 = 0;
 
   if (bp) {
     if (clen < nb) {
@@ -738,20 +761,16 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
         atomicOr(d_status, 1u);
       return;
     }
-    uint32_t bi = b0 + lane, x = 0;
-    if (lane < K && bi < b1) {
-      x = in[bi];
-      if (x > 32)
+    if (lane < K && b0 + lane < b1) {
+      my_nb = in[b0 + lane];
+      if (my_nb > 32)
         atomicOr(&s.wt[31], 1u);
-      x *= 4;
     }
-    uint32_t inc = fzk_warp_incl(x);
-    if (lane < K && bi < b1)
-      s.offs[bi] = inc - x;
+    const uint32_t inc = fzk_warp_incl(4 * my_nb);
     if (lane == 31)
       s.wt[warp] = inc;
     __syncthreads();
-    uint32_t tot = 0;
+    uint32_t tot = 0, base = 0;
     for (unsigned w = 0; w < FZK_NW; w++) {
       tot += s.wt[w];
       base += w < warp ? s.wt[w] : 0;
@@ -761,6 +780,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
         atomicOr(d_status, 1u);
       return;
     }
+    wpos0 = st + nb + base;
   } else {
     const unsigned L = d.k32lev;
     uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
@@ -899,17 +919,22 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     }
     ko = st + pos1;
   }
+  /* Lane k: the outliers among the words of the warp's block b0 + k. */
+  const uint32_t my_obm = quant && m && lane < K && b0 + lane < b1 ? s.obm[b0 + lane] : 0;
 
-  /* Words from planes: bitpack planes or four bytes of each shuffle plane,
-   * the latter straight from the kept bytes of rze level 1: bytes
-   * lane * pb + 4b .. +3 of the shuffled stream are the bytes of its
-   * bitmap nibble, and the kept ones are consecutive from the rank. */
-  auto planes = [&](uint32_t b) -> uint32_t {
+  /* Words from planes: bitpack planes (in order, from wpos on), or four
+   * bytes of each shuffle plane, the latter straight from the kept bytes
+   * of rze level 1: bytes lane * pb + 4b .. +3 of the shuffled stream are
+   * the bytes of its bitmap nibble, and the kept ones are consecutive from
+   * the rank.  k = b - b0. */
+  uint32_t wpos = 0;
+  auto planes = [&](uint32_t b, uint32_t k) -> uint32_t {
     uint32_t x = 0;
     if (bp) {
-      uint32_t nbits = in[b];
+      const uint32_t nbits = __shfl_sync(FZK_FULL, my_nb, k);
       if (lane < nbits)
-        x = fzk_ld32u(s.c, st + nb + base + s.offs[b] + 4 * lane);
+        x = fzk_ld32u(s.c, wpos + 4 * lane);
+      wpos += 4 * nbits;
     } else {
       const uint32_t i = lane * pb + 4 * b, w = i >> 5, sh = i & 31;
       const uint2 e = s.r1[fzk_r1_at(w)];
@@ -923,71 +948,93 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     }
     return x;
   };
-  uint32_t run = 0;
-  if (diff) {
-    /* Sums of each warp's differences, for the running sums across warps.
-     * A zigzag difference sum needs no transpose: in a block whose plane p
-     * lane p holds, the even words add (u >> 1) and the odd ones subtract
-     * (u >> 1) + 1, so plane p >= 1 adds 2^(p-1) times the count of its
-     * bits in even words less the count in odd words (plane 0 marks the
-     * odd words), and plane 0 subtracts its own count. */
-    bool pad_bad = false;
-    uint32_t sum = 0;
-    for (uint32_t b = b0; b < b1; b++) {
-      const uint32_t rem = n - 32 * b;
-      const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
-      uint32_t x = planes(b);
-      pad_bad |= bp && (x & ~vm) != 0;
-      x &= vm;
-      if (!bp && d.k32nega) {
-        sum += __reduce_add_sync(FZK_FULL, fzo_unnega32(fzk_transpose32(x, tp)));
-      } else {
-        const uint32_t odd = __shfl_sync(FZK_FULL, x, 0);
-        const uint32_t t = lane ? (uint32_t)(__popc(x & ~odd) - __popc(x & odd)) << (lane - 1)
-                                : 0u - (uint32_t)__popc(odd);
-        sum += __reduce_add_sync(FZK_FULL, t);
-      }
-    }
-    if (pad_bad)
-      atomicOr(&s.wt[30], 1u);
-    if (lane == 0)
-      s.wt[8 + warp] = sum;
-    __syncthreads();
-    if (s.wt[30]) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    for (unsigned w = 0; w < warp; w++)
-      run += s.wt[8 + w];
-  }
-  const bool al = out_vec != 0;
-  for (uint32_t b = b0; b < b1; b++) {
-    uint32_t u = fzk_transpose32(planes(b), tp), i = 32 * b + lane, code = u;
+
+  /* Built twice: for whole chunks written to an aligned buffer (every
+   * chunk but maybe the last), without bounds checks, and for any chunk. */
+  auto decode = [&](auto whole) {
+    constexpr bool FULL = decltype(whole)::value;
+    uint32_t run = 0;
     if (diff) {
-      uint32_t dd = bp ? fzo_unzigzag32(u) : d.k32nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
-      if (i >= n)
-        dd = 0;
-      code = fzk_warp_incl(dd) + run;
-      run = __shfl_sync(FZK_FULL, code, 31);
-    }
-    if (i >= n)
-      continue;
-    uint32_t val = fzk_dq32<QK>(code, q);
-    if (quant && ((s.obm[b] >> lane) & 1u)) {
-      uint32_t lo = 0, hi = m;
-      while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
-        if (im < i)
-          lo = mid + 1;
-        else
-          hi = mid;
+      /* Sums of each warp's differences, for the running sums across
+       * warps.  A zigzag difference sum needs no transpose: in a block
+       * whose plane p lane p holds, the even words add (u >> 1) and the odd
+       * ones subtract (u >> 1) + 1, so plane p >= 1 adds 2^(p-1) times the
+       * count of its bits in even words less the count in odd words (plane
+       * 0 marks the odd words), and plane 0 subtracts its own count.  Each
+       * lane sums its plane's terms; the warp adds them up once. */
+      bool pad_bad = false;
+      uint32_t acc = 0;
+      const unsigned sh = lane ? lane - 1 : 0;
+      wpos = wpos0;
+      for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
+        uint32_t x = planes(b, k);
+        if (!FULL) {
+          const uint32_t rem = n - 32 * b;
+          const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
+          pad_bad |= bp && (x & ~vm) != 0;
+          x &= vm;
+        }
+        if (!bp && d.k32nega) {
+          acc += fzo_unnega32(fzk_transpose32(x, tp));
+        } else {
+          /* Lane 0 holds the odd marks: its term is -popc(x). */
+          const uint32_t odd = __shfl_sync(FZK_FULL, x, 0);
+          acc += (uint32_t)(__popc(x & ~odd) - __popc(x & odd)) << sh;
+        }
       }
-      val = fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
+      const uint32_t sum = __reduce_add_sync(FZK_FULL, acc);
+      if (pad_bad)
+        atomicOr(&s.wt[30], 1u);
+      if (lane == 0)
+        s.wt[8 + warp] = sum;
+      __syncthreads();
+      if (s.wt[30]) {
+        if (threadIdx.x == 0)
+          atomicOr(d_status, 1u);
+        return;
+      }
+      for (unsigned w = 0; w < warp; w++)
+        run += s.wt[8 + w];
     }
-    fzk_put32(gout, i, val, al);
-  }
+    const bool al = out_vec != 0;
+    uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
+    wpos = wpos0;
+    for (uint32_t b = b0, k = 0; b < b1; b++, k++, gw += 32) {
+      uint32_t u = fzk_transpose32(planes(b, k), tp), i = 32 * b + lane, code = u;
+      if (diff) {
+        uint32_t dd = bp ? fzo_unzigzag32(u) : d.k32nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
+        if (!FULL && i >= n)
+          dd = 0;
+        code = fzk_warp_incl(dd) + run;
+        run = __shfl_sync(FZK_FULL, code, 31);
+      }
+      const uint32_t fl = quant && m ? __shfl_sync(FZK_FULL, my_obm, k) : 0;
+      if (!FULL && i >= n)
+        continue;
+      uint32_t val = fzk_dq32<QK>(code, q);
+      if ((fl >> lane) & 1u) {
+        uint32_t lo = 0, hi = m;
+        while (lo < hi) {
+          uint32_t mid = (lo + hi) / 2;
+          uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
+          if (im < i)
+            lo = mid + 1;
+          else
+            hi = mid;
+        }
+        val = fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
+      }
+      if (FULL)
+        *gw = val;
+      else
+        fzk_put32(gout, i, val, al);
+    }
+    crc();
+  };
+  if (raw == cb && out_vec)
+    decode(std::true_type());
+  else
+    decode(std::false_type());
 }
 
 /* The kernels built: [quantizer kind][bitpack]. */

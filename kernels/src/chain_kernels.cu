@@ -497,13 +497,22 @@ __device__ static uint32_t fzk_size_at(const uint32_t *s32, const uint8_t *s16, 
 
 __global__ void __launch_bounds__(FZK_NT)
 fzk_scan_kernel(uint64_t n, const uint32_t *__restrict__ s32, const uint8_t *__restrict__ s16,
-                uint64_t *__restrict__ d_bsum, uint64_t *__restrict__ d_offs, int apply) {
+                uint64_t *__restrict__ d_bsum, uint64_t *__restrict__ d_offs, int apply,
+                fzk_table_check chk) {
   __shared__ fzk_u64 red[FZK_NW + 2];
   uint64_t lo = (uint64_t)blockIdx.x * FZK_SCAN_TILE + threadIdx.x * FZK_SCAN_PER;
   fzk_u64 v = 0;
-  for (uint32_t k = 0; k < FZK_SCAN_PER; k++)
-    if (lo + k < n)
-      v += fzk_size_at(s32, s16, lo + k);
+  bool bad = false;
+  for (uint32_t k = 0; k < FZK_SCAN_PER; k++) {
+    if (lo + k < n) {
+      const uint32_t sz = fzk_size_at(s32, s16, lo + k);
+      const uint64_t raw = lo + k + 1 < n ? chk.cb : chk.raw_bytes - (lo + k) * chk.cb;
+      bad |= sz == 0 || sz > raw;
+      v += sz;
+    }
+  }
+  if (bad && chk.d_status && !apply)
+    atomicOr(chk.d_status, FZK_ST_SIZE);
   fzk_u64 tot, ex = fzk_exscan(v, &tot, red);
   if (!apply) {
     if (threadIdx.x == 0)
@@ -515,8 +524,11 @@ fzk_scan_kernel(uint64_t n, const uint32_t *__restrict__ s32, const uint8_t *__r
     d_offs[lo + k] = run;
     run += fzk_size_at(s32, s16, lo + k);
   }
-  if (lo < n && lo + FZK_SCAN_PER >= n)
+  if (lo < n && lo + FZK_SCAN_PER >= n) {
     d_offs[n] = run;
+    if (chk.d_status && run != chk.pay_len)
+      atomicOr(chk.d_status, run > chk.pay_len ? FZK_ST_LONG : FZK_ST_SHORT);
+  }
 }
 
 /* Exclusive scan of the block sums in one block, tile by tile. */
@@ -536,20 +548,26 @@ fzk_scan_top_kernel(uint64_t nb, uint64_t *__restrict__ d_bsum) {
     d_bsum[nb] = carry;
 }
 
-__global__ void fzk_zero_kernel(uint64_t *d_offs) { d_offs[0] = 0; }
+__global__ void fzk_zero_kernel(uint64_t *d_offs, uint32_t *d_status, uint64_t pay_len) {
+  d_offs[0] = 0;
+  if (d_status && pay_len)
+    atomicOr(d_status, FZK_ST_SHORT);
+}
 
 extern "C" uint64_t fzk_scan_blocks(uint64_t n) { return (n + FZK_SCAN_TILE - 1) / FZK_SCAN_TILE; }
 
 extern "C" int fzk_launch_scan(uint64_t n, const uint32_t *d_sizes32, const uint8_t *d_sizes16,
-                               uint64_t *d_bsum, uint64_t *d_offs, fz_gpu_stream s) {
+                               uint64_t *d_bsum, uint64_t *d_offs, const fzk_table_check *chk,
+                               fz_gpu_stream s) {
   if (n == 0) {
-    fzk_zero_kernel<<<1, 1, 0, s>>>(d_offs);
+    fzk_zero_kernel<<<1, 1, 0, s>>>(d_offs, chk ? chk->d_status : NULL, chk ? chk->pay_len : 0);
     return (int)cudaGetLastError();
   }
+  const fzk_table_check c = chk ? *chk : fzk_table_check{NULL, 0, 0, 0};
   uint64_t nb = fzk_scan_blocks(n);
-  fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 0);
+  fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 0, c);
   fzk_scan_top_kernel<<<1, FZK_NT, 0, s>>>(nb, d_bsum);
-  fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 1);
+  fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 1, c);
   return (int)cudaGetLastError();
 }
 
@@ -703,9 +721,7 @@ fzk_crc_parts_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
 
 __global__ void fzk_crc_finish_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
                                       const uint32_t *__restrict__ d_parts, uint64_t np,
-                                      const uint32_t *__restrict__ d_tab, uint8_t *d_dst_le,
-                                      uint32_t *d_status, uint32_t expect, uint64_t *d_total,
-                                      const uint64_t *d_end, uint64_t add) {
+                                      const uint32_t *__restrict__ d_tab, fzk_crc_use use) {
   if (threadIdx.x != 0)
     return;
   uint32_t crc;
@@ -720,28 +736,31 @@ __global__ void fzk_crc_finish_kernel(const uint8_t *__restrict__ d_p, uint64_t 
       r = (r >> 8) ^ d_tab[(r ^ d_p[j]) & 0xffu];
     crc = ~r;
   }
-  if (d_dst_le)
+  if (use.dst_le)
     for (int k = 0; k < 4; k++)
-      d_dst_le[k] = (uint8_t)(crc >> (8 * k));
-  if (d_status && crc != expect)
-    *d_status |= 1u;
-  if (d_total)
-    *d_total = *d_end + add;
+      use.dst_le[k] = (uint8_t)(crc >> (8 * k));
+  if (use.status) {
+    uint32_t want = use.expect;
+    if (use.expect_le)
+      want = (uint32_t)use.expect_le[0] | (uint32_t)use.expect_le[1] << 8 |
+             (uint32_t)use.expect_le[2] << 16 | (uint32_t)use.expect_le[3] << 24;
+    if (crc != want)
+      atomicOr(use.status, use.bit);
+  }
+  if (use.total)
+    *use.total = *use.end + use.add;
 }
 
 extern "C" uint64_t fzk_crc_parts(uint64_t len) { return (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN + 1; }
 
 extern "C" int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
-                              const uint32_t *d_tab, uint8_t *d_dst_le, uint32_t *d_status,
-                              uint32_t expect, uint64_t *d_total, const uint64_t *d_end,
-                              uint64_t add, fz_gpu_stream s) {
+                              const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s) {
   uint64_t np = 0;
   if (len >= 4) {
     np = (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN;
     fzk_crc_parts_kernel<<<(unsigned)np, FZK_NT, 0, s>>>(d_p, len, d_tab, d_parts);
   }
-  fzk_crc_finish_kernel<<<1, 32, 0, s>>>(d_p, len, d_parts, np, d_tab, d_dst_le, d_status,
-                                         expect, d_total, d_end, add);
+  fzk_crc_finish_kernel<<<1, 32, 0, s>>>(d_p, len, d_parts, np, d_tab, use);
   return (int)cudaGetLastError();
 }
 

@@ -1,8 +1,9 @@
 /*
  * crc_tables.c - the CRC-32C tables the kernels read: the four slice-by-4
  * tables, the shift factor of each thread's segment within a block for
- * every segment size, and the shift factors between blocks of a long
- * buffer (fzk_crc.h explains the combination).
+ * every segment size, the shift factors between blocks of a long buffer,
+ * and those of each lane's segment within a warp (fzk_crc.h explains the
+ * combination).
  */
 #include "fzk.h"
 #include "fzk_crc.h"
@@ -25,6 +26,15 @@ void fzk_crc_tables(uint32_t *tab) {
     uint32_t seg = fzk_crc_xpow8(16u << k), f = FZK_X0;
     for (int t = FZK_NT - 1; t >= 0; t--) {
       tab[FZK_CRC_SEGF + FZK_NT * k + (uint32_t)t] = f;
+      f = fzk_crc_mulmod(f, seg);
+    }
+  }
+  /* Lane l of a warp's span of 32 segments of 16k bytes is followed by
+   * 31-l of them. */
+  for (uint32_t k = 1; k <= FZK_CRC_WSEGS; k++) {
+    uint32_t seg = fzk_crc_xpow8(16 * k), f = FZK_X0;
+    for (int l = 31; l >= 0; l--) {
+      tab[FZK_CRC_LANEF + 32 * (k - 1) + (uint32_t)l] = f;
       f = fzk_crc_mulmod(f, seg);
     }
   }

@@ -25,13 +25,17 @@ extern "C" {
  * (the first is the byte table), then for each segment size 16 << k
  * (k < FZK_CRC_NSEG) the per-thread shift factors x^(8*seg*(NT-1-t)), then
  * x^(8*SPAN*2^j) for combining the blocks of a long buffer, which are
- * checksummed in segments of FZK_CRC_SEG bytes. */
+ * checksummed in segments of FZK_CRC_SEG bytes, then for the one-warp
+ * checksum of a chunk (fzk_crc_warp_xor) and each segment size 16 * k
+ * (1 <= k <= FZK_CRC_WSEGS) the per-lane factors x^(8*16k*(31-lane)). */
 #define FZK_CRC_NSEG 4u
 #define FZK_CRC_SEG 16u /* short serial runs, and many blocks for a long buffer */
 #define FZK_CRC_SPAN (FZK_NT * FZK_CRC_SEG)
 #define FZK_CRC_SEGF 1024u
 #define FZK_CRC_SPANF (FZK_CRC_SEGF + FZK_CRC_NSEG * FZK_NT)
-#define FZK_CRC_TAB_WORDS (FZK_CRC_SPANF + 64)
+#define FZK_CRC_WSEGS 64u /* 32 lanes of 16 * 64 bytes cover a 32 KiB chunk */
+#define FZK_CRC_LANEF (FZK_CRC_SPANF + 64)
+#define FZK_CRC_TAB_WORDS (FZK_CRC_LANEF + 32 * FZK_CRC_WSEGS)
 
 /* A chain as a kernel sees it (passed by value). */
 typedef struct fzk_desc {
@@ -91,13 +95,33 @@ int fzk_launch_encode32(const fzk_desc *d, const void *d_in, const fzk_qparams *
                         uint64_t table_off, uint32_t *d_crcs, uint64_t *d_lb,
                         const uint32_t *d_tab, fz_gpu_stream s);
 
+/* Bits of the status word a decompression's kernels set: a chunk that
+ * does not decode or a payload CRC that does not match; then the checks of
+ * the header that fze_header_parse makes on the CPU: its CRC, a chunk size
+ * of 0 or above the chunk's raw bytes, sizes that add up to more (the
+ * archive is truncated) or less than the payload. */
+#define FZK_ST_CORRUPT 1u
+#define FZK_ST_HCRC 2u
+#define FZK_ST_SIZE 4u
+#define FZK_ST_LONG 8u
+#define FZK_ST_SHORT 16u
+
+/* What the scan of a chunk table checks (fzk_launch_scan): the chunks'
+ * sizes against cb and raw_bytes, their total against pay_len. */
+typedef struct fzk_table_check {
+  uint32_t *d_status;
+  uint32_t cb;
+  uint64_t raw_bytes, pay_len;
+} fzk_table_check;
+
 /* Exclusive prefix sums of n sizes (u32 words, or little-endian u16 when
  * d_sizes16 is given) into d_offs[0..n]; d_offs[n] is the total.  d_bsum
- * holds fzk_scan_blocks(n) + 1 words. */
+ * holds fzk_scan_blocks(n) + 1 words.  With chk, the sizes are checked too
+ * (FZK_ST_SIZE, FZK_ST_LONG, FZK_ST_SHORT). */
 uint64_t fzk_scan_blocks(uint64_t n);
 int fzk_launch_scan(uint64_t n, const uint32_t *d_sizes32,
                     const uint8_t *d_sizes16, uint64_t *d_bsum,
-                    uint64_t *d_offs, fz_gpu_stream s);
+                    uint64_t *d_offs, const fzk_table_check *chk, fz_gpu_stream s);
 
 /* Copies the staged chunks to their places in the archive, writes the
  * chunk table and each chunk's CRC-32C to d_crcs; nothing is written at or
@@ -120,15 +144,25 @@ int fzk_launch_header(const uint8_t *d_tpl, uint64_t tpl_len, uint64_t q_off,
                       const fzk_qparams *d_qp, uint8_t *d_out,
                       fz_gpu_stream s);
 
-/* CRC-32C of len bytes at d_p.  d_parts holds fzk_crc_parts(len) words.
- * The result goes, little-endian, to d_dst_le when that is not NULL; when
- * d_status is not NULL a result other than `expect` sets it to 1; when
- * d_total is not NULL, *d_total = *d_end + add. */
+/* What becomes of a CRC-32C computed on the device (fzk_launch_crc), each
+ * part when its pointer is not NULL: it goes, little-endian, to dst_le; a
+ * result other than `expect` (or the little-endian word at expect_le) sets
+ * `bit` in *status; and *total = *end + add. */
+typedef struct fzk_crc_use {
+  uint8_t *dst_le;
+  uint32_t *status;
+  uint32_t expect;
+  const uint8_t *expect_le;
+  uint32_t bit;
+  uint64_t *total;
+  const uint64_t *end;
+  uint64_t add;
+} fzk_crc_use;
+
+/* CRC-32C of len bytes at d_p.  d_parts holds fzk_crc_parts(len) words. */
 uint64_t fzk_crc_parts(uint64_t len);
 int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
-                   const uint32_t *d_tab, uint8_t *d_dst_le,
-                   uint32_t *d_status, uint32_t expect, uint64_t *d_total,
-                   const uint64_t *d_end, uint64_t add, fz_gpu_stream s);
+                   const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s);
 
 /* One block per chunk decodes the payload (d_pay, pay_len bytes; chunk i at
  * d_offs[i], d_sizes16 the archive's table) into d_out; any corruption sets

@@ -59,6 +59,10 @@ FZK_HD uint32_t fzk_crc_step4(uint32_t c, uint32_t v, const uint32_t *T) {
          T[c >> 24];
 }
 
+/* The segment of each lane when one warp checksums L bytes: 16k bytes,
+ * the least multiple of 16 with which 32 segments cover them. */
+FZK_HD uint32_t fzk_crc_wseg(uint32_t L) { return L > 512 ? (L + 511) / 512 : 1; }
+
 /* x^(8 * nbytes) mod P, by repeated squaring. */
 FZK_HD uint32_t fzk_crc_xpow8(uint64_t nbytes) {
   uint32_t r = FZK_X0, sq = FZK_X0 >> 8; /* x^8 */

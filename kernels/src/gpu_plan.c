@@ -266,19 +266,20 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   } else {
     int in_vec = (uintptr_t)d_in % 16 == 0;
     FZK_CHECK(fzk_launch_encode(d, d_in, in_vec, qp, ws + L->stage, sizes, s), fail_ws);
-    FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, s),
-              fail_ws);
+    FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, NULL,
+                              s), fail_ws);
     FZK_CHECK(fzk_launch_place(d, ws + L->stage, sizes, offs, ctx->d_tab, out, out_cap,
                                h->header_len, pl->table_off, crcs, s), fail_ws);
   }
   /* Either way offs[nchunks] is now the payload's length. */
   FZK_CHECK(fzk_launch_header(pl->d_tpl, pl->table_off, pl->q_off, qp, out, s), fail_ws);
   /* The payload checksum goes into the header, then the header's own. */
-  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * h->nchunks, cparts, ctx->d_tab,
-                           out + pl->table_off - 4, NULL, 0, NULL, NULL, 0, s), fail_ws);
-  FZK_CHECK(fzk_launch_crc(out, h->header_len - 4, cparts, ctx->d_tab,
-                           out + h->header_len - 4, NULL, 0, total, offs + h->nchunks,
-                           h->header_len, s), fail_ws);
+  const fzk_crc_use pay = {.dst_le = out + pl->table_off - 4};
+  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * h->nchunks, cparts, ctx->d_tab, pay, s),
+            fail_ws);
+  const fzk_crc_use hdr = {.dst_le = out + h->header_len - 4, .total = total,
+                           .end = offs + h->nchunks, .add = h->header_len};
+  FZK_CHECK(fzk_launch_crc(out, h->header_len - 4, cparts, ctx->d_tab, hdr, s), fail_ws);
   if (pl->have_events)
     FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
   FZK_CHECK(cudaMemcpyAsync(pl->h_total, total, sizeof *total, cudaMemcpyDeviceToHost, s),
@@ -312,11 +313,12 @@ fail:
   return rc;
 }
 
-/* Copies the header to ctx->h_hdr and parses it: first a prefix that holds
- * any shape and chain, then exactly the bytes the chunk table can need. */
+/* Copies the whole header to ctx->h_hdr and parses it as the CPU does:
+ * first a prefix that holds any shape and chain, then exactly the bytes the
+ * chunk table can need.  Only for the errors found before a decode (two
+ * round trips). */
 static int fetch_header(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len,
                         fze_header *h, cudaStream_t s, char *why, size_t why_len) {
-  const size_t prefix_max = 8 + 8 * FZ_MAX_DIMS + 1 + FZE_MAX_STAGES * 26 + 4;
   size_t pre = arc_len < 512 ? arc_len : 512;
   int rc = host_buffer(ctx, 512, why, why_len);
   if (rc < 0)
@@ -341,7 +343,7 @@ static int fetch_header(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len,
   if (fze_shape_size(nd, dims, w, &n, &raw) < 0)
     return fze_header_parse(b, pre, h);
   uint64_t cb = 1u << b[7], nchunks = (raw + cb - 1) / cb;
-  size_t need = prefix_max + 2 * (size_t)nchunks + 4;
+  size_t need = FZE_PREFIX_MAX + 2 * (size_t)nchunks + 4;
   if (need > arc_len)
     need = arc_len;
   if ((rc = host_buffer(ctx, need, why, why_len)) < 0)
@@ -355,6 +357,33 @@ fail:
   return rc;
 }
 
+/* Copies the first bytes of the archive to ctx->h_hdr and parses the
+ * header up to its chunk table (one round trip); the device checks the
+ * rest (FZK_ST_*). */
+static int fetch_prefix(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len, fze_header *h,
+                        size_t *table_pos, cudaStream_t s, char *why, size_t why_len) {
+  const size_t pre = arc_len < FZE_PREFIX_MAX ? arc_len : FZE_PREFIX_MAX;
+  int rc = host_buffer(ctx, 512, why, why_len);
+  if (rc < 0)
+    return rc;
+  if (pre)
+    FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, pre, cudaMemcpyDeviceToHost, s), fail);
+  FZK_CHECK(cudaStreamSynchronize(s), fail);
+  return fze_header_parse_prefix(ctx->h_hdr, arc_len, h, table_pos);
+fail:
+  return rc;
+}
+
+/* The error of the device's checks, in the order fze_header_parse and the
+ * CPU decoder find them. */
+static int status_error(uint32_t st) {
+  if (st & (FZK_ST_HCRC | FZK_ST_SIZE))
+    return FZ_ECORRUPT;
+  if (st & FZK_ST_LONG)
+    return FZ_ETRUNC;
+  return st ? FZ_ECORRUPT : 0;
+}
+
 int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *d_out,
                       size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,
                       size_t why_len) {
@@ -366,15 +395,14 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *
   pthread_mutex_lock(&ctx->lock);
   FZK_CHECK(cudaSetDevice(ctx->device), out);
   fze_header h;
-  rc = fetch_header(ctx, d_arc, arc_len, &h, s, why, why_len);
+  size_t table_pos;
+  rc = fetch_prefix(ctx, d_arc, arc_len, &h, &table_pos, s, why, why_len);
   if (rc < 0)
     goto out;
-  if (out_cap < h.raw_bytes) {
-    rc = FZ_ENOSPC;
-    goto out;
-  }
-  if (h.raw_bytes && d_out == NULL) {
-    rc = FZ_EINVAL;
+  if (out_cap < h.raw_bytes || (h.raw_bytes && d_out == NULL)) {
+    /* A header error comes first, as on the CPU. */
+    if ((rc = fetch_header(ctx, d_arc, arc_len, &h, s, why, why_len)) == 0)
+      rc = out_cap < h.raw_bytes ? FZ_ENOSPC : FZ_EINVAL;
     goto out;
   }
   fzk_desc d;
@@ -388,43 +416,41 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *
     qp.inv = qp.step != 0 ? 1.0 / qp.step : 0;
   }
   uint64_t nc = h.nchunks;
-  size_t o_tab = 0, o_offs = up256(2 * nc + 1), o_bsum = o_offs + up256(8 * (nc + 1));
+  const uint8_t *arc = d_arc, *tab = arc + table_pos;
+  const uint64_t hcrc_len = table_pos + 2 * nc, parts = fzk_crc_parts(hcrc_len);
+  size_t o_offs = 0, o_bsum = up256(8 * (nc + 1));
   size_t o_crcs = o_bsum + up256(8 * (fzk_scan_blocks(nc) + 1));
-  size_t o_parts = o_crcs + up256(4 * nc + 4);
-  size_t o_status = o_parts + up256(4 * fzk_crc_parts(4 * nc));
-  size_t bytes = o_status + 256;
+  size_t o_parts = o_crcs + up256(4 * nc + 4); /* the chunk CRCs, then the status */
+  size_t bytes = o_parts + 4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc));
   FZK_CHECK(cudaMallocFromPoolAsync((void **)&ws, bytes, ctx->pool, s), out);
-  uint32_t *status = (uint32_t *)(ws + o_status);
-  /* The table the host validated is the one the kernels use. */
-  if (nc)
-    FZK_CHECK(cudaMemcpyAsync(ws + o_tab, h.sizes, 2 * nc, cudaMemcpyHostToDevice, s), out);
-  FZK_CHECK(cudaMemsetAsync(status, 0, 4, s), out);
-  FZK_CHECK(fzk_launch_scan(nc, NULL, ws + o_tab, (uint64_t *)(ws + o_bsum),
-                            (uint64_t *)(ws + o_offs), s), out);
-  const uint8_t *pay = (const uint8_t *)d_arc + h.header_len;
-  uint64_t pay_len = arc_len - h.header_len;
+  uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
+  uint32_t *cparts = (uint32_t *)(ws + o_parts);
   const uint64_t *offs = (const uint64_t *)(ws + o_offs);
+  const uint8_t *pay = arc + h.header_len;
+  const uint64_t pay_len = arc_len - h.header_len;
+  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
+  /* The rest of the header on the device: its CRC, then the table. */
+  const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
+  FZK_CHECK(fzk_launch_crc(arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  const fzk_table_check chk = {status, h.chunk_bytes, h.raw_bytes, pay_len};
+  FZK_CHECK(fzk_launch_scan(nc, NULL, tab, (uint64_t *)(ws + o_bsum), (uint64_t *)offs, &chk, s),
+            out);
   int out_vec = (uintptr_t)d_out % 16 == 0;
-  uint32_t *crcs = (uint32_t *)(ws + o_crcs);
   if (d.k32) {
-    FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc, s), out);
-    FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, ws + o_tab, qp, d_out, out_vec,
-                                  status, crcs, ctx->d_tab, s), out);
+    FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, crcs,
+                                  ctx->d_tab, s), out);
   } else {
-    FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, ws + o_tab, ctx->d_tab, crcs, s), out);
-    FZK_CHECK(fzk_launch_decode(&d, pay, pay_len, offs, ws + o_tab, qp, d_out, out_vec,
-                                status, s), out);
+    FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
+    FZK_CHECK(fzk_launch_decode(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, s), out);
   }
-  FZK_CHECK(fzk_launch_crc(ws + o_crcs, 4 * nc, (uint32_t *)(ws + o_parts), ctx->d_tab, NULL,
-                           status, h.payload_crc, NULL, NULL, 0, s), out);
+  const fzk_crc_use payc = {.status = status, .expect = h.payload_crc, .bit = FZK_ST_CORRUPT};
+  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s), out);
   FZK_CHECK(cudaMemcpyAsync(ctx->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
   FZK_CHECK(cudaFreeAsync(ws, s), out);
   ws = NULL;
   FZK_CHECK(cudaStreamSynchronize(s), out);
-  if (ctx->h_word[0] != 0) {
-    rc = FZ_ECORRUPT;
+  if ((rc = status_error(ctx->h_word[0])) < 0)
     goto out;
-  }
   *out_len = (size_t)h.raw_bytes;
 out:
   if (ws)

@@ -172,40 +172,56 @@ __device__ __forceinline__ unsigned fzk_seg_index(uint32_t seg) {
   return 27u - __clz(seg); /* 16 -> 0, 32 -> 1, 64 -> 2, 128 -> 3 */
 }
 
-/* The shortest segment with which the block's threads cover L bytes
- * (L <= FZK_NT * 128): the shorter a thread's serial run, the sooner the
- * checksum is done. */
-__device__ __forceinline__ uint32_t fzk_crc_seg(uint32_t L) {
-  uint32_t seg = 16;
-  while (FZK_NT * seg < L && seg < 128)
-    seg <<= 1;
-  return seg;
-}
-
-/* The CRC-32C of the L bytes at p + o (as fzk_crc_chunk), XORed into *dst,
- * which the caller zeroed: each warp adds its threads' shares with one
- * atomic, so no thread waits on another.  d_tab: the device CRC tables (for
- * the thread's shift factor); T: the slice tables in shared memory. */
-__device__ __forceinline__ void fzk_crc_chunk_xor(const uint8_t *p, uint32_t o, uint32_t L,
-                                                  const uint32_t *T,
-                                                  const uint32_t *__restrict__ d_tab,
-                                                  uint32_t *dst) {
+/* The CRC-32C of the L bytes at p + o, XORed into *dst (which the caller
+ * zeroed) by one warp: lane l runs segment l of a virtual span of 32
+ * segments of 16k bytes (k = fzk_crc_wseg(L)) that ends with the bytes,
+ * from a zero register, and shifts its value to the end of the span with
+ * the factor x^(8*16k*(31-l)) (FZK_CRC_LANEF).  Fewer and longer runs than
+ * a block's split (fzk_crc_chunk): the shift, a 32-step product, is paid
+ * once per lane rather than once per thread.  p 4-byte aligned,
+ * o >= 4, readable up to p + o + L + 8; T: the slice tables. */
+__device__ __forceinline__ void fzk_crc_warp_xor(const uint8_t *p, uint32_t o, uint32_t L,
+                                                 const uint32_t *T,
+                                                 const uint32_t *__restrict__ d_tab,
+                                                 uint32_t *dst) {
+  const unsigned lane = threadIdx.x & 31;
   uint32_t c = 0;
   if (L >= 4) {
-    const uint32_t seg = fzk_crc_seg(L);
-    const uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(seg) + threadIdx.x];
-    c = fzk_crc_share(p, o, L, seg, 0, T, kt);
-    if (threadIdx.x == 0)
+    const uint32_t k = fzk_crc_wseg(L), seg = 16 * k;
+    int j = (int)(lane * seg) - (int)(32 * seg - L);
+    const int j1 = j + (int)seg;
+    if (j1 > 0) {
+      if (j <= -4)
+        j += ((-j) / 4) * 4; /* whole words of virtual zeros change nothing */
+      /* The lane's words are a fixed shift off the aligned ones. */
+      const uint32_t a = (uint32_t)((int)o + j), sh = 8 * (a & 3);
+      const uint32_t *w = (const uint32_t *)p + (a >> 2);
+      uint32_t lo = w[0];
+      /* Virtual zeros and the four message bytes that enter inverted lie
+       * in the first two words. */
+      for (; j < j1 && j < 4; j += 4) {
+        const uint32_t hi = *++w;
+        c = fzk_crc_step4(c, fzk_crc_in4(__funnelshift_r(lo, hi, sh), j, j), T);
+        lo = hi;
+      }
+      for (; j < j1; j += 4) {
+        const uint32_t hi = *++w;
+        c = fzk_crc_step4(c, __funnelshift_r(lo, hi, sh), T);
+        lo = hi;
+      }
+      if (c)
+        c = fzk_mulmod_dev(c, d_tab[FZK_CRC_LANEF + 32 * (k - 1) + lane]);
+    }
+    if (lane == 0)
       c = ~c; /* the final complement, once */
-  } else if (threadIdx.x == 0) {
+  } else if (lane == 0) {
     c = 0xffffffffu;
     for (uint32_t j = 0; j < L; j++)
       c = (c >> 8) ^ T[(c ^ p[o + j]) & 0xffu];
     c = ~c;
   }
-  for (unsigned k = 16; k; k >>= 1)
-    c ^= __shfl_xor_sync(FZK_FULL, c, k);
-  if ((threadIdx.x & 31) == 0 && c)
+  c = __reduce_xor_sync(FZK_FULL, c);
+  if (lane == 0 && c)
     atomicXor(dst, c);
 }
 

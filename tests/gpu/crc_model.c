@@ -107,6 +107,49 @@ Test(kernel_crc, long_buffers) {
   }
 }
 
+/* A chunk checksummed by one warp (fzk_crc_warp_xor): lane l runs
+ * segment l of 32 segments of 16k bytes that end with the L bytes, first
+ * skipping whole words of virtual zeros, and shifts its value with its
+ * factor from FZK_CRC_LANEF; every length of a chunk up to 32 KiB. */
+static uint32_t warp_crc(const uint8_t *p, uint32_t L) {
+  const uint32_t k = fzk_crc_wseg(L), seg = 16 * k;
+  cr_assert(32 * seg >= L && (k == 1 || 32 * (seg - 16) < L) && k <= FZK_CRC_WSEGS);
+  uint32_t x = 0;
+  for (unsigned l = 0; l < 32; l++) {
+    int64_t j = (int64_t)l * seg - ((int64_t)32 * seg - L);
+    const int64_t j1 = j + seg;
+    if (j1 <= 0)
+      continue;
+    if (j <= -4)
+      j += ((-j) / 4) * 4;
+    uint32_t c = 0;
+    for (; j < j1; j += 4) {
+      uint32_t v = 0;
+      for (int b = 0; b < 4; b++)
+        if (j + b >= 0)
+          v |= (uint32_t)p[j + b] << (8 * b);
+      if (j < 4)
+        v = fzk_crc_in4(v, j, (int)j);
+      c = fzk_crc_step4(c, v, tab);
+    }
+    if (c)
+      x ^= fzk_crc_mulmod(c, tab[FZK_CRC_LANEF + 32 * (k - 1) + l]);
+  }
+  return ~x;
+}
+
+Test(kernel_crc, warp_segments) {
+  const uint32_t lens[] = {4, 5, 6, 7, 8, 100, 511, 512, 513, 1000, 1024, 1025, 2900,
+                           4096, 7000, 16383, 16384, 16385, 32767, 32768};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    const uint32_t L = lens[i];
+    uint8_t *b = random_bytes(L, 99 + i);
+    uint32_t got = warp_crc(b, L), want = fze_crc32c(0, b, L);
+    cr_assert_eq(got, want, "%u bytes: %08x, want %08x", L, got, want);
+    free(b);
+  }
+}
+
 /* The factors themselves: x^(8n) by repeated squaring against shifting a
  * CRC register through n zero bytes one at a time. */
 Test(kernel_crc, shift_factors) {
