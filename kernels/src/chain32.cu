@@ -120,10 +120,11 @@ __device__ static fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
 
 /* The quantizer's word for the bits b of an f32; false for an outlier,
  * whose word is 0.  Uniform bins read the bin off the rounding sum
- * (fzo_quant_f32_sum, ops.h), with the archive's words. */
+ * (fzo_quant_f32_sum, ops.h), with the archive's words.  The caller passes
+ * words through instead when q.step is 0. */
 template <int QK>
 __device__ __forceinline__ bool fzk_q32(uint32_t b, const fzk_qparams &q, uint32_t *code) {
-  if (QK == FZK_Q_NONE || q.step == 0) {
+  if (QK == FZK_Q_NONE) {
     *code = b;
     return true;
   }
@@ -135,10 +136,11 @@ __device__ __forceinline__ bool fzk_q32(uint32_t b, const fzk_qparams &q, uint32
   return ok;
 }
 
-/* The value of a word (fzo_dequant_f32_sum for uniform bins). */
+/* The value of a word (fzo_dequant_f32_sum for uniform bins); the caller
+ * passes words through instead when q.step is 0. */
 template <int QK>
 __device__ __forceinline__ uint32_t fzk_dq32(uint32_t code, const fzk_qparams &q) {
-  if (QK == FZK_Q_NONE || q.step == 0)
+  if (QK == FZK_Q_NONE)
     return code;
   if (QK == FZK_Q_PW)
     return fzo_f32_bits(fzo_pw_dequant_f32(code, (uint32_t)q.step));
@@ -312,8 +314,15 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   const bool quant = QK != FZK_Q_NONE, bp = BP, diff = bp || d.k32diff;
   const fzk_tp tp = fzk_tp_init();
   fzk_qparams q = {0, 0, 0};
-  if (quant)
-    q = *d_qp;
+  if (quant) {
+    /* Volatile, so that they are loaded once and kept in registers: the
+     * compiler would rather load them again for every block. */
+    const volatile fzk_qparams *vq = d_qp;
+    q.eb_abs = vq->eb_abs;
+    q.step = vq->step;
+    q.inv = vq->inv;
+  }
+  const bool qon = quant && q.step != 0;
 
   /* Pass 1: words, residuals, outliers; bitpack planes packed per warp
    * (the warp's blocks' planes in order from s.a + 128 b0 to s.a + wst),
@@ -324,20 +333,22 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   uint32_t carry = 0, my_fl = 0, my_info = 0, wst = 128 * b0;
   if (diff && b0 > 0 && b0 < nb) {
     uint32_t v = g[32 * b0 - 1];
-    if (quant)
+    if (qon)
       fzk_q32<QK>(v, q, &v);
     carry = v;
   }
-  /* Built twice: for whole chunks of whole 4-block steps (every chunk but
-   * maybe the last) without the bounds checks, and for any chunk. */
-  auto pass1 = [&](auto whole) {
-    constexpr bool FULL = decltype(whole)::value;
-    for (uint32_t b = b0; b < b1; b += 4) {
+  /* Built for whole chunks of whole 4-block steps (every chunk but maybe
+   * the last) without the bounds checks, and for any chunk; each with the
+   * quantizer on, or passing words through (a step of 0). */
+  auto pass1 = [&](auto whole, auto qonc) {
+    constexpr bool FULL = decltype(whole)::value, QON = decltype(qonc)::value;
+    const uint32_t *gp = g + 32 * b0 + lane;
+    for (uint32_t b = b0; b < b1; b += 4, gp += 128) {
       uint32_t v[4];
 #pragma unroll
       for (unsigned k = 0; k < 4; k++) {
         uint32_t i = 32 * (b + k) + lane;
-        v[k] = FULL || (b + k < b1 && i < n) ? g[i] : 0;
+        v[k] = FULL || (b + k < b1 && i < n) ? gp[32 * k] : 0;
       }
 #pragma unroll
       for (unsigned k = 0; k < 4; k++) {
@@ -347,7 +358,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
         const bool valid = FULL || i < n;
         uint32_t code = v[k];
         bool bad = false;
-        if (quant)
+        if (QON)
           bad = !fzk_q32<QK>(v[k], q, &code) && valid;
         if (!valid)
           code = 0;
@@ -378,8 +389,11 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
           if (!valid)
             u = 0;
           uint32_t x = fzk_transpose32(u, tp);
-          /* Lane p holds bytes 4bb..4bb+3 of plane p. */
-          if (4 * bb + 4 <= pb) {
+          /* Lane p holds bytes 4bb..4bb+3 of plane p (word aligned in a
+           * whole chunk: pb and ps are multiples of 16). */
+          if (FULL) {
+            *(uint32_t *)(s.a + lane * ps + 4 * bb) = x;
+          } else if (4 * bb + 4 <= pb) {
             fzk_st32u(s.a, lane * ps + 4 * bb, x);
           } else {
             for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
@@ -393,10 +407,18 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
       }
     }
   };
-  if (raw == cb && K % 4 == 0)
-    pass1(std::true_type());
-  else
-    pass1(std::false_type());
+  const bool whole = raw == cb && K % 4 == 0;
+  if (QK != FZK_Q_NONE && qon) {
+    if (whole)
+      pass1(std::true_type(), std::true_type());
+    else
+      pass1(std::false_type(), std::true_type());
+  } else {
+    if (whole)
+      pass1(std::true_type(), std::false_type());
+    else
+      pass1(std::false_type(), std::false_type());
+  }
   __syncwarp();
   uint32_t my_off;
   {
@@ -949,10 +971,11 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     return x;
   };
 
-  /* Built twice: for whole chunks written to an aligned buffer (every
-   * chunk but maybe the last), without bounds checks, and for any chunk. */
-  auto decode = [&](auto whole) {
-    constexpr bool FULL = decltype(whole)::value;
+  /* Built for whole chunks written to an aligned buffer (every chunk but
+   * maybe the last), without bounds checks, and for any chunk; each with
+   * the quantizer on, or passing words through (a step of 0). */
+  auto decode = [&](auto whole, auto qonc) {
+    constexpr bool FULL = decltype(whole)::value, QON = decltype(qonc)::value;
     uint32_t run = 0;
     if (diff) {
       /* Sums of each warp's differences, for the running sums across
@@ -1011,7 +1034,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
       const uint32_t fl = quant && m ? __shfl_sync(FZK_FULL, my_obm, k) : 0;
       if (!FULL && i >= n)
         continue;
-      uint32_t val = fzk_dq32<QK>(code, q);
+      uint32_t val = QON ? fzk_dq32<QK>(code, q) : code;
       if ((fl >> lane) & 1u) {
         uint32_t lo = 0, hi = m;
         while (lo < hi) {
@@ -1031,10 +1054,18 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     }
     crc();
   };
-  if (raw == cb && out_vec)
-    decode(std::true_type());
-  else
-    decode(std::false_type());
+  const bool whole = raw == cb && out_vec;
+  if (QK != FZK_Q_NONE && q.step != 0) {
+    if (whole)
+      decode(std::true_type(), std::true_type());
+    else
+      decode(std::false_type(), std::true_type());
+  } else {
+    if (whole)
+      decode(std::true_type(), std::false_type());
+    else
+      decode(std::false_type(), std::false_type());
+  }
 }
 
 /* The kernels built: [quantizer kind][bitpack]. */

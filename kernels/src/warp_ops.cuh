@@ -48,6 +48,9 @@ __device__ __forceinline__ fzk_tp fzk_tp_init() {
     const bool up = (lane & j) != 0;
     t.keep[k] = up ? ~masks[k] : masks[k];
     t.rot[k] = up ? j : 32u - j;
+    /* Opaque to the compiler, which would rather recompute the constants
+     * inside the loops than keep them. */
+    asm volatile("" : "+r"(t.keep[k]), "+r"(t.rot[k]));
   }
   return t;
 }

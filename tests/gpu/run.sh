@@ -119,16 +119,20 @@ fi
 
 # ---- kernel profile ------------------------------------------------------
 # FZ_GPU_PROFILE=1: Nsight Compute on one compress and one decompress per
-# preset ($FZ_PROFILE_PRESETS, default fast,balanced) of the first field at
-# REL 1e-3: each kernel's duration, throughput and occupancy.
+# preset ($FZ_PROFILE_PRESETS, default fast,balanced) of the first field
+# (or the fz_gpu_bench inputs in $FZ_PROFILE_INPUT, e.g. "--gen noise") at
+# REL 1e-3 (or $FZ_PROFILE_EB): each kernel's duration, throughput and
+# occupancy.
 # FZ_GPU_PROFILE=full: the full section set with per-line source counters of
 # the chunk kernels, kept as ncu.ncu-rep and exported as CSV (source-*.csv).
 if [ "${FZ_GPU_PROFILE:-0}" != 0 ] && command -v ncu > /dev/null; then
   step kernel profile
   pin=(--gen smooth)
   for f in "$fields"/*.f32; do [ -f "$f" ] && { pin=("$f"); break; }; done
-  bench=("$build/tests/bench/fz_gpu_bench" -r 0 -e 1e-3 -p "${FZ_PROFILE_PRESETS:-fast,balanced}"
-         "${pin[@]}")
+  # shellcheck disable=SC2206
+  [ -n "${FZ_PROFILE_INPUT:-}" ] && pin=($FZ_PROFILE_INPUT)
+  bench=("$build/tests/bench/fz_gpu_bench" -r 0 -e "${FZ_PROFILE_EB:-1e-3}"
+         -p "${FZ_PROFILE_PRESETS:-fast,balanced}" "${pin[@]}")
   report=$logs/ncu.txt
   if [ "$FZ_GPU_PROFILE" = full ]; then
     report=$logs/ncu-details.txt
