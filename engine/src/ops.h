@@ -120,8 +120,10 @@ FZ_HD bool fzo_quant_f32_sum(float x, double inv, double step, double e, uint32_
   const double u = t + FZO_RINT_MAGIC;
   const float r = (float)((u - FZO_RINT_MAGIC) * step);
   const uint32_t c = fzo_f64_lo(u);
-  const bool ok = !fzo_f32_special(fzo_f32_bits(x)) && fabs(t) <= FZO_QMAX_F32 &&
-                  fabs(xd - (double)r) <= e;
+  /* & rather than &&: every test is cheap and made alike, which keeps the
+   * GPU's code free of branches. */
+  const bool ok = !fzo_f32_special(fzo_f32_bits(x)) & (fabs(t) <= FZO_QMAX_F32) &
+                  (fabs(xd - (double)r) <= e);
   *code = ok ? c : 0;
   return ok;
 }

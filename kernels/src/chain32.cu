@@ -326,11 +326,13 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
 
   /* Pass 1: words, residuals, outliers; bitpack planes packed per warp
    * (the warp's blocks' planes in order from s.a + 128 b0 to s.a + wst),
-   * or the shuffled stream's planes.  Lane k of the warp keeps the summary
-   * of the warp's block b0 + k: its outlier bits, and outliers << 16 |
-   * 4 * bit width. */
+   * or the shuffled stream's planes.  Each block's outlier bits and bit
+   * width go to sum (in s.res, unused until the chunk is assembled); then
+   * lane k of the warp keeps the summary of the warp's block b0 + k: its
+   * outlier bits, and outliers << 16 | 4 * bit width. */
   const uint32_t ps = fzk_plane_stride(pb);
   uint32_t carry = 0, my_fl = 0, my_info = 0, wst = 128 * b0;
+  uint2 *sum = (uint2 *)s.res;
   if (diff && b0 > 0 && b0 < nb) {
     uint32_t v = g[32 * b0 - 1];
     if (qon)
@@ -376,10 +378,8 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
           if (lane < nbits)
             *(uint32_t *)(s.a + wst + 4 * lane) = x;
           wst += 4 * nbits;
-          if (lane == bb - b0) {
-            my_info = (uint32_t)__popc(fl) << 16 | 4u * nbits;
-            my_fl = fl;
-          }
+          if (lane == 0)
+            sum[bb] = make_uint2(fl, nbits);
         } else {
           uint32_t u = code;
           if (diff) {
@@ -399,10 +399,8 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
             for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
               s.a[lane * ps + 4 * bb + k2] = (uint8_t)(x >> (8 * k2));
           }
-          if (lane == bb - b0) {
-            my_info = (uint32_t)__popc(fl) << 16;
-            my_fl = fl;
-          }
+          if (lane == 0)
+            sum[bb] = make_uint2(fl, 0);
         }
       }
     }
@@ -420,6 +418,11 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
       pass1(std::false_type(), std::false_type());
   }
   __syncwarp();
+  if (lane < b1 - b0) {
+    const uint2 e = sum[b0 + lane];
+    my_fl = e.x;
+    my_info = (uint32_t)__popc(e.x) << 16 | 4u * e.y;
+  }
   uint32_t my_off;
   {
     const uint32_t inc = fzk_warp_incl(my_info);
@@ -608,11 +611,17 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   __syncthreads();
 
   /* Place the chunk: warp 0 finds its offset by the look-back while the
-   * slice tables take the place of the stream (which is done with), then
-   * its bytes go out in 4-byte aligned words, and the last warp adds its
-   * CRC-32C. */
-  const uint32_t *T = (const uint32_t *)s.a;
-  fzk_load_slices((uint32_t *)s.a, d_tab);
+   * last warp checksums it (its slice tables take the place of the stream,
+   * which is done with), then its bytes go out in 4-byte aligned words. */
+  const uint8_t *buf = s.res - 16;
+  const uint32_t o = 16 + shift;
+  if (warp == FZK_NW - 1) {
+    uint32_t *T = (uint32_t *)s.a;
+    for (unsigned i = lane; i < 256; i += 32)
+      ((uint4 *)T)[i] = ((const uint4 *)d_tab)[i];
+    __syncwarp();
+    fzk_crc_warp_xor(buf, o, size, T, d_tab, d_crcs + c);
+  }
   if (warp == 0) {
     const uint64_t off = fzk_lookback(lb, c, size);
     if (lane == 0) {
@@ -622,8 +631,6 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   }
   __syncthreads();
   const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
-  const uint8_t *buf = s.res - 16;
-  const uint32_t o = 16 + shift;
   const uint64_t at = header_len + off;
   const uint64_t room = at < out_cap ? out_cap - at : 0;
   const uint32_t lim = size < room ? size : (uint32_t)room;
@@ -644,9 +651,6 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
     if (c + 1 == d.nchunks)
       lb[d.nchunks] = off + size;
   }
-  /* Its checksum, by the last warp, from the copy still in place. */
-  if (warp == FZK_NW - 1)
-    fzk_crc_warp_xor(buf, o, size, T, d_tab, d_crcs + c);
 }
 
 /* ---- decoder ---- */

@@ -47,10 +47,12 @@ __device__ __forceinline__ fzk_tp fzk_tp_init() {
     const unsigned j = 16u >> k;
     const bool up = (lane & j) != 0;
     t.keep[k] = up ? ~masks[k] : masks[k];
-    t.rot[k] = up ? j : 32u - j;
+    t.rot[k] = up ? j : 32u - j; /* 16 either way for k = 0 */
     /* Opaque to the compiler, which would rather recompute the constants
      * inside the loops than keep them. */
-    asm volatile("" : "+r"(t.keep[k]), "+r"(t.rot[k]));
+    asm volatile("" : "+r"(t.keep[k]));
+    if (k > 0)
+      asm volatile("" : "+r"(t.rot[k]));
   }
   return t;
 }
@@ -65,7 +67,8 @@ __device__ __forceinline__ uint32_t fzk_blend(uint32_t a, uint32_t b, uint32_t m
 __device__ __forceinline__ uint32_t fzk_transpose32(uint32_t x, const fzk_tp &t) {
 #pragma unroll
   for (int k = 0; k < 5; k++) {
-    const uint32_t o = __shfl_xor_sync(FZK_FULL, __funnelshift_l(x, x, t.rot[k]), 16u >> k);
+    const uint32_t r = k == 0 ? 16u : t.rot[k];
+    const uint32_t o = __shfl_xor_sync(FZK_FULL, __funnelshift_l(x, x, r), 16u >> k);
     x = fzk_blend(x, o, t.keep[k]);
   }
   return x;
