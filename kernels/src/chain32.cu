@@ -70,8 +70,9 @@ __device__ __forceinline__ uint32_t fzk_plane_vec(uint32_t v, uint32_t pb, uint3
   return (v >> (__ffs(vp) - 1)) * ps + 16 * (v & (vp - 1));
 }
 
-/* Words of the per-warp sums area (wt): [0, 32) sums and flags, [32, 40)
- * the CRC's reduction, 40 and 41 the chunk's archive offset, 47 its ticket. */
+/* Words of the per-warp sums area (wt): [0, 32) sums and flags; in the
+ * encoder 40 and 41 the chunk's archive offset, 47 its ticket; in the rze
+ * decoder [32, 48) the byte selectors of fzk_expand_sel. */
 #define FZK_WT_WORDS 48u
 
 /* The decoder's level-1 words. */
@@ -719,6 +720,8 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
   fzk_load_slices(s.T, d_tab);
   if (threadIdx.x < 32)
     s.wt[threadIdx.x] = 0;
+  else if (!bp && threadIdx.x < 48)
+    s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - 32);
   const uint32_t o = fzk_load_chunk(s.c, g, len);
   __syncthreads();
   /* The checksum, by the last warp once it has done its share (the chunk
@@ -954,7 +957,8 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
    * the bytes of its bitmap nibble, and the kept ones are consecutive from
    * the rank.  k = b - b0. */
   uint32_t wpos = 0;
-  auto planes = [&](uint32_t b, uint32_t k) -> uint32_t {
+  auto planes = [&](uint32_t b, uint32_t k, auto whole) -> uint32_t {
+    constexpr bool FULL = decltype(whole)::value;
     uint32_t x = 0;
     if (bp) {
       const uint32_t nbits = __shfl_sync(FZK_FULL, my_nb, k);
@@ -966,11 +970,11 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
       const uint2 e = s.r1[fzk_r1_at(w)];
       const uint32_t nx = sh > 28 && w + 1 < pb ? s.r1[fzk_r1_at(w + 1)].x : 0;
       uint32_t mk = __funnelshift_r(e.x, nx, sh) & 15u;
-      if (4 * b + 4 > pb) /* the plane ends inside these four bytes */
+      if (!FULL && 4 * b + 4 > pb) /* the plane ends inside these four bytes */
         mk &= (1u << (pb - 4 * b)) - 1;
       const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
                           __popc(e.x & ((1u << sh) - 1));
-      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, fzk_expand_sel(mk));
+      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
     }
     return x;
   };
@@ -994,7 +998,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
       const unsigned sh = lane ? lane - 1 : 0;
       wpos = wpos0;
       for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
-        uint32_t x = planes(b, k);
+        uint32_t x = planes(b, k, whole);
         if (!FULL) {
           const uint32_t rem = n - 32 * b;
           const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
@@ -1027,7 +1031,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
     wpos = wpos0;
     for (uint32_t b = b0, k = 0; b < b1; b++, k++, gw += 32) {
-      uint32_t u = fzk_transpose32(planes(b, k), tp), i = 32 * b + lane, code = u;
+      uint32_t u = fzk_transpose32(planes(b, k, whole), tp), i = 32 * b + lane, code = u;
       if (diff) {
         uint32_t dd = bp ? fzo_unzigzag32(u) : d.k32nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
         if (!FULL && i >= n)
