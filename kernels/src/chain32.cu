@@ -529,15 +529,6 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   const uint32_t size = fallback ? raw : total;
   if (threadIdx.x == 0)
     fzk_lb_put(lb, c, (c == 0 ? FZK_LB_INCL : FZK_LB_AGG) | size);
-  /* Warp 0 finds the chunk's offset by the look-back first, while the
-   * others assemble the chunk. */
-  if (warp == 0) {
-    const uint64_t off = fzk_lookback(lb, c, size);
-    if (lane == 0) {
-      s.wt[40] = (uint32_t)off;
-      s.wt[41] = (uint32_t)(off >> 32);
-    }
-  }
   /* The coded chunk goes to s.res + shift, chosen so that the bit planes
    * of bitpack start on a word. */
   const uint32_t shift = bp && !fallback ? (0u - (side + nb)) & 3u : 0u;
@@ -620,11 +611,26 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   }
   __syncthreads();
 
-  /* Place the chunk: its bytes out in 4-byte aligned words, then the last
-   * warp adds its checksum (the slice tables take the place of the stream,
-   * which is done with). */
+  /* Place the chunk: warp 0 finds its offset by the look-back while the
+   * last warp checksums it (its slice tables take the place of the stream,
+   * which is done with), then its bytes go out in 4-byte aligned words. */
   const uint8_t *buf = s.res - 16;
   const uint32_t o = 16 + shift;
+  if (warp == FZK_NW - 1) {
+    uint32_t *T = (uint32_t *)s.a;
+    for (unsigned i = lane; i < 256; i += 32)
+      ((uint4 *)T)[i] = ((const uint4 *)d_tab)[i];
+    __syncwarp();
+    fzk_crc_warp_xor(buf, o, size, T, d_tab, d_crcs + c);
+  }
+  if (warp == 0) {
+    const uint64_t off = fzk_lookback(lb, c, size);
+    if (lane == 0) {
+      s.wt[40] = (uint32_t)off;
+      s.wt[41] = (uint32_t)(off >> 32);
+    }
+  }
+  __syncthreads();
   const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
   const uint64_t at = header_len + off;
   const uint64_t room = at < out_cap ? out_cap - at : 0;
@@ -645,13 +651,6 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
     d_out[table_off + 2 * c + 1] = (uint8_t)(size >> 8);
     if (c + 1 == d.nchunks)
       lb[d.nchunks] = off + size;
-  }
-  if (warp == FZK_NW - 1) {
-    uint32_t *T = (uint32_t *)s.a;
-    for (unsigned i = lane; i < 256; i += 32)
-      ((uint4 *)T)[i] = ((const uint4 *)d_tab)[i];
-    __syncwarp();
-    fzk_crc_warp_xor(buf, o, size, T, d_tab, d_crcs + c);
   }
 }
 
