@@ -10,9 +10,11 @@
  * its 32 bit planes (bitpack planes, or four bytes of each bitshuffle
  * plane), and every prefix sum the layout needs (plane offsets, outlier
  * ranks, running sums of differences) is a warp scan plus one barrier.
- * Checksums are not computed here: the place and check kernels do them
- * (chain_kernels.cu).  The bytes are the CPU reference's (engine/src/stage_*.c),
- * and the decoder accepts exactly what the CPU decoder accepts.
+ * The encoder places its chunk in the archive itself (the offset from a
+ * decoupled look-back over the chunks before it), and one warp of each
+ * kernel checksums the chunk (fzk_crc_warp_xor).  The bytes are the CPU
+ * reference's (engine/src/stage_*.c), and the decoder accepts exactly what
+ * the CPU decoder accepts.
  */
 #include <cuda_runtime.h>
 
