@@ -313,46 +313,16 @@ fail:
   return rc;
 }
 
-/* Copies the whole header to ctx->h_hdr and parses it as the CPU does:
- * first a prefix that holds any shape and chain, then exactly the bytes the
- * chunk table can need.  Only for the errors found before a decode (two
- * round trips). */
-static int fetch_header(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len,
-                        fze_header *h, cudaStream_t s, char *why, size_t why_len) {
-  size_t pre = arc_len < 512 ? arc_len : 512;
-  int rc = host_buffer(ctx, 512, why, why_len);
+/* Copies the first n bytes of the archive to ctx->h_hdr and waits. */
+static int to_host(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t n, cudaStream_t s, char *why,
+                   size_t why_len) {
+  int rc = host_buffer(ctx, n, why, why_len);
   if (rc < 0)
     return rc;
-  if (pre)
-    FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, pre, cudaMemcpyDeviceToHost, s), fail);
+  if (n)
+    FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, n, cudaMemcpyDeviceToHost, s), fail);
   FZK_CHECK(cudaStreamSynchronize(s), fail);
-  if (arc_len <= 512)
-    return fze_header_parse(ctx->h_hdr, arc_len, h);
-  const uint8_t *b = ctx->h_hdr;
-  size_t w = fz_dtype_size((fz_dtype)b[5]);
-  unsigned nd = b[6];
-  uint64_t dims[FZ_MAX_DIMS], n, raw;
-  if (memcmp(b, FZE_MAGIC, 4) != 0 || w == 0 || nd < 1 || nd > FZ_MAX_DIMS || b[7] < 12 ||
-      b[7] > 15)
-    return fze_header_parse(b, pre, h); /* reports what is wrong */
-  for (unsigned i = 0; i < nd; i++) {
-    dims[i] = 0;
-    for (int k = 7; k >= 0; k--)
-      dims[i] = dims[i] << 8 | b[8 + 8 * i + k];
-  }
-  if (fze_shape_size(nd, dims, w, &n, &raw) < 0)
-    return fze_header_parse(b, pre, h);
-  uint64_t cb = 1u << b[7], nchunks = (raw + cb - 1) / cb;
-  size_t need = FZE_PREFIX_MAX + 2 * (size_t)nchunks + 4;
-  if (need > arc_len)
-    need = arc_len;
-  if ((rc = host_buffer(ctx, need, why, why_len)) < 0)
-    return rc;
-  FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, need, cudaMemcpyDeviceToHost, s), fail);
-  FZK_CHECK(cudaStreamSynchronize(s), fail);
-  /* The parser reads only the header, which lies within `need` bytes; the
-   * full length lets it check the chunk table against the archive. */
-  return fze_header_parse(ctx->h_hdr, arc_len, h);
+  return 0;
 fail:
   return rc;
 }
@@ -362,16 +332,23 @@ fail:
  * rest (FZK_ST_*). */
 static int fetch_prefix(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len, fze_header *h,
                         size_t *table_pos, cudaStream_t s, char *why, size_t why_len) {
-  const size_t pre = arc_len < FZE_PREFIX_MAX ? arc_len : FZE_PREFIX_MAX;
-  int rc = host_buffer(ctx, 512, why, why_len);
-  if (rc < 0)
-    return rc;
-  if (pre)
-    FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, pre, cudaMemcpyDeviceToHost, s), fail);
-  FZK_CHECK(cudaStreamSynchronize(s), fail);
-  return fze_header_parse_prefix(ctx->h_hdr, arc_len, h, table_pos);
-fail:
-  return rc;
+  int rc = to_host(ctx, d_arc, arc_len < FZE_PREFIX_MAX ? arc_len : FZE_PREFIX_MAX, s, why,
+                   why_len);
+  return rc < 0 ? rc : fze_header_parse_prefix(ctx->h_hdr, arc_len, h, table_pos);
+}
+
+/* Copies the whole header to ctx->h_hdr and parses it as the CPU does
+ * (after the prefix, which says how long the header is).  Only for the
+ * errors found before a decode (two round trips). */
+static int fetch_header(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len,
+                        fze_header *h, cudaStream_t s, char *why, size_t why_len) {
+  size_t table_pos;
+  int rc = fetch_prefix(ctx, d_arc, arc_len, h, &table_pos, s, why, why_len);
+  if (rc == 0)
+    rc = to_host(ctx, d_arc, h->header_len, s, why, why_len);
+  /* The parser reads only the header; the full length lets it check the
+   * chunk table against the archive. */
+  return rc < 0 ? rc : fze_header_parse(ctx->h_hdr, arc_len, h);
 }
 
 /* The error of the device's checks, in the order fze_header_parse and the
