@@ -73,11 +73,10 @@ __device__ __forceinline__ void fzk_block_minmax(double *lo, double *hi) {
   }
 }
 
-/* Grid-stride minimum and maximum of the finite values; f32 in 16-byte
- * vectors when the input allows.  Each block leaves one pair in d_part. */
-__global__ void __launch_bounds__(FZK_NT)
-fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w, int vec,
-                  double *__restrict__ d_part) {
+/* This thread's minimum and maximum of the finite values, by grid stride;
+ * f32 in 16-byte vectors when the input allows. */
+__device__ static void fzk_range_share(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w,
+                                       int vec, double *lo_, double *hi_) {
   double lo = __longlong_as_double(0x7ff0000000000000ll), hi = -lo;
   const uint64_t stride = (uint64_t)gridDim.x * FZK_NT;
   const uint64_t t0 = (uint64_t)blockIdx.x * FZK_NT + threadIdx.x;
@@ -116,48 +115,90 @@ fzk_minmax_kernel(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w, int 
       hi = v > hi ? v : hi;
     }
   }
-  fzk_block_minmax(&lo, &hi);
+  *lo_ = lo;
+  *hi_ = hi;
+}
+
+/* True in every thread of the block that finishes last: each block
+ * publishes its results, fences, and takes a ticket; the last one resets
+ * the counter for the next launch.  Its reads of what the others wrote go
+ * through L2 (__ldcg). */
+__device__ static bool fzk_last_block(uint32_t *d_ticket) {
+  __shared__ bool last;
+  __syncthreads();
   if (threadIdx.x == 0) {
-    d_part[2 * blockIdx.x] = lo;
-    d_part[2 * blockIdx.x + 1] = hi;
+    __threadfence();
+    last = atomicAdd(d_ticket, 1u) == gridDim.x - 1;
+    if (last)
+      *d_ticket = 0;
   }
+  __syncthreads();
+  if (last)
+    __threadfence();
+  return last;
 }
 
-/* Min and max are exact whatever the order; the sign of a zero extreme can
- * differ from the CPU's, which fzo_quant_params never sees (it uses hi - lo
- * and magnitudes).  One block folds the per-block pairs. */
-__global__ void __launch_bounds__(FZK_NT)
-fzk_qparams_kernel(const double *__restrict__ d_part, unsigned nparts, unsigned mode,
-                   double eb, int f32, fzk_qparams *__restrict__ d_qp) {
-  double lo = __longlong_as_double(0x7ff0000000000000ll), hi = -lo;
-  if (mode != FZ_EB_PWREL)
-    for (unsigned k = threadIdx.x; k < nparts; k += FZK_NT) {
-      lo = d_part[2 * k] < lo ? d_part[2 * k] : lo;
-      hi = d_part[2 * k + 1] > hi ? d_part[2 * k + 1] : hi;
+/* The first kernel of a compression.  Every block takes its share of the
+ * range (min and max are exact whatever the order; the sign of a zero
+ * extreme can differ from the CPU's, which fzo_quant_params never sees: it
+ * uses hi - lo and magnitudes) and of zeroing d_zero; the last block folds
+ * the per-block pairs into the quantizer's parameters and writes the
+ * header template with them. */
+__global__ void __launch_bounds__(FZK_NT) fzk_prep_kernel(fzk_prep p, unsigned w, int vec, int f32) {
+  __shared__ double s_q[2];
+  double lo, hi;
+  if (p.range) {
+    fzk_range_share((const uint8_t *)p.d_in, p.n, w, vec, &lo, &hi);
+    fzk_block_minmax(&lo, &hi);
+    if (threadIdx.x == 0) {
+      p.d_part[2 * blockIdx.x] = lo;
+      p.d_part[2 * blockIdx.x + 1] = hi;
     }
-  fzk_block_minmax(&lo, &hi);
-  if (threadIdx.x != 0)
+  }
+  const uint64_t stride = (uint64_t)gridDim.x * FZK_NT;
+  for (uint64_t i = (uint64_t)blockIdx.x * FZK_NT + threadIdx.x; i < p.zero_words; i += stride)
+    p.d_zero[i] = 0;
+  if (!fzk_last_block(p.d_ticket))
     return;
-  if (mode == FZ_EB_PWREL)
-    lo = hi = 0;
-  double e, s;
-  fzo_quant_params(mode, eb, lo, hi, f32 != 0, &e, &s);
-  d_qp->eb_abs = e;
-  d_qp->step = s;
-  d_qp->inv = s != 0 ? 1.0 / s : 0;
+  if (p.q_off) {
+    lo = __longlong_as_double(0x7ff0000000000000ll);
+    hi = -lo;
+    const unsigned nparts = p.range ? gridDim.x : 0;
+    for (unsigned k = threadIdx.x; k < nparts; k += FZK_NT) {
+      double a = __ldcg(p.d_part + 2 * k), b = __ldcg(p.d_part + 2 * k + 1);
+      lo = a < lo ? a : lo;
+      hi = b > hi ? b : hi;
+    }
+    fzk_block_minmax(&lo, &hi);
+    if (threadIdx.x == 0) {
+      if (!p.range)
+        lo = hi = 0;
+      double e, s;
+      fzo_quant_params(p.mode, p.eb, lo, hi, f32 != 0, &e, &s);
+      p.d_qp->eb_abs = e;
+      p.d_qp->step = s;
+      p.d_qp->inv = s != 0 ? 1.0 / s : 0;
+      s_q[0] = e;
+      s_q[1] = s;
+    }
+    __syncthreads();
+  }
+  for (uint64_t i = threadIdx.x; i < p.tpl_len; i += FZK_NT) {
+    uint8_t b = p.d_tpl[i];
+    if (p.q_off && i >= p.q_off && i < p.q_off + 16) {
+      double v = s_q[i >= p.q_off + 8];
+      b = (uint8_t)((fzk_u64)__double_as_longlong(v) >> (8 * ((i - p.q_off) & 7)));
+    }
+    p.d_out[i] = b;
+  }
 }
 
-extern "C" int fzk_launch_qparams(const fzk_desc *d, const void *d_in, uint64_t n,
-                                  unsigned mode, double eb, double *d_part,
-                                  fzk_qparams *d_qp, fz_gpu_stream s) {
-  unsigned g = 0;
-  if (mode != FZ_EB_PWREL && n > 0) {
-    uint64_t want = (n + FZK_NT * 8 - 1) / (FZK_NT * 8);
-    g = want < FZK_MM_BLOCKS ? (unsigned)want : FZK_MM_BLOCKS;
-    fzk_minmax_kernel<<<g, FZK_NT, 0, s>>>((const uint8_t *)d_in, n, d->w,
-                                           (uintptr_t)d_in % 16 == 0, d_part);
-  }
-  fzk_qparams_kernel<<<1, FZK_NT, 0, s>>>(d_part, g, mode, eb, d->fkind == 1, d_qp);
+extern "C" int fzk_launch_prep(const fzk_desc *d, const fzk_prep *p, fz_gpu_stream s) {
+  uint64_t want = p->range ? (p->n + FZK_NT * 8 - 1) / (FZK_NT * 8)
+                           : (p->zero_words + FZK_NT * 4 - 1) / (FZK_NT * 4);
+  unsigned g = want < FZK_MM_BLOCKS ? (unsigned)want : FZK_MM_BLOCKS;
+  fzk_prep_kernel<<<g ? g : 1, FZK_NT, 0, s>>>(*p, d->w, (uintptr_t)p->d_in % 16 == 0,
+                                               d->fkind == 1);
   return (int)cudaGetLastError();
 }
 
@@ -671,71 +712,77 @@ extern "C" int fzk_launch_check(const fzk_desc *d, const uint8_t *d_pay, uint64_
   return (int)cudaGetLastError();
 }
 
-__global__ void fzk_header_kernel(const uint8_t *__restrict__ d_tpl, uint64_t tpl_len,
-                                  uint64_t q_off, const fzk_qparams *__restrict__ d_qp,
-                                  uint8_t *__restrict__ d_out) {
-  for (uint64_t i = threadIdx.x; i < tpl_len; i += blockDim.x) {
-    uint8_t b = d_tpl[i];
-    if (q_off && i >= q_off && i < q_off + 16) {
-      double v = i < q_off + 8 ? d_qp->eb_abs : d_qp->step;
-      b = (uint8_t)((fzk_u64)__double_as_longlong(v) >> (8 * ((i - q_off) & 7)));
-    }
-    d_out[i] = b;
-  }
-}
-
-extern "C" int fzk_launch_header(const uint8_t *d_tpl, uint64_t tpl_len, uint64_t q_off,
-                                 const fzk_qparams *d_qp, uint8_t *d_out, fz_gpu_stream s) {
-  fzk_header_kernel<<<1, FZK_NT, 0, s>>>(d_tpl, tpl_len, q_off, d_qp, d_out);
-  return (int)cudaGetLastError();
-}
-
 /* ---- CRC-32C of a long buffer ---- */
 
-/* Block b checksums its span of FZK_CRC_SPAN bytes of a virtual buffer
- * that ends with the len real bytes (the leading zeros change nothing) and
- * shifts the value to the end of the buffer. */
+/* Shared memory of one block's part of a long CRC. */
+struct fzk_crc_smem {
+  uint32_t T[1024], red[32];
+  __align__(16) uint8_t buf[FZK_CRC_SPAN + 48];
+};
+
+/* Part b of np of the CRC of len >= 4 bytes at d_p, left in thread 0: the
+ * span of FZK_CRC_SPAN bytes that block b checksums of a virtual buffer
+ * that ends with the len real bytes (the leading zeros change nothing),
+ * shifted to the end of the buffer.  The parts XOR to the raw CRC. */
+__device__ static uint32_t fzk_crc_part(const uint8_t *__restrict__ d_p, uint64_t len,
+                                        uint64_t np, uint64_t b,
+                                        const uint32_t *__restrict__ d_tab, fzk_crc_smem &sm) {
+  fzk_load_slices(sm.T, d_tab);
+  uint64_t p0 = np * FZK_CRC_SPAN - len;
+  uint64_t e = (b + 1) * FZK_CRC_SPAN - p0;
+  uint64_t s0 = b ? e - FZK_CRC_SPAN : 0;
+  uint32_t lb = (uint32_t)(e - s0);
+  uint32_t o = fzk_load_chunk(sm.buf, d_p + s0, lb);
+  __syncthreads();
+  uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(FZK_CRC_SEG) + threadIdx.x];
+  uint32_t c = fzk_block_xor(fzk_crc_share(sm.buf, o, lb, FZK_CRC_SEG, s0, sm.T, kt), sm.red);
+  uint32_t mul = FZK_X0;
+  if (threadIdx.x == 0)
+    for (uint64_t k = np - 1 - b, j = 0; k; j++, k >>= 1)
+      if (k & 1)
+        mul = fzk_crc_mulmod(mul, d_tab[FZK_CRC_SPANF + j]);
+  return fzk_crc_mulmod(c, mul);
+}
+
+/* The number of parts of the CRC of len bytes (0 below 4 bytes). */
+__host__ __device__ static uint64_t fzk_crc_np(uint64_t len) {
+  return len >= 4 ? (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN : 0;
+}
+
+/* The CRC-32C of len bytes at d_p from its np parts, in every lane of one
+ * warp (below 4 bytes, from the bytes themselves). */
+__device__ static uint32_t fzk_crc_fold(const uint32_t *d_parts, uint64_t np,
+                                        const uint8_t *d_p, uint64_t len,
+                                        const uint32_t *__restrict__ d_tab) {
+  uint32_t x = 0;
+  if (len >= 4) {
+    for (uint64_t k = threadIdx.x & 31; k < np; k += 32)
+      x ^= __ldcg(d_parts + k);
+    for (unsigned o = 16; o; o >>= 1)
+      x ^= __shfl_xor_sync(FZK_FULL, x, o);
+    return ~x;
+  }
+  uint32_t r = 0xffffffffu;
+  for (uint64_t j = 0; j < len; j++)
+    r = (r >> 8) ^ d_tab[(r ^ d_p[j]) & 0xffu];
+  return ~r;
+}
+
 __global__ void __launch_bounds__(FZK_NT)
 fzk_crc_parts_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
                      const uint32_t *__restrict__ d_tab, uint32_t *__restrict__ d_parts) {
-  __shared__ uint32_t T[1024], red[32];
-  __shared__ __align__(16) uint8_t buf[FZK_CRC_SPAN + 48];
-  fzk_load_slices(T, d_tab);
-  uint64_t np = gridDim.x, p0 = np * FZK_CRC_SPAN - len;
-  uint64_t e = ((uint64_t)blockIdx.x + 1) * FZK_CRC_SPAN - p0;
-  uint64_t s0 = blockIdx.x ? e - FZK_CRC_SPAN : 0;
-  uint32_t lb = (uint32_t)(e - s0);
-  uint32_t o = fzk_load_chunk(buf, d_p + s0, lb);
-  __syncthreads();
-  uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(FZK_CRC_SEG) + threadIdx.x];
-  uint32_t c = fzk_block_xor(fzk_crc_share(buf, o, lb, FZK_CRC_SEG, s0, T, kt), red);
-  if (threadIdx.x == 0) {
-    uint64_t k = np - 1 - blockIdx.x;
-    uint32_t mul = FZK_X0;
-    for (unsigned j = 0; k; j++, k >>= 1)
-      if (k & 1)
-        mul = fzk_crc_mulmod(mul, d_tab[FZK_CRC_SPANF + j]);
-    d_parts[blockIdx.x] = fzk_crc_mulmod(c, mul);
-  }
+  __shared__ fzk_crc_smem sm;
+  uint32_t c = fzk_crc_part(d_p, len, gridDim.x, blockIdx.x, d_tab, sm);
+  if (threadIdx.x == 0)
+    d_parts[blockIdx.x] = c;
 }
 
 __global__ void fzk_crc_finish_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
                                       const uint32_t *__restrict__ d_parts, uint64_t np,
                                       const uint32_t *__restrict__ d_tab, fzk_crc_use use) {
+  uint32_t crc = fzk_crc_fold(d_parts, np, d_p, len, d_tab);
   if (threadIdx.x != 0)
     return;
-  uint32_t crc;
-  if (len >= 4) {
-    uint32_t x = 0;
-    for (uint64_t k = 0; k < np; k++)
-      x ^= d_parts[k];
-    crc = ~x;
-  } else {
-    uint32_t r = 0xffffffffu;
-    for (uint64_t j = 0; j < len; j++)
-      r = (r >> 8) ^ d_tab[(r ^ d_p[j]) & 0xffu];
-    crc = ~r;
-  }
   if (use.dst_le)
     for (int k = 0; k < 4; k++)
       use.dst_le[k] = (uint8_t)(crc >> (8 * k));
@@ -751,16 +798,52 @@ __global__ void fzk_crc_finish_kernel(const uint8_t *__restrict__ d_p, uint64_t 
     *use.total = *use.end + use.add;
 }
 
-extern "C" uint64_t fzk_crc_parts(uint64_t len) { return (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN + 1; }
+extern "C" uint64_t fzk_crc_parts(uint64_t len) { return fzk_crc_np(len) + 1; }
 
 extern "C" int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
                               const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s) {
-  uint64_t np = 0;
-  if (len >= 4) {
-    np = (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN;
+  uint64_t np = fzk_crc_np(len);
+  if (np)
     fzk_crc_parts_kernel<<<(unsigned)np, FZK_NT, 0, s>>>(d_p, len, d_tab, d_parts);
-  }
   fzk_crc_finish_kernel<<<1, 32, 0, s>>>(d_p, len, d_parts, np, d_tab, use);
+  return (int)cudaGetLastError();
+}
+
+/* The last kernel of a compression: the parts of the payload's CRC (the
+ * CRC of the chunk CRCs) and of the header's, whose payload-CRC field is
+ * still zero, in one grid.  The last block folds them; the field's value
+ * enters the header's CRC by linearity, as its word times x^(8 n) for the n
+ * bytes from the field's start to the end of the checksummed header. */
+__global__ void __launch_bounds__(FZK_NT)
+fzk_seal_kernel(fzk_seal p, const uint32_t *__restrict__ d_tab) {
+  __shared__ fzk_crc_smem sm;
+  const uint64_t len1 = 4 * p.nchunks, len2 = p.header_len - 4;
+  const uint64_t np1 = fzk_crc_np(len1), np2 = fzk_crc_np(len2);
+  uint32_t c = blockIdx.x < np1
+                   ? fzk_crc_part((const uint8_t *)p.d_crcs, len1, np1, blockIdx.x, d_tab, sm)
+                   : fzk_crc_part(p.d_out, len2, np2, blockIdx.x - np1, d_tab, sm);
+  if (threadIdx.x == 0)
+    p.d_parts[blockIdx.x] = c;
+  if (!fzk_last_block(p.d_ticket) || threadIdx.x >= 32)
+    return;
+  uint32_t pay = fzk_crc_fold(p.d_parts, np1, (const uint8_t *)p.d_crcs, len1, d_tab);
+  uint32_t hdr = fzk_crc_fold(p.d_parts + np1, np2, p.d_out, len2, d_tab) ^
+                 fzk_crc_mulmod(pay, p.field_shift);
+  if (threadIdx.x < 4) {
+    p.d_out[p.table_off - 4 + threadIdx.x] = (uint8_t)(pay >> (8 * threadIdx.x));
+    p.d_out[p.header_len - 4 + threadIdx.x] = (uint8_t)(hdr >> (8 * threadIdx.x));
+  }
+  if (threadIdx.x == 0)
+    *p.d_total = *p.d_end + p.header_len;
+}
+
+extern "C" uint64_t fzk_seal_parts(uint64_t nchunks, uint64_t header_len) {
+  return fzk_crc_np(4 * nchunks) + fzk_crc_np(header_len - 4);
+}
+
+extern "C" int fzk_launch_seal(const fzk_seal *p, const uint32_t *d_tab, fz_gpu_stream s) {
+  unsigned g = (unsigned)fzk_seal_parts(p->nchunks, p->header_len);
+  fzk_seal_kernel<<<g, FZK_NT, 0, s>>>(*p, d_tab);
   return (int)cudaGetLastError();
 }
 

@@ -70,13 +70,30 @@ void fzk_desc_layout32(fzk_desc *d);
 int fzk_kernels_init(const fzk_desc *d);
 int fzk_kernels32_init(const fzk_desc *d);
 
-/* Minimum and maximum of the finite values (skipped for PWREL), then the
- * quantizer parameters (fzo_quant_params) into *d_qp.  d_part holds
- * 2 * FZK_MM_BLOCKS doubles. */
+/* The first kernel of a compression (one launch): the range of the data
+ * (range: the quantizer's mode is not PWREL) into d_part, which holds
+ * 2 * FZK_MM_BLOCKS doubles; zero_words zeroed at d_zero; then the
+ * quantizer's parameters (fzo_quant_params) into *d_qp when q_off is not 0
+ * (the chain quantizes; the parameters' offset in the header), and the
+ * header template's first tpl_len bytes into d_out, with the parameters.
+ * *d_ticket is 0 before and after. */
 #define FZK_MM_BLOCKS 1024u
-int fzk_launch_qparams(const fzk_desc *d, const void *d_in, uint64_t n,
-                       unsigned mode, double eb, double *d_part,
-                       fzk_qparams *d_qp, fz_gpu_stream s);
+typedef struct fzk_prep {
+  const void *d_in;
+  uint64_t n;
+  int range;
+  unsigned mode;
+  double eb;
+  double *d_part;
+  fzk_qparams *d_qp;
+  uint32_t *d_zero;
+  uint64_t zero_words;
+  const uint8_t *d_tpl;
+  uint64_t tpl_len, q_off;
+  uint8_t *d_out;
+  uint32_t *d_ticket;
+} fzk_prep;
+int fzk_launch_prep(const fzk_desc *d, const fzk_prep *p, fz_gpu_stream s);
 
 /* One block per chunk runs the whole chain; chunk i's coded bytes go to
  * d_stage + i * cb, its length to d_sizes[i]; the place kernel moves them
@@ -138,12 +155,6 @@ int fzk_launch_check(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
                      const uint64_t *d_offs, const uint8_t *d_sizes16, const uint32_t *d_tab,
                      uint32_t *d_crcs, fz_gpu_stream s);
 
-/* Copies the header template (tpl_len bytes) to d_out and patches the
- * quantizer's eb_abs and step at q_off (0: no quant stage) from *d_qp. */
-int fzk_launch_header(const uint8_t *d_tpl, uint64_t tpl_len, uint64_t q_off,
-                      const fzk_qparams *d_qp, uint8_t *d_out,
-                      fz_gpu_stream s);
-
 /* What becomes of a CRC-32C computed on the device (fzk_launch_crc), each
  * part when its pointer is not NULL: it goes, little-endian, to dst_le; a
  * result other than `expect` (or the little-endian word at expect_le) sets
@@ -163,6 +174,25 @@ typedef struct fzk_crc_use {
 uint64_t fzk_crc_parts(uint64_t len);
 int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
                    const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s);
+
+/* The last kernel of a compression (one launch): the payload's CRC (of
+ * the nchunks chunk CRCs at d_crcs) into its field, which ends at
+ * table_off; the header's CRC (of its first header_len - 4 bytes, with the
+ * payload-CRC field zero until then) into the last 4; *d_total = *d_end +
+ * header_len.  field_shift is fzk_crc_xpow8(header_len - table_off);
+ * d_parts holds fzk_seal_parts() words; *d_ticket is 0 before and after. */
+typedef struct fzk_seal {
+  const uint32_t *d_crcs;
+  uint64_t nchunks;
+  uint8_t *d_out;
+  uint64_t header_len, table_off;
+  uint32_t field_shift;
+  const uint64_t *d_end;
+  uint64_t *d_total;
+  uint32_t *d_parts, *d_ticket;
+} fzk_seal;
+uint64_t fzk_seal_parts(uint64_t nchunks, uint64_t header_len);
+int fzk_launch_seal(const fzk_seal *p, const uint32_t *d_tab, fz_gpu_stream s);
 
 /* One block per chunk decodes the payload (d_pay, pay_len bytes; chunk i at
  * d_offs[i], d_sizes16 the archive's table) into d_out; any corruption sets

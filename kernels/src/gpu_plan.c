@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "fz_gpu.h"
 #include "fzk.h"
+#include "fzk_crc.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
 
@@ -35,8 +36,9 @@ struct fz_gpu_plan {
   unsigned flags;
   ws_layout ws;
   uint8_t *d_ws;           /* with FZ_GPU_PREALLOC */
-  uint8_t *d_tpl;          /* the header up to the chunk table */
-  size_t table_off, q_off;
+  uint8_t *d_tpl;          /* the header up to the chunk table, then tickets */
+  size_t table_off, q_off, tick_off;
+  uint32_t field_shift;    /* moves the payload CRC to the header's end */
   uint64_t *h_total;       /* pinned */
   cudaEvent_t ev0, ev1;
   int have_events;
@@ -56,8 +58,7 @@ static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len,
   w->bsum = o; o += staged ? up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1)) : 0;
   w->part = o; o += up256(16 * (size_t)FZK_MM_BLOCKS);
   w->qp = o; o += up256(sizeof(fzk_qparams));
-  uint64_t p1 = fzk_crc_parts(4 * nchunks), p2 = fzk_crc_parts(header_len);
-  w->cparts = o; o += up256(4 * (size_t)(p1 > p2 ? p1 : p2));
+  w->cparts = o; o += up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
   w->total = o; o += up256(8);
   w->bytes = o;
 }
@@ -141,6 +142,8 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32);
   pl->table_off = h->header_len - 4 - 2 * (size_t)h->nchunks;
   pl->q_off = pl->desc.has_quant ? 19 + 8 * (size_t)h->ndims : 0;
+  pl->tick_off = (pl->table_off + 7) & ~(size_t)7;
+  pl->field_shift = fzk_crc_xpow8(h->header_len - pl->table_off);
 
   /* The header with placeholder quantizer values, checksums and table: the
    * device copies the part before the table and fills in the rest. */
@@ -158,7 +161,10 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   rc = kernels_ready(ctx, &pl->desc, why, why_len);
   if (rc < 0)
     goto fail;
-  FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->table_off), fail);
+  /* The prep and seal kernels' tickets (fzk_last_block) follow the template,
+   * zeroed once: each launch leaves them zero. */
+  FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->tick_off + 8), fail);
+  FZK_CHECK(cudaMemset(pl->d_tpl, 0, pl->tick_off + 8), fail);
   FZK_CHECK(cudaMemcpy(pl->d_tpl, tpl, pl->table_off, cudaMemcpyHostToDevice), fail);
   FZK_CHECK(cudaMallocHost((void **)&pl->h_total, sizeof *pl->h_total), fail);
   if (flags & FZ_GPU_PREALLOC) {
@@ -251,16 +257,20 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   uint32_t *cparts = (uint32_t *)(ws + L->cparts);
   if (pl->have_events)
     FZK_CHECK(cudaEventRecord(pl->ev0, s), fail_ws);
-  if (d->has_quant) {
-    const fze_stage *q = &h->chain.st[0];
-    FZK_CHECK(fzk_launch_qparams(d, d_in, h->n_elems, q->mode, q->eb,
-                                 (double *)(ws + L->part), qp, s), fail_ws);
-  }
+  /* Three launches: prep (range, quantizer parameters, zeroed look-back
+   * and CRC words, header template), the chunks, seal (checksums). */
+  uint32_t *tickets = (uint32_t *)(pl->d_tpl + pl->tick_off);
+  const fze_stage *q = &h->chain.st[0];
+  const fzk_prep prep = {
+      .d_in = d_in, .n = h->n_elems, .range = d->has_quant && q->mode != FZ_EB_PWREL,
+      .mode = q->mode, .eb = q->eb, .d_part = (double *)(ws + L->part), .d_qp = qp,
+      /* Chunks placed by look-back: offs holds the look-back words, and the
+       * chunk CRCs are summed into zeroed words. */
+      .d_zero = crcs, .zero_words = d->k32 ? (L->offs - L->crcs) / 4 + 2 * (h->nchunks + 2) : 0,
+      .d_tpl = pl->d_tpl, .tpl_len = pl->table_off, .q_off = pl->q_off, .d_out = out,
+      .d_ticket = tickets};
+  FZK_CHECK(fzk_launch_prep(d, &prep, s), fail_ws);
   if (d->k32) {
-    /* Chunks placed by look-back: offs holds the look-back words, and the
-     * chunk CRCs are summed into zeroed words (both areas in one memset). */
-    FZK_CHECK(cudaMemsetAsync(crcs, 0, L->offs - L->crcs + 8 * ((size_t)h->nchunks + 2), s),
-              fail_ws);
     FZK_CHECK(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len, pl->table_off, crcs,
                                   offs, ctx->d_tab, s), fail_ws);
   } else {
@@ -272,14 +282,11 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                                h->header_len, pl->table_off, crcs, s), fail_ws);
   }
   /* Either way offs[nchunks] is now the payload's length. */
-  FZK_CHECK(fzk_launch_header(pl->d_tpl, pl->table_off, pl->q_off, qp, out, s), fail_ws);
-  /* The payload checksum goes into the header, then the header's own. */
-  const fzk_crc_use pay = {.dst_le = out + pl->table_off - 4};
-  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * h->nchunks, cparts, ctx->d_tab, pay, s),
-            fail_ws);
-  const fzk_crc_use hdr = {.dst_le = out + h->header_len - 4, .total = total,
-                           .end = offs + h->nchunks, .add = h->header_len};
-  FZK_CHECK(fzk_launch_crc(out, h->header_len - 4, cparts, ctx->d_tab, hdr, s), fail_ws);
+  const fzk_seal seal = {.d_crcs = crcs, .nchunks = h->nchunks, .d_out = out,
+                         .header_len = h->header_len, .table_off = pl->table_off,
+                         .field_shift = pl->field_shift, .d_end = offs + h->nchunks,
+                         .d_total = total, .d_parts = cparts, .d_ticket = tickets + 1};
+  FZK_CHECK(fzk_launch_seal(&seal, ctx->d_tab, s), fail_ws);
   if (pl->have_events)
     FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
   FZK_CHECK(cudaMemcpyAsync(pl->h_total, total, sizeof *total, cudaMemcpyDeviceToHost, s),

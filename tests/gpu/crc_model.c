@@ -161,3 +161,28 @@ Test(kernel_crc, shift_factors) {
                  (unsigned long long)n);
   }
 }
+
+/* The seal kernel's patch: a header checksummed with its payload-CRC field
+ * zero, then corrected by the field's word times x^(8n) (n: the bytes from
+ * the field's start to the end of the checksummed bytes), must be the CRC
+ * of the header with the field filled in. */
+Test(kernel_crc, field_patch) {
+  const size_t lens[] = {8, 9, 40, 300, 4100, 70000};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    const size_t L = lens[i];
+    uint8_t *b = random_bytes(L, 7 + i);
+    uint64_t s = 1234 + i;
+    for (int k = 0; k < 20; k++) {
+      size_t at = 4 + (size_t)(xorshift64(&s) % (L - 7)); /* not in the first 4 bytes */
+      uint32_t v = (uint32_t)xorshift64(&s);
+      memset(b + at, 0, 4);
+      uint32_t zero = fze_crc32c(0, b, L);
+      for (int j = 0; j < 4; j++)
+        b[at + j] = (uint8_t)(v >> (8 * j));
+      uint32_t got = zero ^ fzk_crc_mulmod(v, fzk_crc_xpow8(L - at));
+      uint32_t want = fze_crc32c(0, b, L);
+      cr_assert_eq(got, want, "%zu bytes, field at %zu: %08x, want %08x", L, at, got, want);
+    }
+    free(b);
+  }
+}
