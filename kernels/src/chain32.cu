@@ -11,8 +11,9 @@
  * plane), and every prefix sum the layout needs (plane offsets, outlier
  * ranks, running sums of differences) is a warp scan plus one barrier.
  * The encoder places its chunk in the archive itself (the offset from a
- * decoupled look-back over the chunks before it), and one warp of each
- * kernel checksums the chunk (fzk_crc_warp_xor).  The bytes are the CPU
+ * decoupled look-back over the chunks before it) while two of its warps
+ * checksum it; one warp of the decoder checksums its chunk
+ * (fzk_crc_group_xor).  The bytes are the CPU
  * reference's (engine/src/stage_*.c), and the decoder accepts exactly what
  * the CPU decoder accepts.
  */
@@ -31,6 +32,10 @@
 #endif
 #ifndef FZK_DEC32_BLOCKS
 #define FZK_DEC32_BLOCKS 6
+#endif
+/* Warps of the encoder that checksum a chunk while the others place it. */
+#ifndef FZK_ENC32_CRCW
+#define FZK_ENC32_CRCW 2
 #endif
 
 __host__ __device__ static inline uint32_t a16(uint32_t v) { return (v + 15u) & ~15u; }
@@ -613,17 +618,24 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   }
   __syncthreads();
 
-  /* Place the chunk: warp 0 finds its offset by the look-back while the
-   * last warp checksums it (its slice tables take the place of the stream,
-   * which is done with), then its bytes go out in 4-byte aligned words. */
+  /* Place the chunk: the last CW warps checksum it (their slice tables
+   * take the place of the stream, which is done with) while warp 0 finds
+   * its offset by the look-back and the other PW warps then copy it out in
+   * 4-byte aligned words.  The two groups meet at no barrier again. */
+  constexpr unsigned CW = FZK_ENC32_CRCW, PW = FZK_NW - CW;
   const uint8_t *buf = s.res - 16;
   const uint32_t o = 16 + shift;
-  if (warp == FZK_NW - 1) {
+  if (warp >= PW) {
+    const unsigned gt = threadIdx.x - 32 * PW;
     uint32_t *T = (uint32_t *)s.a;
-    for (unsigned i = lane; i < 256; i += 32)
+    for (unsigned i = gt; i < 256; i += 32 * CW)
       ((uint4 *)T)[i] = ((const uint4 *)d_tab)[i];
-    __syncwarp();
-    fzk_crc_warp_xor(buf, o, size, T, d_tab, d_crcs + c);
+    if constexpr (CW == 1)
+      __syncwarp();
+    else
+      fzk_bar_sync(1, 32 * CW);
+    fzk_crc_group_xor<CW>(buf, o, size, T, d_tab, d_crcs + c, gt);
+    return;
   }
   if (warp == 0) {
     const uint64_t off = fzk_lookback(lb, c, size);
@@ -632,7 +644,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
       s.wt[41] = (uint32_t)(off >> 32);
     }
   }
-  __syncthreads();
+  fzk_bar_sync(2, 32 * PW);
   const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
   const uint64_t at = header_len + off;
   const uint64_t room = at < out_cap ? out_cap - at : 0;
@@ -644,9 +656,9 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
   const uint32_t nw = (lim - hd) / 4;
   if (threadIdx.x < hd)
     dp[threadIdx.x] = buf[o + threadIdx.x];
-  for (uint32_t k = threadIdx.x; k < nw; k += FZK_NT)
+  for (uint32_t k = threadIdx.x; k < nw; k += 32 * PW)
     ((uint32_t *)(dp + hd))[k] = fzk_ld32u(buf, o + hd + 4 * k);
-  for (uint32_t i = hd + 4 * nw + threadIdx.x; i < lim; i += FZK_NT)
+  for (uint32_t i = hd + 4 * nw + threadIdx.x; i < lim; i += 32 * PW)
     dp[i] = buf[o + i];
   if (threadIdx.x == 0) {
     d_out[table_off + 2 * c] = (uint8_t)size;
@@ -730,7 +742,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
    * and the tables stay in place). */
   auto crc = [&]() {
     if (warp == FZK_NW - 1)
-      fzk_crc_warp_xor(s.c, o, len, s.T, d_tab, d_crcs + c);
+      fzk_crc_group_xor<1>(s.c, o, len, s.T, d_tab, d_crcs + c, lane);
   };
   if (len == raw) {
     const bool al = out_vec != 0;

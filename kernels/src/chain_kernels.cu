@@ -736,12 +736,7 @@ __device__ static uint32_t fzk_crc_part(const uint8_t *__restrict__ d_p, uint64_
   __syncthreads();
   uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(FZK_CRC_SEG) + threadIdx.x];
   uint32_t c = fzk_block_xor(fzk_crc_share(sm.buf, o, lb, FZK_CRC_SEG, s0, sm.T, kt), sm.red);
-  uint32_t mul = FZK_X0;
-  if (threadIdx.x == 0)
-    for (uint64_t k = np - 1 - b, j = 0; k; j++, k >>= 1)
-      if (k & 1)
-        mul = fzk_crc_mulmod(mul, d_tab[FZK_CRC_SPANF + j]);
-  return fzk_crc_mulmod(c, mul);
+  return threadIdx.x == 0 ? fzk_crc_mulmod(c, fzk_crc_span_factor(np - 1 - b, d_tab)) : 0;
 }
 
 /* The number of parts of the CRC of len bytes (0 below 4 bytes). */

@@ -29,14 +29,21 @@ void fzk_crc_tables(uint32_t *tab) {
       f = fzk_crc_mulmod(f, seg);
     }
   }
-  /* Lane l of a warp's span of 32 segments of 16k bytes is followed by
-   * 31-l of them. */
+  /* Segment t of a group's span of 32 GMAX segments of 16k bytes is
+   * followed by 32 GMAX - 1 - t of them. */
+  const uint32_t ng = 32 * FZK_CRC_GMAX;
   for (uint32_t k = 1; k <= FZK_CRC_WSEGS; k++) {
     uint32_t seg = fzk_crc_xpow8(16 * k), f = FZK_X0;
-    for (int l = 31; l >= 0; l--) {
-      tab[FZK_CRC_LANEF + 32 * (k - 1) + (uint32_t)l] = f;
+    for (int t = (int)ng - 1; t >= 0; t--) {
+      tab[FZK_CRC_LANEF + ng * (k - 1) + (uint32_t)t] = f;
       f = fzk_crc_mulmod(f, seg);
     }
+  }
+  /* x^(8 * SPAN * k), k < 256. */
+  uint32_t sk = FZK_X0, span = fzk_crc_xpow8(FZK_CRC_SPAN);
+  for (uint32_t k = 0; k < 256; k++) {
+    tab[FZK_CRC_SPANK + k] = sk;
+    sk = fzk_crc_mulmod(sk, span);
   }
   /* x^(8 * SPAN * 2^j). */
   uint32_t s = fzk_crc_xpow8(FZK_CRC_SPAN);

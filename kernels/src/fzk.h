@@ -25,17 +25,21 @@ extern "C" {
  * (the first is the byte table), then for each segment size 16 << k
  * (k < FZK_CRC_NSEG) the per-thread shift factors x^(8*seg*(NT-1-t)), then
  * x^(8*SPAN*2^j) for combining the blocks of a long buffer, which are
- * checksummed in segments of FZK_CRC_SEG bytes, then for the one-warp
- * checksum of a chunk (fzk_crc_warp_xor) and each segment size 16 * k
- * (1 <= k <= FZK_CRC_WSEGS) the per-lane factors x^(8*16k*(31-lane)). */
+ * checksummed in segments of FZK_CRC_SEG bytes, then x^(8*SPAN*k) for
+ * k < 256, then for the checksum of a chunk by a group of up to
+ * FZK_CRC_GMAX warps (fzk_crc_group_xor) and each segment size 16 * k
+ * (1 <= k <= FZK_CRC_WSEGS) the factors x^(8*16k*(32*GMAX-1-t)) of the
+ * segments t < 32 * GMAX (a group of G warps uses the last 32 G). */
 #define FZK_CRC_NSEG 4u
 #define FZK_CRC_SEG 16u /* short serial runs, and many blocks for a long buffer */
 #define FZK_CRC_SPAN (FZK_NT * FZK_CRC_SEG)
 #define FZK_CRC_SEGF 1024u
 #define FZK_CRC_SPANF (FZK_CRC_SEGF + FZK_CRC_NSEG * FZK_NT)
+#define FZK_CRC_SPANK (FZK_CRC_SPANF + 64)
 #define FZK_CRC_WSEGS 64u /* 32 lanes of 16 * 64 bytes cover a 32 KiB chunk */
-#define FZK_CRC_LANEF (FZK_CRC_SPANF + 64)
-#define FZK_CRC_TAB_WORDS (FZK_CRC_LANEF + 32 * FZK_CRC_WSEGS)
+#define FZK_CRC_GMAX 4u
+#define FZK_CRC_LANEF (FZK_CRC_SPANK + 256)
+#define FZK_CRC_TAB_WORDS (FZK_CRC_LANEF + 32 * FZK_CRC_GMAX * FZK_CRC_WSEGS)
 
 /* A chain as a kernel sees it (passed by value). */
 typedef struct fzk_desc {

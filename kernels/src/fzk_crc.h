@@ -18,6 +18,8 @@
 
 #include <stdint.h>
 
+#include "fzk.h"
+
 #ifdef __CUDACC__
 #define FZK_HD __host__ __device__ __forceinline__
 #else
@@ -59,9 +61,11 @@ FZK_HD uint32_t fzk_crc_step4(uint32_t c, uint32_t v, const uint32_t *T) {
          T[c >> 24];
 }
 
-/* The segment of each lane when one warp checksums L bytes: 16k bytes,
- * the least multiple of 16 with which 32 segments cover them. */
-FZK_HD uint32_t fzk_crc_wseg(uint32_t L) { return L > 512 ? (L + 511) / 512 : 1; }
+/* The segment of each thread when a group of G warps checksums L bytes:
+ * 16k bytes, the least multiple of 16 with which 32 G segments cover them. */
+FZK_HD uint32_t fzk_crc_gseg(uint32_t L, uint32_t G) {
+  return L > 512 * G ? (L + 512 * G - 1) / (512 * G) : 1;
+}
 
 /* x^(8 * nbytes) mod P, by repeated squaring. */
 FZK_HD uint32_t fzk_crc_xpow8(uint64_t nbytes) {
@@ -73,6 +77,17 @@ FZK_HD uint32_t fzk_crc_xpow8(uint64_t nbytes) {
     nbytes >>= 1;
   }
   return r;
+}
+
+/* x^(8 * FZK_CRC_SPAN * k) mod P from the tables (fzk.h): one entry below
+ * 256, one product more for each further bit of k. */
+FZK_HD uint32_t fzk_crc_span_factor(uint64_t k, const uint32_t *tab) {
+  uint32_t f = tab[FZK_CRC_SPANK + (k & 255u)];
+  k >>= 8;
+  for (unsigned j = 8; k; j++, k >>= 1)
+    if (k & 1)
+      f = fzk_crc_mulmod(f, tab[FZK_CRC_SPANF + j]);
+  return f;
 }
 
 #endif

@@ -173,33 +173,42 @@ __device__ __forceinline__ uint32_t fzk_crc_chunk(const uint8_t *p, uint32_t o, 
   return L >= 4 ? ~r : r;
 }
 
+/* Named barrier id (1 to 15) of the n threads (a multiple of 32) of the
+ * warps that take part; it orders their shared memory accesses as
+ * __syncthreads() does. */
+__device__ __forceinline__ void fzk_bar_sync(unsigned id, unsigned n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
 /* Index of the factor table for a segment of seg = 16 << k bytes. */
 __device__ __forceinline__ unsigned fzk_seg_index(uint32_t seg) {
   return 27u - __clz(seg); /* 16 -> 0, 32 -> 1, 64 -> 2, 128 -> 3 */
 }
 
 /* The CRC-32C of the L bytes at p + o, XORed into *dst (which the caller
- * zeroed) by one warp: lane l runs segment l of a virtual span of 32
- * segments of 16k bytes (k = fzk_crc_wseg(L)) that ends with the bytes,
- * from a zero register, and shifts its value to the end of the span with
- * the factor x^(8*16k*(31-l)) (FZK_CRC_LANEF).  Fewer and longer runs than
- * a block's split (fzk_crc_chunk): the shift, a 32-step product, is paid
- * once per lane rather than once per thread.  p 4-byte aligned,
- * o >= 4, readable up to p + o + L + 8; T: the slice tables. */
-__device__ __forceinline__ void fzk_crc_warp_xor(const uint8_t *p, uint32_t o, uint32_t L,
-                                                 const uint32_t *T,
-                                                 const uint32_t *__restrict__ d_tab,
-                                                 uint32_t *dst) {
-  const unsigned lane = threadIdx.x & 31;
+ * zeroed) by a group of G warps, gt the thread's index in the group:
+ * thread gt runs segment gt of a virtual span of 32 G segments of 16k
+ * bytes (k = fzk_crc_gseg(L, G)) that ends with the bytes, from a zero
+ * register, and shifts its value to the end of the span with the factor
+ * x^(8*16k*(32G-1-gt)) (FZK_CRC_LANEF).  Fewer and longer runs than a
+ * block's split (fzk_crc_chunk): the shift, a 32-step product, is paid
+ * once per thread of the group rather than once per thread of the block.
+ * p 4-byte aligned, o >= 4, readable up to p + o + L + 8; T: the slice
+ * tables. */
+template <unsigned G>
+__device__ __forceinline__ void fzk_crc_group_xor(const uint8_t *p, uint32_t o, uint32_t L,
+                                                  const uint32_t *T,
+                                                  const uint32_t *__restrict__ d_tab,
+                                                  uint32_t *dst, unsigned gt) {
   uint32_t c = 0;
   if (L >= 4) {
-    const uint32_t k = fzk_crc_wseg(L), seg = 16 * k;
-    int j = (int)(lane * seg) - (int)(32 * seg - L);
+    const uint32_t k = fzk_crc_gseg(L, G), seg = 16 * k;
+    int j = (int)(gt * seg) - (int)(32 * G * seg - L);
     const int j1 = j + (int)seg;
     if (j1 > 0) {
       if (j <= -4)
         j += ((-j) / 4) * 4; /* whole words of virtual zeros change nothing */
-      /* The lane's words are a fixed shift off the aligned ones. */
+      /* The thread's words are a fixed shift off the aligned ones. */
       const uint32_t a = (uint32_t)((int)o + j), sh = 8 * (a & 3);
       const uint32_t *w = (const uint32_t *)p + (a >> 2);
       uint32_t lo = w[0];
@@ -216,18 +225,19 @@ __device__ __forceinline__ void fzk_crc_warp_xor(const uint8_t *p, uint32_t o, u
         lo = hi;
       }
       if (c)
-        c = fzk_mulmod_dev(c, d_tab[FZK_CRC_LANEF + 32 * (k - 1) + lane]);
+        c = fzk_mulmod_dev(
+            c, d_tab[FZK_CRC_LANEF + 32 * FZK_CRC_GMAX * (k - 1) + 32 * (FZK_CRC_GMAX - G) + gt]);
     }
-    if (lane == 0)
+    if (gt == 0)
       c = ~c; /* the final complement, once */
-  } else if (lane == 0) {
+  } else if (gt == 0) {
     c = 0xffffffffu;
     for (uint32_t j = 0; j < L; j++)
       c = (c >> 8) ^ T[(c ^ p[o + j]) & 0xffu];
     c = ~c;
   }
   c = __reduce_xor_sync(FZK_FULL, c);
-  if (lane == 0 && c)
+  if ((gt & 31) == 0 && c)
     atomicXor(dst, c);
 }
 

@@ -83,11 +83,12 @@ Test(kernel_crc, chunk_segments) {
 
 /* A long buffer: spans of FZK_CRC_SPAN bytes, the first one short so that
  * the last ends the buffer, each shifted to the end by the products of the
- * x^(8 * SPAN * 2^j) factors, as fzk_crc_parts_kernel and the finish kernel
+ * x^(8 * SPAN * k) factors, as fzk_crc_parts_kernel and the finish kernel
  * combine them. */
 Test(kernel_crc, long_buffers) {
   const uint64_t lens[] = {4, 100, FZK_CRC_SPAN - 1, FZK_CRC_SPAN, FZK_CRC_SPAN + 1,
-                           3 * FZK_CRC_SPAN + 17, 40 * FZK_CRC_SPAN + 1234};
+                           3 * FZK_CRC_SPAN + 17, 40 * FZK_CRC_SPAN + 1234,
+                           300 * FZK_CRC_SPAN + 5, 1000 * FZK_CRC_SPAN + 3};
   for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
     const uint64_t len = lens[i], np = (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN;
     uint8_t *b = random_bytes(len, 7 + i);
@@ -96,27 +97,23 @@ Test(kernel_crc, long_buffers) {
     for (uint64_t blk = 0; blk < np; blk++) {
       uint64_t e = (blk + 1) * FZK_CRC_SPAN - p0, s0 = blk ? e - FZK_CRC_SPAN : 0;
       uint32_t c = span(b + s0, (uint32_t)(e - s0), FZK_CRC_SEG, s0);
-      uint32_t mul = FZK_X0;
-      for (uint64_t k = np - 1 - blk, j = 0; k; j++, k >>= 1)
-        if (k & 1)
-          mul = fzk_crc_mulmod(mul, tab[FZK_CRC_SPANF + j]);
-      x ^= fzk_crc_mulmod(c, mul);
+      x ^= fzk_crc_mulmod(c, fzk_crc_span_factor(np - 1 - blk, tab));
     }
     cr_assert_eq(~x, fze_crc32c(0, b, len), "%llu bytes", (unsigned long long)len);
     free(b);
   }
 }
 
-/* A chunk checksummed by one warp (fzk_crc_warp_xor): lane l runs
- * segment l of 32 segments of 16k bytes that end with the L bytes, first
- * skipping whole words of virtual zeros, and shifts its value with its
- * factor from FZK_CRC_LANEF; every length of a chunk up to 32 KiB. */
-static uint32_t warp_crc(const uint8_t *p, uint32_t L) {
-  const uint32_t k = fzk_crc_wseg(L), seg = 16 * k;
-  cr_assert(32 * seg >= L && (k == 1 || 32 * (seg - 16) < L) && k <= FZK_CRC_WSEGS);
+/* A chunk checksummed by a group of G warps (fzk_crc_group_xor): thread t
+ * runs segment t of 32 G segments of 16k bytes that end with the L bytes,
+ * first skipping whole words of virtual zeros, and shifts its value with
+ * its factor from FZK_CRC_LANEF. */
+static uint32_t group_crc(const uint8_t *p, uint32_t L, uint32_t G) {
+  const uint32_t k = fzk_crc_gseg(L, G), seg = 16 * k, ng = 32 * G;
+  cr_assert(ng * seg >= L && (k == 1 || ng * (seg - 16) < L) && k <= FZK_CRC_WSEGS);
   uint32_t x = 0;
-  for (unsigned l = 0; l < 32; l++) {
-    int64_t j = (int64_t)l * seg - ((int64_t)32 * seg - L);
+  for (unsigned t = 0; t < ng; t++) {
+    int64_t j = (int64_t)t * seg - ((int64_t)ng * seg - L);
     const int64_t j1 = j + seg;
     if (j1 <= 0)
       continue;
@@ -132,22 +129,26 @@ static uint32_t warp_crc(const uint8_t *p, uint32_t L) {
         v = fzk_crc_in4(v, j, (int)j);
       c = fzk_crc_step4(c, v, tab);
     }
+    const uint32_t f = FZK_CRC_LANEF + 32 * FZK_CRC_GMAX * (k - 1) + 32 * (FZK_CRC_GMAX - G) + t;
     if (c)
-      x ^= fzk_crc_mulmod(c, tab[FZK_CRC_LANEF + 32 * (k - 1) + l]);
+      x ^= fzk_crc_mulmod(c, tab[f]);
   }
   return ~x;
 }
 
+/* Every group size up to FZK_CRC_GMAX and every length of a chunk up to
+ * 32 KiB. */
 Test(kernel_crc, warp_segments) {
   const uint32_t lens[] = {4, 5, 6, 7, 8, 100, 511, 512, 513, 1000, 1024, 1025, 2900,
                            4096, 7000, 16383, 16384, 16385, 32767, 32768};
-  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
-    const uint32_t L = lens[i];
-    uint8_t *b = random_bytes(L, 99 + i);
-    uint32_t got = warp_crc(b, L), want = fze_crc32c(0, b, L);
-    cr_assert_eq(got, want, "%u bytes: %08x, want %08x", L, got, want);
-    free(b);
-  }
+  for (uint32_t G = 1; G <= FZK_CRC_GMAX; G *= 2)
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+      const uint32_t L = lens[i];
+      uint8_t *b = random_bytes(L, 99 + i);
+      uint32_t got = group_crc(b, L, G), want = fze_crc32c(0, b, L);
+      cr_assert_eq(got, want, "%u warps, %u bytes: %08x, want %08x", G, L, got, want);
+      free(b);
+    }
 }
 
 /* The factors themselves: x^(8n) by repeated squaring against shifting a
