@@ -12,8 +12,8 @@
  * ranks, running sums of differences) is a warp scan plus one barrier.
  * The encoder places its chunk in the archive itself (the offset from a
  * decoupled look-back over the chunks before it) while two of its warps
- * checksum it; one warp of the decoder checksums its chunk
- * (fzk_crc_group_xor).  The bytes are the CPU
+ * checksum it (fzk_crc_group_xor), as two warps of the decoder do once
+ * they have decoded their share.  The bytes are the CPU
  * reference's (engine/src/stage_*.c), and the decoder accepts exactly what
  * the CPU decoder accepts.
  */
@@ -33,9 +33,13 @@
 #ifndef FZK_DEC32_BLOCKS
 #define FZK_DEC32_BLOCKS 6
 #endif
-/* Warps of the encoder that checksum a chunk while the others place it. */
+/* Warps of the encoder that checksum a chunk while the others place it,
+ * and of the decoder that checksum it after their share of the decoding. */
 #ifndef FZK_ENC32_CRCW
 #define FZK_ENC32_CRCW 2
+#endif
+#ifndef FZK_DEC32_CRCW
+#define FZK_DEC32_CRCW 2
 #endif
 
 __host__ __device__ static inline uint32_t a16(uint32_t v) { return (v + 15u) & ~15u; }
@@ -738,11 +742,13 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - 32);
   const uint32_t o = fzk_load_chunk(s.c, g, len);
   __syncthreads();
-  /* The checksum, by the last warp once it has done its share (the chunk
-   * and the tables stay in place). */
+  /* The checksum, by the last CW warps, each once it has done its share
+   * (the chunk and the tables stay in place). */
   auto crc = [&]() {
-    if (warp == FZK_NW - 1)
-      fzk_crc_group_xor<1>(s.c, o, len, s.T, d_tab, d_crcs + c, lane);
+    constexpr unsigned CW = FZK_DEC32_CRCW;
+    if (warp >= FZK_NW - CW)
+      fzk_crc_group_xor<CW>(s.c, o, len, s.T, d_tab, d_crcs + c,
+                            threadIdx.x - 32 * (FZK_NW - CW));
   };
   if (len == raw) {
     const bool al = out_vec != 0;
