@@ -1,9 +1,12 @@
 /*
  * chain_kernels.cu - the kernels of a GPU compression or decompression and
- * their launchers: the range reduction and quantizer parameters, the chunk
- * kernels that run a whole chain of device ops (chunk_ops.cuh) on one chunk
- * per block, the prefix sums that place chunks in the archive, the gather
- * that moves them there, the header, and the checksums.
+ * their launchers: a compression's first kernel (the range, the quantizer
+ * parameters and the header template), the chunk kernels that run a whole
+ * chain of device ops (chunk_ops.cuh) on one chunk per block, the prefix
+ * sums that place chunks in the archive, the gather that moves them there,
+ * the checksums of long buffers, and a compression's last kernel (the
+ * payload's and the header's checksums).  The first and the last finish
+ * in whichever block ends last (fzk_last_block).
  *
  * Nothing here allocates or synchronises with the host; launchers return the
  * launch's cudaError_t.  Every index into a chunk is bounded by the chunk's
