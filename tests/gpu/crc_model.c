@@ -19,14 +19,14 @@ static uint32_t tab[FZK_CRC_TAB_WORDS];
 
 static void setup(void) { fzk_crc_tables(tab); }
 
-/* Thread t's share, as fzk_crc_share (warp_ops.cuh) computes it: its
- * segment of the span of FZK_NT * seg bytes that ends with the L bytes at p
- * (virtual zeros before them), four bytes at a time through the kernels'
- * own steps (fzk_crc_in4, fzk_crc_step4; g0: the index of p[0] in the
- * message), then shifted to the end of the span by the factor tab holds
- * for t. */
-static uint32_t share(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0, unsigned t) {
-  int64_t j = (int64_t)t * seg - ((int64_t)FZK_NT * seg - L);
+/* Segment t of a span of nseg segments of seg bytes that ends with the L
+ * bytes at p (virtual zeros before them), run from a zero register four
+ * bytes at a time through the kernels' own steps (fzk_crc_in4,
+ * fzk_crc_step4; g0: the index of p[0] in the message), first skipping
+ * whole words of virtual zeros, as the kernels do; not shifted. */
+static uint32_t segment(const uint8_t *p, uint32_t L, uint32_t seg, uint32_t nseg, uint64_t g0,
+                        unsigned t) {
+  int64_t j = (int64_t)t * seg - ((int64_t)nseg * seg - L);
   const int64_t j1 = j + seg;
   if (j1 <= 0)
     return 0;
@@ -40,6 +40,14 @@ static uint32_t share(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0, u
         v |= (uint32_t)p[j + k] << (8 * k);
     c = fzk_crc_step4(c, fzk_crc_in4(v, (int64_t)g0 + j, (int)j), tab);
   }
+  return c;
+}
+
+/* Thread t's share, as fzk_crc_share (warp_ops.cuh) computes it: its
+ * segment of the span of FZK_NT * seg bytes, shifted to the end of the
+ * span by the factor tab holds for t. */
+static uint32_t share(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0, unsigned t) {
+  const uint32_t c = segment(p, L, seg, FZK_NT, g0, t);
   unsigned k = 0;
   while ((16u << k) != seg)
     k++;
@@ -105,30 +113,14 @@ Test(kernel_crc, long_buffers) {
 }
 
 /* A chunk checksummed by a group of G warps (fzk_crc_group_xor): thread t
- * runs segment t of 32 G segments of 16k bytes that end with the L bytes,
- * first skipping whole words of virtual zeros, and shifts its value with
- * its factor from FZK_CRC_LANEF. */
+ * runs segment t of 32 G segments of 16k bytes that end with the L bytes
+ * and shifts its value with its factor from FZK_CRC_LANEF. */
 static uint32_t group_crc(const uint8_t *p, uint32_t L, uint32_t G) {
   const uint32_t k = fzk_crc_gseg(L, G), seg = 16 * k, ng = 32 * G;
   cr_assert(ng * seg >= L && (k == 1 || ng * (seg - 16) < L) && k <= FZK_CRC_WSEGS);
   uint32_t x = 0;
   for (unsigned t = 0; t < ng; t++) {
-    int64_t j = (int64_t)t * seg - ((int64_t)ng * seg - L);
-    const int64_t j1 = j + seg;
-    if (j1 <= 0)
-      continue;
-    if (j <= -4)
-      j += ((-j) / 4) * 4;
-    uint32_t c = 0;
-    for (; j < j1; j += 4) {
-      uint32_t v = 0;
-      for (int b = 0; b < 4; b++)
-        if (j + b >= 0)
-          v |= (uint32_t)p[j + b] << (8 * b);
-      if (j < 4)
-        v = fzk_crc_in4(v, j, (int)j);
-      c = fzk_crc_step4(c, v, tab);
-    }
+    const uint32_t c = segment(p, L, seg, ng, 0, t);
     const uint32_t f = FZK_CRC_LANEF + 32 * FZK_CRC_GMAX * (k - 1) + 32 * (FZK_CRC_GMAX - G) + t;
     if (c)
       x ^= fzk_crc_mulmod(c, tab[f]);
