@@ -121,6 +121,24 @@ __device__ static fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
   return s;
 }
 
+/* Runs f built for a whole chunk or not, and for the quantizer on or not
+ * (each a std::bool_constant), as the two flags say: each kernel's main
+ * loop is built four times. */
+template <class F>
+__device__ __forceinline__ void fzk_built4(bool whole, bool qon, F &f) {
+  if (qon) {
+    if (whole)
+      f(std::true_type(), std::true_type());
+    else
+      f(std::false_type(), std::true_type());
+  } else {
+    if (whole)
+      f(std::true_type(), std::false_type());
+    else
+      f(std::false_type(), std::false_type());
+  }
+}
+
 /* ---- per-element helpers ---- */
 
 /* The kinds of quantizer a kernel is built for: none, uniform bins (ABS and
@@ -417,18 +435,7 @@ fzk_enc32_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams
       }
     }
   };
-  const bool whole = raw == cb && K % 4 == 0;
-  if (QK != FZK_Q_NONE && qon) {
-    if (whole)
-      pass1(std::true_type(), std::true_type());
-    else
-      pass1(std::false_type(), std::true_type());
-  } else {
-    if (whole)
-      pass1(std::true_type(), std::false_type());
-    else
-      pass1(std::false_type(), std::false_type());
-  }
+  fzk_built4(raw == cb && K % 4 == 0, QK != FZK_Q_NONE && qon, pass1);
   __syncwarp();
   if (lane < b1 - b0) {
     const uint2 e = sum[b0 + lane];
@@ -1082,18 +1089,7 @@ fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len
     }
     crc();
   };
-  const bool whole = raw == cb && out_vec;
-  if (QK != FZK_Q_NONE && q.step != 0) {
-    if (whole)
-      decode(std::true_type(), std::true_type());
-    else
-      decode(std::false_type(), std::true_type());
-  } else {
-    if (whole)
-      decode(std::true_type(), std::false_type());
-    else
-      decode(std::false_type(), std::false_type());
-  }
+  fzk_built4(raw == cb && out_vec, QK != FZK_Q_NONE && q.step != 0, decode);
 }
 
 /* The kernels built: [quantizer kind][bitpack]. */
