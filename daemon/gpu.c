@@ -12,9 +12,9 @@
  * compressed in place: the daemon opens the client's allocation (once per
  * connection: the handles are cached, see below), checks the offset and
  * length against the allocation's size, and the kernels read or write it
- * directly.  Archive headers are always read on the host (the reply reports
- * the chain and the bound the header holds), so an archive in device memory
- * is copied back too; it is compressed, hence small.
+ * directly, and neither the archive nor the data crosses to the host: a
+ * compression's one wait brings back the archive's size and bound, and a
+ * decompression reads only the header's prefix before it decodes.
  *
  * Device memory the workers hold (buffers and plan workspaces) is counted
  * against gpu_memory_limit; running out of device memory, or over that
@@ -79,6 +79,7 @@ struct fzd_gpu_worker {
   fz_gpu_stream stream;
   buf h_in, h_out, h_back; /* pinned */
   buf d_in, d_out, d_back; /* device */
+  fz_gpu_decoder *dec;
   gplan *plans;
   unsigned nplans;
   uint64_t tick;
@@ -424,8 +425,11 @@ static int verify(fzd_gpu_worker *w, fzd_job *job, const void *d_arc, size_t arc
     return err;
   if ((err = host_ensure(&w->h_back, n, job)) < 0)
     return err;
-  err = fz_gpu_decompress(w->g->ctx, d_arc, arc_len, w->d_back.p, n, &back_len,
-                          w->stream, job->why, sizeof(job->why));
+  err = fz_gpu_decoder_open(w->dec, d_arc, arc_len, NULL, w->stream, job->why,
+                            sizeof(job->why));
+  if (err == 0)
+    err = fz_gpu_decoder_run(w->dec, w->d_back.p, n, &back_len, w->stream, job->why,
+                             sizeof(job->why));
   if (err < 0)
     return err;
   CUDA_TRY(cudaMemcpyAsync(w->h_back.p, w->d_back.p, n, cudaMemcpyDeviceToHost, w->stream),
@@ -463,6 +467,12 @@ static int job_end(fzd_gpu_worker *w, fzd_job *job, ipc_entry *ein, ipc_entry *e
   return err;
 }
 
+/* Compression.  Into a client's device buffer of at least the plan's
+ * bound, the kernels write the archive in place and the one wait of
+ * fz_gpu_compress() brings back all the reply needs (size, bound; the chain
+ * is the plan's): no byte of the archive crosses to the host.  A smaller
+ * client buffer gets the archive from the worker's own device buffer only
+ * when it fits, so a refused job leaves the client's memory untouched. */
 static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   ipc_entry *ein = NULL, *eout = NULL;
   fz_gpu_plan *plan;
@@ -470,7 +480,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   if (err < 0)
     return err;
   uint64_t t0 = now_us();
-  void *d_in, *d_out;
+  void *d_in, *d_out, *d_client = NULL;
   if (job->in_ipc) {
     err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job,
                       &d_in, &ein);
@@ -488,75 +498,94 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
                              w->stream), "copying the input to the GPU");
     d_in = w->d_in.p;
   }
-  size_t cap;
+  size_t bound = fz_gpu_plan_compress_bound(plan), cap = bound;
   if (job->out_ipc) {
-    cap = (size_t)job->out_cap;
     err = ipc_acquire(job->ipc, job->out_handle, job->out_off, job->out_cap, "out", job,
-                      &d_out, &eout);
+                      &d_client, &eout);
     if (err < 0)
       goto out;
+  }
+  if (d_client != NULL && job->out_cap >= bound) {
+    d_out = d_client;
+    cap = (size_t)job->out_cap;
   } else {
-    cap = fz_gpu_plan_compress_bound(plan);
-    if ((err = dev_ensure(w, &w->d_out, cap, job)) < 0)
+    if ((err = dev_ensure(w, &w->d_out, bound, job)) < 0)
       goto out;
     d_out = w->d_out.p;
   }
   size_t arc_len = 0;
   err = fz_gpu_compress(plan, d_in, job->in_len, d_out, cap, &arc_len, w->stream, job->why,
                         sizeof(job->why));
-  if (err == FZ_ENOSPC)
-    snprintf(job->why, sizeof(job->why), "the archive needs %zu bytes; out_length is %zu",
-             arc_len, cap);
   if (err < 0)
     goto out;
+  job->eb_abs = fz_gpu_plan_eb_abs(plan);
+  snprintf(job->chain, sizeof(job->chain), "%s", fz_gpu_plan_chain(plan));
+  if (d_client != NULL && d_out != d_client) {
+    if (arc_len > job->out_cap) {
+      snprintf(job->why, sizeof(job->why), "the archive needs %zu bytes; out_length is %llu",
+               arc_len, (unsigned long long)job->out_cap);
+      err = FZ_ENOSPC;
+      goto out;
+    }
+    CUDA_TRY(cudaMemcpyAsync(d_client, d_out, arc_len, cudaMemcpyDeviceToDevice, w->stream),
+             "copying the archive to out_ipc");
+    d_out = d_client;
+  }
+  if (job->verify && (err = verify(w, job, d_out, arc_len, d_in)) < 0)
+    goto out;
+  if (job->out_ipc) {
+    if (!job->verify)
+      CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the archive to out_ipc");
+    job->time_us = now_us() - t0;
+    job->out_len = arc_len;
+    goto out;
+  }
   if ((err = host_ensure(&w->h_out, arc_len, job)) < 0)
     goto out;
   CUDA_TRY(cudaMemcpyAsync(w->h_out.p, d_out, arc_len, cudaMemcpyDeviceToHost, w->stream),
            "copying the archive back");
-  CUDA_TRY(cudaStreamSynchronize(w->stream), "compression");
+  CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the archive back");
   job->time_us = now_us() - t0;
-  fz_archive_info info;
-  if (fz_archive_inspect(w->h_out.p, arc_len, &info) >= 0) {
-    job->eb_abs = info.eb_abs;
-    snprintf(job->chain, sizeof(job->chain), "%s", info.chain);
-  }
-  if (job->verify && (err = verify(w, job, d_out, arc_len, d_in)) < 0)
-    goto out;
-  if (job->out_ipc)
-    job->out_len = arc_len;
-  else
-    err = fzd_job_deliver_copy(job, w->h_out.p, arc_len);
+  err = fzd_job_deliver_copy(job, w->h_out.p, arc_len);
 out:
   return job_end(w, job, ein, eout, err);
 }
 
+/* Decompression.  The decoder reads the header's prefix off the archive
+ * wherever it is (one small copy), which says the raw size before any
+ * output is chosen; an archive in a client's device buffer never crosses to
+ * the host, and nothing is written to a client's buffer that is too small. */
 static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   ipc_entry *ein = NULL, *eout = NULL;
   fz_archive_info *info = &job->info;
   uint64_t t0 = now_us();
   void *d_arc, *d_out;
-  /* The header is read on the host, from a host copy of the archive. */
-  int err = host_ensure(&w->h_in, job->in_len, job);
-  if (err < 0)
-    return err;
+  int err = 0;
   if (job->in_ipc) {
     err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job,
                       &d_arc, &ein);
     if (err < 0)
       goto out;
-    CUDA_TRY(cudaMemcpyAsync(w->h_in.p, d_arc, job->in_len, cudaMemcpyDeviceToHost,
-                             w->stream), "copying the archive's header back");
-    CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the archive's header back");
-  } else if ((err = fzd_job_read_into(job, w->h_in.p)) < 0) {
-    goto out;
+  } else {
+    if ((err = host_ensure(&w->h_in, job->in_len, job)) < 0 ||
+        (err = fzd_job_read_into(job, w->h_in.p)) < 0 ||
+        (err = dev_ensure(w, &w->d_in, job->in_len, job)) < 0)
+      goto out;
+    free(job->in_data);
+    job->in_data = NULL;
+    CUDA_TRY(cudaMemcpyAsync(w->d_in.p, w->h_in.p, job->in_len, cudaMemcpyHostToDevice,
+                             w->stream), "copying the archive to the GPU");
+    d_arc = w->d_in.p;
   }
-  if ((err = fz_archive_inspect(w->h_in.p, job->in_len, info)) < 0)
+  err = fz_gpu_decoder_open(w->dec, d_arc, job->in_len, info, w->stream, job->why,
+                            sizeof(job->why));
+  if (err < 0)
     goto out;
   size_t raw = (size_t)info->raw_bytes, cap = raw;
   if (job->out_ipc) {
     if (raw > job->out_cap) {
       snprintf(job->why, sizeof(job->why),
-               "decompressed size %zu does not fit out_length (%llu bytes)", raw,
+               "the decompressed data needs %zu bytes; out_length is %llu", raw,
                (unsigned long long)job->out_cap);
       err = FZ_ENOSPC;
       goto out;
@@ -581,18 +610,9 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     d_out = w->d_out.p;
   }
-  if (!job->in_ipc) {
-    if ((err = dev_ensure(w, &w->d_in, job->in_len, job)) < 0)
-      goto out;
-    free(job->in_data);
-    job->in_data = NULL;
-    CUDA_TRY(cudaMemcpyAsync(w->d_in.p, w->h_in.p, job->in_len, cudaMemcpyHostToDevice,
-                             w->stream), "copying the archive to the GPU");
-    d_arc = w->d_in.p;
-  }
   size_t out_len = 0;
-  err = fz_gpu_decompress(w->g->ctx, d_arc, job->in_len, d_out, cap, &out_len, w->stream,
-                          job->why, sizeof(job->why));
+  err = fz_gpu_decoder_run(w->dec, d_out, cap, &out_len, w->stream, job->why,
+                           sizeof(job->why));
   if (err < 0)
     goto out;
   if (job->out_ipc) {
@@ -637,6 +657,7 @@ void fzd_gpu_worker_destroy(fzd_gpu_worker *w) {
   cudaFreeHost(w->h_out.p);
   cudaFreeHost(w->h_back.p);
   cudaGetLastError();
+  fz_gpu_decoder_destroy(w->dec);
   free(w->plans);
   free(w);
 }
@@ -741,7 +762,9 @@ int fzd_gpu_worker_create(fzd_gpu *g, unsigned index, unsigned plan_cache_entrie
     free(w);
     return FZ_ENOMEM;
   }
-  int err = warm_up(w, why, why_len);
+  int err = fz_gpu_decoder_create(g->ctx, &w->dec, why, why_len);
+  if (err == 0)
+    err = warm_up(w, why, why_len);
   if (err < 0) {
     fzd_gpu_worker_destroy(w);
     return err;

@@ -40,6 +40,10 @@ int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h);
 #define FZE_PREFIX_MAX (8 + 8 * FZ_MAX_DIMS + 1 + FZE_MAX_STAGES * 26 + 4)
 int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_t *table_pos);
 
+/* What fz_archive_info reports of a parsed header (a prefix is enough) of
+ * an archive of arc_len bytes (plan.c). */
+void fze_header_info(const fze_header *h, size_t arc_len, fz_archive_info *info);
+
 /* The validated shape, chunk size and chain of a plan (plan.c), for the GPU
  * backend, which builds its plans on top of CPU plans. */
 const fze_header *fze_plan_header(const fz_plan *plan);

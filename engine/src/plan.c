@@ -318,6 +318,19 @@ static void decompress_range(void *ctx, unsigned tid, uint64_t lo, uint64_t hi) 
   fze_scratch_free(&s);
 }
 
+void fze_header_info(const fze_header *h, size_t arc_len, fz_archive_info *info) {
+  memset(info, 0, sizeof *info);
+  info->dtype = h->dtype;
+  info->ndims = h->ndims;
+  memcpy(info->dims, h->dims, sizeof h->dims);
+  info->raw_bytes = h->raw_bytes;
+  info->archive_bytes = arc_len;
+  info->chunks = h->nchunks;
+  if (fze_chain_has_quant(&h->chain))
+    info->eb_abs = h->chain.st[0].eb_abs;
+  fze_chain_format(&h->chain, info->chain, sizeof info->chain);
+}
+
 int fz_archive_inspect(const void *arc, size_t arc_len, fz_archive_info *info) {
   if (arc == NULL || info == NULL)
     return FZ_EINVAL;
@@ -325,16 +338,7 @@ int fz_archive_inspect(const void *arc, size_t arc_len, fz_archive_info *info) {
   int rc = fze_header_parse(arc, arc_len, &h);
   if (rc < 0)
     return rc;
-  memset(info, 0, sizeof *info);
-  info->dtype = h.dtype;
-  info->ndims = h.ndims;
-  memcpy(info->dims, h.dims, sizeof h.dims);
-  info->raw_bytes = h.raw_bytes;
-  info->archive_bytes = arc_len;
-  info->chunks = h.nchunks;
-  if (fze_chain_has_quant(&h.chain))
-    info->eb_abs = h.chain.st[0].eb_abs;
-  fze_chain_format(&h.chain, info->chain, sizeof info->chain);
+  fze_header_info(&h, arc_len, info);
   return 0;
 }
 

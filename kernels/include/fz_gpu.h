@@ -78,6 +78,13 @@ size_t fz_gpu_plan_input_bytes(const fz_gpu_plan *plan);
 size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *plan);
 /* Device bytes of the plan's workspace. */
 size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *plan);
+/* The canonical chain text the plan's archives hold, as
+ * fz_archive_inspect() reports it; static per plan. */
+const char *fz_gpu_plan_chain(const fz_gpu_plan *plan);
+/* The absolute bound the last fz_gpu_compress() of the plan enforced (0 for
+ * a lossless chain), as the archive's header holds it: a caller reports it
+ * without reading the archive back. */
+double fz_gpu_plan_eb_abs(const fz_gpu_plan *plan);
 /* Milliseconds the kernels of the last compression took, from the first
  * kernel to the last (needs FZ_GPU_TIMING; synchronises on the event). */
 int fz_gpu_plan_kernel_ms(fz_gpu_plan *plan, float *ms);
@@ -91,11 +98,36 @@ int fz_gpu_compress(fz_gpu_plan *plan, const void *d_in, size_t in_len,
                     void *d_out, size_t out_cap, size_t *out_len,
                     fz_gpu_stream stream, char *why, size_t why_len);
 
+/* Decompressions of one caller at a time.  A decoder owns the pinned host
+ * memory a decompression needs, so decoders of one context (one per
+ * thread) run at once on their own streams; fz_gpu_decompress() below
+ * shares one among its callers, one at a time. */
+typedef struct fz_gpu_decoder fz_gpu_decoder;
+
+int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size_t why_len);
+void fz_gpu_decoder_destroy(fz_gpu_decoder *dec); /* NULL is a harmless no-op */
+
+/* Step one: reads the header of the archive of arc_len bytes at device
+ * address d_arc up to its chunk table (one small copy, one wait on
+ * `stream`) and, when info is not NULL, says what it holds (dtype, shape,
+ * raw size, chain, bound) as fz_archive_inspect() would.  A header that is
+ * malformed this far gives the CPU decoder's error.  The archive must stay
+ * in place until fz_gpu_decoder_run(). */
+int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                        fz_archive_info *info, fz_gpu_stream stream, char *why,
+                        size_t why_len);
+/* Step two: decodes the opened archive into device memory d_out on
+ * `stream`, and waits for it once.  FZ_ENOSPC, before anything is written,
+ * when out_cap is below the raw size.  The rest of the header and every
+ * chunk are checked on the device; a corrupt archive gives the CPU
+ * decoder's error code. */
+int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t *out_len,
+                       fz_gpu_stream stream, char *why, size_t why_len);
+
 /* Decompresses the archive in device memory d_arc into device memory d_out
  * (out_cap >= the raw size), on `stream` (NULL: the default stream),
- * which it waits for.  The header is copied to the host and fully
- * validated before any kernel runs; every chunk is bounds-checked on the
- * device; a corrupt archive gives the CPU decoder's error code. */
+ * which it waits for: fz_gpu_decoder_open() and fz_gpu_decoder_run() with
+ * the context's decoder, under its lock. */
 int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len,
                       void *d_out, size_t out_cap, size_t *out_len,
                       fz_gpu_stream stream, char *why, size_t why_len);

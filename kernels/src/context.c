@@ -138,7 +138,6 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   fzk_crc_tables(tab);
   FZK_CHECK(cudaMalloc((void **)&ctx->d_tab, sizeof tab), fail);
   FZK_CHECK(cudaMemcpy(ctx->d_tab, tab, sizeof tab, cudaMemcpyHostToDevice), fail);
-  FZK_CHECK(cudaMallocHost((void **)&ctx->h_word, 64), fail);
   *out = ctx;
   return 0;
 fail:
@@ -157,8 +156,7 @@ void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx) {
         cudaStreamDestroy(ctx->streams[i]);
       }
   cudaFree(ctx->d_tab);
-  cudaFreeHost(ctx->h_word);
-  cudaFreeHost(ctx->h_hdr);
+  fz_gpu_decoder_destroy(ctx->dec);
   if (ctx->have_pool)
     cudaMemPoolDestroy(ctx->pool);
   cudaGetLastError();

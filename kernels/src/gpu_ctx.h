@@ -6,7 +6,10 @@
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "fz_gpu.h"
 
 struct fz_gpu_ctx {
   int device;
@@ -16,16 +19,23 @@ struct fz_gpu_ctx {
   cudaMemPool_t pool;
   int have_pool;
   uint32_t *d_tab;       /* CRC tables (fzk_crc_tables) */
-  /* Decompression's host side: the header copy and the status word, pinned
-   * so the copies are asynchronous; guarded by lock. */
+  /* The decoder of fz_gpu_decompress(), for callers that keep none of
+   * their own; made on first use and guarded by lock. */
   pthread_mutex_t lock;
-  uint8_t *h_hdr;
-  size_t h_hdr_cap;
-  uint32_t *h_word;
+  struct fz_gpu_decoder *dec;
   /* The largest chunk size whose kernels are enabled; guarded by smem_lock
-   * (taken inside lock by decompression, never the other way round). */
+   * (taken inside lock by fz_gpu_decompress, never the other way round). */
   pthread_mutex_t smem_lock;
   uint32_t smem_ready;
 };
+
+struct fze_header;
+struct fzk_desc;
+
+/* The kernels' description of an archive's shape and chain (gpu_plan.c). */
+void fzk_desc_from_header(struct fzk_desc *d, const struct fze_header *h);
+/* Enables the kernels' shared memory for d's chunk size, once per size and
+ * context, from any thread (gpu_plan.c). */
+int fzk_kernels_ready(fz_gpu_ctx *ctx, const struct fzk_desc *d, char *why, size_t why_len);
 
 #endif

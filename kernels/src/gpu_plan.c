@@ -7,9 +7,10 @@
  * CPU backend does and knows the header layout.  Compression never waits for
  * the device except once, at the end, for the archive's size; the range of
  * the data, the quantizer's parameters, the chunk table, the prefix sums,
- * the checksums and the header are all computed on the device.
- * Decompression copies the header to the host and validates it with the
- * engine's own parser before any kernel runs.
+ * the checksums and the header are all computed on the device, and the one
+ * copy back brings the archive's size and the absolute bound the quantizer
+ * enforced, so a caller learns what it reports without reading the archive.
+ * Decompression is gpu_decode.c.
  */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
@@ -39,7 +40,12 @@ struct fz_gpu_plan {
   uint8_t *d_tpl;          /* the header up to the chunk table, then tickets */
   size_t table_off, q_off, tick_off;
   uint32_t field_shift;    /* moves the payload CRC to the header's end */
-  uint64_t *h_total;       /* pinned */
+  /* Pinned: what the last compression's one copy back brought, the
+   * archive's size and its quantizer's parameters. */
+  struct {
+    uint64_t total;
+    fzk_qparams qp;
+  } *h_back;
   cudaEvent_t ev0, ev1;
   int have_events;
 };
@@ -63,7 +69,7 @@ static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len,
   w->bytes = o;
 }
 
-static void fill_desc(fzk_desc *d, const fze_header *h) {
+void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
   memset(d, 0, sizeof *d);
   d->nst = (uint8_t)h->chain.n;
   d->w = (uint8_t)fz_dtype_size(h->dtype);
@@ -98,7 +104,7 @@ static void fill_desc(fzk_desc *d, const fze_header *h) {
 /* Enables the kernels' shared memory once per chunk size.  Plans are made
  * from several host threads (one per daemon worker), so the check and the
  * set-up happen under smem_lock. */
-static int kernels_ready(fz_gpu_ctx *ctx, const fzk_desc *d, char *why, size_t why_len) {
+int fzk_kernels_ready(fz_gpu_ctx *ctx, const fzk_desc *d, char *why, size_t why_len) {
   int rc = 0;
   pthread_mutex_lock(&ctx->smem_lock);
   /* Every kernel's shared memory grows with the chunk size alone. */
@@ -138,7 +144,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     rc = FZ_ESHAPE;
     goto fail;
   }
-  fill_desc(&pl->desc, h);
+  fzk_desc_from_header(&pl->desc, h);
   layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32);
   pl->table_off = h->header_len - 4 - 2 * (size_t)h->nchunks;
   pl->q_off = pl->desc.has_quant ? 19 + 8 * (size_t)h->ndims : 0;
@@ -158,7 +164,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   fze_header_write(&th, tpl);
 
   FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  rc = kernels_ready(ctx, &pl->desc, why, why_len);
+  rc = fzk_kernels_ready(ctx, &pl->desc, why, why_len);
   if (rc < 0)
     goto fail;
   /* The prep and seal kernels' tickets (fzk_last_block) follow the template,
@@ -166,7 +172,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->tick_off + 8), fail);
   FZK_CHECK(cudaMemset(pl->d_tpl, 0, pl->tick_off + 8), fail);
   FZK_CHECK(cudaMemcpy(pl->d_tpl, tpl, pl->table_off, cudaMemcpyHostToDevice), fail);
-  FZK_CHECK(cudaMallocHost((void **)&pl->h_total, sizeof *pl->h_total), fail);
+  FZK_CHECK(cudaMallocHost((void **)&pl->h_back, sizeof *pl->h_back), fail);
   if (flags & FZ_GPU_PREALLOC) {
     FZK_CHECK(cudaMallocFromPoolAsync((void **)&pl->d_ws, pl->ws.bytes, ctx->pool,
                                       ctx->streams[0]), fail);
@@ -197,7 +203,7 @@ void fz_gpu_plan_destroy(fz_gpu_plan *pl) {
     cudaStreamSynchronize(pl->ctx->streams[0]);
   }
   cudaFree(pl->d_tpl);
-  cudaFreeHost(pl->h_total);
+  cudaFreeHost(pl->h_back);
   if (pl->have_events) {
     cudaEventDestroy(pl->ev0);
     cudaEventDestroy(pl->ev1);
@@ -212,6 +218,10 @@ size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *pl) {
   return fz_plan_compress_bound(pl->cpu);
 }
 size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *pl) { return pl->ws.bytes; }
+const char *fz_gpu_plan_chain(const fz_gpu_plan *pl) { return fz_plan_chain(pl->cpu); }
+double fz_gpu_plan_eb_abs(const fz_gpu_plan *pl) {
+  return pl->desc.has_quant ? pl->h_back->qp.eb_abs : 0.0;
+}
 
 int fz_gpu_plan_kernel_ms(fz_gpu_plan *pl, float *ms) {
   if (pl == NULL || ms == NULL || !pl->have_events)
@@ -289,156 +299,19 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   FZK_CHECK(fzk_launch_seal(&seal, ctx->d_tab, s), fail_ws);
   if (pl->have_events)
     FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
-  FZK_CHECK(cudaMemcpyAsync(pl->h_total, total, sizeof *total, cudaMemcpyDeviceToHost, s),
-            fail_ws);
+  FZK_CHECK(cudaMemcpyAsync(&pl->h_back->total, total, sizeof *total, cudaMemcpyDeviceToHost,
+                            s), fail_ws);
+  if (d->has_quant)
+    FZK_CHECK(cudaMemcpyAsync(&pl->h_back->qp, qp, sizeof *qp, cudaMemcpyDeviceToHost, s),
+              fail_ws);
   if (pl->d_ws == NULL)
     FZK_CHECK(cudaFreeAsync(ws, s), fail);
   FZK_CHECK(cudaStreamSynchronize(s), fail);
-  *out_len = (size_t)*pl->h_total;
+  *out_len = (size_t)pl->h_back->total;
   return *out_len > out_cap ? FZ_ENOSPC : 0;
 fail_ws:
   if (pl->d_ws == NULL)
     cudaFreeAsync(ws, s);
 fail:
-  return rc;
-}
-
-/* ---- decompression ---- */
-
-static int host_buffer(fz_gpu_ctx *ctx, size_t need, char *why, size_t why_len) {
-  int rc = 0;
-  if (ctx->h_hdr_cap >= need)
-    return 0;
-  cudaFreeHost(ctx->h_hdr);
-  ctx->h_hdr = NULL;
-  ctx->h_hdr_cap = 0;
-  size_t cap = need < 4096 ? 4096 : need;
-  FZK_CHECK(cudaMallocHost((void **)&ctx->h_hdr, cap), fail);
-  ctx->h_hdr_cap = cap;
-  return 0;
-fail:
-  return rc;
-}
-
-/* Copies the first n bytes of the archive to ctx->h_hdr and waits. */
-static int to_host(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t n, cudaStream_t s, char *why,
-                   size_t why_len) {
-  int rc = host_buffer(ctx, n, why, why_len);
-  if (rc < 0)
-    return rc;
-  if (n)
-    FZK_CHECK(cudaMemcpyAsync(ctx->h_hdr, d_arc, n, cudaMemcpyDeviceToHost, s), fail);
-  FZK_CHECK(cudaStreamSynchronize(s), fail);
-  return 0;
-fail:
-  return rc;
-}
-
-/* Copies the first bytes of the archive to ctx->h_hdr and parses the
- * header up to its chunk table (one round trip); the device checks the
- * rest (FZK_ST_*). */
-static int fetch_prefix(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len, fze_header *h,
-                        size_t *table_pos, cudaStream_t s, char *why, size_t why_len) {
-  int rc = to_host(ctx, d_arc, arc_len < FZE_PREFIX_MAX ? arc_len : FZE_PREFIX_MAX, s, why,
-                   why_len);
-  return rc < 0 ? rc : fze_header_parse_prefix(ctx->h_hdr, arc_len, h, table_pos);
-}
-
-/* Copies the whole header to ctx->h_hdr and parses it as the CPU does
- * (after the prefix, which says how long the header is).  Only for the
- * errors found before a decode (two round trips). */
-static int fetch_header(fz_gpu_ctx *ctx, const uint8_t *d_arc, size_t arc_len,
-                        fze_header *h, cudaStream_t s, char *why, size_t why_len) {
-  size_t table_pos;
-  int rc = fetch_prefix(ctx, d_arc, arc_len, h, &table_pos, s, why, why_len);
-  if (rc == 0)
-    rc = to_host(ctx, d_arc, h->header_len, s, why, why_len);
-  /* The parser reads only the header; the full length lets it check the
-   * chunk table against the archive. */
-  return rc < 0 ? rc : fze_header_parse(ctx->h_hdr, arc_len, h);
-}
-
-/* The error of the device's checks, in the order fze_header_parse and the
- * CPU decoder find them. */
-static int status_error(uint32_t st) {
-  if (st & (FZK_ST_HCRC | FZK_ST_SIZE))
-    return FZ_ECORRUPT;
-  if (st & FZK_ST_LONG)
-    return FZ_ETRUNC;
-  return st ? FZ_ECORRUPT : 0;
-}
-
-int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *d_out,
-                      size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,
-                      size_t why_len) {
-  if (ctx == NULL || out_len == NULL || (d_arc == NULL && arc_len))
-    return FZ_EINVAL;
-  cudaStream_t s = stream;
-  int rc = 0;
-  uint8_t *ws = NULL;
-  pthread_mutex_lock(&ctx->lock);
-  FZK_CHECK(cudaSetDevice(ctx->device), out);
-  fze_header h;
-  size_t table_pos;
-  rc = fetch_prefix(ctx, d_arc, arc_len, &h, &table_pos, s, why, why_len);
-  if (rc < 0)
-    goto out;
-  if (out_cap < h.raw_bytes || (h.raw_bytes && d_out == NULL)) {
-    /* A header error comes first, as on the CPU. */
-    if ((rc = fetch_header(ctx, d_arc, arc_len, &h, s, why, why_len)) == 0)
-      rc = out_cap < h.raw_bytes ? FZ_ENOSPC : FZ_EINVAL;
-    goto out;
-  }
-  fzk_desc d;
-  fill_desc(&d, &h);
-  if ((rc = kernels_ready(ctx, &d, why, why_len)) < 0)
-    goto out;
-  fzk_qparams qp = {0, 0, 0};
-  if (d.has_quant) {
-    qp.eb_abs = h.chain.st[0].eb_abs;
-    qp.step = h.chain.st[0].step;
-    qp.inv = qp.step != 0 ? 1.0 / qp.step : 0;
-  }
-  uint64_t nc = h.nchunks;
-  const uint8_t *arc = d_arc, *tab = arc + table_pos;
-  const uint64_t hcrc_len = table_pos + 2 * nc, parts = fzk_crc_parts(hcrc_len);
-  size_t o_offs = 0, o_bsum = up256(8 * (nc + 1));
-  size_t o_crcs = o_bsum + up256(8 * (fzk_scan_blocks(nc) + 1));
-  size_t o_parts = o_crcs + up256(4 * nc + 4); /* the chunk CRCs, then the status */
-  size_t bytes = o_parts + 4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc));
-  FZK_CHECK(cudaMallocFromPoolAsync((void **)&ws, bytes, ctx->pool, s), out);
-  uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
-  uint32_t *cparts = (uint32_t *)(ws + o_parts);
-  const uint64_t *offs = (const uint64_t *)(ws + o_offs);
-  const uint8_t *pay = arc + h.header_len;
-  const uint64_t pay_len = arc_len - h.header_len;
-  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
-  /* The rest of the header on the device: its CRC, then the table. */
-  const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
-  FZK_CHECK(fzk_launch_crc(arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
-  const fzk_table_check chk = {status, h.chunk_bytes, h.raw_bytes, pay_len};
-  FZK_CHECK(fzk_launch_scan(nc, NULL, tab, (uint64_t *)(ws + o_bsum), (uint64_t *)offs, &chk, s),
-            out);
-  int out_vec = (uintptr_t)d_out % 16 == 0;
-  if (d.k32) {
-    FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, crcs,
-                                  ctx->d_tab, s), out);
-  } else {
-    FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
-    FZK_CHECK(fzk_launch_decode(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, s), out);
-  }
-  const fzk_crc_use payc = {.status = status, .expect = h.payload_crc, .bit = FZK_ST_CORRUPT};
-  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s), out);
-  FZK_CHECK(cudaMemcpyAsync(ctx->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
-  FZK_CHECK(cudaFreeAsync(ws, s), out);
-  ws = NULL;
-  FZK_CHECK(cudaStreamSynchronize(s), out);
-  if ((rc = status_error(ctx->h_word[0])) < 0)
-    goto out;
-  *out_len = (size_t)h.raw_bytes;
-out:
-  if (ws)
-    cudaFreeAsync(ws, s);
-  pthread_mutex_unlock(&ctx->lock);
   return rc;
 }

@@ -1,0 +1,221 @@
+/*
+ * gpu_decode.c - decompression of archives in device memory.
+ *
+ * A decoder is the host side of decompression for one caller at a time (a
+ * daemon worker, a benchmark thread): it owns the pinned memory the header
+ * prefix and the status word come back through, so decoders of one context
+ * run concurrently on their own streams with no lock between them.  A
+ * decompression is two steps.  fz_gpu_decoder_open() copies the first bytes
+ * of the archive to the host and parses the header up to its chunk table
+ * with the engine's own parser (one round trip), so the caller learns the
+ * dtype, shape, chain and raw size before deciding where the output goes;
+ * fz_gpu_decoder_run() then checks the rest of the header and every chunk
+ * on the device, decodes, and waits once for the status word.  Nothing is
+ * written to the output before the header has been found sound and the
+ * output large enough.
+ */
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "archive.h"
+#include "engine.h"
+#include "fz_gpu.h"
+#include "fzk.h"
+#include "fzk_crc.h"
+#include "gpu_ctx.h"
+#include "gpu_err.h"
+
+struct fz_gpu_decoder {
+  fz_gpu_ctx *ctx;
+  uint8_t *h_hdr;  /* pinned: the header prefix, or the whole header */
+  size_t h_hdr_cap;
+  uint32_t *h_word; /* pinned: the device's status word */
+  /* The archive opened by fz_gpu_decoder_open(), until the next open. */
+  const uint8_t *d_arc;
+  size_t arc_len;
+  fze_header h;
+  size_t table_pos;
+  int opened;
+};
+
+static size_t up256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size_t why_len) {
+  if (ctx == NULL || out == NULL)
+    return FZ_EINVAL;
+  *out = NULL;
+  fz_gpu_decoder *dec = calloc(1, sizeof *dec);
+  if (dec == NULL)
+    return FZ_ENOMEM;
+  dec->ctx = ctx;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  FZK_CHECK(cudaMallocHost((void **)&dec->h_hdr, FZE_PREFIX_MAX), fail);
+  dec->h_hdr_cap = FZE_PREFIX_MAX;
+  FZK_CHECK(cudaMallocHost((void **)&dec->h_word, 64), fail);
+  *out = dec;
+  return 0;
+fail:
+  fz_gpu_decoder_destroy(dec);
+  return rc;
+}
+
+void fz_gpu_decoder_destroy(fz_gpu_decoder *dec) {
+  if (dec == NULL)
+    return;
+  cudaSetDevice(dec->ctx->device);
+  cudaFreeHost(dec->h_hdr);
+  cudaFreeHost(dec->h_word);
+  cudaGetLastError();
+  free(dec);
+}
+
+/* Copies the first n bytes of the archive to dec->h_hdr and waits. */
+static int to_host(fz_gpu_decoder *dec, size_t n, cudaStream_t s, char *why, size_t why_len) {
+  int rc = 0;
+  if (dec->h_hdr_cap < n) {
+    cudaFreeHost(dec->h_hdr);
+    dec->h_hdr = NULL;
+    dec->h_hdr_cap = 0;
+    FZK_CHECK(cudaMallocHost((void **)&dec->h_hdr, n), fail);
+    dec->h_hdr_cap = n;
+  }
+  if (n)
+    FZK_CHECK(cudaMemcpyAsync(dec->h_hdr, dec->d_arc, n, cudaMemcpyDeviceToHost, s), fail);
+  FZK_CHECK(cudaStreamSynchronize(s), fail);
+  return 0;
+fail:
+  return rc;
+}
+
+/* The whole header on the host, parsed as the CPU parses it: only to name
+ * the error that a decode would find first, as the CPU decoder does. */
+static int full_header_error(fz_gpu_decoder *dec, cudaStream_t s, char *why, size_t why_len) {
+  fze_header h;
+  int rc = to_host(dec, dec->h.header_len, s, why, why_len);
+  /* The parser reads only the header; the full length lets it check the
+   * chunk table against the archive. */
+  return rc < 0 ? rc : fze_header_parse(dec->h_hdr, dec->arc_len, &h);
+}
+
+int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                        fz_archive_info *info, fz_gpu_stream stream, char *why,
+                        size_t why_len) {
+  if (dec == NULL || (d_arc == NULL && arc_len))
+    return FZ_EINVAL;
+  dec->opened = 0;
+  dec->d_arc = d_arc;
+  dec->arc_len = arc_len;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(dec->ctx->device), fail);
+  rc = to_host(dec, arc_len < FZE_PREFIX_MAX ? arc_len : FZE_PREFIX_MAX, stream, why, why_len);
+  if (rc < 0)
+    return rc;
+  if ((rc = fze_header_parse_prefix(dec->h_hdr, arc_len, &dec->h, &dec->table_pos)) < 0)
+    return rc;
+  if (info != NULL)
+    fze_header_info(&dec->h, arc_len, info);
+  dec->opened = 1;
+  return 0;
+fail:
+  return rc;
+}
+
+/* The error of the device's checks, in the order fze_header_parse and the
+ * CPU decoder find them. */
+static int status_error(uint32_t st) {
+  if (st & (FZK_ST_HCRC | FZK_ST_SIZE))
+    return FZ_ECORRUPT;
+  if (st & FZK_ST_LONG)
+    return FZ_ETRUNC;
+  return st ? FZ_ECORRUPT : 0;
+}
+
+int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t *out_len,
+                       fz_gpu_stream stream, char *why, size_t why_len) {
+  if (dec == NULL || out_len == NULL || !dec->opened)
+    return FZ_EINVAL;
+  dec->opened = 0;
+  fz_gpu_ctx *ctx = dec->ctx;
+  const fze_header *h = &dec->h;
+  cudaStream_t s = stream;
+  int rc = 0;
+  uint8_t *ws = NULL;
+  FZK_CHECK(cudaSetDevice(ctx->device), out);
+  if (out_cap < h->raw_bytes || (h->raw_bytes && d_out == NULL)) {
+    /* A header error comes first, as on the CPU. */
+    if ((rc = full_header_error(dec, s, why, why_len)) == 0)
+      rc = out_cap < h->raw_bytes ? FZ_ENOSPC : FZ_EINVAL;
+    return rc;
+  }
+  fzk_desc d;
+  fzk_desc_from_header(&d, h);
+  if ((rc = fzk_kernels_ready(ctx, &d, why, why_len)) < 0)
+    return rc;
+  fzk_qparams qp = {0, 0, 0};
+  if (d.has_quant) {
+    qp.eb_abs = h->chain.st[0].eb_abs;
+    qp.step = h->chain.st[0].step;
+    qp.inv = qp.step != 0 ? 1.0 / qp.step : 0;
+  }
+  uint64_t nc = h->nchunks;
+  const uint8_t *arc = dec->d_arc, *tab = arc + dec->table_pos;
+  const uint64_t hcrc_len = dec->table_pos + 2 * nc, parts = fzk_crc_parts(hcrc_len);
+  size_t o_offs = 0, o_bsum = up256(8 * (nc + 1));
+  size_t o_crcs = o_bsum + up256(8 * (fzk_scan_blocks(nc) + 1));
+  size_t o_parts = o_crcs + up256(4 * nc + 4); /* the chunk CRCs, then the status */
+  size_t bytes = o_parts + 4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc));
+  FZK_CHECK(cudaMallocFromPoolAsync((void **)&ws, bytes, ctx->pool, s), out);
+  uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
+  uint32_t *cparts = (uint32_t *)(ws + o_parts);
+  const uint64_t *offs = (const uint64_t *)(ws + o_offs);
+  const uint8_t *pay = arc + h->header_len;
+  const uint64_t pay_len = dec->arc_len - h->header_len;
+  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
+  /* The rest of the header on the device: its CRC, then the table. */
+  const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
+  FZK_CHECK(fzk_launch_crc(arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
+  FZK_CHECK(fzk_launch_scan(nc, NULL, tab, (uint64_t *)(ws + o_bsum), (uint64_t *)offs, &chk, s),
+            out);
+  int out_vec = (uintptr_t)d_out % 16 == 0;
+  if (d.k32) {
+    FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, crcs,
+                                  ctx->d_tab, s), out);
+  } else {
+    FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
+    FZK_CHECK(fzk_launch_decode(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, s), out);
+  }
+  const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
+  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s), out);
+  FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
+  FZK_CHECK(cudaFreeAsync(ws, s), out);
+  ws = NULL;
+  FZK_CHECK(cudaStreamSynchronize(s), out);
+  if ((rc = status_error(dec->h_word[0])) < 0)
+    goto out;
+  *out_len = (size_t)h->raw_bytes;
+out:
+  if (ws)
+    cudaFreeAsync(ws, s);
+  return rc;
+}
+
+int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *d_out,
+                      size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,
+                      size_t why_len) {
+  if (ctx == NULL || out_len == NULL || (d_arc == NULL && arc_len))
+    return FZ_EINVAL;
+  /* The context's own decoder serves callers that keep none, one at a time. */
+  pthread_mutex_lock(&ctx->lock);
+  int rc = 0;
+  if (ctx->dec == NULL)
+    rc = fz_gpu_decoder_create(ctx, &ctx->dec, why, why_len);
+  if (rc == 0)
+    rc = fz_gpu_decoder_open(ctx->dec, d_arc, arc_len, NULL, stream, why, why_len);
+  if (rc == 0)
+    rc = fz_gpu_decoder_run(ctx->dec, d_out, out_cap, out_len, stream, why, why_len);
+  pthread_mutex_unlock(&ctx->lock);
+  return rc;
+}
