@@ -209,6 +209,18 @@ static void device_uuid(char *buf, size_t len) {
            u[12], u[13], u[14], u[15]);
 }
 
+/* Every byte of the device buffer still holds `fill`. */
+static void assert_device_fill(const void *d_p, size_t len, unsigned char fill,
+                               const char *what) {
+  unsigned char *h = malloc(len);
+  CUDA_OK(cudaMemcpy(h, d_p, len, cudaMemcpyDeviceToHost));
+  size_t i = 0;
+  while (i < len && h[i] == fill)
+    i++;
+  free(h);
+  cr_assert_eq(i, len, "%s: byte %zu was written", what, i);
+}
+
 Test(service, ipc_buffers_in_place, .timeout = 300) {
   fzd_harness *h = start_gpu_fzd("\"workers\": 2");
   fz_client *c = connect_gpu(h);
@@ -300,7 +312,31 @@ Test(service, ipc_buffers_in_place, .timeout = 300) {
   small.out_ipc = &h_arc;
   small.out_offset = arc_off;
   small.out_length = 64; /* far too small for the archive */
+  /* A refused job leaves the client's buffer as it was. */
+  CUDA_OK(cudaMemset(d_arc, 0xa5, arc_off + arc_cap));
+  CUDA_OK(cudaDeviceSynchronize());
   cr_assert_eq(fz_client_compress(c, &small, &r), FZ_ENOSPC, "%s", r.message);
+  char needs[64];
+  snprintf(needs, sizeof needs, "needs %zu bytes", cpu_len);
+  cr_assert(strstr(r.message, needs) != NULL, "%s", r.message);
+  assert_device_fill(d_arc, arc_off + arc_cap, 0xa5, "out_ipc after a refused compression");
+  /* Exactly the archive's size (below the plan's bound) is enough. */
+  small.out_length = cpu_len;
+  cr_assert_eq(fz_client_compress(c, &small, &r), 0, "%s", r.message);
+  cr_assert_eq(r.bytes_out, cpu_len);
+  void *exact = malloc(cpu_len);
+  CUDA_OK(cudaMemcpy(exact, (char *)d_arc + arc_off, cpu_len, cudaMemcpyDeviceToHost));
+  assert_same(exact, cpu_len, cpu, cpu_len, "archive into a buffer of its exact size");
+  free(exact);
+  /* A decompression into too small a buffer: refused, nothing written. */
+  CUDA_OK(cudaMemset(d_back, 0x5a, bytes));
+  CUDA_OK(cudaDeviceSynchronize());
+  fz_job dsmall = d;
+  dsmall.out_length = bytes - 4;
+  cr_assert_eq(fz_client_decompress(c, &dsmall, &r), FZ_ENOSPC, "%s", r.message);
+  snprintf(needs, sizeof needs, "needs %zu bytes", bytes);
+  cr_assert(strstr(r.message, needs) != NULL, "%s", r.message);
+  assert_device_fill(d_back, bytes, 0x5a, "out_ipc after a refused decompression");
   unsigned char junk[FZ_CLIENT_IPC_HANDLE_BYTES];
   for (size_t i = 0; i < sizeof junk; i++)
     junk[i] = (unsigned char)(i * 37 + 11);

@@ -10,6 +10,7 @@
 # Environment: FZ_BENCH_ARGS (extra fz_gpu_bench options, e.g. "-r 3"),
 # FZ_GPU_TEST_LARGE_MB (size of the large identity test; 0 skips it),
 # FZ_SKIP_TESTS=1 / FZ_SKIP_BENCH=1 / FZ_SKIP_SANITIZERS=1, FZ_GPU_PROFILE=1 (Nsight Compute, below),
+# FZ_GPU_DEVICE_BENCH=1 (device buffers through fzd, below), FZ_GPU_RUN_SERVICE (below),
 # FZ_GPU_BUILD (build directory), FZ_CUDA_FLAGS (extra nvcc flags, e.g. a
 # -D of a kernel tuning knob).
 set -euo pipefail
@@ -181,6 +182,36 @@ if [ "$service" != 0 ]; then
     fi
     cat "$logs/fzctl-bench.txt"
   fi
+fi
+
+# ---- device buffers through fzd ------------------------------------------
+# FZ_GPU_DEVICE_BENCH=1: fzd on the GPU backend with default settings and
+# tests/bench/device_bench.c against it: CUDA IPC buffers of a client
+# process through fzd against the same kernels in that process, same run
+# ($FZ_DEVICE_BENCH_ARGS: extra options, e.g. "-r 9 -p balanced").
+if [ "${FZ_GPU_DEVICE_BENCH:-0}" != 0 ]; then
+  step device buffers through fzd
+  cmake --build "$build" -j16 --target fzd fz_device_bench \
+    > "$logs/build-device.log" 2>&1 || { tail -40 "$logs/build-device.log"; exit 1; }
+  dev_inputs=()
+  for f in "$fields"/*.f32; do [ -f "$f" ] && dev_inputs+=("$f"); done
+  work=$(mktemp -d)
+  "$build/daemon/fzd" --socket "$work/fzd.sock" --backend gpu 2> "$logs/fzd-device.log" &
+  fzd_pid=$!
+  for _ in $(seq 100); do [ -S "$work/fzd.sock" ] && break; sleep 0.1; done
+  # shellcheck disable=SC2086
+  if "$build/tests/bench/fz_device_bench" -S "unix:$work/fzd.sock" ${FZ_DEVICE_BENCH_ARGS:-} \
+       "${dev_inputs[@]}" > "$logs/device-bench.md" 2> "$logs/device-bench.err"; then
+    summary+=("device-buffer benchmark: archives identical, every bound held")
+  else
+    summary+=("device-buffer benchmark: FAILED (exit $?)")
+    status=1
+  fi
+  kill -TERM "$fzd_pid"
+  wait "$fzd_pid" || { summary+=("fzd (device benchmark) exited with $?"); status=1; }
+  rm -rf "$work"
+  cat "$logs/device-bench.md" "$logs/device-bench.err"
+  tail -5 "$logs/fzd-device.log"
 fi
 
 step summary
