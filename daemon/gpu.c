@@ -3,7 +3,8 @@
  * start-up, and for each worker thread one stream of it with everything a
  * job needs kept from job to job, so that the steady state allocates
  * nothing: pinned host staging buffers, device buffers drawn from the
- * context's pool, and an LRU of preallocated GPU plans.
+ * context's pool; and an LRU of preallocated GPU plans that the workers
+ * share.
  *
  * A job whose data is on the host (inline or a descriptor) is copied into
  * the worker's pinned staging buffer, sent to the device, compressed or
@@ -57,6 +58,15 @@ struct fzd_gpu {
   char uuid[48];
   uint64_t mem_limit;
   _Atomic uint64_t mem_used;
+  /* The plan cache, shared by the workers: a plan serves one job at a time
+   * (busy), and any worker may take an idle one, so a client's same-shape
+   * jobs find a warm plan whichever worker picks them up.  Slots are added
+   * per worker at start-up (plan_cache_entries each, at least one), so a
+   * worker always finds a slot that is not busy. */
+  pthread_mutex_t plans_mu;
+  struct gplan *plans;
+  unsigned nplans;
+  uint64_t tick;
 };
 
 /* A buffer kept across jobs: pinned host memory or device memory. */
@@ -71,6 +81,7 @@ typedef struct gplan {
   fz_gpu_plan *plan;
   size_t ws; /* device bytes counted against the limit */
   uint64_t used;
+  bool busy; /* a worker runs a job on it, or is making it */
 } gplan;
 
 struct fzd_gpu_worker {
@@ -80,9 +91,7 @@ struct fzd_gpu_worker {
   buf h_in, h_out, h_back; /* pinned */
   buf d_in, d_out, d_back; /* device */
   fz_gpu_decoder *dec;
-  gplan *plans;
-  unsigned nplans;
-  uint64_t tick;
+  gplan *plan; /* the plan of the job running, busy in the shared cache */
 };
 
 typedef struct ipc_entry {
@@ -139,6 +148,7 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
   }
   g->device = fz_gpu_ctx_device(g->ctx);
   g->mem_limit = mem_limit;
+  pthread_mutex_init(&g->plans_mu, NULL);
   struct cudaDeviceProp prop;
   cudaError_t e = cudaGetDeviceProperties(&prop, g->device);
   if (e != cudaSuccess) {
@@ -167,9 +177,15 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
   return 0;
 }
 
+static void plan_drop(fzd_gpu *g, gplan *e);
+
 void fzd_gpu_close(fzd_gpu *g) {
   if (g == NULL)
     return;
+  for (unsigned i = 0; i < g->nplans; i++)
+    plan_drop(g, &g->plans[i]);
+  free(g->plans);
+  pthread_mutex_destroy(&g->plans_mu);
   fz_gpu_ctx_destroy(g->ctx);
   free(g);
 }
@@ -250,54 +266,71 @@ static int dev_ensure(fzd_gpu_worker *w, buf *b, size_t need, fzd_job *job) {
   return 0;
 }
 
-static void plan_drop(fzd_gpu_worker *w, gplan *e) {
+static void plan_drop(fzd_gpu *g, gplan *e) {
   if (e->plan == NULL)
     return;
   fz_gpu_plan_destroy(e->plan);
-  mem_release(w->g, e->ws);
+  mem_release(g, e->ws);
   e->plan = NULL;
   e->ws = 0;
 }
 
-/* Gives back every device buffer and plan the worker holds (after running
- * out of device memory, so that the next job finds it free). */
+/* Gives back every device buffer the worker holds and every plan no job
+ * is using (after running out of device memory, so that the next job finds
+ * it free). */
 static void trim(fzd_gpu_worker *w) {
+  fzd_gpu *g = w->g;
   cudaStreamSynchronize(w->stream);
   cudaGetLastError();
   dev_drop(w, &w->d_in);
   dev_drop(w, &w->d_out);
   dev_drop(w, &w->d_back);
-  for (unsigned i = 0; i < w->nplans; i++)
-    plan_drop(w, &w->plans[i]);
+  pthread_mutex_lock(&g->plans_mu);
+  for (unsigned i = 0; i < g->nplans; i++)
+    if (!g->plans[i].busy)
+      plan_drop(g, &g->plans[i]);
+  pthread_mutex_unlock(&g->plans_mu);
   cudaStreamSynchronize(w->stream);
   cudaGetLastError();
 }
 
-/* A preallocated GPU plan for the job: from the worker's LRU, or created in
- * place of the least recently used one. */
+/* A preallocated GPU plan for the job, held (busy) until plan_release():
+ * an idle one of the shared cache, or one made in the slot of the least
+ * recently used idle plan. */
 static int get_plan(fzd_gpu_worker *w, fzd_job *job, fz_gpu_plan **out) {
-  for (unsigned i = 0; i < w->nplans; i++) {
-    gplan *e = &w->plans[i];
+  fzd_gpu *g = w->g;
+  pthread_mutex_lock(&g->plans_mu);
+  gplan *victim = NULL;
+  for (unsigned i = 0; i < g->nplans; i++) {
+    gplan *e = &g->plans[i];
+    if (e->busy)
+      continue;
     if (e->plan != NULL && fzd_job_same_plan(&e->key, e->pipeline, job)) {
-      e->used = ++w->tick;
+      e->busy = true;
+      e->used = ++g->tick;
+      pthread_mutex_unlock(&g->plans_mu);
+      w->plan = e;
       *out = e->plan;
       return 0;
     }
+    if (victim == NULL || (victim->plan != NULL && (e->plan == NULL || e->used < victim->used)))
+      victim = e;
   }
-  gplan *victim = &w->plans[0];
-  for (unsigned i = 1; i < w->nplans; i++)
-    if (w->plans[i].used < victim->used)
-      victim = &w->plans[i];
-  plan_drop(w, victim);
+  /* There are more slots than workers, so one is idle. */
+  victim->busy = true;
+  victim->used = ++g->tick;
+  pthread_mutex_unlock(&g->plans_mu);
+  w->plan = victim;
+  plan_drop(g, victim);
   fz_params p = job->params;
   p.pipeline = job->pipeline[0] ? job->pipeline : NULL;
   fz_gpu_plan *plan;
-  int err = fz_gpu_plan_create(w->g->ctx, &p, FZ_GPU_PREALLOC, &plan, job->why,
+  int err = fz_gpu_plan_create(g->ctx, &p, FZ_GPU_PREALLOC, &plan, job->why,
                                sizeof(job->why));
   if (err < 0)
     return err;
   size_t ws = fz_gpu_plan_workspace_bytes(plan);
-  err = mem_reserve(w->g, ws, job);
+  err = mem_reserve(g, ws, job);
   if (err < 0) {
     fz_gpu_plan_destroy(plan);
     return err;
@@ -306,9 +339,18 @@ static int get_plan(fzd_gpu_worker *w, fzd_job *job, fz_gpu_plan **out) {
   victim->ws = ws;
   victim->key = job->params;
   memcpy(victim->pipeline, job->pipeline, sizeof(victim->pipeline));
-  victim->used = ++w->tick;
   *out = plan;
   return 0;
+}
+
+/* The job's plan goes back to the cache, idle. */
+static void plan_release(fzd_gpu_worker *w) {
+  if (w->plan == NULL)
+    return;
+  pthread_mutex_lock(&w->g->plans_mu);
+  w->plan->busy = false;
+  pthread_mutex_unlock(&w->g->plans_mu);
+  w->plan = NULL;
 }
 
 /* ---- IPC buffers ------------------------------------------------------------- */
@@ -637,6 +679,7 @@ int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
     return FZ_ENOMEM;
   }
   err = job->kind == FZD_JOB_COMPRESS ? gpu_compress(w, job) : gpu_decompress(w, job);
+  plan_release(w);
   if (err == FZ_EGPUOOM) {
     fzd_warn("worker %u: out of GPU memory (%s); releasing its buffers and plans",
              w->index, job->why);
@@ -658,7 +701,6 @@ void fzd_gpu_worker_destroy(fzd_gpu_worker *w) {
   cudaFreeHost(w->h_back.p);
   cudaGetLastError();
   fz_gpu_decoder_destroy(w->dec);
-  free(w->plans);
   free(w);
 }
 
@@ -754,14 +796,17 @@ int fzd_gpu_worker_create(fzd_gpu *g, unsigned index, unsigned plan_cache_entrie
   w->g = g;
   w->index = index;
   w->stream = fz_gpu_ctx_stream(g->ctx, index);
-  /* A plan serves one job at a time, so a worker keeps at least the one it
-   * is using even when the cache is off. */
-  w->nplans = plan_cache_entries ? plan_cache_entries : 1;
-  w->plans = calloc(w->nplans, sizeof(gplan));
-  if (w->plans == NULL) {
+  /* A plan serves one job at a time, so each worker adds at least the one
+   * it is using to the shared cache, even when the cache is off. */
+  unsigned add = plan_cache_entries ? plan_cache_entries : 1;
+  gplan *plans = realloc(g->plans, (g->nplans + add) * sizeof(gplan));
+  if (plans == NULL) {
     free(w);
     return FZ_ENOMEM;
   }
+  memset(plans + g->nplans, 0, add * sizeof(gplan));
+  g->plans = plans;
+  g->nplans += add;
   int err = fz_gpu_decoder_create(g->ctx, &w->dec, why, why_len);
   if (err == 0)
     err = warm_up(w, why, why_len);

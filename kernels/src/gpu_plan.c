@@ -13,6 +13,7 @@
  * Decompression is gpu_decode.c.
  */
 #include <cuda_runtime_api.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,15 @@
 #include "fzk_crc.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
+
+/* What a compression copies back, in one copy: the quantizer's parameters
+ * (eb_abs is the bound to report) and the archive's size, as they lie in
+ * the workspace. */
+typedef struct plan_back {
+  fzk_qparams qp;
+  uint64_t total;
+} plan_back;
+_Static_assert(offsetof(plan_back, qp) == 0, "the parameters open the copy");
 
 /* Workspace of one compression: byte offsets of each buffer. */
 typedef struct ws_layout {
@@ -40,12 +50,7 @@ struct fz_gpu_plan {
   uint8_t *d_tpl;          /* the header up to the chunk table, then tickets */
   size_t table_off, q_off, tick_off;
   uint32_t field_shift;    /* moves the payload CRC to the header's end */
-  /* Pinned: what the last compression's one copy back brought, the
-   * archive's size and its quantizer's parameters. */
-  struct {
-    uint64_t total;
-    fzk_qparams qp;
-  } *h_back;
+  plan_back *h_back;       /* pinned: what the last compression's copy back brought */
   cudaEvent_t ev0, ev1;
   int have_events;
 };
@@ -63,9 +68,10 @@ static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len,
   w->offs = o; o += up256(8 * ((size_t)nchunks + 2));
   w->bsum = o; o += staged ? up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1)) : 0;
   w->part = o; o += up256(16 * (size_t)FZK_MM_BLOCKS);
-  w->qp = o; o += up256(sizeof(fzk_qparams));
+  /* The archive's size follows the quantizer's parameters, so that one
+   * copy brings both back (plan_back). */
+  w->qp = o; w->total = o + offsetof(plan_back, total); o += up256(sizeof(plan_back));
   w->cparts = o; o += up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
-  w->total = o; o += up256(8);
   w->bytes = o;
 }
 
@@ -299,11 +305,8 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   FZK_CHECK(fzk_launch_seal(&seal, ctx->d_tab, s), fail_ws);
   if (pl->have_events)
     FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
-  FZK_CHECK(cudaMemcpyAsync(&pl->h_back->total, total, sizeof *total, cudaMemcpyDeviceToHost,
-                            s), fail_ws);
-  if (d->has_quant)
-    FZK_CHECK(cudaMemcpyAsync(&pl->h_back->qp, qp, sizeof *qp, cudaMemcpyDeviceToHost, s),
-              fail_ws);
+  FZK_CHECK(cudaMemcpyAsync(pl->h_back, qp, sizeof *pl->h_back, cudaMemcpyDeviceToHost, s),
+            fail_ws);
   if (pl->d_ws == NULL)
     FZK_CHECK(cudaFreeAsync(ws, s), fail);
   FZK_CHECK(cudaStreamSynchronize(s), fail);
