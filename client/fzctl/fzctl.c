@@ -33,9 +33,11 @@ static const ctl_command commands[] = {
    "      --verify          ask the server for the max error\n"
    "      --json            one JSON object per file on stdout\n"
    "      --inline          send data in messages, not as file descriptors\n"
-   "  -f, --force           overwrite existing outputs\n"
+   "  -f, --force           replace existing outputs (only once their job succeeded)\n"
    "  -q, --quiet           no per-file lines and no progress bar\n"
-   "FILE '-' is stdin.  Outputs are named FILE.fz, and FILE.fz -> FILE with -d."},
+   "FILE '-' is stdin.  Outputs are named FILE.fz, and FILE.fz -> FILE with -d.\n"
+   "Each output is written to a temporary file and renamed when its job succeeded;\n"
+   "an output that is an input is refused.  A bad file does not stop the others."},
   {"status", ctl_cmd_status, "show the server's state (the default)", "[--json]"},
   {"stats", ctl_cmd_stats, "show the server's job counters", "[--json]"},
   {"ping", ctl_cmd_ping, "measure round trips to the server",

@@ -147,10 +147,14 @@ typedef struct fz_job {
 
   /* Output: either out_fd >= 0 (Unix socket only; the daemon writes at
    * out_offset, at most out_length bytes when that is nonzero, and truncates
-   * a regular file just after the data), or inline.
+   * a regular file just after the data; a descriptor opened with O_APPEND is
+   * refused with FZ_EINVAL, since every write would land at its end), or
+   * inline.
    * Inline output lands in out/out_cap when out is not NULL (FZ_ENOSPC when it
    * does not fit), else in a buffer the library allocates (fz_result.data,
-   * released with fz_client_free()). */
+   * released with fz_client_free()).  On the Unix socket an inline result
+   * that may be over the server's max_inline comes back through a memfd the
+   * library passes and reads back, so the limit does not apply to it. */
   int out_fd;
   uint64_t out_offset;
   void *out;
