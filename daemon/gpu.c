@@ -491,6 +491,7 @@ static int verify(fzd_gpu_worker *w, fzd_job *job, const void *d_arc, size_t arc
     goto out;
   }
   job->max_error = cmp.max_abs_error;
+  job->max_rel_error = cmp.max_rel_error;
   job->has_max_error = true;
 out:
   return err;

@@ -291,6 +291,7 @@ static int run_compress(worker *w, fzd_job *job) {
                        job->in_len / fz_dtype_size(job->params.dtype), &cmp);
     if (err >= 0) {
       job->max_error = cmp.max_abs_error;
+      job->max_rel_error = cmp.max_rel_error;
       job->has_max_error = true;
     } else {
       snprintf(job->why, sizeof(job->why), "verification failed: %s",

@@ -505,7 +505,7 @@ void fzd_job_reply(fzd_conn *c, const fzd_job *job) {
   bool inline_out = job->out_fd < 0 && !job->out_ipc;
   if (job->kind == FZD_JOB_COMPRESS) {
     fzp_pack_result_begin(pk, job->msgid,
-                          6 + (job->has_max_error ? 1 : 0) + (inline_out ? 1 : 0));
+                          6 + (job->has_max_error ? 2 : 0) + (inline_out ? 1 : 0));
     fzp_pack_key(pk, "bytes_in");
     msgpack_pack_uint64(pk, job->in_len);
     fzp_pack_key(pk, "bytes_out");
@@ -521,6 +521,8 @@ void fzd_job_reply(fzd_conn *c, const fzd_job *job) {
     if (job->has_max_error) {
       fzp_pack_key(pk, "max_error");
       msgpack_pack_double(pk, job->max_error);
+      fzp_pack_key(pk, "max_rel_error");
+      msgpack_pack_double(pk, job->max_rel_error);
     }
     if (inline_out) {
       fzp_pack_key(pk, "archive");

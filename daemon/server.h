@@ -72,6 +72,7 @@ typedef struct fzd_job {
   uint64_t time_us;
   double eb_abs;
   double max_error;
+  double max_rel_error; /* with max_error: max |x-x'|/|x|, for PWREL */
   bool has_max_error;
   char chain[256];
   fz_archive_info info; /* decompress */

@@ -3,7 +3,9 @@
  * subcommands, and the help generated from it.
  *
  * `fzctl [-S ADDR] [--token T] [COMMAND [ARGS...]]`.  A bare `fzctl` runs
- * `status`, the read-only view.  Exit codes: 0 success, 1 usage error, 2 the
+ * `status`, the read-only view.  The global options may also follow the
+ * command (`fzctl submit -S ADDR ...`): they are taken out of the command's
+ * arguments before it parses them.  Exit codes: 0 success, 1 usage error, 2 the
  * server or the transport failed.
  */
 #include <getopt.h>
@@ -31,9 +33,11 @@ static const ctl_command commands[] = {
    "      --verify          ask the server for the max error\n"
    "      --json            one JSON object per file on stdout\n"
    "      --inline          send data in messages, not as file descriptors\n"
-   "  -f, --force           overwrite existing outputs\n"
+   "  -f, --force           replace existing outputs (only once their job succeeded)\n"
    "  -q, --quiet           no per-file lines and no progress bar\n"
-   "FILE '-' is stdin.  Outputs are named FILE.fz, and FILE.fz -> FILE with -d."},
+   "FILE '-' is stdin.  Outputs are named FILE.fz, and FILE.fz -> FILE with -d.\n"
+   "Each output is written to a temporary file and renamed when its job succeeded;\n"
+   "an output that is an input is refused.  A bad file does not stop the others."},
   {"status", ctl_cmd_status, "show the server's state (the default)", "[--json]"},
   {"stats", ctl_cmd_stats, "show the server's job counters", "[--json]"},
   {"ping", ctl_cmd_ping, "measure round trips to the server",
@@ -41,6 +45,9 @@ static const ctl_command commands[] = {
    "  -c, --count N         round trips (default 5)\n"
    "  -i, --interval MS     pause between them (default 0)"},
   {"presets", ctl_cmd_presets, "list the server's pipeline presets", "[--json]"},
+  {"info", ctl_cmd_info, "print the header of archive files (no daemon needed)",
+   "[--json] FILE.fz...\n"
+   "      --json            one JSON object per file on stdout"},
   {"help", cmd_help, "show help for a command", "[COMMAND]"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
@@ -124,9 +131,59 @@ int ctl_connect(const ctl_global *g, fz_client **out) {
   int rc = fz_client_connect(out, g->address, &o, why, sizeof why);
   if (rc < 0) {
     ctl_err("%s", why[0] ? why : fz_strerror(rc));
+    if (rc == FZ_ECONNREFUSED)
+      fprintf(stderr,
+              "No fzd is listening at '%s'.  Start one ('fzd', or 'systemctl start fzd' "
+              "where it is installed as a service), or point fzctl at a running one with "
+              "-S ADDRESS or FZD_SOCKET=ADDRESS.\n",
+              g->address ? g->address : fz_client_default_address());
     return CTL_SERVER;
   }
   return CTL_OK;
+}
+
+/* Takes -S/--socket and --token out of a command's arguments (up to a
+ * "--"), so that they may follow the command; the rest keep their order.
+ * Returns -1 to go on, else an exit code. */
+static int take_global_options(ctl_global *g, int *argc, char **argv) {
+  int w = 1;
+  for (int r = 1; r < *argc; r++) {
+    const char *a = argv[r];
+    if (strcmp(a, "--") == 0) {
+      while (r < *argc)
+        argv[w++] = argv[r++];
+      break;
+    }
+    const char **slot = NULL;
+    const char *val = NULL;
+    const char *name = NULL;
+    if (strcmp(a, "-S") == 0 || strcmp(a, "--socket") == 0) {
+      slot = &g->address, name = a;
+    } else if (strcmp(a, "--token") == 0) {
+      slot = &g->token, name = a;
+    } else if (strncmp(a, "-S", 2) == 0) {
+      slot = &g->address, name = "-S", val = a + 2;
+    } else if (strncmp(a, "--socket=", 9) == 0) {
+      slot = &g->address, name = "--socket", val = a + 9;
+    } else if (strncmp(a, "--token=", 8) == 0) {
+      slot = &g->token, name = "--token", val = a + 8;
+    }
+    if (!slot) {
+      argv[w++] = argv[r];
+      continue;
+    }
+    if (!val) {
+      if (r + 1 >= *argc)
+        return ctl_usage_error(NULL, "option '%s' needs a value", name);
+      val = argv[++r];
+    }
+    if (slot == &g->address && !*val)
+      return ctl_usage_error(NULL, "invalid address '' for --socket");
+    *slot = val;
+  }
+  argv[w] = NULL;
+  *argc = w;
+  return -1;
 }
 
 int main(int argc, char **argv) {
@@ -170,6 +227,11 @@ int main(int argc, char **argv) {
   int sub_argc = optind < argc ? argc - optind : 1;
   char *status_argv[] = {(char *)"status", NULL};
   char **sub_argv = optind < argc ? argv + optind : status_argv;
+  if (cmd->fn != cmd_help) {
+    int rc = take_global_options(&g, &sub_argc, sub_argv);
+    if (rc >= 0)
+      return rc;
+  }
   optind = 0; /* 0 makes glibc reinitialize getopt for the command's options */
   return cmd->fn(&g, sub_argc, sub_argv);
 }

@@ -1,12 +1,18 @@
 /*
  * info.c - the read-only commands: status (the default), stats, ping and
- * presets.  Each connects, asks, and prints either aligned text or, with
- * --json, one JSON object.
+ * presets, which connect, ask, and print either aligned text or, with
+ * --json, one JSON object; and info, which reads archive headers with
+ * libfzclient alone (no daemon).
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fzctl.h"
 
@@ -93,8 +99,12 @@ static void print_op_json(const char *name, const fz_op_stats *s) {
          name, s->count, s->bytes_in, s->bytes_out, s->time_us);
 }
 
-static void print_op_text(const char *name, const fz_op_stats *s) {
-  double mbs = s->time_us ? (double)s->bytes_in / (double)s->time_us : 0;
+/* Throughput counts the original (raw) bytes in both directions: what went
+ * into a compression, what came out of a decompression.  The archive's
+ * bytes would make a decompression look as slow as its ratio is high. */
+static void print_op_text(const char *name, const fz_op_stats *s, bool raw_is_out) {
+  uint64_t raw = raw_is_out ? s->bytes_out : s->bytes_in;
+  double mbs = s->time_us ? (double)raw / (double)s->time_us : 0;
   printf("%-11s  %" PRIu64 " jobs, %" PRIu64 " -> %" PRIu64 " bytes, %.1f MB/s\n",
          name, s->count, s->bytes_in, s->bytes_out, mbs);
 }
@@ -124,8 +134,8 @@ int ctl_cmd_stats(const ctl_global *g, int argc, char **argv) {
            " canceled, %" PRIu64 " refused busy\n",
            st.jobs_done, st.jobs_failed, st.jobs_canceled, st.busy_rejections);
     printf("bytes        %" PRIu64 " in, %" PRIu64 " out\n", st.bytes_in, st.bytes_out);
-    print_op_text("compress", &st.compress);
-    print_op_text("decompress", &st.decompress);
+    print_op_text("compress", &st.compress, false);
+    print_op_text("decompress", &st.decompress, true);
   }
   fz_client_close(c);
   return CTL_OK;
@@ -220,4 +230,100 @@ int ctl_cmd_presets(const ctl_global *g, int argc, char **argv) {
     printf("]\n");
   fz_client_close(c);
   return CTL_OK;
+}
+
+/* Prints one archive's header; returns CTL_OK, CTL_USAGE when the file
+ * cannot be read, CTL_SERVER when it is not a valid archive. */
+static int info_one(const char *path, bool json) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+    ctl_err("cannot read '%s': %s", path, fd < 0 ? strerror(errno) : "not a regular file");
+    if (fd >= 0)
+      close(fd);
+    return CTL_USAGE;
+  }
+  size_t len = (size_t)st.st_size;
+  void *m = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+  close(fd);
+  if (m == MAP_FAILED) {
+    ctl_err("cannot map '%s': %s", path, strerror(errno));
+    return CTL_USAGE;
+  }
+  fz_client_archive a;
+  int rc = fz_client_archive_info(m ? m : "", len, &a);
+  if (m)
+    munmap(m, len);
+  if (rc < 0) {
+    ctl_err("'%s': %s (%s)", path, fz_strerror(rc), fz_err_name(rc));
+    if (json) {
+      printf("{\"file\":");
+      ctl_json_str(stdout, path);
+      printf(",\"error\":{\"code\":%d,\"name\":\"%s\",\"message\":", rc, fz_err_name(rc));
+      ctl_json_str(stdout, fz_strerror(rc));
+      printf("}}\n");
+    }
+    return CTL_SERVER;
+  }
+  double ratio = a.archive_bytes ? (double)a.raw_bytes / (double)a.archive_bytes : 0;
+  if (json) {
+    printf("{\"file\":");
+    ctl_json_str(stdout, path);
+    printf(",\"dtype\":\"%s\",\"shape\":[", a.dtype);
+    for (unsigned i = 0; i < a.ndims; i++)
+      printf("%s%" PRIu64, i ? "," : "", a.shape[i]);
+    printf("],\"raw_bytes\":%" PRIu64 ",\"archive_bytes\":%" PRIu64
+           ",\"ratio\":%.17g,\"chunks\":%" PRIu64 ",\"eb_abs\":%.17g,\"chain\":",
+           a.raw_bytes, a.archive_bytes, ratio, a.chunks, a.eb_abs);
+    ctl_json_str(stdout, a.chain);
+    printf("}\n");
+    return CTL_OK;
+  }
+  printf("file      %s\n", path);
+  printf("dtype     %s\n", a.dtype);
+  printf("shape     ");
+  for (unsigned i = 0; i < a.ndims; i++)
+    printf("%s%" PRIu64, i ? "x" : "", a.shape[i]);
+  printf("\n");
+  printf("raw       %" PRIu64 " bytes\n", a.raw_bytes);
+  printf("archive   %" PRIu64 " bytes, ratio %.2f\n", a.archive_bytes, ratio);
+  printf("chunks    %" PRIu64 "\n", a.chunks);
+  if (a.eb_abs > 0)
+    printf("eb_abs    %.17g\n", a.eb_abs);
+  else
+    printf("eb_abs    0 (lossless)\n");
+  printf("chain     %s\n", a.chain);
+  return CTL_OK;
+}
+
+int ctl_cmd_info(const ctl_global *g, int argc, char **argv) {
+  (void)g;
+  static const struct option opts[] = {
+    {"json", no_argument, NULL, 'j'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+  };
+  bool json = false;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    if (c == 'j') {
+      json = true;
+    } else if (c == 'h') {
+      ctl_print_usage(stdout, ctl_find_command("info"));
+      return CTL_OK;
+    } else {
+      return ctl_usage_error("info", "unknown option '%s' for info", argv[optind - 1]);
+    }
+  }
+  if (optind >= argc)
+    return ctl_usage_error("info", "info needs at least one archive FILE");
+  int exit_code = CTL_OK;
+  for (int i = optind; i < argc; i++) {
+    if (!json && i > optind)
+      printf("\n");
+    int rc = info_one(argv[i], json);
+    if (rc > exit_code)
+      exit_code = rc;
+  }
+  return exit_code;
 }

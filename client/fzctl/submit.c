@@ -13,11 +13,23 @@
  * A .npy input gives dtype and shape from its header, and the data offset; an
  * output named *.npy gets a header written after the daemon filled the data
  * behind a fixed-size header slot.
+ *
+ * Outputs never overwrite anything before a job succeeded: each is written
+ * to a new temporary file in the target's directory (O_EXCL, never O_TRUNC
+ * or O_APPEND) and renamed over the target only once the job and fzctl's own
+ * writes are done; a failure removes the temporary file and leaves whatever
+ * was at the output path as it was.  An output that is one of the inputs
+ * (the same device and inode, through symlinks too) is refused before any
+ * job runs.  A file that cannot be used fails alone: the rest of the batch
+ * still runs, and every failure gets its own line.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,6 +49,7 @@ typedef struct sub_opts {
   uint64_t shape[FZ_CLIENT_MAX_DIMS];
   const char *pipeline;
   double eb;
+  const char *eb_text; /* as given, for messages */
   bool have_eb;
   const char *mode;
 } sub_opts;
@@ -45,20 +58,30 @@ typedef struct item {
   const char *in_path;   /* "-" is stdin */
   char *out_path;        /* "-" is stdout */
   int in_fd;
+  dev_t in_dev;          /* the input's identity, to refuse it as an output */
+  ino_t in_ino;
   uint64_t in_offset;
   uint64_t in_length;
   char dtype[8];
   unsigned ndims;
   uint64_t shape[FZ_CLIENT_MAX_DIMS];
-  int out_fd;
+  int out_fd;            /* the temporary file, stdout's memfd, or a stream */
   uint64_t out_offset;   /* CTL_NPY_HEADER_BYTES for a .npy output */
-  bool out_npy, out_created;
+  bool out_npy;
+  bool out_stream;       /* stdout or an existing non-regular file (a pipe,
+                            /dev/null): written in order with write() */
+  int stream_fd;         /* where a stream output finally goes */
+  char *target;          /* the file a regular output replaces (a symlink's
+                            target), and the temporary file beside it */
+  char *tmp_path;
   void *map;             /* inline mode: the mapped input */
   size_t map_len;
   double t_submit;
   double time_ms;
   fz_result res;
   bool failed;
+  bool server_said;      /* res.message is the server's (or the library's) */
+  int exit_code;         /* CTL_USAGE: fzctl refused it; CTL_SERVER: the job failed */
   unsigned busy_retries;
 } item;
 
@@ -70,6 +93,25 @@ typedef struct item {
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
   return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Marks an item failed with code and a message (kept for its report line);
+ * returns exit_code. */
+static int item_fail(item *it, int exit_code, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int item_fail(item *it, int exit_code, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(it->res.message, sizeof it->res.message, fmt, ap);
+  va_end(ap);
+  it->res.status = code;
+  it->failed = true;
+  it->exit_code = exit_code;
+  return exit_code;
+}
+
+static int errno_code(int e) {
+  return e == EACCES || e == EPERM ? FZ_EACCES : e == ENOMEM ? FZ_ENOMEM : FZ_EIO;
 }
 
 /* Copies fd 0 into a memfd so that it can be passed like a file.  Sealed
@@ -110,19 +152,18 @@ static int stdin_to_memfd(void) {
 }
 
 /* Opens the input and works out what the job needs to know about it.
- * Returns CTL_OK or CTL_USAGE (after printing why). */
+ * Returns CTL_OK, or CTL_USAGE with the item marked failed. */
 static int prepare_input(item *it, const sub_opts *o) {
   it->in_fd = strcmp(it->in_path, "-") == 0 ? stdin_to_memfd()
                                             : open(it->in_path, O_RDONLY | O_CLOEXEC);
-  if (it->in_fd < 0) {
-    ctl_err("cannot read '%s': %s", it->in_path, strerror(errno));
-    return CTL_USAGE;
-  }
+  if (it->in_fd < 0)
+    return item_fail(it, CTL_USAGE, errno_code(errno), "cannot read '%s': %s",
+                     it->in_path, strerror(errno));
   struct stat st;
-  if (fstat(it->in_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-    ctl_err("'%s' is not a regular file", it->in_path);
-    return CTL_USAGE;
-  }
+  if (fstat(it->in_fd, &st) < 0 || !S_ISREG(st.st_mode))
+    return item_fail(it, CTL_USAGE, FZ_EINVAL, "'%s' is not a regular file", it->in_path);
+  it->in_dev = st.st_dev;
+  it->in_ino = st.st_ino;
   uint64_t size = (uint64_t)st.st_size;
   if (o->decompress) {
     it->in_length = size;
@@ -130,29 +171,32 @@ static int prepare_input(item *it, const sub_opts *o) {
   }
   char head[4096];
   ssize_t n = pread(it->in_fd, head, sizeof head, 0);
+  bool npy_name = ends_with(it->in_path, ".npy") || ends_with(it->in_path, ".NPY");
   if (n > 0 && ctl_npy_is(head, (size_t)n)) {
     ctl_npy npy;
     char why[160];
-    if (ctl_npy_parse(head, (size_t)n, &npy, why, sizeof why) < 0) {
-      ctl_err("'%s': %s", it->in_path, why);
-      return CTL_USAGE;
-    }
+    if (ctl_npy_parse(head, (size_t)n, &npy, why, sizeof why) < 0)
+      return item_fail(it, CTL_USAGE, FZ_EINVAL, "'%s': %s", it->in_path, why);
     if ((o->dtype && strcmp(o->dtype, npy.dtype) != 0) ||
         (o->ndims && (o->ndims != npy.ndims ||
-                      memcmp(o->shape, npy.shape, sizeof(uint64_t) * npy.ndims) != 0))) {
-      ctl_err("'%s': --dtype/--shape disagree with its .npy header (%s, %u dimensions)",
-              it->in_path, npy.dtype, npy.ndims);
-      return CTL_USAGE;
-    }
+                      memcmp(o->shape, npy.shape, sizeof(uint64_t) * npy.ndims) != 0)))
+      return item_fail(it, CTL_USAGE, FZ_EINVAL,
+                       "'%s': --dtype/--shape disagree with its .npy header (%s, %u dimensions)",
+                       it->in_path, npy.dtype, npy.ndims);
     memcpy(it->dtype, npy.dtype, sizeof it->dtype);
     it->ndims = npy.ndims;
     memcpy(it->shape, npy.shape, sizeof it->shape);
     it->in_offset = npy.data_offset;
+  } else if (npy_name) {
+    /* A file named .npy is read as one; compressing its bytes as raw data
+     * would hide that it is not what its name says. */
+    return item_fail(it, CTL_USAGE, FZ_EINVAL,
+                     "'%s': bad .npy header (the file does not start with the .npy magic "
+                     "\\x93NUMPY)", it->in_path);
   } else {
-    if (!o->dtype) {
-      ctl_err("'%s' needs --dtype (and --shape), or a .npy header", it->in_path);
-      return CTL_USAGE;
-    }
+    if (!o->dtype)
+      return item_fail(it, CTL_USAGE, FZ_EINVAL,
+                       "'%s' needs --dtype (and --shape), or a .npy header", it->in_path);
     snprintf(it->dtype, sizeof it->dtype, "%s", o->dtype);
     if (o->ndims) {
       it->ndims = o->ndims;
@@ -165,78 +209,132 @@ static int prepare_input(item *it, const sub_opts *o) {
   uint64_t payload = size >= it->in_offset ? size - it->in_offset : 0;
   if (it->ndims == 0) {
     /* Without a shape the file is one dimension of whole elements. */
-    if (payload == 0 || payload % esize) {
-      ctl_err("'%s' holds %" PRIu64 " bytes, not a whole number of %s elements",
-              it->in_path, payload, it->dtype);
-      return CTL_USAGE;
-    }
+    if (payload == 0 || payload % esize)
+      return item_fail(it, CTL_USAGE, FZ_ESIZE,
+                       "'%s' holds %" PRIu64 " bytes, not a whole number of %s elements",
+                       it->in_path, payload, it->dtype);
     it->ndims = 1;
     it->shape[0] = payload / esize;
   }
   uint64_t need = esize;
   for (unsigned i = 0; i < it->ndims; i++) {
-    if (it->shape[i] && need > UINT64_MAX / it->shape[i]) {
-      ctl_err("'%s': the shape is too large", it->in_path);
-      return CTL_USAGE;
-    }
+    if (it->shape[i] && need > UINT64_MAX / it->shape[i])
+      return item_fail(it, CTL_USAGE, FZ_ESHAPE, "'%s': the shape is too large", it->in_path);
     need *= it->shape[i];
   }
-  if (need != payload) {
-    ctl_err("'%s' holds %" PRIu64 " bytes of data but %s of that shape needs %" PRIu64,
-            it->in_path, payload, it->dtype, need);
-    return CTL_USAGE;
-  }
+  if (need != payload)
+    return item_fail(it, CTL_USAGE, FZ_ESIZE,
+                     "'%s' holds %" PRIu64 " bytes of data but %s of that shape needs %" PRIu64,
+                     it->in_path, payload, it->dtype, need);
   it->in_length = payload;
   return CTL_OK;
 }
 
-static int name_output(item *it, const sub_opts *o) {
+/* Names the output and checks it against every input of the batch (items,
+ * n of them), so that no job can write over a file some job reads.
+ * Returns CTL_OK, or CTL_USAGE with the item marked failed. */
+static int name_output(item *it, const sub_opts *o, const item *items, size_t n) {
   if (o->output) {
     it->out_path = strdup(o->output);
   } else if (strcmp(it->in_path, "-") == 0) {
     it->out_path = strdup("-");
   } else if (!o->decompress) {
-    size_t n = strlen(it->in_path);
-    it->out_path = malloc(n + 4);
+    size_t len = strlen(it->in_path);
+    it->out_path = malloc(len + 4);
     if (it->out_path)
-      snprintf(it->out_path, n + 4, "%s.fz", it->in_path);
+      snprintf(it->out_path, len + 4, "%s.fz", it->in_path);
   } else {
-    if (!ends_with(it->in_path, ".fz") || strlen(it->in_path) == 3) {
-      ctl_err("cannot name the output of '%s': it does not end in .fz (use -o)", it->in_path);
-      return CTL_USAGE;
-    }
+    if (!ends_with(it->in_path, ".fz") || strlen(it->in_path) == 3)
+      return item_fail(it, CTL_USAGE, FZ_EINVAL,
+                       "cannot name the output of '%s': it does not end in .fz (use -o)",
+                       it->in_path);
     it->out_path = strndup(it->in_path, strlen(it->in_path) - 3);
   }
-  if (!it->out_path) {
-    ctl_err("out of memory");
-    return CTL_USAGE;
-  }
+  if (!it->out_path)
+    return item_fail(it, CTL_USAGE, FZ_ENOMEM, "out of memory");
   it->out_npy = o->decompress && ends_with(it->out_path, ".npy");
   it->out_offset = it->out_npy ? CTL_NPY_HEADER_BYTES : 0;
-  struct stat st;
-  if (!o->force && strcmp(it->out_path, "-") != 0 && stat(it->out_path, &st) == 0) {
-    ctl_err("'%s' exists (use -f to overwrite)", it->out_path);
-    return CTL_USAGE;
+  if (strcmp(it->out_path, "-") == 0) {
+    it->out_stream = true;
+    return CTL_OK;
   }
+  struct stat st;
+  if (stat(it->out_path, &st) == 0) {
+    /* stat() follows symlinks: a link to an input is that input. */
+    for (size_t i = 0; i < n; i++)
+      if (items[i].in_fd >= 0 && items[i].in_dev == st.st_dev && items[i].in_ino == st.st_ino)
+        return item_fail(it, CTL_USAGE, FZ_EINVAL,
+                         "output '%s' is the input '%s' (the same file): writing it would "
+                         "destroy the input; choose another output with -o",
+                         it->out_path, items[i].in_path);
+    if (!o->force)
+      return item_fail(it, CTL_USAGE, FZ_EINVAL, "'%s' exists (use -f to overwrite)",
+                       it->out_path);
+    if (!S_ISREG(st.st_mode)) {
+      /* A device or a pipe (-o /dev/null) is written in place, in order. */
+      it->out_stream = true;
+      return CTL_OK;
+    }
+  } else if (errno != ENOENT) {
+    return item_fail(it, CTL_USAGE, errno_code(errno), "cannot use output '%s': %s",
+                     it->out_path, strerror(errno));
+  }
+  /* A symlink at the output path is followed: the file it names is the one
+   * replaced, as a plain write through the link would. */
+  struct stat lst;
+  char *real = NULL;
+  if (lstat(it->out_path, &lst) == 0 && S_ISLNK(lst.st_mode))
+    real = realpath(it->out_path, NULL);
+  it->target = real ? real : strdup(it->out_path);
+  char *dcopy = it->target ? strdup(it->target) : NULL;
+  if (dcopy) {
+    const char *d = dirname(dcopy);
+    size_t len = strlen(d) + 32;
+    it->tmp_path = malloc(len);
+    if (it->tmp_path)
+      snprintf(it->tmp_path, len, "%s/.fzctl-XXXXXX", d);
+    free(dcopy);
+  }
+  if (!it->target || !it->tmp_path)
+    return item_fail(it, CTL_USAGE, FZ_ENOMEM, "out of memory");
   return CTL_OK;
 }
 
 /* Opens the output just before the job leaves, so that a refused connection
- * leaves no empty files behind. */
-static int open_output(item *it, bool use_fds) {
+ * leaves no files behind: a fresh temporary file beside the target (with the
+ * mode a new file gets under the umask), stdout's memfd, or the stream. */
+static int open_output(item *it, bool use_fds, mode_t new_mode) {
   if (it->out_fd >= 0)
     return 0; /* a job sent again after EBUSY */
-  if (strcmp(it->out_path, "-") == 0) {
-    it->out_fd = use_fds ? memfd_create("fzctl-stdout", MFD_CLOEXEC) : STDOUT_FILENO;
+  if (it->out_stream) {
+    if (strcmp(it->out_path, "-") == 0) {
+      it->stream_fd = STDOUT_FILENO;
+    } else {
+      it->stream_fd = open(it->out_path, O_WRONLY | O_CLOEXEC);
+      if (it->stream_fd < 0)
+        goto fail;
+    }
+    /* The daemon cannot pwrite() into a pipe: it fills a memfd. */
+    it->out_fd = use_fds ? memfd_create("fzctl-stdout", MFD_CLOEXEC) : it->stream_fd;
   } else {
-    it->out_fd = open(it->out_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    it->out_created = it->out_fd >= 0;
+    it->out_fd = mkostemp(it->tmp_path, O_CLOEXEC);
+    if (it->out_fd >= 0 && fchmod(it->out_fd, new_mode) < 0) {
+      int e = errno;
+      close(it->out_fd);
+      unlink(it->tmp_path);
+      it->out_fd = -1;
+      errno = e;
+    }
+    if (it->out_fd < 0)
+      it->tmp_path[0] = '\0'; /* nothing to remove */
   }
-  if (it->out_fd < 0) {
-    ctl_err("cannot write '%s': %s", it->out_path, strerror(errno));
-    return -1;
-  }
+  if (it->out_fd < 0)
+    goto fail;
   return 0;
+fail:
+  item_fail(it, CTL_USAGE, errno_code(errno), "cannot write '%s': %s", it->out_path,
+            strerror(errno));
+  return -1;
 }
 
 static int map_input(item *it) {
@@ -268,54 +366,86 @@ static int write_all(int fd, const void *p, size_t len, uint64_t off, bool posit
   return 0;
 }
 
-/* Moves a job's output where it belongs once the daemon answered.  Returns 0
- * or -1 after printing why. */
+/* Moves a job's output where it belongs once the daemon answered: the data
+ * and the .npy header into the temporary file, which then replaces the
+ * target, or everything in order into the stream.  Returns 0, or -1 with the
+ * item marked failed. */
 static int finish_output(item *it, bool use_fds) {
-  bool to_stdout = strcmp(it->out_path, "-") == 0;
   fz_result *r = &it->res;
+  char hdr[CTL_NPY_HEADER_BYTES];
+  if (it->out_npy && ctl_npy_header(r->dtype, r->ndims, r->shape, hdr) < 0) {
+    item_fail(it, CTL_SERVER, FZ_EINVAL, "'%s': cannot write a .npy header for dtype '%s'",
+              it->out_path, r->dtype);
+    return -1;
+  }
+  if (it->out_stream && !use_fds) {
+    if ((it->out_npy && write_all(it->stream_fd, hdr, sizeof hdr, 0, false) < 0) ||
+        write_all(it->stream_fd, r->data, r->data_len, 0, false) < 0)
+      goto write_error;
+    return 0;
+  }
   if (!use_fds) {
-    if (write_all(it->out_fd, r->data, r->data_len, it->out_offset, !to_stdout) < 0)
-      goto write_error;
-    if (!to_stdout && ftruncate(it->out_fd, (off_t)(it->out_offset + r->data_len)) < 0)
-      goto write_error;
-  }
-  if (it->out_npy) {
-    char hdr[CTL_NPY_HEADER_BYTES];
-    if (ctl_npy_header(r->dtype, r->ndims, r->shape, hdr) < 0) {
-      ctl_err("'%s': cannot write a .npy header for dtype '%s'", it->out_path, r->dtype);
-      return -1;
-    }
-    if (write_all(it->out_fd, hdr, sizeof hdr, 0, true) < 0)
+    if (write_all(it->out_fd, r->data, r->data_len, it->out_offset, true) < 0 ||
+        ftruncate(it->out_fd, (off_t)(it->out_offset + r->data_len)) < 0)
       goto write_error;
   }
-  if (to_stdout && use_fds) {
-    /* The daemon wrote into a memfd; now it goes down the pipe. */
+  if (it->out_npy && write_all(it->out_fd, hdr, sizeof hdr, 0, true) < 0)
+    goto write_error;
+  if (it->out_stream) {
+    /* The daemon wrote into a memfd; now it goes down the stream. */
     uint64_t left = it->out_offset + r->bytes_out;
     off_t off = 0;
     static char buf[1 << 20];
     while (left > 0) {
       ssize_t n = pread(it->out_fd, buf, left < sizeof buf ? left : sizeof buf, off);
-      if (n <= 0 || write_all(STDOUT_FILENO, buf, (size_t)n, 0, false) < 0)
+      if (n <= 0 || write_all(it->stream_fd, buf, (size_t)n, 0, false) < 0)
         goto write_error;
       off += n;
       left -= (uint64_t)n;
     }
+    return 0;
   }
+  if (rename(it->tmp_path, it->target) < 0)
+    goto write_error;
+  it->tmp_path[0] = '\0'; /* it is the target now */
   return 0;
 write_error:
-  ctl_err("cannot write '%s': %s", it->out_path, strerror(errno));
+  item_fail(it, CTL_SERVER, errno_code(errno), "cannot write '%s': %s", it->out_path,
+            strerror(errno));
   return -1;
 }
 
+/* The pointwise relative bound of a chain that quantizes in PWREL, from the
+ * server's canonical chain text; false for any other chain. */
+static bool pwrel_bound(const char *chain, double *eb) {
+  const char *q = strstr(chain, "quant(");
+  if (!q || !strstr(q, "mode=pwrel"))
+    return false;
+  const char *e = strstr(q, "eb=");
+  *eb = e ? strtod(e + 3, NULL) : 0;
+  return true;
+}
+
+/* One line per file: the error on stderr for a failure, and with --json one
+ * object on the report stream for every file, failed or not. */
 static void report(FILE *f, const item *it, const sub_opts *o) {
   const fz_result *r = &it->res;
+  if (it->failed) {
+    if (it->server_said)
+      ctl_err("'%s': %s (%s)", it->in_path, r->message, fz_err_name(r->status));
+    else
+      ctl_err("%s", r->message);
+  }
   if (o->json) {
     fprintf(f, "{\"file\":");
     ctl_json_str(f, it->in_path);
     fprintf(f, ",\"output\":");
-    ctl_json_str(f, it->out_path);
+    if (it->out_path)
+      ctl_json_str(f, it->out_path);
+    else
+      fprintf(f, "null");
     fprintf(f, ",\"op\":\"%s\"", o->decompress ? "decompress" : "compress");
-    if (r->status < 0) {
+    if (it->failed) {
       fprintf(f, ",\"error\":{\"code\":%d,\"name\":\"%s\",\"message\":", r->status,
               fz_err_name(r->status));
       ctl_json_str(f, r->message);
@@ -330,19 +460,79 @@ static void report(FILE *f, const item *it, const sub_opts *o) {
       fprintf(f, ",\"max_error\":%.17g", r->max_error);
     else
       fprintf(f, ",\"max_error\":null");
+    if (r->has_max_rel_error)
+      fprintf(f, ",\"max_rel_error\":%.17g", r->max_rel_error);
+    else
+      fprintf(f, ",\"max_rel_error\":null");
     fprintf(f, ",\"time_ms\":%.3f,\"server_time_ms\":%.3f}\n", it->time_ms,
             (double)r->time_us / 1000.0);
     return;
   }
-  if (r->status < 0 || o->quiet)
+  if (o->quiet)
     return;
   fprintf(f, "%s -> %s: %" PRIu64 " -> %" PRIu64 " bytes", it->in_path, it->out_path,
           r->bytes_in, r->bytes_out);
   if (!o->decompress)
     fprintf(f, ", ratio %.2f", r->ratio);
-  if (r->has_max_error)
+  double pw_eb;
+  if (r->has_max_error && r->has_max_rel_error && pwrel_bound(r->chain, &pw_eb))
+    /* A pointwise bound is judged by the pointwise error, never by the
+     * absolute one (which can be far above the bound and still fine). */
+    fprintf(f, ", max rel error %.3g (bound %.3g pointwise)", r->max_rel_error, pw_eb);
+  else if (r->has_max_error)
     fprintf(f, ", max error %.3g (bound %.3g)", r->max_error, r->eb_abs);
   fprintf(f, ", %.1f ms\n", it->time_ms);
+}
+
+/* Judges the pipeline and the bound with the engine fzd runs, before any
+ * file is touched, so that a misspelt preset, a malformed chain or a missing
+ * bound is a usage error quoting the value rather than one failed job per
+ * file.  What depends on the data (the value range of REL) or on a file's
+ * dtype is left to the server.  Returns -1 to go on, else CTL_USAGE. */
+static int check_pipeline(const sub_opts *o) {
+  const char *p = o->pipeline ? o->pipeline : "balanced";
+  fz_params prm;
+  fz_params_init(&prm);
+  fz_dtype_parse(o->dtype ? o->dtype : "f32", &prm.dtype);
+  prm.ndims = 1;
+  prm.dims[0] = 1;
+  prm.pipeline = p;
+  prm.eb = o->eb;
+  fz_eb_mode m = FZ_EB_REL;
+  if (o->mode)
+    fz_eb_mode_parse(o->mode, &m);
+  prm.eb_mode = m;
+  fz_plan *plan = NULL;
+  char why[256] = "";
+  int rc = fz_plan_create(&prm, &plan, why, sizeof why);
+  fz_plan_destroy(plan);
+  if (rc >= 0)
+    return -1;
+  if (rc == FZ_EPIPELINE) {
+    /* A bare word that is no stage was meant as a preset. */
+    char unknown[300];
+    snprintf(unknown, sizeof unknown, "unknown stage '%s'", p);
+    if (strncmp(why, unknown, strlen(unknown)) == 0) {
+      char names[160] = "";
+      size_t np;
+      const fz_preset *pr = fz_presets(&np);
+      for (size_t i = 0; i < np; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                 i ? ", " : "", pr[i].name);
+      return ctl_usage_error("submit",
+                             "unknown preset '%s' for --pipeline (presets: %s; or a chain "
+                             "of stages such as 'quant | diff | bitshuffle | rze')",
+                             p, names);
+    }
+    return ctl_usage_error("submit", "invalid pipeline '%s': %s", p, why);
+  }
+  if (rc == FZ_EBOUND) {
+    if (!o->have_eb)
+      return ctl_usage_error("submit", "pipeline '%s' is lossy and needs --eb (%s)", p, why);
+    return ctl_usage_error("submit", "invalid value '%s' for --eb with pipeline '%s': %s",
+                           o->eb_text, p, why);
+  }
+  return -1;
 }
 
 static int parse_submit(int argc, char **argv, sub_opts *o) {
@@ -393,6 +583,7 @@ static int parse_submit(int argc, char **argv, sub_opts *o) {
     case 'e':
       if (!ctl_parse_double("--eb", optarg, &o->eb))
         return CTL_USAGE;
+      o->eb_text = optarg;
       o->have_eb = true;
       break;
     case 'm':
@@ -430,12 +621,16 @@ static int parse_submit(int argc, char **argv, sub_opts *o) {
                                      "--mode: archives describe themselves");
   if (o->ndims && !o->dtype)
     return ctl_usage_error("submit", "--shape needs --dtype");
-  /* Every preset but "lossless" is lossy and needs a bound; a chain the
-   * server will judge. */
-  const char *p = o->pipeline ? o->pipeline : "balanced";
-  if (!o->decompress && !o->have_eb && (strcmp(p, "balanced") == 0 || strcmp(p, "fast") == 0))
-    return ctl_usage_error("submit", "pipeline '%s' is lossy and needs --eb", p);
+  if (!o->decompress)
+    return check_pipeline(o);
   return -1;
+}
+
+/* The exit code of the batch: the worst of its files (0, then 1 for files
+ * fzctl refused itself, then 2 for jobs the server or the transport failed). */
+static void worse(int *exit_code, int code) {
+  if (code > *exit_code)
+    *exit_code = code;
 }
 
 int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
@@ -449,49 +644,70 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
     ctl_err("out of memory");
     return CTL_SERVER;
   }
+  /* A new file gets 0666 less the umask, as with any program's open(). */
+  mode_t mask = umask(0);
+  umask(mask);
+  mode_t new_mode = 0666 & ~mask;
   int exit_code = CTL_OK;
   bool any_stdout = false;
   uint64_t total_bytes = 0;
+  size_t nready = 0;
   for (size_t i = 0; i < n; i++) {
     item *it = &items[i];
     it->in_path = argv[optind + (int)i];
     it->in_fd = -1;
     it->out_fd = -1;
+    it->stream_fd = -1;
   }
-  for (size_t i = 0; i < n && exit_code == CTL_OK; i++) {
-    exit_code = prepare_input(&items[i], &o);
-    if (exit_code == CTL_OK)
-      exit_code = name_output(&items[i], &o);
-    if (exit_code == CTL_OK) {
-      any_stdout |= strcmp(items[i].out_path, "-") == 0;
-      total_bytes += items[i].in_length;
-    }
+  /* Every input is opened first, so that each output can be checked
+   * against all of them. */
+  for (size_t i = 0; i < n; i++)
+    prepare_input(&items[i], &o);
+  for (size_t i = 0; i < n; i++) {
+    item *it = &items[i];
+    if (!it->failed)
+      name_output(it, &o, items, n);
+    any_stdout |= it->out_path && strcmp(it->out_path, "-") == 0;
   }
   /* With data on stdout, the report lines must not mix into it. */
   FILE *rep = any_stdout ? stderr : stdout;
+  for (size_t i = 0; i < n; i++) {
+    item *it = &items[i];
+    if (it->failed) {
+      report(rep, it, &o);
+      worse(&exit_code, it->exit_code);
+    } else {
+      nready++;
+      total_bytes += it->in_length;
+    }
+  }
   fz_client *c = NULL;
-  if (exit_code == CTL_OK)
-    exit_code = ctl_connect(g, &c);
-  if (exit_code != CTL_OK)
+  if (nready == 0)
     goto done;
+  if ((rc = ctl_connect(g, &c)) != CTL_OK) {
+    worse(&exit_code, rc);
+    goto done;
+  }
 
   fz_server_info info;
   fz_client_info(c, &info);
   bool use_fds = info.transport == FZ_TRANSPORT_UNIX && !o.inline_data;
   ctl_progress prog;
-  ctl_progress_start(&prog, !o.quiet, n, total_bytes);
+  ctl_progress_start(&prog, !o.quiet, nready, total_bytes);
   ctl_progress_draw(&prog);
-  size_t next = 0, done_count = 0;
+  size_t next = 0, done_count = n - nready;
   item **again = calloc(n, sizeof *again); /* refused busy, to send again */
   size_t nagain = 0;
   if (!again) {
     ctl_err("out of memory");
-    exit_code = CTL_SERVER;
+    worse(&exit_code, CTL_SERVER);
     done_count = n;
   }
   while (done_count < n) {
     while ((nagain > 0 || next < n) && fz_client_pending(c) < o.jobs) {
       item *it = nagain > 0 ? again[--nagain] : &items[next++];
+      if (it->failed)
+        continue; /* reported already */
       fz_job job;
       fz_job_init(&job);
       if (!o.decompress) {
@@ -503,9 +719,11 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
         job.mode = o.mode;
         job.verify = o.verify;
       }
-      if (open_output(it, use_fds) < 0 || (!use_fds && map_input(it) < 0)) {
-        it->failed = true;
-        exit_code = exit_code == CTL_OK ? CTL_USAGE : exit_code;
+      if (open_output(it, use_fds, new_mode) < 0 ||
+          (!use_fds && map_input(it) < 0)) {
+        ctl_progress_clear(&prog);
+        report(rep, it, &o);
+        worse(&exit_code, it->exit_code);
         done_count++;
         continue;
       }
@@ -524,13 +742,11 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
       rc = fz_client_submit(c, o.decompress ? FZ_OP_DECOMPRESS : FZ_OP_COMPRESS, &job,
                             NULL, it, NULL);
       if (rc < 0) {
-        it->failed = true;
-        it->res.status = rc;
-        snprintf(it->res.message, sizeof it->res.message, "%s", fz_client_errmsg(c));
+        item_fail(it, CTL_SERVER, rc, "%s", fz_client_errmsg(c));
+        it->server_said = true;
         ctl_progress_clear(&prog);
-        ctl_err("'%s': %s (%s)", it->in_path, it->res.message, fz_err_name(rc));
         report(rep, it, &o);
-        exit_code = CTL_SERVER;
+        worse(&exit_code, CTL_SERVER);
         done_count++;
       }
     }
@@ -556,12 +772,13 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
     ctl_progress_clear(&prog);
     if (it->res.status < 0) {
       it->failed = true;
-      ctl_err("'%s': %s (%s)", it->in_path, it->res.message, fz_err_name(it->res.status));
-      exit_code = CTL_SERVER;
-    } else if (finish_output(it, use_fds) < 0) {
-      it->failed = true;
-      exit_code = CTL_SERVER;
+      it->server_said = true;
+      it->exit_code = CTL_SERVER;
+    } else {
+      finish_output(it, use_fds);
     }
+    if (it->failed)
+      worse(&exit_code, CTL_SERVER);
     report(rep, it, &o);
     fz_client_free(it->res.data);
     it->res.data = NULL;
@@ -580,11 +797,17 @@ done:
       munmap(it->map, it->map_len);
     if (it->in_fd >= 0)
       close(it->in_fd);
-    if (it->out_fd >= 0 && it->out_fd != STDOUT_FILENO)
+    if (it->out_fd >= 0 && it->out_fd != it->stream_fd)
       close(it->out_fd);
-    if (it->failed && it->out_created)
-      unlink(it->out_path);
+    if (it->stream_fd >= 0 && it->stream_fd != STDOUT_FILENO)
+      close(it->stream_fd);
+    /* A temporary file still here belongs to a job that did not succeed:
+     * the target was never touched. */
+    if (it->tmp_path && it->tmp_path[0] && it->out_fd >= 0)
+      unlink(it->tmp_path);
     free(it->out_path);
+    free(it->target);
+    free(it->tmp_path);
   }
   free(items);
   fflush(stdout);

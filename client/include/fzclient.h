@@ -147,10 +147,14 @@ typedef struct fz_job {
 
   /* Output: either out_fd >= 0 (Unix socket only; the daemon writes at
    * out_offset, at most out_length bytes when that is nonzero, and truncates
-   * a regular file just after the data), or inline.
+   * a regular file just after the data; a descriptor opened with O_APPEND is
+   * refused with FZ_EINVAL, since every write would land at its end), or
+   * inline.
    * Inline output lands in out/out_cap when out is not NULL (FZ_ENOSPC when it
    * does not fit), else in a buffer the library allocates (fz_result.data,
-   * released with fz_client_free()). */
+   * released with fz_client_free()).  On the Unix socket an inline result
+   * that may be over the server's max_inline comes back through a memfd the
+   * library passes and reads back, so the limit does not apply to it. */
   int out_fd;
   uint64_t out_offset;
   void *out;
@@ -197,6 +201,11 @@ typedef struct fz_result {
   uint64_t shape[FZ_CLIENT_MAX_DIMS];
   void *data;              /* inline output (job.out or a library buffer) */
   size_t data_len;         /* its length in bytes */
+  /* compress with verify: the largest |x - x'| / |x| over the finite nonzero
+   * values, the error a PWREL bound (pointwise relative) is judged by; valid
+   * when has_max_rel_error (a server that predates it does not send it). */
+  int has_max_rel_error;
+  double max_rel_error;
 } fz_result;
 
 /* ---- shared buffers ---------------------------------------------------------
@@ -318,6 +327,42 @@ typedef struct fz_preset_info {
  * be more than cap). */
 FZCLIENT_API int fz_client_presets(fz_client *c, fz_preset_info *presets,
                                    size_t cap, size_t *count);
+
+/* ---- without a daemon --------------------------------------------------------
+ * These read no socket and need no handle: the engine linked into the
+ * library answers them. */
+
+/* What an archive's header says (docs/format.md). */
+typedef struct fz_client_archive {
+  char dtype[8];           /* "f32", ... */
+  unsigned ndims;
+  uint64_t shape[FZ_CLIENT_MAX_DIMS]; /* slowest-varying first */
+  uint64_t raw_bytes;      /* size of the decompressed array */
+  uint64_t archive_bytes;  /* size of the whole archive */
+  uint64_t chunks;
+  double eb_abs;           /* the absolute bound enforced; 0 for lossless */
+  char chain[256];         /* the canonical chain with every parameter */
+} fz_client_archive;
+
+/* Reads the header of the archive in arc[0, arc_len) into *info.  arc_len
+ * must be the whole archive: the header's checksum and its chunk table are
+ * checked against it, the payload is not read.  Errors: FZ_EINVAL for a NULL
+ * argument, FZ_EFORMAT (not an archive), FZ_EVERSION, FZ_ETRUNC (shorter
+ * than its header says), FZ_ECORRUPT (checksum or structure, or trailing
+ * bytes).  (Named fz_client_archive_info because the engine's fz.h, which a
+ * program may include too, already declares the type fz_archive_info.) */
+FZCLIENT_API int fz_client_archive_info(const void *arc, size_t arc_len,
+                                        fz_client_archive *info);
+
+/* An upper bound on the size of the archive that compressing job would
+ * produce, for any data of its dtype and shape: job's dtype, ndims, shape,
+ * pipeline, eb and mode are read (a lossy pipeline needs eb > 0, as for the
+ * job itself); nothing else.  Use it to size job.out or an out_fd.  Returns
+ * 0 with *bound, or FZ_EINVAL (NULL argument), FZ_EDTYPE, FZ_ESHAPE,
+ * FZ_EPIPELINE or FZ_EBOUND with a one-line reason in why (which may be
+ * NULL). */
+FZCLIENT_API int fz_client_compress_bound(const fz_job *job, uint64_t *bound,
+                                          char *why, size_t why_len);
 
 /* fz_error.h's fz_strerror() and fz_err_name() are exported by libfzclient
  * too. */

@@ -235,9 +235,12 @@ void fz_client_close(fz_client *c) {
     return;
   if (c->fd >= 0)
     close(c->fd);
-  for (size_t i = 0; i < c->njobs; i++)
+  for (size_t i = 0; i < c->njobs; i++) {
     if (!c->jobs[i].out)
       free(c->jobs[i].res.data);
+    if (c->jobs[i].out_memfd >= 0)
+      close(c->jobs[i].out_memfd);
+  }
   for (int i = 0; i < FZC_SHM_SLOTS; i++)
     if (c->shm[i].fd >= 0) {
       if (c->shm[i].map)

@@ -28,6 +28,8 @@ typedef struct fzc_job {
   bool done;
   bool out_shared;  /* out lies in a shared buffer: the daemon writes it */
   int shm;          /* the handle's memfd slot holding the input, or -1 */
+  int out_memfd;    /* the library's memfd the daemon writes a result into
+                       that is too large to come back inline, or -1 */
   fz_result res;
 } fzc_job;
 

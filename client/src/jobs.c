@@ -15,6 +15,15 @@
  * one of the handle's sealed memfds and passed as a descriptor instead
  * (internal.h): one copy instead of two through the kernel and one more in
  * the daemon.
+ *
+ * A result that would be over the server's max_inline cannot come back in
+ * a message.  On the Unix socket the library then passes a memfd of its own
+ * as the job's output and reads the result back from it when the answer
+ * comes, so the caller still gets an inline result (fz_result.data).  It
+ * knows beforehand: a compression's archive is at most the engine's bound
+ * for the dtype and shape, a decompression's array is as large as the
+ * archive's header says; for an archive given as a descriptor it cannot
+ * tell, and always uses the memfd.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +33,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fz.h"
 #include "internal.h"
 
 void fz_job_init(fz_job *j) {
@@ -92,6 +102,44 @@ static void take_payload(fzc_job *j, const void *p, uint32_t len) {
   r->data_len = len;
 }
 
+/* Reads a result the daemon wrote into the job's memfd into the caller's
+ * buffer or a new one. */
+static void take_memfd(fzc_job *j, int fd) {
+  fz_result *r = &j->res;
+  uint64_t len = r->bytes_out;
+  if (j->out && len > j->out_cap) {
+    r->status = FZ_ENOSPC;
+    snprintf(r->message, sizeof r->message,
+             "the output of %llu bytes does not fit the buffer of %zu bytes",
+             (unsigned long long)len, j->out_cap);
+    return;
+  }
+  char *dst = j->out ? j->out : (len < SIZE_MAX ? malloc(len ? (size_t)len : 1) : NULL);
+  if (!dst) {
+    r->status = FZ_ENOMEM;
+    snprintf(r->message, sizeof r->message, "out of memory for %llu bytes",
+             (unsigned long long)len);
+    return;
+  }
+  for (uint64_t off = 0; off < len;) {
+    ssize_t n = pread(fd, dst + off, (size_t)(len - off), (off_t)off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      r->status = n < 0 ? FZ_EIO : FZ_EPROTO;
+      snprintf(r->message, sizeof r->message,
+               "reading the result back from the library's memfd: %s",
+               n < 0 ? strerror(errno) : "shorter than the server said");
+      if (!j->out)
+        free(dst);
+      return;
+    }
+    off += (uint64_t)n;
+  }
+  r->data = dst;
+  r->data_len = (size_t)len;
+}
+
 int fzc_dispatch(fz_client *c, const fzp_message *msg) {
   if (msg->type != FZP_RESPONSE)
     return 0; /* notifications carry nothing a job waits for */
@@ -99,13 +147,20 @@ int fzc_dispatch(fz_client *c, const fzp_message *msg) {
   if (!j)
     return 0;
   fz_result *r = &j->res;
+  int memfd = j->out_memfd;
+  j->out_memfd = -1; /* ours to close once read */
   fzc_job_finish(c, j);
-  if (fzc_error_from(msg, r) < 0)
+  if (fzc_error_from(msg, r) < 0) {
+    if (memfd >= 0)
+      close(memfd);
     return 1;
+  }
   const msgpack_object *m = &msg->result;
   if (m->type != MSGPACK_OBJECT_MAP) {
     r->status = FZ_EPROTO;
     snprintf(r->message, sizeof r->message, "the job's answer is not a map");
+    if (memfd >= 0)
+      close(memfd);
     return 1;
   }
   fzp_get_u64(m, "bytes_in", &r->bytes_in);
@@ -114,6 +169,7 @@ int fzc_dispatch(fz_client *c, const fzp_message *msg) {
   fzp_get_f64(m, "ratio", &r->ratio);
   fzp_get_f64(m, "eb_abs", &r->eb_abs);
   r->has_max_error = fzp_get_f64(m, "max_error", &r->max_error) == 1;
+  r->has_max_rel_error = fzp_get_f64(m, "max_rel_error", &r->max_rel_error) == 1;
   fzc_get_strbuf(m, "chain", r->chain, sizeof r->chain);
   fzc_get_strbuf(m, "dtype", r->dtype, sizeof r->dtype);
   fill_shape(m, r);
@@ -121,6 +177,8 @@ int fzc_dispatch(fz_client *c, const fzp_message *msg) {
   uint32_t len;
   if (fzp_get_bin(m, j->op == FZ_OP_COMPRESS ? "archive" : "data", &p, &len) == 1) {
     take_payload(j, p, len);
+  } else if (memfd >= 0) {
+    take_memfd(j, memfd);
   } else if (j->out_shared) {
     /* The daemon wrote the result into the shared buffer at j->out. */
     if (r->bytes_out > j->out_cap) {
@@ -158,6 +216,18 @@ static int check_job(fz_client *c, fz_op op, const fz_job *j) {
     return fzc_fail(c, FZ_EINVAL, "give one input: in_ipc, in_fd or in");
   if (j->out_ipc && j->out_fd >= 0)
     return fzc_fail(c, FZ_EINVAL, "give one output: out_ipc or out_fd");
+  if (j->out_fd >= 0) {
+    /* With O_APPEND every write lands at the end whatever the offset: the
+     * result would follow the file's old contents instead of replacing
+     * them, and out_offset would mean nothing. */
+    int fl = fcntl(j->out_fd, F_GETFL);
+    if (fl < 0)
+      return fzc_fail(c, FZ_EINVAL, "out_fd %d is not an open descriptor", j->out_fd);
+    if (fl & O_APPEND)
+      return fzc_fail(c, FZ_EINVAL,
+                      "out_fd %d is open with O_APPEND: the daemon writes at out_offset, "
+                      "so open the output without O_APPEND", j->out_fd);
+  }
   if (j->out_ipc && j->out_length == 0)
     return fzc_fail(c, FZ_EINVAL, "out_ipc needs out_length, the bytes the daemon may write");
   if (j->in_ipc && op == FZ_OP_DECOMPRESS && j->in_length == 0)
@@ -257,6 +327,9 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
 
 void fzc_job_finish(fz_client *c, fzc_job *j) {
   j->done = true;
+  if (j->out_memfd >= 0)
+    close(j->out_memfd);
+  j->out_memfd = -1;
   if (j->shm >= 0)
     c->shm[j->shm].busy = false;
   j->shm = -1;
@@ -309,6 +382,23 @@ static int shm_stage(fz_client *c, const void *in, size_t len) {
   return slot;
 }
 
+/* Whether the result of a job with an inline output could be over the
+ * server's max_inline (then it comes back through a memfd).  job is the
+ * caller's, whose `in` is memory even when it travels as a descriptor. */
+static bool result_may_exceed(const fz_client *c, fz_op op, const fz_job *job) {
+  uint64_t limit = c->info.max_inline;
+  if (op == FZ_OP_COMPRESS) {
+    uint64_t bound;
+    /* A job the engine refuses is the server's to refuse. */
+    return fz_client_compress_bound(job, &bound, NULL, 0) == 0 && bound > limit;
+  }
+  if (job->in_fd >= 0 || job->in_ipc)
+    return true; /* the archive is not here to read */
+  fz_archive_info ai;
+  return job->in && fz_archive_inspect(job->in, job->in_len, &ai) == 0 &&
+         ai.raw_bytes > limit;
+}
+
 static int add_job(fz_client *c, fzc_job **out) {
   if (c->njobs == c->jobs_cap) {
     size_t cap = c->jobs_cap ? c->jobs_cap * 2 : 16;
@@ -321,6 +411,7 @@ static int add_job(fz_client *c, fzc_job **out) {
   *out = &c->jobs[c->njobs++];
   memset(*out, 0, sizeof **out);
   (*out)->shm = -1;
+  (*out)->out_memfd = -1;
   return 0;
 }
 
@@ -374,10 +465,24 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
       out_shared = true;
     }
   }
-  job = &staged;
-  int rc = check_job(c, op, job);
+  int rc = check_job(c, op, &staged);
   if (rc < 0)
     goto err_shm;
+  int out_memfd = -1;
+  if (c->transport == FZ_TRANSPORT_UNIX && staged.out_fd < 0 && !staged.out_ipc &&
+      c->info.max_inline && result_may_exceed(c, op, job)) {
+    out_memfd = memfd_create("fzclient-output", MFD_CLOEXEC);
+    if (out_memfd < 0) {
+      rc = fzc_fail(c, FZ_EIO, "cannot make a memfd for a result over max_inline: %s",
+                    strerror(errno));
+      goto err_shm;
+    }
+    staged.out_fd = out_memfd;
+    staged.out_offset = 0;
+    /* Into the caller's buffer: the daemon refuses what would not fit. */
+    staged.out_length = job->out ? job->out_cap : 0;
+  }
+  job = &staged;
   int fds[2], nfds = 0;
   if (job->out_fd >= 0 && !job->out_ipc)
     fds[nfds++] = job->out_fd;
@@ -386,9 +491,13 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
 
   fzc_job *j = NULL;
   rc = add_job(c, &j);
-  if (rc < 0)
+  if (rc < 0) {
+    if (out_memfd >= 0)
+      close(out_memfd);
     goto err_shm;
+  }
   j->shm = shm;
+  j->out_memfd = out_memfd;
   j->msgid = fzc_next_msgid(c);
   j->op = op;
   j->cb = cb;

@@ -3,8 +3,11 @@
  * files with --json checked field by field, decompression back to the
  * originals within the bound, .npy in and out, stdin to stdout through real
  * pipes, TCP, the read-only commands, and the exit codes scripts rely on
- * (1 for usage errors, 2 when no daemon listens).
+ * (1 for usage errors, 2 when no daemon listens); outputs that would
+ * destroy an input, failed jobs that must leave existing files alone, and
+ * batches that go on past a bad file.
  */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,12 +382,6 @@ Test(fzctl, server_refusal_exits_2) {
   cr_assert_neq(stat(path_in_dir("junk"), &st), 0, "a failed job leaves no output");
   free(out);
   free(err);
-  snprintf(args, sizeof args, "-S '%s' submit --dtype f32 --eb 1e-3 -p 'quant | bogus' a.f32",
-           fzd_harness_socket_path(h));
-  rc = fzctl(args, NULL, &err);
-  cr_assert_eq(rc, 2, "%s", err);
-  cr_assert(strstr(err, "EPIPELINE") != NULL, "%s", err);
-  free(err);
   tu_stop(h);
   remove_dir();
 }
@@ -394,7 +391,7 @@ Test(fzctl, busy_server_is_retried) {
   /* One worker and a queue of one: with 8 jobs in flight most are refused
    * busy at first, and fzctl must send them again until all are done. */
   fzd_harness *h = tu_start("\"workers\": 1, \"queue_capacity\": 1");
-  size_t rows = 512, cols = 512, n = rows * cols;
+  size_t rows = 1024, cols = 1024, n = rows * cols; /* jobs long enough to queue up */
   float *v = tu_field_f32(rows, cols, 0.2f);
   char files[512] = "";
   for (int i = 0; i < 8; i++) {
@@ -422,5 +419,384 @@ Test(fzctl, busy_server_is_retried) {
   free(err);
   free(v);
   tu_stop(h);
+  remove_dir();
+}
+
+static bool same_bytes(const char *path, const void *want, size_t len) {
+  size_t got_len;
+  void *got = tu_read_file(path, &got_len);
+  bool same = got_len == len && memcmp(got, want, len) == 0;
+  free(got);
+  return same;
+}
+
+/* Whether a temporary output of fzctl was left in the test directory. */
+static bool temp_left(void) {
+  char cmd[300], *out;
+  snprintf(cmd, sizeof cmd, "ls -A '%s' | grep -c '^\\.fzctl-' || true", dir);
+  cr_assert_eq(tu_run(cmd, &out, NULL), 0);
+  bool left = atoi(out) != 0;
+  free(out);
+  return left;
+}
+
+Test(fzctl, output_that_is_the_input_is_refused) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  size_t rows = 60, cols = 70, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.5f);
+  tu_write_file(path_in_dir("precious.f32"), v, n * sizeof(float));
+  cr_assert_eq(symlink("precious.f32", path_in_dir("link.f32")), 0);
+  const char *sock = fzd_harness_socket_path(h);
+  char args[1024], *err;
+  /* With and without -f, by name and through a symlink: the input is never
+   * touched and the refusal names both. */
+  const char *cases[] = {"-f -o precious.f32", "-o precious.f32", "-f -o link.f32",
+                         "-f --inline -o link.f32"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(args, sizeof args, "-S '%s' submit --dtype f32 --eb 1e-3 %s precious.f32", sock,
+             cases[i]);
+    int rc = fzctl(args, NULL, &err);
+    cr_assert_eq(rc, 1, "%s: exited %d: %s", cases[i], rc, err);
+    cr_assert(strstr(err, "is the input 'precious.f32'") != NULL, "%s: %s", cases[i], err);
+    cr_assert(same_bytes(path_in_dir("precious.f32"), v, n * sizeof(float)),
+              "%s destroyed the input", cases[i]);
+    free(err);
+  }
+  /* The same for an archive decompressed onto itself. */
+  snprintf(args, sizeof args, "-S '%s' submit -q --dtype f32 --eb 1e-3 precious.f32", sock);
+  int rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  size_t arc_len;
+  void *arc = tu_read_file(path_in_dir("precious.f32.fz"), &arc_len);
+  cr_assert_eq(symlink("precious.f32.fz", path_in_dir("link.fz")), 0);
+  const char *dcases[] = {"-d -f -o precious.f32.fz", "-d -f -o link.fz"};
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(args, sizeof args, "-S '%s' submit %s precious.f32.fz", sock, dcases[i]);
+    rc = fzctl(args, NULL, &err);
+    cr_assert_eq(rc, 1, "%s: exited %d: %s", dcases[i], rc, err);
+    cr_assert(strstr(err, "is the input") != NULL, "%s: %s", dcases[i], err);
+    cr_assert(same_bytes(path_in_dir("precious.f32.fz"), arc, arc_len), "%s destroyed the input",
+              dcases[i]);
+    free(err);
+  }
+  /* In a batch, an output that is another file's input is refused too. */
+  tu_write_file(path_in_dir("b.f32"), v, n * sizeof(float));
+  snprintf(args, sizeof args, "-S '%s' submit -f --dtype f32 --eb 1e-3 precious.f32 precious.f32.fz",
+           sock);
+  rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 1, "%s", err);
+  cr_assert(strstr(err, "'precious.f32.fz' is the input 'precious.f32.fz'") != NULL, "%s", err);
+  free(err);
+  cr_assert(!temp_left());
+  free(arc);
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}
+
+Test(fzctl, failed_job_leaves_the_existing_output_alone) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  const char *sock = fzd_harness_socket_path(h);
+  float junk[256];
+  for (int i = 0; i < 256; i++)
+    junk[i] = (float)i;
+  tu_write_file(path_in_dir("junk.fz"), junk, sizeof junk);
+  tu_write_file(path_in_dir("kept"), "keep me", 7);
+  char args[1024], *err;
+  for (int pass = 0; pass < 2; pass++) {
+    snprintf(args, sizeof args, "-S '%s' submit -d -f %s -o kept junk.fz", sock,
+             pass ? "--inline" : "");
+    int rc = fzctl(args, NULL, &err);
+    cr_assert_eq(rc, 2, "pass %d: %s", pass, err);
+    cr_assert(strstr(err, "'junk.fz'") != NULL, "%s", err);
+    free(err);
+    cr_assert(same_bytes(path_in_dir("kept"), "keep me", 7),
+              "pass %d: a failed job changed or removed the file at the output path", pass);
+    cr_assert(!temp_left(), "pass %d: the temporary output was not removed", pass);
+  }
+  /* A job that succeeds replaces it, with the mode a new file gets, and
+   * through a symlink replaces the file the link names. */
+  size_t rows = 50, cols = 80, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.1f);
+  tu_write_file(path_in_dir("a.f32"), v, n * sizeof(float));
+  cr_assert_eq(symlink("kept", path_in_dir("link")), 0);
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && umask 0 && '%s' -S '%s' submit -q -f --dtype f32 --eb 1e-3 -o link a.f32",
+           dir, FZCTL_PATH, sock);
+  int rc = tu_run(cmd, NULL, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  struct stat st, lst;
+  cr_assert_eq(lstat(path_in_dir("link"), &lst), 0);
+  cr_assert(S_ISLNK(lst.st_mode), "the symlink stays a symlink");
+  cr_assert_eq(stat(path_in_dir("kept"), &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0666, "mode %o, not what umask 0 gives a new file",
+               st.st_mode & 0777);
+  size_t len;
+  unsigned char *arc = tu_read_file(path_in_dir("kept"), &len);
+  cr_assert_eq(memcmp(arc, "FZ", 2) == 0 || len > 7, true);
+  char *out;
+  rc = fzctl("info --json kept", &out, &err);
+  cr_assert_eq(rc, 0, "the replaced file is an archive: %s", err);
+  cr_assert_eq(json_num(out, "raw_bytes"), (double)(n * sizeof(float)));
+  free(out);
+  free(err);
+  free(arc);
+  cr_assert(!temp_left());
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}
+
+/* Every line of out must parse as JSON; returns the number of lines. */
+static size_t check_json_lines(const char *out) {
+  char *copy = strdup(out);
+  size_t lines = 0;
+  for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+    cJSON *j = cJSON_Parse(line);
+    cr_assert_not_null(j, "not valid JSON: %s", line);
+    cJSON_Delete(j);
+    lines++;
+  }
+  free(copy);
+  return lines;
+}
+
+Test(fzctl, one_bad_file_does_not_stop_the_batch) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  const char *sock = fzd_harness_socket_path(h);
+  size_t rows = 30, cols = 40, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.2f);
+  write_npy(path_in_dir("good1.npy"), "<f4", "False", rows, cols, v, n * sizeof(float));
+  write_npy(path_in_dir("good2.npy"), "<f4", "False", rows, cols, v, n * sizeof(float));
+  write_npy(path_in_dir("bad\xff\xfename.npy"), "<f4", "False", rows, cols, v,
+            n * sizeof(float));
+  tu_write_file(path_in_dir("junk.npy"), "this is not numpy at all", 24);
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args,
+           "-S '%s' submit --eb 1e-3 --json good1.npy junk.npy missing.npy "
+           "\"$(printf 'bad\\377\\376name.npy')\" good2.npy", sock);
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 1, "only files fzctl refused itself: exit 1, got %d: %s", rc, err);
+  cr_assert_eq(check_json_lines(out), 5, "one JSON line per file:\n%s", out);
+  cr_assert(strstr(out, "\"file\":\"bad\\ufffd\\ufffdname.npy\"") != NULL,
+            "invalid UTF-8 becomes U+FFFD: %s", out);
+  cr_assert(strstr(err, "'junk.npy': bad .npy header") != NULL, "%s", err);
+  cr_assert_null(strstr(err, "--dtype"), "a junk .npy is not a missing --dtype: %s", err);
+  cr_assert(strstr(err, "'missing.npy'") != NULL, "%s", err);
+  struct stat st;
+  cr_assert_eq(stat(path_in_dir("good1.npy.fz"), &st), 0, "the files before the bad ones ran");
+  cr_assert_eq(stat(path_in_dir("good2.npy.fz"), &st), 0, "the files after the bad ones ran");
+  cr_assert_eq(stat(path_in_dir("bad\xff\xfename.npy.fz"), &st), 0);
+  free(out);
+  free(err);
+  /* A job that fails in the daemon makes it exit 2, after the others ran. */
+  float junk[64] = {1};
+  tu_write_file(path_in_dir("junk.fz"), junk, sizeof junk);
+  cr_assert_eq(unlink(path_in_dir("good1.npy")), 0);
+  cr_assert_eq(unlink(path_in_dir("good2.npy")), 0);
+  snprintf(args, sizeof args, "-S '%s' submit -d --json junk.fz good1.npy.fz good2.npy.fz",
+           sock);
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  cr_assert_eq(check_json_lines(out), 3, "%s", out);
+  cr_assert(strstr(err, "'junk.fz'") != NULL, "%s", err);
+  cr_assert_eq(stat(path_in_dir("good1.npy"), &st), 0);
+  cr_assert_eq(stat(path_in_dir("good2.npy"), &st), 0);
+  free(out);
+  free(err);
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}
+
+Test(fzctl, bounds_presets_and_stages_are_judged_before_submitting) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  const char *sock = fzd_harness_socket_path(h);
+  double d[512];
+  /* Values of the bound's own scale, so that no derived step can overflow. */
+  for (int i = 0; i < 512; i++)
+    d[i] = (double)(i % 97) * 1e-320;
+  tu_write_file(path_in_dir("a.f64"), d, sizeof d);
+  char args[1024], *out, *err;
+  /* A denormal is a positive bound. */
+  snprintf(args, sizeof args,
+           "-S '%s' submit --dtype f64 --eb 5e-324 --mode abs --verify --json a.f64", sock);
+  int rc = fzctl(args, &out, &err);
+  cr_assert_null(strstr(err, "invalid value '5e-324'"), "%s", err);
+  cr_assert_eq(rc, 0, "exited %d: %s", rc, err);
+  cr_assert_leq(json_num(out, "max_error"), 5e-324, "%s", out);
+  free(out);
+  free(err);
+  cr_assert_eq(unlink(path_in_dir("a.f64.fz")), 0);
+  /* Usage errors, exit 1, quoting the value. */
+  const struct {
+    const char *opts, *quoted;
+  } cases[] = {
+      {"--eb 0", "'0'"},
+      {"--eb 0 -p fast", "'0'"},
+      {"--eb 1e-400", "'1e-400'"},
+      {"--eb 1e-3 -p turbo", "unknown preset 'turbo'"},
+      {"--eb 1e-3 -p 'quant | bogus'", "unknown stage 'bogus'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(args, sizeof args, "-S '%s' submit --dtype f64 %s a.f64", sock, cases[i].opts);
+    rc = fzctl(args, NULL, &err);
+    cr_assert_eq(rc, 1, "%s: exited %d: %s", cases[i].opts, rc, err);
+    cr_assert(strstr(err, cases[i].quoted) != NULL, "%s: %s", cases[i].opts, err);
+    free(err);
+  }
+  struct stat st;
+  cr_assert_neq(stat(path_in_dir("a.f64.fz"), &st), 0, "nothing ran");
+  tu_stop(h);
+  remove_dir();
+}
+
+Test(fzctl, pwrel_reports_the_pointwise_error) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  size_t rows = 64, cols = 100, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.3f);
+  for (size_t i = 0; i < n; i++)
+    v[i] += 1000.0f; /* the absolute error is then far above the bound */
+  tu_write_file(path_in_dir("p.f32"), v, n * sizeof(float));
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args,
+           "-S '%s' submit --dtype f32 --eb 1e-5 --mode pwrel --verify --json p.f32",
+           fzd_harness_socket_path(h));
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  double rel = json_num(out, "max_rel_error");
+  cr_assert_leq(rel, 1e-5, "%s", out);
+  cr_assert_gt(json_num(out, "max_error"), 1e-5, "max_error stays the absolute one: %s", out);
+  free(out);
+  free(err);
+  snprintf(args, sizeof args,
+           "-S '%s' submit -f --dtype f32 --eb 1e-5 --mode pwrel --verify p.f32",
+           fzd_harness_socket_path(h));
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  char want[128];
+  snprintf(want, sizeof want, "max rel error %.3g (bound 1e-05 pointwise)", rel);
+  cr_assert(strstr(out, want) != NULL, "want '%s' in %s", want, out);
+  free(out);
+  free(err);
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}
+
+Test(fzctl, stats_count_raw_bytes_for_decompression) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  const char *sock = fzd_harness_socket_path(h);
+  size_t rows = 400, cols = 500, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.0f);
+  tu_write_file(path_in_dir("s.f32"), v, n * sizeof(float));
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args, "-S '%s' submit -q --dtype f32 --eb 1e-2 s.f32", sock);
+  cr_assert_eq(fzctl(args, NULL, NULL), 0);
+  cr_assert_eq(unlink(path_in_dir("s.f32")), 0);
+  snprintf(args, sizeof args, "-S '%s' submit -q -d s.f32.fz", sock);
+  cr_assert_eq(fzctl(args, NULL, NULL), 0);
+  snprintf(args, sizeof args, "-S '%s' stats --json", sock);
+  cr_assert_eq(fzctl(args, &out, &err), 0, "%s", err);
+  const char *dec = json_at(out, "decompress");
+  double raw = json_num(dec, "bytes_out"), arc = json_num(dec, "bytes_in");
+  double us = json_num(dec, "time_us");
+  cr_assert_eq(raw, (double)(n * sizeof(float)));
+  cr_assert_gt(raw, 4 * arc, "the ratio must tell the two apart");
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "-S '%s' stats", sock);
+  cr_assert_eq(fzctl(args, &out, &err), 0, "%s", err);
+  char want[128];
+  snprintf(want, sizeof want, "%.1f MB/s", us > 0 ? raw / us : 0.0);
+  const char *line = strstr(out, "decompress");
+  cr_assert_not_null(line, "%s", out);
+  cr_assert(strstr(line, want) != NULL, "want '%s' (raw bytes per time) in %s", want, line);
+  free(out);
+  free(err);
+  free(v);
+  tu_stop(h);
+  remove_dir();
+}
+
+Test(fzctl, global_options_after_the_command) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  const char *sock = fzd_harness_socket_path(h);
+  float v[256] = {0};
+  for (int i = 0; i < 256; i++)
+    v[i] = (float)i * 0.5f;
+  tu_write_file(path_in_dir("g.f32"), v, sizeof v);
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args, "submit -S '%s' -q --dtype f32 --eb 1e-3 g.f32", sock);
+  int rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  snprintf(args, sizeof args, "status --json --socket='%s'", sock);
+  rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_eq(json_num(out, "pid"), (double)fzd_harness_pid(h));
+  free(out);
+  free(err);
+  snprintf(args, sizeof args, "ping -c 1 --socket '%s'", sock);
+  cr_assert_eq(fzctl(args, NULL, NULL), 0);
+  tu_stop(h);
+
+  /* Nothing listens: the message says how to start a daemon or where to
+   * point fzctl. */
+  rc = fzctl("status -S ./nobody.sock", NULL, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  cr_assert(strstr(err, "systemctl start fzd") != NULL, "%s", err);
+  cr_assert(strstr(err, "FZD_SOCKET") != NULL, "%s", err);
+  free(err);
+  remove_dir();
+}
+
+Test(fzctl, info_prints_an_archive_header) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  size_t rows = 120, cols = 241, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.4f);
+  tu_write_file(path_in_dir("f.f32"), v, n * sizeof(float));
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args,
+           "-S '%s' submit -q --dtype f32 --shape 120x241 --eb 1e-3 --mode abs f.f32",
+           fzd_harness_socket_path(h));
+  cr_assert_eq(fzctl(args, NULL, NULL), 0);
+  tu_stop(h); /* info needs no daemon */
+  struct stat st;
+  cr_assert_eq(stat(path_in_dir("f.f32.fz"), &st), 0);
+  int rc = fzctl("info f.f32.fz", &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert(strstr(out, "dtype     f32\n") != NULL, "%s", out);
+  cr_assert(strstr(out, "shape     120x241\n") != NULL, "%s", out);
+  cr_assert(strstr(out, "chain     quant(eb=0.001,mode=abs)") != NULL, "%s", out);
+  free(out);
+  free(err);
+  rc = fzctl("info --json f.f32.fz", &out, &err);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_eq(check_json_lines(out), 1);
+  cr_assert_eq(json_num(out, "raw_bytes"), (double)(n * sizeof(float)));
+  cr_assert_eq(json_num(out, "archive_bytes"), (double)st.st_size);
+  cr_assert(strstr(out, "\"shape\":[120,241]") != NULL, "%s", out);
+  free(out);
+  free(err);
+  tu_write_file(path_in_dir("junk.fz"), "not an archive", 14);
+  rc = fzctl("info f.f32.fz junk.fz", &out, &err);
+  cr_assert_eq(rc, 2, "%s", err);
+  cr_assert(strstr(err, "'junk.fz'") && strstr(err, "EFORMAT"), "%s", err);
+  cr_assert(strstr(out, "shape     120x241") != NULL, "the good file is still shown: %s", out);
+  free(out);
+  free(err);
+  free(v);
   remove_dir();
 }

@@ -6,6 +6,9 @@
  * and the error bound with the engine's own fz_compare().
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -626,5 +629,184 @@ Test(libfzclient, shared_buffers_in_place) {
   /* `out` is left for fz_client_close() to free. */
   fz_client_close(c);
   free(v);
+  tu_stop(h);
+}
+
+/* Noise that no pipeline shrinks much: its archive is about as large as the
+ * array itself. */
+static float *noise_f32(size_t n, uint32_t seed) {
+  float *v = malloc(n * sizeof *v);
+  cr_assert_not_null(v);
+  for (size_t i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    v[i] = (float)(seed >> 8) / 65536.0f - 128.0f;
+  }
+  return v;
+}
+
+Test(libfzclient, results_over_max_inline_come_through_a_memfd) {
+  fzd_harness *h = tu_start("\"max_inline_bytes\": 65536");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 256, cols = 1024, n = rows * cols; /* 1 MiB, 16 x max_inline */
+  float *v = noise_f32(n, 7);
+  fz_job j;
+  job_f32(&j, v, rows, cols, 0);
+  j.pipeline = "lossless";
+  fz_result r;
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, 0, "compress: %s: %s", fz_err_name(rc), r.message);
+  cr_assert_gt(r.data_len, 65536, "the archive is over max_inline (%zu bytes)", r.data_len);
+  cr_assert_eq(r.data_len, r.bytes_out);
+
+  /* The bound the library gives covers the archive. */
+  uint64_t bound = 0;
+  char why[256];
+  cr_assert_eq(fz_client_compress_bound(&j, &bound, why, sizeof why), 0, "%s", why);
+  cr_assert_geq(bound, r.bytes_out);
+
+  /* Decompressed inline into a library buffer, and into the caller's. */
+  fz_job d;
+  fz_job_init(&d);
+  d.in = r.data;
+  d.in_len = r.data_len;
+  fz_result b;
+  rc = fz_client_decompress(c, &d, &b);
+  cr_assert_eq(rc, 0, "decompress: %s: %s", fz_err_name(rc), b.message);
+  cr_assert_eq(b.data_len, n * sizeof(float));
+  cr_assert_eq(memcmp(b.data, v, n * sizeof(float)), 0, "lossless is bit-exact");
+  fz_client_free(b.data);
+  float *back = malloc(n * sizeof *back);
+  d.out = back;
+  d.out_cap = n * sizeof *back;
+  rc = fz_client_decompress(c, &d, &b);
+  cr_assert_eq(rc, 0, "decompress into out: %s: %s", fz_err_name(rc), b.message);
+  cr_assert_eq(b.data, (void *)back);
+  cr_assert_eq(memcmp(back, v, n * sizeof(float)), 0);
+  /* A caller's buffer too small for it is still ENOSPC. */
+  d.out_cap = 65536 * 2;
+  cr_assert_eq(fz_client_decompress(c, &d, &b), FZ_ENOSPC, "got %s: %s",
+               fz_err_name(b.status), b.message);
+  cr_assert_eq(fz_client_ping(c, NULL), 0);
+  fz_client_free(r.data);
+  free(back);
+  free(v);
+  fz_client_close(c);
+  tu_stop(h);
+}
+
+Test(libfzclient, compress_bound_and_archive_info_without_daemon) {
+  fz_job j;
+  float *v = tu_field_f32(40, 50, 0.3f);
+  job_f32(&j, v, 40, 50, 1e-3);
+  uint64_t bound = 0;
+  char why[256];
+  cr_assert_eq(fz_client_compress_bound(&j, &bound, why, sizeof why), 0, "%s", why);
+  cr_assert_geq(bound, 40 * 50 * sizeof(float));
+  j.pipeline = "quant | nosuchstage";
+  cr_assert_eq(fz_client_compress_bound(&j, &bound, why, sizeof why), FZ_EPIPELINE);
+  cr_assert(strstr(why, "nosuchstage") != NULL, "%s", why);
+  j.pipeline = NULL;
+  j.eb = 0;
+  cr_assert_eq(fz_client_compress_bound(&j, &bound, NULL, 0), FZ_EBOUND);
+  cr_assert_eq(fz_client_compress_bound(NULL, &bound, NULL, 0), FZ_EINVAL);
+
+  /* An archive made by the engine, read back by the library. */
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 2;
+  p.dims[0] = 40;
+  p.dims[1] = 50;
+  p.eb = 1e-3;
+  fz_plan *plan;
+  cr_assert_eq(fz_plan_create(&p, &plan, NULL, 0), 0);
+  size_t cap = fz_plan_compress_bound(plan), len = 0;
+  unsigned char *arc = malloc(cap);
+  cr_assert_eq(fz_plan_compress(plan, v, 40 * 50 * sizeof(float), arc, cap, &len), 0);
+  fz_client_archive a;
+  cr_assert_eq(fz_client_archive_info(arc, len, &a), 0);
+  cr_assert_str_eq(a.dtype, "f32");
+  cr_assert_eq(a.ndims, 2);
+  cr_assert_eq(a.shape[0], 40);
+  cr_assert_eq(a.shape[1], 50);
+  cr_assert_eq(a.raw_bytes, 40 * 50 * sizeof(float));
+  cr_assert_eq(a.archive_bytes, len);
+  cr_assert_gt(a.chunks, 0);
+  cr_assert_gt(a.eb_abs, 0.0);
+  cr_assert_str_eq(a.chain, fz_plan_chain(plan));
+  cr_assert_eq(fz_client_archive_info(arc, len - 1, &a), FZ_ETRUNC);
+  arc[9] ^= 0x40; /* a shape byte: the header checksum catches it */
+  cr_assert_lt(fz_client_archive_info(arc, len, &a), 0);
+  cr_assert_eq(fz_client_archive_info("nope", 4, &a), FZ_EFORMAT);
+  cr_assert_eq(fz_client_archive_info(NULL, 0, &a), FZ_EINVAL);
+  fz_plan_destroy(plan);
+  free(arc);
+  free(v);
+}
+
+Test(libfzclient, pwrel_results_carry_the_relative_error) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 64, cols = 128, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.1f);
+  for (size_t i = 0; i < n; i++)
+    v[i] += 500.0f; /* values far from 0: the absolute error is far above 1e-4 */
+  fz_job j;
+  job_f32(&j, v, rows, cols, 1e-4);
+  j.mode = "pwrel";
+  j.verify = 1;
+  fz_result r;
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, 0, "%s: %s", fz_err_name(rc), r.message);
+  cr_assert(r.has_max_error && r.has_max_rel_error, "verify reports both errors");
+  cr_assert_leq(r.max_rel_error, 1e-4, "pointwise bound exceeded: %g", r.max_rel_error);
+  cr_assert_gt(r.max_error, 1e-4, "the absolute error is the other number (%g)", r.max_error);
+  fz_compare_result cmp;
+  float *back = malloc(n * sizeof *back);
+  fz_job d;
+  fz_job_init(&d);
+  d.in = r.data;
+  d.in_len = r.data_len;
+  d.out = back;
+  d.out_cap = n * sizeof *back;
+  fz_result b;
+  cr_assert_eq(fz_client_decompress(c, &d, &b), 0);
+  cr_assert_eq(fz_compare(FZ_F32, v, back, n, &cmp), 0);
+  cr_assert_eq(r.max_rel_error, cmp.max_rel_error, "the server's relative error is the real one");
+  fz_client_free(r.data);
+  free(back);
+  free(v);
+  fz_client_close(c);
+  tu_stop(h);
+}
+
+Test(libfzclient, append_mode_output_is_refused) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  char path[256];
+  snprintf(path, sizeof path, "%s/old.fz", fzd_harness_dir(h));
+  tu_write_file(path, "old contents", 12);
+  int fd = open(path, O_RDWR | O_APPEND);
+  cr_assert_geq(fd, 0);
+  float *v = tu_field_f32(32, 64, 0.0f);
+  fz_job j;
+  job_f32(&j, v, 32, 64, 1e-3);
+  j.out_fd = fd;
+  fz_result r;
+  int rc = fz_client_compress(c, &j, &r);
+  cr_assert_eq(rc, FZ_EINVAL, "an O_APPEND output gave %s: %s", fz_err_name(rc), r.message);
+  cr_assert(strstr(fz_client_errmsg(c), "O_APPEND") != NULL, "%s", fz_client_errmsg(c));
+  size_t len;
+  char *back = tu_read_file(path, &len);
+  cr_assert_eq(len, 12);
+  cr_assert_eq(memcmp(back, "old contents", 12), 0, "the file is untouched");
+  free(back);
+  close(fd);
+  cr_assert_eq(fz_client_ping(c, NULL), 0);
+  free(v);
+  fz_client_close(c);
   tu_stop(h);
 }
