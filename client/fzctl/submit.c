@@ -81,7 +81,6 @@ typedef struct item {
   fz_result res;
   bool failed;
   bool server_said;      /* res.message is the server's (or the library's) */
-  int exit_code;         /* CTL_USAGE: fzctl refused it; CTL_SERVER: the job failed */
   unsigned busy_retries;
 } item;
 
@@ -106,7 +105,6 @@ static int item_fail(item *it, int exit_code, int code, const char *fmt, ...) {
   va_end(ap);
   it->res.status = code;
   it->failed = true;
-  it->exit_code = exit_code;
   return exit_code;
 }
 
@@ -626,8 +624,8 @@ static int parse_submit(int argc, char **argv, sub_opts *o) {
   return -1;
 }
 
-/* The exit code of the batch: the worst of its files (0, then 1 for files
- * fzctl refused itself, then 2 for jobs the server or the transport failed). */
+/* The exit code of the batch: 0, 1 for a usage error found before any file
+ * ran, 2 when any file failed, whether fzctl refused it or its job failed. */
 static void worse(int *exit_code, int code) {
   if (code > *exit_code)
     *exit_code = code;
@@ -675,7 +673,7 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
     item *it = &items[i];
     if (it->failed) {
       report(rep, it, &o);
-      worse(&exit_code, it->exit_code);
+      worse(&exit_code, CTL_SERVER);
     } else {
       nready++;
       total_bytes += it->in_length;
@@ -723,7 +721,7 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
           (!use_fds && map_input(it) < 0)) {
         ctl_progress_clear(&prog);
         report(rep, it, &o);
-        worse(&exit_code, it->exit_code);
+        worse(&exit_code, CTL_SERVER);
         done_count++;
         continue;
       }
@@ -773,7 +771,6 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
     if (it->res.status < 0) {
       it->failed = true;
       it->server_said = true;
-      it->exit_code = CTL_SERVER;
     } else {
       finish_output(it, use_fds);
     }

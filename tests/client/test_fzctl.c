@@ -156,7 +156,7 @@ Test(fzctl, submit_many_files_json_and_back) {
   /* Outputs are not overwritten without -f, and that is a usage error. */
   snprintf(args, sizeof args, "-S '%s' submit -d field0.f32.fz", fzd_harness_socket_path(h));
   rc = fzctl(args, NULL, &err);
-  cr_assert_eq(rc, 1);
+  cr_assert_eq(rc, 2);
   cr_assert(strstr(err, "'field0.f32' exists") != NULL, "%s", err);
   free(err);
   tu_stop(h);
@@ -222,7 +222,7 @@ Test(fzctl, npy_in_and_out) {
   write_npy(path_in_dir("f.npy"), "<f4", "True", 2, 2, four, sizeof four);
   snprintf(args, sizeof args, "-S '%s' submit --eb 1e-3 f.npy", fzd_harness_socket_path(h));
   rc = fzctl(args, NULL, &err);
-  cr_assert_eq(rc, 1);
+  cr_assert_eq(rc, 2);
   cr_assert(strstr(err, "fortran_order") != NULL, "%s", err);
   free(err);
   free(v);
@@ -310,14 +310,18 @@ Test(fzctl, read_only_commands) {
   remove_dir();
 }
 
-/* Usage errors exit 1 and quote the bad value. */
-static void usage_case(const char *args, const char *quoted) {
+/* Usage errors exit 1, files that fail exit 2, and both quote the bad
+ * value. */
+static void failure_case(const char *args, int status, const char *quoted) {
   char *err;
   int rc = fzctl(args, NULL, &err);
-  cr_assert_eq(rc, 1, "'fzctl %s' exited %d, not 1: %s", args, rc, err);
+  cr_assert_eq(rc, status, "'fzctl %s' exited %d, not %d: %s", args, rc, status, err);
   cr_assert(strstr(err, quoted) != NULL, "'fzctl %s' does not quote %s: %s", args, quoted, err);
   free(err);
 }
+
+static void usage_case(const char *args, const char *quoted) { failure_case(args, 1, quoted); }
+static void file_case(const char *args, const char *quoted) { failure_case(args, 2, quoted); }
 
 Test(fzctl, exit_codes) {
   make_dir();
@@ -331,11 +335,11 @@ Test(fzctl, exit_codes) {
   usage_case("submit --eb 1e-3 --dtype f32 --shape 4x0 a.f32", "'4x0'");
   usage_case("submit --eb 1e-3 --dtype f32 --mode relative a.f32", "'relative'");
   usage_case("submit --eb 1e-3 --dtype f32 -j 0 a.f32", "'0'");
-  usage_case("submit --eb 1e-3 --dtype f32 --shape 3x3 a.f32", "'a.f32'");
-  usage_case("submit --eb 1e-3 --dtype f32 missing.f32", "'missing.f32'");
-  usage_case("submit --eb 1e-3 --dtype f32 odd.bin", "'odd.bin'");
+  file_case("submit --eb 1e-3 --dtype f32 --shape 3x3 a.f32", "'a.f32'");
+  file_case("submit --eb 1e-3 --dtype f32 missing.f32", "'missing.f32'");
+  file_case("submit --eb 1e-3 --dtype f32 odd.bin", "'odd.bin'");
   usage_case("submit --dtype f32 a.f32", "'balanced'");
-  usage_case("submit -d a.f32", "'a.f32'");
+  file_case("submit -d a.f32", "'a.f32'");
   usage_case("submit -o x a.f32 a.f32", "'x'");
   usage_case("ping -c many", "'many'");
   usage_case("help nosuch", "'nosuch'");
@@ -457,7 +461,7 @@ Test(fzctl, output_that_is_the_input_is_refused) {
     snprintf(args, sizeof args, "-S '%s' submit --dtype f32 --eb 1e-3 %s precious.f32", sock,
              cases[i]);
     int rc = fzctl(args, NULL, &err);
-    cr_assert_eq(rc, 1, "%s: exited %d: %s", cases[i], rc, err);
+    cr_assert_eq(rc, 2, "%s: exited %d: %s", cases[i], rc, err);
     cr_assert(strstr(err, "is the input 'precious.f32'") != NULL, "%s: %s", cases[i], err);
     cr_assert(same_bytes(path_in_dir("precious.f32"), v, n * sizeof(float)),
               "%s destroyed the input", cases[i]);
@@ -475,7 +479,7 @@ Test(fzctl, output_that_is_the_input_is_refused) {
   for (size_t i = 0; i < 2; i++) {
     snprintf(args, sizeof args, "-S '%s' submit %s precious.f32.fz", sock, dcases[i]);
     rc = fzctl(args, NULL, &err);
-    cr_assert_eq(rc, 1, "%s: exited %d: %s", dcases[i], rc, err);
+    cr_assert_eq(rc, 2, "%s: exited %d: %s", dcases[i], rc, err);
     cr_assert(strstr(err, "is the input") != NULL, "%s: %s", dcases[i], err);
     cr_assert(same_bytes(path_in_dir("precious.f32.fz"), arc, arc_len), "%s destroyed the input",
               dcases[i]);
@@ -486,7 +490,7 @@ Test(fzctl, output_that_is_the_input_is_refused) {
   snprintf(args, sizeof args, "-S '%s' submit -f --dtype f32 --eb 1e-3 precious.f32 precious.f32.fz",
            sock);
   rc = fzctl(args, NULL, &err);
-  cr_assert_eq(rc, 1, "%s", err);
+  cr_assert_eq(rc, 2, "%s", err);
   cr_assert(strstr(err, "'precious.f32.fz' is the input 'precious.f32.fz'") != NULL, "%s", err);
   free(err);
   cr_assert(!temp_left());
@@ -582,7 +586,7 @@ Test(fzctl, one_bad_file_does_not_stop_the_batch) {
            "-S '%s' submit --eb 1e-3 --json good1.npy junk.npy missing.npy "
            "\"$(printf 'bad\\377\\376name.npy')\" good2.npy", sock);
   int rc = fzctl(args, &out, &err);
-  cr_assert_eq(rc, 1, "only files fzctl refused itself: exit 1, got %d: %s", rc, err);
+  cr_assert_eq(rc, 2, "a batch with failed files exits 2, got %d: %s", rc, err);
   cr_assert_eq(check_json_lines(out), 5, "one JSON line per file:\n%s", out);
   cr_assert(strstr(out, "\"file\":\"bad\\ufffd\\ufffdname.npy\"") != NULL,
             "invalid UTF-8 becomes U+FFFD: %s", out);
