@@ -31,6 +31,8 @@ struct fz_gpu_decoder {
   uint8_t *h_hdr;  /* pinned: the header prefix, or the whole header */
   size_t h_hdr_cap;
   uint32_t *h_word; /* pinned: the device's status word */
+  uint8_t *d_ws;    /* the device workspace, kept from call to call */
+  size_t ws_cap;
   /* The archive opened by fz_gpu_decoder_open(), until the next open. */
   const uint8_t *d_arc;
   size_t arc_len;
@@ -67,6 +69,7 @@ void fz_gpu_decoder_destroy(fz_gpu_decoder *dec) {
   cudaSetDevice(dec->ctx->device);
   cudaFreeHost(dec->h_hdr);
   cudaFreeHost(dec->h_word);
+  cudaFree(dec->d_ws);
   cudaGetLastError();
   free(dec);
 }
@@ -141,7 +144,7 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   const fze_header *h = &dec->h;
   cudaStream_t s = stream;
   int rc = 0;
-  uint8_t *ws = NULL;
+  uint8_t *ws;
   FZK_CHECK(cudaSetDevice(ctx->device), out);
   if (out_cap < h->raw_bytes || (h->raw_bytes && d_out == NULL)) {
     /* A header error comes first, as on the CPU. */
@@ -166,7 +169,17 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   size_t o_crcs = o_bsum + up256(8 * (fzk_scan_blocks(nc) + 1));
   size_t o_parts = o_crcs + up256(4 * nc + 4); /* the chunk CRCs, then the status */
   size_t bytes = o_parts + 4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc));
-  FZK_CHECK(cudaMallocFromPoolAsync((void **)&ws, bytes, ctx->pool, s), out);
+  /* The workspace grows to the largest archive seen and stays: the steady
+   * state allocates nothing. */
+  if (dec->ws_cap < bytes) {
+    if (dec->d_ws != NULL)
+      FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
+    dec->d_ws = NULL;
+    dec->ws_cap = 0;
+    FZK_CHECK(cudaMallocFromPoolAsync((void **)&dec->d_ws, bytes, ctx->pool, s), out);
+    dec->ws_cap = bytes;
+  }
+  ws = dec->d_ws;
   uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
   uint32_t *cparts = (uint32_t *)(ws + o_parts);
   const uint64_t *offs = (const uint64_t *)(ws + o_offs);
@@ -190,15 +203,11 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
   FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s), out);
   FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
-  FZK_CHECK(cudaFreeAsync(ws, s), out);
-  ws = NULL;
   FZK_CHECK(cudaStreamSynchronize(s), out);
   if ((rc = status_error(dec->h_word[0])) < 0)
     goto out;
   *out_len = (size_t)h->raw_bytes;
 out:
-  if (ws)
-    cudaFreeAsync(ws, s);
   return rc;
 }
 
