@@ -862,3 +862,11 @@ extern "C" int fzk_kernels_init(const fzk_desc *d) {
                              (int)fzk_place_smem(d->cb));
   return (int)e;
 }
+
+/* Whether this build's kernels can run on the current device: the runtime
+ * finds no image (neither its SASS nor a PTX it can compile) for a GPU
+ * older than the build's architecture. */
+extern "C" int fzk_kernels_probe(void) {
+  cudaFuncAttributes a;
+  return (int)cudaFuncGetAttributes(&a, fzk_decode_kernel);
+}

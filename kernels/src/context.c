@@ -119,6 +119,16 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   FZK_CHECK(cudaSetDevice(dev), fail);
   FZK_CHECK(cudaGetDeviceProperties(&prop, dev), fail);
   snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
+  int probe = fzk_kernels_probe();
+  if (probe != 0) {
+    char cuda[160];
+    fzk_cuda_error(probe, "loading a kernel", cuda, sizeof cuda);
+    fze_why(why, why_len,
+            "this build's kernels cannot run on %s (compute capability %d.%d): %s",
+            prop.name, prop.major, prop.minor, cuda);
+    rc = FZ_ENOGPU;
+    goto fail;
+  }
   for (unsigned i = 0; i < ctx->nstreams; i++)
     FZK_CHECK(cudaStreamCreateWithFlags(&ctx->streams[i], cudaStreamNonBlocking), fail);
 

@@ -72,6 +72,9 @@ void fzk_desc_layout(fzk_desc *d);
 void fzk_desc_layout32(fzk_desc *d);
 /* Raises the kernels' dynamic shared memory limits to what d needs. */
 int fzk_kernels_init(const fzk_desc *d);
+/* cudaSuccess (0) when this build's kernels can run on the current device,
+ * else the runtime's error (cudaErrorNoKernelImageForDevice...). */
+int fzk_kernels_probe(void);
 int fzk_kernels32_init(const fzk_desc *d);
 
 /* The first kernel of a compression (one launch): the range of the data
