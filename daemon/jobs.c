@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,7 @@ struct fzd_pool {
   pthread_cond_t cv;
   fzd_job *head, *tail; /* waiting */
   size_t depth;
+  _Atomic size_t queued; /* depth, for workers that look without the lock */
   bool stop;
   fzd_job *done_head, *done_tail;
   uv_async_t async;
@@ -365,12 +367,27 @@ static void pin_to_core(unsigned index) {
   }
 }
 
+/* A GPU worker looks at the queue for a while before it sleeps: a client's
+ * next job often arrives within tens of microseconds of the answer to its
+ * last, and waking a sleeping thread costs about as much again, which on
+ * the GPU is the time of a whole small job.  (CPU workers own their cores
+ * and sleep at once.) */
+#define GPU_SPIN_US 250
+
+static void spin_for_work(fzd_pool *pool) {
+  uint64_t until = now_us() + GPU_SPIN_US;
+  while (atomic_load_explicit(&pool->queued, memory_order_relaxed) == 0 && now_us() < until)
+    sched_yield();
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   fzd_pool *pool = w->pool;
   if (w->gpu == NULL)
     pin_to_core(w->index);
   for (;;) {
+    if (w->gpu != NULL)
+      spin_for_work(pool);
     pthread_mutex_lock(&pool->mu);
     while (pool->head == NULL && !pool->stop)
       pthread_cond_wait(&pool->cv, &pool->mu);
@@ -382,7 +399,7 @@ static void *worker_main(void *arg) {
     pool->head = job->next;
     if (pool->head == NULL)
       pool->tail = NULL;
-    pool->depth--;
+    atomic_store_explicit(&pool->queued, --pool->depth, memory_order_relaxed);
     pthread_mutex_unlock(&pool->mu);
 
     job->next = NULL;
@@ -498,7 +515,7 @@ int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity) {
   else
     pool->head = job;
   pool->tail = job;
-  pool->depth++;
+  atomic_store_explicit(&pool->queued, ++pool->depth, memory_order_relaxed);
   pthread_cond_signal(&pool->cv);
   pthread_mutex_unlock(&pool->mu);
   return 0;
@@ -516,7 +533,7 @@ void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn) {
       j->next = NULL;
       *tail = j;
       tail = &j->next;
-      pool->depth--;
+      atomic_store_explicit(&pool->queued, --pool->depth, memory_order_relaxed);
     } else {
       pool->tail = j;
       pp = &j->next;
