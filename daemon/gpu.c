@@ -220,12 +220,12 @@ static size_t round_mib(size_t n) {
 
 /* ---- per-worker buffers ---------------------------------------------------- */
 
+static void host_drop(buf *b);
+
 static int host_ensure(buf *b, size_t need, fzd_job *job) {
   if (b->cap >= need)
     return 0;
-  cudaFreeHost(b->p);
-  b->p = NULL;
-  b->cap = 0;
+  host_drop(b);
   size_t n = round_mib(need);
   cudaError_t e = cudaMallocHost(&b->p, n);
   if (e != cudaSuccess) {
@@ -692,14 +692,34 @@ out:
 
 /* ---- workers ------------------------------------------------------------------- */
 
+static void host_drop(buf *b) {
+  cudaFreeHost(b->p);
+  b->p = NULL;
+  b->cap = 0;
+}
+
+void fzd_gpu_worker_idle(fzd_gpu_worker *w) {
+  cudaSetDevice(w->g->device);
+  cudaStreamSynchronize(w->stream);
+  dev_drop(w, &w->d_in);
+  dev_drop(w, &w->d_out);
+  dev_drop(w, &w->d_back);
+  host_drop(&w->h_in);
+  host_drop(&w->h_out);
+  host_drop(&w->h_back);
+  cudaStreamSynchronize(w->stream);
+  fz_gpu_ctx_trim(w->g->ctx);
+  cudaGetLastError();
+}
+
 void fzd_gpu_worker_destroy(fzd_gpu_worker *w) {
   if (w == NULL)
     return;
   cudaSetDevice(w->g->device);
   trim(w);
-  cudaFreeHost(w->h_in.p);
-  cudaFreeHost(w->h_out.p);
-  cudaFreeHost(w->h_back.p);
+  host_drop(&w->h_in);
+  host_drop(&w->h_out);
+  host_drop(&w->h_back);
   cudaGetLastError();
   fz_gpu_decoder_destroy(w->dec);
   free(w);

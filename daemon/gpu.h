@@ -48,6 +48,10 @@ const char *fzd_gpu_uuid(const fzd_gpu *g);
 int fzd_gpu_worker_create(fzd_gpu *g, unsigned index, unsigned plan_cache_entries,
                           fzd_gpu_worker **out, char *why, size_t why_len);
 void fzd_gpu_worker_destroy(fzd_gpu_worker *w); /* NULL is a no-op */
+/* The worker has been idle a while: it gives back its staging and device
+ * buffers (its plans stay, warm, in the shared cache) and the context's
+ * pool returns the device memory no one holds to the GPU. */
+void fzd_gpu_worker_idle(fzd_gpu_worker *w);
 /* Runs one compress or decompress job on the worker's stream; the result is
  * stored in the job as the CPU path stores it.  Returns job's error code. */
 int fzd_gpu_run(fzd_gpu_worker *w, struct fzd_job *job);
@@ -78,6 +82,7 @@ static inline int fzd_gpu_worker_create(fzd_gpu *g, unsigned index,
   return FZ_ENOGPU;
 }
 static inline void fzd_gpu_worker_destroy(fzd_gpu_worker *w) { (void)w; }
+static inline void fzd_gpu_worker_idle(fzd_gpu_worker *w) { (void)w; }
 static inline int fzd_gpu_run(fzd_gpu_worker *w, struct fzd_job *job) {
   (void)w, (void)job;
   return FZ_ENOGPU;

@@ -380,6 +380,38 @@ static void spin_for_work(fzd_pool *pool) {
     sched_yield();
 }
 
+/* Waits (pool->mu held) for a job or the stop.  A GPU worker idle for
+ * IDLE_TRIM_MS gives back its staging and device buffers once, and the
+ * context's pool the memory no one uses, so that a daemon that ran one
+ * large job does not keep its memory reserved for ever. */
+#define IDLE_TRIM_MS 1000
+
+static void idle_wait(worker *w) {
+  fzd_pool *pool = w->pool;
+  bool trimmed = w->gpu == NULL;
+  while (pool->head == NULL && !pool->stop) {
+    if (trimmed) {
+      pthread_cond_wait(&pool->cv, &pool->mu);
+      continue;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += IDLE_TRIM_MS / 1000;
+    until.tv_nsec += (long)(IDLE_TRIM_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    if (pthread_cond_timedwait(&pool->cv, &pool->mu, &until) == ETIMEDOUT &&
+        pool->head == NULL) {
+      pthread_mutex_unlock(&pool->mu);
+      fzd_gpu_worker_idle(w->gpu);
+      pthread_mutex_lock(&pool->mu);
+      trimmed = true;
+    }
+  }
+}
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   fzd_pool *pool = w->pool;
@@ -389,8 +421,7 @@ static void *worker_main(void *arg) {
     if (w->gpu != NULL)
       spin_for_work(pool);
     pthread_mutex_lock(&pool->mu);
-    while (pool->head == NULL && !pool->stop)
-      pthread_cond_wait(&pool->cv, &pool->mu);
+    idle_wait(w);
     if (pool->head == NULL) {
       pthread_mutex_unlock(&pool->mu);
       break;
@@ -455,7 +486,11 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
   if (pool->workers == NULL)
     goto err_pool;
   pthread_mutex_init(&pool->mu, NULL);
-  pthread_cond_init(&pool->cv, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&pool->cv, &ca);
+  pthread_condattr_destroy(&ca);
   if (uv_async_init(loop, &pool->async, on_async) < 0)
     goto err_mutex;
   pool->async.data = pool;

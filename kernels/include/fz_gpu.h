@@ -55,6 +55,11 @@ fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i);
 int fz_gpu_ctx_device(const fz_gpu_ctx *ctx);
 const char *fz_gpu_ctx_name(const fz_gpu_ctx *ctx);
 
+/* Returns the memory of the context's pool that no allocation holds to the
+ * GPU (the pool keeps what it had otherwise, so repeated jobs reuse it).
+ * Waits for nothing; callers trim when they are idle. */
+int fz_gpu_ctx_trim(fz_gpu_ctx *ctx);
+
 /* Stream-ordered allocation from the context's pool (for callers that want
  * their buffers to come from the same pool); freed with fz_gpu_free. */
 int fz_gpu_malloc(fz_gpu_ctx *ctx, size_t bytes, fz_gpu_stream stream,

@@ -211,3 +211,16 @@ int fz_gpu_free(fz_gpu_ctx *ctx, void *d_ptr, fz_gpu_stream stream) {
 fail:
   return rc;
 }
+
+int fz_gpu_ctx_trim(fz_gpu_ctx *ctx) {
+  if (ctx == NULL)
+    return FZ_EINVAL;
+  char why[8];
+  size_t why_len = sizeof why;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  FZK_CHECK(cudaMemPoolTrimTo(ctx->pool, 0), fail);
+  return 0;
+fail:
+  return rc;
+}

@@ -405,3 +405,46 @@ Test(service, out_of_gpu_memory_then_next_job, .timeout = 300) {
   free(v);
   free(big);
 }
+
+/* Device memory in use on the GPU, all processes together. */
+static size_t gpu_used(void) {
+  size_t free_b = 0, total = 0;
+  CUDA_OK(cudaMemGetInfo(&free_b, &total));
+  return total - free_b;
+}
+
+Test(service, idle_workers_give_device_memory_back, .timeout = 300) {
+  fzd_harness *h = start_gpu_fzd("\"workers\": 1");
+  fz_client *c = connect_gpu(h);
+  CUDA_OK(cudaSetDevice(0));
+  /* A 512 MiB job from host memory: the worker stages it on the device and
+   * keeps its buffers while it is busy. */
+  const size_t rows = 16384, cols = 8192, bytes = rows * cols * sizeof(float);
+  float *v = field_f32(rows, cols, 0.3f);
+  size_t before = gpu_used();
+  fz_job j;
+  job_f32(&j, rows, cols, 1e-3);
+  j.in = v;
+  j.in_len = bytes;
+  fz_result r;
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0, "%s", r.message);
+  fz_client_free(r.data);
+  size_t busy = gpu_used();
+  cr_assert_geq(busy, before + bytes, "the job held %zu bytes of device memory, not %zu",
+                busy - before, bytes);
+  /* Idle for a while, it gives the buffers back and the pool returns them. */
+  size_t after = busy;
+  for (int i = 0; i < 50 && after > before + bytes / 4; i++) {
+    usleep(100 * 1000);
+    after = gpu_used();
+  }
+  cr_assert_leq(after, before + bytes / 4,
+                "idle, fzd still holds %zu bytes more than before the job (%zu during it)",
+                after - before, busy - before);
+  /* And serves the next job as before. */
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0, "after the trim: %s", r.message);
+  fz_client_free(r.data);
+  fz_client_close(c);
+  stop_fzd(h);
+  free(v);
+}
