@@ -81,7 +81,12 @@ FZCLIENT_API void fz_client_opts_init(fz_client_opts *o);
 /* Connects to the daemon at address and performs the handshake.  Addresses:
  * "unix:PATH", "tcp:HOST:PORT" (HOST may be a name, an IPv4 address or an
  * IPv6 address in brackets), or a plain path (a Unix socket).  NULL means
- * fz_client_default_address().  opts may be NULL.  On success *out is a new
+ * fz_client_default_address().  On nodes with one fzd per GPU an address
+ * may name the daemon by the caller's node-local rank: "%l" is replaced by
+ * the first of OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,
+ * PMIX_LOCAL_RANK, PMI_LOCAL_RANK that is set, modulo FZD_DAEMONS_PER_NODE
+ * when that is set ("unix:/run/fzd/gpu%l.sock"), and "%%" by "%"; FZ_EINVAL
+ * when the address has "%l" and none is set.  opts may be NULL.  On success *out is a new
  * handle to release with fz_client_close().  Errors: FZ_EINVAL for a malformed
  * address, FZ_ECONNREFUSED when nothing listens, FZ_EAUTH for a refused token,
  * FZ_EVERSION for a daemon of another protocol version, FZ_ETIMEDOUT.  When

@@ -4,6 +4,11 @@
  * Three spellings are accepted: "unix:PATH", "tcp:HOST:PORT" (an IPv6 host in
  * brackets) and a bare path.  The socket comes back non-blocking, because the
  * rest of the library waits with poll() and its own deadlines.
+ *
+ * An address may be a template for nodes with one fzd per GPU: "%l" stands
+ * for the caller's node-local rank, as MPI launchers and Slurm export it
+ * (taken modulo FZD_DAEMONS_PER_NODE when that is set, so that eight ranks
+ * share four daemons), and "%%" for a percent sign.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +17,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -148,6 +154,85 @@ malformed:
   snprintf(why, why_len, "malformed TCP address 'tcp:%s' (expected tcp:HOST:PORT)",
            hostport);
   return FZ_EINVAL;
+}
+
+/* The launchers' names for the node-local rank, in the order they are
+ * looked for: Open MPI, MPICH and Intel MPI, Slurm, and PMIx-based ones. */
+static const char *const local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                              "SLURM_LOCALID", "PMIX_LOCAL_RANK",
+                                              "PMI_LOCAL_RANK"};
+
+static int whole(const char *text, unsigned long *v) {
+  if (text == NULL || text[0] < '0' || text[0] > '9')
+    return -1;
+  char *end;
+  errno = 0;
+  *v = strtoul(text, &end, 10);
+  return errno != 0 || *end != '\0' ? -1 : 0;
+}
+
+/* The node-local rank (modulo FZD_DAEMONS_PER_NODE), or an error naming
+ * what was looked for. */
+static int local_rank(unsigned long *rank, char *why, size_t why_len) {
+  const char *name = NULL, *text = NULL;
+  for (size_t i = 0; i < sizeof local_rank_vars / sizeof *local_rank_vars && text == NULL; i++)
+    if ((text = getenv(local_rank_vars[i])) != NULL)
+      name = local_rank_vars[i];
+  if (text == NULL) {
+    snprintf(why, why_len, "the address has %%l but no launcher said the local rank "
+             "(OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, PMIX_LOCAL_RANK, "
+             "PMI_LOCAL_RANK are unset)");
+    return FZ_EINVAL;
+  }
+  if (whole(text, rank) < 0) {
+    snprintf(why, why_len, "%s is '%s', not a local rank", name, text);
+    return FZ_EINVAL;
+  }
+  const char *per = getenv("FZD_DAEMONS_PER_NODE");
+  unsigned long n;
+  if (per != NULL) {
+    if (whole(per, &n) < 0 || n == 0) {
+      snprintf(why, why_len, "FZD_DAEMONS_PER_NODE is '%s', not a positive number", per);
+      return FZ_EINVAL;
+    }
+    *rank %= n;
+  }
+  return 0;
+}
+
+int fzc_expand_address(const char *tmpl, char *out, size_t cap, char *why, size_t why_len) {
+  size_t k = 0;
+  for (const char *p = tmpl; *p; p++) {
+    char num[24];
+    const char *put = num;
+    if (*p != '%') {
+      num[0] = *p;
+      num[1] = '\0';
+    } else if (p[1] == '%') {
+      put = "%";
+      p++;
+    } else if (p[1] == 'l') {
+      unsigned long rank;
+      int rc = local_rank(&rank, why, why_len);
+      if (rc < 0)
+        return rc;
+      snprintf(num, sizeof num, "%lu", rank);
+      p++;
+    } else {
+      snprintf(why, why_len, "address '%s': '%%%c' is not %%l or %%%%", tmpl,
+               p[1] ? p[1] : ' ');
+      return FZ_EINVAL;
+    }
+    size_t n = strlen(put);
+    if (k + n >= cap) {
+      snprintf(why, why_len, "address '%s' is too long once expanded", tmpl);
+      return FZ_EINVAL;
+    }
+    memcpy(out + k, put, n);
+    k += n;
+  }
+  out[k] = '\0';
+  return 0;
 }
 
 int fzc_dial(const char *address, int timeout_ms, int *fd_out,

@@ -197,6 +197,11 @@ int fz_client_connect(fz_client **out, const char *address,
   *out = NULL;
   if (!address)
     address = fz_client_default_address();
+  char expanded[512];
+  int rc = fzc_expand_address(address, expanded, sizeof expanded, errmsg, errmsg_len);
+  if (rc < 0)
+    return rc;
+  address = expanded;
   fz_client *c = calloc(1, sizeof *c);
   if (!c) {
     snprintf(errmsg, errmsg_len, "out of memory");
@@ -207,8 +212,7 @@ int fz_client_connect(fz_client **out, const char *address,
     c->shm[i].fd = -1;
   c->timeout_ms = opts ? opts->timeout_ms : 0;
   fzp_limits_default(&c->limits);
-  int rc = fzc_dial(address, c->timeout_ms, &c->fd, &c->transport, errmsg,
-                    errmsg_len);
+  rc = fzc_dial(address, c->timeout_ms, &c->fd, &c->transport, errmsg, errmsg_len);
   if (rc < 0)
     goto err_dial;
   c->info.transport = c->transport;

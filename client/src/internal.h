@@ -87,6 +87,9 @@ int fzc_fail(fz_client *c, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* address.c: parses an address and opens a connected, non-blocking socket. */
+/* Expands an address template ("%l": the node-local rank, "%%": a percent
+ * sign) into out (cap bytes). */
+int fzc_expand_address(const char *tmpl, char *out, size_t cap, char *why, size_t why_len);
 int fzc_dial(const char *address, int timeout_ms, int *fd_out,
              fz_transport *transport, char *why, size_t why_len);
 

@@ -810,3 +810,68 @@ Test(libfzclient, append_mode_output_is_refused) {
   fz_client_close(c);
   tu_stop(h);
 }
+
+/* The pid of the daemon an address reaches, or the connect error. */
+static long daemon_pid_at(const char *address, char *why, size_t why_len) {
+  fz_client *c = NULL;
+  int rc = fz_client_connect(&c, address, NULL, why, why_len);
+  if (rc < 0)
+    return rc;
+  fz_server_info info;
+  fz_client_info(c, &info);
+  fz_client_close(c);
+  return (long)info.pid;
+}
+
+Test(libfzclient, address_template_picks_the_daemon_of_the_local_rank) {
+  /* Two daemons, one per "GPU", reached as gpu0.sock and gpu1.sock. */
+  fzd_harness *h0 = tu_start(NULL), *h1 = tu_start(NULL);
+  char dir[] = "/tmp/fzd-ranks-XXXXXX", l0[64], l1[64], tmpl[96], why[256];
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(l0, sizeof l0, "%s/gpu0.sock", dir);
+  snprintf(l1, sizeof l1, "%s/gpu1.sock", dir);
+  cr_assert_eq(symlink(fzd_harness_socket_path(h0), l0), 0);
+  cr_assert_eq(symlink(fzd_harness_socket_path(h1), l1), 0);
+  snprintf(tmpl, sizeof tmpl, "unix:%s/gpu%%l.sock", dir);
+  const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                        "PMIX_LOCAL_RANK", "PMI_LOCAL_RANK", "FZD_DAEMONS_PER_NODE"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+    unsetenv(vars[i]);
+
+  /* No launcher variable: a clear refusal that names them. */
+  long pid = daemon_pid_at(tmpl, why, sizeof why);
+  cr_assert_eq(pid, FZ_EINVAL, "connected without a local rank");
+  cr_assert(strstr(why, "SLURM_LOCALID") != NULL, "%s", why);
+
+  /* Each launcher's variable picks its daemon. */
+  for (size_t i = 0; i < 5; i++) {
+    setenv(vars[i], "1", 1);
+    pid = daemon_pid_at(tmpl, why, sizeof why);
+    cr_assert_eq(pid, (long)fzd_harness_pid(h1), "%s=1 reached pid %ld: %s", vars[i], pid, why);
+    setenv(vars[i], "0", 1);
+    pid = daemon_pid_at(tmpl, why, sizeof why);
+    cr_assert_eq(pid, (long)fzd_harness_pid(h0), "%s=0 reached pid %ld: %s", vars[i], pid, why);
+    unsetenv(vars[i]);
+  }
+  /* Eight ranks on two daemons: rank 3 shares the second one. */
+  setenv("SLURM_LOCALID", "3", 1);
+  setenv("FZD_DAEMONS_PER_NODE", "2", 1);
+  pid = daemon_pid_at(tmpl, why, sizeof why);
+  cr_assert_eq(pid, (long)fzd_harness_pid(h1), "rank 3 of 2 daemons: %s", why);
+  /* Bad values and templates are refused, quoting them. */
+  setenv("FZD_DAEMONS_PER_NODE", "0", 1);
+  cr_assert_eq(daemon_pid_at(tmpl, why, sizeof why), FZ_EINVAL);
+  cr_assert(strstr(why, "FZD_DAEMONS_PER_NODE is '0'") != NULL, "%s", why);
+  unsetenv("FZD_DAEMONS_PER_NODE");
+  setenv("SLURM_LOCALID", "one", 1);
+  cr_assert_eq(daemon_pid_at(tmpl, why, sizeof why), FZ_EINVAL);
+  cr_assert(strstr(why, "'one'") != NULL, "%s", why);
+  cr_assert_eq(daemon_pid_at("unix:/tmp/gpu%d.sock", why, sizeof why), FZ_EINVAL);
+  cr_assert(strstr(why, "'%d'") != NULL, "%s", why);
+
+  unlink(l0);
+  unlink(l1);
+  rmdir(dir);
+  tu_stop(h0);
+  tu_stop(h1);
+}
