@@ -62,7 +62,7 @@ for u in fzd.service fzd@.service; do
     fail=1
   fi
   if grep -Eq '^(PrivateDevices|MemoryDenyWriteExecute)=(yes|true|on|1)' "$src/systemd/$u"; then
-    echo "FAIL: $u hides the GPU or forbids the JIT (PrivateDevices=/MemoryDenyWriteExecute=)"
+    echo "FAIL: $u hides the GPU or refuses W+X memory (PrivateDevices=/MemoryDenyWriteExecute=)"
     fail=1
   fi
   if ! grep -q '^DeviceAllow=char-nvidia\* rw$' "$src/systemd/$u"; then
