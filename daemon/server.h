@@ -21,7 +21,7 @@
 #include "fzp.h"
 #include "gpu.h"
 
-#define FZD_VERSION_STRING "fzd 0.1.0"
+#define FZD_VERSION_STRING "fzd " FZ_VERSION_STRING
 #define FZD_MAX_FDS_PER_MESSAGE 16
 #define FZD_MAX_FDS_QUEUED 64
 #define FZD_PIPELINE_MAX 1024

@@ -1,10 +1,13 @@
 #!/bin/sh
 # Installs the Debian 12 packages that fzd builds and tests with, and any
-# extra packages named as arguments, when they are missing.  CUDA is not a
-# Debian package: it is used when /usr/local/cuda has it.
+# extra packages named as arguments, when they are missing (systemd, man-db
+# and groff-base bring systemd-analyze, man and groff, which check the units
+# and the man pages).  CUDA is not a Debian package: it is used when /usr/local/cuda
+# has it.
 set -eu
 pkgs="build-essential cmake ninja-build pkg-config libuv1-dev libmsgpack-dev
-      libcjson-dev libcriterion-dev python3 python3-msgpack python3-numpy $*"
+      libcjson-dev libcriterion-dev python3 python3-msgpack python3-numpy
+      systemd man-db groff-base $*"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "fz_error.h"
+#include "fz_version.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,9 +51,10 @@ extern "C" {
 #define FZCLIENT_API
 #endif
 
-#define FZCLIENT_VERSION_MAJOR 0
-#define FZCLIENT_VERSION_MINOR 2
-#define FZCLIENT_VERSION_PATCH 0
+/* The product's version (fz_version.h, generated from CMake's project()). */
+#define FZCLIENT_VERSION_MAJOR FZ_VERSION_MAJOR
+#define FZCLIENT_VERSION_MINOR FZ_VERSION_MINOR
+#define FZCLIENT_VERSION_PATCH FZ_VERSION_PATCH
 #define FZCLIENT_VERSION_HEX                                                   \
   ((FZCLIENT_VERSION_MAJOR << 16) | (FZCLIENT_VERSION_MINOR << 8) |           \
    FZCLIENT_VERSION_PATCH)
@@ -109,7 +111,7 @@ FZCLIENT_API const char *fz_client_errmsg(const fz_client *c);
 typedef enum fz_transport { FZ_TRANSPORT_UNIX = 1, FZ_TRANSPORT_TCP = 2 } fz_transport;
 
 typedef struct fz_server_info {
-  char server[64];         /* "fzd 0.1.0" */
+  char server[64];         /* "fzd 0.2.0" */
   char backend[16];        /* "cpu" or "gpu" */
   char device[128];
   uint64_t max_message;    /* bytes of one message the server accepts */

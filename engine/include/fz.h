@@ -21,14 +21,13 @@
 #include <stdint.h>
 
 #include "fz_error.h"
+#include "fz_version.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define FZ_VERSION_MAJOR 0
-#define FZ_VERSION_MINOR 1
-#define FZ_VERSION_PATCH 0
+/* FZ_VERSION_MAJOR, _MINOR, _PATCH and _STRING come from fz_version.h. */
 #define FZ_VERSION_HEX                                                         \
   ((FZ_VERSION_MAJOR << 16) | (FZ_VERSION_MINOR << 8) | FZ_VERSION_PATCH)
 

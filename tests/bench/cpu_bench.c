@@ -2,12 +2,9 @@
  * cpu_bench.c - the engine's CPU benchmark: compress and decompress GB/s,
  * ratio and max error per preset and bound, on raw files or generated data.
  *
- *   fz_cpu_bench [-t THREADS] [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE]
- *                FILE_D0xD1[xD2].f32 ...      (shape taken from the name)
- *   fz_cpu_bench ... --gen smooth|noise N     (generated f32 field)
- *
  * Each (file, preset, bound) is compressed and decompressed REPEAT times; the
  * best time is reported.  A bound violation makes the run fail (exit 1).
+ * `fz_cpu_bench --help` prints the usage below.
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +14,20 @@
 
 #include "bench_data.h"
 #include "fz.h"
+
+static const char usage[] =
+    "usage: fz_cpu_bench [-t THREADS] [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE]\n"
+    "                    FILE_D0xD1[xD2].f32 ...  (shape taken from the name)\n"
+    "       fz_cpu_bench ... --gen smooth|noise N (generated f32 field of N values)\n"
+    "Compresses and decompresses each input with each preset and bound and prints\n"
+    "a Markdown table of ratio, GB/s and max error over the bound.\n"
+    "  -t THREADS   engine threads (default 2)\n"
+    "  -r REPEAT    runs per case, the best is reported (default 3)\n"
+    "  -p PRESETS   comma-separated presets (default fast,balanced,lossless)\n"
+    "  -e BOUNDS    comma-separated error bounds (default 1e-2,1e-3,1e-4)\n"
+    "  -m MODE      abs, rel or pwrel (default rel)\n"
+    "  -h, --help   this help\n"
+    "Exit status: 0 success, 1 a bound was exceeded, 2 usage or input error.\n";
 
 static double now(void) {
   struct timespec ts;
@@ -42,7 +53,10 @@ int main(int argc, char **argv) {
   fz_eb_mode mode = FZ_EB_REL;
   int failed = 0, i = 1;
   for (; i < argc && argv[i][0] == '-' && argv[i][1]; i++) {
-    if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = (unsigned)atoi(argv[++i]);
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "-r") && i + 1 < argc) repeat = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "-p") && i + 1 < argc) presets = argv[++i];
     else if (!strcmp(argv[i], "-e") && i + 1 < argc) bounds = argv[++i];

@@ -2,9 +2,7 @@
  * gpu_bench.cu - the CUDA backend's benchmark: compress and decompress GB/s
  * (device to device), kernel time alone, ratio and max error, per preset
  * and bound, on inputs of at least 1 GiB.
- *
- *   fz_gpu_bench [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE] [-s MIN_BYTES]
- *                [FILE.f32 ...] [--gen smooth|noise ...]
+ * `fz_gpu_bench --help` prints the usage (see `usage` below).
  *
  * Files are repeated whole until the input reaches MIN_BYTES (default 1 GiB).
  * The whole call is timed with CUDA events on the call's stream: the plan is
@@ -32,6 +30,20 @@
     }                                                                           \
   } while (0)
 
+static const char usage[] =
+    "usage: fz_gpu_bench [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE] [-s MIN_BYTES]\n"
+    "                    [FILE.f32 ...] [--gen smooth|noise ...]\n"
+    "Compresses and decompresses each input on the first GPU (device to device)\n"
+    "with each preset and bound and prints a Markdown table of GB/s, ratio and\n"
+    "max error.\n"
+    "  -r REPEAT     timed runs per case, the best is reported (default 5)\n"
+    "  -p PRESETS    comma-separated presets (default fast,balanced,lossless)\n"
+    "  -e BOUNDS     comma-separated error bounds (default 1e-2,1e-3,1e-4)\n"
+    "  -m MODE       abs, rel or pwrel (default rel)\n"
+    "  -s MIN_BYTES  repeat each input until it is this large (default 1 GiB)\n"
+    "  -h, --help    this help\n"
+    "Exit status: 0 success, 1 a bound was exceeded, 2 usage or CUDA error,\n"
+    "77 no usable GPU.\n";
 
 /* Repeats the field whole until it holds at least min_bytes. */
 static float *replicate(const float *x, size_t n, size_t min_bytes, size_t *total) {
@@ -134,7 +146,10 @@ int main(int argc, char **argv) {
   fz_eb_mode mode = FZ_EB_REL;
   int i = 1, failed = 0;
   for (; i < argc && argv[i][0] == '-' && strcmp(argv[i], "--gen") != 0; i++) {
-    if (!strcmp(argv[i], "-r") && i + 1 < argc) repeat = (unsigned)atoi(argv[++i]);
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(usage, stdout);
+      return 0;
+    } else if (!strcmp(argv[i], "-r") && i + 1 < argc) repeat = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "-p") && i + 1 < argc) presets = argv[++i];
     else if (!strcmp(argv[i], "-e") && i + 1 < argc) bounds = argv[++i];
     else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_bytes = strtoull(argv[++i], NULL, 10);

@@ -40,7 +40,7 @@ Test(service, handshake_and_small_methods) {
   uint64_t v = 0, pid = 0, max_inline = 0;
   cr_assert_eq(fzp_get_u64(&m.result, "version", &v), 1);
   cr_assert_eq(v, 1u);
-  cr_assert(str_is(&m.result, "server", "fzd 0.1.0"));
+  cr_assert(str_is(&m.result, "server", "fzd " FZ_VERSION_STRING));
   cr_assert(str_is(&m.result, "backend", "cpu"));
   cr_assert_eq(fzp_get_u64(&m.result, "pid", &pid), 1);
   cr_assert_eq((pid_t)pid, fzd_harness_pid(h));
