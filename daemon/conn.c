@@ -249,14 +249,18 @@ static void protocol_error(fzd_conn *c, uint32_t msgid, int code,
 
 /* ---- descriptors ---------------------------------------------------------- */
 
+/* Queues a descriptor, or -1 standing for one that was refused (closed on
+ * arrival, past max_fds_total): the message that names it is then answered
+ * EBUSY and the stream stays in step. */
 static bool fdq_push(fzd_conn *c, int fd) {
   if (c->fdq_count == FZD_MAX_FDS_QUEUED) {
-    close(fd);
+    if (fd >= 0)
+      close(fd);
     return false;
   }
   c->fdq[(c->fdq_head + c->fdq_count) % FZD_MAX_FDS_QUEUED] = fd;
   c->fdq_count++;
-  c->srv->fds_passed++;
+  c->srv->fds_passed += fd >= 0;
   return true;
 }
 
@@ -267,7 +271,7 @@ int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds) {
     fds[i] = c->fdq[c->fdq_head];
     c->fdq_head = (c->fdq_head + 1) % FZD_MAX_FDS_QUEUED;
     c->fdq_count--;
-    c->srv->fds_passed--;
+    c->srv->fds_passed -= fds[i] >= 0;
   }
   return 0;
 }
@@ -275,7 +279,8 @@ int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds) {
 static void fdq_close_all(fzd_conn *c) {
   int fd;
   while (c->fdq_count > 0 && fzd_conn_take_fds(c, 1, &fd) == 0)
-    close(fd);
+    if (fd >= 0)
+      close(fd);
 }
 
 /* ---- input ---------------------------------------------------------------- */
@@ -414,29 +419,30 @@ static void conn_read(fzd_conn *c) {
       if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
         continue;
       size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      /* Past the daemon-wide cap the descriptors are closed at once: the
-       * table must keep room for everyone else. */
-      if (c->srv->fds_passed + nfd > c->srv->fds_cap)
-        over_cap = true;
+      /* Past the daemon-wide cap the descriptors are closed at once (the
+       * table must keep room for everyone else) and queued as refused. */
+      over_cap = c->srv->fds_passed + nfd > c->srv->fds_cap;
       for (size_t i = 0; i < nfd; i++) {
         int fd;
         memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-        if (over_cap)
+        if (over_cap) {
           close(fd);
-        else if (!fdq_push(c, fd))
+          fd = -1;
+        }
+        if (!fdq_push(c, fd))
           overflow = true;
       }
-    }
-    if (over_cap) {
-      c->srv->stats.busy_rejections++;
-      protocol_error(c, 0, FZ_EBUSY,
-                     "fzd holds too many descriptors passed by clients (max_fds_total "
-                     "%llu); try again later",
-                     (unsigned long long)c->srv->fds_cap);
-      return;
+      if (over_cap)
+        fzd_log_limited(FZD_LOG_WARNING,
+                        "connection %llu (%s): %zu descriptors refused: fzd holds %llu "
+                        "passed by clients (max_fds_total %llu)",
+                        (unsigned long long)c->id, c->peer, nfd,
+                        (unsigned long long)c->srv->fds_passed,
+                        (unsigned long long)c->srv->fds_cap);
     }
     if (mh.msg_flags & MSG_CTRUNC) {
-      protocol_error(c, 0, FZ_EPROTO, "more than %d descriptors in one message",
+      protocol_error(c, 0, FZ_EPROTO, "descriptors lost: more than %d in one message, "
+                     "or fzd's descriptor table is full",
                      FZD_MAX_FDS_PER_MESSAGE);
       return;
     }

@@ -582,6 +582,14 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
     return;
   }
   job->nfds = (unsigned)nfds;
+  for (unsigned i = 0; i < job->nfds; i++)
+    if (job->fds[i] < 0) {
+      /* conn.c refused it on arrival: the daemon holds max_fds_total. */
+      srv->stats.busy_rejections++;
+      reject(&b, FZ_EBUSY, "fzd holds as many descriptors passed by clients as it may "
+             "(max_fds_total); this message's were closed; try again later");
+      goto refused;
+    }
   int err = kind == FZD_JOB_COMPRESS ? parse_compress(srv, c, p, job, &b)
                                      : parse_decompress(srv, c, p, job, &b);
   if (err == 0) {
