@@ -286,15 +286,21 @@ static void fdq_close_all(fzd_conn *c) {
 /* ---- input ---------------------------------------------------------------- */
 
 /* Whether the connection may not take more work now.  Over its reply
- * budget it waits until the client reads; with as many descriptors as it may
- * hold, less room than one message may bring, it waits for its jobs to give
- * some back. */
+ * budget it waits until the client reads. */
 static bool conn_paused(const fzd_conn *c) {
   const fzd_config *cfg = &c->srv->cfg;
   return c->closing || c->close_after_flush || c->srv->draining ||
          c->inflight >= cfg->max_inflight_per_connection ||
-         owed(c) >= cfg->max_reply_bytes_per_connection ||
-         c->fdq_count + c->job_fds + FZD_MAX_FDS_PER_MESSAGE > cfg->max_fds_per_connection;
+         owed(c) >= cfg->max_reply_bytes_per_connection;
+}
+
+/* Whether one more read could bring more descriptors than the connection may
+ * hold (one message brings up to FZD_MAX_FDS_PER_MESSAGE).  This stops the
+ * reading only: the messages already read still run, and take their
+ * descriptors from the queue. */
+static bool fds_full(const fzd_conn *c) {
+  return c->fdq_count + c->job_fds + FZD_MAX_FDS_PER_MESSAGE >
+         c->srv->cfg.max_fds_per_connection;
 }
 
 /* Parses and dispatches every whole message in the input buffer, as long as
@@ -384,7 +390,7 @@ static bool ensure_in_space(fzd_conn *c) {
 /* Reads what the socket has, queueing any descriptors that come with it. */
 static void conn_read(fzd_conn *c) {
   size_t budget = READ_BUDGET;
-  while (budget > 0 && !c->closing && !c->eof) {
+  while (budget > 0 && !c->closing && !c->eof && !fds_full(c)) {
     if (!ensure_in_space(c))
       break;
     size_t want = c->in_cap - c->in_len;
@@ -478,7 +484,7 @@ static void conn_update(fzd_conn *c) {
   /* A half-closed peer keeps signalling; from then on a vanished peer shows
    * when a reply cannot be sent. */
   int ev = c->eof || c->half_closed ? 0 : UV_DISCONNECT;
-  if (!conn_paused(c) && !c->eof)
+  if (!conn_paused(c) && !fds_full(c) && !c->eof)
     ev |= UV_READABLE;
   if (out_pending(c) > 0)
     ev |= UV_WRITABLE;
@@ -645,17 +651,16 @@ static void describe_peer(fzd_conn *c) {
 
 void fzd_refuse_fd(int fd, int code, const char *text) {
   /* Best effort: the refusal must not block the loop. */
-  char buf[512];
-  msgpack_sbuffer sb = {0, buf, sizeof buf};
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
   msgpack_packer pk;
   msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
   fzp_pack_error(&pk, 0, code, text);
-  if (sb.data == buf) {
+  if (sb.data != NULL) {
     ssize_t w = send(fd, sb.data, sb.size, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w;
-  } else {
-    msgpack_sbuffer_destroy(&sb); /* a text too long for buf: not sent */
   }
+  msgpack_sbuffer_destroy(&sb);
   close(fd);
 }
 

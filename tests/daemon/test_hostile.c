@@ -684,40 +684,93 @@ static unsigned log_count(fzd_harness *h, const char *needle) {
   return n;
 }
 
+/* An archive of n zero floats (small: zeros compress well). */
+static void *zeros_archive(size_t n, size_t *arc_len) {
+  float *x = calloc(n, sizeof(float));
+  cr_assert_not_null(x);
+  fz_params p;
+  fzt_params_1d(&p, FZ_F32, n, NULL);
+  p.eb = 1e-2;
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
+  size_t cap = fz_plan_compress_bound(pl);
+  void *arc = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, x, n * sizeof(float), arc, cap, arc_len), 0);
+  fz_plan_destroy(pl);
+  free(x);
+  return arc;
+}
+
+static void send_decompress(wire *w, uint32_t msgid, const void *arc, size_t arc_len) {
+  msgpack_packer *pk = wire_begin(w, msgid, "decompress", 1);
+  fzp_pack_key(pk, "data");
+  msgpack_pack_bin(pk, (uint32_t)arc_len);
+  msgpack_pack_bin_body(pk, arc, arc_len);
+  cr_assert_eq(wire_send(w, NULL, 0), 0);
+}
+
+/* Waits until no job is in flight (twice in a row). */
+static void settle(wire *good) {
+  sleep_ms(200);
+  for (int i = 0, quiet = 0; i < 3000 && quiet < 2; i++) {
+    quiet = stat_u64(good, "status", "inflight") == 0 ? quiet + 1 : 0;
+    sleep_ms(20);
+  }
+}
+
+/* Item 6, all connections: with max_reply_bytes_total at 20 MiB, one
+ * client that does not read holds it, and other clients' jobs get EBUSY
+ * (their pings still answer) until it reads. */
+HOSTILE_CASE(unread_replies_total_budget, "\"max_reply_bytes_total\": 20971520", {
+  enum { N = 2 << 20, JOBS = 16 };
+  size_t arc_len;
+  void *arc = zeros_archive(N, &arc_len);
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  for (uint32_t i = 0; i < JOBS; i++)
+    send_decompress(&bad, 100 + i, arc, arc_len);
+  settle(&good);
+  wire other;
+  wire_open(&other, h, false);
+  cr_assert_eq(wire_hello(&other, NULL), 0);
+  send_decompress(&other, 7, arc, arc_len);
+  expect_error(&other, 7, FZ_EBUSY);
+  cr_assert_eq(wire_call0(&other, 8, "ping", NULL), 0);
+  /* The hog reads: its accepted jobs' replies all come, the rest of its
+   * requests got EBUSY; then the others are served again. */
+  unsigned ok = 0, busy = 0;
+  for (uint32_t i = 0; i < JOBS; i++) {
+    fzp_message m;
+    cr_assert_eq(wire_recv(&bad, &m, 60000), 0, "reply %u of %d missing", i, JOBS);
+    ok += wire_code(&m) == 0;
+    busy += wire_code(&m) == FZ_EBUSY;
+    fzp_message_free(&m);
+  }
+  cr_assert_eq(ok + busy, (unsigned)JOBS);
+  cr_assert(ok >= 1 && busy >= 1, "%u served, %u busy", ok, busy);
+  send_decompress(&other, 9, arc, arc_len);
+  fzp_message m;
+  cr_assert_eq(wire_recv(&other, &m, 30000), 0);
+  cr_assert_eq(wire_code(&m), 0);
+  fzp_message_free(&m);
+  wire_close(&other);
+  wire_close(&bad);
+  free(arc);
+})
+
 /* Item 6: 64 decompress requests of an archive of 8 MiB of floats, whose
  * replies are never read.  fzd used to run them all and hold 512 MiB of
  * replies; now it stops reading the connection once 64 MiB are owed. */
 HOSTILE_CASE(unread_replies_are_bounded, NULL, {
   enum { N = 2 << 20, JOBS = 64 };
-  float *x = calloc(N, sizeof(float));
-  cr_assert_not_null(x);
-  fz_params p;
-  fzt_params_1d(&p, FZ_F32, N, NULL);
-  p.eb = 1e-2;
-  fz_plan *pl;
-  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
-  size_t cap = fz_plan_compress_bound(pl), arc_len;
-  void *arc = malloc(cap);
-  cr_assert_eq(fz_plan_compress(pl, x, N * sizeof(float), arc, cap, &arc_len), 0);
-  fz_plan_destroy(pl);
-  free(x);
+  size_t arc_len;
+  void *arc = zeros_archive(N, &arc_len);
   cr_assert_lt(arc_len, 1u << 20);
-
   wire_open(&bad, h, false);
   cr_assert_eq(wire_hello(&bad, NULL), 0);
-  for (uint32_t i = 0; i < JOBS; i++) {
-    msgpack_packer *pk = wire_begin(&bad, 100 + i, "decompress", 1);
-    fzp_pack_key(pk, "data");
-    msgpack_pack_bin(pk, (uint32_t)arc_len);
-    msgpack_pack_bin_body(pk, arc, arc_len);
-    cr_assert_eq(wire_send(&bad, NULL, 0), 0);
-  }
-  /* Let fzd do all it will do: no job in flight, twice in a row. */
-  sleep_ms(200);
-  for (int i = 0, quiet = 0; i < 3000 && quiet < 2; i++) {
-    quiet = stat_u64(&good, "status", "inflight") == 0 ? quiet + 1 : 0;
-    sleep_ms(20);
-  }
+  for (uint32_t i = 0; i < JOBS; i++)
+    send_decompress(&bad, 100 + i, arc, arc_len);
+  settle(&good);
   double rss = rss_mib(fzd_harness_pid(h));
   cr_log_info("fzd resident with %d unread 8 MiB replies asked for: %.0f MiB", JOBS, rss);
   cr_assert_lt(rss, 256.0, "fzd holds %.0f MiB of replies nobody reads", rss);
@@ -912,6 +965,51 @@ Test(hostile, parked_descriptors_are_capped) {
   close(memfd);
   stop_daemon(h);
 }
+
+/* The descriptor cap of a connection is backpressure, not a limit on what
+ * a client may queue: forty jobs of two descriptors each (80, past the
+ * default max_fds_per_connection of 64), sent before any reply is read, are
+ * all run and answered. */
+HOSTILE_CASE(pipelined_descriptor_jobs_all_answered, NULL, {
+  enum { JOBS = 40 };
+  float x[1024];
+  wire_field_f32(x, 1024, 9);
+  int fds[JOBS][2];
+  wire_open(&bad, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  for (int i = 0; i < JOBS; i++) {
+    fds[i][0] = memfd_create("in", MFD_CLOEXEC);
+    fds[i][1] = memfd_create("out", MFD_CLOEXEC);
+    cr_assert(fds[i][0] >= 0 && fds[i][1] >= 0);
+    cr_assert_eq(write(fds[i][0], x, sizeof x), (ssize_t)sizeof x);
+    msgpack_packer *pk = wire_begin(&bad, 200 + (uint32_t)i, "compress", 6);
+    fzp_pack_key(pk, "dtype");
+    fzp_pack_key(pk, "f32");
+    fzp_pack_key(pk, "shape");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_uint64(pk, 1024);
+    fzp_pack_key(pk, "eb");
+    msgpack_pack_double(pk, 1e-3);
+    fzp_pack_key(pk, "nfds");
+    msgpack_pack_uint64(pk, 2);
+    fzp_pack_key(pk, "in_fd");
+    msgpack_pack_uint64(pk, 0);
+    fzp_pack_key(pk, "out_fd");
+    msgpack_pack_uint64(pk, 1);
+    cr_assert_eq(wire_send(&bad, fds[i], 2), 0);
+  }
+  for (int i = 0; i < JOBS; i++) {
+    fzp_message m;
+    cr_assert_eq(wire_recv(&bad, &m, 30000), 0, "reply %d of %d missing", i, JOBS);
+    cr_assert_eq(wire_code(&m), 0, "%s", fz_err_name(wire_code(&m)));
+    fzp_message_free(&m);
+  }
+  for (int i = 0; i < JOBS; i++) {
+    close(fds[i][0]);
+    close(fds[i][1]);
+  }
+  wire_close(&bad);
+})
 
 /* The highest descriptor number pid has open. */
 static int max_fd(pid_t pid) {
