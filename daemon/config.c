@@ -102,7 +102,7 @@ static const setting settings[] = {
     {"max_reply_bytes_total", T_UINT, OFF(max_reply_bytes_total), 64 * KiB,
      UINT64_C(1) << 40, "134217728", true, NULL,
      "bytes of replies all connections may owe together; beyond it new jobs get EBUSY"},
-    {"max_fds_per_connection", T_UINT, OFF(max_fds_per_connection), 16, 65536, "64",
+    {"max_fds_per_connection", T_UINT, OFF(max_fds_per_connection), 32, 65536, "64",
      true, NULL,
      "descriptors a connection may have passed and not yet got back (waiting for their "
      "message or held by its jobs); near it the daemon stops reading it"},
