@@ -1050,6 +1050,7 @@ HOSTILE_CASE(descriptor_table_full, NULL, {
   pid_t pid = fzd_harness_pid(h);
   struct rlimit rl;
   cr_assert_eq(prlimit(pid, RLIMIT_NOFILE, NULL, &rl), 0);
+  cr_assert_eq(rl.rlim_cur, rl.rlim_max, "fzd raises its soft limit to the hard one");
   struct rlimit low = {(rlim_t)max_fd(pid) + 1 + 3, rl.rlim_max};
   cr_assert_eq(prlimit(pid, RLIMIT_NOFILE, &low, NULL), 0);
   enum { N = 12 };
