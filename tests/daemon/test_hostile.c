@@ -1249,6 +1249,17 @@ HOSTILE_CASE(unknown_params_refused, NULL, {
   expect_error(&bad, 21, FZ_EPARAMS);
   cr_assert_eq(wire_call0(&bad, 22, "ping", NULL), 0);
   wire_close(&bad);
+  /* In hello the connection ends, as for every failed handshake. */
+  wire_open(&bad, h, false);
+  pk = wire_begin(&bad, 1, "hello", 2);
+  fzp_pack_key(pk, "version");
+  msgpack_pack_int(pk, 1);
+  fzp_pack_key(pk, "tokn");
+  fzp_pack_key(pk, "s3cret");
+  cr_assert_eq(wire_send(&bad, NULL, 0), 0);
+  expect_error(&bad, 1, FZ_EPARAMS);
+  cr_assert(wire_closed_by_peer(&bad, 10000));
+  wire_close(&bad);
 })
 
 /* Item 20: an output in append mode is refused (pwrite would ignore the
