@@ -8,6 +8,7 @@
  */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -57,7 +58,7 @@ static const setting settings[] = {
      false, NULL,
      "Unix socket the daemon listens on (ignored when systemd passes a socket)"},
     {"socket_mode", T_MODE, OFF(socket_mode), 0, 0777, "\"0660\"", false, NULL,
-     "permissions of the Unix socket, an octal string"},
+     "permissions of the Unix socket, an octal string; world-writable modes are refused"},
     {"socket_group", T_STR, OFF(socket_group), 0, 64, "\"\"", false, NULL,
      "group that owns the Unix socket; empty keeps the daemon's group"},
     {"tcp_enabled", T_BOOL, OFF(tcp_enabled), 0, 1, "false", false, NULL,
@@ -84,7 +85,30 @@ static const setting settings[] = {
      1, 65536, "64", true, NULL,
      "accepted but unanswered jobs per connection; beyond it the daemon stops reading it"},
     {"max_connections", T_UINT, OFF(max_connections), 1, 1048576, "1024", true,
-     NULL, "open client connections; more are refused with EBUSY"},
+     NULL, "open connections on the Unix socket; more are refused with EBUSY "
+     "(TCP connections are counted apart)"},
+    {"max_tcp_connections", T_UINT, OFF(max_tcp_connections), 1, 1048576, "256", true,
+     NULL, "open TCP connections; more are refused with EBUSY"},
+    {"max_unauthenticated", T_UINT, OFF(max_unauthenticated), 1, 65536, "16", true,
+     NULL, "TCP connections that have not completed hello; more are refused with EBUSY"},
+    {"tcp_handshake_timeout_ms", T_UINT, OFF(tcp_handshake_timeout_ms), 100, 3600000,
+     "3000", true, NULL,
+     "a TCP connection that has not completed hello (with its token) this long after "
+     "connecting gets EHANDSHAKE and is closed"},
+    {"max_reply_bytes_per_connection", T_UINT, OFF(max_reply_bytes_per_connection),
+     64 * KiB, UINT64_C(1) << 40, "67108864", true, NULL,
+     "bytes of replies a connection may owe (unsent, or reserved for the inline results "
+     "of its jobs in flight); beyond it the daemon stops reading it until it reads"},
+    {"max_reply_bytes_total", T_UINT, OFF(max_reply_bytes_total), 64 * KiB,
+     UINT64_C(1) << 40, "134217728", true, NULL,
+     "bytes of replies all connections may owe together; beyond it new jobs get EBUSY"},
+    {"max_fds_per_connection", T_UINT, OFF(max_fds_per_connection), 32, 65536, "64",
+     true, NULL,
+     "descriptors a connection may have passed and not yet got back (waiting for their "
+     "message or held by its jobs); near it the daemon stops reading it"},
+    {"max_fds_total", T_UINT, OFF(max_fds_total), 0, UINT64_C(1) << 24, "0", true, NULL,
+     "descriptors passed by all connections that the daemon holds at once; beyond it a "
+     "message's descriptors get EBUSY; 0 means half the RLIMIT_NOFILE soft limit"},
     {"handshake_timeout_ms", T_UINT, OFF(handshake_timeout_ms), 0, 3600000, "10000",
      true, NULL,
      "a connection that has not completed hello this long after connecting gets "
@@ -244,6 +268,20 @@ void fzd_config_defaults(fzd_config *cfg) {
 
 static int cross_check(const fzd_config *cfg, const char *path, char *why,
                        size_t why_len) {
+  /* Numeric only: a name would need a resolver at start (and a choice among
+   * its addresses), and "localhost" may not mean the loopback. */
+  unsigned char addr[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, cfg->tcp_address, addr) != 1 &&
+      inet_pton(AF_INET6, cfg->tcp_address, addr) != 1)
+    return fail(why, why_len,
+                "%s: setting \"tcp_address\": bad value \"%s\": expected a numeric IPv4 or "
+                "IPv6 address such as \"127.0.0.1\" or \"::1\" (names are not resolved)",
+                path, cfg->tcp_address);
+  if (cfg->socket_mode & 0002)
+    return fail(why, why_len,
+                "%s: setting \"socket_mode\": bad value \"%04llo\": world-writable; any "
+                "local user could use fzd (use a group, e.g. \"0660\" with socket_group)",
+                path, (unsigned long long)cfg->socket_mode);
   if (cfg->max_inline_bytes + 4096 > cfg->max_message_bytes)
     return fail(why, why_len,
                 "%s: setting \"max_inline_bytes\": bad value %llu: must be at most "

@@ -30,7 +30,14 @@ typedef struct fzd_config {
   uint64_t workers; /* 0: one per online CPU */
   uint64_t queue_capacity;
   uint64_t max_inflight_per_connection;
-  uint64_t max_connections;
+  uint64_t max_connections; /* Unix socket */
+  uint64_t max_tcp_connections;
+  uint64_t max_unauthenticated; /* TCP before hello */
+  uint64_t tcp_handshake_timeout_ms;
+  uint64_t max_reply_bytes_per_connection;
+  uint64_t max_reply_bytes_total;
+  uint64_t max_fds_per_connection;
+  uint64_t max_fds_total; /* 0: half of RLIMIT_NOFILE */
   uint64_t handshake_timeout_ms; /* 0: no limit */
   uint64_t max_message_bytes;
   uint64_t max_inline_bytes;

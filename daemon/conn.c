@@ -14,6 +14,15 @@
  * handle, cancels its queued jobs and closes the socket in the handle's close
  * callback; the memory goes when the last running job has come back, so a
  * connection is never freed inside its own callback or under a worker.
+ *
+ * Budgets, so that one client cannot hurt the others: the bytes of replies
+ * a connection owes (unsent, plus reserved for the inline results of its
+ * jobs in flight) stop its reading at max_reply_bytes_per_connection, and
+ * new jobs get EBUSY once all connections owe max_reply_bytes_total; the
+ * descriptors it has passed stop its reading at max_fds_per_connection, and
+ * descriptors beyond max_fds_total get EBUSY; TCP connections have their own
+ * caps, apart from the Unix socket's, and a short hello deadline.  Nothing
+ * accepted is dropped: a job already in flight always gets its reply.
  */
 #include <errno.h>
 #include <poll.h>
@@ -31,6 +40,9 @@
 #include "server.h"
 
 #define READ_CHUNK (1u << 20)
+/* An input buffer larger than this is given back when it empties, so that
+ * idle connections do not keep the memory of their largest message. */
+#define IN_KEEP (256u << 10)
 #define READ_BUDGET (8u << 20) /* bytes per callback, so one client can't starve the rest */
 
 struct fzd_conn {
@@ -48,6 +60,9 @@ struct fzd_conn {
   char *in;
   size_t in_len, in_cap;
   uint64_t need; /* don't scan again before in_len reaches this */
+  fzp_scan_state scan; /* the scan of the message at the front of in */
+  uint64_t reply_reserved; /* sum of reply_reserve of the jobs in flight */
+  unsigned job_fds; /* descriptors owned by this connection's jobs in flight */
   char *out;
   size_t out_off, out_len, out_cap;
   bool out_oom;
@@ -68,6 +83,11 @@ static bool peer_gone(int fd) {
   struct pollfd p = {.fd = fd, .events = POLLOUT};
   return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR));
 }
+
+static size_t out_pending(const fzd_conn *c) { return c->out_len - c->out_off; }
+
+/* Replies owed: unsent bytes plus reservations of jobs in flight. */
+static uint64_t owed(const fzd_conn *c) { return out_pending(c) + c->reply_reserved; }
 
 static void conn_unref(fzd_conn *c) {
   if (--c->refs > 0)
@@ -94,12 +114,18 @@ fzd_ipc_cache *fzd_conn_ipc(fzd_conn *c) {
   return c->ipc;
 }
 bool fzd_conn_greeted(const fzd_conn *c) { return c->greeted; }
-void fzd_conn_set_greeted(fzd_conn *c) { c->greeted = true; }
+void fzd_conn_set_greeted(fzd_conn *c) {
+  if (!c->greeted && c->tcp)
+    c->srv->nconns_unauth--;
+  c->greeted = true;
+}
 
 /* ---- output ------------------------------------------------------------- */
 
 static int out_append(void *data, const char *buf, size_t len) {
   fzd_conn *c = data;
+  if (c->closing)
+    return 0; /* nobody will read it */
   if (c->out_oom)
     return -1;
   if (c->out_len + len > c->out_cap) {
@@ -116,12 +142,24 @@ static int out_append(void *data, const char *buf, size_t len) {
   }
   memcpy(c->out + c->out_len, buf, len);
   c->out_len += len;
+  c->srv->reply_bytes += len;
   return 0;
 }
 
 msgpack_packer *fzd_conn_packer(fzd_conn *c) { return &c->pk; }
 
-static size_t out_pending(const fzd_conn *c) { return c->out_len - c->out_off; }
+int fzd_conn_reply_room(fzd_conn *c, uint64_t bytes) {
+  const fzd_server *srv = c->srv;
+  if (srv->reply_bytes > 0 && srv->reply_bytes + bytes > srv->cfg.max_reply_bytes_total)
+    return FZ_EBUSY;
+  return 0;
+}
+
+/* Replies that will never be sent leave the budget. */
+static void out_discard(fzd_conn *c) {
+  c->srv->reply_bytes -= out_pending(c);
+  c->out_off = c->out_len = 0;
+}
 
 /* Closes once every reply is out.  Jobs accepted before the end of the
  * stream (or before a protocol error) are answered first: a client that shuts
@@ -156,6 +194,7 @@ static void conn_flush(fzd_conn *c) {
       return;
     }
     c->out_off += (size_t)n;
+    c->srv->reply_bytes -= (size_t)n;
   }
   if (out_pending(c) == 0) {
     c->out_off = c->out_len = 0;
@@ -203,20 +242,25 @@ static void protocol_error(fzd_conn *c, uint32_t msgid, int code,
   va_end(ap);
   fzp_pack_error(&c->pk, msgid, code, text);
   c->srv->stats.protocol_errors++;
-  fzd_info("connection %llu (%s): %s: %s; closing", (unsigned long long)c->id,
-           c->peer, fz_err_name(code), text);
+  fzd_log_limited(FZD_LOG_INFO, "connection %llu (%s): %s: %s; closing",
+                  (unsigned long long)c->id, c->peer, fz_err_name(code), text);
   fzd_conn_close_after_flush(c);
 }
 
 /* ---- descriptors ---------------------------------------------------------- */
 
+/* Queues a descriptor, or -1 standing for one that was refused (closed on
+ * arrival, past max_fds_total): the message that names it is then answered
+ * EBUSY and the stream stays in step. */
 static bool fdq_push(fzd_conn *c, int fd) {
   if (c->fdq_count == FZD_MAX_FDS_QUEUED) {
-    close(fd);
+    if (fd >= 0)
+      close(fd);
     return false;
   }
   c->fdq[(c->fdq_head + c->fdq_count) % FZD_MAX_FDS_QUEUED] = fd;
   c->fdq_count++;
+  c->srv->fds_passed += fd >= 0;
   return true;
 }
 
@@ -227,6 +271,7 @@ int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds) {
     fds[i] = c->fdq[c->fdq_head];
     c->fdq_head = (c->fdq_head + 1) % FZD_MAX_FDS_QUEUED;
     c->fdq_count--;
+    c->srv->fds_passed -= fds[i] >= 0;
   }
   return 0;
 }
@@ -234,16 +279,28 @@ int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds) {
 static void fdq_close_all(fzd_conn *c) {
   int fd;
   while (c->fdq_count > 0 && fzd_conn_take_fds(c, 1, &fd) == 0)
-    close(fd);
+    if (fd >= 0)
+      close(fd);
 }
 
 /* ---- input ---------------------------------------------------------------- */
 
+/* Whether the connection may not take more work now.  Over its reply
+ * budget it waits until the client reads. */
 static bool conn_paused(const fzd_conn *c) {
   const fzd_config *cfg = &c->srv->cfg;
   return c->closing || c->close_after_flush || c->srv->draining ||
          c->inflight >= cfg->max_inflight_per_connection ||
-         out_pending(c) > cfg->max_message_bytes;
+         owed(c) >= cfg->max_reply_bytes_per_connection;
+}
+
+/* Whether one more read could bring more descriptors than the connection may
+ * hold (one message brings up to FZD_MAX_FDS_PER_MESSAGE).  This stops the
+ * reading only: the messages already read still run, and take their
+ * descriptors from the queue. */
+static bool fds_full(const fzd_conn *c) {
+  return c->fdq_count + c->job_fds + FZD_MAX_FDS_PER_MESSAGE >
+         c->srv->cfg.max_fds_per_connection;
 }
 
 /* Parses and dispatches every whole message in the input buffer, as long as
@@ -258,16 +315,17 @@ static void conn_process(fzd_conn *c) {
     if (c->in_len - off < c->need)
       break;
     uint64_t need = 0;
-    int64_t r = fzp_scan_ex(c->in + off, c->in_len - off, &lim, &need);
+    int64_t r = fzp_scan_resume(&c->scan, c->in + off, c->in_len - off, &lim, &need);
     if (r < 0) {
       if (r == FZ_EMSGSIZE)
         protocol_error(c, 0, FZ_EMSGSIZE, "message larger than max_message_bytes (%llu)",
                        (unsigned long long)lim.max_message);
       else
         protocol_error(c, 0, FZ_EPROTO,
-                       "malformed msgpack (reserved byte, nesting deeper than %u or "
-                       "a container over %u elements)",
-                       lim.max_depth, lim.max_container);
+                       "malformed msgpack (reserved byte, nesting deeper than %u, "
+                       "a container over %u elements or more than %llu objects)",
+                       lim.max_depth, lim.max_container,
+                       (unsigned long long)lim.max_objects);
       break;
     }
     if (r == 0) {
@@ -279,6 +337,7 @@ static void conn_process(fzd_conn *c) {
     int err = fzp_parse(c->in + off, (size_t)r, &msg, why, sizeof(why));
     off += (size_t)r;
     c->need = 0;
+    fzp_scan_reset(&c->scan);
     if (err < 0) {
       protocol_error(c, msg.msgid, FZ_EPROTO, "%s", why);
       break;
@@ -295,6 +354,11 @@ static void conn_process(fzd_conn *c) {
   if (off > 0) {
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
+  }
+  if (c->in_len == 0 && c->in_cap > IN_KEEP) {
+    free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
   }
   /* At end of stream whatever is left can never become a message. */
   if (c->eof && !c->closing && !c->close_after_flush && !conn_paused(c)) {
@@ -326,15 +390,17 @@ static bool ensure_in_space(fzd_conn *c) {
 /* Reads what the socket has, queueing any descriptors that come with it. */
 static void conn_read(fzd_conn *c) {
   size_t budget = READ_BUDGET;
-  while (budget > 0 && !c->closing && !c->eof) {
+  while (budget > 0 && !c->closing && !c->eof && !fds_full(c)) {
     if (!ensure_in_space(c))
       break;
     size_t want = c->in_cap - c->in_len;
     if (want > READ_CHUNK)
       want = READ_CHUNK;
+    /* Room for one message's descriptors: the kernel hands over those of
+     * one sendmsg() per recvmsg(), and closes any beyond this (MSG_CTRUNC). */
     union {
       struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int) * FZD_MAX_FDS_QUEUED)];
+      char buf[CMSG_SPACE(sizeof(int) * FZD_MAX_FDS_PER_MESSAGE)];
     } ctl;
     struct iovec iov = {c->in + c->in_len, want};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -353,20 +419,40 @@ static void conn_read(fzd_conn *c) {
       conn_close(c);
       return;
     }
-    bool overflow = false;
+    bool overflow = false, over_cap = false;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm != NULL;
          cm = CMSG_NXTHDR(&mh, cm)) {
       if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
         continue;
       size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      /* Past the daemon-wide cap the descriptors are closed at once (the
+       * table must keep room for everyone else) and queued as refused. */
+      over_cap = c->srv->fds_passed + nfd > c->srv->fds_cap;
       for (size_t i = 0; i < nfd; i++) {
         int fd;
         memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        if (over_cap) {
+          close(fd);
+          fd = -1;
+        }
         if (!fdq_push(c, fd))
           overflow = true;
       }
+      if (over_cap)
+        fzd_log_limited(FZD_LOG_WARNING,
+                        "connection %llu (%s): %zu descriptors refused: fzd holds %llu "
+                        "passed by clients (max_fds_total %llu)",
+                        (unsigned long long)c->id, c->peer, nfd,
+                        (unsigned long long)c->srv->fds_passed,
+                        (unsigned long long)c->srv->fds_cap);
     }
-    if (overflow || (mh.msg_flags & MSG_CTRUNC)) {
+    if (mh.msg_flags & MSG_CTRUNC) {
+      protocol_error(c, 0, FZ_EPROTO, "descriptors lost: more than %d in one message, "
+                     "or fzd's descriptor table is full",
+                     FZD_MAX_FDS_PER_MESSAGE);
+      return;
+    }
+    if (overflow) {
       protocol_error(c, 0, FZ_EPROTO, "more than %d descriptors waiting",
                      FZD_MAX_FDS_QUEUED);
       return;
@@ -398,7 +484,7 @@ static void conn_update(fzd_conn *c) {
   /* A half-closed peer keeps signalling; from then on a vanished peer shows
    * when a reply cannot be sent. */
   int ev = c->eof || c->half_closed ? 0 : UV_DISCONNECT;
-  if (!conn_paused(c) && !c->eof)
+  if (!conn_paused(c) && !fds_full(c) && !c->eof)
     ev |= UV_READABLE;
   if (out_pending(c) > 0)
     ev |= UV_WRITABLE;
@@ -452,6 +538,13 @@ static void on_closed(uv_handle_t *h) {
   fzd_server *srv = c->srv;
   close(c->fd);
   fdq_close_all(c);
+  if (c->tcp) {
+    srv->nconns_tcp--;
+    if (!c->greeted)
+      srv->nconns_unauth--;
+  } else {
+    srv->nconns_unix--;
+  }
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -469,6 +562,7 @@ static void conn_close(fzd_conn *c) {
   if (c->closing)
     return;
   c->closing = true;
+  out_discard(c);
   uv_poll_stop(&c->poll);
   if (c->inflight > 0)
     fzd_pool_cancel(c->srv->pool, c);
@@ -480,6 +574,21 @@ void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job) {
   c->refs++;
   c->inflight++;
   c->srv->inflight++;
+  c->reply_reserved += job->reply_reserve;
+  c->srv->reply_bytes += job->reply_reserve;
+  c->job_fds += job->nfds;
+  c->srv->fds_passed += job->nfds;
+}
+
+static const char *job_method(const fzd_job *job) {
+  return job->kind == FZD_JOB_COMPRESS ? "compress" : "decompress";
+}
+
+void fzd_conn_log_job_error(fzd_conn *c, const char *method, uint32_t msgid,
+                            int code, const char *text) {
+  fzd_log_limited(FZD_LOG_WARNING, "connection %llu (%s): %s msgid %u failed: %s: %s",
+                  (unsigned long long)c->id, c->peer, method, msgid,
+                  fz_err_name(code), text);
 }
 
 void fzd_conn_job_done(fzd_job *job, void *arg) {
@@ -487,10 +596,17 @@ void fzd_conn_job_done(fzd_job *job, void *arg) {
   fzd_conn *c = job->conn;
   c->inflight--;
   srv->inflight--;
+  c->reply_reserved -= job->reply_reserve;
+  srv->reply_bytes -= job->reply_reserve;
+  c->job_fds -= job->nfds;
+  srv->fds_passed -= job->nfds;
   if (job->err == FZ_ECANCELED)
     srv->stats.jobs_canceled++;
   else
     fzd_stats_job(&srv->stats, job);
+  if (job->err < 0 && job->err != FZ_ECANCELED)
+    fzd_conn_log_job_error(c, job_method(job), job->msgid, job->err,
+                           job->why[0] ? job->why : fz_strerror(job->err));
   if (!c->closing) {
     fzd_job_reply(c, job);
     conn_process(c);
@@ -533,21 +649,49 @@ static void describe_peer(fzd_conn *c) {
   setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
-  if (srv->nconns >= srv->cfg.max_connections) {
-    /* Best effort: the refusal must not block the loop. */
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    fzp_pack_error(&pk, 0, FZ_EBUSY, "too many connections (max_connections)");
+void fzd_refuse_fd(int fd, int code, const char *text) {
+  /* Best effort: the refusal must not block the loop. */
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  fzp_pack_error(&pk, 0, code, text);
+  if (sb.data != NULL) {
     ssize_t w = send(fd, sb.data, sb.size, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w;
-    msgpack_sbuffer_destroy(&sb);
-    close(fd);
+  }
+  msgpack_sbuffer_destroy(&sb);
+  close(fd);
+}
+
+/* Why a new connection of this kind cannot be taken, or NULL.  The Unix
+ * socket and TCP are counted apart, so that TCP clients (who may not even
+ * hold the token) can never take the Unix socket's room. */
+static const char *refusal(const fzd_server *srv, bool tcp, uint64_t *cap) {
+  const fzd_config *cfg = &srv->cfg;
+  if (!tcp) {
+    *cap = cfg->max_connections;
+    return srv->nconns_unix >= cfg->max_connections ? "max_connections" : NULL;
+  }
+  if (srv->nconns_unauth >= cfg->max_unauthenticated) {
+    *cap = cfg->max_unauthenticated;
+    return "max_unauthenticated";
+  }
+  *cap = cfg->max_tcp_connections;
+  return srv->nconns_tcp >= cfg->max_tcp_connections ? "max_tcp_connections" : NULL;
+}
+
+void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
+  uint64_t cap = 0;
+  const char *full = refusal(srv, tcp, &cap);
+  if (full != NULL) {
+    char text[160];
+    snprintf(text, sizeof text, "too many connections (%s %llu); try again later", full,
+             (unsigned long long)cap);
+    fzd_refuse_fd(fd, FZ_EBUSY, text);
     srv->stats.busy_rejections++;
-    fzd_warn("refused a connection: max_connections (%llu) reached",
-             (unsigned long long)srv->cfg.max_connections);
+    fzd_log_limited(FZD_LOG_WARNING, "refused a %s connection: %s (%llu) reached",
+                    tcp ? "TCP" : "Unix", full, (unsigned long long)cap);
     return;
   }
   fzd_conn *c = calloc(1, sizeof(*c));
@@ -565,6 +709,7 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
   c->refs = 1;
   c->events = -1;
   c->poll.data = c;
+  fzp_scan_reset(&c->scan);
   msgpack_packer_init(&c->pk, c, out_append);
   describe_peer(c);
   c->next = srv->conns;
@@ -572,6 +717,12 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
     srv->conns->prev = c;
   srv->conns = c;
   srv->nconns++;
+  if (tcp) {
+    srv->nconns_tcp++;
+    srv->nconns_unauth++;
+  } else {
+    srv->nconns_unix++;
+  }
   srv->stats.connections_total++;
   fzd_info("connection %llu from %s", (unsigned long long)c->id, c->peer);
   if (srv->sweep_on && !uv_is_active((uv_handle_t *)&srv->sweep))
@@ -589,23 +740,26 @@ void fzd_conns_drain(fzd_server *srv) {
 }
 
 /* Four times a second while some connection has not said hello: those past
- * handshake_timeout_ms (read each time, so a reload applies) get EHANDSHAKE
- * and are closed.  With every connection greeted the timer stops, so an idle
- * daemon does not wake up. */
+ * handshake_timeout_ms, or tcp_handshake_timeout_ms for TCP (read each time,
+ * so a reload applies), get EHANDSHAKE and are closed.  With every
+ * connection greeted the timer stops, so an idle daemon does not wake up. */
 static void on_sweep(uv_timer_t *t) {
   fzd_server *srv = t->data;
-  uint64_t limit = srv->cfg.handshake_timeout_ms, now = uv_now(srv->loop);
+  uint64_t now = uv_now(srv->loop);
   bool waiting = false;
   fzd_conn *next;
   for (fzd_conn *c = srv->conns; c != NULL; c = next) {
     next = c->next;
     if (c->greeted || c->closing || c->close_after_flush)
       continue;
+    uint64_t limit = c->tcp ? srv->cfg.tcp_handshake_timeout_ms
+                            : srv->cfg.handshake_timeout_ms;
     if (limit == 0 || now - c->born_ms < limit) {
       waiting = true;
       continue;
     }
-    protocol_error(c, 0, FZ_EHANDSHAKE, "no hello within handshake_timeout_ms (%llu ms)",
+    protocol_error(c, 0, FZ_EHANDSHAKE, "no hello within %s (%llu ms)",
+                   c->tcp ? "tcp_handshake_timeout_ms" : "handshake_timeout_ms",
                    (unsigned long long)limit);
     conn_flush(c);
   }

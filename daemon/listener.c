@@ -4,6 +4,13 @@
  * LISTEN_FDS/LISTEN_PID) and the optional TCP socket.  Accepting is done with
  * accept4() from a uv_poll_t, since connections are driven by poll handles
  * too (conn.c says why).
+ *
+ * With the descriptor table full, accept() fails with EMFILE and the
+ * connection stays in the backlog, so a level-triggered poll would wake the
+ * loop forever and the client would wait with no answer.  The daemon keeps
+ * one descriptor in reserve for that moment: it closes it, accepts, answers
+ * EBUSY, closes, and takes the reserve again.  When even that fails the
+ * listener pauses for a moment instead of spinning.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +29,50 @@
 #include "server.h"
 
 #define LISTEN_FDS_START 3
+#define PAUSE_MS 200
+
+void fzd_reserve_fd_refill(fzd_server *srv) {
+  if (srv->reserve_fd < 0)
+    srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void on_accept(uv_poll_t *h, int status, int events);
+
+static void on_pause_over(uv_timer_t *t) {
+  fzd_listener *l = t->data;
+  fzd_server *srv = t->loop->data;
+  fzd_reserve_fd_refill(srv);
+  if (l->active)
+    uv_poll_start(&l->poll, UV_READABLE, on_accept);
+}
+
+/* The table is full: refuse one waiting connection with the reserve
+ * descriptor's slot.  False when there is no reserve either, and the
+ * listener is paused. */
+static bool refuse_with_reserve(fzd_server *srv, fzd_listener *l) {
+  if (srv->reserve_fd >= 0) {
+    close(srv->reserve_fd);
+    srv->reserve_fd = -1;
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      fzd_refuse_fd(fd, FZ_EBUSY,
+                    "fzd has no descriptor left for a connection; try again later");
+      srv->stats.busy_rejections++;
+    }
+    fzd_reserve_fd_refill(srv);
+    fzd_log_limited(FZD_LOG_WARNING,
+                    "accept: %s; refused a connection with EBUSY (descriptor limit)",
+                    strerror(EMFILE));
+    if (fd >= 0 && srv->reserve_fd >= 0)
+      return true;
+  }
+  fzd_log_limited(FZD_LOG_WARNING,
+                  "accept: no descriptor left, not even the reserve; pausing the "
+                  "listener for %d ms", PAUSE_MS);
+  uv_poll_stop(&l->poll);
+  uv_timer_start(&l->pause, on_pause_over, PAUSE_MS, 0);
+  return false;
+}
 
 static void on_accept(uv_poll_t *h, int status, int events) {
   fzd_listener *l = h->data;
@@ -37,8 +88,13 @@ static void on_accept(uv_poll_t *h, int status, int events) {
     if (fd < 0) {
       if (errno == EINTR)
         continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        if (refuse_with_reserve(srv, l))
+          continue;
+        return;
+      }
       if (errno != EAGAIN && errno != EWOULDBLOCK)
-        fzd_warn("accept: %s", strerror(errno));
+        fzd_log_limited(FZD_LOG_WARNING, "accept: %s", strerror(errno));
       return;
     }
     fzd_conn_accept(srv, fd, l->tcp);
@@ -52,6 +108,8 @@ static int start_listener(fzd_server *srv, fzd_listener *l, int fd, bool tcp) {
   if (err < 0)
     return err;
   l->poll.data = l;
+  uv_timer_init(srv->loop, &l->pause);
+  l->pause.data = l;
   l->active = true;
   return uv_poll_start(&l->poll, UV_READABLE, on_accept);
 }
@@ -233,6 +291,7 @@ void fzd_listeners_close(fzd_server *srv) {
       continue;
     ls[i]->active = false;
     uv_poll_stop(&ls[i]->poll);
+    uv_close((uv_handle_t *)&ls[i]->pause, NULL);
     uv_close((uv_handle_t *)&ls[i]->poll, on_listener_closed);
   }
   if (srv->unlink_socket) {

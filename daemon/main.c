@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -77,6 +78,37 @@ static int load_config(fzd_config *cfg, char *why, size_t why_len) {
   return apply_overrides(cfg, why, why_len);
 }
 
+/* ---- descriptors ----------------------------------------------------------- */
+
+/* The soft descriptor limit goes up to the hard one: the daemon's use grows
+ * with its clients, and systemd's default soft limit (1024) is kept low only
+ * for programs that still use select(). */
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+    return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+    fzd_warn("cannot raise the descriptor limit from %llu to %llu: %s",
+             (unsigned long long)was, (unsigned long long)rl.rlim_max, strerror(errno));
+  else
+    fzd_debug("descriptor limit raised from %llu to %llu", (unsigned long long)was,
+              (unsigned long long)rl.rlim_max);
+}
+
+void fzd_server_fd_cap(fzd_server *srv) {
+  uint64_t cap = srv->cfg.max_fds_total;
+  if (cap == 0) {
+    struct rlimit rl;
+    uint64_t soft = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                        ? (uint64_t)rl.rlim_cur
+                        : 1024;
+    cap = soft / 2;
+  }
+  srv->fds_cap = cap;
+}
+
 /* ---- readiness, watchdog ---------------------------------------------------- */
 
 static void notify_ready(void) {
@@ -86,9 +118,7 @@ static void notify_ready(void) {
            server.cfg.socket_path, server.tcp_l.active ? " tcp:" : "",
            server.tcp_l.active ? server.tcp_bound : "", server.backend_name,
            server.workers, (int)getpid());
-  int err = fzd_notify(msg);
-  if (err < 0)
-    fzd_warn("notify READY=1: %s", strerror(-err));
+  fzd_notify(msg); /* a failure is logged there */
 }
 
 static void on_watchdog(uv_timer_t *t) {
@@ -163,6 +193,7 @@ static void reload(fzd_server *srv) {
   } else {
     unsigned n = fzd_config_apply_reload(&srv->cfg, &next);
     fzd_log_set_level((enum fzd_log_level)srv->cfg.log_level);
+    fzd_server_fd_cap(srv);
     fzd_info("configuration reloaded (%u settings changed)", n);
   }
   notify_ready();
@@ -218,6 +249,9 @@ static int choose_backend(fzd_server *srv) {
 }
 
 static int start(fzd_server *srv) {
+  raise_nofile();
+  fzd_server_fd_cap(srv);
+  fzd_reserve_fd_refill(srv);
   int err = choose_backend(srv);
   if (err < 0)
     return err;
@@ -328,13 +362,18 @@ int main(int argc, char **argv) {
   }
   loop.data = &server;
   server.loop = &loop;
+  server.reserve_fd = -1;
   server.start_usec = fzd_notify_monotonic_usec();
   if (start(&server) < 0) {
     fzd_listeners_close(&server);
+    if (server.reserve_fd >= 0)
+      close(server.reserve_fd);
     fzd_gpu_close(server.gpu);
     return 1;
   }
   uv_run(&loop, UV_RUN_DEFAULT);
+  if (server.reserve_fd >= 0)
+    close(server.reserve_fd);
   fzd_gpu_close(server.gpu); /* the workers and connections are gone */
   int rc = uv_loop_close(&loop);
   if (rc < 0) {

@@ -8,7 +8,9 @@
  * sizes, and the transport rules.  A bad request gets an error reply and the
  * connection stays usable; only a failed handshake closes it.  Conventions
  * for codes: a missing or mistyped param is EPARAMS; a well-typed but invalid
- * value uses the engine's own code where one exists (EDTYPE, ESHAPE).
+ * value uses the engine's own code where one exists (EDTYPE, ESHAPE).  A key
+ * a method does not know is EPARAMS too, naming the key: a misspelt
+ * optional param would otherwise run with its default without a word.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +37,54 @@ static bool copy_str(char *dst, size_t cap, const char *s, uint32_t len) {
   return true;
 }
 
+/* The keys each method takes; NULL-terminated. */
+static const char *const hello_keys[] = {"version", "client", "token", NULL};
+static const char *const no_keys[] = {NULL};
+#define BUFFER_KEYS                                                            \
+  "data", "in_fd", "in_offset", "in_length", "in_ipc", "out_fd", "out_offset", \
+      "out_length", "out_ipc", "device", "nfds"
+static const char *const compress_keys[] = {"dtype",  "shape",      "eb",       "mode",
+                                            "pipeline", "verify", "fill_value", BUFFER_KEYS,
+                                            NULL};
+static const char *const decompress_keys[] = {BUFFER_KEYS, NULL};
+
+/* 0 when every key of the params map is one of keys; else EPARAMS with the
+ * first unknown key quoted in text. */
+static int unknown_key(const msgpack_object *p, const char *const *keys, char *text,
+                       size_t cap) {
+  if (p->type != MSGPACK_OBJECT_MAP)
+    return 0;
+  for (uint32_t i = 0; i < p->via.map.size; i++) {
+    const msgpack_object *k = &p->via.map.ptr[i].key;
+    bool known = false;
+    if (k->type == MSGPACK_OBJECT_STR)
+      for (const char *const *w = keys; *w != NULL && !known; w++)
+        known = strlen(*w) == k->via.str.size &&
+                memcmp(*w, k->via.str.ptr, k->via.str.size) == 0;
+    if (known)
+      continue;
+    if (k->type != MSGPACK_OBJECT_STR) {
+      snprintf(text, cap, "params keys must be strings");
+      return FZ_EPARAMS;
+    }
+    char name[48];
+    uint32_t n = k->via.str.size < sizeof(name) - 1 ? k->via.str.size
+                                                     : (uint32_t)sizeof(name) - 1;
+    for (uint32_t j = 0; j < n; j++) {
+      char ch = k->via.str.ptr[j];
+      name[j] = ch >= 0x20 && ch < 0x7f ? ch : '?';
+    }
+    name[n] = '\0';
+    int len = snprintf(text, cap, "unknown param \"%s\"; this method takes", name);
+    for (const char *const *w = keys; *w != NULL && len > 0 && (size_t)len < cap; w++)
+      len += snprintf(text + len, cap - (size_t)len, "%s\"%s\"", w == keys ? " " : ", ", *w);
+    if (keys[0] == NULL)
+      snprintf(text + len, cap - (size_t)len, " none");
+    return FZ_EPARAMS;
+  }
+  return 0;
+}
+
 /* ---- handshake ------------------------------------------------------------ */
 
 /* Compares without an early exit so the time does not leak the token. */
@@ -48,6 +98,12 @@ static bool token_equal(const char *want, const char *got, uint32_t got_len) {
 
 static void m_hello(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   const msgpack_object *p = &msg->params;
+  char text[512];
+  if (unknown_key(p, hello_keys, text, sizeof text) < 0) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "hello: %s", text);
+    fzd_conn_close_after_flush(c);
+    return;
+  }
   int64_t version = 0;
   int r = fzp_get_i64(p, "version", &version);
   if (r <= 0) {
@@ -76,7 +132,8 @@ static void m_hello(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
         !token_equal(srv->cfg.tcp_token, tok, tok_len)) {
       fzd_conn_reply_error(c, msg->msgid, FZ_EAUTH,
                            tok ? "wrong token" : "this server needs a \"token\" in hello");
-      fzd_warn("TCP client refused: %s token", tok ? "wrong" : "no");
+      fzd_log_limited(FZD_LOG_WARNING, "TCP client refused: %s token",
+                      tok ? "wrong" : "no");
       fzd_conn_close_after_flush(c);
       return;
     }
@@ -99,8 +156,20 @@ static void m_hello(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 
 /* ---- small methods -------------------------------------------------------- */
 
+/* The methods without params: false (and the error is sent) when some
+ * were given. */
+static bool no_params(fzd_conn *c, const fzp_message *msg) {
+  char text[512];
+  if (unknown_key(&msg->params, no_keys, text, sizeof text) == 0)
+    return true;
+  fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "%s", text);
+  return false;
+}
+
 static void m_ping(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   (void)srv;
+  if (!no_params(c, msg))
+    return;
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   msgpack_packer *pk = fzd_conn_packer(c);
@@ -111,6 +180,8 @@ static void m_ping(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 
 static void m_presets(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   (void)srv;
+  if (!no_params(c, msg))
+    return;
   size_t n = 0;
   const fz_preset *ps = fz_presets(&n);
   msgpack_packer *pk = fzd_conn_packer(c);
@@ -129,10 +200,14 @@ static void m_presets(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 }
 
 static void m_status(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  if (!no_params(c, msg))
+    return;
   fzd_status_pack(srv, fzd_conn_packer(c), msg->msgid);
 }
 
 static void m_stats(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  if (!no_params(c, msg))
+    return;
   fzd_stats_pack(&srv->stats, fzd_conn_packer(c), msg->msgid);
 }
 
@@ -340,6 +415,13 @@ static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
   struct stat st;
   if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
     return reject(b, FZ_EPARAMS, "out_fd must be a regular file or a memfd");
+  /* pwrite() on an O_APPEND descriptor ignores the offset and appends (Linux
+   * documents this as a bug it keeps): the result would land after the old
+   * contents, and the truncation would then cut it off. */
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || (fl & O_APPEND))
+    return reject(b, FZ_EPARAMS, "out_fd is open with O_APPEND, where writes ignore "
+                  "out_offset; open it without O_APPEND (O_WRONLY or O_RDWR)");
   /* A memfd sealed against shrinking or growing is a shared buffer of fixed
    * size, not a file whose old tail should go. */
   int seals = fcntl(fd, F_GET_SEALS);
@@ -424,11 +506,43 @@ static int parse_decompress(fzd_server *srv, fzd_conn *c, const msgpack_object *
   return parse_output(srv, c, p, job, b);
 }
 
+/* The bytes a job's reply may take in the connection's output: the inline
+ * result (compress: at most about the input; decompress: the size the
+ * archive's header declares, or max_inline_bytes when the header is in a
+ * descriptor), capped at max_inline_bytes, plus the reply's own fields. */
+static uint64_t reply_estimate(const fzd_server *srv, const fzd_job *job) {
+  const uint64_t fields = 1024;
+  if (job->out_fd >= 0 || job->out_ipc)
+    return fields;
+  uint64_t est = srv->cfg.max_inline_bytes;
+  const void *arc = job->in_data ? job->in_data : job->in_ptr;
+  fz_archive_info info;
+  if (job->kind == FZD_JOB_COMPRESS)
+    est = job->in_len + job->in_len / 8 + 4096;
+  else if (arc != NULL && fz_archive_inspect(arc, job->in_len, &info) == 0)
+    est = info.raw_bytes;
+  if (est > srv->cfg.max_inline_bytes)
+    est = srv->cfg.max_inline_bytes;
+  return est + fields;
+}
+
 static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
                        enum fzd_job_kind kind) {
   const msgpack_object *p = &msg->params;
+  const char *method = kind == FZD_JOB_COMPRESS ? "compress" : "decompress";
   uint64_t nfds = 0;
   bad b = {0, ""};
+  if (unknown_key(p, kind == FZD_JOB_COMPRESS ? compress_keys : decompress_keys, b.text,
+                  sizeof b.text) < 0) {
+    /* Descriptors may have come with it: they cannot be told from the next
+     * message's, so the connection ends, as for a bad nfds. */
+    bool fds = fzp_get_u64(p, "nfds", &nfds) != 0 && nfds != 0;
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "%s", b.text);
+    fzd_conn_log_job_error(c, method, msg->msgid, FZ_EPARAMS, b.text);
+    if (fds)
+      fzd_conn_close_after_flush(c);
+    return;
+  }
   if (fzp_get_u64(p, "nfds", &nfds) < 0) {
     /* Descriptors that came with it cannot be told from the next message's. */
     fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "\"nfds\" must be an unsigned integer");
@@ -468,9 +582,25 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
     return;
   }
   job->nfds = (unsigned)nfds;
+  for (unsigned i = 0; i < job->nfds; i++)
+    if (job->fds[i] < 0) {
+      /* conn.c refused it on arrival: the daemon holds max_fds_total. */
+      srv->stats.busy_rejections++;
+      reject(&b, FZ_EBUSY, "fzd holds as many descriptors passed by clients as it may "
+             "(max_fds_total); this message's were closed; try again later");
+      goto refused;
+    }
   int err = kind == FZD_JOB_COMPRESS ? parse_compress(srv, c, p, job, &b)
                                      : parse_decompress(srv, c, p, job, &b);
   if (err == 0) {
+    job->reply_reserve = reply_estimate(srv, job);
+    if (fzd_conn_reply_room(c, job->reply_reserve) < 0) {
+      srv->stats.busy_rejections++;
+      reject(&b, FZ_EBUSY, "replies not yet read by their clients fill "
+             "max_reply_bytes_total (%llu bytes); try again later",
+             (unsigned long long)srv->cfg.max_reply_bytes_total);
+      goto refused;
+    }
     /* The worker never dereferences job->conn, and the reply can only be
      * handled by this thread, so the accounting may follow the submit. */
     job->conn = c;
@@ -483,7 +613,9 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
     reject(&b, FZ_EBUSY, "the job queue is full (%llu waiting); try again later",
            (unsigned long long)srv->cfg.queue_capacity);
   }
+refused:
   fzd_conn_reply_error(c, msg->msgid, b.code, "%s", b.text);
+  fzd_conn_log_job_error(c, method, msg->msgid, b.code, b.text);
   fzd_job_free(job);
 }
 

@@ -4,11 +4,19 @@
  * stands for the leading NUL byte).  The socket is opened per message: the
  * daemon notifies a handful of times in its life, so there is nothing to
  * save by keeping it.
+ *
+ * The send never blocks: the loop thread calls it, and a service manager
+ * (or anything else at that path) that stops reading would otherwise hang
+ * the daemon once the socket's queue is full.  A message that cannot go at
+ * once is dropped with a rate-limited line in the log.
  */
 #include "notify.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -31,13 +39,19 @@ int fzd_notify(const char *state) {
     sa.sun_path[0] = '\0';
   socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n +
                                 (path[0] == '@' ? 0 : 1));
-  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0)
     return -errno;
-  ssize_t w = sendto(fd, state, strlen(state), MSG_NOSIGNAL,
+  ssize_t w = sendto(fd, state, strlen(state), MSG_NOSIGNAL | MSG_DONTWAIT,
                      (struct sockaddr *)&sa, salen);
   int err = w < 0 ? -errno : 0;
   close(fd);
+  if (err < 0) {
+    size_t n0 = strcspn(state, "\n");
+    fzd_log_limited(FZD_LOG_WARNING, "notify %.*s: %s%s", (int)(n0 > 40 ? 40 : n0), state,
+                    strerror(-err),
+                    err == -EAGAIN ? " (nothing reads NOTIFY_SOCKET; message dropped)" : "");
+  }
   return err;
 }
 

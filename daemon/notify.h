@@ -7,9 +7,10 @@
 
 #include <stdint.h>
 
-/* Sends state (e.g. "READY=1\nSTATUS=serving").  0 when sent or when there is
- * no NOTIFY_SOCKET (not run by a service manager), a negative errno on
- * failure. */
+/* Sends state (e.g. "READY=1\nSTATUS=serving") without ever blocking.  0
+ * when sent or when there is no NOTIFY_SOCKET (not run by a service
+ * manager), a negative errno on failure (-EAGAIN when the socket's queue is
+ * full: the message is dropped), which is also logged, rate-limited. */
 int fzd_notify(const char *state);
 
 /* The watchdog interval in microseconds that systemd asked for through

@@ -63,6 +63,10 @@ typedef struct fzd_job {
   unsigned char out_handle[FZD_IPC_HANDLE_BYTES];
   uint64_t out_cap;
   fzd_ipc_cache *ipc;
+  /* Bytes of reply this job may leave in its connection's output, counted
+   * against the reply budgets from acceptance until the reply is packed
+   * (conn.c).  Set by the loop before submitting. */
+  uint64_t reply_reserve;
 
   /* Result, filled by the worker. */
   int err;
@@ -130,6 +134,7 @@ void fzd_pack_identity(const fzd_server *srv, msgpack_packer *pk);
 
 typedef struct fzd_listener {
   uv_poll_t poll;
+  uv_timer_t pause; /* restarts accepting after the table was full */
   int fd;
   bool tcp;
   bool active;
@@ -143,6 +148,21 @@ struct fzd_server {
   const char *override_backend;
   const char *override_gpu;
   fzd_listener unix_l, tcp_l;
+  /* A descriptor held open so that, with the table full, a connection can
+   * still be accepted, answered EBUSY and closed (listener.c); -1 when it
+   * is spent. */
+  int reserve_fd;
+  /* Descriptors passed by clients that fzd holds (waiting for their message
+   * or owned by a job), and the cap in force: max_fds_total, or half the
+   * RLIMIT_NOFILE soft limit when that setting is 0 (fzd_server_fd_cap). */
+  uint64_t fds_passed;
+  uint64_t fds_cap;
+  /* Bytes of replies not yet sent plus bytes reserved for the inline
+   * replies of jobs in flight, all connections (max_reply_bytes_total). */
+  uint64_t reply_bytes;
+  /* Open connections by kind: Unix (max_connections), TCP
+   * (max_tcp_connections) and TCP not yet past hello (max_unauthenticated). */
+  uint64_t nconns_unix, nconns_tcp, nconns_unauth;
   bool unlink_socket; /* we created socket_path */
   char tcp_bound[FZD_CONFIG_STR + 16]; /* "127.0.0.1:7878" once listening */
   fzd_pool *pool;
@@ -166,9 +186,23 @@ struct fzd_server {
 /* listener.c */
 int fzd_listeners_open(fzd_server *srv);
 void fzd_listeners_close(fzd_server *srv);
+/* Opens the reserve descriptor again after it was spent (main.c calls it at
+ * start). */
+void fzd_reserve_fd_refill(fzd_server *srv);
 
 /* conn.c */
 void fzd_conn_accept(fzd_server *srv, int fd, bool tcp);
+/* Answers a connection that will not be served with one error response
+ * (msgid 0), best effort and without blocking, and closes fd. */
+void fzd_refuse_fd(int fd, int code, const char *text);
+/* FZ_EBUSY when a reply of bytes more would take the replies owed by all
+ * connections past max_reply_bytes_total (one job is always let through
+ * when nothing is owed), else 0. */
+int fzd_conn_reply_room(fzd_conn *c, uint64_t bytes);
+/* Logs a job that failed or was refused: connection, peer credentials,
+ * method, msgid and error (rate-limited). */
+void fzd_conn_log_job_error(fzd_conn *c, const char *method, uint32_t msgid,
+                            int code, const char *text);
 /* Packs into the connection's output, flushing as the socket allows. */
 msgpack_packer *fzd_conn_packer(fzd_conn *c);
 void fzd_conn_reply_error(fzd_conn *c, uint32_t msgid, int code, const char *fmt,
@@ -200,5 +234,7 @@ void fzd_job_reply(fzd_conn *c, const fzd_job *job);
 
 /* main.c: called when a connection or a job goes away during a drain. */
 void fzd_server_check_drained(fzd_server *srv);
+/* main.c: sets srv->fds_cap from the config and RLIMIT_NOFILE. */
+void fzd_server_fd_cap(fzd_server *srv);
 
 #endif

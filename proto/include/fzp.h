@@ -38,17 +38,24 @@ typedef struct fzp_limits {
   uint64_t max_message;   /* bytes of one encoded message */
   uint32_t max_depth;     /* nesting of arrays and maps */
   uint32_t max_container; /* elements of one array or map */
+  uint64_t max_objects;   /* objects in one message, all levels; 0: no limit */
 } fzp_limits;
 
-/* 64 MiB + 4 KiB, depth 16, 65536 elements. */
+/* The default object limit: no request or reply of the protocol comes near
+ * it, and msgpack-c's objects for a message at the limit take about 12 MiB. */
+#define FZP_MAX_OBJECTS_DEFAULT 262144u
+
+/* 64 MiB + 4 KiB, depth 16, 65536 elements, FZP_MAX_OBJECTS_DEFAULT
+ * objects. */
 void fzp_limits_default(fzp_limits *lim);
 
 /* Scans the front of buf.  Returns the length (> 0) of the first complete
  * msgpack object when it is whole and within the limits; 0 when more bytes are
  * needed (and the prefix seen so far is within the limits); FZ_EMSGSIZE when
  * the object is or must become larger than max_message; FZ_EPROTO when the
- * bytes are not msgpack (reserved byte 0xc1), nest deeper than max_depth, or
- * declare a container larger than max_container.  Never allocates.  lim may
+ * bytes are not msgpack (reserved byte 0xc1), nest deeper than max_depth,
+ * declare a container larger than max_container or hold more than
+ * max_objects objects.  Linear in the bytes scanned.  Never allocates.  lim may
  * be NULL for fzp_limits_default(); depths above 64 count as 64. */
 int64_t fzp_scan(const void *buf, size_t len, const fzp_limits *lim);
 
@@ -58,6 +65,23 @@ int64_t fzp_scan(const void *buf, size_t len, const fzp_limits *lim);
  * bytes (a large bin is then scanned twice, not once per read). */
 int64_t fzp_scan_ex(const void *buf, size_t len, const fzp_limits *lim,
                     uint64_t *need);
+
+/* A scan that resumes: where fzp_scan_ex() starts from byte 0 on every call,
+ * fzp_scan_resume() continues from where the previous call on the same state
+ * stopped, so a message received in pieces is scanned in one pass.  buf must
+ * hold the same message from its first byte on every call (it may move and
+ * grow between calls); reset the state before each new message.  Returns
+ * what fzp_scan_ex() returns.  After an error the state is spent. */
+#define FZP_SCAN_DEPTH_HARD 64
+typedef struct fzp_scan_state {
+  uint64_t pos, owed, objects;
+  uint32_t depth;
+  uint64_t left[FZP_SCAN_DEPTH_HARD + 1];
+} fzp_scan_state;
+
+void fzp_scan_reset(fzp_scan_state *st);
+int64_t fzp_scan_resume(fzp_scan_state *st, const void *buf, size_t len,
+                        const fzp_limits *lim, uint64_t *need);
 
 typedef struct fzp_message {
   enum fzp_type type;

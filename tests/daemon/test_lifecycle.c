@@ -212,6 +212,21 @@ Test(lifecycle, config_errors) {
   cr_assert_eq(check_config("{\"socket_mode\": \"0999\"}", err, sizeof(err)), 1);
   cr_assert_not_null(strstr(err, "setting \"socket_mode\": bad value \"0999\""), "%s", err);
 
+  /* tcp_address is a numeric address, never a name or a malformed one. */
+  cr_assert_eq(check_config("{\"tcp_address\": \"localhost\"}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "setting \"tcp_address\": bad value \"localhost\": "
+                                 "expected a numeric IPv4 or IPv6 address"), "%s", err);
+  cr_assert_eq(check_config("{\"tcp_address\": \"999.1.1.1\"}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "bad value \"999.1.1.1\""), "%s", err);
+  cr_assert_eq(check_config("{\"tcp_address\": \"::1\"}", err, sizeof(err)), 0, "%s", err);
+  cr_assert_eq(check_config("{\"tcp_address\": \"0.0.0.0\"}", err, sizeof(err)), 0, "%s", err);
+  /* A socket anyone may write to is refused; group access is the way. */
+  cr_assert_eq(check_config("{\"socket_mode\": \"0666\"}", err, sizeof(err)), 1);
+  cr_assert_not_null(strstr(err, "setting \"socket_mode\": bad value \"0666\": "
+                                 "world-writable"), "%s", err);
+  cr_assert_eq(check_config("{\"socket_mode\": \"0772\"}", err, sizeof(err)), 1);
+  cr_assert_eq(check_config("{\"socket_mode\": \"0770\"}", err, sizeof(err)), 0, "%s", err);
+
   cr_assert_eq(check_config("{\"tcp_enabled\": \"yes\"}", err, sizeof(err)), 1);
   cr_assert_not_null(strstr(err, "setting \"tcp_enabled\": bad value \"yes\""), "%s", err);
 

@@ -4,6 +4,8 @@
  * fzp_parse() and the typed lookups the daemon runs on params, exactly in
  * the order conn.c uses them.  A scanned length must never exceed the input,
  * and whatever the scanner lets through must parse without reading past it.
+ * The same bytes are also fed to a resumed scan in pieces (as a socket
+ * delivers them), which must give the same verdict as the one-shot scan.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,11 +16,23 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fzp_limits lim = {.max_message = 1 << 16, .max_depth = 16, .max_container = 4096};
+  fzp_limits lim = {.max_message = 1 << 16, .max_depth = 16, .max_container = 4096,
+                    .max_objects = 2048};
   size_t off = 0;
   while (off < size) {
     uint64_t need = 0;
     int64_t r = fzp_scan_ex(data + off, size - off, &lim, &need);
+    /* Pieces of 1, 2, 3... bytes: each call sees the prefix so far. */
+    fzp_scan_state st;
+    fzp_scan_reset(&st);
+    int64_t rr = 0;
+    uint64_t rneed = 0;
+    for (size_t have = 0, step = 1; rr == 0 && have < size - off; step++) {
+      have = have + step < size - off ? have + step : size - off;
+      rr = fzp_scan_resume(&st, data + off, have, &lim, &rneed);
+    }
+    if (rr != r || (r == 0 && rneed != need))
+      abort();
     if (r <= 0) {
       if (r == 0 && (need <= size - off || need > lim.max_message))
         abort(); /* the hint must ask for more, within the limit */
