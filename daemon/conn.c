@@ -578,6 +578,7 @@ void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job) {
   c->srv->reply_bytes += job->reply_reserve;
   c->job_fds += job->nfds;
   c->srv->fds_passed += job->nfds;
+  fzd_server_busy(c->srv);
 }
 
 static const char *job_method(const fzd_job *job) {
@@ -600,6 +601,7 @@ void fzd_conn_job_done(fzd_job *job, void *arg) {
   srv->reply_bytes -= job->reply_reserve;
   c->job_fds -= job->nfds;
   srv->fds_passed -= job->nfds;
+  fzd_server_busy(srv);
   if (job->err == FZ_ECANCELED)
     srv->stats.jobs_canceled++;
   else

@@ -126,6 +126,30 @@ static void on_watchdog(uv_timer_t *t) {
   fzd_notify("WATCHDOG=1");
 }
 
+/* ---- the hot loop ------------------------------------------------------------ */
+
+/* How long the loop keeps polling after the last job came back: about the
+ * time a client takes to send its next request. */
+#define HOT_TAIL_NS 300000u
+
+static void on_hot(uv_idle_t *h) {
+  fzd_server *srv = h->data;
+  if (srv->inflight == 0 && uv_hrtime() > srv->hot_until_ns) {
+    uv_idle_stop(h);
+    srv->hot_on = false;
+  }
+}
+
+void fzd_server_busy(fzd_server *srv) {
+  if (srv->gpu == NULL || !srv->hot_init)
+    return;
+  srv->hot_until_ns = uv_hrtime() + HOT_TAIL_NS;
+  if (!srv->hot_on) {
+    uv_idle_start(&srv->hot, on_hot);
+    srv->hot_on = true;
+  }
+}
+
 /* ---- drain and exit ---------------------------------------------------------- */
 
 static void on_handle_closed(uv_handle_t *h) { (void)h; }
@@ -146,7 +170,10 @@ void fzd_server_check_drained(fzd_server *srv) {
     uv_close((uv_handle_t *)&srv->drain_timer, on_handle_closed);
   if (srv->sweep_on)
     uv_close((uv_handle_t *)&srv->sweep, on_handle_closed);
+  if (srv->hot_init)
+    uv_close((uv_handle_t *)&srv->hot, on_handle_closed);
   srv->watchdog_on = srv->drain_timer_on = srv->sweep_on = false;
+  srv->hot_init = srv->hot_on = false;
 }
 
 static void on_drain_timeout(uv_timer_t *t) {
@@ -277,6 +304,9 @@ static int start(fzd_server *srv) {
   uv_timer_init(srv->loop, &srv->sweep);
   srv->sweep.data = srv;
   srv->sweep_on = true;
+  uv_idle_init(srv->loop, &srv->hot);
+  srv->hot.data = srv;
+  srv->hot_init = true;
   uint64_t wd = fzd_notify_watchdog_usec();
   if (srv->cfg.watchdog && wd > 0) {
     uint64_t ms = wd / 2000 ? wd / 2000 : 1;

@@ -181,6 +181,12 @@ struct fzd_server {
   uv_timer_t watchdog, drain_timer;
   uv_timer_t sweep; /* handshake_timeout_ms, run by conn.c while a connection is new */
   bool watchdog_on, drain_timer_on, sweep_on;
+  /* On the GPU backend the loop polls without sleeping while jobs are in
+   * flight and a moment after (fzd_server_busy), so that neither a
+   * finished job nor the client's next request waits for it to wake. */
+  uv_idle_t hot;
+  bool hot_init, hot_on;
+  uint64_t hot_until_ns;
 };
 
 /* listener.c */
@@ -234,6 +240,8 @@ void fzd_job_reply(fzd_conn *c, const fzd_job *job);
 
 /* main.c: called when a connection or a job goes away during a drain. */
 void fzd_server_check_drained(fzd_server *srv);
+/* main.c: a job was accepted or finished (see fzd_server.hot). */
+void fzd_server_busy(fzd_server *srv);
 /* main.c: sets srv->fds_cap from the config and RLIMIT_NOFILE. */
 void fzd_server_fd_cap(fzd_server *srv);
 
