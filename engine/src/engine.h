@@ -41,7 +41,11 @@ typedef struct fze_stage {
   uint8_t levels;       /* rze: number of elimination levels */
   bool has_eb;          /* quant: eb given in the chain text */
   bool has_mode;        /* quant: mode given in the chain text */
+  bool has_fill;        /* quant: a fill value is set (chain text or job) */
   double eb;            /* quant: the user's bound (in its mode) */
+  double fill;          /* quant: values bit-equal to it (for f32: to
+                           (float)fill) are outliers, kept exactly, and left
+                           out of the value range of REL */
   /* Resolved per job by the compressor and stored in the archive: */
   double eb_abs;        /* quant: absolute bound enforced; 0 = lossless */
   double step;          /* quant: bin width (abs/rel) or bit step (pwrel) */
@@ -124,7 +128,21 @@ size_t fze_zero_restore_avx2(const uint8_t *bm, const uint8_t *kept, size_t avai
 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out);
 void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
 
-/* Quantizer set-up: resolves eb_abs and step for one job from the data. */
-void fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n);
+/* Quantizer set-up: resolves eb_abs and step for one job from the data.
+ * Returns 0, or FZ_EBOUND when the bound derived from the data (REL: eb
+ * times a finite value range) is beyond FZE_EB_ABS_MAX, with the values
+ * quoted in `why`: its step would overflow and the decoder refuse the
+ * archive, so it is never written.  A range that itself overflows (f64 data
+ * spanning more than the largest double) leaves the stage lossless, as
+ * before. */
+int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
+                      char *why, size_t why_len);
+/* Whether the resolved eb, eb_abs and step of a quant stage are ones the
+ * decoder accepts (the archive parser's check, shared with the encoder). */
+bool fze_quant_params_ok(const fze_stage *st, fz_dtype t);
+
+/* The largest absolute bound the quantizer takes: half the largest double,
+ * so that bins of width up to 2 * eb_abs stay finite. */
+#define FZE_EB_ABS_MAX 0x1.fffffffffffffp+1022
 
 #endif

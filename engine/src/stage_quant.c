@@ -9,6 +9,11 @@
  * list instead (its word becomes 0).  Side list: a varint count, the
  * ascending u16 indices, then the raw values.
  *
+ * With a fill value (netCDF's _FillValue), the values bit-equal to it are
+ * outliers too, so they come back bit for bit, and they are left out of the
+ * value range that REL scales its bound by.  The decoder needs nothing new:
+ * outliers are patched from the side list whatever made them outliers.
+ *
  * When the bound cannot be honoured by quantization at all (REL on a constant
  * field, a bound below the type's resolution) the stage turns lossless: the
  * words are the raw bit patterns, step is 0.
@@ -52,12 +57,90 @@ static minmax scan_f64(const double *x, size_t n) {
   return (minmax){lo, hi};
 }
 
-void fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n) {
+/* The fill value as the bit pattern of the element type: for f32 the fill
+ * rounded to the nearest float, which is what a float array holds when its
+ * producer wrote the fill. */
+static uint64_t fill_bits(const fze_stage *st, fz_dtype t) {
+  return t == FZ_F32 ? fzo_f32_bits((float)st->fill) : fzo_f64_bits(st->fill);
+}
+
+/* The same scans without the values bit-equal to the fill. */
+static minmax scan_fill_f32(const float *x, size_t n, uint32_t fb) {
+  float lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    if (fzo_f32_bits(v) == fb)
+      continue;
+    if (v < lo && v != -INFINITY)
+      lo = v;
+    if (v > hi && v != INFINITY)
+      hi = v;
+  }
+  return (minmax){lo, hi};
+}
+
+static minmax scan_fill_f64(const double *x, size_t n, uint64_t fb) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    double v = x[i];
+    if (fzo_f64_bits(v) == fb)
+      continue;
+    if (v < lo && v != -INFINITY)
+      lo = v;
+    if (v > hi && v != INFINITY)
+      hi = v;
+  }
+  return (minmax){lo, hi};
+}
+
+int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
+                      char *why, size_t why_len) {
   minmax m = {0, 0};
-  if (st->mode != FZ_EB_PWREL)
+  if (st->mode != FZ_EB_PWREL && st->has_fill)
+    m = t == FZ_F32 ? scan_fill_f32(in, n, (uint32_t)fill_bits(st, t))
+                    : scan_fill_f64(in, n, fill_bits(st, t));
+  else if (st->mode != FZ_EB_PWREL)
     m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
+  /* REL: the bound derived from the range must be one the quantizer can
+   * take; the same product fzo_quant_params forms, before its shave. */
+  double range = m.hi - m.lo;
+  if (st->mode == FZ_EB_REL && m.lo <= m.hi && isfinite(range) &&
+      !(st->eb * range <= FZE_EB_ABS_MAX)) {
+    fze_why(why, why_len,
+            "rel bound %.17g times the value range %.17g (%.17g to %.17g) is %.17g, "
+            "beyond the largest absolute bound %.17g: use a smaller eb",
+            st->eb, range, m.lo, m.hi, st->eb * range, FZE_EB_ABS_MAX);
+    st->eb_abs = st->step = 0;
+    return FZ_EBOUND;
+  }
   fzo_quant_params(st->mode, st->eb, m.lo, m.hi, t == FZ_F32, &st->eb_abs,
                    &st->step);
+  if (!fze_quant_params_ok(st, t)) {
+    /* Unreachable with a plan's checked bound; kept so that no archive the
+     * decoder refuses can ever be written. */
+    fze_why(why, why_len, "bound %.17g (%s) gives a step %.17g the decoder refuses",
+            st->eb, fz_eb_mode_name((fz_eb_mode)st->mode), st->step);
+    return FZ_EBOUND;
+  }
+  return 0;
+}
+
+/* The decoder converts step to an integer for PWREL and multiplies by it
+ * otherwise; archive.c refuses any other stage as corrupt. */
+bool fze_quant_params_ok(const fze_stage *st, fz_dtype t) {
+  if (!(st->eb > 0) || !isfinite(st->eb) || !(st->eb_abs >= 0) ||
+      !isfinite(st->eb_abs))
+    return false;
+  if (st->has_fill && !isfinite(st->fill))
+    return false;
+  if (st->step == 0)
+    return true;
+  if (!(st->step > 0) || !isfinite(st->step))
+    return false;
+  if (st->mode == FZ_EB_PWREL)
+    return st->step >= 2 && st->step <= (t == FZ_F32 ? 0x1p24 : 0x1p53) &&
+           st->step == floor(st->step);
+  return true;
 }
 
 static size_t put_varint(uint8_t *p, uint32_t v) {
@@ -116,6 +199,30 @@ static void quant_f64(const double *restrict x, size_t n, double inv,
   }
 }
 
+/* Turns the values bit-equal to the fill into outliers, after the loops
+ * above, so that they keep one shape with or without a fill. */
+static void mark_fill(const fze_stage *st, fz_dtype t, const void *in, size_t n,
+                      void *codes, uint8_t *bad) {
+  uint64_t fb = fill_bits(st, t);
+  if (t == FZ_F32) {
+    const float *x = in;
+    uint32_t *c = codes;
+    for (size_t i = 0; i < n; i++)
+      if (fzo_f32_bits(x[i]) == fb) {
+        c[i] = 0;
+        bad[i] = 1;
+      }
+  } else {
+    const double *x = in;
+    uint64_t *c = codes;
+    for (size_t i = 0; i < n; i++)
+      if (fzo_f64_bits(x[i]) == fb) {
+        c[i] = 0;
+        bad[i] = 1;
+      }
+  }
+}
+
 /* Collects the flagged indices, eight flags at a time. */
 static size_t gather_bad(const uint8_t *bad, size_t n, uint16_t *idx) {
   size_t m = 0, i = 0;
@@ -146,11 +253,13 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
     return 1;
   }
   if (st->mode == FZ_EB_PWREL) {
+    /* Without a fill, fb is a pattern no value of the type can have. */
+    uint64_t fb = st->has_fill ? fill_bits(st, t) : ~UINT64_C(0);
     if (t == FZ_F32) {
       const float *x = in;
       uint32_t *c = codes, k = (uint32_t)st->step;
       for (size_t i = 0; i < n; i++)
-        if (!fzo_pw_quant_f32(x[i], k, st->eb_abs, &c[i])) {
+        if (fzo_f32_bits(x[i]) == fb || !fzo_pw_quant_f32(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
           idx[m++] = (uint16_t)i;
         }
@@ -158,7 +267,7 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
       const double *x = in;
       uint64_t *c = codes, k = (uint64_t)st->step;
       for (size_t i = 0; i < n; i++)
-        if (!fzo_pw_quant_f64(x[i], k, st->eb_abs, &c[i])) {
+        if (fzo_f64_bits(x[i]) == fb || !fzo_pw_quant_f64(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
           idx[m++] = (uint16_t)i;
         }
@@ -171,6 +280,8 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
     quant_f32(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
   else
     quant_f64(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
+  if (st->has_fill)
+    mark_fill(st, t, in, n, codes, bad);
   m = gather_bad(bad, n, idx);
   return write_side(side, idx, m, in, w);
 }
