@@ -121,7 +121,7 @@ typedef struct fz_plan fz_plan;
  * so does a chain that ends without a coder (rze or bitpack), which could
  * only store its chunks raw.  A bound the quantizer cannot take gives
  * FZ_EBOUND with the value and the accepted range: abs and rel 0 < eb <=
- * 8.98846567431158e307 (half the largest double), pwrel 0 < eb < 1. */
+ * 8.988465674311579e+307 (half the largest double), pwrel 0 < eb < 1. */
 int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len);
 void fz_plan_destroy(fz_plan *plan); /* NULL is a harmless no-op */
 

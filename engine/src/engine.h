@@ -66,6 +66,13 @@ bool fze_chain_has_quant(const fze_chain *c);
 void fze_why(char *why, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 uint32_t fze_crc32c(uint32_t crc, const void *p, size_t n);
+/* The shortest text that reads back as v ("1e-05", not
+ * "1.0000000000000001e-05"), for messages: fze_num(x).s in an argument
+ * list lives until the call returns. */
+typedef struct fze_numtext {
+  char s[32];
+} fze_numtext;
+fze_numtext fze_num(double v);
 bool fze_dtype_is_float(fz_dtype t);
 
 /* Per-chunk work buffers, owned by one thread. */

@@ -104,7 +104,7 @@ static int check_coder(const fze_chain *c, char *why, size_t why_len) {
 static int resolve_quant(fze_stage *q, const fz_params *p, char *why, size_t why_len) {
   const char *cm = fz_eb_mode_name((fz_eb_mode)q->mode);
   if (!(p->eb >= 0) || !isfinite(p->eb)) {
-    fze_why(why, why_len, "error bound %g is not a positive number", p->eb);
+    fze_why(why, why_len, "error bound %s is not a positive number", fze_num(p->eb).s);
     return FZ_EBOUND;
   }
   bool job_bound = p->eb > 0;
@@ -117,17 +117,17 @@ static int resolve_quant(fze_stage *q, const fz_params *p, char *why, size_t why
                     (q->has_mode && q->mode != (uint8_t)p->eb_mode))) {
     char cb[64] = "";
     if (q->has_eb)
-      snprintf(cb, sizeof cb, "eb=%.17g%s", q->eb, q->has_mode ? "," : "");
+      snprintf(cb, sizeof cb, "eb=%s%s", fze_num(q->eb).s, q->has_mode ? "," : "");
     fze_why(why, why_len,
-            "the job's bound eb=%.17g mode=%s disagrees with the chain's quant(%s%s%s): "
+            "the job's bound eb=%s mode=%s disagrees with the chain's quant(%s%s%s): "
             "give the bound in one place, or the same in both",
-            p->eb, jm, cb, q->has_mode ? "mode=" : "", q->has_mode ? cm : "");
+            fze_num(p->eb).s, jm, cb, q->has_mode ? "mode=" : "", q->has_mode ? cm : "");
     return FZ_EPIPELINE;
   }
   if (p->has_fill && q->has_fill && fzo_f64_bits(p->fill_value) != fzo_f64_bits(q->fill)) {
     fze_why(why, why_len,
-            "the job's fill value %.17g disagrees with the chain's fill=%.17g: give it "
-            "in one place, or the same in both", p->fill_value, q->fill);
+            "the job's fill value %s disagrees with the chain's fill=%s: give it "
+            "in one place, or the same in both", fze_num(p->fill_value).s, fze_num(q->fill).s);
     return FZ_EPIPELINE;
   }
   if (!q->has_mode) {
@@ -153,22 +153,22 @@ static int resolve_quant(fze_stage *q, const fz_params *p, char *why, size_t why
   q->has_eb = q->has_mode = true;
   const char *m = fz_eb_mode_name((fz_eb_mode)q->mode);
   if (q->mode == FZ_EB_PWREL && !(q->eb < 1)) {
-    fze_why(why, why_len, "pwrel bound %.17g is out of range: a pointwise relative "
-                          "bound must be above 0 and below 1", q->eb);
+    fze_why(why, why_len, "pwrel bound %s is out of range: a pointwise relative "
+                          "bound must be above 0 and below 1", fze_num(q->eb).s);
     return FZ_EBOUND;
   }
   /* Bins are up to 2 * eb wide (REL: 2 * eb * range, checked again on the
    * data): beyond this they overflow and the decoder would refuse the
    * archive. */
   if (q->mode != FZ_EB_PWREL && !(q->eb <= FZE_EB_ABS_MAX)) {
-    fze_why(why, why_len, "%s bound %.17g is out of range: accepted 0 < eb <= %.17g",
-            m, q->eb, FZE_EB_ABS_MAX);
+    fze_why(why, why_len, "%s bound %s is out of range: accepted 0 < eb <= %s",
+            m, fze_num(q->eb).s, fze_num(FZE_EB_ABS_MAX).s);
     return FZ_EBOUND;
   }
   if (q->has_fill) {
     if (!isfinite(q->fill)) {
-      fze_why(why, why_len, "fill value %g is not finite (NaN and Inf are always kept "
-                            "exactly)", q->fill);
+      fze_why(why, why_len, "fill value %s is not finite (NaN and Inf are always kept "
+                            "exactly)", fze_num(q->fill).s);
       return FZ_EBOUND;
     }
     /* An f32 array holds the fill rounded to a float; one that overflows,
@@ -176,9 +176,9 @@ static int resolve_quant(fze_stage *q, const fz_params *p, char *why, size_t why
      * written. */
     float f = (float)q->fill;
     if (p->dtype == FZ_F32 && (!isfinite(f) || (f == 0 && q->fill != 0))) {
-      fze_why(why, why_len, "fill value %.17g is not representable in f32 (finite "
+      fze_why(why, why_len, "fill value %s is not representable in f32 (finite "
                             "magnitudes from %.9g to %.9g, or 0)",
-              q->fill, 0x1p-149, (double)FLT_MAX);
+              fze_num(q->fill).s, 0x1p-149, (double)FLT_MAX);
       return FZ_EBOUND;
     }
   }

@@ -107,9 +107,10 @@ int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
   if (st->mode == FZ_EB_REL && m.lo <= m.hi && isfinite(range) &&
       !(st->eb * range <= FZE_EB_ABS_MAX)) {
     fze_why(why, why_len,
-            "rel bound %.17g times the value range %.17g (%.17g to %.17g) is %.17g, "
-            "beyond the largest absolute bound %.17g: use a smaller eb",
-            st->eb, range, m.lo, m.hi, st->eb * range, FZE_EB_ABS_MAX);
+            "rel bound %s times the value range %s (%s to %s) is %s, "
+            "beyond the largest absolute bound %s: use a smaller eb",
+            fze_num(st->eb).s, fze_num(range).s, fze_num(m.lo).s, fze_num(m.hi).s,
+            fze_num(st->eb * range).s, fze_num(FZE_EB_ABS_MAX).s);
     st->eb_abs = st->step = 0;
     return FZ_EBOUND;
   }
@@ -118,8 +119,8 @@ int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
   if (!fze_quant_params_ok(st, t)) {
     /* Unreachable with a plan's checked bound; kept so that no archive the
      * decoder refuses can ever be written. */
-    fze_why(why, why_len, "bound %.17g (%s) gives a step %.17g the decoder refuses",
-            st->eb, fz_eb_mode_name((fz_eb_mode)st->mode), st->step);
+    fze_why(why, why_len, "bound %s (%s) gives a step %s the decoder refuses",
+            fze_num(st->eb).s, fz_eb_mode_name((fz_eb_mode)st->mode), fze_num(st->step).s);
     return FZ_EBOUND;
   }
   return 0;

@@ -30,6 +30,8 @@ static const sample samples[] = {
     {"f32 empty", FZ_F32, 0, "balanced", GEN_SMOOTH},
     {"f32 one", FZ_F32, 1, "fast", GEN_SMOOTH},
     {"f32 raw chunks", FZ_F32, 4500, "quant(eb=1e-7,mode=abs) | bitpack", GEN_NOISE},
+    {"f64 fill", FZ_F64, 3000, "quant(eb=1e-3,mode=rel,fill=-10) | diff | bitshuffle | rze",
+     GEN_SPECIAL_MIX},
 };
 #define NSAMPLES (sizeof samples / sizeof *samples)
 
@@ -174,6 +176,34 @@ Test(archive, not_an_archive) {
   uint8_t *a = make(&samples[0], &len, &x);
   a[4] = 99; /* a future format version */
   cr_assert_eq(decode(a, len, samples[0].n * 4), FZ_EVERSION);
+  free(a);
+  free(x);
+}
+
+/* A fill value is a version-2 field: a version-1 archive that claims one is
+ * corrupt, and the fill archive's header reads back with its fill. */
+Test(archive, fill_needs_version_2) {
+  const sample *fs = &samples[NSAMPLES - 1];
+  size_t len;
+  void *x;
+  uint8_t *a = make(fs, &len, &x);
+  size_t raw = fs->n * 8;
+  fz_archive_info info;
+  cr_assert_eq(fz_archive_inspect(a, len, &info), 0);
+  cr_assert_str_eq(info.chain,
+                   "quant(eb=0.001,mode=rel,fill=-10) | diff(map=zigzag) | bitshuffle | rze(levels=4)");
+  fze_header h;
+  cr_assert_eq(fze_header_parse(a, len, &h), 0);
+  cr_assert(h.chain.st[0].has_fill && h.chain.st[0].fill == -10);
+  cr_assert_eq(a[4], 2);
+  a[4] = 1;
+  archive_fix_checksums(a, len, &h);
+  cr_assert_eq(decode(a, len, raw), FZ_ECORRUPT);
+  free(a);
+  free(x);
+  /* Without a fill the stage is as in version 1, flag clear. */
+  a = make(&samples[0], &len, &x);
+  cr_assert_eq(a[4], 1);
   free(a);
   free(x);
 }
