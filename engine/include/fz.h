@@ -155,6 +155,10 @@ typedef struct fz_archive_info {
   uint64_t chunks;
   double eb_abs;          /* the absolute bound actually enforced; 0 lossless */
   char chain[256];        /* canonical chain text */
+  /* The quant stage's fill value, when it has one (also in chain, as
+   * fill=...): what a reader restores as the variable's _FillValue. */
+  int has_fill;
+  double fill_value;
 } fz_archive_info;
 
 /* Reads and fully validates the header of an archive (magic, version,

@@ -429,8 +429,11 @@ int fz_archive_inspect(const void *arc, size_t arc_len, fz_archive_info *info) {
   info->raw_bytes = h.raw_bytes;
   info->archive_bytes = arc_len;
   info->chunks = h.nchunks;
-  if (fze_chain_has_quant(&h.chain))
+  if (fze_chain_has_quant(&h.chain)) {
     info->eb_abs = h.chain.st[0].eb_abs;
+    info->has_fill = h.chain.st[0].has_fill;
+    info->fill_value = h.chain.st[0].has_fill ? h.chain.st[0].fill : 0;
+  }
   fze_chain_format(&h.chain, info->chain, sizeof info->chain);
   return 0;
 }

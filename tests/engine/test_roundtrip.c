@@ -315,6 +315,7 @@ static void fill_case(int f32, const char *pipe, fz_eb_mode mode, double eb, int
   fz_archive_info info;
   cr_assert_eq(fz_archive_inspect(a, len, &info), 0, "%s", what);
   cr_assert(strstr(info.chain, "fill=-10000000000") != NULL, "%s: chain %s", what, info.chain);
+  cr_assert(info.has_fill && info.fill_value == fill, "%s: the archive's fill", what);
   if (mode == FZ_EB_REL) {
     /* The bound comes from the ocean's range, not the land's -1e10. */
     double want = eb * (hi - lo);
@@ -373,6 +374,9 @@ Test(roundtrip, archives_without_fill_stay_version_1) {
   char why[256];
   cr_assert_eq(compress_with(&p, x, n * 4, &a, &len, why, sizeof why), 0, "%s", why);
   cr_assert_eq(a[4], 1);
+  fz_archive_info info;
+  cr_assert_eq(fz_archive_inspect(a, len, &info), 0);
+  cr_assert(!info.has_fill);
   free(a);
   free(x);
 }
