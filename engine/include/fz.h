@@ -118,8 +118,8 @@ typedef struct fz_plan fz_plan;
 
 /* Validates p (shape, dtype, pipeline text, bound) and finalizes a plan.  A
  * malformed pipeline gives FZ_EPIPELINE with the offending token in `why`;
- * so does a chain that ends without a coder (rze or bitpack), which could
- * only store its chunks raw.  A bound the quantizer cannot take gives
+ * so does a quantizing chain that ends without a coder (rze or bitpack),
+ * which could only store its chunks raw.  A bound the quantizer cannot take gives
  * FZ_EBOUND with the value and the accepted range: abs and rel 0 < eb <=
  * 8.988465674311579e+307 (half the largest double), pwrel 0 < eb < 1. */
 int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len);
@@ -137,7 +137,8 @@ const char *fz_plan_chain(const fz_plan *plan);
  * FZ_ESIZE on a wrong input length, FZ_ENOSPC when out_cap is below what this
  * archive needs (fz_plan_compress_bound() is always enough), FZ_EBOUND when
  * a REL bound times the data's value range exceeds that same largest bound
- * (fz_plan_error() says so with the values).  A plan may be used by one thread at a time. */
+ * (fz_plan_error() says so with the values).  A plan may be used by one
+ * thread at a time. */
 int fz_plan_compress(fz_plan *plan, const void *in, size_t in_len, void *out,
                      size_t out_cap, size_t *out_len);
 /* Why the last fz_plan_compress() on this plan failed, when the code alone
