@@ -126,7 +126,8 @@ static int set_param(fze_stage *st, const char *key, const char *val,
 }
 
 /* "unknown preset or stage" when the whole text is one bare name (which
- * could have meant either), else "unknown stage"; both list what exists. */
+ * could have meant either), else "unknown stage"; both list what exists.  A
+ * preset's name inside a chain gets its stages instead. */
 static void unknown_name(const char *text, const char *at, size_t len, char *why,
                          size_t why_len) {
   char list[160];
@@ -140,6 +141,12 @@ static void unknown_name(const char *text, const char *at, size_t len, char *why
     k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i > 1 ? ", " : "; stages: ",
                           stage_names[i]);
   bool alone = skip_ws(text) == at && *skip_ws(at + len) == 0;
+  for (size_t i = 0; i < np; i++)
+    if (strlen(pr[i].name) == len && strncmp(pr[i].name, at, len) == 0) {
+      fze_why(why, why_len, "preset '%s' stands alone, not in a chain: spell out its "
+                            "stages, '%s'", pr[i].name, pr[i].chain);
+      return;
+    }
   fze_why(why, why_len, "unknown %s '%.*s' (%s)", alone ? "preset or stage" : "stage",
           (int)len, at, list);
 }

@@ -288,6 +288,9 @@ Test(chain, unknown_names_list_presets_and_stages) {
                         "rze, bitpack"), "%s", why);
   cr_assert_eq(plan_job("quant | turbo", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);
   cr_assert(strstr(why, "unknown stage 'turbo'"), "%s", why);
+  cr_assert_eq(plan_job("balanced | rze", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);
+  cr_assert(strstr(why, "preset 'balanced' stands alone") &&
+            strstr(why, "'quant | diff | bitshuffle | rze'"), "%s", why);
 }
 
 /* The fill value: in the chain or the job, spelled in the canonical text,
