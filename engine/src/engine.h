@@ -99,7 +99,8 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
                         size_t n, void *codes, uint8_t *side);
 /* Length of the side list at the front of a coded chunk, or a negative code. */
-long fze_quant_side_len(const uint8_t *side, size_t len, size_t n, unsigned w);
+long fze_quant_side_len(const fze_stage *st, const uint8_t *side, size_t len, size_t n,
+                        unsigned w);
 int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
                      size_t n, const uint8_t *side, size_t side_len,
                      void *out);
