@@ -149,6 +149,10 @@ int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
  * decoder accepts (the archive parser's check, shared with the encoder). */
 bool fze_quant_params_ok(const fze_stage *st, fz_dtype t);
 
+/* Doubles from this magnitude up round to infinity as floats (FLT_MAX plus
+ * half its unit in the last place), so no f32 fill value is that large. */
+#define FZE_F32_FILL_LIMIT 0x1.ffffffp+127
+
 /* The largest absolute bound the quantizer takes: half the largest double,
  * so that bins of width up to 2 * eb_abs stay finite. */
 #define FZE_EB_ABS_MAX 0x1.fffffffffffffp+1022

@@ -98,9 +98,9 @@ static int check_coder(const fze_chain *c, char *why, size_t why_len) {
  * mode takes the job's; a job that gives a bound (eb > 0) gives it with its
  * mode (default rel), and must agree with every one the chain names.  eb 0
  * means "no bound given", and then the job's mode, which always has a
- * value, does not count either.  The fill value
- * follows the same rule.  Then every parameter is checked against what the
- * quantizer and the decoder accept. */
+ * value, does not count either.  The fill value follows the same rule.
+ * Then every parameter is checked against what the quantizer and the
+ * decoder accept. */
 static int resolve_quant(fze_stage *q, const fz_params *p, char *why, size_t why_len) {
   const char *cm = fz_eb_mode_name((fz_eb_mode)q->mode);
   if (!(p->eb >= 0) || !isfinite(p->eb)) {
@@ -171,11 +171,11 @@ static int resolve_quant(fze_stage *q, const fz_params *p, char *why, size_t why
                             "exactly)", fze_num(q->fill).s);
       return FZ_EBOUND;
     }
-    /* An f32 array holds the fill rounded to a float; one that overflows,
-     * or underflows to zero, names no float the producer could have
-     * written. */
-    float f = (float)q->fill;
-    if (p->dtype == FZ_F32 && (!isfinite(f) || (f == 0 && q->fill != 0))) {
+    /* An f32 array holds the fill rounded to a float; one that overflows
+     * (checked before converting, which would be undefined), or underflows
+     * to zero, names no float the producer could have written. */
+    if (p->dtype == FZ_F32 &&
+        (!(fabs(q->fill) < FZE_F32_FILL_LIMIT) || ((float)q->fill == 0 && q->fill != 0))) {
       fze_why(why, why_len, "fill value %s is not representable in f32 (finite "
                             "magnitudes from %.9g to %.9g, or 0)",
               fze_num(q->fill).s, 0x1p-149, (double)FLT_MAX);

@@ -135,7 +135,7 @@ bool fze_quant_params_ok(const fze_stage *st, fz_dtype t) {
   if (!(st->eb > 0) || !isfinite(st->eb) || !(st->eb_abs >= 0) ||
       !isfinite(st->eb_abs))
     return false;
-  if (st->has_fill && !isfinite(st->fill))
+  if (st->has_fill && (t == FZ_F32 ? !(fabs(st->fill) < FZE_F32_FILL_LIMIT) : !isfinite(st->fill)))
     return false;
   if (st->step == 0)
     return true;

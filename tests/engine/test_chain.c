@@ -322,6 +322,11 @@ Test(chain, fill_values) {
   p.fill_value = 1e39;
   cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), FZ_EBOUND);
   cr_assert(strstr(why, "1e+39") && strstr(why, "f32"), "%s", why);
+  p.fill_value = 0x1.ffffffp+127; /* rounds to infinity as a float */
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), FZ_EBOUND);
+  p.fill_value = 0x1.fffffefffffffp+127; /* rounds to FLT_MAX */
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s", why);
+  fz_plan_destroy(pl);
   p.fill_value = 1e-50;
   cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), FZ_EBOUND);
   p.dtype = FZ_F64;
