@@ -83,7 +83,8 @@ bool fzd_job_same_plan(const fz_params *a, const char *pipeline,
                        const fzd_job *job) {
   const fz_params *b = &job->params;
   if (a->dtype != b->dtype || a->ndims != b->ndims || a->eb_mode != b->eb_mode ||
-      memcmp(&a->eb, &b->eb, sizeof(a->eb)) != 0 ||
+      memcmp(&a->eb, &b->eb, sizeof(a->eb)) != 0 || a->has_fill != b->has_fill ||
+      (a->has_fill && memcmp(&a->fill_value, &b->fill_value, sizeof(a->fill_value)) != 0) ||
       strcmp(pipeline, job->pipeline) != 0)
     return false;
   for (unsigned i = 0; i < a->ndims; i++)
@@ -273,8 +274,9 @@ static int run_compress(worker *w, fzd_job *job) {
   uint64_t t0 = now_us();
   if (cap > w->arc_cap)
     err = FZ_ENOMEM;
-  else
-    err = fz_plan_compress(plan, in, job->in_len, arc, cap, &arc_len);
+  else if ((err = fz_plan_compress(plan, in, job->in_len, arc, cap, &arc_len)) < 0 &&
+           fz_plan_error(plan)[0])
+    snprintf(job->why, sizeof(job->why), "%s", fz_plan_error(plan));
   job->time_us = now_us() - t0;
   if (err >= 0) {
     snprintf(job->chain, sizeof(job->chain), "%s", fz_plan_chain(plan));

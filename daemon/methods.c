@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -479,6 +480,12 @@ static int parse_compress(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
   r = fzp_get_f64(p, "eb", &job->params.eb);
   if (r < 0)
     return reject(b, FZ_EPARAMS, "\"eb\" must be a number");
+  /* A fill value (netCDF's _FillValue): any finite number; the engine
+   * checks that it suits the dtype. */
+  r = fzp_get_f64(p, "fill_value", &job->params.fill_value);
+  if (r < 0 || (r == 1 && !isfinite(job->params.fill_value)))
+    return reject(b, FZ_EPARAMS, "\"fill_value\" must be a finite number");
+  job->params.has_fill = r == 1;
   r = fzp_get_str(p, "mode", &s, &len);
   if (r < 0)
     return reject(b, FZ_EPARAMS, "\"mode\" must be a string");

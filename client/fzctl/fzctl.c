@@ -30,6 +30,8 @@ static const ctl_command commands[] = {
    "  -p, --pipeline P      fast | balanced | lossless | a chain (default balanced)\n"
    "  -e, --eb BOUND        error bound, e.g. 1e-3\n"
    "  -m, --mode MODE       abs | rel | pwrel (default rel)\n"
+   "      --fill VALUE      the data's fill value (netCDF _FillValue): kept exactly,\n"
+   "                        left out of the value range of rel\n"
    "      --verify          ask the server for the max error\n"
    "      --json            one JSON object per file on stdout\n"
    "      --inline          send data in messages, not as file descriptors\n"

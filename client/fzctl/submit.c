@@ -29,6 +29,7 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,8 @@ typedef struct sub_opts {
   const char *eb_text; /* as given, for messages */
   bool have_eb;
   const char *mode;
+  bool have_fill;
+  double fill;         /* --fill: the data's fill value (netCDF _FillValue) */
 } sub_opts;
 
 typedef struct item {
@@ -543,6 +546,7 @@ static int parse_submit(int argc, char **argv, sub_opts *o) {
     {"pipeline", required_argument, NULL, 'p'},
     {"eb", required_argument, NULL, 'e'},
     {"mode", required_argument, NULL, 'm'},
+    {"fill", required_argument, NULL, 'F'},
     {"verify", no_argument, NULL, 'V'},
     {"json", no_argument, NULL, 'J'},
     {"inline", no_argument, NULL, 'I'},
@@ -589,6 +593,17 @@ static int parse_submit(int argc, char **argv, sub_opts *o) {
         return ctl_usage_error("submit", "invalid mode '%s' (abs, rel or pwrel)", optarg);
       o->mode = fz_eb_mode_name(m);
       break;
+    case 'F': {
+      /* Any finite number, negative ones included (-1e10, -9999). */
+      char *end;
+      errno = 0;
+      o->fill = strtod(optarg, &end);
+      if (!*optarg || *end || !isfinite(o->fill) || (errno == ERANGE && o->fill == 0))
+        return ctl_usage_error("submit", "invalid value '%s' for --fill (expected a finite "
+                                         "number such as -1e10)", optarg);
+      o->have_fill = true;
+      break;
+    }
     case 'V': o->verify = true; break;
     case 'J': o->json = true; break;
     case 'I': o->inline_data = true; break;
@@ -614,9 +629,10 @@ static int parse_submit(int argc, char **argv, sub_opts *o) {
     stdin_uses += strcmp(argv[i], "-") == 0;
   if (stdin_uses > 1)
     return ctl_usage_error("submit", "'-' (stdin) is given %d times", stdin_uses);
-  if (o->decompress && (o->dtype || o->ndims || o->pipeline || o->have_eb || o->mode))
-    return ctl_usage_error("submit", "-d takes no --dtype, --shape, --pipeline, --eb or "
-                                     "--mode: archives describe themselves");
+  if (o->decompress && (o->dtype || o->ndims || o->pipeline || o->have_eb || o->mode ||
+                       o->have_fill))
+    return ctl_usage_error("submit", "-d takes no --dtype, --shape, --pipeline, --eb, "
+                                     "--mode or --fill: archives describe themselves");
   if (o->ndims && !o->dtype)
     return ctl_usage_error("submit", "--shape needs --dtype");
   if (!o->decompress)
@@ -716,6 +732,8 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
         job.eb = o.eb;
         job.mode = o.mode;
         job.verify = o.verify;
+        job.has_fill = o.have_fill;
+        job.fill_value = o.fill;
       }
       if (open_output(it, use_fds, new_mode) < 0 ||
           (!use_fds && map_input(it) < 0)) {

@@ -185,6 +185,13 @@ typedef struct fz_job {
   const void *out_ipc;
   uint64_t out_length;
   const char *device;
+
+  /* Compress only: a fill value (netCDF's _FillValue: pass the variable's
+   * attribute) when has_fill is nonzero.  Values equal to it come back bit
+   * for bit and are left out of the value range of REL.  Last in the struct
+   * so that initialisers of the fields above keep working. */
+  int has_fill;
+  double fill_value;
 } fz_job;
 
 /* Sets every field of j to "not given": no input, no output, in_fd and out_fd

@@ -266,7 +266,7 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
   bool inline_in = j->in_fd < 0 && !j->in_ipc;
   uint32_t n = 0;
   if (op == FZ_OP_COMPRESS)
-    n += 5 + (j->pipeline ? 1 : 0) + (j->verify ? 1 : 0); /* dtype shape eb mode nfds */
+    n += 5 + (j->pipeline ? 1 : 0) + (j->verify ? 1 : 0) + (j->has_fill ? 1 : 0); /* dtype shape eb mode nfds */
   else
     n += 1; /* nfds */
   n += inline_in ? 1 : 1 + (j->in_offset ? 1 : 0) + (j->in_length ? 1 : 0);
@@ -287,6 +287,10 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
     fzp_pack_key(pk, "eb");
     msgpack_pack_double(pk, j->eb);
     pack_str(pk, "mode", j->mode ? j->mode : "rel");
+    if (j->has_fill) {
+      fzp_pack_key(pk, "fill_value");
+      msgpack_pack_double(pk, j->fill_value);
+    }
     if (j->verify) {
       fzp_pack_key(pk, "verify");
       msgpack_pack_true(pk);

@@ -66,15 +66,29 @@ typedef enum fz_eb_mode { FZ_EB_ABS = 0, FZ_EB_REL = 1, FZ_EB_PWREL = 2 } fz_eb_
 const char *fz_eb_mode_name(fz_eb_mode m);
 int fz_eb_mode_parse(const char *text, fz_eb_mode *out);
 
+/* The bound of a job and the one a chain may spell (quant(eb=...,mode=...))
+ * are one bound: a quant stage that names no eb or mode takes the job's; a
+ * job with eb > 0 whose chain names a different eb or mode is refused
+ * (FZ_EPIPELINE, both quoted); a job's bound is eb with eb_mode, whose
+ * default rel counts as given.  eb 0 means the job gives no bound, and then
+ * eb_mode does not count either: the chain's bound stands, with the job's
+ * mode where the chain names none.  The fill value follows the same rule. */
 typedef struct fz_params {
   fz_dtype dtype;
   unsigned ndims;               /* 1..FZ_MAX_DIMS */
   uint64_t dims[FZ_MAX_DIMS];   /* slowest-varying first, as in numpy */
   const char *pipeline;         /* preset name or chain text; NULL: "balanced" */
-  double eb;                    /* bound of quant stages that name none */
+  double eb;                    /* bound of quant stages that name none; 0: none */
   fz_eb_mode eb_mode;           /* mode of quant stages that name none */
   unsigned threads;             /* CPU threads for one call; 0 means 1 */
   unsigned chunk_bytes;         /* input bytes per chunk; 0: FZ_CHUNK_DEFAULT */
+  /* A fill value (netCDF's _FillValue: pass the variable's attribute): when
+   * has_fill is nonzero, the values bit-equal to fill_value (for f32, to
+   * (float)fill_value) are kept exactly and left out of the value range of
+   * REL.  It must be finite and, for f32, a float's magnitude or 0.  Placed
+   * last so that initialisers of the fields above keep working. */
+  int has_fill;
+  double fill_value;
 } fz_params;
 
 #define FZ_CHUNK_DEFAULT 16384u
@@ -82,7 +96,8 @@ typedef struct fz_params {
 #define FZ_CHUNK_MAX 32768u
 
 /* Fills p with defaults: f32, 0 dims, "balanced", eb 0 (so a lossy pipeline
- * must be given a bound), REL, 1 thread, default chunk size. */
+ * must be given a bound, by the job or by its chain), REL, 1 thread, default
+ * chunk size, no fill value. */
 void fz_params_init(fz_params *p);
 
 /* ---- presets and pipelines ------------------------------------------------ */
@@ -101,7 +116,11 @@ const fz_preset *fz_presets(size_t *count);
 typedef struct fz_plan fz_plan;
 
 /* Validates p (shape, dtype, pipeline text, bound) and finalizes a plan.  A
- * malformed pipeline gives FZ_EPIPELINE with the offending token in `why`. */
+ * malformed pipeline gives FZ_EPIPELINE with the offending token in `why`;
+ * so does a quantizing chain that ends without a coder (rze or bitpack),
+ * which could only store its chunks raw.  A bound the quantizer cannot take gives
+ * FZ_EBOUND with the value and the accepted range: abs and rel 0 < eb <=
+ * 8.988465674311579e+307 (half the largest double), pwrel 0 < eb < 1. */
 int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len);
 void fz_plan_destroy(fz_plan *plan); /* NULL is a harmless no-op */
 
@@ -115,10 +134,15 @@ const char *fz_plan_chain(const fz_plan *plan);
 
 /* Compresses in_len bytes (which must equal fz_plan_input_bytes()) into out.
  * FZ_ESIZE on a wrong input length, FZ_ENOSPC when out_cap is below what this
- * archive needs (fz_plan_compress_bound() is always enough).  A plan may be
- * used by one thread at a time. */
+ * archive needs (fz_plan_compress_bound() is always enough), FZ_EBOUND when
+ * a REL bound times the data's value range exceeds that same largest bound
+ * (fz_plan_error() says so with the values).  A plan may be used by one
+ * thread at a time. */
 int fz_plan_compress(fz_plan *plan, const void *in, size_t in_len, void *out,
                      size_t out_cap, size_t *out_len);
+/* Why the last fz_plan_compress() on this plan failed, when the code alone
+ * does not say it; "" otherwise.  Valid until the next call on the plan. */
+const char *fz_plan_error(const fz_plan *plan);
 
 /* ---- archives ------------------------------------------------------------- */
 
@@ -131,6 +155,10 @@ typedef struct fz_archive_info {
   uint64_t chunks;
   double eb_abs;          /* the absolute bound actually enforced; 0 lossless */
   char chain[256];        /* canonical chain text */
+  /* The quant stage's fill value, when it has one (also in chain, as
+   * fill=...): what a reader restores as the variable's _FillValue. */
+  int has_fill;
+  double fill_value;
 } fz_archive_info;
 
 /* Reads and fully validates the header of an archive (magic, version,

@@ -29,9 +29,14 @@ int fze_shape_size(unsigned ndims, const uint64_t *dims, size_t width,
   return 0;
 }
 
-static size_t stage_param_len(uint8_t id) {
+/* The quant stage's mode byte carries, in its top bit, whether a fill value
+ * follows its three f64s (format version 2); without one the stage is
+ * written exactly as in version 1. */
+#define QUANT_FILL_FLAG 0x80u
+
+static size_t stage_param_len(uint8_t id, bool has_fill) {
   switch (id) {
-  case FZE_STAGE_QUANT: return 1 + 8 * 3;
+  case FZE_STAGE_QUANT: return 1 + 8 * 3 + (has_fill ? 8 : 0);
   case FZE_STAGE_DIFF: return 1;
   case FZE_STAGE_RZE: return 1;
   default: return 0;
@@ -41,8 +46,17 @@ static size_t stage_param_len(uint8_t id) {
 size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks) {
   size_t len = 8 + 8 * (size_t)ndims + 1;
   for (unsigned i = 0; i < c->n; i++)
-    len += 1 + stage_param_len(c->st[i].id);
+    len += 1 + stage_param_len(c->st[i].id, c->st[i].has_fill);
   return len + 4 + 2 * (size_t)nchunks + 4;
+}
+
+/* Version 1 unless a stage needs what version 2 added, so that archives
+ * without a fill value stay readable by every decoder. */
+static uint8_t format_version(const fze_chain *c) {
+  for (unsigned i = 0; i < c->n; i++)
+    if (c->st[i].id == FZE_STAGE_QUANT && c->st[i].has_fill)
+      return FZE_FORMAT_VERSION_FILL;
+  return FZE_FORMAT_VERSION;
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -75,7 +89,7 @@ static double get_f64(const uint8_t *p) {
 void fze_header_write(const fze_header *h, uint8_t *out) {
   uint8_t *p = out;
   memcpy(p, FZE_MAGIC, 4);
-  p[4] = FZE_FORMAT_VERSION;
+  p[4] = format_version(&h->chain);
   p[5] = (uint8_t)h->dtype;
   p[6] = (uint8_t)h->ndims;
   p[7] = (uint8_t)__builtin_ctz(h->chunk_bytes);
@@ -88,11 +102,15 @@ void fze_header_write(const fze_header *h, uint8_t *out) {
     *p++ = st->id;
     switch (st->id) {
     case FZE_STAGE_QUANT:
-      *p++ = st->mode;
+      *p++ = (uint8_t)(st->mode | (st->has_fill ? QUANT_FILL_FLAG : 0));
       put_f64(p, st->eb);
       put_f64(p + 8, st->eb_abs);
       put_f64(p + 16, st->step);
       p += 24;
+      if (st->has_fill) {
+        put_f64(p, st->fill);
+        p += 8;
+      }
       break;
     case FZE_STAGE_DIFF:
       *p++ = st->mode;
@@ -109,29 +127,14 @@ void fze_header_write(const fze_header *h, uint8_t *out) {
   put_u32(p, fze_crc32c(0, out, (size_t)(p - out)));
 }
 
-/* Checks the resolved quantizer parameters of an archive: the decoder
- * converts step to an integer for PWREL and multiplies by it otherwise. */
-static int quant_params_ok(const fze_stage *st, fz_dtype t) {
-  if (!(st->eb > 0) || !isfinite(st->eb) || !(st->eb_abs >= 0) ||
-      !isfinite(st->eb_abs))
-    return 0;
-  if (st->step == 0)
-    return 1;
-  if (!(st->step > 0) || !isfinite(st->step))
-    return 0;
-  if (st->mode == FZ_EB_PWREL)
-    return st->step >= 2 && st->step <= (t == FZ_F32 ? 0x1p24 : 0x1p53) &&
-           st->step == floor(st->step);
-  return 1;
-}
-
 int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_t *table_pos) {
   memset(h, 0, sizeof *h);
   if (len < 4 || memcmp(arc, FZE_MAGIC, 4) != 0)
     return len < 4 && memcmp(arc, FZE_MAGIC, len) == 0 ? FZ_ETRUNC : FZ_EFORMAT;
   if (len < 8)
     return FZ_ETRUNC;
-  if (arc[4] != FZE_FORMAT_VERSION)
+  unsigned version = arc[4];
+  if (version != FZE_FORMAT_VERSION && version != FZE_FORMAT_VERSION_FILL)
     return FZ_EVERSION;
   h->dtype = (fz_dtype)arc[5];
   h->ndims = arc[6];
@@ -154,17 +157,25 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
     if (len < pos + 1)
       return FZ_ETRUNC;
     st->id = arc[pos++];
-    size_t pl = stage_param_len(st->id);
+    /* The mode byte says whether the quant stage holds a fill value. */
+    if (st->id == FZE_STAGE_QUANT && len >= pos + 1)
+      st->has_fill = (arc[pos] & QUANT_FILL_FLAG) != 0;
+    size_t pl = stage_param_len(st->id, st->has_fill);
     if (len < pos + pl)
       return FZ_ETRUNC;
     switch (st->id) {
     case FZE_STAGE_QUANT:
-      st->mode = arc[pos];
+      st->mode = arc[pos] & (uint8_t)~QUANT_FILL_FLAG;
       st->eb = get_f64(arc + pos + 1);
       st->eb_abs = get_f64(arc + pos + 9);
       st->step = get_f64(arc + pos + 17);
+      if (st->has_fill)
+        st->fill = get_f64(arc + pos + 25);
       st->has_eb = st->has_mode = true;
-      if (st->mode > FZ_EB_PWREL || !quant_params_ok(st, h->dtype))
+      /* A fill value needs version 2, which a version-1 archive cannot
+       * claim. */
+      if (st->mode > FZ_EB_PWREL || (st->has_fill && version < FZE_FORMAT_VERSION_FILL) ||
+          !fze_quant_params_ok(st, h->dtype))
         return FZ_ECORRUPT;
       break;
     case FZE_STAGE_DIFF:

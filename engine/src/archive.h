@@ -8,6 +8,9 @@
 
 #define FZE_MAGIC "\x89" "FZA"
 #define FZE_FORMAT_VERSION 1
+/* Version 2 is version 1 plus the quant stage's fill value; it is written
+ * only by archives that use one (docs/format.md). */
+#define FZE_FORMAT_VERSION_FILL 2
 
 typedef struct fze_header {
   fz_dtype dtype;
@@ -35,9 +38,10 @@ int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h);
  * FZE_PREFIX_MAX bytes of arc (of an archive of len bytes): everything up
  * to the chunk table, which must be present with the header CRC after it
  * (*table_pos: where it starts; h->header_len is set, h->sizes is not).
+ * The 8 beyond 26 bytes per stage are the one quant stage's fill value.
  * The caller checks the header CRC, the chunk sizes and the total length
  * as fze_header_parse does, in that order. */
-#define FZE_PREFIX_MAX (8 + 8 * FZ_MAX_DIMS + 1 + FZE_MAX_STAGES * 26 + 4)
+#define FZE_PREFIX_MAX (8 + 8 * FZ_MAX_DIMS + 1 + FZE_MAX_STAGES * 26 + 8 + 4)
 int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_t *table_pos);
 
 /* What fz_archive_info reports of a parsed header (a prefix is enough) of

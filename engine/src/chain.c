@@ -4,7 +4,8 @@
  *   chain  := stage ( '|' stage )*
  *   stage  := name [ '(' key '=' value ( ',' key '=' value )* ')' ]
  *
- * Stages: quant(eb=FLOAT, mode=abs|rel|pwrel), diff(map=zigzag|negabinary),
+ * Stages: quant(eb=FLOAT, mode=abs|rel|pwrel, fill=FLOAT),
+ * diff(map=zigzag|negabinary),
  * bitshuffle, rze(levels=1..6), bitpack.  A preset name stands for its chain.
  * Every error quotes the offending text.
  */
@@ -24,38 +25,68 @@ static const char *const stage_names[] = {
 };
 #define NSTAGE_NAMES (sizeof stage_names / sizeof stage_names[0])
 
+/* The longest parameter value taken: far more than any number needs, and
+ * anything longer is refused rather than cut. */
+#define TOKEN_MAX 127
+
 static const char *skip_ws(const char *p) {
   while (isspace((unsigned char)*p))
     p++;
   return p;
 }
 
-/* Copies an identifier-like token ([A-Za-z0-9_.+-]) into buf. */
-static const char *token(const char *p, char *buf, size_t len) {
+/* Copies an identifier-like token ([A-Za-z0-9_.+-]) into buf and sets *len
+ * to its full length, which is at least `cap` when it did not fit. */
+static const char *token(const char *p, char *buf, size_t cap, size_t *len) {
   size_t k = 0;
   while (isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '+' ||
          *p == '-') {
-    if (k + 1 < len)
-      buf[k++] = *p;
+    if (k + 1 < cap)
+      buf[k] = *p;
+    k++;
     p++;
   }
-  buf[k] = 0;
+  buf[k < cap ? k : cap - 1] = 0;
+  *len = k;
   return p;
+}
+
+/* A whole number, or false: nothing before or after it, no overflow to
+ * infinity or underflow to zero (what the user wrote would not be what
+ * runs), and no NaN or Inf spelled out. */
+static bool parse_number(const char *val, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(val, &end);
+  if (*val == 0 || *end != 0 || !isfinite(v) || (errno == ERANGE && v == 0))
+    return false;
+  *out = v;
+  return true;
 }
 
 static int set_param(fze_stage *st, const char *key, const char *val,
                      char *why, size_t why_len) {
   const char *sname = stage_names[st->id];
   if (st->id == FZE_STAGE_QUANT && strcmp(key, "eb") == 0) {
-    char *end;
-    errno = 0;
-    double eb = strtod(val, &end);
-    if (*val == 0 || *end != 0 || errno != 0 || !(eb > 0) || !isfinite(eb)) {
+    double eb;
+    if (!parse_number(val, &eb) || !(eb > 0)) {
       fze_why(why, why_len, "quant: eb must be a positive number, not '%s'", val);
       return FZ_EBOUND;
     }
     st->eb = eb;
     st->has_eb = true;
+    return 0;
+  }
+  if (st->id == FZE_STAGE_QUANT && strcmp(key, "fill") == 0) {
+    double f;
+    if (!parse_number(val, &f)) {
+      fze_why(why, why_len,
+              "quant: fill must be a finite number, not '%s' (NaN and Inf are "
+              "always kept exactly)", val);
+      return FZ_EPIPELINE;
+    }
+    st->fill = f;
+    st->has_fill = true;
     return 0;
   }
   if (st->id == FZE_STAGE_QUANT && strcmp(key, "mode") == 0) {
@@ -94,6 +125,32 @@ static int set_param(fze_stage *st, const char *key, const char *val,
   return FZ_EPIPELINE;
 }
 
+/* "unknown preset or stage" when the whole text is one bare name (which
+ * could have meant either), else "unknown stage"; both list what exists.  A
+ * preset's name inside a chain gets its stages instead. */
+static void unknown_name(const char *text, const char *at, size_t len, char *why,
+                         size_t why_len) {
+  char list[160];
+  size_t k = 0, np;
+  const fz_preset *pr = fz_presets(&np);
+  list[0] = 0;
+  for (size_t i = 0; i < np && k < sizeof list; i++)
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "presets: ",
+                          pr[i].name);
+  for (size_t i = 1; i < NSTAGE_NAMES && k < sizeof list; i++)
+    k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i > 1 ? ", " : "; stages: ",
+                          stage_names[i]);
+  bool alone = skip_ws(text) == at && *skip_ws(at + len) == 0;
+  for (size_t i = 0; i < np; i++)
+    if (strlen(pr[i].name) == len && strncmp(pr[i].name, at, len) == 0) {
+      fze_why(why, why_len, "preset '%s' stands alone, not in a chain: spell out its "
+                            "stages, '%s'", pr[i].name, pr[i].chain);
+      return;
+    }
+  fze_why(why, why_len, "unknown %s '%.*s' (%s)", alone ? "preset or stage" : "stage",
+          (int)len, at, list);
+}
+
 static void stage_defaults(fze_stage *st, uint8_t id) {
   memset(st, 0, sizeof *st);
   st->id = id;
@@ -116,23 +173,21 @@ int fze_chain_parse(const char *text, fze_chain *out, char *why, size_t why_len)
   memset(out, 0, sizeof *out);
   const char *p = text;
   for (;;) {
-    char name[32], key[32], val[64];
+    char name[32], key[32], val[TOKEN_MAX + 1];
+    size_t tl;
     p = skip_ws(p);
     const char *at = p;
-    p = token(p, name, sizeof name);
+    p = token(p, name, sizeof name, &tl);
     if (name[0] == 0) {
       fze_why(why, why_len, "expected a stage name at '%.20s' in '%s'", at, text);
       return FZ_EPIPELINE;
     }
     uint8_t id = 0;
     for (uint8_t k = 1; k < NSTAGE_NAMES; k++)
-      if (stage_names[k] && strcmp(stage_names[k], name) == 0)
+      if (tl < sizeof name && stage_names[k] && strcmp(stage_names[k], name) == 0)
         id = k;
     if (id == 0) {
-      fze_why(why, why_len,
-              "unknown stage '%s' (stages: quant, diff, bitshuffle, rze, "
-              "bitpack; presets: fast, balanced, lossless)",
-              name);
+      unknown_name(text, at, tl, why, why_len);
       return FZ_EPIPELINE;
     }
     if (out->n == FZE_MAX_STAGES) {
@@ -149,16 +204,27 @@ int fze_chain_parse(const char *text, fze_chain *out, char *why, size_t why_len)
       } else {
         for (;;) {
           at = p;
-          p = skip_ws(token(p, key, sizeof key));
+          p = skip_ws(token(p, key, sizeof key, &tl));
           if (key[0] == 0 || *p != '=') {
             fze_why(why, why_len, "%s: expected key=value at '%.20s'", name, at);
             return FZ_EPIPELINE;
           }
+          if (tl >= sizeof key) {
+            fze_why(why, why_len, "%s: unknown parameter '%.*s'", name, (int)tl, at);
+            return FZ_EPIPELINE;
+          }
           at = p = skip_ws(p + 1);
-          p = skip_ws(token(p, val, sizeof val));
+          p = skip_ws(token(p, val, sizeof val, &tl));
           if (val[0] == 0) {
             fze_why(why, why_len, "%s: missing value for '%s' at '%.20s'", name,
                     key, at);
+            return FZ_EPIPELINE;
+          }
+          /* A value is taken whole or not at all: a cut number would run
+           * with a bound nobody asked for. */
+          if (tl > TOKEN_MAX) {
+            fze_why(why, why_len, "%s: the value of '%s' is %zu characters, more than %d: '%.*s'",
+                    name, key, tl, TOKEN_MAX, (int)tl, at);
             return FZ_EPIPELINE;
           }
           int rc = set_param(st, key, val, why, why_len);
@@ -258,6 +324,22 @@ bool fze_chain_has_quant(const fze_chain *c) {
   return c->n > 0 && c->st[0].id == FZE_STAGE_QUANT;
 }
 
+static int format_quant(const fze_stage *st, const char *sep, char *buf, size_t len) {
+  char params[96];
+  size_t k = 0;
+  params[0] = 0;
+  if (st->has_eb)
+    k += (size_t)snprintf(params + k, sizeof params - k, ",eb=%.17g", st->eb);
+  if (st->has_mode && k < sizeof params)
+    k += (size_t)snprintf(params + k, sizeof params - k, ",mode=%s",
+                          fz_eb_mode_name((fz_eb_mode)st->mode));
+  if (st->has_fill && k < sizeof params)
+    k += (size_t)snprintf(params + k, sizeof params - k, ",fill=%.17g", st->fill);
+  if (k == 0)
+    return snprintf(buf, len, "%squant", sep);
+  return snprintf(buf, len, "%squant(%s)", sep, params + 1);
+}
+
 void fze_chain_format(const fze_chain *c, char *buf, size_t len) {
   size_t k = 0;
   buf[0] = 0;
@@ -269,16 +351,7 @@ void fze_chain_format(const fze_chain *c, char *buf, size_t len) {
     case FZE_STAGE_QUANT:
       /* What the text left to the job's parameters stays unsaid, so the
        * canonical text of any chain parses back to it. */
-      if (st->has_eb && st->has_mode)
-        w = snprintf(buf + k, len - k, "%squant(eb=%.17g,mode=%s)", sep, st->eb,
-                     fz_eb_mode_name((fz_eb_mode)st->mode));
-      else if (st->has_eb)
-        w = snprintf(buf + k, len - k, "%squant(eb=%.17g)", sep, st->eb);
-      else if (st->has_mode)
-        w = snprintf(buf + k, len - k, "%squant(mode=%s)", sep,
-                     fz_eb_mode_name((fz_eb_mode)st->mode));
-      else
-        w = snprintf(buf + k, len - k, "%squant", sep);
+      w = format_quant(st, sep, buf + k, len - k);
       break;
     case FZE_STAGE_DIFF:
       w = snprintf(buf + k, len - k, "%sdiff(map=%s)", sep,

@@ -82,7 +82,7 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
   size_t side_len = 0;
   unsigned first = 0;
   if (fze_chain_has_quant(c)) {
-    long sl = fze_quant_side_len(in, in_len, n, w);
+    long sl = fze_quant_side_len(&c->st[0], in, in_len, n, w);
     if (sl < 0)
       return FZ_ECORRUPT;
     side_len = (size_t)sl;

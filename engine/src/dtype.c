@@ -4,6 +4,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine.h"
@@ -97,6 +98,16 @@ void fz_params_init(fz_params *p) {
   p->eb_mode = FZ_EB_REL;
   p->threads = 1;
   p->chunk_bytes = FZ_CHUNK_DEFAULT;
+}
+
+fze_numtext fze_num(double v) {
+  fze_numtext t;
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(t.s, sizeof t.s, "%.*g", prec, v);
+    if (strtod(t.s, NULL) == v)
+      break;
+  }
+  return t;
 }
 
 void fze_why(char *why, size_t len, const char *fmt, ...) {

@@ -41,7 +41,11 @@ typedef struct fze_stage {
   uint8_t levels;       /* rze: number of elimination levels */
   bool has_eb;          /* quant: eb given in the chain text */
   bool has_mode;        /* quant: mode given in the chain text */
+  bool has_fill;        /* quant: a fill value is set (chain text or job) */
   double eb;            /* quant: the user's bound (in its mode) */
+  double fill;          /* quant: values bit-equal to it (for f32: to
+                           (float)fill) are outliers, kept exactly, and left
+                           out of the value range of REL */
   /* Resolved per job by the compressor and stored in the archive: */
   double eb_abs;        /* quant: absolute bound enforced; 0 = lossless */
   double step;          /* quant: bin width (abs/rel) or bit step (pwrel) */
@@ -62,6 +66,13 @@ bool fze_chain_has_quant(const fze_chain *c);
 void fze_why(char *why, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 uint32_t fze_crc32c(uint32_t crc, const void *p, size_t n);
+/* The shortest text that reads back as v ("1e-05", not
+ * "1.0000000000000001e-05"), for messages: fze_num(x).s in an argument
+ * list lives until the call returns. */
+typedef struct fze_numtext {
+  char s[32];
+} fze_numtext;
+fze_numtext fze_num(double v);
 bool fze_dtype_is_float(fz_dtype t);
 
 /* Per-chunk work buffers, owned by one thread. */
@@ -88,7 +99,8 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
                         size_t n, void *codes, uint8_t *side);
 /* Length of the side list at the front of a coded chunk, or a negative code. */
-long fze_quant_side_len(const uint8_t *side, size_t len, size_t n, unsigned w);
+long fze_quant_side_len(const fze_stage *st, const uint8_t *side, size_t len, size_t n,
+                        unsigned w);
 int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
                      size_t n, const uint8_t *side, size_t side_len,
                      void *out);
@@ -124,7 +136,25 @@ size_t fze_zero_restore_avx2(const uint8_t *bm, const uint8_t *kept, size_t avai
 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out);
 void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
 
-/* Quantizer set-up: resolves eb_abs and step for one job from the data. */
-void fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n);
+/* Quantizer set-up: resolves eb_abs and step for one job from the data.
+ * Returns 0, or FZ_EBOUND when the bound derived from the data (REL: eb
+ * times a finite value range) is beyond FZE_EB_ABS_MAX, with the values
+ * quoted in `why`: its step would overflow and the decoder refuse the
+ * archive, so it is never written.  A range that itself overflows (f64 data
+ * spanning more than the largest double) leaves the stage lossless, as
+ * before. */
+int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
+                      char *why, size_t why_len);
+/* Whether the resolved eb, eb_abs and step of a quant stage are ones the
+ * decoder accepts (the archive parser's check, shared with the encoder). */
+bool fze_quant_params_ok(const fze_stage *st, fz_dtype t);
+
+/* Doubles from this magnitude up round to infinity as floats (FLT_MAX plus
+ * half its unit in the last place), so no f32 fill value is that large. */
+#define FZE_F32_FILL_LIMIT 0x1.ffffffp+127
+
+/* The largest absolute bound the quantizer takes: half the largest double,
+ * so that bins of width up to 2 * eb_abs stay finite. */
+#define FZE_EB_ABS_MAX 0x1.fffffffffffffp+1022
 
 #endif

@@ -245,7 +245,10 @@ FZ_HD void fzo_quant_params(unsigned mode, double eb, double lo, double hi,
     ue = -1022;
   double u = fzo_bits_f64((uint64_t)(ue + 1023) << 52);
   double s = e > 2 * u ? 2 * (e - u) : e;
-  if (!(1.0 / s <= 1.79769313486231570815e+308))
+  /* A step that overflows cannot be stored (the decoder refuses it); the
+   * engine refuses such bounds before work (FZE_EB_ABS_MAX), so this only
+   * keeps a caller that skips that check from writing such an archive. */
+  if (!(s <= 1.79769313486231570815e+308) || !(1.0 / s <= 1.79769313486231570815e+308))
     return;
   *eb_abs = e;
   *step = s;

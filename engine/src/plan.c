@@ -9,11 +9,15 @@
  * order; otherwise each thread writes its range at the range's uncompressed
  * offset (the bound guarantees room) and the ranges are closed up afterwards.
  */
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "archive.h"
+#include "ops.h"
 
 struct fz_plan {
   fze_header hdr;          /* shape and chain; eb_abs/step set per call */
@@ -24,6 +28,7 @@ struct fz_plan {
   uint8_t *sizes;          /* the chunk table being built */
   uint32_t *crcs;          /* per-chunk checksums */
   char chain_text[256];
+  char error[256];         /* why the last fz_plan_compress() failed */
 };
 
 /* ---- a minimal parallel-for over [0, n) in contiguous ranges ---- */
@@ -72,6 +77,114 @@ static unsigned parallel_ranges(unsigned threads, uint64_t n, range_fn fn, void 
 
 static unsigned clamp_threads(unsigned t) { return t == 0 ? 1 : t > 256 ? 256 : t; }
 
+/* A quantizing chain whose last stage is no coder (rze or bitpack) never
+ * makes a chunk smaller than its words, so every chunk would be stored raw
+ * and the bound bought nothing: refused here, for new archives only (the
+ * decoder still reads such chains). */
+static int check_coder(const fze_chain *c, char *why, size_t why_len) {
+  uint8_t last = c->st[c->n - 1].id;
+  if (last == FZE_STAGE_RZE || last == FZE_STAGE_BITPACK)
+    return 0;
+  char text[256];
+  fze_chain_format(c, text, sizeof text);
+  fze_why(why, why_len,
+          "'%s' cannot compress: it ends without a coder, so every chunk would be "
+          "stored raw; end it with rze or bitpack (as in '%s | bitshuffle | rze' or "
+          "'%s | bitpack')", text, text, text);
+  return FZ_EPIPELINE;
+}
+
+/* The job's bound against the chain's: a chain's quant stage without eb or
+ * mode takes the job's; a job that gives a bound (eb > 0) gives it with its
+ * mode (default rel), and must agree with every one the chain names.  eb 0
+ * means "no bound given", and then the job's mode, which always has a
+ * value, does not count either.  The fill value follows the same rule.
+ * Then every parameter is checked against what the quantizer and the
+ * decoder accept. */
+static int resolve_quant(fze_stage *q, const fz_params *p, char *why, size_t why_len) {
+  const char *cm = fz_eb_mode_name((fz_eb_mode)q->mode);
+  if (!(p->eb >= 0) || !isfinite(p->eb)) {
+    fze_why(why, why_len, "error bound %s is not a positive number", fze_num(p->eb).s);
+    return FZ_EBOUND;
+  }
+  bool job_bound = p->eb > 0;
+  if (job_bound && (unsigned)p->eb_mode > FZ_EB_PWREL) {
+    fze_why(why, why_len, "unknown error-bound mode %d", (int)p->eb_mode);
+    return FZ_EBOUND;
+  }
+  const char *jm = job_bound ? fz_eb_mode_name(p->eb_mode) : NULL;
+  if (job_bound && ((q->has_eb && q->eb != p->eb) ||
+                    (q->has_mode && q->mode != (uint8_t)p->eb_mode))) {
+    char cb[64] = "";
+    if (q->has_eb)
+      snprintf(cb, sizeof cb, "eb=%s%s", fze_num(q->eb).s, q->has_mode ? "," : "");
+    fze_why(why, why_len,
+            "the job's bound eb=%s mode=%s disagrees with the chain's quant(%s%s%s): "
+            "give the bound in one place, or the same in both",
+            fze_num(p->eb).s, jm, cb, q->has_mode ? "mode=" : "", q->has_mode ? cm : "");
+    return FZ_EPIPELINE;
+  }
+  if (p->has_fill && q->has_fill && fzo_f64_bits(p->fill_value) != fzo_f64_bits(q->fill)) {
+    fze_why(why, why_len,
+            "the job's fill value %s disagrees with the chain's fill=%s: give it "
+            "in one place, or the same in both", fze_num(p->fill_value).s, fze_num(q->fill).s);
+    return FZ_EPIPELINE;
+  }
+  if (!q->has_mode) {
+    if ((unsigned)p->eb_mode > FZ_EB_PWREL) {
+      fze_why(why, why_len, "unknown error-bound mode %d", (int)p->eb_mode);
+      return FZ_EBOUND;
+    }
+    q->mode = (uint8_t)p->eb_mode;
+  }
+  if (!q->has_eb) {
+    if (!job_bound) {
+      fze_why(why, why_len, "a lossy pipeline needs an error bound: give eb (in the "
+                            "job or as quant(eb=...)), or use the lossless preset");
+      return FZ_EBOUND;
+    }
+    q->eb = p->eb;
+  }
+  if (p->has_fill && !q->has_fill) {
+    q->fill = p->fill_value;
+    q->has_fill = true;
+  }
+  /* The plan's chain names every parameter from here on. */
+  q->has_eb = q->has_mode = true;
+  const char *m = fz_eb_mode_name((fz_eb_mode)q->mode);
+  if (q->mode == FZ_EB_PWREL && !(q->eb < 1)) {
+    fze_why(why, why_len, "pwrel bound %s is out of range: a pointwise relative "
+                          "bound must be above 0 and below 1", fze_num(q->eb).s);
+    return FZ_EBOUND;
+  }
+  /* Bins are up to 2 * eb wide (REL: 2 * eb * range, checked again on the
+   * data): beyond this they overflow and the decoder would refuse the
+   * archive. */
+  if (q->mode != FZ_EB_PWREL && !(q->eb <= FZE_EB_ABS_MAX)) {
+    fze_why(why, why_len, "%s bound %s is out of range: accepted 0 < eb <= %s",
+            m, fze_num(q->eb).s, fze_num(FZE_EB_ABS_MAX).s);
+    return FZ_EBOUND;
+  }
+  if (q->has_fill) {
+    if (!isfinite(q->fill)) {
+      fze_why(why, why_len, "fill value %s is not finite (NaN and Inf are always kept "
+                            "exactly)", fze_num(q->fill).s);
+      return FZ_EBOUND;
+    }
+    /* An f32 array holds the fill rounded to a float; one that overflows
+     * (checked before converting, which would be undefined), or underflows
+     * to zero, names no float the producer could have written. */
+    if (p->dtype == FZ_F32 &&
+        (!(fabs(q->fill) < FZE_F32_FILL_LIMIT) || ((float)q->fill == 0 && q->fill != 0))) {
+      fze_why(why, why_len, "fill value %s is not representable in f32 (finite "
+                            "magnitudes from %.9g to %.9g, or 0)",
+              fze_num(q->fill).s, 0x1p-149, (double)FLT_MAX);
+      return FZ_EBOUND;
+    }
+  }
+  return 0;
+}
+
 int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len) {
   if (p == NULL || out == NULL)
     return FZ_EINVAL;
@@ -97,32 +210,10 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
     goto err_plan;
   if ((rc = fze_chain_check(&h->chain, p->dtype, why, why_len)) < 0)
     goto err_plan;
-  if (fze_chain_has_quant(&h->chain)) {
-    fze_stage *q = &h->chain.st[0];
-    if (!q->has_mode) {
-      if ((unsigned)p->eb_mode > FZ_EB_PWREL) {
-        fze_why(why, why_len, "unknown error-bound mode %d", (int)p->eb_mode);
-        rc = FZ_EBOUND;
-        goto err_plan;
-      }
-      q->mode = (uint8_t)p->eb_mode;
-    }
-    if (!q->has_eb) {
-      if (!(p->eb > 0) || !(p->eb < 1e300)) {
-        fze_why(why, why_len, "a lossy pipeline needs a positive error bound (eb)");
-        rc = FZ_EBOUND;
-        goto err_plan;
-      }
-      q->eb = p->eb;
-    }
-    /* The plan's chain names every parameter from here on. */
-    q->has_eb = q->has_mode = true;
-    if (q->mode == FZ_EB_PWREL && !(q->eb < 1)) {
-      fze_why(why, why_len, "a pointwise relative bound must be below 1, not %g", q->eb);
-      rc = FZ_EBOUND;
-      goto err_plan;
-    }
-  }
+  if (fze_chain_has_quant(&h->chain) &&
+      ((rc = resolve_quant(&h->chain.st[0], p, why, why_len)) < 0 ||
+       (rc = check_coder(&h->chain, why, why_len)) < 0))
+    goto err_plan;
   h->dtype = p->dtype;
   h->ndims = p->ndims;
   memcpy(h->dims, p->dims, sizeof h->dims);
@@ -178,6 +269,8 @@ size_t fz_plan_compress_bound(const fz_plan *pl) {
 }
 
 const char *fz_plan_chain(const fz_plan *pl) { return pl->chain_text; }
+
+const char *fz_plan_error(const fz_plan *pl) { return pl->error; }
 
 const fze_header *fze_plan_header(const fz_plan *pl) { return &pl->hdr; }
 
@@ -254,8 +347,12 @@ int fz_plan_compress(fz_plan *pl, const void *in, size_t in_len, void *out,
     return FZ_ESIZE;
   if (out_cap < h->header_len)
     return FZ_ENOSPC;
+  pl->error[0] = 0;
   if (fze_chain_has_quant(&h->chain)) {
-    fze_quant_resolve(&h->chain.st[0], h->dtype, in, (size_t)h->n_elems);
+    int rc = fze_quant_resolve(&h->chain.st[0], h->dtype, in, (size_t)h->n_elems,
+                               pl->error, sizeof pl->error);
+    if (rc < 0)
+      return rc;
   }
   compress_job j = {.pl = pl, .in = in, .out = out, .out_cap = out_cap};
   unsigned threads = pl->threads;
@@ -326,8 +423,11 @@ void fze_header_info(const fze_header *h, size_t arc_len, fz_archive_info *info)
   info->raw_bytes = h->raw_bytes;
   info->archive_bytes = arc_len;
   info->chunks = h->nchunks;
-  if (fze_chain_has_quant(&h->chain))
+  if (fze_chain_has_quant(&h->chain)) {
     info->eb_abs = h->chain.st[0].eb_abs;
+    info->has_fill = h->chain.st[0].has_fill;
+    info->fill_value = h->chain.st[0].has_fill ? h->chain.st[0].fill : 0;
+  }
   fze_chain_format(&h->chain, info->chain, sizeof info->chain);
 }
 

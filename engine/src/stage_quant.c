@@ -9,6 +9,14 @@
  * list instead (its word becomes 0).  Side list: a varint count, the
  * ascending u16 indices, then the raw values.
  *
+ * With a fill value (netCDF's _FillValue), the values bit-equal to it are
+ * neither quantized nor outliers: their word is 0, like an outlier's, and
+ * the side list ends with their runs (start and length), which the decoder
+ * fills with the fill's bit pattern.  A run of land costs four bytes however
+ * long it is, and a lone fill cell four, where an outlier would cost the
+ * index and the value.  Fill values are also left out of the value range
+ * that REL scales its bound by.
+ *
  * When the bound cannot be honoured by quantization at all (REL on a constant
  * field, a bound below the type's resolution) the stage turns lossless: the
  * words are the raw bit patterns, step is 0.
@@ -52,12 +60,91 @@ static minmax scan_f64(const double *x, size_t n) {
   return (minmax){lo, hi};
 }
 
-void fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n) {
+/* The fill value as the bit pattern of the element type: for f32 the fill
+ * rounded to the nearest float, which is what a float array holds when its
+ * producer wrote the fill. */
+static uint64_t fill_bits(const fze_stage *st, fz_dtype t) {
+  return t == FZ_F32 ? fzo_f32_bits((float)st->fill) : fzo_f64_bits(st->fill);
+}
+
+/* The same scans without the values bit-equal to the fill. */
+static minmax scan_fill_f32(const float *x, size_t n, uint32_t fb) {
+  float lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    float v = x[i];
+    if (fzo_f32_bits(v) == fb)
+      continue;
+    if (v < lo && v != -INFINITY)
+      lo = v;
+    if (v > hi && v != INFINITY)
+      hi = v;
+  }
+  return (minmax){lo, hi};
+}
+
+static minmax scan_fill_f64(const double *x, size_t n, uint64_t fb) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    double v = x[i];
+    if (fzo_f64_bits(v) == fb)
+      continue;
+    if (v < lo && v != -INFINITY)
+      lo = v;
+    if (v > hi && v != INFINITY)
+      hi = v;
+  }
+  return (minmax){lo, hi};
+}
+
+int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
+                      char *why, size_t why_len) {
   minmax m = {0, 0};
-  if (st->mode != FZ_EB_PWREL)
+  if (st->mode != FZ_EB_PWREL && st->has_fill)
+    m = t == FZ_F32 ? scan_fill_f32(in, n, (uint32_t)fill_bits(st, t))
+                    : scan_fill_f64(in, n, fill_bits(st, t));
+  else if (st->mode != FZ_EB_PWREL)
     m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
+  /* REL: the bound derived from the range must be one the quantizer can
+   * take; the same product fzo_quant_params forms, before its shave. */
+  double range = m.hi - m.lo;
+  if (st->mode == FZ_EB_REL && m.lo <= m.hi && isfinite(range) &&
+      !(st->eb * range <= FZE_EB_ABS_MAX)) {
+    fze_why(why, why_len,
+            "rel bound %s times the value range %s (%s to %s) is %s, "
+            "beyond the largest absolute bound %s: use a smaller eb",
+            fze_num(st->eb).s, fze_num(range).s, fze_num(m.lo).s, fze_num(m.hi).s,
+            fze_num(st->eb * range).s, fze_num(FZE_EB_ABS_MAX).s);
+    st->eb_abs = st->step = 0;
+    return FZ_EBOUND;
+  }
   fzo_quant_params(st->mode, st->eb, m.lo, m.hi, t == FZ_F32, &st->eb_abs,
                    &st->step);
+  if (!fze_quant_params_ok(st, t)) {
+    /* Unreachable with a plan's checked bound; kept so that no archive the
+     * decoder refuses can ever be written. */
+    fze_why(why, why_len, "bound %s (%s) gives a step %s the decoder refuses",
+            fze_num(st->eb).s, fz_eb_mode_name((fz_eb_mode)st->mode), fze_num(st->step).s);
+    return FZ_EBOUND;
+  }
+  return 0;
+}
+
+/* The decoder converts step to an integer for PWREL and multiplies by it
+ * otherwise; archive.c refuses any other stage as corrupt. */
+bool fze_quant_params_ok(const fze_stage *st, fz_dtype t) {
+  if (!(st->eb > 0) || !isfinite(st->eb) || !(st->eb_abs >= 0) ||
+      !isfinite(st->eb_abs))
+    return false;
+  if (st->has_fill && (t == FZ_F32 ? !(fabs(st->fill) < FZE_F32_FILL_LIMIT) : !isfinite(st->fill)))
+    return false;
+  if (st->step == 0)
+    return true;
+  if (!(st->step > 0) || !isfinite(st->step))
+    return false;
+  if (st->mode == FZ_EB_PWREL)
+    return st->step >= 2 && st->step <= (t == FZ_F32 ? 0x1p24 : 0x1p53) &&
+           st->step == floor(st->step);
+  return true;
 }
 
 static size_t put_varint(uint8_t *p, uint32_t v) {
@@ -70,8 +157,12 @@ static size_t put_varint(uint8_t *p, uint32_t v) {
   return k;
 }
 
+/* The side list: the outliers (a varint count, their u16 indices, their raw
+ * values), then, for a stage with a fill, the fill runs (a varint count,
+ * then a u16 start and a u16 length per run). */
 static size_t write_side(uint8_t *side, const uint16_t *idx, size_t m,
-                         const uint8_t *in, unsigned w) {
+                         const uint8_t *in, unsigned w, bool has_fill,
+                         const uint16_t (*runs)[2], size_t r) {
   size_t k = put_varint(side, (uint32_t)m);
   for (size_t j = 0; j < m; j++) {
     side[k++] = (uint8_t)idx[j];
@@ -79,6 +170,15 @@ static size_t write_side(uint8_t *side, const uint16_t *idx, size_t m,
   }
   for (size_t j = 0; j < m; j++, k += w)
     memcpy(side + k, in + (size_t)idx[j] * w, w);
+  if (!has_fill)
+    return k;
+  k += put_varint(side + k, (uint32_t)r);
+  for (size_t j = 0; j < r; j++, k += 4) {
+    side[k] = (uint8_t)runs[j][0];
+    side[k + 1] = (uint8_t)(runs[j][0] >> 8);
+    side[k + 2] = (uint8_t)runs[j][1];
+    side[k + 3] = (uint8_t)(runs[j][1] >> 8);
+  }
   return k;
 }
 
@@ -116,6 +216,39 @@ static void quant_f64(const double *restrict x, size_t n, double inv,
   }
 }
 
+/* Takes the values bit-equal to the fill out of the words (word 0) and the
+ * outliers (bad may be NULL), after the loops above, so that those loops
+ * keep one shape with or without a fill; returns the number of fill runs. */
+static size_t fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t n,
+                        void *codes, uint8_t *bad, uint16_t (*runs)[2]) {
+  uint64_t fb = fill_bits(st, t);
+  size_t r = 0;
+  bool open = false;
+  for (size_t i = 0; i < n; i++) {
+    bool f;
+    if (t == FZ_F32) {
+      f = fzo_f32_bits(((const float *)in)[i]) == fb;
+      if (f)
+        ((uint32_t *)codes)[i] = 0;
+    } else {
+      f = fzo_f64_bits(((const double *)in)[i]) == fb;
+      if (f)
+        ((uint64_t *)codes)[i] = 0;
+    }
+    if (f && bad)
+      bad[i] = 0;
+    if (f && open) {
+      runs[r - 1][1]++;
+    } else if (f) {
+      runs[r][0] = (uint16_t)i;
+      runs[r][1] = 1;
+      r++;
+    }
+    open = f;
+  }
+  return r;
+}
+
 /* Collects the flagged indices, eight flags at a time. */
 static size_t gather_bad(const uint8_t *bad, size_t n, uint16_t *idx) {
   size_t m = 0, i = 0;
@@ -138,19 +271,24 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
                         size_t n, void *codes, uint8_t *side) {
   uint16_t idx[FZ_CHUNK_MAX / 4];
   uint8_t bad[FZ_CHUNK_MAX / 4];
-  size_t m = 0;
+  uint16_t runs[FZ_CHUNK_MAX / 8][2]; /* runs are apart: at most n/2, rounded up */
+  size_t m = 0, r = 0;
   unsigned w = (unsigned)fz_dtype_size(t);
   if (st->step == 0) {
     memcpy(codes, in, n * w);
-    side[0] = 0; /* an empty side list */
-    return 1;
+    /* Empty lists: no outliers (and no fill runs: the words are exact). */
+    side[0] = 0;
+    side[1] = 0;
+    return st->has_fill ? 2 : 1;
   }
   if (st->mode == FZ_EB_PWREL) {
+    /* Without a fill, fb is a pattern no value of the type can have. */
+    uint64_t fb = st->has_fill ? fill_bits(st, t) : ~UINT64_C(0);
     if (t == FZ_F32) {
       const float *x = in;
       uint32_t *c = codes, k = (uint32_t)st->step;
       for (size_t i = 0; i < n; i++)
-        if (!fzo_pw_quant_f32(x[i], k, st->eb_abs, &c[i])) {
+        if (fzo_f32_bits(x[i]) != fb && !fzo_pw_quant_f32(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
           idx[m++] = (uint16_t)i;
         }
@@ -158,12 +296,14 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
       const double *x = in;
       uint64_t *c = codes, k = (uint64_t)st->step;
       for (size_t i = 0; i < n; i++)
-        if (!fzo_pw_quant_f64(x[i], k, st->eb_abs, &c[i])) {
+        if (fzo_f64_bits(x[i]) != fb && !fzo_pw_quant_f64(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
           idx[m++] = (uint16_t)i;
         }
     }
-    return write_side(side, idx, m, in, w);
+    if (st->has_fill)
+      r = fill_runs(st, t, in, n, codes, NULL, runs);
+    return write_side(side, idx, m, in, w, st->has_fill, runs, r);
   }
   if (t == FZ_F32 && fze_have_avx2())
     fze_quant_f32_avx2(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
@@ -171,44 +311,79 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
     quant_f32(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
   else
     quant_f64(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
+  if (st->has_fill)
+    r = fill_runs(st, t, in, n, codes, bad, runs);
   m = gather_bad(bad, n, idx);
-  return write_side(side, idx, m, in, w);
+  return write_side(side, idx, m, in, w, st->has_fill, runs, r);
 }
 
-/* Parses the side list; returns its length, or a negative code. */
-static long read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
-                      size_t *count) {
+/* The parts of a side list, parsed. */
+typedef struct side_view {
+  size_t m;             /* outliers */
+  const uint8_t *idx;   /* their u16 indices */
+  const uint8_t *vals;  /* their raw values */
+  size_t r;             /* fill runs */
+  const uint8_t *runs;  /* u16 start, u16 length each */
+  size_t len;           /* bytes of the whole list */
+} side_view;
+
+static bool read_varint(const uint8_t *p, size_t len, size_t *k, uint32_t *out) {
   uint32_t v = 0;
-  size_t k = 0;
   for (unsigned shift = 0;; shift += 7) {
-    if (k >= len || shift > 28)
-      return FZ_ECORRUPT;
-    uint8_t b = side[k++];
+    if (*k >= len || shift > 28)
+      return false;
+    uint8_t b = p[(*k)++];
     v |= (uint32_t)(b & 0x7f) << shift;
     if (!(b & 0x80))
       break;
   }
-  if (v > n || (len - k) / (2 + w) < v)
-    return FZ_ECORRUPT;
-  *count = v;
-  return (long)(k + (size_t)v * (2 + w));
+  *out = v;
+  return true;
 }
 
-long fze_quant_side_len(const uint8_t *side, size_t len, size_t n, unsigned w) {
-  size_t count;
-  return read_side(side, len, n, w, &count);
+/* Parses the side list of a stage with or without a fill; checks that every
+ * count fits in the bytes present, nothing more. */
+static int read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
+                     bool has_fill, side_view *sv) {
+  uint32_t v;
+  size_t k = 0;
+  if (!read_varint(side, len, &k, &v) || v > n || (len - k) / (2 + w) < v)
+    return FZ_ECORRUPT;
+  sv->m = v;
+  sv->idx = side + k;
+  sv->vals = side + k + 2 * (size_t)v;
+  k += (size_t)v * (2 + w);
+  sv->r = 0;
+  sv->runs = side + k;
+  if (has_fill) {
+    if (!read_varint(side, len, &k, &v) || v > n || (len - k) / 4 < v)
+      return FZ_ECORRUPT;
+    sv->r = v;
+    sv->runs = side + k;
+    k += 4 * (size_t)v;
+  }
+  sv->len = k;
+  return 0;
 }
+
+long fze_quant_side_len(const fze_stage *st, const uint8_t *side, size_t len, size_t n,
+                        unsigned w) {
+  side_view sv;
+  int rc = read_side(side, len, n, w, st->has_fill, &sv);
+  return rc < 0 ? rc : (long)sv.len;
+}
+
+static unsigned get_u16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
 
 int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
                      size_t n, const uint8_t *side, size_t side_len,
                      void *out) {
   unsigned w = (unsigned)fz_dtype_size(t);
-  size_t m;
-  long sl = read_side(side, side_len, n, w, &m);
-  if (sl < 0 || (size_t)sl != side_len)
+  side_view sv;
+  if (read_side(side, side_len, n, w, st->has_fill, &sv) < 0 || sv.len != side_len)
     return FZ_ECORRUPT;
   if (st->step == 0) {
-    if (m != 0)
+    if (sv.m != 0 || sv.r != 0)
       return FZ_ECORRUPT;
     memcpy(out, codes, n * w);
     return 0;
@@ -236,15 +411,35 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
         x[i] = fzo_dequant_f64(c[i], st->step);
     }
   }
+  /* The fill runs: each nonempty, in range, after the previous one with a
+   * gap (runs are maximal).  Bit patterns are copied, so a fill that is a
+   * denormal never meets a flush-to-zero float move. */
+  if (sv.r) {
+    uint64_t fb = fill_bits(st, t);
+    uint8_t pat[8];
+    if (t == FZ_F32) {
+      uint32_t b = (uint32_t)fb;
+      memcpy(pat, &b, 4);
+    } else {
+      memcpy(pat, &fb, 8);
+    }
+    size_t end = 0;
+    for (size_t j = 0; j < sv.r; j++) {
+      size_t at = get_u16(sv.runs + 4 * j), len = get_u16(sv.runs + 4 * j + 2);
+      if (len == 0 || (j > 0 && at <= end) || at > n || len > n - at)
+        return FZ_ECORRUPT;
+      for (size_t i = at; i < at + len; i++)
+        memcpy((uint8_t *)out + i * w, pat, w);
+      end = at + len;
+    }
+  }
   /* Patch the outliers; indices must be strictly ascending and in range. */
-  size_t k = side_len - m * (2 + w);
-  const uint8_t *vals = side + k + m * 2;
   long prev = -1;
-  for (size_t j = 0; j < m; j++) {
-    long i = side[k + 2 * j] | (long)side[k + 2 * j + 1] << 8;
+  for (size_t j = 0; j < sv.m; j++) {
+    long i = (long)get_u16(sv.idx + 2 * j);
     if (i <= prev || (size_t)i >= n)
       return FZ_ECORRUPT;
-    memcpy((uint8_t *)out + (size_t)i * w, vals + j * w, w);
+    memcpy((uint8_t *)out + (size_t)i * w, sv.vals + j * w, w);
     prev = i;
   }
   return 0;

@@ -646,7 +646,7 @@ Test(fzctl, bounds_presets_and_stages_are_judged_before_submitting) {
       {"--eb 0", "'0'"},
       {"--eb 0 -p fast", "'0'"},
       {"--eb 1e-400", "'1e-400'"},
-      {"--eb 1e-3 -p turbo", "unknown preset 'turbo'"},
+      {"--eb 1e-3 -p turbo", "unknown preset or stage 'turbo'"},
       {"--eb 1e-3 -p 'quant | bogus'", "unknown stage 'bogus'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -802,5 +802,42 @@ Test(fzctl, info_prints_an_archive_header) {
   free(out);
   free(err);
   free(v);
+  remove_dir();
+}
+
+/* --fill: land cells of -1e10 come back bit for bit (without the fill, REL
+ * 1e-3 of a range of 1e10 moves them by up to 1e7); a bad value and --fill
+ * with -d are usage errors. */
+Test(fzctl, fill_value) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  size_t rows = 50, cols = 80, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.7f);
+  for (size_t i = 0; i < n; i += 3)
+    v[i] = -1e10f;
+  tu_write_file(path_in_dir("ocean.f32"), v, n * sizeof(float));
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args,
+           "-S '%s' submit --dtype f32 --shape 50x80 --eb 1e-3 --fill -1e10 --json ocean.f32",
+           fzd_harness_socket_path(h));
+  int rc = fzctl(args, &out, &err);
+  cr_assert_eq(rc, 0, "fzctl exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  cr_assert_eq(unlink(path_in_dir("ocean.f32")), 0);
+  snprintf(args, sizeof args, "-S '%s' submit -d ocean.f32.fz", fzd_harness_socket_path(h));
+  rc = fzctl(args, NULL, &err);
+  cr_assert_eq(rc, 0, "fzctl -d exited %d: %s", rc, err);
+  free(err);
+  size_t len;
+  float *back = tu_read_file(path_in_dir("ocean.f32"), &len);
+  cr_assert_eq(len, n * sizeof(float));
+  for (size_t i = 0; i < n; i += 3)
+    cr_assert(memcmp(&v[i], &back[i], 4) == 0, "fill at %zu came back as %g", i, back[i]);
+  free(back);
+  usage_case("submit --eb 1e-3 --dtype f32 --fill land a.f32", "'land'");
+  usage_case("submit -d --fill -1 a.f32.fz", "--fill");
+  free(v);
+  tu_stop(h);
   remove_dir();
 }

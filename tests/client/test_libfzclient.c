@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -874,4 +875,75 @@ Test(libfzclient, address_template_picks_the_daemon_of_the_local_rank) {
   rmdir(dir);
   tu_stop(h0);
   tu_stop(h1);
+}
+
+/* A fill value travels with the job (fill_value on the wire): the fill cells
+ * come back bit for bit, the chain that ran names the fill, the REL bound is
+ * scaled by the range of the other values alone, and the same plan is not
+ * reused for a job without a fill.  A chain bound that disagrees with the
+ * job's is refused with both quoted. */
+Test(libfzclient, fill_value_and_one_bound) {
+  fzd_harness *h = tu_start(NULL);
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 64, cols = 128, n = rows * cols;
+  float *v = tu_field_f32(rows, cols, 0.1f);
+  float lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    if (i % 5 == 0) {
+      v[i] = -1e10f;
+      continue;
+    }
+    lo = v[i] < lo ? v[i] : lo;
+    hi = v[i] > hi ? v[i] : hi;
+  }
+  float *back = malloc(n * sizeof *back);
+  for (int with_fill = 1; with_fill >= 0; with_fill--) {
+    fz_job j;
+    job_f32(&j, v, rows, cols, 1e-3);
+    j.has_fill = with_fill;
+    j.fill_value = -1e10;
+    fz_result r;
+    int rc = fz_client_compress(c, &j, &r);
+    cr_assert_eq(rc, 0, "compress: %s: %s", fz_strerror(rc), r.message);
+    double want = 1e-3 * ((double)hi - lo);
+    if (with_fill) {
+      cr_assert(strstr(r.chain, "fill=-10000000000") != NULL, "%s", r.chain);
+      cr_assert(r.eb_abs <= want && r.eb_abs > 0.999 * want, "eb_abs %g, want %g", r.eb_abs, want);
+    } else {
+      cr_assert(strstr(r.chain, "fill") == NULL, "%s", r.chain);
+      cr_assert_gt(r.eb_abs, 1e6, "without the fill the range spans -1e10: eb_abs %g", r.eb_abs);
+    }
+    fz_job d;
+    fz_job_init(&d);
+    d.in = r.data;
+    d.in_len = r.data_len;
+    d.out = back;
+    d.out_cap = n * sizeof *back;
+    fz_result b;
+    rc = fz_client_decompress(c, &d, &b);
+    cr_assert_eq(rc, 0, "decompress: %s: %s", fz_strerror(rc), b.message);
+    if (with_fill)
+      for (size_t i = 0; i < n; i++) {
+        if (i % 5 == 0)
+          cr_assert(memcmp(&v[i], &back[i], 4) == 0, "fill at %zu came back as %g", i, back[i]);
+        else
+          cr_assert_leq(fabs((double)v[i] - back[i]), want, "value %zu", i);
+      }
+    fz_client_free(r.data);
+  }
+  /* One bound per job. */
+  fz_job j;
+  job_f32(&j, v, rows, cols, 1e-4);
+  j.mode = "abs";
+  j.pipeline = "quant(eb=1e-2,mode=pwrel) | bitpack";
+  fz_result r;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EPIPELINE, "got %s: %s", fz_err_name(r.status),
+               r.message);
+  cr_assert(strstr(r.message, "0.0001") && strstr(r.message, "eb=0.01,mode=pwrel"), "%s",
+            r.message);
+  free(back);
+  free(v);
+  fz_client_close(c);
+  tu_stop(h);
 }
