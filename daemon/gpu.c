@@ -510,6 +510,123 @@ static int job_end(fzd_gpu_worker *w, fzd_job *job, ipc_entry *ein, ipc_entry *e
   return err;
 }
 
+/* ---- what the kernels do not do: the CPU engine on the worker --------------- */
+
+/* CPU threads of one fallback job. */
+#define FALLBACK_THREADS 4
+
+/* Delivers len bytes of host memory as the job's output: into the client's
+ * device buffer (checked against out_length first), inline or to out_fd. */
+static int fallback_deliver(fzd_gpu_worker *w, fzd_job *job, const void *h, size_t len,
+                            const char *what) {
+  if (!job->out_ipc)
+    return fzd_job_deliver_copy(job, h, len);
+  if (len > job->out_cap) {
+    snprintf(job->why, sizeof(job->why), "the %s needs %zu bytes; out_length is %llu", what,
+             len, (unsigned long long)job->out_cap);
+    return FZ_ENOSPC;
+  }
+  void *d_out;
+  ipc_entry *e = NULL;
+  int err = ipc_acquire(job->ipc, job->out_handle, job->out_off, job->out_cap, "out", job,
+                        &d_out, &e);
+  if (err == 0) {
+    CUDA_TRY(cudaMemcpyAsync(d_out, h, len, cudaMemcpyHostToDevice, w->stream),
+             "copying the result to out_ipc");
+    CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the result to out_ipc");
+    job->out_len = len;
+  }
+out:
+  return job_end(w, job, NULL, e, err);
+}
+
+/* The job's input in host memory (w->h_in): fetched from the client's
+ * device buffer, read from its descriptor or copied from the message. */
+static int fallback_input(fzd_gpu_worker *w, fzd_job *job) {
+  int err = host_ensure(&w->h_in, job->in_len, job);
+  if (err < 0 || !job->in_ipc)
+    return err < 0 ? err : fzd_job_read_into(job, w->h_in.p);
+  void *d_in;
+  ipc_entry *e = NULL;
+  err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job, &d_in, &e);
+  if (err == 0) {
+    CUDA_TRY(cudaMemcpyAsync(w->h_in.p, d_in, job->in_len, cudaMemcpyDeviceToHost, w->stream),
+             "copying the input from in_ipc");
+    CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the input from in_ipc");
+  }
+out:
+  return job_end(w, job, e, NULL, err);
+}
+
+/* A compression the kernels cannot do (FZ_ENOSYS: a fill value), by the
+ * CPU engine, with the same archive the CPU backend writes. */
+static int cpu_compress(fzd_gpu_worker *w, fzd_job *job) {
+  job->why[0] = '\0';
+  fz_params p = job->params;
+  p.pipeline = job->pipeline[0] ? job->pipeline : NULL;
+  p.threads = FALLBACK_THREADS;
+  fz_plan *plan = NULL;
+  int err = fz_plan_create(&p, &plan, job->why, sizeof(job->why));
+  if (err < 0 || (err = fallback_input(w, job)) < 0)
+    goto out;
+  size_t cap = fz_plan_compress_bound(plan), arc_len = 0;
+  if ((err = host_ensure(&w->h_out, cap, job)) < 0)
+    goto out;
+  uint64_t t0 = now_us();
+  err = fz_plan_compress(plan, w->h_in.p, job->in_len, w->h_out.p, cap, &arc_len);
+  job->time_us = now_us() - t0;
+  if (err < 0) {
+    snprintf(job->why, sizeof(job->why), "%s", fz_plan_error(plan));
+    goto out;
+  }
+  fz_archive_info info;
+  if ((err = fz_archive_inspect(w->h_out.p, arc_len, &info)) < 0)
+    goto out;
+  job->eb_abs = info.eb_abs;
+  snprintf(job->chain, sizeof(job->chain), "%s", info.chain);
+  if (job->verify) {
+    size_t back_len = 0;
+    fz_compare_result cmp;
+    if ((err = host_ensure(&w->h_back, job->in_len, job)) < 0 ||
+        (err = fz_decompress(w->h_out.p, arc_len, w->h_back.p, job->in_len, &back_len,
+                             FALLBACK_THREADS)) < 0 ||
+        (err = fz_compare(job->params.dtype, w->h_in.p, w->h_back.p,
+                          job->in_len / fz_dtype_size(job->params.dtype), &cmp)) < 0)
+      goto out;
+    job->max_error = cmp.max_abs_error;
+    job->max_rel_error = cmp.max_rel_error;
+    job->has_max_error = true;
+  }
+  err = fallback_deliver(w, job, w->h_out.p, arc_len, "archive");
+out:
+  fz_plan_destroy(plan);
+  return err;
+}
+
+/* A decompression the kernels cannot do, by the CPU engine; the archive is
+ * in w->h_in already when it came from the host (gpu_decompress staged it
+ * there), else fetched from the client's device buffer. */
+static int cpu_decompress(fzd_gpu_worker *w, fzd_job *job, bool staged) {
+  int err = staged ? 0 : fallback_input(w, job);
+  fz_archive_info *info = &job->info;
+  if (err < 0 || (err = fz_archive_inspect(w->h_in.p, job->in_len, info)) < 0)
+    return err;
+  size_t raw = (size_t)info->raw_bytes, out_len = 0;
+  uint64_t limit = job->out_ipc ? job->out_cap
+                   : job->out_fd < 0 ? job->max_inline : job->max_output;
+  if (info->raw_bytes > limit) {
+    snprintf(job->why, sizeof(job->why), "the decompressed data needs %zu bytes; the limit "
+             "is %llu", raw, (unsigned long long)limit);
+    return job->out_ipc ? FZ_ENOSPC : FZ_EMSGSIZE;
+  }
+  if ((err = host_ensure(&w->h_out, raw, job)) < 0)
+    return err;
+  uint64_t t0 = now_us();
+  err = fz_decompress(w->h_in.p, job->in_len, w->h_out.p, raw, &out_len, FALLBACK_THREADS);
+  job->time_us = now_us() - t0;
+  return err < 0 ? err : fallback_deliver(w, job, w->h_out.p, out_len, "decompressed data");
+}
+
 /* Compression.  Into a client's device buffer of at least the plan's
  * bound, the kernels write the archive in place and the one wait of
  * fz_gpu_compress() brings back all the reply needs (size, bound; the chain
@@ -520,6 +637,8 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   ipc_entry *ein = NULL, *eout = NULL;
   fz_gpu_plan *plan;
   int err = get_plan(w, job, &plan);
+  if (err == FZ_ENOSYS)
+    return cpu_compress(w, job);
   if (err < 0)
     return err;
   uint64_t t0 = now_us();
@@ -622,6 +741,11 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   }
   err = fz_gpu_decoder_open(w->dec, d_arc, job->in_len, info, w->stream, job->why,
                             sizeof(job->why));
+  if (err == FZ_ENOSYS) {
+    job_end(w, job, ein, NULL, 0);
+    job->why[0] = '\0';
+    return cpu_decompress(w, job, !job->in_ipc);
+  }
   if (err < 0)
     goto out;
   size_t raw = (size_t)info->raw_bytes, cap = raw;

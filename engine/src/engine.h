@@ -145,6 +145,12 @@ void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
  * before. */
 int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
                       char *why, size_t why_len);
+/* The REL part of that check, on the range [lo, hi] of the finite values
+ * (not fill) of the data: FZ_EBOUND, quoted in `why`, when eb times the
+ * range is beyond FZE_EB_ABS_MAX.  The GPU backend, which finds the range
+ * on the device, makes the same check with it. */
+int fze_quant_check_range(const fze_stage *st, double lo, double hi, char *why,
+                          size_t why_len);
 /* Whether the resolved eb, eb_abs and step of a quant stage are ones the
  * decoder accepts (the archive parser's check, shared with the encoder). */
 bool fze_quant_params_ok(const fze_stage *st, fz_dtype t);

@@ -96,6 +96,23 @@ static minmax scan_fill_f64(const double *x, size_t n, uint64_t fb) {
   return (minmax){lo, hi};
 }
 
+int fze_quant_check_range(const fze_stage *st, double lo, double hi, char *why,
+                          size_t why_len) {
+  /* REL: the bound derived from the range must be one the quantizer can
+   * take; the same product fzo_quant_params forms, before its shave. */
+  double range = hi - lo;
+  if (st->mode == FZ_EB_REL && lo <= hi && isfinite(range) &&
+      !(st->eb * range <= FZE_EB_ABS_MAX)) {
+    fze_why(why, why_len,
+            "rel bound %s times the value range %s (%s to %s) is %s, "
+            "beyond the largest absolute bound %s: use a smaller eb",
+            fze_num(st->eb).s, fze_num(range).s, fze_num(lo).s, fze_num(hi).s,
+            fze_num(st->eb * range).s, fze_num(FZE_EB_ABS_MAX).s);
+    return FZ_EBOUND;
+  }
+  return 0;
+}
+
 int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
                       char *why, size_t why_len) {
   minmax m = {0, 0};
@@ -104,18 +121,10 @@ int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
                     : scan_fill_f64(in, n, fill_bits(st, t));
   else if (st->mode != FZ_EB_PWREL)
     m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
-  /* REL: the bound derived from the range must be one the quantizer can
-   * take; the same product fzo_quant_params forms, before its shave. */
-  double range = m.hi - m.lo;
-  if (st->mode == FZ_EB_REL && m.lo <= m.hi && isfinite(range) &&
-      !(st->eb * range <= FZE_EB_ABS_MAX)) {
-    fze_why(why, why_len,
-            "rel bound %s times the value range %s (%s to %s) is %s, "
-            "beyond the largest absolute bound %s: use a smaller eb",
-            fze_num(st->eb).s, fze_num(range).s, fze_num(m.lo).s, fze_num(m.hi).s,
-            fze_num(st->eb * range).s, fze_num(FZE_EB_ABS_MAX).s);
+  int rc = fze_quant_check_range(st, m.lo, m.hi, why, why_len);
+  if (rc < 0) {
     st->eb_abs = st->step = 0;
-    return FZ_EBOUND;
+    return rc;
   }
   fzo_quant_params(st->mode, st->eb, m.lo, m.hi, t == FZ_F32, &st->eb_abs,
                    &st->step);

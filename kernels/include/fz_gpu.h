@@ -17,7 +17,8 @@
  * Every fallible call returns an int: >= 0 on success, a negative fz_errno
  * code on failure (FZ_ENOGPU without a usable GPU, FZ_EGPUOOM when device
  * memory runs out, FZ_ECUDA for any other CUDA error, whose name is quoted in
- * `why`).  No call prints, exits or aborts.
+ * `why`; FZ_ENOSYS for what the kernels do not do yet: chains with a fill
+ * value, which the CPU engine serves).  No call prints, exits or aborts.
  */
 #ifndef FZ_GPU_H
 #define FZ_GPU_H

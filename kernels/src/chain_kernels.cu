@@ -181,6 +181,8 @@ __global__ void __launch_bounds__(FZK_NT) fzk_prep_kernel(fzk_prep p, unsigned w
       p.d_qp->eb_abs = e;
       p.d_qp->step = s;
       p.d_qp->inv = s != 0 ? 1.0 / s : 0;
+      p.d_range[0] = lo;
+      p.d_range[1] = hi;
       s_q[0] = e;
       s_q[1] = s;
     }

@@ -93,6 +93,7 @@ typedef struct fzk_prep {
   double eb;
   double *d_part;
   fzk_qparams *d_qp;
+  double *d_range; /* the finite range (lo, hi) the parameters came from */
   uint32_t *d_zero;
   uint64_t zero_words;
   const uint8_t *d_tpl;

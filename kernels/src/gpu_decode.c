@@ -117,6 +117,11 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
     return rc;
   if ((rc = fze_header_parse_prefix(dec->h_hdr, arc_len, &dec->h, &dec->table_pos)) < 0)
     return rc;
+  if (fze_chain_has_quant(&dec->h.chain) && dec->h.chain.st[0].has_fill) {
+    fze_why(why, why_len, "the GPU kernels have no fill values yet: the CPU engine "
+            "decodes this archive");
+    return FZ_ENOSYS;
+  }
   if (info != NULL)
     fze_header_info(&dec->h, arc_len, info);
   dec->opened = 1;
@@ -156,7 +161,7 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   fzk_desc_from_header(&d, h);
   if ((rc = fzk_kernels_ready(ctx, &d, why, why_len)) < 0)
     return rc;
-  fzk_qparams qp = {0, 0, 0};
+  fzk_qparams qp = {0};
   if (d.has_quant) {
     qp.eb_abs = h->chain.st[0].eb_abs;
     qp.step = h->chain.st[0].step;

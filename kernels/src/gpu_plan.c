@@ -26,17 +26,18 @@
 #include "gpu_err.h"
 
 /* What a compression copies back, in one copy: the quantizer's parameters
- * (eb_abs is the bound to report) and the archive's size, as they lie in
- * the workspace. */
+ * (eb_abs is the bound to report), the archive's size and the data's range,
+ * as they lie in the workspace. */
 typedef struct plan_back {
   fzk_qparams qp;
   uint64_t total;
+  double range[2]; /* the range the parameters came from, for the REL check */
 } plan_back;
 _Static_assert(offsetof(plan_back, qp) == 0, "the parameters open the copy");
 
 /* Workspace of one compression: byte offsets of each buffer. */
 typedef struct ws_layout {
-  size_t stage, sizes, crcs, offs, bsum, part, qp, cparts, total, bytes;
+  size_t stage, sizes, crcs, offs, bsum, part, qp, cparts, total, range, bytes;
 } ws_layout;
 
 struct fz_gpu_plan {
@@ -70,7 +71,8 @@ static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len,
   w->part = o; o += up256(16 * (size_t)FZK_MM_BLOCKS);
   /* The archive's size follows the quantizer's parameters, so that one
    * copy brings both back (plan_back). */
-  w->qp = o; w->total = o + offsetof(plan_back, total); o += up256(sizeof(plan_back));
+  w->qp = o; w->total = o + offsetof(plan_back, total); w->range = o + offsetof(plan_back, range);
+  o += up256(sizeof(plan_back));
   w->cparts = o; o += up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
   w->bytes = o;
 }
@@ -148,6 +150,12 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   if (h->nchunks >= (1u << 31)) {
     fze_why(why, why_len, "too many chunks for one grid: %llu", (unsigned long long)h->nchunks);
     rc = FZ_ESHAPE;
+    goto fail;
+  }
+  if (fze_chain_has_quant(&h->chain) && h->chain.st[0].has_fill) {
+    fze_why(why, why_len, "the GPU kernels have no fill values yet: the CPU engine "
+            "compresses this chain");
+    rc = FZ_ENOSYS;
     goto fail;
   }
   fzk_desc_from_header(&pl->desc, h);
@@ -280,6 +288,7 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   const fzk_prep prep = {
       .d_in = d_in, .n = h->n_elems, .range = d->has_quant && q->mode != FZ_EB_PWREL,
       .mode = q->mode, .eb = q->eb, .d_part = (double *)(ws + L->part), .d_qp = qp,
+      .d_range = (double *)(ws + L->range),
       /* Chunks placed by look-back: offs holds the look-back words, and the
        * chunk CRCs are summed into zeroed words. */
       .d_zero = crcs, .zero_words = d->k32 ? (L->offs - L->crcs) / 4 + 2 * (h->nchunks + 2) : 0,
@@ -311,6 +320,13 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
     FZK_CHECK(cudaFreeAsync(ws, s), fail);
   FZK_CHECK(cudaStreamSynchronize(s), fail);
   *out_len = (size_t)pl->h_back->total;
+  /* The CPU refuses a REL bound whose product with the range is beyond
+   * what the quantizer takes, before it writes anything; the range is known
+   * here only now, so the archive written is disowned. */
+  if (d->has_quant && q->mode == FZ_EB_REL &&
+      (rc = fze_quant_check_range(q, pl->h_back->range[0], pl->h_back->range[1], why,
+                                  why_len)) < 0)
+    return rc;
   return *out_len > out_cap ? FZ_ENOSPC : 0;
 fail_ws:
   if (pl->d_ws == NULL)

@@ -46,7 +46,9 @@ Test(identity, word32_small) {
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
       for (size_t ki = 0; ki < 3; ki++) {
         void *x = gen_data(FZ_F32, sizes[si], kinds[ki], 11 * si + ki);
-        check_identity(FZ_F32, chains[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+        /* A chain's own mode is the job's (one bound per job). */
+        fz_eb_mode mode = strstr(chains[c], "pwrel") ? FZ_EB_PWREL : FZ_EB_REL;
+        check_identity(FZ_F32, chains[c], mode, 1e-3, 0, x, sizes[si], 0);
         free(x);
       }
   const fz_dtype ints[] = {FZ_U32, FZ_I32};
@@ -75,7 +77,7 @@ Test(identity, lossless_every_dtype) {
 
 /* Chains beyond the presets: each stage alone and in other orders. */
 Test(identity, other_chains) {
-  const char *chains[] = {"quant", "quant | diff", "quant | bitshuffle",
+  const char *chains[] = {"quant | diff | rze", "quant | diff | bitpack", "quant | bitshuffle | rze",
                           "quant | rze(levels=1)", "quant | diff(map=negabinary) | bitshuffle | rze(levels=6)",
                           "quant | diff | diff | bitpack", "diff | bitpack", "bitshuffle | rze(levels=2)",
                           "diff(map=negabinary) | rze"};
@@ -113,5 +115,62 @@ Test(identity, prealloc_repeated) {
   void *x = gen_data(FZ_F32, 300000, GEN_SMOOTH, 5);
   for (int r = 0; r < 3; r++)
     check_identity(FZ_F32, "balanced", FZ_EB_REL, 1e-3, 0, x, 300000, FZ_GPU_PREALLOC);
+  free(x);
+}
+
+/* The kernels have no fill values yet: a GPU plan for such a chain is
+ * refused with FZ_ENOSYS (fzd then runs the CPU engine), never made into
+ * archives without the fill. */
+Test(identity, fill_values_are_not_the_kernels) {
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 1;
+  p.dims[0] = 4096;
+  p.eb = 1e-3;
+  p.has_fill = 1;
+  p.fill_value = -1e10;
+  fz_gpu_plan *pl = NULL;
+  char why[256] = "";
+  cr_assert_eq(fz_gpu_plan_create(test_ctx(), &p, 0, &pl, why, sizeof why), FZ_ENOSYS, "%s", why);
+  cr_assert_null(pl);
+  cr_assert(strstr(why, "fill") != NULL, "%s", why);
+}
+
+/* A REL bound whose product with the data's range is beyond what the
+ * quantizer takes: the CPU refuses it with FZ_EBOUND, and so does the GPU,
+ * which finds the range on the device. */
+Test(identity, rel_bound_beyond_the_range_is_refused) {
+  const size_t n = 20000;
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)(1e9 * sin(0.001 * (double)i));
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 1;
+  p.dims[0] = n;
+  p.eb = 1e299;
+  p.eb_mode = FZ_EB_REL;
+  char why[256] = "", gwhy[256] = "";
+  fz_plan *cpu;
+  cr_assert_eq(fz_plan_create(&p, &cpu, why, sizeof why), 0, "%s", why);
+  size_t cap = fz_plan_compress_bound(cpu), len = 0;
+  void *arc = malloc(cap);
+  cr_assert_eq(fz_plan_compress(cpu, x, n * sizeof *x, arc, cap, &len), FZ_EBOUND);
+  fz_gpu_plan *gpu;
+  cr_assert_eq(fz_gpu_plan_create(test_ctx(), &p, 0, &gpu, gwhy, sizeof gwhy), 0, "%s", gwhy);
+  void *d_x, *d_arc;
+  cr_assert_eq(cudaMalloc(&d_x, n * sizeof *x), cudaSuccess);
+  cr_assert_eq(cudaMalloc(&d_arc, cap), cudaSuccess);
+  cr_assert_eq(cudaMemcpy(d_x, x, n * sizeof *x, cudaMemcpyHostToDevice), cudaSuccess);
+  int rc = fz_gpu_compress(gpu, d_x, n * sizeof *x, d_arc, cap, &len, NULL, gwhy, sizeof gwhy);
+  cr_assert_eq(rc, FZ_EBOUND, "the GPU gave %s: %s", fz_err_name(rc), gwhy);
+  cr_assert_str_eq(gwhy, fz_plan_error(cpu), "the GPU's message differs from the CPU's");
+  cudaFree(d_x);
+  cudaFree(d_arc);
+  fz_gpu_plan_destroy(gpu);
+  fz_plan_destroy(cpu);
+  free(arc);
   free(x);
 }
