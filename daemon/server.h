@@ -81,9 +81,11 @@ typedef struct fzd_pool fzd_pool;
 
 /* Starts n workers; done() runs on the loop thread for every finished job,
  * and for every job fzd_pool_cancel() takes back (with err FZ_ECANCELED).
- * With gpu (else NULL) worker i runs its jobs on stream i of the GPU. */
+ * With gpu (else NULL) worker i runs its jobs on stream i of the GPU.  On
+ * the CPU backend the running jobs' buffers together stay within
+ * memory_limit bytes (0: derived from the physical memory). */
 int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
-                   unsigned plan_cache_entries, fzd_gpu *gpu,
+                   unsigned plan_cache_entries, uint64_t memory_limit, fzd_gpu *gpu,
                    void (*done)(fzd_job *job, void *arg), void *arg);
 /* Queues a job, or FZ_EBUSY when capacity jobs are already waiting. */
 int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
