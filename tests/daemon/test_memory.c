@@ -425,8 +425,8 @@ Test(memory, job_beside_others_over_the_budget_is_ebusy, .timeout = 600) {
 
 /* ---- sealed memfds -------------------------------------------------------- */
 
-static int sealed_sparse_memfd(uint64_t size, const void *head, size_t head_len) {
-  int fd = memfd_create("fzd-sparse", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+static int sealed_memfd(const char *name, uint64_t size, const void *head, size_t head_len) {
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   cr_assert_geq(fd, 0);
   cr_assert_eq(ftruncate(fd, (off_t)size), 0);
   if (head_len)
@@ -446,7 +446,7 @@ Test(memory, sealed_memfd_maps_only_the_job_range, .timeout = 120) {
   float x[4096];
   wire_field_f32(x, 4096, 3);
   uint64_t size = 32 * GiB;
-  int fd = sealed_sparse_memfd(size, x, sizeof x);
+  int fd = sealed_memfd("fzd-sparse", size, x, sizeof x);
   cr_assert_eq(pwrite(fd, x, sizeof x, (off_t)(size - sizeof x - 12)), (ssize_t)sizeof x);
   uint64_t offs[2] = {0, size - sizeof x - 12};
   for (int k = 0; k < 2; k++) {
@@ -486,7 +486,7 @@ Test(memory, mapping_budget_falls_back_to_pread, .timeout = 120) {
   size_t n = MiB; /* 4 MiB: four times the budget */
   float *x = malloc(n * 4);
   wire_field_f32(x, n, 9);
-  int fd = sealed_sparse_memfd(n * 4, x, n * 4);
+  int fd = sealed_memfd("fzd-sparse", n * 4, x, n * 4);
   job_spec j = {.method = "compress", .n = n, .mode = "abs", .eb = 1e-3, .in = fd, .out = -1};
   fzp_message m;
   cr_assert_eq(run_job(&w, 1, &j, &m), 0);
@@ -513,6 +513,39 @@ Test(memory, mapping_budget_falls_back_to_pread, .timeout = 120) {
   free(y);
   close(fd);
   wire_close(&w);
+  stop_daemon(h);
+}
+
+/* The global budget evicts another connection's idle mapping to make room:
+ * one connection's cached memfds cannot starve the others. */
+Test(memory, global_mapping_budget_evicts_idle_mappings, .timeout = 120) {
+  fzd_harness *h = start_daemon("\"workers\": 1, \"max_mapped_bytes\": 1048576");
+  wire a, b;
+  wire_open(&a, h, false);
+  wire_open(&b, h, false);
+  cr_assert_eq(wire_hello(&a, NULL), 0);
+  cr_assert_eq(wire_hello(&b, NULL), 0);
+  size_t n = 160 * 1024; /* 640 KiB each: two do not fit 1 MiB */
+  float *x = malloc(n * 4);
+  wire_field_f32(x, n, 4);
+  int fa = sealed_memfd("fzd-conn-a", n * 4, x, n * 4);
+  int fb = sealed_memfd("fzd-conn-b", n * 4, x, n * 4);
+  job_spec j = {.method = "compress", .n = n, .mode = "abs", .eb = 1e-3, .in = fa, .out = -1};
+  fzp_message m;
+  cr_assert_eq(run_job(&a, 1, &j, &m), 0);
+  fzp_message_free(&m);
+  pid_t pid = fzd_harness_pid(h);
+  cr_assert_eq(memfd_mapped(pid, "fzd-conn-a"), n * 4, "the first input stays mapped");
+  j.in = fb;
+  cr_assert_eq(run_job(&b, 2, &j, &m), 0);
+  fzp_message_free(&m);
+  cr_assert_eq(memfd_mapped(pid, "fzd-conn-b"), n * 4, "the second input is mapped");
+  cr_assert_eq(memfd_mapped(pid, "fzd-conn-a"), 0, "the idle first mapping made room");
+  free(x);
+  close(fa);
+  close(fb);
+  wire_close(&a);
+  wire_close(&b);
   stop_daemon(h);
 }
 
