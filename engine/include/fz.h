@@ -243,7 +243,8 @@ int fz_decoder_finish(const fz_decoder *dec);
 /* The canonical text of a pipeline (a preset name or chain text; NULL is
  * "balanced") with every stage parameter spelled out and the bound left as
  * the text gave it: two texts with the same canonical text make the same
- * plan for the same job parameters.  FZ_EPIPELINE as fz_plan_create(). */
+ * plan for the same job parameters.  FZ_EPIPELINE as fz_plan_create();
+ * FZ_ENOSPC when the text does not fit len bytes. */
 int fz_pipeline_canonical(const char *pipeline, char *buf, size_t len, char *why,
                           size_t why_len);
 

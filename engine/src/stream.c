@@ -94,10 +94,12 @@ uint64_t fz_encoder_chunks(const fz_encoder *e) { return e->hdr.nchunks; }
 /* The same extremes as the quantizer's own scan (stage_quant.c): NaN and
  * +-Inf are skipped, the f32 scan runs in float. */
 int fz_encoder_scan(fz_encoder *e, const void *in, size_t len) {
-  if (e == NULL || (in == NULL && len) || len % e->width || e->resolved)
+  if (e == NULL || (in == NULL && len) || len % e->width)
     return FZ_EINVAL;
   if (!e->needs_range)
     return 0;
+  if (e->resolved)
+    return FZ_EINVAL; /* the range is fixed once a chunk is encoded */
   size_t n = len / e->width;
   if (e->hdr.dtype == FZ_F32) {
     const float *x = in;
@@ -377,5 +379,7 @@ int fz_pipeline_canonical(const char *pipeline, char *buf, size_t len, char *why
   if (rc < 0)
     return rc;
   fze_chain_format(&c, buf, len);
-  return 0;
+  /* A text that filled the buffer may have been cut: no key at all is
+   * better than one two chains could share. */
+  return strlen(buf) + 1 < len ? 0 : FZ_ENOSPC;
 }

@@ -231,6 +231,7 @@ Test(stream, canonical_pipeline_text) {
   cr_assert_eq(fz_pipeline_canonical(NULL, a, sizeof a, NULL, 0), 0);
   cr_assert_eq(fz_pipeline_canonical("quant|diff|bitshuffle|rze", b, sizeof b, NULL, 0), 0);
   cr_assert_str_neq(a, "");
+  cr_assert_eq(fz_pipeline_canonical("balanced", a, 8, NULL, 0), FZ_ENOSPC);
   char why[128] = "";
   cr_assert_eq(fz_pipeline_canonical("quant | frobnicate", a, sizeof a, why, sizeof why),
                FZ_EPIPELINE);
