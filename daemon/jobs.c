@@ -103,17 +103,29 @@ void fzd_job_free(fzd_job *job) {
 
 /* ---- plans ---------------------------------------------------------------- */
 
+/* Whether two pipeline texts name the same chain: the same text, or the
+ * same canonical text.  Jobs reach the caches with canonical text already
+ * (canonical_pipeline), so the parse only runs for an entry keyed by other
+ * text (a GPU worker's warm-up plan, keyed by the default ""). */
+static bool same_pipeline(const char *a, const char *b) {
+  if (strcmp(a, b) == 0)
+    return true;
+  char ca[FZD_PIPELINE_MAX], cb[FZD_PIPELINE_MAX];
+  return fz_pipeline_canonical(a[0] ? a : NULL, ca, sizeof ca, NULL, 0) == 0 &&
+         fz_pipeline_canonical(b[0] ? b : NULL, cb, sizeof cb, NULL, 0) == 0 &&
+         strcmp(ca, cb) == 0;
+}
+
 bool fzd_job_same_plan(const fz_params *a, const char *pipeline,
                        const fzd_job *job) {
   const fz_params *b = &job->params;
   if (a->dtype != b->dtype || a->ndims != b->ndims || a->eb_mode != b->eb_mode ||
-      memcmp(&a->eb, &b->eb, sizeof(a->eb)) != 0 ||
-      strcmp(pipeline, job->pipeline) != 0)
+      memcmp(&a->eb, &b->eb, sizeof(a->eb)) != 0)
     return false;
   for (unsigned i = 0; i < a->ndims; i++)
     if (a->dims[i] != b->dims[i])
       return false;
-  return true;
+  return same_pipeline(pipeline, job->pipeline);
 }
 
 /* Rewrites the job's pipeline text as its canonical chain, so that a

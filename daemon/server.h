@@ -103,7 +103,10 @@ int fzd_job_read_into(fzd_job *job, void *dst);
 /* Delivers len bytes of result, copied: kept for the inline reply, or
  * written to out_fd. */
 int fzd_job_deliver_copy(fzd_job *job, const void *data, size_t len);
-/* True when a cached plan made for (key, pipeline) serves this job. */
+/* True when a cached plan made for (key, pipeline) serves this job: the
+ * same dtype, shape and bound, and a pipeline text with the same canonical
+ * chain (a preset and the chain it stands for are one plan).  Workers give
+ * compress jobs their canonical text before they run them. */
 bool fzd_job_same_plan(const fz_params *key, const char *pipeline,
                        const fzd_job *job);
 
