@@ -47,7 +47,7 @@
 /* Allocations from this size up are mapped on their own, so that freeing
  * them gives the memory back to the system at once (glibc would otherwise
  * raise the threshold after the first large free and keep the heap). */
-#define MMAP_THRESHOLD (1 << 20)
+#define MMAP_THRESHOLD (4 << 20)
 
 typedef struct plan_entry {
   fz_params key;
@@ -470,11 +470,20 @@ static int compress_whole(worker *w, fzd_job *job, fz_plan *plan) {
   return fzd_job_deliver_copy(job, arc, arc_len);
 }
 
+/* The window of a streamed job of `bytes` bytes: STREAM_WINDOW, or less for
+ * a smaller job (whole chunks of any size either way), so that small jobs
+ * take small buffers. */
+static size_t window_for(uint64_t bytes) {
+  uint64_t w = (bytes + FZ_CHUNK_MAX - 1) / FZ_CHUNK_MAX * FZ_CHUNK_MAX;
+  return w < FZ_CHUNK_MAX ? FZ_CHUNK_MAX : w > STREAM_WINDOW ? STREAM_WINDOW : (size_t)w;
+}
+
 /* Memory a streamed compression holds: an input window (unless the input is
  * in memory), an output window, a verify window, and the encoder's table. */
 static uint64_t stream_compress_need(const fzd_job *job) {
-  return (input_in_memory(job) ? 0 : STREAM_WINDOW) + STREAM_WINDOW +
-         (job->verify ? STREAM_WINDOW : 0) + 2 * (job->in_len / FZ_CHUNK_MIN + 1);
+  uint64_t w = window_for(job->in_len);
+  return (input_in_memory(job) ? 0 : w) + w + (job->verify ? w : 0) +
+         2 * (job->in_len / FZ_CHUNK_MIN + 1);
 }
 
 static uint64_t whole_compress_need(const fzd_job *job, const fz_plan *plan) {
@@ -493,7 +502,7 @@ static int compress_stream(fzd_job *job, fz_plan *plan) {
   int err = fz_encoder_create(plan, &enc);
   if (err < 0)
     return err;
-  size_t window = STREAM_WINDOW;
+  size_t window = window_for(job->in_len);
   size_t esize = fz_dtype_size(job->params.dtype);
   err = FZ_ENOMEM;
   if ((!input_in_memory(job) && (inbuf = malloc(window)) == NULL) ||
@@ -623,16 +632,17 @@ static int decompress_whole(fzd_job *job) {
 /* Raw output to out_fd, one group of chunks at a time; the payload
  * checksum is checked after the last. */
 static int decompress_stream(fzd_job *job, fz_decoder *dec) {
-  void *inbuf = NULL, *outbuf = malloc(STREAM_WINDOW);
+  size_t window = window_for(job->info.raw_bytes);
+  void *inbuf = NULL, *outbuf = malloc(window);
   int err = 0;
-  if (outbuf == NULL || (!input_in_memory(job) && (inbuf = malloc(STREAM_WINDOW)) == NULL))
+  if (outbuf == NULL || (!input_in_memory(job) && (inbuf = malloc(window)) == NULL))
     err = FZ_ENOMEM;
   uint64_t t0 = now_us(), put = 0, off;
   size_t stored, raw;
-  while (err == 0 && fz_decoder_next(dec, STREAM_WINDOW, &off, &stored, &raw) > 0) {
+  while (err == 0 && fz_decoder_next(dec, window, &off, &stored, &raw) > 0) {
     const void *in;
     if ((err = input_at(job, off, stored, inbuf, &in)) < 0 ||
-        (err = fz_decoder_decode(dec, in, stored, outbuf, STREAM_WINDOW)) < 0 ||
+        (err = fz_decoder_decode(dec, in, stored, outbuf, window)) < 0 ||
         (err = pwrite_range(job, put, outbuf, raw)) < 0)
       break;
     put += raw;
@@ -665,7 +675,8 @@ static int run_decompress(worker *w, fzd_job *job) {
     err = FZ_EMSGSIZE;
   } else if (stream) {
     err = check_room(job, job->info.raw_bytes);
-    need = (input_in_memory(job) ? 0 : STREAM_WINDOW) + STREAM_WINDOW +
+    uint64_t win = window_for(job->info.raw_bytes);
+    need = (input_in_memory(job) ? 0 : win) + win +
            2 * job->info.chunks + FZ_ARCHIVE_PREFIX_MAX;
   } else {
     need = (input_in_memory(job) ? 0 : job->in_len) + job->info.raw_bytes;

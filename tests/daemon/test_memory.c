@@ -385,7 +385,7 @@ Test(memory, job_that_can_never_fit_is_enomem, .timeout = 300) {
 Test(memory, job_beside_others_over_the_budget_is_ebusy, .timeout = 600) {
   fzd_harness *h = start_daemon("\"workers\": 2, \"memory_limit\": 58720256");
   const char *dir = fzd_harness_dir(h);
-  uint64_t big = 96 * MiB, small = MiB;
+  uint64_t big = 96 * MiB, small = 4 * MiB;
   int in = field_file(dir, "in.f32", big), out = empty_file(dir, "out.fz");
   int out2 = empty_file(dir, "out2.fz");
   wire a, b;
