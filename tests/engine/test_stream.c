@@ -215,6 +215,14 @@ Test(stream, misuse_is_refused) {
   cr_assert_eq(fz_encoder_finish(enc, hdr, sizeof hdr, &arc_len), FZ_EINVAL);
   fz_encoder_destroy(enc);
   fz_plan_destroy(plan);
+  /* A chain without a range to find needs no scan, and one is harmless. */
+  plan = make_plan(&samples[8]);
+  cr_assert_eq(fz_encoder_create(plan, &enc), 0);
+  cr_assert(!fz_encoder_needs_scan(enc));
+  cr_assert_eq(fz_encoder_scan(enc, x, 64), 0);
+  cr_assert_eq(fz_encoder_eb_abs(enc), 0);
+  fz_encoder_destroy(enc);
+  fz_plan_destroy(plan);
   free(x);
 }
 
