@@ -122,6 +122,18 @@ static const setting settings[] = {
     {"max_job_bytes", T_UINT, OFF(max_job_bytes), 1, UINT64_C(1) << 40,
      "4294967296", true, NULL,
      "largest input or output of one job passed by descriptor"},
+    {"memory_limit", T_UINT, OFF(memory_limit), 0, UINT64_C(1) << 50, "0", false,
+     NULL,
+     "host bytes the running jobs' buffers may hold together (CPU backend); a job that "
+     "cannot fit gets EBUSY while others run, ENOMEM when it never can; 0 means 3/4 of "
+     "the physical memory (or of the cgroup's limit when lower)"},
+    {"max_mapped_bytes", T_UINT, OFF(max_mapped_bytes), 0, UINT64_C(1) << 46,
+     "1099511627776", true, NULL,
+     "address space of sealed-memfd inputs mapped in place, all connections together; "
+     "past it (or past max_mapped_bytes_per_connection) inputs are read with pread"},
+    {"max_mapped_bytes_per_connection", T_UINT, OFF(max_mapped_bytes_per_connection), 0,
+     UINT64_C(1) << 46, "68719476736", true, NULL,
+     "address space of sealed-memfd inputs mapped in place for one connection"},
     {"plan_cache_entries", T_UINT, OFF(plan_cache_entries), 0, 4096, "16",
      false, NULL, "finalized plans kept per worker (LRU); 0 disables the cache"},
     {"log_level", T_ENUM, OFF(log_level), 0, 0, "\"info\"", true, level_choices,

@@ -42,6 +42,9 @@ typedef struct fzd_config {
   uint64_t max_message_bytes;
   uint64_t max_inline_bytes;
   uint64_t max_job_bytes;
+  uint64_t memory_limit; /* bytes; 0: 3/4 of physical memory */
+  uint64_t max_mapped_bytes; /* sealed-memfd mappings, all connections */
+  uint64_t max_mapped_bytes_per_connection;
   uint64_t plan_cache_entries;
   uint64_t log_level; /* enum fzd_log_level */
   bool watchdog;

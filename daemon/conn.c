@@ -104,7 +104,7 @@ bool fzd_conn_is_tcp(const fzd_conn *c) { return c->tcp; }
 
 fzd_fdmap *fzd_conn_fdmap(fzd_conn *c) {
   if (c->maps == NULL)
-    c->maps = fzd_fdmap_new(FZD_FDMAP_ENTRIES, FZD_FDMAP_BYTES);
+    c->maps = fzd_fdmap_new(FZD_FDMAP_ENTRIES, &c->srv->cfg);
   return c->maps;
 }
 

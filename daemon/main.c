@@ -284,7 +284,7 @@ static int start(fzd_server *srv) {
     return err;
   /* On the GPU backend this warms every worker up before READY=1. */
   err = fzd_pool_start(&srv->pool, srv->loop, srv->workers,
-                       (unsigned)srv->cfg.plan_cache_entries, srv->gpu,
+                       (unsigned)srv->cfg.plan_cache_entries, srv->cfg.memory_limit, srv->gpu,
                        fzd_conn_job_done, srv);
   if (err < 0) {
     fzd_err("cannot start %u workers: %s", srv->workers, fz_strerror(err));

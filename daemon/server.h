@@ -86,9 +86,11 @@ typedef struct fzd_pool fzd_pool;
 
 /* Starts n workers; done() runs on the loop thread for every finished job,
  * and for every job fzd_pool_cancel() takes back (with err FZ_ECANCELED).
- * With gpu (else NULL) worker i runs its jobs on stream i of the GPU. */
+ * With gpu (else NULL) worker i runs its jobs on stream i of the GPU.  On
+ * the CPU backend the running jobs' buffers together stay within
+ * memory_limit bytes (0: derived from the physical memory). */
 int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
-                   unsigned plan_cache_entries, fzd_gpu *gpu,
+                   unsigned plan_cache_entries, uint64_t memory_limit, fzd_gpu *gpu,
                    void (*done)(fzd_job *job, void *arg), void *arg);
 /* Queues a job, or FZ_EBUSY when capacity jobs are already waiting. */
 int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
@@ -106,7 +108,10 @@ int fzd_job_read_into(fzd_job *job, void *dst);
 /* Delivers len bytes of result, copied: kept for the inline reply, or
  * written to out_fd. */
 int fzd_job_deliver_copy(fzd_job *job, const void *data, size_t len);
-/* True when a cached plan made for (key, pipeline) serves this job. */
+/* True when a cached plan made for (key, pipeline) serves this job: the
+ * same dtype, shape and bound, and a pipeline text with the same canonical
+ * chain (a preset and the chain it stands for are one plan).  Workers give
+ * compress jobs their canonical text before they run them. */
 bool fzd_job_same_plan(const fz_params *key, const char *pipeline,
                        const fzd_job *job);
 

@@ -17,6 +17,7 @@
 #ifndef FZ_H
 #define FZ_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -184,6 +185,102 @@ typedef struct fz_compare_result {
 /* Compares original a with reconstruction b, n elements of type t. */
 int fz_compare(fz_dtype t, const void *a, const void *b, size_t n,
                fz_compare_result *res);
+
+
+/* ---- streaming: groups of chunks (stream.c) -------------------------------
+ *
+ * For data that lives in files and need not fit in memory.  Chunks are
+ * independent, so a compression can run one window of whole chunks at a
+ * time and a decompression one group of chunks at a time, each in memory
+ * bounded by the window.  The archive an encoder makes is byte for byte the
+ * one fz_plan_compress() makes for the same input.  Encoders and decoders
+ * are used by one thread at a time. */
+
+typedef struct fz_encoder fz_encoder;
+
+/* An encoder for one compression with plan's shape, chain and bound (the
+ * plan may be destroyed or reused afterwards: the encoder copies what it
+ * needs).  Use it in three passes:
+ *   1. when fz_encoder_needs_scan(), feed the whole input through
+ *      fz_encoder_scan() in pieces of whole elements, in order (an ABS or
+ *      REL bound is resolved from the input's finite value range);
+ *   2. encode every chunk in order with fz_encoder_encode();
+ *   3. fz_encoder_finish() writes the header (chunk table and checksums),
+ *      which belongs at offset 0, before the payload, which starts at
+ *      fz_encoder_header_len(). */
+int fz_encoder_create(const fz_plan *plan, fz_encoder **out);
+void fz_encoder_destroy(fz_encoder *enc); /* NULL is a harmless no-op */
+bool fz_encoder_needs_scan(const fz_encoder *enc);
+size_t fz_encoder_header_len(const fz_encoder *enc);
+size_t fz_encoder_chunk_bytes(const fz_encoder *enc);
+uint64_t fz_encoder_chunks(const fz_encoder *enc);
+int fz_encoder_scan(fz_encoder *enc, const void *in, size_t len);
+/* The absolute bound enforced (0 when lossless); ends the scan pass.  When
+ * the range makes the bound one the quantizer cannot take (REL: eb times
+ * the range beyond the largest absolute bound), fz_encoder_encode() then
+ * answers FZ_EBOUND and fz_encoder_error() says why, as fz_plan_compress()
+ * and fz_plan_error() do. */
+double fz_encoder_eb_abs(fz_encoder *enc);
+/* Why the encoder refused the input ("" when it did not); static per
+ * encoder. */
+const char *fz_encoder_error(const fz_encoder *enc);
+/* Encodes the chunks starting at chunk `first` (the next one not yet
+ * encoded) whose input is the in_len bytes at in: a whole number of chunks,
+ * or the rest of the input.  Their coded bytes go to out back to back
+ * (*out_len in all, never more than in_len: out_cap >= in_len is enough;
+ * FZ_ENOSPC below that).  FZ_EINVAL for chunks out of order, FZ_ESIZE for a
+ * length that is not whole chunks. */
+int fz_encoder_encode(fz_encoder *enc, uint64_t first, const void *in, size_t in_len,
+                      void *out, size_t out_cap, size_t *out_len);
+/* Decodes the coded bytes of already encoded chunks starting at `first`, as
+ * fz_encoder_encode() gave them, into out (their raw bytes): the check
+ * behind a verified compression, one window at a time. */
+int fz_encoder_check(fz_encoder *enc, uint64_t first, const void *coded, size_t coded_len,
+                     void *out, size_t out_cap);
+/* Once every chunk is encoded: writes the header into hdr (hdr_cap >=
+ * fz_encoder_header_len()) and gives the archive's total length. */
+int fz_encoder_finish(fz_encoder *enc, void *hdr, size_t hdr_cap, uint64_t *arc_len);
+
+typedef struct fz_decoder fz_decoder;
+
+/* The bytes of an archive's start that always tell the header's length. */
+#define FZ_ARCHIVE_PREFIX_MAX 320u
+
+/* The length of an archive's header (magic to header CRC, where the payload
+ * starts), from its first prefix_len bytes: at least FZ_ARCHIVE_PREFIX_MAX,
+ * or the whole archive of arc_len bytes when it is shorter.  Validates what
+ * those bytes hold, as fz_archive_inspect() does. */
+int fz_archive_header_len(const void *prefix, size_t prefix_len, uint64_t arc_len,
+                          size_t *header_len);
+/* A decoder for an archive of arc_len bytes whose header_len bytes of header
+ * (at least fz_archive_header_len()) are at head; validates the header as
+ * fz_archive_inspect() does (the header is copied). */
+int fz_decoder_create(const void *head, size_t head_len, uint64_t arc_len,
+                      fz_decoder **out);
+void fz_decoder_destroy(fz_decoder *dec); /* NULL is a harmless no-op */
+int fz_decoder_info(const fz_decoder *dec, fz_archive_info *info);
+/* Names the next group of chunks, at most max_raw raw bytes of them (at
+ * least one chunk): their stored bytes are the *stored bytes at archive
+ * offset *offset, decoding to *raw bytes (which follow the previous groups'
+ * in the output).  Returns the number of chunks, 0 when all are decoded. */
+uint64_t fz_decoder_next(fz_decoder *dec, size_t max_raw, uint64_t *offset,
+                         size_t *stored, size_t *raw);
+/* Decodes the group fz_decoder_next() named from its stored bytes in into
+ * out (out_cap >= its raw bytes).  A corrupt chunk gives FZ_ECORRUPT (or
+ * another archive error) and the decoder must not be used further. */
+int fz_decoder_decode(fz_decoder *dec, const void *in, size_t in_len, void *out,
+                      size_t out_cap);
+/* After the last group: FZ_ECORRUPT when the payload checksum disagrees (a
+ * chunk's bytes changed), FZ_EINVAL when chunks are left. */
+int fz_decoder_finish(const fz_decoder *dec);
+
+/* The canonical text of a pipeline (a preset name or chain text; NULL is
+ * "balanced") with every stage parameter spelled out and the bound left as
+ * the text gave it: two texts with the same canonical text make the same
+ * plan for the same job parameters.  FZ_EPIPELINE as fz_plan_create();
+ * FZ_ENOSPC when the text does not fit len bytes. */
+int fz_pipeline_canonical(const char *pipeline, char *buf, size_t len, char *why,
+                          size_t why_len);
 
 #ifdef __cplusplus
 }
