@@ -23,11 +23,18 @@
  * it holds, so the next job starts from an empty slate and the daemon keeps
  * serving.
  *
- * Imported IPC buffers are cached per connection (UCX-style): an entry holds
- * the opened pointer and the allocation size, a count of the jobs using it,
- * and a last-use tick for LRU eviction among the unused ones.  Workers share
- * a connection's cache under its mutex; the loop thread closes every handle
- * when the connection's memory goes, after its last job has come back.
+ * Imported device buffers are cached per connection (UCX-style): an entry
+ * holds the mapping (kernels/src/import.c makes and closes it: legacy IPC,
+ * VMM, pool pointer) with the allocation's real size, a count of the jobs
+ * using it, and a last-use tick for LRU eviction among the unused ones.
+ * The key is the kind, the export bytes and the client's buffer_id, so a
+ * client that frees an allocation and gets the same address (and the same
+ * handle bytes) for a new one reaches a new import, never the stale one,
+ * which is closed as soon as no job uses it.  Pools and IPC events are
+ * cached beside them.  Workers share a connection's cache under its mutex;
+ * "release" closes entries on the loop thread (those in use when their job
+ * ends), and the loop thread closes everything when the connection's
+ * memory goes, after its last job has come back.
  */
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
