@@ -218,7 +218,7 @@ static void m_stats(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 
 typedef struct bad {
   int code;
-  char text[256];
+  char text[512]; /* as long as a reply's error text (conn.c) */
 } bad;
 
 static int reject(bad *b, int code, const char *fmt, ...)
