@@ -271,6 +271,27 @@ int fz_gpu_pool_import(fz_gpu_ctx *ctx, int fd, fz_gpu_mempool *pool, char *why,
       &p, (void *)(uintptr_t)fd, cudaMemHandleTypePosixFileDescriptor, 0);
   if (e != cudaSuccess)
     return rt_fail(e, "cudaMemPoolImportFromShareableHandle", why, why_len);
+  /* An imported pool's memory is not necessarily accessible from this
+   * process's device until access is granted here. */
+  struct cudaMemLocation loc;
+  memset(&loc, 0, sizeof loc);
+  loc.type = cudaMemLocationTypeDevice;
+  loc.id = ctx->device;
+  enum cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+  e = cudaMemPoolGetAccess(&flags, p, &loc);
+  if (e == cudaSuccess && flags != cudaMemAccessFlagsProtReadWrite) {
+    struct cudaMemAccessDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.location = loc;
+    desc.flags = cudaMemAccessFlagsProtReadWrite;
+    e = cudaMemPoolSetAccess(p, &desc, 1);
+  }
+  if (e != cudaSuccess) {
+    rc = rt_fail(e, "cudaMemPoolSetAccess", why, why_len);
+    cudaMemPoolDestroy(p);
+    cudaGetLastError();
+    return rc;
+  }
   *pool = p;
   return 0;
 }
