@@ -193,6 +193,14 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
     free(g);
     return FZ_ECUDA;
   }
+  /* A driver without the calls that import clients' memory would fail every
+   * device-buffer job: better not to start. */
+  err = fz_gpu_import_ready(why, why_len);
+  if (err < 0) {
+    fz_gpu_ctx_destroy(g->ctx);
+    free(g);
+    return err;
+  }
   const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
   snprintf(g->uuid, sizeof g->uuid,
            "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",

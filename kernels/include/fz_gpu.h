@@ -170,6 +170,11 @@ typedef struct fz_gpu_mapping {
   size_t vmm_mapped;   /* VMM: bytes reserved and mapped at base (private) */
 } fz_gpu_mapping;
 
+/* 0 when the driver has every call the imports need (found once, through
+ * the runtime: nothing here links the driver library); else FZ_ECUDA
+ * naming the first one missing. */
+int fz_gpu_import_ready(char *why, size_t why_len);
+
 /* The allocation that contains device address d_ptr (cuMemGetAddressRange):
  * its base and size. */
 int fz_gpu_address_range(const void *d_ptr, void **base, size_t *size, char *why,
@@ -192,8 +197,9 @@ int fz_gpu_import_vmm(fz_gpu_ctx *ctx, int fd, size_t size, fz_gpu_mapping *m, c
 
 /* Imports an IPC-capable pool from its descriptor
  * (cudaMemPoolExportToShareableHandle, cudaMemHandleTypePosixFileDescriptor);
- * fd stays the caller's.  Close with fz_gpu_pool_close() once no pointer
- * imported from it is mapped. */
+ * fd stays the caller's.  The context's device is granted read and write
+ * access to the pool's memory.  Close with fz_gpu_pool_close() once no
+ * pointer imported from it is mapped. */
 int fz_gpu_pool_import(fz_gpu_ctx *ctx, int fd, fz_gpu_mempool *pool, char *why,
                        size_t why_len);
 void fz_gpu_pool_close(fz_gpu_ctx *ctx, fz_gpu_mempool pool); /* NULL: no-op */

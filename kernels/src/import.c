@@ -121,6 +121,8 @@ static int set_device(const fz_gpu_ctx *ctx, char *why, size_t why_len) {
   return fzk_cuda_error((int)e, "cudaSetDevice", why, why_len);
 }
 
+int fz_gpu_import_ready(char *why, size_t why_len) { return drv_ready(why, why_len); }
+
 int fz_gpu_address_range(const void *d_ptr, void **base, size_t *size, char *why,
                          size_t why_len) {
   int rc = drv_ready(why, why_len);
