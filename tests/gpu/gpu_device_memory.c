@@ -904,3 +904,272 @@ Test(device_memory, release_closes_imports, .timeout = 300) {
   free(v1);
   free(v2);
 }
+
+/* ---- other client processes ------------------------------------------------------ */
+
+/* A client process of its own (forked before this process touches CUDA),
+ * which reports through its exit status, never through Criterion: 0 when
+ * every job gave the CPU engine's archive and decompressed within the
+ * bound, else the step that failed.  Its input is a VMM allocation, its
+ * archive goes to a pool allocation, and it decompresses into a cudaMalloc
+ * buffer by legacy IPC: every kind at once, from every client. */
+static int client_process(const char *sock, int index, int jobs) {
+  if (cudaSetDevice(0) != cudaSuccess || cudaFree(0) != cudaSuccess)
+    return 2;
+  char uuid[64];
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+    return 3;
+  const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+  snprintf(uuid, sizeof uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+           u[12], u[13], u[14], u[15]);
+  void *fn[7];
+  const char *names[7] = {"cuMemCreate", "cuMemAddressReserve", "cuMemMap", "cuMemSetAccess",
+                          "cuMemGetAllocationGranularity", "cuMemExportToShareableHandle",
+                          "cuPointerGetAttribute"};
+  for (int i = 0; i < 7; i++) {
+    enum cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion(names[i], &fn[i], 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return 4;
+  }
+  CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                     unsigned long long) = fn[0];
+  CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) = fn[1];
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                  unsigned long long) = fn[2];
+  CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t) = fn[3];
+  CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags) =
+      fn[4];
+  CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                        unsigned long long) = fn[5];
+  CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr) = fn[6];
+  CUmemAllocationProp p;
+  memset(&p, 0, sizeof p);
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  size_t g = 0;
+  if (gran(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || g == 0)
+    return 5;
+  size_t vsize = (NBYTES + g - 1) / g * g;
+  CUmemGenericAllocationHandle vh;
+  CUdeviceptr va;
+  CUmemAccessDesc acc;
+  memset(&acc, 0, sizeof acc);
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  int vfd = -1;
+  if (create(&vh, vsize, &p, 0) != CUDA_SUCCESS || reserve(&va, vsize, g, 0, 0) != CUDA_SUCCESS ||
+      map(va, vsize, 0, vh, 0) != CUDA_SUCCESS || access(va, vsize, &acc, 1) != CUDA_SUCCESS ||
+      export_fd(&vfd, vh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS)
+    return 6;
+  unsigned long long vid = 0, aid = 0;
+  struct cudaMemPoolProps pp;
+  memset(&pp, 0, sizeof pp);
+  pp.allocType = cudaMemAllocationTypePinned;
+  pp.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+  pp.location.type = cudaMemLocationTypeDevice;
+  cudaMemPool_t pool;
+  int pfd = -1;
+  const size_t cap = NBYTES + (1 << 20);
+  void *d_arc = NULL, *d_back = NULL;
+  struct cudaMemPoolPtrExportData ex;
+  cudaIpcMemHandle_t hb;
+  if (cudaMemPoolCreate(&pool, &pp) != cudaSuccess ||
+      cudaMemPoolExportToShareableHandle(&pfd, pool, cudaMemHandleTypePosixFileDescriptor, 0) !=
+          cudaSuccess ||
+      cudaMallocFromPoolAsync(&d_arc, cap, pool, 0) != cudaSuccess ||
+      cudaStreamSynchronize(0) != cudaSuccess || cudaMemPoolExportPointer(&ex, d_arc) != cudaSuccess ||
+      cudaMalloc(&d_back, NBYTES) != cudaSuccess || cudaIpcGetMemHandle(&hb, d_back) != cudaSuccess ||
+      attr(&vid, CU_POINTER_ATTRIBUTE_BUFFER_ID, va) != CUDA_SUCCESS ||
+      attr(&aid, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)(uintptr_t)d_arc) != CUDA_SUCCESS)
+    return 7;
+
+  fz_client_opts o;
+  fz_client_opts_init(&o);
+  o.timeout_ms = 300000;
+  fz_client *c = NULL;
+  char why[256];
+  if (fz_client_connect(&c, sock, &o, why, sizeof why) != 0)
+    return 8;
+  float *v = field_f32(NVAL, 0.37f * (float)index);
+  float *back = malloc(NBYTES);
+  void *arc = malloc(cap);
+  int rc = 0;
+  for (int k = 0; k < jobs && rc == 0; k++) {
+    /* A slightly different field each job, so a stale or crossed buffer
+     * would show. */
+    v[k % NVAL] += 1.0f;
+    size_t cpu_len = 0;
+    fz_params prm;
+    fz_params_init(&prm);
+    prm.dtype = FZ_F32;
+    prm.ndims = 2;
+    prm.dims[0] = ROWS;
+    prm.dims[1] = COLS;
+    prm.eb = EB;
+    prm.eb_mode = FZ_EB_REL;
+    fz_plan *plan = NULL;
+    if (fz_plan_create(&prm, &plan, why, sizeof why) != 0)
+      return 9;
+    void *cpu = malloc(fz_plan_compress_bound(plan));
+    if (fz_plan_compress(plan, v, NBYTES, cpu, fz_plan_compress_bound(plan), &cpu_len) != 0)
+      return 10;
+    fz_plan_destroy(plan);
+    if (cudaMemcpy((void *)(uintptr_t)va, v, NBYTES, cudaMemcpyHostToDevice) != cudaSuccess)
+      return 11;
+    fz_job j;
+    job_f32(&j, uuid);
+    j.in_vmm_fd = vfd;
+    j.in_vmm_size = vsize;
+    j.in_buffer_id = vid;
+    j.out_buffer_id = aid;
+    j.out_pool_fd = pfd;
+    j.out_pool_ptr = &ex;
+    j.out_length = cap;
+    fz_result r;
+    if (fz_client_compress(c, &j, &r) != 0)
+      rc = 12;
+    else if (r.bytes_out != cpu_len ||
+             cudaMemcpy(arc, d_arc, cpu_len, cudaMemcpyDeviceToHost) != cudaSuccess ||
+             memcmp(arc, cpu, cpu_len) != 0)
+      rc = 13;
+    fz_job d;
+    fz_job_init(&d);
+    d.device = uuid;
+    d.in_pool_fd = pfd;
+    d.in_pool_ptr = &ex;
+    d.in_length = cpu_len;
+    d.in_buffer_id = aid;
+    d.out_ipc = &hb;
+    d.out_length = NBYTES;
+    fz_archive_info info;
+    fz_compare_result cmp;
+    if (rc == 0 && (fz_client_decompress(c, &d, &r) != 0 || r.bytes_out != NBYTES))
+      rc = 14;
+    if (rc == 0 && (cudaMemcpy(back, d_back, NBYTES, cudaMemcpyDeviceToHost) != cudaSuccess ||
+                    fz_archive_inspect(cpu, cpu_len, &info) != 0 ||
+                    fz_compare(FZ_F32, v, back, NVAL, &cmp) != 0 ||
+                    !(cmp.max_abs_error <= info.eb_abs)))
+      rc = 15;
+    free(cpu);
+  }
+  fz_client_close(c);
+  free(v);
+  free(back);
+  free(arc);
+  return rc;
+}
+
+/* Waits for a child; its exit status, or -1 when it did not exit. */
+static int child_status(pid_t pid) {
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+    return -1;
+  return WEXITSTATUS(st);
+}
+
+Test(device_memory, eight_clients_at_once, .timeout = 600) {
+  fzd_harness *h = start_gpu_fzd("\"workers\": 4");
+  pid_t pids[8];
+  for (int i = 0; i < 8; i++) {
+    pids[i] = fork();
+    cr_assert_geq(pids[i], 0);
+    if (pids[i] == 0)
+      _exit(client_process(fzd_harness_socket_path(h), i, 6));
+  }
+  for (int i = 0; i < 8; i++) {
+    int st = child_status(pids[i]);
+    cr_assert_eq(st, 0, "client %d failed at step %d", i, st);
+  }
+  fz_client *c = connect_gpu(h);
+  fz_server_stats s;
+  cr_assert_eq(fz_client_stats(c, &s), 0);
+  cr_assert_eq(s.jobs_failed, 0);
+  cr_assert_geq(s.jobs_done, 8 * 6 * 2);
+  fz_client_close(c);
+  stop_fzd(h);
+}
+
+/* A client process that submits a long job on its device memory and dies
+ * without waiting: fzd finishes (or cancels) the job, closes the
+ * connection's imports after it, and serves the next client. */
+Test(device_memory, client_dies_mid_job, .timeout = 300) {
+  fzd_harness *h = start_gpu_fzd("\"workers\": 1");
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    if (cudaSetDevice(0) != cudaSuccess)
+      _exit(2);
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+      _exit(3);
+    char uuid[64];
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(uuid, sizeof uuid,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+             u[12], u[13], u[14], u[15]);
+    /* 512 MiB, verified: long enough to be running when the client dies. */
+    const size_t rows = 16384, cols = 8192, bytes = rows * cols * sizeof(float);
+    void *d_in = NULL, *d_out = NULL;
+    if (cudaMalloc(&d_in, bytes) != cudaSuccess || cudaMalloc(&d_out, bytes + (64 << 20)) !=
+                                                       cudaSuccess ||
+        cudaMemset(d_in, 0x3c, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+      _exit(4);
+    cudaIpcMemHandle_t hi, ho;
+    if (cudaIpcGetMemHandle(&hi, d_in) != cudaSuccess ||
+        cudaIpcGetMemHandle(&ho, d_out) != cudaSuccess)
+      _exit(5);
+    fz_client *c = NULL;
+    char why[256];
+    if (fz_client_connect(&c, fzd_harness_socket_path(h), NULL, why, sizeof why) != 0)
+      _exit(6);
+    fz_job j;
+    fz_job_init(&j);
+    j.dtype = "f32";
+    j.ndims = 2;
+    j.shape[0] = rows;
+    j.shape[1] = cols;
+    j.eb = 1e-4;
+    j.verify = 1;
+    j.device = uuid;
+    j.in_ipc = &hi;
+    j.out_ipc = &ho;
+    j.out_length = bytes + (64 << 20);
+    for (int k = 0; k < 4; k++)
+      if (fz_client_submit(c, FZ_OP_COMPRESS, &j, NULL, NULL, NULL) != 0)
+        _exit(7);
+    _exit(0); /* no wait, no close: the process dies with its jobs in flight */
+  }
+  cr_assert_eq(child_status(pid), 0, "the dying client could not submit");
+  fz_client *c = connect_gpu(h);
+  fz_server_status st;
+  cr_assert_eq(fz_client_status(c, &st), 0);
+  for (int i = 0; i < 600 && st.connections > 1; i++) {
+    usleep(100 * 1000);
+    cr_assert_eq(fz_client_status(c, &st), 0);
+  }
+  cr_assert_eq(st.connections, 1, "the dead client's connection is still open");
+  char uuid[64];
+  cuda_up(uuid, sizeof uuid);
+  float *v = field_f32(NVAL, 0.9f);
+  size_t cpu_len;
+  void *cpu = cpu_archive(v, &cpu_len);
+  fz_job j;
+  job_f32(&j, uuid);
+  j.in = v;
+  j.in_len = NBYTES;
+  fz_result r;
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0, "%s", r.message);
+  assert_same(r.data, r.data_len, cpu, cpu_len, "the next client's archive");
+  fz_client_free(r.data);
+  fz_client_close(c);
+  stop_fzd(h);
+  free(cpu);
+  free(v);
+}
