@@ -318,8 +318,22 @@ int fz_gpu_import_pool_ptr(fz_gpu_ctx *ctx, fz_gpu_mempool pool, const void *exp
   cudaError_t e = cudaMemPoolImportPointer(&p, pool, &data);
   if (e != cudaSuccess)
     return rt_fail(e, "cudaMemPoolImportPointer", why, why_len);
+  /* The range the driver reports for a pool allocation starts at it; were
+   * it ever a larger block of the pool holding it, the bound is that
+   * block's end, which is still the client's memory mapped here. */
+  void *b = NULL;
   size_t size = 0;
-  rc = base_size(p, &size, "cudaMemPoolImportPointer", why, why_len);
+  rc = fz_gpu_address_range(p, &b, &size, why, why_len);
+  if (rc == 0 && (char *)b != (char *)p) {
+    size_t skip = (size_t)((char *)p - (char *)b);
+    if ((char *)p < (char *)b || skip >= size) {
+      fze_why(why, why_len, "cudaMemPoolImportPointer: %p is outside the range reported "
+              "for it", p);
+      rc = FZ_ECUDA;
+    } else {
+      size -= skip;
+    }
+  }
   if (rc < 0) {
     cudaFree(p);
     cudaGetLastError();

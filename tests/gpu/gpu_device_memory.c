@@ -9,8 +9,10 @@
  * offsets inside allocations, outputs too small (refused, nothing
  * written), ranges past the end, a client that frees and allocates again
  * at the same address (the new data's archive, never the stale mapping's),
- * and the release method (the memory of a released import goes back to
- * the GPU).  Every archive is compared byte for byte with the CPU engine's.
+ * the release method (the memory of a released import goes back to the
+ * GPU), eight client processes at once with every kind, and a client that
+ * dies with jobs in flight on its device memory.  Every archive is compared
+ * byte for byte with the CPU engine's.
  *
  * The driver API (VMM, buffer ids) is reached through the runtime's entry
  * points, so that the suite still starts, and skips, on a machine without
