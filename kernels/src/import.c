@@ -368,13 +368,16 @@ void fz_gpu_unmap(fz_gpu_ctx *ctx, fz_gpu_mapping *m) {
   }
   case FZ_GPU_MEM_POOL:
     /* Frees the import; the exporter's allocation stays its own.  Stream
-     * ordered on the legacy stream, which none of the context's
-     * (non-blocking) streams waits for: cudaFree would wait for the whole
-     * device, and so for any job still running on another stream. */
+     * ordered on the legacy stream, which does not wait for the context's
+     * (non-blocking) streams: cudaFree would wait for the whole device,
+     * and so for any job still running on another stream. */
     if (cudaFreeAsync(m->base, 0) != cudaSuccess) {
       cudaGetLastError();
       cudaFree(m->base);
     }
+    /* The exporter may free its allocation only after this free has
+     * completed (the caller answers "release" after this returns). */
+    cudaStreamSynchronize(0);
     break;
   }
   cudaGetLastError();
