@@ -23,14 +23,21 @@
  * it holds, so the next job starts from an empty slate and the daemon keeps
  * serving.
  *
- * Imported IPC buffers are cached per connection (UCX-style): an entry holds
- * the opened pointer and the allocation size, a count of the jobs using it,
- * and a last-use tick for LRU eviction among the unused ones.  Workers share
- * a connection's cache under its mutex; the loop thread closes every handle
- * when the connection's memory goes, after its last job has come back.
+ * Imported device buffers are cached per connection (UCX-style): an entry
+ * holds the mapping (kernels/src/import.c makes and closes it: legacy IPC,
+ * VMM, pool pointer) with the allocation's real size, a count of the jobs
+ * using it, and a last-use tick for LRU eviction among the unused ones.
+ * The key is the kind, the export bytes and the client's buffer_id, so a
+ * client that frees an allocation and gets the same address (and the same
+ * handle bytes) for a new one reaches a new import, never the stale one,
+ * which is closed as soon as no job uses it.  Pools and IPC events are
+ * cached beside them.  Workers share a connection's cache under its mutex;
+ * "release" closes entries on the loop thread (those in use when their job
+ * ends), and the loop thread closes everything when the connection's
+ * memory goes, after its last job has come back.
  */
-#include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,22 +45,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fz_gpu.h"
 #include "log.h"
 #include "server.h"
 
 #define IPC_CACHE_ENTRIES 32
+#define POOL_ENTRIES 8
+#define EVENT_ENTRIES 16
 #define WARMUP_ELEMS 65536u
-
-/* cuMemGetAddressRange, found through the runtime: linking the driver
- * library would keep fzd from starting at all on a machine without one. */
-typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 
 struct fzd_gpu {
   fz_gpu_ctx *ctx;
-  address_range_fn address_range;
   int device;
   char uuid[48];
   uint64_t mem_limit;
@@ -94,20 +100,50 @@ struct fzd_gpu_worker {
   gplan *plan; /* the plan of the job running, busy in the shared cache */
 };
 
+/* A pool imported from a client (fz_gpu_pool_import) for the pointers of it
+ * this connection uses.  fd is a duplicate of the descriptor it came from:
+ * a job whose descriptor is the same open file (kcmp) names the same pool,
+ * so a client that sends its one export each time gets it imported once. */
+typedef struct pool_entry {
+  fz_gpu_mempool pool; /* NULL: free slot */
+  int fd;
+  unsigned users; /* open entries of pointers imported from it */
+} pool_entry;
+
+/* One imported allocation.  The key is the kind, the export bytes (the IPC
+ * handle, the pool pointer's export data; none for VMM, whose descriptor
+ * differs from job to job), the VMM size and the client's buffer_id. */
 typedef struct ipc_entry {
+  enum fzd_mem_kind kind;
   unsigned char key[FZD_IPC_HANDLE_BYTES];
-  void *d_base;
-  size_t size;
+  uint64_t vmm_size;
+  uint64_t buffer_id;
+  bool has_buffer_id;
+  fz_gpu_mapping map;
+  pool_entry *pool;
   unsigned refs;
   uint64_t used;
   bool open;
+  /* Closed when the last job using it lets go: released, found stale, or
+   * a VMM import without buffer_id (which serves only its job). */
+  bool doomed;
 } ipc_entry;
+
+typedef struct event_entry {
+  unsigned char key[FZD_IPC_HANDLE_BYTES];
+  fz_gpu_event ev;
+  unsigned refs;
+  uint64_t used;
+  bool open, doomed;
+} event_entry;
 
 struct fzd_ipc_cache {
   pthread_mutex_t mu;
   fzd_gpu *g;
   uint64_t tick;
   ipc_entry e[IPC_CACHE_ENTRIES];
+  pool_entry pools[POOL_ENTRIES];
+  event_entry ev[EVENT_ENTRIES];
 };
 
 static uint64_t now_us(void) {
@@ -157,17 +193,14 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
     free(g);
     return FZ_ECUDA;
   }
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found;
-  e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
-                                       &found);
-  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
-    snprintf(why, why_len, "the driver has no cuMemGetAddressRange (%s)", cudaGetErrorName(e));
+  /* A driver without the calls that import clients' memory would fail every
+   * device-buffer job: better not to start. */
+  err = fz_gpu_import_ready(why, why_len);
+  if (err < 0) {
     fz_gpu_ctx_destroy(g->ctx);
     free(g);
-    return FZ_ECUDA;
+    return err;
   }
-  g->address_range = (address_range_fn)fn;
   const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
   snprintf(g->uuid, sizeof g->uuid,
            "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -353,7 +386,7 @@ static void plan_release(fzd_gpu_worker *w) {
   w->plan = NULL;
 }
 
-/* ---- IPC buffers ------------------------------------------------------------- */
+/* ---- imported device buffers and events ------------------------------------ */
 
 fzd_ipc_cache *fzd_ipc_cache_create(fzd_gpu *g) {
   fzd_ipc_cache *c = calloc(1, sizeof *c);
@@ -361,34 +394,178 @@ fzd_ipc_cache *fzd_ipc_cache_create(fzd_gpu *g) {
     return NULL;
   pthread_mutex_init(&c->mu, NULL);
   c->g = g;
+  for (unsigned i = 0; i < POOL_ENTRIES; i++)
+    c->pools[i].fd = -1;
   return c;
+}
+
+static void pool_close(fzd_ipc_cache *c, pool_entry *p) {
+  fz_gpu_pool_close(c->g->ctx, p->pool);
+  if (p->fd >= 0)
+    close(p->fd);
+  p->pool = NULL;
+  p->fd = -1;
+  p->users = 0;
+}
+
+/* Closes an entry no job uses (c->mu held, or the cache going). */
+static void entry_close(fzd_ipc_cache *c, ipc_entry *e) {
+  fz_gpu_unmap(c->g->ctx, &e->map);
+  if (e->pool != NULL && --e->pool->users == 0)
+    pool_close(c, e->pool);
+  e->pool = NULL;
+  e->open = false;
+  e->doomed = false;
+}
+
+static void event_close(fzd_ipc_cache *c, event_entry *v) {
+  fz_gpu_event_close(c->g->ctx, v->ev);
+  v->ev = NULL;
+  v->open = false;
+  v->doomed = false;
 }
 
 void fzd_ipc_cache_destroy(fzd_ipc_cache *c) {
   if (c == NULL)
     return;
-  cudaSetDevice(c->g->device);
+  /* Pointers go before the pools they were imported from. */
   for (unsigned i = 0; i < IPC_CACHE_ENTRIES; i++)
     if (c->e[i].open)
-      cudaIpcCloseMemHandle(c->e[i].d_base);
-  cudaGetLastError();
+      entry_close(c, &c->e[i]);
+  for (unsigned i = 0; i < POOL_ENTRIES; i++)
+    if (c->pools[i].pool != NULL)
+      pool_close(c, &c->pools[i]);
+  for (unsigned i = 0; i < EVENT_ENTRIES; i++)
+    if (c->ev[i].open)
+      event_close(c, &c->ev[i]);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
-/* Opens (or finds) the allocation a handle names and checks that
- * [off, off + len) lies inside it; *ent is held until ipc_release(). */
-static int ipc_acquire(fzd_ipc_cache *c, const unsigned char *key, uint64_t off,
-                       uint64_t len, const char *side, fzd_job *job, void **d_ptr,
-                       ipc_entry **ent) {
+unsigned fzd_ipc_cache_release(fzd_ipc_cache *c, const uint64_t *ids, size_t n, bool all) {
+  if (c == NULL)
+    return 0;
+  unsigned count = 0;
+  pthread_mutex_lock(&c->mu);
+  for (unsigned i = 0; i < IPC_CACHE_ENTRIES; i++) {
+    ipc_entry *e = &c->e[i];
+    if (!e->open || e->doomed)
+      continue;
+    bool named = all;
+    for (size_t k = 0; k < n && !named; k++)
+      named = e->has_buffer_id && e->buffer_id == ids[k];
+    if (!named)
+      continue;
+    count++;
+    if (e->refs == 0)
+      entry_close(c, e);
+    else
+      e->doomed = true; /* its job closes it when it ends */
+  }
+  for (unsigned i = 0; all && i < EVENT_ENTRIES; i++) {
+    event_entry *v = &c->ev[i];
+    if (!v->open)
+      continue;
+    if (v->refs == 0)
+      event_close(c, v);
+    else
+      v->doomed = true;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return count;
+}
+
+/* Whether two descriptors of this process are the same open file.  Where
+ * kcmp is missing or forbidden the answer is no, and the pool is imported
+ * again (import_pool then still finds it by its handle). */
+static bool same_file(int a, int b) {
+#ifdef SYS_kcmp
+  pid_t me = getpid();
+  return syscall(SYS_kcmp, me, me, 0 /* KCMP_FILE */, a, b) == 0;
+#else
+  (void)a, (void)b;
+  return false;
+#endif
+}
+
+/* The pool whose export fd carries (c->mu held). */
+static int pool_get(fzd_ipc_cache *c, int fd, const char *side, fzd_job *job,
+                    pool_entry **out) {
+  for (unsigned i = 0; i < POOL_ENTRIES; i++)
+    if (c->pools[i].pool != NULL && c->pools[i].fd >= 0 && same_file(c->pools[i].fd, fd)) {
+      *out = &c->pools[i];
+      return 0;
+    }
+  char why[200];
+  fz_gpu_mempool p = NULL;
+  int err = fz_gpu_pool_import(c->g->ctx, fd, &p, why, sizeof why);
+  if (err < 0) {
+    snprintf(job->why, sizeof(job->why), "%s_pool_fd: %s", side, why);
+    return err;
+  }
+  pool_entry *slot = NULL;
+  for (unsigned i = 0; i < POOL_ENTRIES; i++) {
+    pool_entry *x = &c->pools[i];
+    if (x->pool == p) { /* the driver handed back a pool already imported */
+      *out = x;
+      return 0;
+    }
+    if (x->pool == NULL && slot == NULL)
+      slot = x;
+  }
+  if (slot == NULL) {
+    fz_gpu_pool_close(c->g->ctx, p);
+    snprintf(job->why, sizeof(job->why),
+             "%s_pool_fd: %d memory pools of this connection are in use at once", side,
+             POOL_ENTRIES);
+    return FZ_EBUSY;
+  }
+  slot->pool = p;
+  slot->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  slot->users = 0;
+  *out = slot;
+  return 0;
+}
+
+static const char *kind_key(enum fzd_mem_kind k) {
+  return k == FZD_MEM_VMM ? "vmm_fd" : k == FZD_MEM_POOL ? "pool_ptr" : "ipc";
+}
+
+/* Whether an open entry was imported for the buffer d names.  An entry of
+ * the same export bytes but another buffer_id is stale: the client freed
+ * that allocation and the bytes now name a new one. */
+static bool entry_matches(const ipc_entry *x, const fzd_devbuf *d, bool *stale) {
+  *stale = false;
+  if (x->kind != d->kind)
+    return false;
+  bool same_id = x->has_buffer_id == d->has_buffer_id && x->buffer_id == d->buffer_id;
+  if (d->kind == FZD_MEM_VMM)
+    return d->has_buffer_id && same_id && x->vmm_size == d->vmm_size;
+  if (memcmp(x->key, d->handle, FZD_IPC_HANDLE_BYTES) != 0)
+    return false;
+  *stale = !same_id;
+  return same_id;
+}
+
+/* Imports (or finds) the allocation d names and checks that [off, off + len)
+ * lies inside its real size; *ent is held until ipc_release(). */
+static int ipc_acquire(fzd_ipc_cache *c, const fzd_devbuf *d, uint64_t off, uint64_t len,
+                       const char *side, fzd_job *job, void **d_ptr, ipc_entry **ent) {
   int err = 0;
   pthread_mutex_lock(&c->mu);
   ipc_entry *e = NULL, *victim = NULL;
-  for (unsigned i = 0; i < IPC_CACHE_ENTRIES; i++) {
+  for (unsigned i = 0; i < IPC_CACHE_ENTRIES && e == NULL; i++) {
     ipc_entry *x = &c->e[i];
-    if (x->open && memcmp(x->key, key, FZD_IPC_HANDLE_BYTES) == 0) {
+    bool stale = false;
+    if (x->open && !x->doomed && entry_matches(x, d, &stale)) {
       e = x;
       break;
+    }
+    if (stale) {
+      if (x->refs == 0)
+        entry_close(c, x);
+      else
+        x->doomed = true;
     }
     if (x->refs == 0 && (victim == NULL || !x->open || (victim->open && x->used < victim->used)))
       victim = x;
@@ -396,52 +573,72 @@ static int ipc_acquire(fzd_ipc_cache *c, const unsigned char *key, uint64_t off,
   if (e == NULL) {
     if (victim == NULL) {
       snprintf(job->why, sizeof(job->why),
-               "%d IPC buffers of this connection are in use at once", IPC_CACHE_ENTRIES);
+               "%d device buffers of this connection are in use at once", IPC_CACHE_ENTRIES);
       err = FZ_EBUSY;
       goto out;
     }
     if (victim->open)
-      cudaIpcCloseMemHandle(victim->d_base);
-    victim->open = false;
-    cudaIpcMemHandle_t h;
-    memcpy(&h, key, sizeof h);
-    void *p = NULL;
-    cudaError_t ce = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
-    if (ce != cudaSuccess) {
-      cudaGetLastError();
-      snprintf(job->why, sizeof(job->why), "%s_ipc: cudaIpcOpenMemHandle: %s (%s)", side,
-               cudaGetErrorName(ce), cudaGetErrorString(ce));
+      entry_close(c, victim);
+    fz_gpu_mapping m;
+    pool_entry *pool = NULL;
+    char why[200] = "";
+    switch (d->kind) {
+    case FZD_MEM_IPC:
+      err = fz_gpu_import_ipc(c->g->ctx, d->handle, &m, why, sizeof why);
+      break;
+    case FZD_MEM_VMM:
+      err = fz_gpu_import_vmm(c->g->ctx, job->fds[d->fd], (size_t)d->vmm_size, &m, why,
+                              sizeof why);
+      break;
+    case FZD_MEM_POOL:
+      err = pool_get(c, job->fds[d->fd], side, job, &pool);
+      if (err < 0)
+        goto out;
+      err = fz_gpu_import_pool_ptr(c->g->ctx, pool->pool, d->handle, &m, why, sizeof why);
+      if (err < 0 && pool->users == 0)
+        pool_close(c, pool);
+      break;
+    default:
       err = FZ_EINVAL;
-      goto out;
+      snprintf(why, sizeof why, "no device buffer");
     }
-    CUdeviceptr base = 0;
-    size_t size = 0;
-    CUresult r = c->g->address_range(&base, &size, (CUdeviceptr)(uintptr_t)p);
-    if (r != CUDA_SUCCESS || base != (CUdeviceptr)(uintptr_t)p) {
-      cudaIpcCloseMemHandle(p);
-      snprintf(job->why, sizeof(job->why),
-               "%s_ipc: cuMemGetAddressRange of the opened buffer failed (%d)", side, (int)r);
-      err = FZ_ECUDA;
+    if (err < 0) {
+      snprintf(job->why, sizeof(job->why), "%s_%s: %s", side, kind_key(d->kind), why);
       goto out;
     }
     e = victim;
-    memcpy(e->key, key, FZD_IPC_HANDLE_BYTES);
-    e->d_base = p;
-    e->size = size;
+    memset(e, 0, sizeof *e);
+    e->kind = d->kind;
+    if (d->kind != FZD_MEM_VMM)
+      memcpy(e->key, d->handle, FZD_IPC_HANDLE_BYTES);
+    e->vmm_size = d->vmm_size;
+    e->buffer_id = d->buffer_id;
+    e->has_buffer_id = d->has_buffer_id;
+    e->map = m;
+    e->pool = pool;
+    if (pool != NULL)
+      pool->users++;
     e->open = true;
+    /* Without buffer_id nothing tells a later VMM job's allocation from
+     * this one: the import serves this job only. */
+    e->doomed = d->kind == FZD_MEM_VMM && !d->has_buffer_id;
   }
   e->used = ++c->tick;
-  if (off > e->size || len > e->size - off) {
+  if (off > e->map.size || len > e->map.size - off) {
     snprintf(job->why, sizeof(job->why),
-             "%s_offset + %s_length (%llu + %llu) is past the end of the IPC "
+             "%s_offset + %s_length (%llu + %llu) is past the end of the %s "
              "allocation (%zu bytes)", side, side, (unsigned long long)off,
-             (unsigned long long)len, e->size);
+             (unsigned long long)len,
+             d->kind == FZD_MEM_VMM ? "VMM" : d->kind == FZD_MEM_POOL ? "pool" : "IPC",
+             e->map.size);
+    if (e->doomed && e->refs == 0)
+      entry_close(c, e);
     err = FZ_ESIZE;
     goto out;
   }
   e->refs++;
   *ent = e;
-  *d_ptr = (char *)e->d_base + off;
+  *d_ptr = (char *)e->map.base + off;
 out:
   pthread_mutex_unlock(&c->mu);
   return err;
@@ -451,7 +648,62 @@ static void ipc_release(fzd_ipc_cache *c, ipc_entry *e) {
   if (e == NULL)
     return;
   pthread_mutex_lock(&c->mu);
-  e->refs--;
+  if (--e->refs == 0 && e->doomed)
+    entry_close(c, e);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Opens (or finds) the event a handle names; held until event_release(). */
+static int event_acquire(fzd_ipc_cache *c, const unsigned char *key, const char *name,
+                         fzd_job *job, event_entry **out) {
+  int err = 0;
+  pthread_mutex_lock(&c->mu);
+  event_entry *v = NULL, *victim = NULL;
+  for (unsigned i = 0; i < EVENT_ENTRIES; i++) {
+    event_entry *x = &c->ev[i];
+    if (x->open && !x->doomed && memcmp(x->key, key, FZD_IPC_HANDLE_BYTES) == 0) {
+      v = x;
+      break;
+    }
+    if (x->refs == 0 && (victim == NULL || !x->open || (victim->open && x->used < victim->used)))
+      victim = x;
+  }
+  if (v == NULL) {
+    if (victim == NULL) {
+      snprintf(job->why, sizeof(job->why),
+               "%d events of this connection are in use at once", EVENT_ENTRIES);
+      err = FZ_EBUSY;
+      goto out;
+    }
+    if (victim->open)
+      event_close(c, victim);
+    char why[200];
+    fz_gpu_event ev = NULL;
+    err = fz_gpu_event_open(c->g->ctx, key, &ev, why, sizeof why);
+    if (err < 0) {
+      snprintf(job->why, sizeof(job->why), "%s: %s", name, why);
+      goto out;
+    }
+    v = victim;
+    memcpy(v->key, key, FZD_IPC_HANDLE_BYTES);
+    v->ev = ev;
+    v->open = true;
+    v->doomed = false;
+  }
+  v->used = ++c->tick;
+  v->refs++;
+  *out = v;
+out:
+  pthread_mutex_unlock(&c->mu);
+  return err;
+}
+
+static void event_release(fzd_ipc_cache *c, event_entry *v) {
+  if (v == NULL)
+    return;
+  pthread_mutex_lock(&c->mu);
+  if (--v->refs == 0 && v->doomed)
+    event_close(c, v);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -528,7 +780,7 @@ static int fallback_deliver(fzd_gpu_worker *w, fzd_job *job, const void *h, size
   }
   void *d_out;
   ipc_entry *e = NULL;
-  int err = ipc_acquire(job->ipc, job->out_handle, job->out_off, job->out_cap, "out", job,
+  int err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job,
                         &d_out, &e);
   if (err == 0) {
     CUDA_TRY(cudaMemcpyAsync(d_out, h, len, cudaMemcpyHostToDevice, w->stream),
@@ -548,7 +800,7 @@ static int fallback_input(fzd_gpu_worker *w, fzd_job *job) {
     return err < 0 ? err : fzd_job_read_into(job, w->h_in.p);
   void *d_in;
   ipc_entry *e = NULL;
-  err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job, &d_in, &e);
+  err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &e);
   if (err == 0) {
     CUDA_TRY(cudaMemcpyAsync(w->h_in.p, d_in, job->in_len, cudaMemcpyDeviceToHost, w->stream),
              "copying the input from in_ipc");
@@ -644,7 +896,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   uint64_t t0 = now_us();
   void *d_in, *d_out, *d_client = NULL;
   if (job->in_ipc) {
-    err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job,
+    err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job,
                       &d_in, &ein);
     if (err < 0)
       goto out;
@@ -662,7 +914,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   }
   size_t bound = fz_gpu_plan_compress_bound(plan), cap = bound;
   if (job->out_ipc) {
-    err = ipc_acquire(job->ipc, job->out_handle, job->out_off, job->out_cap, "out", job,
+    err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job,
                       &d_client, &eout);
     if (err < 0)
       goto out;
@@ -724,7 +976,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   void *d_arc, *d_out;
   int err = 0;
   if (job->in_ipc) {
-    err = ipc_acquire(job->ipc, job->in_handle, job->in_off, job->in_len, "in", job,
+    err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job,
                       &d_arc, &ein);
     if (err < 0)
       goto out;
@@ -758,7 +1010,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     }
     cap = (size_t)job->out_cap;
-    err = ipc_acquire(job->ipc, job->out_handle, job->out_off, job->out_cap, "out", job,
+    err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job,
                       &d_out, &eout);
     if (err < 0)
       goto out;
@@ -798,11 +1050,23 @@ out:
 
 int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
   int err = 0;
+  event_entry *wait = NULL, *done = NULL;
   CUDA_TRY(cudaSetDevice(w->g->device), "cudaSetDevice");
-  if ((job->in_ipc || job->out_ipc) && job->ipc == NULL) {
+  if ((job->in_ipc || job->out_ipc || job->has_wait_event || job->has_done_event) &&
+      job->ipc == NULL) {
     snprintf(job->why, sizeof(job->why), "no memory for the connection's IPC cache");
     return FZ_ENOMEM;
   }
+  if (job->has_wait_event) {
+    /* The client recorded it after the work that writes the input: nothing
+     * of this job touches its memory before that work is done. */
+    if ((err = event_acquire(job->ipc, job->wait_event, "wait_event", job, &wait)) < 0 ||
+        (err = fz_gpu_stream_wait_event(w->stream, wait->ev, job->why, sizeof(job->why))) < 0)
+      goto out;
+  }
+  if (job->has_done_event &&
+      (err = event_acquire(job->ipc, job->done_event, "done_event", job, &done)) < 0)
+    goto out;
   err = job->kind == FZD_JOB_COMPRESS ? gpu_compress(w, job) : gpu_decompress(w, job);
   plan_release(w);
   if (err == FZ_EGPUOOM) {
@@ -810,7 +1074,23 @@ int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
              w->index, job->why);
     trim(w);
   }
+  /* Every path of a job ends with its stream waited for, so the output is
+   * written (or the job failed) when the event completes; it is recorded
+   * before the reply leaves, so a client that waits on it after the reply
+   * waits for this record. */
+  if (done != NULL) {
+    char why[sizeof(job->why)];
+    int rerr = fz_gpu_event_record(done->ev, w->stream, why, sizeof why);
+    if (rerr < 0 && err >= 0) {
+      snprintf(job->why, sizeof(job->why), "%s", why);
+      err = rerr;
+    }
+  }
 out:
+  if (job->ipc != NULL) {
+    event_release(job->ipc, wait);
+    event_release(job->ipc, done);
+  }
   return err;
 }
 

@@ -1,8 +1,8 @@
 /*
  * gpu.h - fzd's GPU backend (gpu.c): one CUDA context pinned at start-up, a
  * per-worker state (its stream, pinned staging buffers, device buffers and
- * an LRU of GPU plans), and the per-connection cache of imported CUDA IPC
- * buffers.
+ * an LRU of GPU plans), and the per-connection cache of imported device
+ * buffers and events.
  *
  * gpu.c is compiled only when the build has CUDA (FZD_HAVE_CUDA); without it
  * the functions below are inline stand-ins that say there is no GPU, so the
@@ -56,10 +56,16 @@ void fzd_gpu_worker_idle(fzd_gpu_worker *w);
  * stored in the job as the CPU path stores it.  Returns job's error code. */
 int fzd_gpu_run(fzd_gpu_worker *w, struct fzd_job *job);
 
-/* A connection's imported IPC buffers; destroyed (every handle closed) on
- * the loop thread when the connection's memory goes, after its last job. */
+/* A connection's imported device buffers (legacy IPC, VMM, pool pointers,
+ * with the pools) and IPC events; destroyed (every import closed) on the
+ * loop thread when the connection's memory goes, after its last job. */
 fzd_ipc_cache *fzd_ipc_cache_create(fzd_gpu *g);
 void fzd_ipc_cache_destroy(fzd_ipc_cache *c); /* NULL is a no-op */
+/* The "release" method: closes the imported allocations whose buffer_id is
+ * one of ids[n] (with all, every import and every event).  An import a
+ * running job uses closes when that job ends.  Returns how many
+ * allocations were released; NULL is a no-op (0). */
+unsigned fzd_ipc_cache_release(fzd_ipc_cache *c, const uint64_t *ids, size_t n, bool all);
 
 #else /* no CUDA in this build */
 
@@ -89,6 +95,11 @@ static inline int fzd_gpu_run(fzd_gpu_worker *w, struct fzd_job *job) {
 }
 static inline fzd_ipc_cache *fzd_ipc_cache_create(fzd_gpu *g) { (void)g; return NULL; }
 static inline void fzd_ipc_cache_destroy(fzd_ipc_cache *c) { (void)c; }
+static inline unsigned fzd_ipc_cache_release(fzd_ipc_cache *c, const uint64_t *ids,
+                                             size_t n, bool all) {
+  (void)c, (void)ids, (void)n, (void)all;
+  return 0;
+}
 
 #endif
 #endif

@@ -43,11 +43,14 @@ static const char *const hello_keys[] = {"version", "client", "token", NULL};
 static const char *const no_keys[] = {NULL};
 #define BUFFER_KEYS                                                            \
   "data", "in_fd", "in_offset", "in_length", "in_ipc", "out_fd", "out_offset", \
-      "out_length", "out_ipc", "device", "nfds"
+      "out_length", "out_ipc", "device", "nfds", "in_vmm_fd", "in_vmm_size",     \
+      "in_pool_fd", "in_pool_ptr", "in_buffer_id", "out_vmm_fd", "out_vmm_size", \
+      "out_pool_fd", "out_pool_ptr", "out_buffer_id", "wait_event", "done_event"
 static const char *const compress_keys[] = {"dtype",  "shape",      "eb",       "mode",
                                             "pipeline", "verify", "fill_value", BUFFER_KEYS,
                                             NULL};
 static const char *const decompress_keys[] = {BUFFER_KEYS, NULL};
+static const char *const release_keys[] = {"buffer_ids", "all", NULL};
 
 /* 0 when every key of the params map is one of keys; else EPARAMS with the
  * first unknown key quoted in text. */
@@ -216,7 +219,7 @@ static void m_stats(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 
 typedef struct bad {
   int code;
-  char text[256];
+  char text[512]; /* as long as a reply's error text (conn.c) */
 } bad;
 
 static int reject(bad *b, int code, const char *fmt, ...)
@@ -252,30 +255,8 @@ static int parse_fd_index(const msgpack_object *p, const char *key,
   return 1;
 }
 
-/* A CUDA IPC buffer named by "<side>_ipc": a legacy cudaIpcMemHandle_t (64
- * bytes), only on the Unix socket of a GPU backend, with "device" naming
- * this daemon's GPU by UUID.  1 when given (handle copied to dst), 0 when
- * absent, or the error. */
-static int parse_ipc_handle(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
-                            const char *side, fzd_job *job, unsigned char *dst, bad *b) {
-  char key[16];
-  snprintf(key, sizeof(key), "%s_ipc", side);
-  const void *h;
-  uint32_t len;
-  int r = fzp_get_bin(p, key, &h, &len);
-  if (r < 0)
-    return reject(b, FZ_EPARAMS, "\"%s\" must be bin", key);
-  if (r == 0)
-    return 0;
-  if (fzd_conn_is_tcp(c))
-    return reject(b, FZ_ETRANSPORT, "CUDA IPC buffers cannot be used over TCP; "
-                  "send \"data\" inline");
-  if (srv->gpu == NULL)
-    return reject(b, FZ_ENOGPU, "\"%s\": CUDA IPC buffers need the GPU backend; "
-                  "this fzd runs the CPU backend", key);
-  if (len != FZD_IPC_HANDLE_BYTES)
-    return reject(b, FZ_EPARAMS, "\"%s\" must be a %d-byte cudaIpcMemHandle_t, not %u "
-                  "bytes", key, FZD_IPC_HANDLE_BYTES, len);
+/* Checks "device" for a device key: required, and this daemon's GPU. */
+static int check_device(fzd_server *srv, const msgpack_object *p, const char *key, bad *b) {
   const char *dev;
   uint32_t dev_len;
   char text[72];
@@ -286,11 +267,144 @@ static int parse_ipc_handle(fzd_server *srv, fzd_conn *c, const msgpack_object *
   if (strcasecmp(text, fzd_gpu_uuid(srv->gpu)) != 0)
     return reject(b, FZ_ENOGPU, "the buffer is on GPU \"%s\" but this fzd serves %s",
                   text, fzd_gpu_uuid(srv->gpu));
+  return 0;
+}
+
+/* Device keys travel only on the Unix socket of a GPU backend. */
+static int check_transport(fzd_server *srv, fzd_conn *c, const char *key, bad *b) {
+  if (fzd_conn_is_tcp(c))
+    return reject(b, FZ_ETRANSPORT, "CUDA IPC buffers cannot be used over TCP (\"%s\"); "
+                  "send \"data\" inline", key);
+  if (srv->gpu == NULL)
+    return reject(b, FZ_ENOGPU, "\"%s\": CUDA IPC buffers need the GPU backend; "
+                  "this fzd runs the CPU backend", key);
+  return 0;
+}
+
+/* Reads an optional bin param; EPARAMS when it has another type. */
+static int opt_bin(const msgpack_object *p, const char *key, const void **v, uint32_t *len,
+                   bad *b) {
+  int r = fzp_get_bin(p, key, v, len);
+  if (r < 0)
+    return reject(b, FZ_EPARAMS, "\"%s\" must be bin", key);
+  return r;
+}
+
+/* The device buffer of one side ("in" or "out"), at most one of:
+ *   <side>_ipc      bin(64), a legacy cudaIpcMemHandle_t;
+ *   <side>_vmm_fd   descriptor index of a cuMemCreate export, with
+ *                   <side>_vmm_size, the size given to cuMemCreate;
+ *   <side>_pool_fd  descriptor index of an IPC-capable pool's export, with
+ *                   <side>_pool_ptr, bin(64), the pointer's export data;
+ * and <side>_buffer_id (uint), the allocation's CU_POINTER_ATTRIBUTE_BUFFER_ID,
+ * part of the import cache's key.  The shape of the keys is checked first,
+ * then the transport and backend, then values that need the GPU backend to
+ * mean anything.  1 when given (d filled), 0 when absent, or the error. */
+static int parse_device_buffer(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
+                               const char *side, fzd_job *job, fzd_devbuf *d, bad *b) {
+  char k_ipc[24], k_vfd[24], k_vsize[24], k_pfd[24], k_pptr[24], k_id[24];
+  snprintf(k_ipc, sizeof k_ipc, "%s_ipc", side);
+  snprintf(k_vfd, sizeof k_vfd, "%s_vmm_fd", side);
+  snprintf(k_vsize, sizeof k_vsize, "%s_vmm_size", side);
+  snprintf(k_pfd, sizeof k_pfd, "%s_pool_fd", side);
+  snprintf(k_pptr, sizeof k_pptr, "%s_pool_ptr", side);
+  snprintf(k_id, sizeof k_id, "%s_buffer_id", side);
+  const void *ipc = NULL, *pptr = NULL;
+  uint32_t ipc_len = 0, pptr_len = 0;
+  uint64_t vfd = 0, vsize = 0, pfd = 0, id = 0;
+  int has_ipc, has_vfd, has_vsize, has_pfd, has_pptr, has_id;
+  if ((has_ipc = opt_bin(p, k_ipc, &ipc, &ipc_len, b)) < 0 ||
+      (has_vfd = opt_u64(p, k_vfd, &vfd, b)) < 0 ||
+      (has_vsize = opt_u64(p, k_vsize, &vsize, b)) < 0 ||
+      (has_pfd = opt_u64(p, k_pfd, &pfd, b)) < 0 ||
+      (has_pptr = opt_bin(p, k_pptr, &pptr, &pptr_len, b)) < 0 ||
+      (has_id = opt_u64(p, k_id, &id, b)) < 0)
+    return b->code;
+  if (has_ipc + has_vfd + has_pfd > 1)
+    return reject(b, FZ_EPARAMS, "give at most one of \"%s\", \"%s\" and \"%s\"", k_ipc,
+                  k_vfd, k_pfd);
+  if (has_vsize != has_vfd)
+    return reject(b, FZ_EPARAMS, "\"%s\" and \"%s\" go together: the VMM export's "
+                  "descriptor and the size given to cuMemCreate", k_vfd, k_vsize);
+  if (has_pptr != has_pfd)
+    return reject(b, FZ_EPARAMS, "\"%s\" and \"%s\" go together: the pool's export "
+                  "descriptor and the pointer's export data", k_pfd, k_pptr);
+  if (has_id && !(has_ipc || has_vfd || has_pfd))
+    return reject(b, FZ_EPARAMS, "\"%s\" names the allocation of a device buffer; "
+                  "give \"%s\", \"%s\" or \"%s\" with it", k_id, k_ipc, k_vfd, k_pfd);
+  if (has_vfd && (vsize == 0 || vsize > SIZE_MAX))
+    return reject(b, FZ_EPARAMS, "\"%s\" must be the allocation's size in bytes, above 0 "
+                  "(the size given to cuMemCreate)", k_vsize);
+  if (!(has_ipc || has_vfd || has_pfd))
+    return 0;
+  const char *key = has_ipc ? k_ipc : has_vfd ? k_vfd : k_pfd;
+  if (check_transport(srv, c, key, b) < 0)
+    return b->code;
+  if (has_ipc && ipc_len != FZD_IPC_HANDLE_BYTES)
+    return reject(b, FZ_EPARAMS, "\"%s\" must be a %d-byte cudaIpcMemHandle_t, not %u "
+                  "bytes", k_ipc, FZD_IPC_HANDLE_BYTES, ipc_len);
+  if (has_pfd && pptr_len != FZD_IPC_HANDLE_BYTES)
+    return reject(b, FZ_EPARAMS, "\"%s\" must be a %d-byte cudaMemPoolPtrExportData, not "
+                  "%u bytes", k_pptr, FZD_IPC_HANDLE_BYTES, pptr_len);
+  uint64_t index = has_vfd ? vfd : pfd;
+  if ((has_vfd || has_pfd) && index >= job->nfds)
+    return reject(b, FZ_EPARAMS, "\"%s\" is %llu but the message carries %u descriptors",
+                  key, (unsigned long long)index, job->nfds);
+  if (check_device(srv, p, key, b) < 0)
+    return b->code;
   job->ipc = fzd_conn_ipc(c);
   if (job->ipc == NULL)
     return reject(b, FZ_ENOMEM, "no memory for the connection's IPC cache");
-  memcpy(dst, h, FZD_IPC_HANDLE_BYTES);
+  memset(d, 0, sizeof *d);
+  d->fd = -1;
+  if (has_ipc) {
+    d->kind = FZD_MEM_IPC;
+    memcpy(d->handle, ipc, FZD_IPC_HANDLE_BYTES);
+  } else if (has_vfd) {
+    d->kind = FZD_MEM_VMM;
+    d->fd = (int)vfd;
+    d->vmm_size = vsize;
+  } else {
+    d->kind = FZD_MEM_POOL;
+    d->fd = (int)pfd;
+    memcpy(d->handle, pptr, FZD_IPC_HANDLE_BYTES);
+  }
+  d->has_buffer_id = has_id == 1;
+  d->buffer_id = id;
   return 1;
+}
+
+/* "wait_event" and "done_event": bin(64) cudaIpcEventHandle_t each. */
+static int parse_events(fzd_server *srv, fzd_conn *c, const msgpack_object *p, fzd_job *job,
+                        bad *b) {
+  static const char *const keys[2] = {"wait_event", "done_event"};
+  for (int i = 0; i < 2; i++) {
+    const void *h;
+    uint32_t len;
+    int r = opt_bin(p, keys[i], &h, &len, b);
+    if (r < 0)
+      return r;
+    if (r == 0)
+      continue;
+    if (check_transport(srv, c, keys[i], b) < 0)
+      return b->code;
+    if (len != FZD_IPC_HANDLE_BYTES)
+      return reject(b, FZ_EPARAMS, "\"%s\" must be a %d-byte cudaIpcEventHandle_t, not %u "
+                    "bytes", keys[i], FZD_IPC_HANDLE_BYTES, len);
+    if (check_device(srv, p, keys[i], b) < 0)
+      return b->code;
+    job->ipc = fzd_conn_ipc(c);
+    if (job->ipc == NULL)
+      return reject(b, FZ_ENOMEM, "no memory for the connection's IPC cache");
+    if (i == 0) {
+      job->has_wait_event = true;
+      memcpy(job->wait_event, h, FZD_IPC_HANDLE_BYTES);
+    } else {
+      job->has_done_event = true;
+      memcpy(job->done_event, h, FZD_IPC_HANDLE_BYTES);
+    }
+  }
+  return 0;
 }
 
 /* The input of an IPC job: in_offset (default 0) and in_length (default:
@@ -304,7 +418,7 @@ static int parse_ipc_input(fzd_server *srv, const msgpack_object *p, fzd_job *jo
   if (has_len < 0)
     return b->code;
   if (!has_len && want == 0)
-    return reject(b, FZ_EPARAMS, "\"in_ipc\" needs \"in_length\", the archive's size");
+    return reject(b, FZ_EPARAMS, "a device input needs \"in_length\", the archive's size");
   if (len > srv->cfg.max_job_bytes || len > SIZE_MAX || off > UINT64_MAX - len)
     return reject(b, FZ_EMSGSIZE, "input of %llu bytes exceeds max_job_bytes (%llu)",
                   (unsigned long long)len, (unsigned long long)srv->cfg.max_job_bytes);
@@ -328,12 +442,12 @@ static int parse_input(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
   int r = parse_fd_index(p, "in_fd", job, &job->in_fd, b);
   if (r < 0)
     return r;
-  int has_ipc = parse_ipc_handle(srv, c, p, "in", job, job->in_handle, b);
+  int has_ipc = parse_device_buffer(srv, c, p, "in", job, &job->in_dev, b);
   if (has_ipc < 0)
     return has_ipc;
   if (has_data + (r == 1) + has_ipc != 1)
-    return reject(b, FZ_EPARAMS,
-                  "give exactly one of \"data\", \"in_fd\" and \"in_ipc\"");
+    return reject(b, FZ_EPARAMS, "give exactly one of \"data\", \"in_fd\", \"in_ipc\", "
+                  "\"in_vmm_fd\" and \"in_pool_fd\"");
   if (has_ipc)
     return parse_ipc_input(srv, p, job, want, b);
   if (has_data) {
@@ -384,11 +498,12 @@ static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
   int r = parse_fd_index(p, "out_fd", job, &job->out_fd, b);
   if (r < 0)
     return r;
-  int has_ipc = parse_ipc_handle(srv, c, p, "out", job, job->out_handle, b);
+  int has_ipc = parse_device_buffer(srv, c, p, "out", job, &job->out_dev, b);
   if (has_ipc < 0)
     return has_ipc;
   if (r == 1 && has_ipc)
-    return reject(b, FZ_EPARAMS, "give at most one of \"out_fd\" and \"out_ipc\"");
+    return reject(b, FZ_EPARAMS, "give at most one of \"out_fd\" and a device buffer "
+                  "(\"out_ipc\", \"out_vmm_fd\", \"out_pool_fd\")");
   if (has_ipc) {
     if (opt_u64(p, "out_offset", &job->out_off, b) < 0)
       return b->code;
@@ -397,7 +512,7 @@ static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
       return b->code;
     if (!has_len || job->out_cap == 0 || job->out_cap > SIZE_MAX ||
         job->out_off > UINT64_MAX - job->out_cap)
-      return reject(b, FZ_EPARAMS, "\"out_ipc\" needs \"out_length\", the bytes the "
+      return reject(b, FZ_EPARAMS, "a device output needs \"out_length\", the bytes the "
                     "daemon may write at out_offset");
     job->out_ipc = true;
     return 0;
@@ -502,15 +617,17 @@ static int parse_compress(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
     return reject(b, FZ_ESIZE, "input is %zu bytes but %s with this shape needs %llu",
                   job->in_len, fz_dtype_name(job->params.dtype),
                   (unsigned long long)want);
-  return parse_output(srv, c, p, job, b);
+  if ((err = parse_output(srv, c, p, job, b)) < 0)
+    return err;
+  return parse_events(srv, c, p, job, b);
 }
 
 static int parse_decompress(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
                             fzd_job *job, bad *b) {
   int err = parse_input(srv, c, p, job, 0, b);
-  if (err < 0)
+  if (err < 0 || (err = parse_output(srv, c, p, job, b)) < 0)
     return err;
-  return parse_output(srv, c, p, job, b);
+  return parse_events(srv, c, p, job, b);
 }
 
 /* The bytes a job's reply may take in the connection's output: the inline
@@ -634,6 +751,65 @@ static void m_decompress(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   submit_job(srv, c, msg, FZD_JOB_DECOMPRESS);
 }
 
+/* ---- release --------------------------------------------------------------- */
+
+/* {"buffer_ids": [id, ...]} or {"all": true}: closes this connection's
+ * imports of those allocations (every import and event with all), the ones
+ * a running job uses when it ends.  Answers {"released": n}.  A connection
+ * that never imported anything (or a daemon on the CPU backend) has
+ * nothing to release, which is not an error. */
+static void m_release(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  const msgpack_object *p = &msg->params;
+  bad b = {0, ""};
+  if (unknown_key(p, release_keys, b.text, sizeof b.text) < 0) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "release: %s", b.text);
+    return;
+  }
+  bool all = false;
+  const msgpack_object *ids = NULL;
+  int has_all = fzp_get_bool(p, "all", &all);
+  int has_ids = fzp_get_obj(p, "buffer_ids", &ids);
+  if (has_all < 0 || (has_all == 1 && !all)) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "release: \"all\" must be true");
+    return;
+  }
+  if (has_ids == 1 && ids->type != MSGPACK_OBJECT_ARRAY) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS,
+                         "release: \"buffer_ids\" must be an array of unsigned integers");
+    return;
+  }
+  if ((has_all == 1) == (has_ids == 1)) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS,
+                         "release needs exactly one of \"buffer_ids\" (an array of the "
+                         "allocations' buffer ids) and \"all\": true");
+    return;
+  }
+  uint32_t n = has_ids == 1 ? ids->via.array.size : 0;
+  uint64_t *list = NULL;
+  if (n > 0 && (list = malloc((size_t)n * sizeof *list)) == NULL) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_ENOMEM, "release: no memory for %u ids", n);
+    return;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const msgpack_object *o = &ids->via.array.ptr[i];
+    if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+      free(list);
+      fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS,
+                           "release: buffer_ids[%u] must be an unsigned integer", i);
+      return;
+    }
+    list[i] = o->via.u64;
+  }
+  unsigned released = 0;
+  if (srv->gpu != NULL && !fzd_conn_is_tcp(c))
+    released = fzd_ipc_cache_release(fzd_conn_ipc(c), list, n, all);
+  free(list);
+  msgpack_packer *pk = fzd_conn_packer(c);
+  fzp_pack_result_begin(pk, msg->msgid, 1);
+  fzp_pack_key(pk, "released");
+  msgpack_pack_uint64(pk, released);
+}
+
 void fzd_job_reply(fzd_conn *c, const fzd_job *job) {
   if (job->err < 0) {
     fzd_conn_reply_error(c, job->msgid, job->err, "%s",
@@ -699,7 +875,7 @@ static const struct {
     {"hello", m_hello},       {"ping", m_ping},
     {"status", m_status},     {"stats", m_stats},
     {"presets", m_presets},   {"compress", m_compress},
-    {"decompress", m_decompress},
+    {"decompress", m_decompress}, {"release", m_release},
 };
 
 /* The method name for the log: short, printable. */

@@ -33,6 +33,19 @@ typedef struct fzd_conn fzd_conn;
 
 enum fzd_job_kind { FZD_JOB_COMPRESS, FZD_JOB_DECOMPRESS };
 
+/* How one side of a job reaches device memory of the client. */
+enum fzd_mem_kind { FZD_MEM_NONE, FZD_MEM_IPC, FZD_MEM_VMM, FZD_MEM_POOL };
+
+typedef struct fzd_devbuf {
+  enum fzd_mem_kind kind;
+  /* IPC: the cudaIpcMemHandle_t; POOL: the pointer's cudaMemPoolPtrExportData. */
+  unsigned char handle[FZD_IPC_HANDLE_BYTES];
+  int fd;            /* VMM, POOL: index into the job's fds of the export */
+  uint64_t vmm_size; /* VMM: the size given to cuMemCreate */
+  uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID, when has_buffer_id */
+  bool has_buffer_id;
+} fzd_devbuf;
+
 typedef struct fzd_job {
   struct fzd_job *next;
   fzd_conn *conn; /* opaque to workers: only the loop dereferences it */
@@ -54,15 +67,21 @@ typedef struct fzd_job {
   bool out_truncate;  /* cut out_fd after the result (a file, not a fixed-size memfd) */
   uint64_t max_inline; /* inline results larger than this fail (EMSGSIZE) */
   uint64_t max_output; /* descriptor results larger than this fail */
-  /* CUDA IPC buffers (GPU backend only): the input is in_len bytes at
-   * in_off of the allocation in_handle names; the output goes to out_off of
-   * out_handle's allocation, at most out_cap bytes.  ipc is the connection's
-   * cache of opened handles, which outlives the job. */
+  /* Device buffers (GPU backend only): the input is in_len bytes at in_off
+   * of the allocation in_dev names; the output goes to out_off of out_dev's
+   * allocation, at most out_cap bytes.  in_ipc / out_ipc say that the side
+   * is device memory of any kind (in_dev.kind says which).  ipc is the
+   * connection's cache of imports, which outlives the job. */
   bool in_ipc, out_ipc;
-  unsigned char in_handle[FZD_IPC_HANDLE_BYTES];
-  unsigned char out_handle[FZD_IPC_HANDLE_BYTES];
+  fzd_devbuf in_dev, out_dev;
   uint64_t out_cap;
   fzd_ipc_cache *ipc;
+  /* IPC events (GPU backend only): fzd's stream waits for wait_event before
+   * it touches the client's memory, and records done_event after its last
+   * write, before the host wait that precedes the reply. */
+  bool has_wait_event, has_done_event;
+  unsigned char wait_event[FZD_IPC_HANDLE_BYTES];
+  unsigned char done_event[FZD_IPC_HANDLE_BYTES];
   /* Bytes of reply this job may leave in its connection's output, counted
    * against the reply budgets from acceptance until the reply is packed
    * (conn.c).  Set by the loop before submitting. */

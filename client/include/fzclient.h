@@ -192,6 +192,41 @@ typedef struct fz_job {
    * so that initialisers of the fields above keep working. */
   int has_fill;
   double fill_value;
+  /* The other kinds of device memory, each replacing in_ipc / out_ipc (one
+   * kind per side), with the same offsets, lengths and device:
+   * - VMM memory (cuMemCreate): in_vmm_fd / out_vmm_fd >= 0, the descriptor
+   *   cuMemExportToShareableHandle() made with
+   *   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (passed with the job; it
+   *   stays the caller's), and in_vmm_size / out_vmm_size, the size given to
+   *   cuMemCreate;
+   * - memory of an IPC-capable pool (cudaMemPoolCreate with
+   *   cudaMemHandleTypePosixFileDescriptor): in_pool_fd / out_pool_fd >= 0,
+   *   the pool's cudaMemPoolExportToShareableHandle() descriptor, and
+   *   in_pool_ptr / out_pool_ptr, the FZ_CLIENT_IPC_HANDLE_BYTES of
+   *   cudaMemPoolExportPointer() on the allocation's base.
+   * in_buffer_id / out_buffer_id (0: not sent) is the allocation's
+   * CU_POINTER_ATTRIBUTE_BUFFER_ID: the daemon's import cache never serves
+   * a job with an import made for another id, so memory freed and
+   * allocated again at the same address is imported afresh.
+   * wait_event (NULL: none) is a cudaIpcEventHandle_t of an event made with
+   * cudaEventInterprocess | cudaEventDisableTiming and recorded after the
+   * work that writes the input: the daemon's stream waits for it before
+   * touching the job's device memory, so the caller need not synchronise
+   * first.  done_event (NULL: none) is another such handle, which the
+   * daemon records after the last write of the output, before it answers.
+   * fz_job_init() sets the descriptors to -1 and the rest to 0 / NULL. */
+  int in_vmm_fd;
+  uint64_t in_vmm_size;
+  int out_vmm_fd;
+  uint64_t out_vmm_size;
+  int in_pool_fd;
+  const void *in_pool_ptr;
+  int out_pool_fd;
+  const void *out_pool_ptr;
+  uint64_t in_buffer_id;
+  uint64_t out_buffer_id;
+  const void *wait_event;
+  const void *done_event;
 } fz_job;
 
 /* Sets every field of j to "not given": no input, no output, in_fd and out_fd

@@ -5,9 +5,13 @@
  * and, for inline input, the map's last value is the "data" bin whose body is
  * sent straight from the caller's buffer (a second iovec): a 64 MiB array is
  * never copied on the way out.  Descriptors go with the first bytes of the
- * request (SCM_RIGHTS) and the request says how many ("nfds").  CUDA IPC
- * buffers travel as their handle's bytes ("in_ipc", "out_ipc") with the
- * GPU's UUID ("device").
+ * request (SCM_RIGHTS) and the request says how many ("nfds").  Device
+ * memory travels as a legacy IPC handle's bytes ("in_ipc", "out_ipc"), a
+ * VMM export descriptor with its size ("in_vmm_fd", "in_vmm_size"), or a
+ * pool's export descriptor with the pointer's export data ("in_pool_fd",
+ * "in_pool_ptr"), each with the allocation's buffer id when known, the IPC
+ * events of the job ("wait_event", "done_event") and the GPU's UUID
+ * ("device").
  *
  * Every job stays in the handle's table from submission until it is handed
  * back; answers are matched by msgid, so they may arrive in any order.
@@ -40,6 +44,30 @@ void fz_job_init(fz_job *j) {
   memset(j, 0, sizeof *j);
   j->in_fd = -1;
   j->out_fd = -1;
+  j->in_vmm_fd = j->out_vmm_fd = -1;
+  j->in_pool_fd = j->out_pool_fd = -1;
+}
+
+/* Whether a side of the job is device memory, of any kind. */
+static bool dev_in(const fz_job *j) {
+  return j->in_ipc || j->in_vmm_fd >= 0 || j->in_pool_fd >= 0;
+}
+
+static bool dev_out(const fz_job *j) {
+  return j->out_ipc || j->out_vmm_fd >= 0 || j->out_pool_fd >= 0;
+}
+
+/* The descriptor a side passes with the request, or -1. */
+static int in_desc(const fz_job *j) {
+  return j->in_vmm_fd >= 0 ? j->in_vmm_fd : j->in_pool_fd >= 0 ? j->in_pool_fd
+                                                                 : j->in_ipc ? -1 : j->in_fd;
+}
+
+static int out_desc(const fz_job *j) {
+  return j->out_vmm_fd >= 0 ? j->out_vmm_fd
+         : j->out_pool_fd >= 0 ? j->out_pool_fd
+         : j->out_ipc          ? -1
+                               : j->out_fd;
 }
 
 int fzc_error_from(const fzp_message *msg, fz_result *res) {
@@ -211,11 +239,22 @@ static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v) {
 static int check_job(fz_client *c, fz_op op, const fz_job *j) {
   if (op != FZ_OP_COMPRESS && op != FZ_OP_DECOMPRESS)
     return fzc_fail(c, FZ_EINVAL, "unknown operation %d", (int)op);
-  bool inline_in = j->in_fd < 0 && !j->in_ipc;
-  if (j->in_ipc && (j->in_fd >= 0 || j->in))
-    return fzc_fail(c, FZ_EINVAL, "give one input: in_ipc, in_fd or in");
-  if (j->out_ipc && j->out_fd >= 0)
-    return fzc_fail(c, FZ_EINVAL, "give one output: out_ipc or out_fd");
+  bool inline_in = j->in_fd < 0 && !dev_in(j);
+  int kinds_in = (j->in_ipc != NULL) + (j->in_vmm_fd >= 0) + (j->in_pool_fd >= 0);
+  int kinds_out = (j->out_ipc != NULL) + (j->out_vmm_fd >= 0) + (j->out_pool_fd >= 0);
+  if (kinds_in > 1 || (kinds_in == 1 && (j->in_fd >= 0 || j->in)))
+    return fzc_fail(c, FZ_EINVAL,
+                    "give one input: in_ipc, in_vmm_fd, in_pool_fd, in_fd or in");
+  if (kinds_out > 1 || (kinds_out == 1 && j->out_fd >= 0))
+    return fzc_fail(c, FZ_EINVAL,
+                    "give one output: out_ipc, out_vmm_fd, out_pool_fd or out_fd");
+  if ((j->in_vmm_fd >= 0 && j->in_vmm_size == 0) ||
+      (j->out_vmm_fd >= 0 && j->out_vmm_size == 0))
+    return fzc_fail(c, FZ_EINVAL, "a VMM buffer needs its size (in_vmm_size, out_vmm_size): "
+                    "the size given to cuMemCreate");
+  if ((j->in_pool_fd >= 0 && !j->in_pool_ptr) || (j->out_pool_fd >= 0 && !j->out_pool_ptr))
+    return fzc_fail(c, FZ_EINVAL, "a pool buffer needs the pointer's export data "
+                    "(in_pool_ptr, out_pool_ptr)");
   if (j->out_fd >= 0) {
     /* With O_APPEND every write lands at the end whatever the offset: the
      * result would follow the file's old contents instead of replacing
@@ -228,13 +267,16 @@ static int check_job(fz_client *c, fz_op op, const fz_job *j) {
                       "out_fd %d is open with O_APPEND: the daemon writes at out_offset, "
                       "so open the output without O_APPEND", j->out_fd);
   }
-  if (j->out_ipc && j->out_length == 0)
-    return fzc_fail(c, FZ_EINVAL, "out_ipc needs out_length, the bytes the daemon may write");
-  if (j->in_ipc && op == FZ_OP_DECOMPRESS && j->in_length == 0)
-    return fzc_fail(c, FZ_EINVAL, "decompress from in_ipc needs in_length, the archive's size");
-  if ((j->in_ipc || j->out_ipc) && (!j->device || !*j->device))
+  if (dev_out(j) && j->out_length == 0)
+    return fzc_fail(c, FZ_EINVAL, "a device output needs out_length, the bytes the daemon "
+                    "may write");
+  if (dev_in(j) && op == FZ_OP_DECOMPRESS && j->in_length == 0)
+    return fzc_fail(c, FZ_EINVAL, "decompress from device memory needs in_length, the "
+                    "archive's size");
+  bool device_keys = dev_in(j) || dev_out(j) || j->wait_event || j->done_event;
+  if (device_keys && (!j->device || !*j->device))
     return fzc_fail(c, FZ_EINVAL, "CUDA IPC buffers need device, the GPU's UUID");
-  if (c->transport == FZ_TRANSPORT_TCP && (j->in_ipc || j->out_ipc))
+  if (c->transport == FZ_TRANSPORT_TCP && device_keys)
     return fzc_fail(c, FZ_ETRANSPORT,
                     "CUDA IPC buffers cannot be used over TCP; send the data inline");
   if (inline_in && !j->in && j->in_len > 0)
@@ -263,16 +305,21 @@ static int check_job(fz_client *c, fz_op op, const fz_job *j) {
  * caller to send after sb (it is the last value of the map). */
 static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
                      const fz_job *j, int nfds) {
-  bool inline_in = j->in_fd < 0 && !j->in_ipc;
+  bool inline_in = j->in_fd < 0 && !dev_in(j);
   uint32_t n = 0;
   if (op == FZ_OP_COMPRESS)
     n += 5 + (j->pipeline ? 1 : 0) + (j->verify ? 1 : 0) + (j->has_fill ? 1 : 0); /* dtype shape eb mode nfds */
   else
     n += 1; /* nfds */
   n += inline_in ? 1 : 1 + (j->in_offset ? 1 : 0) + (j->in_length ? 1 : 0);
-  n += j->out_fd >= 0 || j->out_ipc ? 1 + (j->out_offset ? 1 : 0) : 0;
-  n += j->out_ipc || (j->out_fd >= 0 && j->out_length) ? 1 : 0; /* out_length */
-  n += j->in_ipc || j->out_ipc ? 1 : 0;       /* device */
+  n += j->out_fd >= 0 || dev_out(j) ? 1 + (j->out_offset ? 1 : 0) : 0;
+  n += dev_out(j) || (j->out_fd >= 0 && j->out_length) ? 1 : 0; /* out_length */
+  /* second keys of the VMM and pool kinds, buffer ids, events */
+  n += (j->in_vmm_fd >= 0 || j->in_pool_fd >= 0) + (j->out_vmm_fd >= 0 || j->out_pool_fd >= 0);
+  n += (dev_in(j) && j->in_buffer_id) + (dev_out(j) && j->out_buffer_id);
+  n += (j->wait_event != NULL) + (j->done_event != NULL);
+  bool device_keys = dev_in(j) || dev_out(j) || j->wait_event || j->done_event;
+  n += device_keys ? 1 : 0; /* device */
 
   fzp_pack_request_begin(pk, msgid, op == FZ_OP_COMPRESS ? "compress" : "decompress", n);
   int fd_index = 0;
@@ -297,11 +344,30 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
     }
   }
   pack_u64(pk, "nfds", (uint64_t)nfds);
-  if (j->in_ipc || j->out_ipc)
+  if (device_keys)
     pack_str(pk, "device", j->device);
-  if (j->out_ipc) {
-    fzp_pack_key(pk, "out_ipc");
-    msgpack_pack_bin_with_body(pk, j->out_ipc, FZ_CLIENT_IPC_HANDLE_BYTES);
+  if (j->wait_event) {
+    fzp_pack_key(pk, "wait_event");
+    msgpack_pack_bin_with_body(pk, j->wait_event, FZ_CLIENT_IPC_HANDLE_BYTES);
+  }
+  if (j->done_event) {
+    fzp_pack_key(pk, "done_event");
+    msgpack_pack_bin_with_body(pk, j->done_event, FZ_CLIENT_IPC_HANDLE_BYTES);
+  }
+  if (dev_out(j)) {
+    if (j->out_ipc) {
+      fzp_pack_key(pk, "out_ipc");
+      msgpack_pack_bin_with_body(pk, j->out_ipc, FZ_CLIENT_IPC_HANDLE_BYTES);
+    } else if (j->out_vmm_fd >= 0) {
+      pack_u64(pk, "out_vmm_fd", (uint64_t)fd_index++);
+      pack_u64(pk, "out_vmm_size", j->out_vmm_size);
+    } else {
+      pack_u64(pk, "out_pool_fd", (uint64_t)fd_index++);
+      fzp_pack_key(pk, "out_pool_ptr");
+      msgpack_pack_bin_with_body(pk, j->out_pool_ptr, FZ_CLIENT_IPC_HANDLE_BYTES);
+    }
+    if (j->out_buffer_id)
+      pack_u64(pk, "out_buffer_id", j->out_buffer_id);
     pack_u64(pk, "out_length", j->out_length);
     if (j->out_offset)
       pack_u64(pk, "out_offset", j->out_offset);
@@ -316,9 +382,18 @@ static void pack_job(msgpack_packer *pk, uint32_t msgid, fz_op op,
     if (j->in_ipc) {
       fzp_pack_key(pk, "in_ipc");
       msgpack_pack_bin_with_body(pk, j->in_ipc, FZ_CLIENT_IPC_HANDLE_BYTES);
+    } else if (j->in_vmm_fd >= 0) {
+      pack_u64(pk, "in_vmm_fd", (uint64_t)fd_index++);
+      pack_u64(pk, "in_vmm_size", j->in_vmm_size);
+    } else if (j->in_pool_fd >= 0) {
+      pack_u64(pk, "in_pool_fd", (uint64_t)fd_index++);
+      fzp_pack_key(pk, "in_pool_ptr");
+      msgpack_pack_bin_with_body(pk, j->in_pool_ptr, FZ_CLIENT_IPC_HANDLE_BYTES);
     } else {
       pack_u64(pk, "in_fd", (uint64_t)fd_index++);
     }
+    if (dev_in(j) && j->in_buffer_id)
+      pack_u64(pk, "in_buffer_id", j->in_buffer_id);
     if (j->in_offset)
       pack_u64(pk, "in_offset", j->in_offset);
     if (j->in_length)
@@ -396,7 +471,7 @@ static bool result_may_exceed(const fz_client *c, fz_op op, const fz_job *job) {
     /* A job the engine refuses is the server's to refuse. */
     return fz_client_compress_bound(job, &bound, NULL, 0) == 0 && bound > limit;
   }
-  if (job->in_fd >= 0 || job->in_ipc)
+  if (job->in_fd >= 0 || dev_in(job))
     return true; /* the archive is not here to read */
   fz_archive_info ai;
   return job->in && fz_archive_inspect(job->in, job->in_len, &ai) == 0 &&
@@ -439,7 +514,7 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   bool out_shared = false;
   if (c->transport == FZ_TRANSPORT_UNIX) {
     const fzc_buf *b;
-    bool inline_in = job->in_fd < 0 && !job->in_ipc && job->in && job->in_len > 0;
+    bool inline_in = job->in_fd < 0 && !dev_in(job) && job->in && job->in_len > 0;
     bool in_shared = false;
     if (inline_in && (b = fzc_buf_find(c, job->in, job->in_len)) != NULL) {
       in_shared = true;
@@ -456,7 +531,7 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
       staged.in = NULL;
       staged.in_len = 0;
     }
-    if (job->out && job->out_cap > 0 && job->out_fd < 0 && !job->out_ipc &&
+    if (job->out && job->out_cap > 0 && job->out_fd < 0 && !dev_out(job) &&
         (b = fzc_buf_find(c, job->out, job->out_cap)) != NULL) {
       /* The daemon may write the result while it still reads the input.
        * (An input that is not shared was copied already.) */
@@ -473,7 +548,7 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   if (rc < 0)
     goto err_shm;
   int out_memfd = -1;
-  if (c->transport == FZ_TRANSPORT_UNIX && staged.out_fd < 0 && !staged.out_ipc &&
+  if (c->transport == FZ_TRANSPORT_UNIX && staged.out_fd < 0 && !dev_out(&staged) &&
       c->info.max_inline && result_may_exceed(c, op, job)) {
     out_memfd = memfd_create("fzclient-output", MFD_CLOEXEC);
     if (out_memfd < 0) {
@@ -488,10 +563,11 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   }
   job = &staged;
   int fds[2], nfds = 0;
-  if (job->out_fd >= 0 && !job->out_ipc)
-    fds[nfds++] = job->out_fd;
-  if (job->in_fd >= 0 && !job->in_ipc)
-    fds[nfds++] = job->in_fd;
+  /* In the order pack_job() numbers them: the output's, then the input's. */
+  if (out_desc(job) >= 0)
+    fds[nfds++] = out_desc(job);
+  if (in_desc(job) >= 0)
+    fds[nfds++] = in_desc(job);
 
   fzc_job *j = NULL;
   rc = add_job(c, &j);
@@ -518,7 +594,7 @@ int fz_client_submit(fz_client *c, fz_op op, const fz_job *job, fz_done_cb cb,
   pack_job(&pk, msgid, op, job, nfds);
   struct iovec iov[2] = {{.iov_base = sb.data, .iov_len = sb.size},
                          {.iov_base = (void *)job->in,
-                          .iov_len = job->in_fd < 0 && !job->in_ipc ? job->in_len : 0}};
+                          .iov_len = job->in_fd < 0 && !dev_in(job) ? job->in_len : 0}};
   rc = fzc_send(c, iov, 2, fds, nfds, fzc_deadline(c->timeout_ms));
   msgpack_sbuffer_destroy(&sb);
   if (rc < 0) {

@@ -138,6 +138,94 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len,
                       void *d_out, size_t out_cap, size_t *out_len,
                       fz_gpu_stream stream, char *why, size_t why_len);
 
+/* ---- device memory and events of other processes (import.c) -------------
+ *
+ * A client process shares its device memory with this one in one of three
+ * ways, and each import gives a mapping: the allocation's first byte as
+ * seen here and its real size as the driver reports it, which is what a
+ * caller checks every range against.  Imports are not cached or counted
+ * here; the caller closes each mapping with fz_gpu_unmap() once nothing
+ * runs on it any more (no kernel or copy of any stream may still use it).
+ * A handle or descriptor the GPU cannot open gives FZ_EINVAL (FZ_EGPUOOM
+ * when device memory runs out), with the CUDA error quoted in why. */
+
+/* Bytes of a cudaIpcMemHandle_t, a cudaIpcEventHandle_t and a
+ * cudaMemPoolPtrExportData alike. */
+#define FZ_GPU_EXPORT_BYTES 64
+
+typedef enum fz_gpu_mem_kind {
+  FZ_GPU_MEM_IPC = 1,  /* cudaMalloc memory, a legacy cudaIpcMemHandle_t */
+  FZ_GPU_MEM_VMM = 2,  /* cuMemCreate memory, a POSIX file descriptor */
+  FZ_GPU_MEM_POOL = 3, /* memory of an IPC-capable pool, the pointer's export data */
+} fz_gpu_mem_kind;
+
+/* The runtime's cudaMemPool_t and cudaEvent_t (these very pointer types). */
+typedef struct CUmemPoolHandle_st *fz_gpu_mempool;
+typedef struct CUevent_st *fz_gpu_event;
+
+typedef struct fz_gpu_mapping {
+  fz_gpu_mem_kind kind;
+  void *base;          /* the allocation's first byte, in this process */
+  size_t size;         /* bytes from base that belong to the allocation */
+  uint64_t vmm_handle; /* VMM: the imported allocation handle (private) */
+  size_t vmm_mapped;   /* VMM: bytes reserved and mapped at base (private) */
+} fz_gpu_mapping;
+
+/* 0 when the driver has every call the imports need (found once, through
+ * the runtime: nothing here links the driver library); else FZ_ECUDA
+ * naming the first one missing. */
+int fz_gpu_import_ready(char *why, size_t why_len);
+
+/* The allocation that contains device address d_ptr (cuMemGetAddressRange):
+ * its base and size. */
+int fz_gpu_address_range(const void *d_ptr, void **base, size_t *size, char *why,
+                         size_t why_len);
+
+/* Opens a legacy handle (FZ_GPU_EXPORT_BYTES bytes, cudaIpcGetMemHandle);
+ * the handle names the allocation's base. */
+int fz_gpu_import_ipc(fz_gpu_ctx *ctx, const void *handle, fz_gpu_mapping *m, char *why,
+                      size_t why_len);
+
+/* Imports the VMM allocation whose handle fd carries
+ * (cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+ * reserves an address range, maps size bytes of it there and grants the
+ * context's device read and write.  size is the one given to cuMemCreate:
+ * a multiple of the allocation granularity (else FZ_EINVAL) and not past
+ * the allocation's end (cuMemMap refuses it: FZ_EINVAL).  fd stays the
+ * caller's to close (the imported handle keeps the memory). */
+int fz_gpu_import_vmm(fz_gpu_ctx *ctx, int fd, size_t size, fz_gpu_mapping *m, char *why,
+                      size_t why_len);
+
+/* Imports an IPC-capable pool from its descriptor
+ * (cudaMemPoolExportToShareableHandle, cudaMemHandleTypePosixFileDescriptor);
+ * fd stays the caller's.  The context's device is granted read and write
+ * access to the pool's memory.  Close with fz_gpu_pool_close() once no
+ * pointer imported from it is mapped. */
+int fz_gpu_pool_import(fz_gpu_ctx *ctx, int fd, fz_gpu_mempool *pool, char *why,
+                       size_t why_len);
+void fz_gpu_pool_close(fz_gpu_ctx *ctx, fz_gpu_mempool pool); /* NULL: no-op */
+/* Imports one allocation of an imported pool from its export data
+ * (cudaMemPoolExportPointer of the allocation's base). */
+int fz_gpu_import_pool_ptr(fz_gpu_ctx *ctx, fz_gpu_mempool pool, const void *export_data,
+                           fz_gpu_mapping *m, char *why, size_t why_len);
+
+/* Closes a mapping of any kind and zeroes it; a zeroed one is a no-op. */
+void fz_gpu_unmap(fz_gpu_ctx *ctx, fz_gpu_mapping *m);
+
+/* Opens an event of another process (cudaIpcGetEventHandle of an event made
+ * with cudaEventInterprocess | cudaEventDisableTiming); closed with
+ * fz_gpu_event_close(). */
+int fz_gpu_event_open(fz_gpu_ctx *ctx, const void *handle, fz_gpu_event *ev, char *why,
+                      size_t why_len);
+void fz_gpu_event_close(fz_gpu_ctx *ctx, fz_gpu_event ev); /* NULL: no-op */
+/* Work queued on stream after this waits for the event's last record
+ * (cudaStreamWaitEvent); the host does not wait. */
+int fz_gpu_stream_wait_event(fz_gpu_stream stream, fz_gpu_event ev, char *why,
+                             size_t why_len);
+/* Records the event on stream: it completes when the work queued before it
+ * has (cudaEventRecord). */
+int fz_gpu_event_record(fz_gpu_event ev, fz_gpu_stream stream, char *why, size_t why_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -530,6 +530,78 @@ Test(libfzclient, ipc_jobs_checked_and_refused_on_cpu) {
   tu_stop(h);
 }
 
+/* VMM and pool buffers, buffer ids and events: the library checks them
+ * (one kind per side, sizes, export data, device, never over TCP) and sends
+ * them under the daemon's key names with the descriptor attached, which a
+ * daemon on the CPU backend refuses with ENOGPU naming the key. */
+Test(libfzclient, device_kinds_checked_and_refused_on_cpu) {
+  fzd_harness *h = tu_start("\"tcp_enabled\": true, \"tcp_port\": 0");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  unsigned char handle[FZ_CLIENT_IPC_HANDLE_BYTES] = {1, 2, 3};
+  int fd = memfd_create("stand-in", 0);
+  cr_assert_geq(fd, 0);
+  float v[256] = {0};
+  fz_job j;
+  fz_result r;
+
+  job_f32(&j, NULL, 16, 16, 1e-3);
+  j.in_len = 0;
+  j.device = "GPU-00000000-0000-0000-0000-000000000000";
+  j.in_vmm_fd = fd;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EINVAL, "VMM input without its size");
+  j.in_vmm_size = 1 << 21;
+  j.in_ipc = handle;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EINVAL, "two kinds of input");
+  j.in_ipc = NULL;
+  j.in_buffer_id = 77;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_ENOGPU, "%s", r.message);
+  cr_assert(strstr(r.message, "in_vmm_fd") != NULL, "%s", r.message);
+
+  job_f32(&j, v, 16, 16, 1e-3);
+  j.device = "GPU-00000000-0000-0000-0000-000000000000";
+  j.out_pool_fd = fd;
+  j.out_length = 4096;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EINVAL, "pool output without export data");
+  j.out_pool_ptr = handle;
+  j.out_buffer_id = 78;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_ENOGPU, "%s", r.message);
+  cr_assert(strstr(r.message, "out_pool_fd") != NULL, "%s", r.message);
+
+  fz_job d;
+  fz_job_init(&d);
+  d.in_pool_fd = fd;
+  d.in_pool_ptr = handle;
+  d.in_length = 100;
+  cr_assert_eq(fz_client_decompress(c, &d, &r), FZ_EINVAL, "no device");
+  d.device = j.device;
+  d.out_vmm_fd = fd;
+  d.out_vmm_size = 1 << 21;
+  d.out_length = 4096;
+  cr_assert_eq(fz_client_decompress(c, &d, &r), FZ_ENOGPU, "%s", r.message);
+  cr_assert(strstr(r.message, "in_pool_fd") != NULL, "%s", r.message);
+
+  job_f32(&j, v, 16, 16, 1e-3);
+  j.wait_event = handle;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_EINVAL, "an event without device");
+  j.device = d.device;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_ENOGPU, "%s", r.message);
+  cr_assert(strstr(r.message, "wait_event") != NULL, "%s", r.message);
+  j.wait_event = NULL;
+  j.done_event = handle;
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_ENOGPU, "%s", r.message);
+  cr_assert(strstr(r.message, "done_event") != NULL, "%s", r.message);
+  cr_assert_eq(fz_client_ping(c, NULL), 0);
+  fz_client_close(c);
+
+  c = connect_ok(tu_tcp_addr(h, addr, sizeof addr), NULL);
+  cr_assert_eq(fz_client_compress(c, &j, &r), FZ_ETRANSPORT);
+  cr_assert_eq(fz_client_decompress(c, &d, &r), FZ_ETRANSPORT);
+  fz_client_close(c);
+  close(fd);
+  tu_stop(h);
+}
+
 /* Shared buffers: with max_inline_bytes at 4 KiB the daemon refuses every
  * inline payload larger than that, so these jobs succeed only if the input
  * and the output really travel as the buffers' descriptors. */
