@@ -473,14 +473,13 @@ static void format_uuid(const CUuuid *u, char *buf, size_t cap) {
   "in requestedHandleTypes, or cudaMallocFromPoolAsync from a pool made with " \
   "handleTypes = cudaMemHandleTypePosixFileDescriptor"
 
-/* What the driver says about the pointer, in one call.  The boolean and
- * bitmask attributes are read into zeroed 64-bit slots, so a driver writing
- * fewer bytes still leaves the right value. */
+/* What the driver says about the pointer, in one call.  The boolean
+ * attributes are read into zeroed 64-bit slots, so a driver writing fewer
+ * bytes still leaves the right value. */
 typedef struct ptr_attrs {
   unsigned int memtype;
   uint64_t managed;
   uint64_t ipc_capable;
-  uint64_t handle_types;
   unsigned long long buffer_id;
   int ordinal;
   CUdeviceptr range_start;
@@ -495,18 +494,19 @@ static int query(fz_client *c, const void *p, const char *what, ptr_attrs *a) {
   CUpointer_attribute at[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
                               CU_POINTER_ATTRIBUTE_IS_MANAGED,
                               CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-                              CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,
                               CU_POINTER_ATTRIBUTE_BUFFER_ID,
                               CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                               CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                               CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                               CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
                               CU_POINTER_ATTRIBUTE_CONTEXT};
-  void *data[] = {&a->memtype,   &a->managed,     &a->ipc_capable, &a->handle_types,
-                  &a->buffer_id, &a->ordinal,     &a->range_start, &a->range_size,
-                  &a->pool,      &a->ctx};
+  void *data[] = {&a->memtype,     &a->managed,    &a->ipc_capable,
+                  &a->buffer_id,   &a->ordinal,    &a->range_start,
+                  &a->range_size,  &a->pool,       &a->ctx};
   CUresult r = cu.cuPointerGetAttributes(sizeof at / sizeof at[0], at, data,
                                          (CUdeviceptr)(uintptr_t)p);
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    return fzc_fail(c, FZ_EINVAL, "the %s %p is not CUDA device memory", what, p);
   if (r != CUDA_SUCCESS)
     return fzc_fail(c, FZ_ECUDA, "cuPointerGetAttributes on the %s %p: %s", what, p,
                     cu_err(r));
@@ -520,6 +520,23 @@ static int query(fz_client *c, const void *p, const char *what, ptr_attrs *a) {
                     "fz_client_compress() / fz_client_decompress()", what, p);
   if (a->memtype != CU_MEMORYTYPE_DEVICE || a->buffer_id == 0)
     return fzc_fail(c, FZ_EINVAL, "the %s %p is not CUDA device memory", what, p);
+  return 0;
+}
+
+/* The allocation's base and size.  cuMemGetAddressRange() gives the
+ * allocation itself for every kind (for VMM memory the mapping, where
+ * RANGE_START_ADDR / RANGE_SIZE would give the whole reservation, which
+ * may hold other allocations), and it is what the daemon checks the
+ * imported range with; the attributes serve where it fails. */
+static int alloc_range(fz_client *c, const void *p, const char *what, const ptr_attrs *a,
+                       dev_alloc *e) {
+  CUresult r = cu.cuMemGetAddressRange(&e->base, &e->size, (CUdeviceptr)(uintptr_t)p);
+  if (r == CUDA_SUCCESS && e->size > 0)
+    return 0;
+  if (a->range_size == 0)
+    return fzc_fail(c, FZ_ECUDA, "cuMemGetAddressRange on the %s %p: %s", what, p, cu_err(r));
+  e->base = a->range_start;
+  e->size = a->range_size;
   return 0;
 }
 
@@ -549,26 +566,23 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
     return rc;
   CUmemGenericAllocationHandle h;
   if (a->pool) {
-    /* The default pool of a device allows no handle type at all. */
-    if (!(a->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-      rc = fzc_fail(c, FZ_EINVAL,
-                    "the %s %p comes from a memory pool that cannot be exported (plain "
-                    "cudaMallocAsync uses the device's default pool); " FZC_USE_INSTEAD,
-                    what, p);
-      goto out;
-    }
+    /* A pool made without a handle type, such as the device's default
+     * pool, refuses the export: that is the test. */
     e->kind = KIND_POOL;
-    e->base = a->range_start;
-    e->size = a->range_size;
     int fd = -1;
     r = cu.cuMemPoolExportToShareableHandle(&fd, a->pool,
                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r != CUDA_SUCCESS) {
-      rc = fzc_fail(c, FZ_EINVAL, "cuMemPoolExportToShareableHandle for the %s %p: %s; "
-                    FZC_USE_INSTEAD, what, p, cu_err(r));
+      rc = fzc_fail(c, FZ_EINVAL,
+                    "the %s %p comes from a memory pool that cannot be exported (plain "
+                    "cudaMallocAsync uses the device's default pool; %s); " FZC_USE_INSTEAD,
+                    what, p, cu_err(r));
       goto out;
     }
     e->fd = fd;
+    rc = alloc_range(c, p, what, a, e);
+    if (rc < 0)
+      goto out;
     CUmemPoolPtrExportData pd;
     memset(&pd, 0, sizeof pd);
     r = cu.cuMemPoolExportPointer(&pd, e->base);
@@ -580,8 +594,9 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
     memcpy(e->blob, &pd, sizeof pd < sizeof e->blob ? sizeof pd : sizeof e->blob);
   } else if (a->ipc_capable) {
     e->kind = KIND_IPC;
-    e->base = a->range_start;
-    e->size = a->range_size;
+    rc = alloc_range(c, p, what, a, e);
+    if (rc < 0)
+      goto out;
     CUipcMemHandle ih;
     r = cu.cuIpcGetMemHandle(&ih, e->base);
     if (r != CUDA_SUCCESS) {
@@ -594,9 +609,8 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
      * and hold other allocations). */
     e->kind = KIND_VMM;
     int fd = -1;
-    CUresult rx = CUDA_ERROR_NOT_SUPPORTED;
-    if (a->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-      rx = cu.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    CUresult rx =
+        cu.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     cu.cuMemRelease(h);
     if (rx != CUDA_SUCCESS) {
       rc = fzc_fail(c, FZ_EINVAL,
@@ -606,11 +620,9 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
       goto out;
     }
     e->fd = fd;
-    r = cu.cuMemGetAddressRange(&e->base, &e->size, (CUdeviceptr)(uintptr_t)p);
-    if (r != CUDA_SUCCESS) {
-      rc = fzc_fail(c, FZ_ECUDA, "cuMemGetAddressRange on the %s %p: %s", what, p, cu_err(r));
+    rc = alloc_range(c, p, what, a, e);
+    if (rc < 0)
       goto out;
-    }
   } else {
     rc = fzc_fail(c, FZ_EINVAL,
                   "the %s %p is device memory that cannot be shared with another process "
