@@ -468,10 +468,11 @@ static void format_uuid(const CUuuid *u, char *buf, size_t cap) {
            b[13], b[14], b[15]);
 }
 
+/* The tail of every "cannot be shared" message; fz_result.message holds
+ * 255 characters, so these stay short. */
 #define FZC_USE_INSTEAD                                                        \
-  "use cudaMalloc, cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR " \
-  "in requestedHandleTypes, or cudaMallocFromPoolAsync from a pool made with " \
-  "handleTypes = cudaMemHandleTypePosixFileDescriptor"
+  "use cudaMalloc, cuMemCreate with POSIX fd handles, or a pool made with "    \
+  "cudaMemHandleTypePosixFileDescriptor"
 
 /* What the driver says about the pointer, in one call.  The boolean
  * attributes are read into zeroed 64-bit slots, so a driver writing fewer
@@ -512,13 +513,13 @@ static int query(fz_client *c, const void *p, const char *what, ptr_attrs *a) {
                     cu_err(r));
   if (a->managed)
     return fzc_fail(c, FZ_EINVAL,
-                    "the %s %p is managed memory (cudaMallocManaged), which cannot be shared "
-                    "with fzd; " FZC_USE_INSTEAD, what, p);
+                    "the %s %p is managed memory, which cannot be shared with fzd: "
+                    FZC_USE_INSTEAD, what, p);
   if (a->memtype == CU_MEMORYTYPE_HOST)
     return fzc_fail(c, FZ_EINVAL,
                     "the %s %p is host memory, not device memory: pass host buffers with "
                     "fz_client_compress() / fz_client_decompress()", what, p);
-  if (a->memtype != CU_MEMORYTYPE_DEVICE || a->buffer_id == 0)
+  if (a->memtype != CU_MEMORYTYPE_DEVICE)
     return fzc_fail(c, FZ_EINVAL, "the %s %p is not CUDA device memory", what, p);
   return 0;
 }
@@ -574,9 +575,8 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r != CUDA_SUCCESS) {
       rc = fzc_fail(c, FZ_EINVAL,
-                    "the %s %p comes from a memory pool that cannot be exported (plain "
-                    "cudaMallocAsync uses the device's default pool; %s); " FZC_USE_INSTEAD,
-                    what, p, cu_err(r));
+                    "the %s %p is from a pool that cannot export (cudaMallocAsync: the "
+                    "default pool; %s): " FZC_USE_INSTEAD, what, p, cu_err(r));
       goto out;
     }
     e->fd = fd;
@@ -615,8 +615,8 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
     if (rx != CUDA_SUCCESS) {
       rc = fzc_fail(c, FZ_EINVAL,
                     "the %s %p is cuMemCreate memory made without "
-                    "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes, so it "
-                    "cannot be exported (%s); " FZC_USE_INSTEAD, what, p, cu_err(rx));
+                    "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (%s): "
+                    FZC_USE_INSTEAD, what, p, cu_err(rx));
       goto out;
     }
     e->fd = fd;
@@ -625,9 +625,8 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
       goto out;
   } else {
     rc = fzc_fail(c, FZ_EINVAL,
-                  "the %s %p is device memory that cannot be shared with another process "
-                  "(neither a cudaMalloc allocation, nor exportable cuMemCreate or pool "
-                  "memory); " FZC_USE_INSTEAD, what, p);
+                  "the %s %p is device memory that cannot be shared with another process: "
+                  FZC_USE_INSTEAD, what, p);
     goto out;
   }
   if (e->fd >= 0)
