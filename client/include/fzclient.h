@@ -14,7 +14,9 @@
  * the Unix socket of a daemon on the GPU backend, input and output may also
  * be device memory named by a CUDA IPC handle (fz_job.in_ipc, out_ipc): the
  * daemon compresses it in place.  The library does not need CUDA for this;
- * the caller passes the handle's bytes.
+ * the caller passes the handle's bytes.  fz_client_compress_device() and its
+ * siblings do all of that from a plain device pointer, for every kind of
+ * memory that can be shared, loading the CUDA driver at run time.
  *
  * Jobs run either synchronously (fz_client_compress(), fz_client_decompress():
  * send, then wait for this job's answer) or asynchronously
@@ -29,7 +31,8 @@
  *
  * Threads: a handle is not internally locked.  Use one handle from one thread
  * at a time (different handles are fully independent, so one handle per thread
- * is the simple rule).  No call prints, exits, aborts or raises a signal
+ * is the simple rule).  The device-buffer calls are the exception: any number
+ * of threads may run them on one handle at once (see "device buffers").  No call prints, exits, aborts or raises a signal
  * (SIGPIPE is suppressed with MSG_NOSIGNAL).
  */
 #ifndef FZCLIENT_H

@@ -504,13 +504,24 @@ static int query(fz_client *c, const void *p, const char *what, ptr_attrs *a) {
   void *data[] = {&a->memtype,     &a->managed,    &a->ipc_capable,
                   &a->buffer_id,   &a->ordinal,    &a->range_start,
                   &a->range_size,  &a->pool,       &a->ctx};
-  CUresult r = cu.cuPointerGetAttributes(sizeof at / sizeof at[0], at, data,
-                                         (CUdeviceptr)(uintptr_t)p);
-  if (r == CUDA_ERROR_INVALID_VALUE)
-    return fzc_fail(c, FZ_EINVAL, "the %s %p is not CUDA device memory", what, p);
-  if (r != CUDA_SUCCESS)
-    return fzc_fail(c, FZ_ECUDA, "cuPointerGetAttributes on the %s %p: %s", what, p,
-                    cu_err(r));
+  const unsigned nat = sizeof at / sizeof at[0];
+  CUresult r = cu.cuPointerGetAttributes(nat, at, data, (CUdeviceptr)(uintptr_t)p);
+  if (r != CUDA_SUCCESS) {
+    /* A driver that will not answer one of them for this kind of memory
+     * fails the whole query: ask one by one, and leave what it will not
+     * say at its default.  The memory type is the one that must come. */
+    memset(a, 0, sizeof *a);
+    a->ordinal = -1;
+    for (unsigned i = 0; i < nat; i++) {
+      CUresult ri = cu.cuPointerGetAttributes(1, &at[i], &data[i], (CUdeviceptr)(uintptr_t)p);
+      if (i == 0 && ri != CUDA_SUCCESS) {
+        if (ri == CUDA_ERROR_INVALID_VALUE)
+          return fzc_fail(c, FZ_EINVAL, "the %s %p is not CUDA device memory", what, p);
+        return fzc_fail(c, FZ_ECUDA, "cuPointerGetAttributes on the %s %p: %s", what, p,
+                        cu_err(ri));
+      }
+    }
+  }
   if (a->managed)
     return fzc_fail(c, FZ_EINVAL,
                     "the %s %p is managed memory, which cannot be shared with fzd: "
@@ -586,25 +597,22 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
     CUmemPoolPtrExportData pd;
     memset(&pd, 0, sizeof pd);
     r = cu.cuMemPoolExportPointer(&pd, e->base);
+    if (r != CUDA_SUCCESS && a->range_size && a->range_start != e->base) {
+      /* Where the driver's idea of the allocation is the attributes'. */
+      r = cu.cuMemPoolExportPointer(&pd, a->range_start);
+      if (r == CUDA_SUCCESS) {
+        e->base = a->range_start;
+        e->size = a->range_size;
+      }
+    }
     if (r != CUDA_SUCCESS) {
       rc = fzc_fail(c, FZ_ECUDA, "cuMemPoolExportPointer for the %s %p: %s", what, p,
                     cu_err(r));
       goto out;
     }
     memcpy(e->blob, &pd, sizeof pd < sizeof e->blob ? sizeof pd : sizeof e->blob);
-  } else if (a->ipc_capable) {
-    e->kind = KIND_IPC;
-    rc = alloc_range(c, p, what, a, e);
-    if (rc < 0)
-      goto out;
-    CUipcMemHandle ih;
-    r = cu.cuIpcGetMemHandle(&ih, e->base);
-    if (r != CUDA_SUCCESS) {
-      rc = fzc_fail(c, FZ_ECUDA, "cuIpcGetMemHandle for the %s %p: %s", what, p, cu_err(r));
-      goto out;
-    }
-    memcpy(e->blob, &ih, sizeof e->blob);
-  } else if ((r = cu.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)p)) == CUDA_SUCCESS) {
+  } else if (!a->ipc_capable &&
+             cu.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)p) == CUDA_SUCCESS) {
     /* VMM memory: the range is the mapping (the reservation may be larger
      * and hold other allocations). */
     e->kind = KIND_VMM;
@@ -624,10 +632,25 @@ static int export_alloc(fz_client *c, struct fzc_device *d, const void *p, const
     if (rc < 0)
       goto out;
   } else {
-    rc = fzc_fail(c, FZ_EINVAL,
-                  "the %s %p is device memory that cannot be shared with another process: "
-                  FZC_USE_INSTEAD, what, p);
-    goto out;
+    /* Legacy memory; also what is neither pool nor VMM memory when the
+     * driver did not call it IPC-capable (an older one may not know the
+     * attribute): the export decides. */
+    e->kind = KIND_IPC;
+    rc = alloc_range(c, p, what, a, e);
+    if (rc < 0)
+      goto out;
+    CUipcMemHandle ih;
+    r = cu.cuIpcGetMemHandle(&ih, e->base);
+    if (r != CUDA_SUCCESS) {
+      if (a->ipc_capable)
+        rc = fzc_fail(c, FZ_ECUDA, "cuIpcGetMemHandle for the %s %p: %s", what, p, cu_err(r));
+      else
+        rc = fzc_fail(c, FZ_EINVAL,
+                      "the %s %p is device memory that cannot be shared with another "
+                      "process (%s): " FZC_USE_INSTEAD, what, p, cu_err(r));
+      goto out;
+    }
+    memcpy(e->blob, &ih, sizeof e->blob);
   }
   if (e->fd >= 0)
     fcntl(e->fd, F_SETFD, FD_CLOEXEC); /* ours alone, not for exec'd children */

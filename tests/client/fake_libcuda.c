@@ -85,6 +85,11 @@ FAKE_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attri
                                                  void **data, CUdeviceptr p) {
   fake_alloc a;
   int known = find(p, &a);
+  /* VMM memory has no context: asked for one, this driver fails the whole
+   * query, as a driver may. */
+  for (unsigned i = 0; i < n; i++)
+    if (known && a.kind == FAKE_VMM && at[i] == CU_POINTER_ATTRIBUTE_CONTEXT)
+      return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < n; i++) {
     switch (at[i]) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
