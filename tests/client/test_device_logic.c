@@ -270,6 +270,34 @@ Test(device_logic, stream_records_an_event_per_job) {
   tu_stop(h);
 }
 
+Test(device_logic, busy_events_fall_back_to_a_stream_synchronisation) {
+  fzd_harness *h;
+  fz_client *c = start(&h);
+  char *in = declare(0x98000000, 4 * MiB, 71, FAKE_LEGACY);
+  char *out = declare(0x99000000, 4 * MiB, 72, FAKE_LEGACY);
+  fz_job j;
+  job_f32(&j, 1024);
+  /* Forty jobs in flight with a stream: 32 event pairs, then the stream is
+   * synchronised instead for the other eight. */
+  for (int i = 0; i < 40; i++)
+    cr_assert_eq(fz_client_submit_device(c, FZ_OP_COMPRESS, &j, in, 4096, out, MiB,
+                                         (void *)FAKE_STREAM, NULL, NULL, NULL), 0,
+                 "job %d: %s", i, fz_client_errmsg(c));
+  cr_assert_eq(count_of(FAKE_EVENTS), 64, "%lu events", count_of(FAKE_EVENTS));
+  cr_assert_eq(count_of(FAKE_RECORDS), 32);
+  cr_assert_eq(count_of(FAKE_STREAM_SYNCS), 8);
+  while (fz_client_pending(c) > 0)
+    cr_assert_geq(fz_client_wait(c, -1, NULL), 0);
+  /* Answered, the pairs are free again: no new ones. */
+  fz_result r;
+  expect_sent(fz_client_compress_device(c, &j, in, 4096, out, MiB, (void *)FAKE_STREAM, &r),
+              &r, "after");
+  cr_assert_eq(count_of(FAKE_EVENTS), 64);
+  cr_assert_eq(count_of(FAKE_RECORDS), 33);
+  fz_client_close(c);
+  tu_stop(h);
+}
+
 typedef struct thr {
   fz_client *c;
   int index;
