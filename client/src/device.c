@@ -845,10 +845,7 @@ static void set_side(fz_job *j, bool out, const dev_alloc *a, const void *p, siz
   }
 }
 
-/* Everything a device job shares: the checks before the driver, the lock,
- * the exports, the events and the submission.  On success *msgid is the
- * job's id and, for a synchronous call (want_done), *evp the events to
- * finish with; the lock is held on return either way. */
+/* One device call, as its caller gave it. */
 typedef struct dev_call {
   fz_op op;
   const fz_job *job;
@@ -881,6 +878,10 @@ static int check_args(fz_client *c, const dev_call *k) {
   return 0;
 }
 
+/* What every device job does with the lock held, after check_args() and
+ * need_driver(): the exports, the events and the submission.  On success
+ * *msgid is the job's id and, for a synchronous call, *evp the event pair
+ * to finish with (NULL without a stream) and *ev_ctx its context. */
 static int submit_locked(fz_client *c, struct fzc_device *d, const dev_call *k,
                          uint32_t *msgid, dev_events **evp, CUcontext *ev_ctx) {
   *evp = NULL;
