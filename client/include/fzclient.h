@@ -14,7 +14,9 @@
  * the Unix socket of a daemon on the GPU backend, input and output may also
  * be device memory named by a CUDA IPC handle (fz_job.in_ipc, out_ipc): the
  * daemon compresses it in place.  The library does not need CUDA for this;
- * the caller passes the handle's bytes.
+ * the caller passes the handle's bytes.  fz_client_compress_device() and its
+ * siblings do all of that from a plain device pointer, for every kind of
+ * memory that can be shared, loading the CUDA driver at run time.
  *
  * Jobs run either synchronously (fz_client_compress(), fz_client_decompress():
  * send, then wait for this job's answer) or asynchronously
@@ -29,7 +31,8 @@
  *
  * Threads: a handle is not internally locked.  Use one handle from one thread
  * at a time (different handles are fully independent, so one handle per thread
- * is the simple rule).  No call prints, exits, aborts or raises a signal
+ * is the simple rule).  The device-buffer calls are the exception: any number
+ * of threads may run them on one handle at once (see "device buffers").  No call prints, exits, aborts or raises a signal
  * (SIGPIPE is suppressed with MSG_NOSIGNAL).
  */
 #ifndef FZCLIENT_H
@@ -324,6 +327,102 @@ FZCLIENT_API int fz_client_fd(const fz_client *c);
 /* Releases a buffer the library allocated (fz_result.data).  NULL is a
  * harmless no-op. */
 FZCLIENT_API void fz_client_free(void *p);
+
+/* ---- device buffers ----------------------------------------------------------
+ * Plain CUDA device pointers, compressed in place by a daemon on the GPU
+ * backend, over the Unix socket.  The library finds the allocation each
+ * pointer lies in (its base, size and CU_POINTER_ATTRIBUTE_BUFFER_ID), its
+ * kind, and the GPU's UUID, exports the allocation once and sends the export
+ * with the offset:
+ *   - cudaMalloc / cuMemAlloc memory: a legacy CUDA IPC handle;
+ *   - cuMemCreate memory made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+ *     in requestedHandleTypes: a POSIX descriptor (SCM_RIGHTS);
+ *   - memory of a pool made with cudaMemHandleTypePosixFileDescriptor
+ *     (cudaMallocFromPoolAsync): the pool's descriptor and the pointer's
+ *     export data.
+ * Managed memory, memory of a pool that cannot export (cudaMallocAsync
+ * from the device's default pool) and VMM memory made without POSIX
+ * descriptors cannot be shared with another process: FZ_EINVAL, with a
+ * message naming what to allocate instead.
+ *
+ * The library does not link CUDA: it loads the driver (libcuda.so.1) at the
+ * first device call; without it every device call fails with FZ_ENOGPU and
+ * a message naming libcuda.so.1.  Driver calls are made in the context of
+ * the memory (the calling thread's current context, else the device's
+ * primary context, which the handle retains until it closes).
+ *
+ * Synchronisation: with stream == NULL the caller promises that the input
+ * is written and visible (its stream synchronised) before the call, as for
+ * in_ipc.  With a stream (a CUstream or cudaStream_t, also
+ * cudaStreamPerThread), the library records an interprocess event on it
+ * and the daemon waits for that event on its own stream before reading, so
+ * the caller need not synchronise: work enqueued on the stream before the
+ * call is done before the daemon reads.  When a synchronous call returns,
+ * the output is written, and the stream is ordered after the daemon's
+ * writes (it waits on a second event the daemon recorded).
+ *
+ * Exports are cached per handle and allocation (keyed by base address and
+ * buffer id, so memory freed and allocated again at the same address is
+ * exported anew); the daemon keeps its imports per connection.  Call
+ * fz_client_release_device() before freeing memory the handle has sent, so
+ * that the daemon unmaps it and the library closes its export (a VMM or
+ * pool descriptor keeps the memory alive while it is open); closing the
+ * handle does both for every allocation.
+ *
+ * Threads: unlike the rest of the API, the calls of this section may be
+ * made on one handle from any number of threads at once (the handle locks
+ * what they share; their jobs are in flight together).  Other calls on the
+ * handle, fz_client_wait() included, must not run at the same time as
+ * them.  With several threads, fz_client_errmsg() may hold another
+ * thread's failure: read fz_result.message instead. */
+
+/* Compresses in_len bytes at the device pointer d_in (job's dtype, ndims,
+ * shape, pipeline, eb, mode and verify are read; its buffer fields are
+ * ignored) into device memory at d_out, at most out_cap bytes.  Waits for
+ * the answer; res->bytes_out is the archive's size, res->data stays NULL.
+ * stream: see above (NULL: none).  Returns res->status.  Errors before
+ * anything is sent: FZ_EINVAL (a NULL pointer, a zero length, a range past
+ * its allocation, overlapping input and output, buffers of two GPUs, or
+ * memory that cannot be exported: the message says which),
+ * FZ_ETRANSPORT (TCP), FZ_ENOGPU (no driver), FZ_ECUDA (a driver call
+ * failed; its error name is in the message).  From the daemon: FZ_ENOSPC
+ * with the size needed when out_cap is too small (nothing is written),
+ * FZ_ENOGPU from a daemon serving another GPU or the CPU backend, and the
+ * errors of fz_client_compress(). */
+FZCLIENT_API int fz_client_compress_device(fz_client *c, const fz_job *job,
+                                           const void *d_in, size_t in_len,
+                                           void *d_out, size_t out_cap,
+                                           void *stream, fz_result *res);
+
+/* Decompresses the archive of arc_len bytes at d_arc into device memory at
+ * d_out (at most out_cap bytes); res->bytes_out, dtype, ndims and shape
+ * describe the array.  Otherwise as fz_client_compress_device(). */
+FZCLIENT_API int fz_client_decompress_device(fz_client *c, const void *d_arc,
+                                             size_t arc_len, void *d_out,
+                                             size_t out_cap, void *stream,
+                                             fz_result *res);
+
+/* The asynchronous form of both: sends the job (op FZ_OP_COMPRESS with job
+ * as above, or FZ_OP_DECOMPRESS, where job may be NULL) and returns; the
+ * completion comes from fz_client_wait() or cb, as for fz_client_submit().
+ * With a stream, the daemon waits for the work enqueued on it before the
+ * call; later work on the stream is not ordered after the daemon's writes:
+ * enqueue what reads d_out after the completion.  The device memory must
+ * stay allocated until the job completes. */
+FZCLIENT_API int fz_client_submit_device(fz_client *c, fz_op op, const fz_job *job,
+                                         const void *d_in, size_t in_len,
+                                         void *d_out, size_t out_cap, void *stream,
+                                         fz_done_cb cb, void *user, uint64_t *id);
+
+/* Forgets the export of the allocation holding d_ptr and asks the daemon to
+ * drop its import of it (method "release"; a daemon that predates it is not
+ * asked, quietly).  d_ptr may already be freed: the library looks it up in
+ * its own cache, not in the driver.  d_ptr NULL: every allocation this
+ * handle has sent.  A pointer the handle never sent is a harmless no-op.
+ * Returns 0 or the error of the release call (FZ_ECONNRESET...); the
+ * library's own export is forgotten either way.  Needs no driver when
+ * nothing was exported. */
+FZCLIENT_API int fz_client_release_device(fz_client *c, const void *d_ptr);
 
 /* ---- service calls ---------------------------------------------------------- */
 

@@ -222,6 +222,11 @@ int fz_client_connect(fz_client **out, const char *address,
              c->errmsg[0] ? c->errmsg : fz_strerror(rc));
     goto err_handshake;
   }
+  rc = fzc_device_init(c);
+  if (rc < 0) {
+    snprintf(errmsg, errmsg_len, "out of memory");
+    goto err_handshake;
+  }
   *out = c;
   return 0;
 
@@ -252,6 +257,7 @@ void fz_client_close(fz_client *c) {
       close(c->shm[i].fd);
     }
   fzc_buf_free_all(c);
+  fzc_device_free(c);
   free(c->jobs);
   free(c->rx);
   free(c);

@@ -78,6 +78,8 @@ struct fz_client {
   size_t jobs_cap;
   fzc_shm shm[FZC_SHM_SLOTS];
   fzc_buf *bufs;          /* from fz_client_buffer_alloc() */
+  struct fzc_device *dev; /* device.c: exports, events, the lock of the
+                             device calls */
 
   char errmsg[256];
 };
@@ -128,5 +130,10 @@ int fzc_get_strbuf(const msgpack_object *map, const char *key, char *buf,
                    size_t cap);
 
 uint32_t fzc_next_msgid(fz_client *c);
+
+/* device.c: the state of the device calls, made with the handle (no driver
+ * call) and freed when it closes. */
+int fzc_device_init(fz_client *c);
+void fzc_device_free(fz_client *c);
 
 #endif /* FZC_INTERNAL_H */
