@@ -61,6 +61,9 @@ run_ctest() {
   fi
 }
 
+# The suites that start fzd on the GPU (the service part below).
+service_suites='^test_gpu_(service|device_memory|client_device)$'
+
 step configure and build
 # A profile maps samples to source lines (-lineinfo changes no code).
 cuda_flags=${FZ_CUDA_FLAGS:-}
@@ -74,7 +77,7 @@ echo "built"
 
 if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   step GPU test suites
-  run_ctest "ctest GPU suites" ctest.log -R '^test_gpu_' -E '^test_gpu_service$'
+  run_ctest "ctest GPU suites" ctest.log -R '^test_gpu_' -E "$service_suites"
   grep -E "tests passed|Test +#|Passed|Failed|Skipped|SKIP|Synthesis|large:" "$logs/ctest.log" | tail -30
 
   step compute-sanitizer
@@ -165,10 +168,11 @@ fi
 service=${FZ_GPU_RUN_SERVICE:-0}
 if [ "$service" != 0 ]; then
   step service on the GPU
-  cmake --build "$build" -j16 --target fzd fzctl test_gpu_service \
+  cmake --build "$build" -j16 --target fzd fzctl test_gpu_service test_gpu_device_memory \
+    test_gpu_client_device \
     > "$logs/build-service.log" 2>&1 || { tail -40 "$logs/build-service.log"; exit 1; }
   if [ "$service" != bench ]; then
-    run_ctest "ctest GPU service" ctest-service.log -R '^test_gpu_service$'
+    run_ctest "ctest GPU service" ctest-service.log -R "$service_suites"
     grep -E "Test +#|PASS|FAIL|Assert|Synthesis|\[----\]" "$logs/ctest-service.log" | tail -30
   fi
   if [ "$service" != tests ]; then
