@@ -367,12 +367,13 @@ Test(device_memory, vmm_buffers_in_place, .timeout = 300) {
   cr_assert(strstr(r.message, "granularity") != NULL, "%s", r.message);
   bad.in_vmm_size = in.size + in.gran;
   cr_assert_eq(fz_client_compress(c, &bad, &r), FZ_EINVAL, "%s", r.message);
-  /* A size below the allocation's narrows the range fzd lets a job use. */
+  /* A size below the allocation's: the driver maps whole allocations only
+   * (cuMemMap answers CUDA_ERROR_NOT_SUPPORTED), and fzd says which size
+   * it wants. */
   if (in.size > in.gran) {
     bad.in_vmm_size = in.gran;
-    bad.in_offset = in.size - NBYTES;
-    if (bad.in_offset + NBYTES > in.gran)
-      cr_assert_eq(fz_client_compress(c, &bad, &r), FZ_ESIZE, "%s", r.message);
+    cr_assert_eq(fz_client_compress(c, &bad, &r), FZ_EINVAL, "%s", r.message);
+    cr_assert(strstr(r.message, "cuMemCreate") != NULL, "%s", r.message);
   }
 
   /* Too small outputs: refused before anything is written. */
@@ -501,6 +502,8 @@ Test(device_memory, pool_buffers_in_place, .timeout = 300) {
   cr_assert_eq(fz_client_compress(c, &small, &r), FZ_ENOSPC, "%s", r.message);
   assert_needs(&r, cpu_len);
   assert_device_fill(d_arc, arc_off + arc_cap, 0xa5, "pool output after a refused job");
+  /* The archive again, for the decompression below. */
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0, "%s", r.message);
   CUDA_OK(cudaMemset(d_back, 0x5a, NBYTES));
   CUDA_OK(cudaDeviceSynchronize());
   fz_job dsmall = d;
@@ -551,9 +554,8 @@ Test(device_memory, events_order_the_job_without_host_waits, .timeout = 300) {
   size_t cpu_len;
   void *cpu = cpu_archive(v, &cpu_len);
 
-  cudaStream_t s, late;
+  cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  CUDA_OK(cudaStreamCreateWithFlags(&late, cudaStreamNonBlocking));
   float *hv;
   CUDA_OK(cudaMallocHost((void **)&hv, NBYTES));
   memcpy(hv, v, NBYTES);
@@ -575,13 +577,10 @@ Test(device_memory, events_order_the_job_without_host_waits, .timeout = 300) {
   ipc_event(&ev_wait, &he_wait);
   ipc_event(&ev_done, &he_done);
 
-  /* The input is written on s only after 300 ms; the wait event follows.
-   * The done event's own last record, on `late`, is 3 s away. */
+  /* The input is written on s only after 300 ms; the wait event follows. */
   CUDA_OK(cudaLaunchHostFunc(s, sleep_ms_cb, (void *)(intptr_t)300));
   CUDA_OK(cudaMemcpyAsync(d_in, hv, NBYTES, cudaMemcpyHostToDevice, s));
   CUDA_OK(cudaEventRecord(ev_wait, s));
-  CUDA_OK(cudaLaunchHostFunc(late, sleep_ms_cb, (void *)(intptr_t)3000));
-  CUDA_OK(cudaEventRecord(ev_done, late));
   cr_assert_eq(cudaEventQuery(ev_wait), cudaErrorNotReady, "the input was written already");
 
   fz_job j;
@@ -594,11 +593,11 @@ Test(device_memory, events_order_the_job_without_host_waits, .timeout = 300) {
   fz_result r;
   cr_assert_eq(fz_client_compress(c, &j, &r), 0, "%s", r.message);
   cr_assert_eq(r.bytes_out, cpu_len);
-  /* fzd recorded the done event after the client's pending record: the
-   * event is complete while `late` still sleeps. */
-  cr_assert_eq(cudaEventQuery(ev_done), cudaSuccess, "fzd did not record done_event");
-  cr_assert_eq(cudaStreamQuery(late), cudaErrorNotReady);
-  /* The client orders its own work after the job through the event. */
+  /* fzd recorded the done event before it answered (a record of another
+   * process does not show in this process's cudaEventQuery while a record
+   * of its own is pending, so the test records none): the client orders
+   * its own work after the job through the event. */
+  cr_assert_eq(cudaEventQuery(ev_done), cudaSuccess, "done_event is not complete");
   void *h_arcbuf;
   CUDA_OK(cudaMallocHost(&h_arcbuf, cpu_len));
   CUDA_OK(cudaStreamWaitEvent(s, ev_done, 0));
@@ -649,7 +648,6 @@ Test(device_memory, events_order_the_job_without_host_waits, .timeout = 300) {
 
   fz_client_close(c);
   stop_fzd(h);
-  CUDA_OK(cudaStreamSynchronize(late));
   CUDA_OK(cudaEventDestroy(ev_wait));
   CUDA_OK(cudaEventDestroy(ev_done));
   CUDA_OK(cudaFree(d_in));
@@ -659,7 +657,6 @@ Test(device_memory, events_order_the_job_without_host_waits, .timeout = 300) {
   CUDA_OK(cudaFreeHost(hv));
   CUDA_OK(cudaFreeHost(h_arcbuf));
   CUDA_OK(cudaStreamDestroy(s));
-  CUDA_OK(cudaStreamDestroy(late));
   free(cpu);
   free(v);
 }
