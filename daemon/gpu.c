@@ -1,10 +1,11 @@
 /*
- * gpu.c - the GPU backend of fzd: one CUDA context (fz_gpu_ctx) pinned at
+ * gpu.c - the GPU backend of fzd: one GPU context (fz_gpu_ctx) pinned at
  * start-up, and for each worker thread one stream of it with everything a
  * job needs kept from job to job, so that the steady state allocates
  * nothing: pinned host staging buffers, device buffers drawn from the
  * context's pool; and an LRU of preallocated GPU plans that the workers
- * share.
+ * share.  Every GPU call goes through libfzkernels (fz_gpu.h): this file
+ * schedules and keeps state, and includes no CUDA header.
  *
  * A job whose data is on the host (inline or a descriptor) is copied into
  * the worker's pinned staging buffer, sent to the device, compressed or
@@ -36,7 +37,6 @@
  * ends), and the loop thread closes everything when the connection's
  * memory goes, after its last job has come back.
  */
-#include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -60,8 +60,6 @@
 
 struct fzd_gpu {
   fz_gpu_ctx *ctx;
-  int device;
-  char uuid[48];
   uint64_t mem_limit;
   _Atomic uint64_t mem_used;
   /* The plan cache, shared by the workers: a plan serves one job at a time
@@ -152,22 +150,11 @@ static uint64_t now_us(void) {
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-/* Turns a failed CUDA call into an error code and a message naming it. */
-static int cuda_fail(fzd_job *job, cudaError_t e, const char *what) {
-  cudaGetLastError(); /* clear a non-sticky error for the next job */
-  snprintf(job->why, sizeof(job->why), "%s: %s (%s)", what, cudaGetErrorName(e),
-           cudaGetErrorString(e));
-  return e == cudaErrorMemoryAllocation ? FZ_EGPUOOM : FZ_ECUDA;
-}
-
-#define CUDA_TRY(call, what)                                                   \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) {                                                   \
-      err = cuda_fail(job, e_, what);                                          \
-      goto out;                                                                \
-    }                                                                          \
-  } while (0)
+/* A copy on the worker's stream, or a wait for it; a failure leaves its
+ * cause in the job's message after what the daemon was doing. */
+static int gpu_copy(fzd_gpu_worker *w, fzd_job *job, void *dst, const void *src, size_t n,
+                    const char *what);
+static int gpu_sync(fzd_gpu_worker *w, fzd_job *job, const char *what);
 
 /* ---- the context ----------------------------------------------------------- */
 
@@ -182,17 +169,8 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
     free(g);
     return err;
   }
-  g->device = fz_gpu_ctx_device(g->ctx);
   g->mem_limit = mem_limit;
   pthread_mutex_init(&g->plans_mu, NULL);
-  struct cudaDeviceProp prop;
-  cudaError_t e = cudaGetDeviceProperties(&prop, g->device);
-  if (e != cudaSuccess) {
-    snprintf(why, why_len, "cudaGetDeviceProperties: %s", cudaGetErrorName(e));
-    fz_gpu_ctx_destroy(g->ctx);
-    free(g);
-    return FZ_ECUDA;
-  }
   /* A driver without the calls that import clients' memory would fail every
    * device-buffer job: better not to start. */
   err = fz_gpu_import_ready(why, why_len);
@@ -201,11 +179,6 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
     free(g);
     return err;
   }
-  const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
-  snprintf(g->uuid, sizeof g->uuid,
-           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
-           u[12], u[13], u[14], u[15]);
   *out = g;
   return 0;
 }
@@ -224,7 +197,7 @@ void fzd_gpu_close(fzd_gpu *g) {
 }
 
 const char *fzd_gpu_name(const fzd_gpu *g) { return fz_gpu_ctx_name(g->ctx); }
-const char *fzd_gpu_uuid(const fzd_gpu *g) { return g->uuid; }
+const char *fzd_gpu_uuid(const fzd_gpu *g) { return fz_gpu_ctx_uuid(g->ctx); }
 
 /* Counts bytes of device memory against gpu_memory_limit. */
 static int mem_reserve(fzd_gpu *g, size_t bytes, fzd_job *job) {
@@ -253,23 +226,42 @@ static size_t round_mib(size_t n) {
 
 /* ---- per-worker buffers ---------------------------------------------------- */
 
-static void host_drop(buf *b);
+static void host_drop(fzd_gpu_worker *w, buf *b) {
+  fz_gpu_host_free(w->g->ctx, b->p);
+  b->p = NULL;
+  b->cap = 0;
+}
 
-static int host_ensure(buf *b, size_t need, fzd_job *job) {
+static int host_ensure(fzd_gpu_worker *w, buf *b, size_t need, fzd_job *job) {
   if (b->cap >= need)
     return 0;
-  host_drop(b);
+  host_drop(w, b);
   size_t n = round_mib(need);
-  cudaError_t e = cudaMallocHost(&b->p, n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    b->p = NULL;
-    snprintf(job->why, sizeof(job->why), "cudaMallocHost of %zu bytes of staging: %s",
-             n, cudaGetErrorName(e));
-    return FZ_ENOMEM;
+  char why[200];
+  int err = fz_gpu_host_alloc(w->g->ctx, n, &b->p, why, sizeof why);
+  if (err < 0) {
+    snprintf(job->why, sizeof(job->why), "%zu bytes of pinned staging: %s", n, why);
+    return err;
   }
   b->cap = n;
   return 0;
+}
+
+static int gpu_copy(fzd_gpu_worker *w, fzd_job *job, void *dst, const void *src, size_t n,
+                    const char *what) {
+  char why[200];
+  int err = fz_gpu_copy(w->g->ctx, dst, src, n, w->stream, why, sizeof why);
+  if (err < 0)
+    snprintf(job->why, sizeof(job->why), "%s: %s", what, why);
+  return err;
+}
+
+static int gpu_sync(fzd_gpu_worker *w, fzd_job *job, const char *what) {
+  char why[200];
+  int err = fz_gpu_sync(w->g->ctx, w->stream, why, sizeof why);
+  if (err < 0 && job != NULL)
+    snprintf(job->why, sizeof(job->why), "%s: %s", what, why);
+  return err;
 }
 
 static void dev_drop(fzd_gpu_worker *w, buf *b) {
@@ -313,8 +305,7 @@ static void plan_drop(fzd_gpu *g, gplan *e) {
  * it free). */
 static void trim(fzd_gpu_worker *w) {
   fzd_gpu *g = w->g;
-  cudaStreamSynchronize(w->stream);
-  cudaGetLastError();
+  gpu_sync(w, NULL, NULL);
   dev_drop(w, &w->d_in);
   dev_drop(w, &w->d_out);
   dev_drop(w, &w->d_back);
@@ -323,8 +314,7 @@ static void trim(fzd_gpu_worker *w) {
     if (!g->plans[i].busy)
       plan_drop(g, &g->plans[i]);
   pthread_mutex_unlock(&g->plans_mu);
-  cudaStreamSynchronize(w->stream);
-  cudaGetLastError();
+  gpu_sync(w, NULL, NULL);
 }
 
 /* A preallocated GPU plan for the job, held (busy) until plan_release():
@@ -717,7 +707,7 @@ static int verify(fzd_gpu_worker *w, fzd_job *job, const void *d_arc, size_t arc
   int err = dev_ensure(w, &w->d_back, n, job);
   if (err < 0)
     return err;
-  if ((err = host_ensure(&w->h_back, n, job)) < 0)
+  if ((err = host_ensure(w, &w->h_back, n, job)) < 0)
     return err;
   err = fz_gpu_decoder_open(w->dec, d_arc, arc_len, NULL, w->stream, job->why,
                             sizeof(job->why));
@@ -726,15 +716,16 @@ static int verify(fzd_gpu_worker *w, fzd_job *job, const void *d_arc, size_t arc
                              sizeof(job->why));
   if (err < 0)
     return err;
-  CUDA_TRY(cudaMemcpyAsync(w->h_back.p, w->d_back.p, n, cudaMemcpyDeviceToHost, w->stream),
-           "copying the decompressed data back");
+  if ((err = gpu_copy(w, job, w->h_back.p, w->d_back.p, n, "copying the decompressed data back")) < 0)
+    goto out;
   if (job->in_ipc) {
-    if ((err = host_ensure(&w->h_in, n, job)) < 0)
+    if ((err = host_ensure(w, &w->h_in, n, job)) < 0)
       goto out;
-    CUDA_TRY(cudaMemcpyAsync(w->h_in.p, d_in, n, cudaMemcpyDeviceToHost, w->stream),
-             "copying the input back");
+    if ((err = gpu_copy(w, job, w->h_in.p, d_in, n, "copying the input back")) < 0)
+    goto out;
   }
-  CUDA_TRY(cudaStreamSynchronize(w->stream), "verification");
+  if ((err = gpu_sync(w, job, "verification")) < 0)
+    goto out;
   fz_compare_result cmp;
   err = fz_compare(job->params.dtype, w->h_in.p, w->h_back.p,
                    n / fz_dtype_size(job->params.dtype), &cmp);
@@ -754,8 +745,7 @@ out:
  * released), then release the job's two entries. */
 static int job_end(fzd_gpu_worker *w, fzd_job *job, ipc_entry *ein, ipc_entry *eout, int err) {
   if (err < 0) {
-    cudaStreamSynchronize(w->stream);
-    cudaGetLastError();
+    gpu_sync(w, NULL, NULL);
   }
   ipc_release(job->ipc, ein);
   ipc_release(job->ipc, eout);
@@ -783,9 +773,10 @@ static int fallback_deliver(fzd_gpu_worker *w, fzd_job *job, const void *h, size
   int err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job,
                         &d_out, &e);
   if (err == 0) {
-    CUDA_TRY(cudaMemcpyAsync(d_out, h, len, cudaMemcpyHostToDevice, w->stream),
-             "copying the result to out_ipc");
-    CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the result to out_ipc");
+    if ((err = gpu_copy(w, job, d_out, h, len, "copying the result to out_ipc")) < 0)
+    goto out;
+    if ((err = gpu_sync(w, job, "copying the result to out_ipc")) < 0)
+    goto out;
     job->out_len = len;
   }
 out:
@@ -795,16 +786,17 @@ out:
 /* The job's input in host memory (w->h_in): fetched from the client's
  * device buffer, read from its descriptor or copied from the message. */
 static int fallback_input(fzd_gpu_worker *w, fzd_job *job) {
-  int err = host_ensure(&w->h_in, job->in_len, job);
+  int err = host_ensure(w, &w->h_in, job->in_len, job);
   if (err < 0 || !job->in_ipc)
     return err < 0 ? err : fzd_job_read_into(job, w->h_in.p);
   void *d_in;
   ipc_entry *e = NULL;
   err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &e);
   if (err == 0) {
-    CUDA_TRY(cudaMemcpyAsync(w->h_in.p, d_in, job->in_len, cudaMemcpyDeviceToHost, w->stream),
-             "copying the input from in_ipc");
-    CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the input from in_ipc");
+    if ((err = gpu_copy(w, job, w->h_in.p, d_in, job->in_len, "copying the input from in_ipc")) < 0)
+    goto out;
+    if ((err = gpu_sync(w, job, "copying the input from in_ipc")) < 0)
+    goto out;
   }
 out:
   return job_end(w, job, e, NULL, err);
@@ -822,7 +814,7 @@ static int cpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   if (err < 0 || (err = fallback_input(w, job)) < 0)
     goto out;
   size_t cap = fz_plan_compress_bound(plan), arc_len = 0;
-  if ((err = host_ensure(&w->h_out, cap, job)) < 0)
+  if ((err = host_ensure(w, &w->h_out, cap, job)) < 0)
     goto out;
   uint64_t t0 = now_us();
   err = fz_plan_compress(plan, w->h_in.p, job->in_len, w->h_out.p, cap, &arc_len);
@@ -839,7 +831,7 @@ static int cpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   if (job->verify) {
     size_t back_len = 0;
     fz_compare_result cmp;
-    if ((err = host_ensure(&w->h_back, job->in_len, job)) < 0 ||
+    if ((err = host_ensure(w, &w->h_back, job->in_len, job)) < 0 ||
         (err = fz_decompress(w->h_out.p, arc_len, w->h_back.p, job->in_len, &back_len,
                              FALLBACK_THREADS)) < 0 ||
         (err = fz_compare(job->params.dtype, w->h_in.p, w->h_back.p,
@@ -871,7 +863,7 @@ static int cpu_decompress(fzd_gpu_worker *w, fzd_job *job, bool staged) {
              "is %llu", raw, (unsigned long long)limit);
     return job->out_ipc ? FZ_ENOSPC : FZ_EMSGSIZE;
   }
-  if ((err = host_ensure(&w->h_out, raw, job)) < 0)
+  if ((err = host_ensure(w, &w->h_out, raw, job)) < 0)
     return err;
   uint64_t t0 = now_us();
   err = fz_decompress(w->h_in.p, job->in_len, w->h_out.p, raw, &out_len, FALLBACK_THREADS);
@@ -901,15 +893,15 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
     if (err < 0)
       goto out;
   } else {
-    if ((err = host_ensure(&w->h_in, job->in_len, job)) < 0 ||
+    if ((err = host_ensure(w, &w->h_in, job->in_len, job)) < 0 ||
         (err = fzd_job_read_into(job, w->h_in.p)) < 0 ||
         (err = dev_ensure(w, &w->d_in, job->in_len, job)) < 0)
       goto out;
     free(job->in_data); /* the staging copy is all that is needed now */
     job->in_data = NULL;
     t0 = now_us();
-    CUDA_TRY(cudaMemcpyAsync(w->d_in.p, w->h_in.p, job->in_len, cudaMemcpyHostToDevice,
-                             w->stream), "copying the input to the GPU");
+    if ((err = gpu_copy(w, job, w->d_in.p, w->h_in.p, job->in_len, "copying the input to the GPU")) < 0)
+    goto out;
     d_in = w->d_in.p;
   }
   size_t bound = fz_gpu_plan_compress_bound(plan), cap = bound;
@@ -941,24 +933,26 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
       err = FZ_ENOSPC;
       goto out;
     }
-    CUDA_TRY(cudaMemcpyAsync(d_client, d_out, arc_len, cudaMemcpyDeviceToDevice, w->stream),
-             "copying the archive to out_ipc");
+    if ((err = gpu_copy(w, job, d_client, d_out, arc_len, "copying the archive to out_ipc")) < 0)
+    goto out;
     d_out = d_client;
   }
   if (job->verify && (err = verify(w, job, d_out, arc_len, d_in)) < 0)
     goto out;
   if (job->out_ipc) {
     if (!job->verify)
-      CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the archive to out_ipc");
+      if ((err = gpu_sync(w, job, "copying the archive to out_ipc")) < 0)
+    goto out;
     job->time_us = now_us() - t0;
     job->out_len = arc_len;
     goto out;
   }
-  if ((err = host_ensure(&w->h_out, arc_len, job)) < 0)
+  if ((err = host_ensure(w, &w->h_out, arc_len, job)) < 0)
     goto out;
-  CUDA_TRY(cudaMemcpyAsync(w->h_out.p, d_out, arc_len, cudaMemcpyDeviceToHost, w->stream),
-           "copying the archive back");
-  CUDA_TRY(cudaStreamSynchronize(w->stream), "copying the archive back");
+  if ((err = gpu_copy(w, job, w->h_out.p, d_out, arc_len, "copying the archive back")) < 0)
+    goto out;
+  if ((err = gpu_sync(w, job, "copying the archive back")) < 0)
+    goto out;
   job->time_us = now_us() - t0;
   err = fzd_job_deliver_copy(job, w->h_out.p, arc_len);
 out:
@@ -981,14 +975,14 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
     if (err < 0)
       goto out;
   } else {
-    if ((err = host_ensure(&w->h_in, job->in_len, job)) < 0 ||
+    if ((err = host_ensure(w, &w->h_in, job->in_len, job)) < 0 ||
         (err = fzd_job_read_into(job, w->h_in.p)) < 0 ||
         (err = dev_ensure(w, &w->d_in, job->in_len, job)) < 0)
       goto out;
     free(job->in_data);
     job->in_data = NULL;
-    CUDA_TRY(cudaMemcpyAsync(w->d_in.p, w->h_in.p, job->in_len, cudaMemcpyHostToDevice,
-                             w->stream), "copying the archive to the GPU");
+    if ((err = gpu_copy(w, job, w->d_in.p, w->h_in.p, job->in_len, "copying the archive to the GPU")) < 0)
+    goto out;
     d_arc = w->d_in.p;
   }
   err = fz_gpu_decoder_open(w->dec, d_arc, job->in_len, info, w->stream, job->why,
@@ -1025,7 +1019,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     }
     if ((err = dev_ensure(w, &w->d_out, raw, job)) < 0 ||
-        (err = host_ensure(&w->h_out, raw, job)) < 0)
+        (err = host_ensure(w, &w->h_out, raw, job)) < 0)
       goto out;
     d_out = w->d_out.p;
   }
@@ -1039,9 +1033,10 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
     job->out_len = out_len;
     goto out;
   }
-  CUDA_TRY(cudaMemcpyAsync(w->h_out.p, d_out, out_len, cudaMemcpyDeviceToHost, w->stream),
-           "copying the data back");
-  CUDA_TRY(cudaStreamSynchronize(w->stream), "decompression");
+  if ((err = gpu_copy(w, job, w->h_out.p, d_out, out_len, "copying the data back")) < 0)
+    goto out;
+  if ((err = gpu_sync(w, job, "decompression")) < 0)
+    goto out;
   job->time_us = now_us() - t0;
   err = fzd_job_deliver_copy(job, w->h_out.p, out_len);
 out:
@@ -1051,7 +1046,6 @@ out:
 int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
   int err = 0;
   event_entry *wait = NULL, *done = NULL;
-  CUDA_TRY(cudaSetDevice(w->g->device), "cudaSetDevice");
   if ((job->in_ipc || job->out_ipc || job->has_wait_event || job->has_done_event) &&
       job->ipc == NULL) {
     snprintf(job->why, sizeof(job->why), "no memory for the connection's IPC cache");
@@ -1096,35 +1090,25 @@ out:
 
 /* ---- workers ------------------------------------------------------------------- */
 
-static void host_drop(buf *b) {
-  cudaFreeHost(b->p);
-  b->p = NULL;
-  b->cap = 0;
-}
-
 void fzd_gpu_worker_idle(fzd_gpu_worker *w) {
-  cudaSetDevice(w->g->device);
-  cudaStreamSynchronize(w->stream);
+  gpu_sync(w, NULL, NULL);
   dev_drop(w, &w->d_in);
   dev_drop(w, &w->d_out);
   dev_drop(w, &w->d_back);
-  host_drop(&w->h_in);
-  host_drop(&w->h_out);
-  host_drop(&w->h_back);
-  cudaStreamSynchronize(w->stream);
+  host_drop(w, &w->h_in);
+  host_drop(w, &w->h_out);
+  host_drop(w, &w->h_back);
+  gpu_sync(w, NULL, NULL);
   fz_gpu_ctx_trim(w->g->ctx);
-  cudaGetLastError();
 }
 
 void fzd_gpu_worker_destroy(fzd_gpu_worker *w) {
   if (w == NULL)
     return;
-  cudaSetDevice(w->g->device);
   trim(w);
-  host_drop(&w->h_in);
-  host_drop(&w->h_out);
-  host_drop(&w->h_back);
-  cudaGetLastError();
+  host_drop(w, &w->h_in);
+  host_drop(w, &w->h_out);
+  host_drop(w, &w->h_back);
   fz_gpu_decoder_destroy(w->dec);
   free(w);
 }

@@ -56,6 +56,21 @@ fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i);
 int fz_gpu_ctx_device(const fz_gpu_ctx *ctx);
 const char *fz_gpu_ctx_name(const fz_gpu_ctx *ctx);
 
+/* The pinned device's UUID as nvidia-smi prints it
+ * ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"); static per context. */
+const char *fz_gpu_ctx_uuid(const fz_gpu_ctx *ctx);
+
+/* Page-locked host memory, for staging: copies to and from it run
+ * asynchronously on a stream.  FZ_ENOMEM when it cannot be had. */
+int fz_gpu_host_alloc(fz_gpu_ctx *ctx, size_t bytes, void **h_ptr, char *why, size_t why_len);
+void fz_gpu_host_free(fz_gpu_ctx *ctx, void *h_ptr); /* NULL is a harmless no-op */
+/* Enqueues a copy of n bytes on `stream`, between any two of device memory
+ * and host memory (pinned host memory for it to be asynchronous). */
+int fz_gpu_copy(fz_gpu_ctx *ctx, void *dst, const void *src, size_t n, fz_gpu_stream stream,
+                char *why, size_t why_len);
+/* Waits for everything enqueued on `stream`. */
+int fz_gpu_sync(fz_gpu_ctx *ctx, fz_gpu_stream stream, char *why, size_t why_len);
+
 /* Returns the memory of the context's pool that no allocation holds to the
  * GPU (the pool keeps what it had otherwise, so repeated jobs reuse it).
  * Waits for nothing; callers trim when they are idle. */

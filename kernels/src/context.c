@@ -119,6 +119,7 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   FZK_CHECK(cudaSetDevice(dev), fail);
   FZK_CHECK(cudaGetDeviceProperties(&prop, dev), fail);
   snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
+  format_uuid((const unsigned char *)prop.uuid.bytes, ctx->uuid, sizeof ctx->uuid);
   int probe = fzk_kernels_probe();
   if (probe != 0) {
     char cuda[160];
@@ -182,6 +183,56 @@ fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i) {
 
 int fz_gpu_ctx_device(const fz_gpu_ctx *ctx) { return ctx->device; }
 const char *fz_gpu_ctx_name(const fz_gpu_ctx *ctx) { return ctx->name; }
+const char *fz_gpu_ctx_uuid(const fz_gpu_ctx *ctx) { return ctx->uuid; }
+
+int fz_gpu_host_alloc(fz_gpu_ctx *ctx, size_t bytes, void **h_ptr, char *why, size_t why_len) {
+  if (ctx == NULL || h_ptr == NULL)
+    return FZ_EINVAL;
+  *h_ptr = NULL;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  FZK_CHECK(cudaMallocHost(h_ptr, bytes ? bytes : 1), fail);
+  return 0;
+fail:
+  cudaGetLastError();
+  *h_ptr = NULL;
+  /* Pinned memory is host memory: its lack is the host's. */
+  return rc == FZ_EGPUOOM ? FZ_ENOMEM : rc;
+}
+
+void fz_gpu_host_free(fz_gpu_ctx *ctx, void *h_ptr) {
+  if (ctx == NULL || h_ptr == NULL)
+    return;
+  cudaSetDevice(ctx->device);
+  cudaFreeHost(h_ptr);
+  cudaGetLastError();
+}
+
+int fz_gpu_copy(fz_gpu_ctx *ctx, void *dst, const void *src, size_t n, fz_gpu_stream stream,
+                char *why, size_t why_len) {
+  if (ctx == NULL || (n && (dst == NULL || src == NULL)))
+    return FZ_EINVAL;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  if (n)
+    FZK_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream), fail);
+  return 0;
+fail:
+  cudaGetLastError(); /* a non-sticky error must not fail the next call */
+  return rc;
+}
+
+int fz_gpu_sync(fz_gpu_ctx *ctx, fz_gpu_stream stream, char *why, size_t why_len) {
+  if (ctx == NULL)
+    return FZ_EINVAL;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  FZK_CHECK(cudaStreamSynchronize(stream), fail);
+  return 0;
+fail:
+  cudaGetLastError();
+  return rc;
+}
 
 int fz_gpu_malloc(fz_gpu_ctx *ctx, size_t bytes, fz_gpu_stream stream, void **d_ptr,
                   char *why, size_t why_len) {

@@ -14,6 +14,7 @@
 struct fz_gpu_ctx {
   int device;
   char name[256];
+  char uuid[48];
   cudaStream_t *streams;
   unsigned nstreams;
   cudaMemPool_t pool;
