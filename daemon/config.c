@@ -135,7 +135,7 @@ static const setting settings[] = {
      UINT64_C(1) << 46, "68719476736", true, NULL,
      "address space of sealed-memfd inputs mapped in place for one connection"},
     {"plan_cache_entries", T_UINT, OFF(plan_cache_entries), 0, 4096, "16",
-     false, NULL, "finalized plans kept per worker (LRU); 0 disables the cache"},
+     false, NULL, "finalized plans the workers share (LRU), besides one slot per worker"},
     {"log_level", T_ENUM, OFF(log_level), 0, 0, "\"info\"", true, level_choices,
      "error, warning, info or debug"},
     {"watchdog", T_BOOL, OFF(watchdog), 0, 1, "true", false, NULL,

@@ -49,8 +49,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "fz_gpu.h"
+#include "jobio.h"
 #include "log.h"
+#include "plans.h"
 #include "server.h"
 
 #define IPC_CACHE_ENTRIES 32
@@ -62,15 +65,9 @@ struct fzd_gpu {
   fz_gpu_ctx *ctx;
   uint64_t mem_limit;
   _Atomic uint64_t mem_used;
-  /* The plan cache, shared by the workers: a plan serves one job at a time
-   * (busy), and any worker may take an idle one, so a client's same-shape
-   * jobs find a warm plan whichever worker picks them up.  Slots are added
-   * per worker at start-up (plan_cache_entries each, at least one), so a
-   * worker always finds a slot that is not busy. */
-  pthread_mutex_t plans_mu;
-  struct gplan *plans;
-  unsigned nplans;
-  uint64_t tick;
+  /* The plan cache (plans.h), shared by the workers: a GPU plan holds its
+   * device workspace, counted against gpu_memory_limit while it lives. */
+  fzd_plans *plans;
 };
 
 /* A buffer kept across jobs: pinned host memory or device memory. */
@@ -79,14 +76,8 @@ typedef struct buf {
   size_t cap;
 } buf;
 
-typedef struct gplan {
-  fz_params key;
-  char pipeline[FZD_PIPELINE_MAX];
-  fz_gpu_plan *plan;
-  size_t ws; /* device bytes counted against the limit */
-  uint64_t used;
-  bool busy; /* a worker runs a job on it, or is making it */
-} gplan;
+
+typedef struct fzd_gpu_worker fzd_gpu_worker;
 
 struct fzd_gpu_worker {
   fzd_gpu *g;
@@ -95,7 +86,7 @@ struct fzd_gpu_worker {
   buf h_in, h_out, h_back; /* pinned */
   buf d_in, d_out, d_back; /* device */
   fz_gpu_decoder *dec;
-  gplan *plan; /* the plan of the job running, busy in the shared cache */
+  fzd_plan_slot *slot; /* the slot of the job's plan, busy in the cache */
 };
 
 /* A pool imported from a client (fz_gpu_pool_import) for the pointers of it
@@ -158,6 +149,30 @@ static int gpu_sync(fzd_gpu_worker *w, fzd_job *job, const char *what);
 
 /* ---- the context ----------------------------------------------------------- */
 
+static int mem_reserve(fzd_gpu *g, size_t bytes, char *why, size_t why_len);
+static void mem_release(fzd_gpu *g, size_t bytes);
+
+/* The plan cache's GPU plans: preallocated, their workspace counted
+ * against gpu_memory_limit. */
+static int plan_create(void *arg, const fz_params *p, void **out, char *why, size_t why_len) {
+  fzd_gpu *g = arg;
+  fz_gpu_plan *plan;
+  int err = fz_gpu_plan_create(g->ctx, p, FZ_GPU_PREALLOC, &plan, why, why_len);
+  if (err < 0)
+    return err;
+  if ((err = mem_reserve(g, fz_gpu_plan_workspace_bytes(plan), why, why_len)) < 0) {
+    fz_gpu_plan_destroy(plan);
+    return err;
+  }
+  *out = plan;
+  return 0;
+}
+
+static void plan_destroy(void *arg, void *plan) {
+  mem_release(arg, fz_gpu_plan_workspace_bytes(plan));
+  fz_gpu_plan_destroy(plan);
+}
+
 int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
                  fzd_gpu **out, char *why, size_t why_len) {
   *out = NULL;
@@ -170,7 +185,12 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
     return err;
   }
   g->mem_limit = mem_limit;
-  pthread_mutex_init(&g->plans_mu, NULL);
+  const fzd_plan_kind kind = {plan_create, plan_destroy, g};
+  if ((err = fzd_plans_create(&kind, &g->plans)) < 0) {
+    fz_gpu_ctx_destroy(g->ctx);
+    free(g);
+    return err;
+  }
   /* A driver without the calls that import clients' memory would fail every
    * device-buffer job: better not to start. */
   err = fz_gpu_import_ready(why, why_len);
@@ -183,15 +203,10 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
   return 0;
 }
 
-static void plan_drop(fzd_gpu *g, gplan *e);
-
 void fzd_gpu_close(fzd_gpu *g) {
   if (g == NULL)
     return;
-  for (unsigned i = 0; i < g->nplans; i++)
-    plan_drop(g, &g->plans[i]);
-  free(g->plans);
-  pthread_mutex_destroy(&g->plans_mu);
+  fzd_plans_destroy(g->plans);
   fz_gpu_ctx_destroy(g->ctx);
   free(g);
 }
@@ -200,11 +215,11 @@ const char *fzd_gpu_name(const fzd_gpu *g) { return fz_gpu_ctx_name(g->ctx); }
 const char *fzd_gpu_uuid(const fzd_gpu *g) { return fz_gpu_ctx_uuid(g->ctx); }
 
 /* Counts bytes of device memory against gpu_memory_limit. */
-static int mem_reserve(fzd_gpu *g, size_t bytes, fzd_job *job) {
+static int mem_reserve(fzd_gpu *g, size_t bytes, char *why, size_t why_len) {
   uint64_t cur = atomic_load(&g->mem_used);
   do {
     if (g->mem_limit != 0 && (bytes > g->mem_limit || cur > g->mem_limit - bytes)) {
-      snprintf(job->why, sizeof(job->why),
+      snprintf(why, why_len,
                "%zu more bytes of device memory would pass gpu_memory_limit "
                "(%llu bytes, %llu held)", bytes, (unsigned long long)g->mem_limit,
                (unsigned long long)cur);
@@ -278,7 +293,7 @@ static int dev_ensure(fzd_gpu_worker *w, buf *b, size_t need, fzd_job *job) {
     return 0;
   dev_drop(w, b);
   size_t n = round_mib(need);
-  int err = mem_reserve(w->g, n, job);
+  int err = mem_reserve(w->g, n, job->why, sizeof(job->why));
   if (err < 0)
     return err;
   err = fz_gpu_malloc(w->g->ctx, n, w->stream, &b->p, job->why, sizeof(job->why));
@@ -291,89 +306,25 @@ static int dev_ensure(fzd_gpu_worker *w, buf *b, size_t need, fzd_job *job) {
   return 0;
 }
 
-static void plan_drop(fzd_gpu *g, gplan *e) {
-  if (e->plan == NULL)
-    return;
-  fz_gpu_plan_destroy(e->plan);
-  mem_release(g, e->ws);
-  e->plan = NULL;
-  e->ws = 0;
-}
-
 /* Gives back every device buffer the worker holds and every plan no job
  * is using (after running out of device memory, so that the next job finds
  * it free). */
 static void trim(fzd_gpu_worker *w) {
-  fzd_gpu *g = w->g;
   gpu_sync(w, NULL, NULL);
   dev_drop(w, &w->d_in);
   dev_drop(w, &w->d_out);
   dev_drop(w, &w->d_back);
-  pthread_mutex_lock(&g->plans_mu);
-  for (unsigned i = 0; i < g->nplans; i++)
-    if (!g->plans[i].busy)
-      plan_drop(g, &g->plans[i]);
-  pthread_mutex_unlock(&g->plans_mu);
+  fzd_plans_trim(w->g->plans);
   gpu_sync(w, NULL, NULL);
 }
 
-/* A preallocated GPU plan for the job, held (busy) until plan_release():
- * an idle one of the shared cache, or one made in the slot of the least
- * recently used idle plan. */
+/* A preallocated GPU plan for the job, from the shared cache, held until
+ * the job ends (fzd_gpu_run puts it back). */
 static int get_plan(fzd_gpu_worker *w, fzd_job *job, fz_gpu_plan **out) {
-  fzd_gpu *g = w->g;
-  pthread_mutex_lock(&g->plans_mu);
-  gplan *victim = NULL;
-  for (unsigned i = 0; i < g->nplans; i++) {
-    gplan *e = &g->plans[i];
-    if (e->busy)
-      continue;
-    if (e->plan != NULL && fzd_job_same_plan(&e->key, e->pipeline, job)) {
-      e->busy = true;
-      e->used = ++g->tick;
-      pthread_mutex_unlock(&g->plans_mu);
-      w->plan = e;
-      *out = e->plan;
-      return 0;
-    }
-    if (victim == NULL || (victim->plan != NULL && (e->plan == NULL || e->used < victim->used)))
-      victim = e;
-  }
-  /* There are more slots than workers, so one is idle. */
-  victim->busy = true;
-  victim->used = ++g->tick;
-  pthread_mutex_unlock(&g->plans_mu);
-  w->plan = victim;
-  plan_drop(g, victim);
-  fz_params p = job->params;
-  p.pipeline = job->pipeline[0] ? job->pipeline : NULL;
-  fz_gpu_plan *plan;
-  int err = fz_gpu_plan_create(g->ctx, &p, FZ_GPU_PREALLOC, &plan, job->why,
-                               sizeof(job->why));
-  if (err < 0)
-    return err;
-  size_t ws = fz_gpu_plan_workspace_bytes(plan);
-  err = mem_reserve(g, ws, job);
-  if (err < 0) {
-    fz_gpu_plan_destroy(plan);
-    return err;
-  }
-  victim->plan = plan;
-  victim->ws = ws;
-  victim->key = job->params;
-  memcpy(victim->pipeline, job->pipeline, sizeof(victim->pipeline));
-  *out = plan;
-  return 0;
-}
-
-/* The job's plan goes back to the cache, idle. */
-static void plan_release(fzd_gpu_worker *w) {
-  if (w->plan == NULL)
-    return;
-  pthread_mutex_lock(&w->g->plans_mu);
-  w->plan->busy = false;
-  pthread_mutex_unlock(&w->g->plans_mu);
-  w->plan = NULL;
+  void *p = NULL;
+  int err = fzd_plans_take(w->g->plans, job, &p, &w->slot);
+  *out = p;
+  return err;
 }
 
 /* ---- imported device buffers and events ------------------------------------ */
@@ -1043,7 +994,7 @@ out:
   return job_end(w, job, ein, eout, err);
 }
 
-int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
+static int gpu_run(fzd_gpu_worker *w, fzd_job *job) {
   int err = 0;
   event_entry *wait = NULL, *done = NULL;
   if ((job->in_ipc || job->out_ipc || job->has_wait_event || job->has_done_event) &&
@@ -1062,7 +1013,8 @@ int fzd_gpu_run(fzd_gpu_worker *w, fzd_job *job) {
       (err = event_acquire(job->ipc, job->done_event, "done_event", job, &done)) < 0)
     goto out;
   err = job->kind == FZD_JOB_COMPRESS ? gpu_compress(w, job) : gpu_decompress(w, job);
-  plan_release(w);
+  fzd_plans_put(w->g->plans, w->slot);
+  w->slot = NULL;
   if (err == FZ_EGPUOOM) {
     fzd_warn("worker %u: out of GPU memory (%s); releasing its buffers and plans",
              w->index, job->why);
@@ -1090,7 +1042,8 @@ out:
 
 /* ---- workers ------------------------------------------------------------------- */
 
-void fzd_gpu_worker_idle(fzd_gpu_worker *w) {
+static void worker_idle(void *arg) {
+  fzd_gpu_worker *w = arg;
   gpu_sync(w, NULL, NULL);
   dev_drop(w, &w->d_in);
   dev_drop(w, &w->d_out);
@@ -1102,7 +1055,8 @@ void fzd_gpu_worker_idle(fzd_gpu_worker *w) {
   fz_gpu_ctx_trim(w->g->ctx);
 }
 
-void fzd_gpu_worker_destroy(fzd_gpu_worker *w) {
+static void worker_destroy(void *arg) {
+  fzd_gpu_worker *w = arg;
   if (w == NULL)
     return;
   trim(w);
@@ -1160,7 +1114,7 @@ static int warm_up(fzd_gpu_worker *w, char *why, size_t why_len) {
   }
   if ((err = fz_plan_compress(cpu, field, len, cpu_arc, cap, &cpu_len)) < 0)
     goto out;
-  if ((err = fzd_gpu_run(w, c)) < 0) {
+  if ((err = gpu_run(w, c)) < 0) {
     snprintf(why, why_len, "warm-up compression: %s", c->why[0] ? c->why : fz_strerror(err));
     goto out;
   }
@@ -1180,7 +1134,7 @@ static int warm_up(fzd_gpu_worker *w, char *why, size_t why_len) {
     goto out;
   }
   c->out_data = NULL;
-  if ((err = fzd_gpu_run(w, d)) < 0) {
+  if ((err = gpu_run(w, d)) < 0) {
     snprintf(why, why_len, "warm-up decompression: %s", d->why[0] ? d->why : fz_strerror(err));
     goto out;
   }
@@ -1196,8 +1150,8 @@ out:
   return err;
 }
 
-int fzd_gpu_worker_create(fzd_gpu *g, unsigned index, unsigned plan_cache_entries,
-                          fzd_gpu_worker **out, char *why, size_t why_len) {
+static int worker_create(void *state, unsigned index, void **out, char *why, size_t why_len) {
+  fzd_gpu *g = state;
   *out = NULL;
   fzd_gpu_worker *w = calloc(1, sizeof *w);
   if (w == NULL)
@@ -1205,24 +1159,36 @@ int fzd_gpu_worker_create(fzd_gpu *g, unsigned index, unsigned plan_cache_entrie
   w->g = g;
   w->index = index;
   w->stream = fz_gpu_ctx_stream(g->ctx, index);
-  /* A plan serves one job at a time, so each worker adds at least the one
-   * it is using to the shared cache, even when the cache is off. */
-  unsigned add = plan_cache_entries ? plan_cache_entries : 1;
-  gplan *plans = realloc(g->plans, (g->nplans + add) * sizeof(gplan));
-  if (plans == NULL) {
+  /* A plan serves one job at a time: each worker adds the slot of the one
+   * it uses to the shared cache. */
+  int err = fzd_plans_add_slots(g->plans, 1);
+  if (err < 0) {
     free(w);
-    return FZ_ENOMEM;
+    return err;
   }
-  memset(plans + g->nplans, 0, add * sizeof(gplan));
-  g->plans = plans;
-  g->nplans += add;
-  int err = fz_gpu_decoder_create(g->ctx, &w->dec, why, why_len);
+  err = fz_gpu_decoder_create(g->ctx, &w->dec, why, why_len);
   if (err == 0)
     err = warm_up(w, why, why_len);
   if (err < 0) {
-    fzd_gpu_worker_destroy(w);
+    worker_destroy(w);
     return err;
   }
   *out = w;
+  return 0;
+}
+
+/* ---- the backend ------------------------------------------------------------ */
+
+static int run(void *w, fzd_job *job) { return gpu_run(w, job); }
+
+int fzd_gpu_backend(fzd_gpu *g, unsigned plan_cache_entries, fzd_backend_ops *be) {
+  int err = fzd_plans_add_slots(g->plans, plan_cache_entries);
+  if (err < 0)
+    return err;
+  /* Workers look at the queue before they sleep (pool.c) and give back
+   * their staging and device buffers after a second without work. */
+  *be = (fzd_backend_ops){.name = "GPU", .state = g, .worker_create = worker_create,
+                      .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
+                      .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .destroy = NULL};
   return 0;
 }

@@ -23,8 +23,8 @@
 #define FZD_GPU_DEFAULT_WORKERS 4
 
 struct fzd_job;
+struct fzd_backend_ops;
 typedef struct fzd_gpu fzd_gpu;
-typedef struct fzd_gpu_worker fzd_gpu_worker;
 typedef struct fzd_ipc_cache fzd_ipc_cache;
 
 #ifdef FZD_HAVE_CUDA
@@ -41,20 +41,12 @@ const char *fzd_gpu_name(const fzd_gpu *g);
 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it. */
 const char *fzd_gpu_uuid(const fzd_gpu *g);
 
-/* The state of worker `index` (it uses stream `index` of the context),
- * warmed up: a small compression and decompression have run on its stream
- * through the same path as a job, and the archive was checked against the
- * CPU engine's.  Called on the main thread before the worker starts. */
-int fzd_gpu_worker_create(fzd_gpu *g, unsigned index, unsigned plan_cache_entries,
-                          fzd_gpu_worker **out, char *why, size_t why_len);
-void fzd_gpu_worker_destroy(fzd_gpu_worker *w); /* NULL is a no-op */
-/* The worker has been idle a while: it gives back its staging and device
- * buffers (its plans stay, warm, in the shared cache) and the context's
- * pool returns the device memory no one holds to the GPU. */
-void fzd_gpu_worker_idle(fzd_gpu_worker *w);
-/* Runs one compress or decompress job on the worker's stream; the result is
- * stored in the job as the CPU path stores it.  Returns job's error code. */
-int fzd_gpu_run(fzd_gpu_worker *w, struct fzd_job *job);
+/* Fills be with the GPU backend (backend.h): worker i runs its jobs on
+ * stream i, with plan_cache_entries GPU plans shared by the workers (plus
+ * one slot per worker).  Each worker is warmed up when it is made: a small
+ * compression and decompression run through the job path and the archive
+ * is checked against the CPU engine's. */
+int fzd_gpu_backend(fzd_gpu *g, unsigned plan_cache_entries, struct fzd_backend_ops *be);
 
 /* A connection's imported device buffers (legacy IPC, VMM, pool pointers,
  * with the pools) and IPC events; destroyed (every import closed) on the
@@ -79,18 +71,9 @@ static inline int fzd_gpu_open(const char *device, unsigned nstreams,
 static inline void fzd_gpu_close(fzd_gpu *g) { (void)g; }
 static inline const char *fzd_gpu_name(const fzd_gpu *g) { (void)g; return "cpu"; }
 static inline const char *fzd_gpu_uuid(const fzd_gpu *g) { (void)g; return ""; }
-static inline int fzd_gpu_worker_create(fzd_gpu *g, unsigned index,
-                                        unsigned plan_cache_entries,
-                                        fzd_gpu_worker **out, char *why,
-                                        size_t why_len) {
-  (void)g, (void)index, (void)plan_cache_entries, (void)why, (void)why_len;
-  *out = NULL;
-  return FZ_ENOGPU;
-}
-static inline void fzd_gpu_worker_destroy(fzd_gpu_worker *w) { (void)w; }
-static inline void fzd_gpu_worker_idle(fzd_gpu_worker *w) { (void)w; }
-static inline int fzd_gpu_run(fzd_gpu_worker *w, struct fzd_job *job) {
-  (void)w, (void)job;
+static inline int fzd_gpu_backend(fzd_gpu *g, unsigned plan_cache_entries,
+                                  struct fzd_backend_ops *be) {
+  (void)g, (void)plan_cache_entries, (void)be;
   return FZ_ENOGPU;
 }
 static inline fzd_ipc_cache *fzd_ipc_cache_create(fzd_gpu *g) { (void)g; return NULL; }

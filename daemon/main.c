@@ -13,6 +13,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "backend.h"
+#include "cpu.h"
 #include "log.h"
 #include "notify.h"
 #include "server.h"
@@ -282,10 +284,16 @@ static int start(fzd_server *srv) {
   int err = choose_backend(srv);
   if (err < 0)
     return err;
+  fzd_backend_ops be;
+  unsigned plans = (unsigned)srv->cfg.plan_cache_entries;
+  err = srv->gpu != NULL ? fzd_gpu_backend(srv->gpu, plans, &be)
+                         : fzd_cpu_backend(plans, srv->cfg.memory_limit, &be);
+  if (err < 0) {
+    fzd_err("cannot make the %s backend: %s", srv->backend_name, fz_strerror(err));
+    return err;
+  }
   /* On the GPU backend this warms every worker up before READY=1. */
-  err = fzd_pool_start(&srv->pool, srv->loop, srv->workers,
-                       (unsigned)srv->cfg.plan_cache_entries, srv->cfg.memory_limit, srv->gpu,
-                       fzd_conn_job_done, srv);
+  err = fzd_pool_start(&srv->pool, srv->loop, srv->workers, &be, fzd_conn_job_done, srv);
   if (err < 0) {
     fzd_err("cannot start %u workers: %s", srv->workers, fz_strerror(err));
     return err;

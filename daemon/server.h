@@ -1,9 +1,10 @@
 /*
  * server.h - the daemon's shared state and the internal interfaces between
- * its subsystems (listener.c, conn.c, methods.c, jobs.c, stats.c, main.c).
+ * its subsystems (listener.c, conn.c, methods.c, pool.c, stats.c, main.c;
+ * the backends cpu.c and gpu.c behind backend.h).
  *
  * Threads: everything here belongs to the loop thread except the job queue
- * inside fzd_pool (jobs.c), which the workers share under its mutex.  Workers
+ * inside fzd_pool (pool.c), which the workers share under its mutex.  Workers
  * see only fzd_job; they never touch a connection or a socket.
  */
 #ifndef FZD_SERVER_H
@@ -29,7 +30,7 @@
 typedef struct fzd_server fzd_server;
 typedef struct fzd_conn fzd_conn;
 
-/* ---- jobs (jobs.c) ------------------------------------------------------ */
+/* ---- jobs (pool.c, jobio.c; run by cpu.c or gpu.c) ----------------------- */
 
 enum fzd_job_kind { FZD_JOB_COMPRESS, FZD_JOB_DECOMPRESS };
 
@@ -103,13 +104,11 @@ typedef struct fzd_job {
 
 typedef struct fzd_pool fzd_pool;
 
-/* Starts n workers; done() runs on the loop thread for every finished job,
- * and for every job fzd_pool_cancel() takes back (with err FZ_ECANCELED).
- * With gpu (else NULL) worker i runs its jobs on stream i of the GPU.  On
- * the CPU backend the running jobs' buffers together stay within
- * memory_limit bytes (0: derived from the physical memory). */
-int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n,
-                   unsigned plan_cache_entries, uint64_t memory_limit, fzd_gpu *gpu,
+/* Starts n workers of the backend (backend.h; the pool takes its state);
+ * done() runs on the loop thread for every finished job, and for every job
+ * fzd_pool_cancel() takes back (with err FZ_ECANCELED). */
+struct fzd_backend_ops;
+int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n, const struct fzd_backend_ops *be,
                    void (*done)(fzd_job *job, void *arg), void *arg);
 /* Queues a job, or FZ_EBUSY when capacity jobs are already waiting. */
 int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
@@ -121,18 +120,6 @@ size_t fzd_pool_depth(fzd_pool *pool);
 void fzd_pool_stop(fzd_pool *pool);
 void fzd_job_free(fzd_job *job);
 
-/* For the GPU backend: copies the job's host input (inline, mapped memfd or
- * read from in_fd) into dst, which holds in_len bytes. */
-int fzd_job_read_into(fzd_job *job, void *dst);
-/* Delivers len bytes of result, copied: kept for the inline reply, or
- * written to out_fd. */
-int fzd_job_deliver_copy(fzd_job *job, const void *data, size_t len);
-/* True when a cached plan made for (key, pipeline) serves this job: the
- * same dtype, shape and bound, and a pipeline text with the same canonical
- * chain (a preset and the chain it stands for are one plan).  Workers give
- * compress jobs their canonical text before they run them. */
-bool fzd_job_same_plan(const fz_params *key, const char *pipeline,
-                       const fzd_job *job);
 
 /* ---- statistics (stats.c) ------------------------------------------------ */
 

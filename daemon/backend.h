@@ -1,0 +1,37 @@
+/*
+ * backend.h - what the worker pool (pool.c) asks of a backend: the CPU
+ * engine (cpu.c) or the GPU (gpu.c).  The pool owns the threads, the queue
+ * and the way finished jobs get back to the loop; a backend owns what its
+ * workers keep between jobs (buffers, streams, the one plan cache of
+ * plans.h) and runs one job at a time per worker.
+ */
+#ifndef FZD_BACKEND_H
+#define FZD_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct fzd_job;
+
+typedef struct fzd_backend_ops {
+  const char *name; /* "cpu", "gpu" */
+  void *state;      /* the backend's, passed to worker_create */
+  /* The state of worker `index`, made on the main thread before the
+   * worker's thread starts; a failure stops the start-up with why. */
+  int (*worker_create)(void *state, unsigned index, void **worker, char *why, size_t why_len);
+  void (*worker_destroy)(void *worker);
+  /* Runs one job on the worker's thread; returns the job's error. */
+  int (*run)(void *worker, struct fzd_job *job);
+  /* The queue has been empty for idle_ms (0: just after a job): the worker
+   * gives back what it need not keep.  Called once per idle stretch. */
+  void (*idle)(void *worker);
+  unsigned idle_ms;
+  /* A worker looks at the queue this long before it sleeps (0: sleeps at
+   * once), and is pinned to a core of its own. */
+  unsigned spin_us;
+  bool pin_cores;
+  /* Frees the state once every worker is destroyed; may be NULL. */
+  void (*destroy)(void *state);
+} fzd_backend_ops;
+
+#endif

@@ -1,0 +1,17 @@
+/*
+ * cpu.h - the CPU backend of the worker pool (cpu.c).
+ */
+#ifndef FZD_CPU_H
+#define FZD_CPU_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+/* Fills be with the CPU backend: plan_cache_entries plans shared by the
+ * workers (plus one slot per worker), and the running jobs' buffers within
+ * memory_limit bytes together (0: derived from the physical memory, or the
+ * cgroup's limit). */
+int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t memory_limit, fzd_backend_ops *be);
+
+#endif

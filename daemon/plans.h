@@ -1,0 +1,54 @@
+/*
+ * plans.h - the daemon's one cache of finalized plans, shared by the
+ * workers of a backend (cpu.c, gpu.c).
+ *
+ * A plan is what a backend makes of a job's parameters (dtype, shape,
+ * canonical chain, bound, fill): an fz_plan on the CPU, a GPU plan with its
+ * preallocated device workspace on the GPU.  Making one costs far more than
+ * a small job, and the next job is very often the same shape, so finished
+ * plans stay.  A plan serves one job at a time: a worker takes one (busy)
+ * and puts it back; any worker may take any idle plan, so a client's
+ * same-shape jobs find a warm plan whichever worker runs them.  The cache
+ * has a fixed number of slots, grown per worker at start-up, so there is
+ * always an idle slot for a worker that holds none; when every slot is in
+ * use or full, the least recently used idle plan makes room.
+ *
+ * Keys are canonical: fzd_plans_take() first rewrites the job's pipeline
+ * text as its canonical chain, so a preset and the chain it stands for, or
+ * two spellings of one chain, share one plan.
+ */
+#ifndef FZD_PLANS_H
+#define FZD_PLANS_H
+
+#include <stddef.h>
+
+#include "fz.h"
+
+struct fzd_job;
+typedef struct fzd_plans fzd_plans;
+typedef struct fzd_plan_slot fzd_plan_slot;
+
+/* How a backend makes and frees its plans.  create() gets the job's
+ * parameters with the canonical pipeline; a failure's message goes to why.
+ * Both run without the cache's lock, on the worker's thread. */
+typedef struct fzd_plan_kind {
+  int (*create)(void *arg, const fz_params *p, void **plan, char *why, size_t why_len);
+  void (*destroy)(void *arg, void *plan);
+  void *arg;
+} fzd_plan_kind;
+
+int fzd_plans_create(const fzd_plan_kind *kind, fzd_plans **out);
+/* Destroys every plan; none may be busy.  NULL is a harmless no-op. */
+void fzd_plans_destroy(fzd_plans *c);
+/* Adds n empty slots (at start-up, before the workers run). */
+int fzd_plans_add_slots(fzd_plans *c, unsigned n);
+
+/* A plan for the job, busy until fzd_plans_put(*slot): an idle cached one,
+ * or one made in the slot of an empty or least recently used idle plan.
+ * Rewrites job->pipeline as its canonical text first. */
+int fzd_plans_take(fzd_plans *c, struct fzd_job *job, void **plan, fzd_plan_slot **slot);
+void fzd_plans_put(fzd_plans *c, fzd_plan_slot *slot); /* NULL is a no-op */
+/* Destroys every idle plan (to give their memory back). */
+void fzd_plans_trim(fzd_plans *c);
+
+#endif

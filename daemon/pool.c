@@ -1,0 +1,306 @@
+/*
+ * pool.c - the worker pool: a bounded FIFO of jobs shared by N worker
+ * threads, and the way finished jobs get back to the loop (a list plus one
+ * uv_async_t, which coalesces wake-ups).  What a worker does with a job is
+ * its backend's (backend.h): the pool only queues, wakes, and hands jobs
+ * back.
+ *
+ * Two habits come from the backend.  A worker may look at the queue for a
+ * while before it sleeps (spin_us): on the GPU a client's next job often
+ * arrives within tens of microseconds of the answer to its last, and waking
+ * a sleeping thread costs about as much again, the time of a whole small
+ * job.  And a worker gives back what it need not keep once the queue has
+ * been empty a while (idle_ms), once per idle stretch, so that a daemon
+ * that ran one large job does not keep its memory for ever.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "backend.h"
+#include "log.h"
+#include "server.h"
+
+typedef struct worker {
+  fzd_pool *pool;
+  pthread_t thread;
+  unsigned index;
+  void *state; /* the backend's */
+} worker;
+
+struct fzd_pool {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  fzd_job *head, *tail; /* waiting */
+  size_t depth;
+  _Atomic size_t queued; /* depth, for workers that look without the lock */
+  bool stop;
+  fzd_job *done_head, *done_tail;
+  uv_async_t async;
+  unsigned nworkers;
+  worker *workers;
+  fzd_backend_ops be;
+  void (*done)(fzd_job *job, void *arg);
+  void *done_arg;
+};
+
+static uint64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* A worker that owns a core stays on it: its caches stay warm with its
+ * plans and chunks instead of following it around the machine.  Only the
+ * cores this process may use count; with more workers than cores they share
+ * them in turn.  A failure to pin is harmless. */
+static void pin_to_core(unsigned index) {
+  cpu_set_t allowed, one;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return;
+  int count = CPU_COUNT(&allowed);
+  if (count <= 1)
+    return;
+  int want = (int)(index % (unsigned)count);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &allowed) || want-- > 0)
+      continue;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    return;
+  }
+}
+
+static void spin_for_work(fzd_pool *pool) {
+  uint64_t until = now_us() + pool->be.spin_us;
+  while (atomic_load_explicit(&pool->queued, memory_order_relaxed) == 0 && now_us() < until)
+    sched_yield();
+}
+
+/* Waits (pool->mu held) for a job or the stop; calls the backend's idle
+ * once the queue has been empty for idle_ms, unless `idled` says it has
+ * been called for this stretch already. */
+static void idle_wait(worker *w, bool idled) {
+  fzd_pool *pool = w->pool;
+  while (pool->head == NULL && !pool->stop) {
+    if (idled || pool->be.idle == NULL) {
+      pthread_cond_wait(&pool->cv, &pool->mu);
+      continue;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += pool->be.idle_ms / 1000;
+    until.tv_nsec += (long)(pool->be.idle_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    if (pthread_cond_timedwait(&pool->cv, &pool->mu, &until) == ETIMEDOUT &&
+        pool->head == NULL) {
+      pthread_mutex_unlock(&pool->mu);
+      pool->be.idle(w->state);
+      pthread_mutex_lock(&pool->mu);
+      idled = true;
+    }
+  }
+}
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  fzd_pool *pool = w->pool;
+  if (pool->be.pin_cores)
+    pin_to_core(w->index);
+  /* Idle at start: nothing to give back yet. */
+  bool idled = true;
+  for (;;) {
+    if (pool->be.spin_us)
+      spin_for_work(pool);
+    pthread_mutex_lock(&pool->mu);
+    idle_wait(w, idled);
+    if (pool->head == NULL) {
+      pthread_mutex_unlock(&pool->mu);
+      break;
+    }
+    fzd_job *job = pool->head;
+    pool->head = job->next;
+    if (pool->head == NULL)
+      pool->tail = NULL;
+    atomic_store_explicit(&pool->queued, --pool->depth, memory_order_relaxed);
+    pthread_mutex_unlock(&pool->mu);
+
+    job->next = NULL;
+    job->why[0] = '\0';
+    job->err = pool->be.run(w->state, job);
+    if (job->err > 0)
+      job->err = 0;
+
+    pthread_mutex_lock(&pool->mu);
+    if (pool->done_tail)
+      pool->done_tail->next = job;
+    else
+      pool->done_head = job;
+    pool->done_tail = job;
+    bool empty = pool->head == NULL;
+    pthread_mutex_unlock(&pool->mu);
+    uv_async_send(&pool->async);
+    idled = false;
+    if (empty && pool->be.idle != NULL && pool->be.idle_ms == 0) {
+      pool->be.idle(w->state);
+      idled = true;
+    }
+  }
+  return NULL;
+}
+
+static void on_async(uv_async_t *h) {
+  fzd_pool *pool = h->data;
+  pthread_mutex_lock(&pool->mu);
+  fzd_job *list = pool->done_head;
+  pool->done_head = pool->done_tail = NULL;
+  pthread_mutex_unlock(&pool->mu);
+  while (list != NULL) {
+    fzd_job *next = list->next;
+    list->next = NULL;
+    pool->done(list, pool->done_arg);
+    list = next;
+  }
+}
+
+int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n, const fzd_backend_ops *be,
+                   void (*done)(fzd_job *job, void *arg), void *arg) {
+  fzd_pool *pool = calloc(1, sizeof(*pool));
+  if (pool == NULL)
+    return FZ_ENOMEM;
+  pool->be = *be;
+  pool->done = done;
+  pool->done_arg = arg;
+  pool->workers = calloc(n, sizeof(worker));
+  if (pool->workers == NULL)
+    goto err_pool;
+  pthread_mutex_init(&pool->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&pool->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (uv_async_init(loop, &pool->async, on_async) < 0)
+    goto err_mutex;
+  pool->async.data = pool;
+  int fail = FZ_ENOMEM;
+  for (unsigned i = 0; i < n; i++) {
+    worker *w = &pool->workers[i];
+    w->pool = pool;
+    w->index = i;
+    char why[256] = "";
+    int err = be->worker_create(be->state, i, &w->state, why, sizeof why);
+    if (err < 0) {
+      fzd_err("%s worker %u: %s", be->name, i, why[0] ? why : fz_strerror(err));
+      fail = err;
+      break;
+    }
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+      be->worker_destroy(w->state);
+      break;
+    }
+    pool->nworkers++;
+  }
+  if (pool->nworkers < n) {
+    fzd_err("started only %u of %u workers", pool->nworkers, n);
+    fzd_pool_stop(pool);
+    return fail;
+  }
+  *out = pool;
+  return 0;
+
+err_mutex:
+  pthread_cond_destroy(&pool->cv);
+  pthread_mutex_destroy(&pool->mu);
+  free(pool->workers);
+err_pool:
+  if (be->destroy != NULL)
+    be->destroy(be->state);
+  free(pool);
+  return FZ_ENOMEM;
+}
+
+int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity) {
+  pthread_mutex_lock(&pool->mu);
+  if (pool->depth >= capacity) {
+    pthread_mutex_unlock(&pool->mu);
+    return FZ_EBUSY;
+  }
+  job->next = NULL;
+  if (pool->tail)
+    pool->tail->next = job;
+  else
+    pool->head = job;
+  pool->tail = job;
+  atomic_store_explicit(&pool->queued, ++pool->depth, memory_order_relaxed);
+  pthread_cond_signal(&pool->cv);
+  pthread_mutex_unlock(&pool->mu);
+  return 0;
+}
+
+void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn) {
+  fzd_job *taken = NULL, **tail = &taken;
+  pthread_mutex_lock(&pool->mu);
+  fzd_job **pp = &pool->head;
+  pool->tail = NULL;
+  while (*pp != NULL) {
+    fzd_job *j = *pp;
+    if (j->conn == conn) {
+      *pp = j->next;
+      j->next = NULL;
+      *tail = j;
+      tail = &j->next;
+      atomic_store_explicit(&pool->queued, --pool->depth, memory_order_relaxed);
+    } else {
+      pool->tail = j;
+      pp = &j->next;
+    }
+  }
+  pthread_mutex_unlock(&pool->mu);
+  while (taken != NULL) {
+    fzd_job *next = taken->next;
+    taken->next = NULL;
+    taken->err = FZ_ECANCELED;
+    pool->done(taken, pool->done_arg);
+    taken = next;
+  }
+}
+
+size_t fzd_pool_depth(fzd_pool *pool) {
+  pthread_mutex_lock(&pool->mu);
+  size_t d = pool->depth;
+  pthread_mutex_unlock(&pool->mu);
+  return d;
+}
+
+static void on_async_closed(uv_handle_t *h) {
+  fzd_pool *pool = h->data;
+  pthread_cond_destroy(&pool->cv);
+  pthread_mutex_destroy(&pool->mu);
+  free(pool->workers);
+  free(pool);
+}
+
+void fzd_pool_stop(fzd_pool *pool) {
+  pthread_mutex_lock(&pool->mu);
+  pool->stop = true;
+  pthread_cond_broadcast(&pool->cv);
+  pthread_mutex_unlock(&pool->mu);
+  for (unsigned i = 0; i < pool->nworkers; i++) {
+    pthread_join(pool->workers[i].thread, NULL);
+    pool->be.worker_destroy(pool->workers[i].state);
+  }
+  if (pool->be.destroy != NULL)
+    pool->be.destroy(pool->be.state);
+  /* Jobs that finished after the last async wake-up still get their reply. */
+  on_async(&pool->async);
+  uv_close((uv_handle_t *)&pool->async, on_async_closed);
+}
