@@ -14,6 +14,7 @@ DESTDIR="$tmp/root" cmake --install "$build" --prefix /usr > "$tmp/install.log"
 r="$tmp/root"
 for f in usr/bin/fzd usr/bin/fzctl etc/fzd/fzd.json \
   usr/lib/systemd/system/fzd.service usr/lib/systemd/system/fzd@.service \
+  usr/lib/systemd/system/fzd@.socket \
   usr/lib/systemd/system/fzd.socket usr/lib/sysusers.d/fzd.conf usr/lib/tmpfiles.d/fzd.conf \
   usr/share/man/man8/fzd.8 usr/share/man/man1/fzctl.1 \
   usr/share/bash-completion/completions/fzctl; do

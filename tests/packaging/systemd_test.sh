@@ -1,8 +1,8 @@
 #!/bin/sh
 # The systemd units and the default configuration, checked the way an
 # installation uses them (items 22 and 23 of issue 10):
-#  - `systemd-analyze verify` of fzd.socket, fzd.service and an instance of
-#    fzd@.service reports nothing: the units parse, their ExecStart= binary
+#  - `systemd-analyze verify` of fzd.socket, fzd.service and instances of
+#    fzd@.service and fzd@.socket reports nothing: the units parse, their ExecStart= binary
 #    exists (a copy of the units names the built fzd) and their
 #    Documentation= man pages are found (MANPATH names the build's pages);
 #  - `systemd-analyze security --offline=true` rates each service 3.0 or
@@ -36,7 +36,7 @@ trap cleanup EXIT
 fail=0
 
 mkdir -p "$tmp/units"
-for u in fzd.service fzd@.service fzd.socket; do
+for u in fzd.service fzd@.service fzd.socket fzd@.socket; do
   sed "s#/usr/bin/fzd#$fzd#g" "$src/systemd/$u" > "$tmp/units/$u"
 done
 
@@ -47,8 +47,10 @@ if ! command -v man > /dev/null 2>&1; then
   echo "note: man not found: Documentation= pages not looked up"
   man_opt=--man=no
 fi
+cp "$tmp/units/fzd@.socket" "$tmp/units/fzd@0.socket"
 if ! MANPATH="$man" systemd-analyze verify "$man_opt" "$tmp/units/fzd.socket" \
-  "$tmp/units/fzd.service" "$tmp/units/fzd@0.service" > "$tmp/verify.log" 2>&1 ||
+  "$tmp/units/fzd.service" "$tmp/units/fzd@0.service" "$tmp/units/fzd@0.socket" \
+  > "$tmp/verify.log" 2>&1 ||
   [ -s "$tmp/verify.log" ]; then
   echo "FAIL: systemd-analyze verify:"
   cat "$tmp/verify.log"
