@@ -10,7 +10,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -163,17 +162,7 @@ int fzc_send(fz_client *c, const struct iovec *iov_in, int iovcnt,
   return 0;
 }
 
-/* How long fzc_recv() reads without blocking before it sleeps in poll(). */
-#define RECV_SPIN_US 100
-
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 int fzc_recv(fz_client *c, int64_t deadline, fzp_message *msg) {
-  bool spun = false;
   if (c->rx_held) {
     memmove(c->rx, c->rx + c->rx_held, c->rx_len - c->rx_held);
     c->rx_len -= c->rx_held;
@@ -212,18 +201,6 @@ int fzc_recv(fz_client *c, int64_t deadline, fzp_message *msg) {
     int ms = remaining_ms(deadline);
     if (ms == 0)
       return 0;
-    /* An answer often comes within tens of microseconds (a small job on
-     * the GPU), about what waking from poll() takes: look a while first. */
-    if (!spun) {
-      spun = true;
-      int64_t until = now_us() + RECV_SPIN_US;
-      while ((rc = read_some(c)) == 0 && now_us() < until)
-        ;
-      if (rc < 0)
-        return rc;
-      if (rc > 0)
-        continue;
-    }
     int n = poll(&p, 1, ms);
     if (n < 0 && errno != EINTR)
       return fzc_fail(c, FZ_EIO, "poll: %s", strerror(errno));
