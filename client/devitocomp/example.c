@@ -32,6 +32,9 @@ int main(void) {
   }
   devitocomp_limits_t lim;
   devitocomp_plan_limits(plan, &lim);
+  /* aligned_alloc takes whole multiples of the alignment. */
+  size_t cap = (lim.max_compressed_bytes + lim.payload_alignment - 1) & ~(lim.payload_alignment - 1);
+  size_t sc = (lim.sidecar_bytes + lim.sidecar_alignment - 1) & ~(lim.sidecar_alignment - 1);
   void *payload[STEPS], *sidecar[STEPS];
   size_t bytes[STEPS], total = 0;
   for (int s = 0; s < STEPS; s++) {
@@ -39,9 +42,9 @@ int main(void) {
       for (int y = 0; y < NY; y++)
         for (int x = 0; x < NX; x++)
           interior[(z * py + y) * px + x] = (float)(sin(0.1 * x + 0.2 * s) * cos(0.07 * y) + 0.01 * z);
-    payload[s] = aligned_alloc(lim.payload_alignment, lim.max_compressed_bytes);
-    sidecar[s] = aligned_alloc(lim.sidecar_alignment, lim.sidecar_bytes);
-    if (devitocomp_compress(plan, &host, interior, payload[s], lim.max_compressed_bytes,
+    payload[s] = aligned_alloc(lim.payload_alignment, cap);
+    sidecar[s] = aligned_alloc(lim.sidecar_alignment, sc);
+    if (devitocomp_compress(plan, &host, interior, payload[s], cap,
                             &bytes[s], sidecar[s]) != DEVITOCOMP_SUCCESS) {
       fprintf(stderr, "compress: %s\n", devitocomp_last_error());
       return 1;

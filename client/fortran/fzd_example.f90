@@ -52,6 +52,7 @@ program fzd_example
     print '(a)', 'fzd_example: the error bound was not kept'
     stop 1
   end if
+  deallocate(field, back, archive)
 
 contains
 

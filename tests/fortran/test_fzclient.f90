@@ -60,6 +60,7 @@ program test_fzclient
   call fz_strerror_f(st, msg)
   call check(trim(msg) == 'connection refused', 'fz_strerror_f: ' // msg)
   print '(a)', 'test_fzclient: all checks passed'
+  deallocate(a, b, small, tiny, arc)
 
 contains
 
