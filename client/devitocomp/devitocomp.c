@@ -36,7 +36,6 @@
 #define SIDECAR_VERSION 1u
 #define PAYLOAD_ALIGNMENT 8u
 #define DEFAULT_ERROR 1e-3
-#define CONNECT_TIMEOUT_MS 2000
 
 /* The per-snapshot host record; 24 bytes, 8-byte aligned. */
 typedef struct sidecar {
@@ -306,7 +305,10 @@ static devitocomp_status_t attach_daemon(devitocomp_plan_t *pl, const options *o
   fz_client_opts copts;
   fz_client_opts_init(&copts);
   copts.name = "libdevitocomp";
-  copts.timeout_ms = 0; /* a snapshot may take long; only connecting is limited */
+  /* No time limit: a large snapshot on a busy daemon may take long, and a
+   * limit would abandon it half done.  A socket nobody listens on fails at
+   * once. */
+  copts.timeout_ms = 0;
   char why[256];
   fz_client *c = NULL;
   int err = fz_client_connect(&c, required ? o->daemon : NULL, &copts, why, sizeof why);
