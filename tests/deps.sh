@@ -7,7 +7,7 @@
 set -eu
 pkgs="build-essential cmake ninja-build pkg-config libuv1-dev libmsgpack-dev
       libcjson-dev libcriterion-dev python3 python3-msgpack python3-numpy
-      systemd man-db groff-base $*"
+      systemd man-db groff-base gfortran $*"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
