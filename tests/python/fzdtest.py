@@ -21,13 +21,13 @@ SKIP = 77  # ctest SKIP_RETURN_CODE
 
 
 class Daemon:
-    def __init__(self, **settings):
+    def __init__(self, backend="cpu", **settings):
         self.binary = os.environ.get("FZD_PATH")
         if not self.binary:
             raise RuntimeError("FZD_PATH is not set (ctest sets it to the built fzd)")
         self.tmp = tempfile.TemporaryDirectory(prefix="fzd-py-")
         self.socket = os.path.join(self.tmp.name, "fzd.sock")
-        config = {"socket_path": self.socket, "backend": "cpu", "workers": 2}
+        config = {"socket_path": self.socket, "backend": backend, "workers": 2}
         config.update(settings)
         self.config_path = os.path.join(self.tmp.name, "fzd.json")
         with open(self.config_path, "w") as f:
@@ -42,7 +42,7 @@ class Daemon:
         self.log_path = os.path.join(self.tmp.name, "fzd.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([self.binary, "--config", self.config_path,
-                                      "--backend", "cpu"],
+                                      "--backend", backend],
                                      env=env, stderr=self.log, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         try:
@@ -57,6 +57,7 @@ class Daemon:
                 except socket.timeout:
                     continue
                 if "READY=1" in note.split("\n"):
+                    self.ready_note = note
                     break
         except BaseException:
             self.proc.kill()
@@ -65,6 +66,11 @@ class Daemon:
         finally:
             notify.close()
         self.address = "unix:" + self.socket
+        # "STATUS=serving unix:PATH tcp:HOST:PORT backend:..." when TCP is on
+        self.tcp_address = None
+        for word in self.ready_note.replace("\n", " ").split():
+            if word.startswith("tcp:"):
+                self.tcp_address = word
 
     def log_text(self):
         self.log.flush()
