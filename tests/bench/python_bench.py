@@ -5,7 +5,7 @@ ctest.
 
     tests/bench/python_bench.py [--build BUILD_DIR] [--mib 1024] [--eb 1e-4]
                                 [--mode rel] [--pipeline balanced] [--repeat 5]
-                                [--backend cpu]
+                                [--backend cpu] [--workers 1]
 
 Starts one fzd from the build (a private socket), makes one smooth float32
 field of MIB MiB (4096 columns), writes it to a file on $TMPDIR for fzctl
@@ -58,6 +58,7 @@ def main():
     ap.add_argument("--pipeline", default="balanced")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
     fzctl = os.path.join(args.build, "client", "fzctl")
     os.environ["FZD_PATH"] = os.path.join(args.build, "daemon", "fzd")
@@ -65,7 +66,11 @@ def main():
         sys.exit("no fzd or fzctl under %s" % args.build)
 
     a = field(args.mib)
-    daemon = fzdtest.Daemon(backend=args.backend, log_level="warning")
+    # One worker: with two, jobs alternate between the workers, each on a
+    # core of its own, and the alternating order of the runs would give
+    # every fzctl run one core and every Python run the other (on a shared
+    # machine one core may be much busier than the other).
+    daemon = fzdtest.Daemon(backend=args.backend, log_level="warning", workers=args.workers)
     try:
         with tempfile.TemporaryDirectory(prefix="fzd-pybench-") as tmp:
             path = os.path.join(tmp, "f.f32")
@@ -93,8 +98,8 @@ def main():
     finally:
         daemon.stop()
     gb = a.nbytes / 1e9
-    print("fzd %s backend, %d MiB float32 %dx%d, %s eb=%g %s, ratio %.2f, %d runs each"
-          % (args.backend, args.mib, a.shape[0], a.shape[1], args.pipeline, args.eb,
+    print("fzd %s backend, %d worker(s), %d MiB float32 %dx%d, %s eb=%g %s, ratio %.2f, %d runs each"
+          % (args.backend, args.workers, args.mib, a.shape[0], a.shape[1], args.pipeline, args.eb,
              args.mode, a.nbytes / len(arc), args.repeat))
     for name, t in (("fzctl submit", t_ctl), ("fzd.Client.compress", t_py)):
         print("  %-20s best %.3f s (%.0f MB/s)  median %.3f s (%.0f MB/s)"
