@@ -49,6 +49,17 @@ class RoundTrips(fzdtest.DaemonTest):
                         self.assertEqual(h.eb, eb)
                         self.assertLessEqual(max_error, h.eb_abs)
 
+    def test_chain_with_its_own_bound(self):
+        a = smooth_field((100, 120), np.float32)
+        arc = self.c.compress(a, pipeline="quant(eb=0.01,mode=abs) | diff | bitshuffle | rze")
+        h = fzd.info(arc)
+        self.assertEqual((h.mode, h.eb, h.eb_abs), ("abs", 0.01, 0.01))
+        self.assertLessEqual(np.abs(self.c.decompress(arc) - a).max(), 0.01)
+        with self.assertRaises(fzd.Error) as cm:  # two bounds that disagree
+            self.c.compress(a, pipeline="quant(eb=0.01,mode=abs) | diff | bitshuffle | rze",
+                            eb=1e-3, mode="rel")
+        self.assertEqual(cm.exception.name, "EPIPELINE")
+
     def test_pwrel(self):
         a = smooth_field((200, 300), np.float64) + 100.0
         arc = self.c.compress(a, eb=1e-4, mode="pwrel")

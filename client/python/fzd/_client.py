@@ -23,6 +23,7 @@ Where the bytes travel, as libfzclient does it:
 * Device arrays (``__cuda_array_interface__``) travel as CUDA IPC handles
   (_cuda.py) when the daemon runs the GPU backend.
 """
+import fcntl
 import mmap
 import os
 import socket
@@ -83,7 +84,6 @@ class _Slot:
     def __init__(self):
         self.fd = os.memfd_create("fzd-python-input",
                                   os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        import fcntl
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         self.size = 0
         self.map = None
@@ -416,9 +416,11 @@ class Client:
         if pipeline is not None:
             params["pipeline"] = pipeline
         if eb:
+            # The mode goes with a bound only: a chain that names its own
+            # (quant(eb=...,mode=abs)) is not contradicted by the default.
             params["eb"] = float(eb)
-        if mode is not None:
-            params["mode"] = mode
+            if mode is not None:
+                params["mode"] = mode
         if fill_value is not None:
             params["fill_value"] = float(fill_value)
         if verify:
