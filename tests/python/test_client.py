@@ -237,6 +237,52 @@ class Memfds(fzdtest.DaemonTest):
         self.assertEqual(len(c._slots), 1)
         c.close()
 
+    def test_results_stay_put(self):
+        # Result memfds are reused for archives and for arrays copied into
+        # an out; a returned array maps its memfd and must keep its values.
+        c = fzd.Client(self.fzd.address, timeout=300)
+        a1 = smooth_field((1024, 1024), np.float32)
+        a2 = a1 + np.float32(1)
+        arc1 = c.compress(a1, pipeline="lossless")
+        arc2 = c.compress(a2, pipeline="lossless")
+        b1 = c.decompress(arc1)
+        out = np.empty_like(a1)
+        c.decompress(arc2, out=out)
+        arc3 = c.compress(a2, pipeline="lossless")
+        b2 = c.decompress(arc2)
+        c.decompress(arc1, out=out)
+        self.assertEqual(arc3, arc2)
+        self.assertTrue(np.array_equal(b1, a1))
+        self.assertTrue(np.array_equal(b2, a2))
+        self.assertTrue(np.array_equal(out, a1))
+        self.assertEqual(fzd.info(arc1).shape, (1024, 1024))
+        c.close()
+        self.assertTrue(np.array_equal(b1, a1))  # outlives the client
+
+    def test_shared_buffers_are_not_copied(self):
+        c = fzd.Client(self.fzd.address, timeout=300)
+        buf = c.empty((2048, 2048), np.float32)  # 16 MiB
+        self.assertTrue(np.all(buf == 0))
+        buf[...] = smooth_field((2048, 2048), np.float32)
+        want = fzd.Client(self.fzd.address).compress(np.array(buf), eb=1e-3)
+        arc = c.compress(buf, eb=1e-3)
+        self.assertEqual(arc, want)
+        self.assertEqual(c._slots, [])   # no staging copy was made
+        self.assertEqual(c.fds_sent, 2)  # the buffer's memfd and the result's
+        part = buf[1024:]                # a region at an offset inside it
+        self.assertEqual(c.compress(part, eb=1e-3),
+                         fzd.Client(self.fzd.address).compress(np.array(part), eb=1e-3))
+        self.assertEqual(c._slots, [])
+        buf[0, 0] = 1234.5               # written in place: the next job sees it
+        back = c.decompress(c.compress(buf, pipeline="lossless"))
+        self.assertEqual(back[0, 0], np.float32(1234.5))
+        self.assertEqual(len(c._buffers), 1)
+        del buf, part
+        import gc
+        gc.collect()
+        self.assertEqual(len(c._buffers), 0)  # freed with its last view
+        c.close()
+
     def test_threshold_decides(self):
         a = smooth_field((200, 300), np.float32)  # 240 KB
         c = fzd.Client(self.fzd.address, memfd_threshold=1 << 30)

@@ -27,7 +27,9 @@ import fcntl
 import mmap
 import os
 import socket
+import threading
 import time
+import weakref
 
 import msgpack
 import numpy as np
@@ -78,6 +80,61 @@ def _pread_into(fd, view, offset=0):
         done += k
 
 
+_PARALLEL_COPY = 64 << 20
+
+
+def _copy(dst, view, n):
+    """dst[:n] = view, by several threads for large copies (numpy's copy
+    releases the GIL): a copy of 1 GiB is memory-bound, and one core does
+    not saturate the memory bus."""
+    if n < _PARALLEL_COPY:
+        dst[0:n] = view
+        return
+    d = np.frombuffer(dst, np.uint8, n)
+    s = np.frombuffer(view, np.uint8, n)
+    parts = max(1, min(4, os.cpu_count() or 1))
+    step = -(-n // parts)
+    threads = [threading.Thread(target=np.copyto, args=(d[i:i + step], s[i:i + step]))
+               for i in range(step, n, step)]
+    for t in threads:
+        t.start()
+    np.copyto(d[:step], s[:step])
+    for t in threads:
+        t.join()
+    del d, s  # no export of the map may outlive the copy (mmap.close)
+
+
+class _Buffer:
+    """A shared buffer: a memfd sealed at its size, mapped here; arrays in
+    it travel as (descriptor, offset), with no copy."""
+
+    def __init__(self, nbytes):
+        self.fd = os.memfd_create("fzd-python-buffer", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(self.fd, nbytes)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+            self.map = mmap.mmap(self.fd, nbytes, mmap.MAP_SHARED,
+                                 mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.size = nbytes
+        self.base = None
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _drop_buffer(client_ref, buf):
+    """The last view of a shared buffer is gone: forget it, close its fd."""
+    client = client_ref()
+    if client is not None and client._buffers.get(buf.base) is buf:
+        del client._buffers[buf.base]
+    buf.close()
+
+
 class _Slot:
     """A memfd of the client's for inputs, sealed against shrinking."""
 
@@ -101,7 +158,7 @@ class _Slot:
         if self.map is None:
             self.map = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED,
                                  mmap.PROT_READ | mmap.PROT_WRITE)
-        self.map[0:n] = view
+        _copy(self.map, view, n)
 
     def close(self):
         if self.map is not None:
@@ -110,7 +167,7 @@ class _Slot:
 
 
 class _Job:
-    __slots__ = ("op", "params", "fds", "slot", "out_fd", "out", "device_out",
+    __slots__ = ("op", "params", "fds", "slot", "out_fd", "out_keep", "out", "device_out",
                  "msgid", "result", "error", "done", "tries")
 
     def __init__(self, op, params):
@@ -119,6 +176,7 @@ class _Job:
         self.fds = []
         self.slot = None
         self.out_fd = None
+        self.out_keep = False  # the result memfd goes back to the client's pool
         self.out = None
         self.device_out = None
         self.msgid = None
@@ -165,6 +223,8 @@ class Client:
         self.fds_sent = 0        # descriptors passed with SCM_RIGHTS
         self._sock = None
         self._slots = []
+        self._buffers = {}
+        self._out_free = []  # result memfds whose pages are kept for the next result
         self._msgid = 0
         self._pending = {}
         self._unpacker = msgpack.Unpacker(raw=False, max_buffer_size=(4 << 30) + (1 << 20))
@@ -236,6 +296,12 @@ class Client:
         for s in self._slots:
             s.close()
         self._slots = []
+        for b in list(self._buffers.values()):
+            b.close()
+        self._buffers.clear()
+        for fd in self._out_free:
+            os.close(fd)
+        self._out_free = []
         if self._cuda is not None:
             self._cuda.close()
             self._cuda = None
@@ -377,12 +443,53 @@ class Client:
             job.slot.busy = False
             job.slot = None
         if job.out_fd is not None:
-            os.close(job.out_fd)
+            if job.out_keep and len(self._out_free) < 2 and self._sock is not None:
+                self._out_free.append(job.out_fd)
+            else:
+                os.close(job.out_fd)
             job.out_fd = None
 
-    def _input(self, job, view, key="data"):
-        """Puts a host input on the job: a memfd, or inline."""
+    def empty(self, shape, dtype=np.float32):
+        """A new numpy array (zeroed) in shared memory of this client: a
+        memfd sealed at its size and mapped in both processes.  Compressing
+        it (or any C-contiguous array inside it) sends the descriptor and
+        the offset, with no copy at all: fill it in place, step after step.
+        The memory is freed when the array (and every view of it) is gone
+        and the daemon has let go of its mapping (at the latest when the
+        connection closes).  Over TCP it is an ordinary array."""
+        dt = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        count = int(np.prod(shape, dtype=np.uint64))
+        if self.transport != "unix" or count == 0:
+            return np.zeros(shape, dt)
+        buf = _Buffer(count * dt.itemsize)
+        flat = np.frombuffer(buf.map, dtype=dt, count=count)
+        buf.base = flat.__array_interface__["data"][0]
+        self._buffers[buf.base] = buf
+        weakref.finalize(flat, _drop_buffer, weakref.ref(self), buf)
+        return flat.reshape(shape)
+
+    zeros = empty  # a fresh memfd reads as zeros
+
+    def _shared(self, addr, n):
+        for b in self._buffers.values():
+            if b.base <= addr and addr + n <= b.base + b.size:
+                return b
+        return None
+
+    def _input(self, job, view, key="data", arr=None):
+        """Puts a host input on the job: a shared buffer's descriptor, a
+        memfd slot, or inline."""
         n = len(view)
+        if arr is not None and self._buffers and self.transport == "unix":
+            addr = arr.__array_interface__["data"][0]
+            b = self._shared(addr, n)
+            if b is not None:
+                job.params["in_fd"] = len(job.fds)
+                job.params["in_offset"] = addr - b.base
+                job.params["in_length"] = n
+                job.fds.append(b.fd)
+                return
         if self.transport == "unix" and (n >= self.memfd_threshold or
                                          (self.max_inline and n > self.max_inline)):
             slot = self._stage(view)
@@ -405,7 +512,15 @@ class Client:
         big = result_bound >= self.memfd_threshold or (
             self.max_inline and result_bound > self.max_inline)
         if self.transport == "unix" and big:
-            job.out_fd = os.memfd_create("fzd-python-output", os.MFD_CLOEXEC)
+            # A result that is copied out of the memfd (an archive, or an
+            # array into the caller's out) leaves it free for the next one,
+            # whose pages are then already there; a decompressed array that
+            # is the memfd's pages mapped keeps it.
+            job.out_keep = job.op == "compress" or job.out is not None
+            if job.out_keep and self._out_free:
+                job.out_fd = self._out_free.pop()
+            else:
+                job.out_fd = os.memfd_create("fzd-python-output", os.MFD_CLOEXEC)
             if out is not None:
                 job.params["out_length"] = len(out)
 
@@ -438,7 +553,7 @@ class Client:
         a, view = _host_view(array)
         params["dtype"] = dtype_name(a.dtype)
         params["shape"] = list(a.shape)
-        self._input(job, view)
+        self._input(job, view, arr=a)
         self._output(job, compress_bound(len(view)), outview)
         return job
 
@@ -498,6 +613,10 @@ class Client:
                                     % (n, len(job.out)))
                     _pread_into(job.out_fd, job.out[:n])
                     return n
+                if n < 1 << 30:  # one copy, straight into the bytes object
+                    arc = os.pread(job.out_fd, n, 0)
+                    if len(arc) == n:
+                        return arc
                 arc = bytearray(n)
                 _pread_into(job.out_fd, memoryview(arc))
                 return bytes(arc)
