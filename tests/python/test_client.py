@@ -195,10 +195,6 @@ class Errors(fzdtest.DaemonTest):
         self.expect("EINVAL", fzd.Client, "tcp:nohostport")
 
     def test_device_arrays_on_cpu_backend(self):
-        class FakeDevice:  # what CuPy and PyTorch tensors expose
-            __cuda_array_interface__ = {"shape": (10,), "typestr": "<f4",
-                                        "data": (0x7f0000000000, False), "version": 3,
-                                        "strides": None}
         e = self.expect("ENOGPU", self.c.compress, FakeDevice(), eb=1e-3)
         self.assertIn("cpu", e.message)
         arc = self.c.compress(np.arange(10, dtype=np.float32), pipeline="lossless")
@@ -315,6 +311,9 @@ class Tcp(fzdtest.DaemonTest):
             c.compress(big, pipeline="lossless")
         self.assertEqual(cm.exception.name, "EMSGSIZE")
         self.assertEqual(c.bytes_sent, sent)
+        with self.assertRaises(fzd.Error) as cm:
+            c.compress(FakeDevice(), eb=1e-3)
+        self.assertEqual(cm.exception.name, "ETRANSPORT")
         c.close()
         os.environ["FZD_TOKEN"] = "s3cret"
         try:
@@ -326,6 +325,42 @@ class Tcp(fzdtest.DaemonTest):
         with self.assertRaises(fzd.Error) as cm:
             fzd.Client(self.fzd.tcp_address, token="wrong")
         self.assertEqual(cm.exception.name, "EAUTH")
+
+
+class FakeDevice:
+    """What CuPy arrays and PyTorch CUDA tensors expose."""
+
+    def __init__(self, shape=(10,), strides=None, typestr="<f4"):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "version": 3,
+                                         "data": (0x7f0000000000, False), "strides": strides}
+
+
+class DeviceInterface(unittest.TestCase):
+    """The parts of the device path that need no GPU."""
+
+    def test_interface_checks(self):
+        from fzd import _cuda
+        shape, dt, ptr, ro, stream = _cuda._interface(FakeDevice((4, 6)), "input")
+        self.assertEqual((shape, dt, ptr, ro, stream), ((4, 6), np.dtype("<f4"), 0x7f0000000000,
+                                                        False, None))
+        _cuda._interface(FakeDevice((4, 6), strides=(24, 4)), "input")  # C order, explicit
+        with self.assertRaises(fzd.Error) as cm:
+            _cuda._interface(FakeDevice((4, 6), strides=(4, 16)), "input")
+        self.assertEqual(cm.exception.name, "EINVAL")
+        self.assertIn("C-contiguous", cm.exception.message)
+
+    def test_no_driver_is_enogpu(self):
+        import ctypes
+        try:
+            ctypes.CDLL("libcuda.so.1")
+            self.skipTest("this machine has a CUDA driver")
+        except OSError:
+            pass
+        from fzd import _cuda
+        with self.assertRaises(fzd.Error) as cm:
+            _cuda.Cuda()
+        self.assertEqual(cm.exception.name, "ENOGPU")
+        self.assertIn("libcuda.so.1", cm.exception.message)
 
 
 class DefaultAddress(fzdtest.DaemonTest):

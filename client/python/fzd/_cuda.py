@@ -105,7 +105,8 @@ class Cuda:
         if r != 0:
             raise error("EINVAL", "the %s array at 0x%x is not CUDA device memory (%s)"
                         % (what, ptr, self._name(r)))
-        r, managed = self._attr(ctypes.c_int, _ATTR_IS_MANAGED, ptr)
+        # A boolean the driver may write as a wider word: room for 8 bytes.
+        r, managed = self._attr(ctypes.c_uint64, _ATTR_IS_MANAGED, ptr)
         if r == 0 and managed:
             raise error("EINVAL", "the %s array at 0x%x is managed memory, which cannot be "
                         "shared with fzd: allocate it with cudaMalloc (CuPy's and "
@@ -113,9 +114,6 @@ class Cuda:
         if mtype != _MEMORYTYPE_DEVICE:
             raise error("EINVAL", "the %s array at 0x%x is %s memory, not device memory"
                         % (what, ptr, "host" if mtype == _MEMORYTYPE_HOST else "non-device"))
-        if stream is not None:
-            self._check(self._fn("cuStreamSynchronize")(ctypes.c_void_p(int(stream))),
-                        "cuStreamSynchronize on the %s array's stream" % what)
         e = _Export()
         e.ptr = ptr
         e.nbytes = dt.itemsize * int(np.prod(shape, dtype=np.uint64))
@@ -144,6 +142,12 @@ class Cuda:
         self._check(self._fn("cuCtxPushCurrent_v2", "cuCtxPushCurrent")(ctypes.c_void_p(ctx)),
                     "cuCtxPushCurrent")
         try:
+            if stream is not None:
+                # The interface's contract: the consumer waits for the
+                # producer's stream (1: the legacy default stream, 2: per
+                # thread, else a CUstream) before it touches the data.
+                self._check(self._fn("cuStreamSynchronize")(ctypes.c_void_p(int(stream))),
+                            "cuStreamSynchronize on the %s array's stream" % what)
             base = ctypes.c_uint64()
             size = ctypes.c_size_t()
             self._check(self._fn("cuMemGetAddressRange_v2", "cuMemGetAddressRange")(
@@ -223,10 +227,6 @@ class Cuda:
         if len(devs) == 2 and devs[0].uuid != devs[1].uuid:
             raise error("EINVAL", "input and output are on two GPUs (%s, %s)"
                         % (devs[0].uuid, devs[1].uuid))
-        if devs and client.device and client.device.startswith("GPU-") and \
-                client.device != devs[0].uuid:
-            raise error("ENOGPU", "the array is on %s, the daemon serves %s"
-                        % (devs[0].uuid, client.device))
 
     def take(self, job, res):
         if job.op == "compress":
