@@ -36,7 +36,7 @@ class Install(unittest.TestCase):
                 "build", "*.egg-info", "__pycache__"))
             site = os.path.join(tmp, "site")
             r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation",
-                                "--no-deps", "--no-index", "--disable-pip-version-check",
+                                "--no-deps", "--no-index", "--disable-pip-version-check", "--no-cache-dir",
                                 "--target", site, copy], capture_output=True, text=True,
                                timeout=300)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)

@@ -66,6 +66,16 @@ class Codec(fzdtest.DaemonTest):
                          .decode(FZD(pipeline="lossless", address=self.fzd.address).encode(raw))
                          .tobytes(), raw)
 
+    def test_threads_share_a_codec(self):
+        from concurrent.futures import ThreadPoolExecutor
+        c = FZD(eb=1e-3, address=self.fzd.address)
+        fields = [smooth_field((64, 64 + i), np.float32, seed=i) for i in range(16)]
+        with ThreadPoolExecutor(4) as ex:
+            backs = list(ex.map(lambda f: c.decode(c.encode(f)), fields))
+        for f, b in zip(fields, backs):
+            self.assertEqual(b.shape, f.shape)
+            self.assertLessEqual(np.abs(b - f).max(), fzd.info(c.encode(f)).eb_abs)
+
     def test_no_daemon_is_a_clear_error(self):
         c = FZD(eb=1e-3, address="unix:" + self.fzd.socket + ".absent")
         with self.assertRaises(fzd.Error) as cm:

@@ -15,9 +15,11 @@ encode() gets the chunk as an ndarray (zarr hands it one), so the archive
 records its dtype and shape; a bytes-like chunk is compressed as u8.  Each
 chunk is an archive of its own: fzd.info() reads its bound.  Both
 directions need a reachable daemon (a clear fzd.Error otherwise); the
-connection is opened at first use and kept, one per process and codec.
+connection is opened at first use and kept, one per thread, process and
+codec (zarr under dask threads is safe).
 """
 import os
+import threading
 
 import numpy as np
 from numcodecs.abc import Codec
@@ -41,16 +43,17 @@ class FZD(Codec):
         self.mode = mode
         self.fill_value = None if fill_value is None else float(fill_value)
         self.address = address
-        self._client = None
-        self._pid = None
+        self._local = threading.local()
 
     def _connection(self):
-        # A connection does not survive fork (multiprocessing, dask workers):
-        # a child opens its own.
-        if self._client is None or self._pid != os.getpid():
-            self._client = Client(self.address)
-            self._pid = os.getpid()
-        return self._client
+        # A Client serves one thread, and does not survive fork
+        # (multiprocessing, dask workers): each thread of each process opens
+        # its own, at first use.
+        loc = self._local
+        if getattr(loc, "client", None) is None or loc.pid != os.getpid():
+            loc.client = Client(self.address)
+            loc.pid = os.getpid()
+        return loc.client
 
     def _call(self, fn, *args, **kw):
         try:
@@ -58,7 +61,7 @@ class FZD(Codec):
         except Exception as e:
             from ._errors import Error
             if isinstance(e, Error) and e.name in ("ECONNRESET", "EPROTO", "ETIMEDOUT"):
-                self._client = None  # next time, a fresh connection
+                self._local.client = None  # next time, a fresh connection
             raise
 
     def encode(self, buf):
