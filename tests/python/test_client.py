@@ -364,6 +364,33 @@ class DeviceInterface(unittest.TestCase):
 
 
 class DefaultAddress(fzdtest.DaemonTest):
+    def test_local_rank_template(self):
+        from fzd._client import expand_address, _LOCAL_RANK_VARS
+        saved = {k: os.environ.pop(k) for k in _LOCAL_RANK_VARS + ("FZD_DAEMONS_PER_NODE",)
+                 if k in os.environ}
+        try:
+            with self.assertRaises(fzd.Error) as cm:
+                expand_address("unix:/run/fzd/gpu%l.sock")
+            self.assertEqual(cm.exception.name, "EINVAL")
+            self.assertIn("SLURM_LOCALID", cm.exception.message)
+            os.environ["SLURM_LOCALID"] = "6"
+            self.assertEqual(expand_address("unix:/run/fzd/gpu%l.sock"), "unix:/run/fzd/gpu6.sock")
+            os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = "5"  # Open MPI's comes first
+            os.environ["FZD_DAEMONS_PER_NODE"] = "4"
+            self.assertEqual(expand_address("/x/%l-100%%"), "/x/1-100%")
+            with self.assertRaises(fzd.Error):
+                expand_address("/x/%d")
+            # A real connection through a template: the daemon's socket is d.sock -> "%l"
+            os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = "0"
+            link_dir = os.path.dirname(self.fzd.socket)
+            os.symlink(self.fzd.socket, os.path.join(link_dir, "gpu0.sock"))
+            with fzd.Client("unix:" + os.path.join(link_dir, "gpu%l.sock")) as c:
+                self.assertEqual(c.pid, self.fzd.proc.pid)
+        finally:
+            for k in _LOCAL_RANK_VARS + ("FZD_DAEMONS_PER_NODE",):
+                os.environ.pop(k, None)
+            os.environ.update(saved)
+
     def test_fzd_socket_variable(self):
         os.environ["FZD_SOCKET"] = self.fzd.socket  # a plain path
         try:

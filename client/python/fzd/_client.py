@@ -51,6 +51,50 @@ _NAMES = {np.dtype(v): k for k, v in
 _DTYPES = {k: v for v, k in _NAMES.items()}
 
 
+# The launchers' names for the node-local rank, in libfzclient's order:
+# Open MPI, MPICH and Intel MPI, Slurm, PMIx-based ones.
+_LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                    "PMIX_LOCAL_RANK", "PMI_LOCAL_RANK")
+
+
+def expand_address(template):
+    """An address with "%l" replaced by the node-local rank (modulo
+    $FZD_DAEMONS_PER_NODE) and "%%" by "%", as libfzclient does it, so
+    that each MPI rank reaches the fzd of its GPU."""
+    out = []
+    i = 0
+    while i < len(template):
+        ch = template[i]
+        if ch != "%":
+            out.append(ch)
+            i += 1
+            continue
+        nxt = template[i + 1:i + 2]
+        if nxt == "%":
+            out.append("%")
+        elif nxt == "l":
+            name = next((v for v in _LOCAL_RANK_VARS if v in os.environ), None)
+            if name is None:
+                raise error("EINVAL", "the address has %%l but no launcher said the local rank "
+                            "(%s are unset)" % ", ".join(_LOCAL_RANK_VARS))
+            text = os.environ[name]
+            if not text.isdigit():
+                raise error("EINVAL", "%s is '%s', not a local rank" % (name, text))
+            rank = int(text)
+            per = os.environ.get("FZD_DAEMONS_PER_NODE")
+            if per is not None:
+                if not per.isdigit() or int(per) == 0:
+                    raise error("EINVAL", "FZD_DAEMONS_PER_NODE is '%s', not a positive number"
+                                % per)
+                rank %= int(per)
+            out.append(str(rank))
+        else:
+            raise error("EINVAL", "address '%s': '%%%s' is not %%l or %%%%"
+                        % (template, nxt or " "))
+        i += 2
+    return "".join(out)
+
+
 def dtype_name(dt):
     """fzd's name of a numpy dtype ("f32"), or Error EDTYPE."""
     dt = np.dtype(dt)
@@ -205,7 +249,8 @@ class Client:
     """A connection to fzd.
 
     ``address``: "unix:PATH", "tcp:HOST:PORT" (IPv6 in brackets) or a plain
-    path; None is $FZD_SOCKET, else /run/fzd/fzd.sock.  ``token``: for TCP
+    path, where "%l" is the node-local rank (as libfzclient: one daemon per
+    GPU); None is $FZD_SOCKET, else /run/fzd/fzd.sock.  ``token``: for TCP
     daemons that require one (default $FZD_TOKEN).  ``timeout``: seconds for
     connecting and for each answer (None: wait forever).  A Client is not
     thread-safe: use one per thread.  It is a context manager.
@@ -217,6 +262,7 @@ class Client:
             address = os.environ.get("FZD_SOCKET") or DEFAULT_SOCKET
         if token is None:
             token = os.environ.get("FZD_TOKEN") or None
+        address = expand_address(address)
         self.address = address
         self.memfd_threshold = memfd_threshold
         self.bytes_sent = 0      # bytes written to the socket (messages only)
