@@ -1,6 +1,7 @@
 """Shared by the Python package's tests: a private fzd for each test class.
 
-FZD_PATH names the fzd binary of the build (ctest sets it); PYTHONPATH
+FZD_PATH names the fzd binary of the build (ctest sets it; FZD_BINARY,
+when set, wins); PYTHONPATH
 holds client/python, so the package under test is the source tree's.
 Daemon() starts fzd with --backend cpu on a socket in a fresh directory,
 waits for READY=1 on a NOTIFY_SOCKET of its own (so the socket is
@@ -22,7 +23,9 @@ SKIP = 77  # ctest SKIP_RETURN_CODE
 
 class Daemon:
     def __init__(self, backend="cpu", **settings):
-        self.binary = os.environ.get("FZD_PATH")
+        # FZD_BINARY (as for the Criterion suites' harness) overrides the
+        # build's fzd, e.g. with a ThreadSanitizer one.
+        self.binary = os.environ.get("FZD_BINARY") or os.environ.get("FZD_PATH")
         if not self.binary:
             raise RuntimeError("FZD_PATH is not set (ctest sets it to the built fzd)")
         self.tmp = tempfile.TemporaryDirectory(prefix="fzd-py-")

@@ -265,6 +265,7 @@ class Client:
         address = expand_address(address)
         self.address = address
         self.memfd_threshold = memfd_threshold
+        self.last_result = None  # the daemon's result map of the last job
         self.bytes_sent = 0      # bytes written to the socket (messages only)
         self.fds_sent = 0        # descriptors passed with SCM_RIGHTS
         self._sock = None
