@@ -7,6 +7,7 @@
 set -eu
 pkgs="build-essential cmake ninja-build pkg-config libuv1-dev libmsgpack-dev
       libcjson-dev libcriterion-dev python3 python3-msgpack python3-numpy
+      python3-zarr python3-numcodecs python3-entrypoints python3-pip python3-setuptools
       systemd man-db groff-base gfortran $*"
 missing=""
 for p in $pkgs; do
