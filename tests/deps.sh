@@ -7,7 +7,8 @@
 set -eu
 pkgs="build-essential cmake ninja-build pkg-config libuv1-dev libmsgpack-dev
       libcjson-dev libcriterion-dev python3 python3-msgpack python3-numpy
-      systemd man-db groff-base $*"
+      systemd man-db groff-base
+      libhdf5-dev hdf5-tools python3-h5py $*"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
