@@ -30,7 +30,7 @@ static const char *const pipelines[] = {"balanced", "fast", "lossless"};
 #define N_PIPELINES (sizeof pipelines / sizeof pipelines[0])
 
 static void push(const char *func, int line, const char *fmt, const char *msg) {
-  H5Epush2(H5E_DEFAULT, __FILE__, func, (unsigned)line, H5E_ERR_CLS, H5E_PLINE,
+  H5Epush2(H5E_DEFAULT, "h5z_fzd.c", func, (unsigned)line, H5E_ERR_CLS, H5E_PLINE,
            H5E_CANTFILTER, fmt, msg);
 }
 
