@@ -50,6 +50,8 @@ static struct {
   size_t in_cap;
   void *out;
   size_t out_cap;
+  void *scratch;        /* archives made in process, before they are placed */
+  size_t scratch_cap;
   fz_plan *plan;        /* the plan of the last spec */
   h5zf_spec plan_spec;
 } st;
@@ -181,6 +183,23 @@ static int shared_buffer(void **buf, size_t *cap, size_t need, char *why, size_t
   return 0;
 }
 
+/* Puts the archive of n bytes at arc where the filter hands it back: into
+ * the chunk's own buffer (buf, buf_cap bytes, whose input has been used)
+ * when it fits, which spares an allocation and its page faults per chunk,
+ * else into a new buffer from alloc. */
+static int place(const void *arc, size_t n, void *buf, size_t buf_cap, h5zf_alloc_fn alloc,
+                 void **out, size_t *out_len, char *why, size_t why_len) {
+  void *dst = n <= buf_cap ? buf : alloc(n);
+  if (!dst) {
+    say(why, why_len, "out of memory for an archive of %zu bytes", n);
+    return FZ_ENOMEM;
+  }
+  memcpy(dst, arc, n);
+  *out = dst;
+  *out_len = n;
+  return 0;
+}
+
 /* Codes after which the connection cannot be trusted with another job. */
 static int connection_lost(int rc) {
   return rc == FZ_ECONNRESET || rc == FZ_EPIPE || rc == FZ_EPROTO || rc == FZ_ETIMEDOUT ||
@@ -188,7 +207,7 @@ static int connection_lost(int rc) {
 }
 
 /* Compresses through the daemon into out / out_len.  Under lock. */
-static int via_daemon(const h5zf_spec *spec, const void *in, size_t in_len,
+static int via_daemon(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_cap,
                       h5zf_alloc_fn alloc, void **out, size_t *out_len, char *why,
                       size_t why_len) {
   fz_client *c = get_client(why, why_len);
@@ -200,7 +219,7 @@ static int via_daemon(const h5zf_spec *spec, const void *in, size_t in_len,
     rc = shared_buffer(&st.out, &st.out_cap, bound, why, why_len);
   if (rc < 0)
     return rc;
-  memcpy(st.in, in, in_len);
+  memcpy(st.in, buf, in_len);
 
   fz_job job;
   fz_job_init(&job);
@@ -240,43 +259,35 @@ static int via_daemon(const h5zf_spec *spec, const void *in, size_t in_len,
       drop_client();
     return rc;
   }
-  void *buf = alloc(done.result.data_len);
-  if (!buf) {
-    say(why, why_len, "out of memory for an archive of %zu bytes", done.result.data_len);
-    return FZ_ENOMEM;
-  }
-  memcpy(buf, done.result.data, done.result.data_len);
-  *out = buf;
-  *out_len = done.result.data_len;
-  return 0;
+  return place(done.result.data, done.result.data_len, buf, buf_cap, alloc, out, out_len, why,
+               why_len);
 }
 
 /* Compresses with the embedded engine.  Under lock. */
-static int in_process(const void *in, size_t in_len, h5zf_alloc_fn alloc,
-                      void (*release)(void *), void **out, size_t *out_len, char *why,
-                      size_t why_len) {
+static int in_process(void *buf, size_t in_len, size_t buf_cap, h5zf_alloc_fn alloc,
+                      void **out, size_t *out_len, char *why, size_t why_len) {
   size_t bound = fz_plan_compress_bound(st.plan);
-  void *buf = alloc(bound);
-  if (!buf) {
-    say(why, why_len, "out of memory for an archive of up to %zu bytes", bound);
-    return FZ_ENOMEM;
+  if (st.scratch_cap < bound) {
+    free(st.scratch);
+    st.scratch = malloc(bound);
+    st.scratch_cap = st.scratch ? bound : 0;
+    if (!st.scratch) {
+      say(why, why_len, "out of memory for an archive of up to %zu bytes", bound);
+      return FZ_ENOMEM;
+    }
   }
   size_t n = 0;
-  int rc = fz_plan_compress(st.plan, in, in_len, buf, bound, &n);
+  int rc = fz_plan_compress(st.plan, buf, in_len, st.scratch, bound, &n);
   if (rc < 0) {
     const char *e = fz_plan_error(st.plan);
     say(why, why_len, "%s", *e ? e : fz_strerror(rc));
-    release(buf);
     return rc;
   }
-  *out = buf;
-  *out_len = n;
-  return 0;
+  return place(st.scratch, n, buf, buf_cap, alloc, out, out_len, why, why_len);
 }
 
-int h5zf_compress(const h5zf_spec *spec, const void *in, size_t in_len, h5zf_alloc_fn alloc,
-                  void (*release)(void *), void **out, size_t *out_len, char *why,
-                  size_t why_len) {
+int h5zf_compress(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_cap,
+                  h5zf_alloc_fn alloc, void **out, size_t *out_len, char *why, size_t why_len) {
   *out = NULL;
   *out_len = 0;
   daemon_use use = daemon_setting();
@@ -288,14 +299,14 @@ int h5zf_compress(const h5zf_spec *spec, const void *in, size_t in_len, h5zf_all
     rc = FZ_ESIZE;
   }
   if (rc == 0 && use != USE_OFF) {
-    rc = via_daemon(spec, in, in_len, alloc, out, out_len, why, why_len);
+    rc = via_daemon(spec, buf, in_len, buf_cap, alloc, out, out_len, why, why_len);
     if (rc < 0 && use == USE_AUTO)
       rc = 1; /* fall back */
   } else if (rc == 0) {
     rc = 1;
   }
   if (rc == 1)
-    rc = in_process(in, in_len, alloc, release, out, out_len, why, why_len);
+    rc = in_process(buf, in_len, buf_cap, alloc, out, out_len, why, why_len);
   pthread_mutex_unlock(&lock);
   return rc;
 }
@@ -337,4 +348,17 @@ int h5zf_decompress(const void *arc, size_t arc_len, size_t expect, h5zf_alloc_f
   *out = buf;
   *out_len = n;
   return 0;
+}
+
+/* When HDF5 unloads the plugin (H5close, or the process's end): the
+ * connection, its shared buffers, the plan and the scratch buffer go. */
+__attribute__((destructor)) static void release_all(void) {
+  pthread_mutex_lock(&lock);
+  drop_client();
+  fz_plan_destroy(st.plan);
+  st.plan = NULL;
+  free(st.scratch);
+  st.scratch = NULL;
+  st.scratch_cap = 0;
+  pthread_mutex_unlock(&lock);
 }

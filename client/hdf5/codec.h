@@ -30,13 +30,14 @@ typedef void *(*h5zf_alloc_fn)(size_t size);
  * created: FZ_EPIPELINE, FZ_EBOUND, ... with the engine's message. */
 int h5zf_check(const h5zf_spec *spec, char *why, size_t why_len);
 
-/* Compresses the in_len bytes at in (the whole chunk) into one archive in a
- * buffer from alloc: *out, *out_len.  Through the daemon unless
- * FZD_HDF5_DAEMON=off or none answers; FZD_HDF5_DAEMON=require fails
- * instead of falling back. */
-int h5zf_compress(const h5zf_spec *spec, const void *in, size_t in_len, h5zf_alloc_fn alloc,
-                  void (*release)(void *), void **out, size_t *out_len, char *why,
-                  size_t why_len);
+/* Compresses the in_len bytes at buf (the whole chunk, in a buffer of
+ * buf_cap bytes) into one archive: *out, *out_len.  The archive replaces
+ * the chunk in buf when it fits (then *out == buf), else it is in a new
+ * buffer from alloc.  Through the daemon unless FZD_HDF5_DAEMON=off or none
+ * answers; FZD_HDF5_DAEMON=require fails instead of falling back.  The
+ * archives made in process pass through a buffer the process keeps. */
+int h5zf_compress(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_cap,
+                  h5zf_alloc_fn alloc, void **out, size_t *out_len, char *why, size_t why_len);
 
 /* Decodes one archive into a buffer from alloc; when expect is not 0 the
  * archive must hold exactly that many bytes. */

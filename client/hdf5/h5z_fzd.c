@@ -218,16 +218,18 @@ static size_t filter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[
       FAIL("%s", why);
       return 0;
     }
-    rc = h5zf_compress(&spec, *buf, nbytes, h5_alloc, h5_release, &out, &out_len, why,
+    rc = h5zf_compress(&spec, *buf, nbytes, *buf_size, h5_alloc, &out, &out_len, why,
                        sizeof why);
   }
   if (rc < 0) {
     FAIL("%s (%s)", why, fz_err_name(rc));
     return 0;
   }
-  H5free_memory(*buf);
-  *buf = out;
-  *buf_size = out_len ? out_len : 1;
+  if (out != *buf) {
+    H5free_memory(*buf);
+    *buf = out;
+    *buf_size = out_len;
+  }
   return out_len;
 }
 

@@ -12,8 +12,9 @@ descriptor fzctl passes, and writes the archive to a file).  h5py: the
 array, already in memory, written to a new file as one chunked dataset with
 the filter (FZD_HDF5_DAEMON=require, so every chunk goes to the daemon),
 timed up to the file's close; then the same with the embedded engine
-(FZD_HDF5_DAEMON=off).  Both write their output to $TMPDIR; the best of
---repeat runs counts.  Prints MB/s (10^6 bytes of input per second) and the
+(FZD_HDF5_DAEMON=off).  Both write their output to $TMPDIR.  The three are
+run in turn --repeat times (a shared machine's load changes from second to
+second); the best of each counts, and the run-by-run shares are printed.  Prints MB/s (10^6 bytes of input per second) and the
 filter's share of fzctl's throughput.
 """
 import argparse
@@ -83,24 +84,28 @@ def main():
         cmd = [fzctl, "-S", sock, "submit", "-q", "-f", "-t", "f32", "-s", "%dx%d" % (rows, cols),
                "-p", a.pipeline, "-e", repr(a.eb), "-m", a.mode, "-o",
                os.path.join(work, "x.fz"), raw]
-        best_ctl = min(timed(lambda: subprocess.run(cmd, check=True)) for _ in range(a.repeat))
-        arc = os.path.getsize(os.path.join(work, "x.fz"))
-
         pipe = {"balanced": 0, "fast": 1, "lossless": 2}[a.pipeline]
         mode = {"abs": 0, "rel": 1, "pwrel": 2}[a.mode]
         lo, hi = struct.unpack("<II", struct.pack("<d", a.eb))
         h5 = os.path.join(work, "x.h5")
 
-        def write():
+        def write(daemon):
+            os.environ["FZD_HDF5_DAEMON"] = daemon
             with h5py.File(h5, "w") as f:
                 f.create_dataset("x", data=x, chunks=(chunk_rows, cols), compression=305,
                                  compression_opts=(pipe, mode, lo, hi))
 
-        os.environ["FZD_HDF5_DAEMON"] = "require"
-        best_h5 = min(timed(write) for _ in range(a.repeat))
+        # Interleaved, so that a change of the machine's load between runs
+        # reaches all three alike; each run's fzctl and filter times pair up.
+        ctl, via, local = [], [], []
+        for _ in range(a.repeat):
+            ctl.append(timed(lambda: subprocess.run(cmd, check=True)))
+            via.append(timed(lambda: write("require")))
+            local.append(timed(lambda: write("off")))
+        best_ctl, best_h5, best_local = min(ctl), min(via), min(local)
+        arc = os.path.getsize(os.path.join(work, "x.fz"))
         h5_size = os.path.getsize(h5)
-        os.environ["FZD_HDF5_DAEMON"] = "off"
-        best_local = min(timed(write) for _ in range(a.repeat))
+        shares = sorted(c / v for c, v in zip(ctl, via))
 
         print("data: %d x %d float32 (%.0f MiB), %s %s %g, HDF5 chunks %d x %d (%.1f MiB)" %
               (rows, cols, x.nbytes / 2**20, a.pipeline, a.mode, a.eb, chunk_rows, cols,
@@ -110,6 +115,8 @@ def main():
         print("h5py + filter via fzd:   %7.1f MB/s  (%.2f s, file %d bytes)  %.0f%% of fzctl" %
               (mb / best_h5, best_h5, h5_size, 100.0 * best_ctl / best_h5))
         print("h5py + filter in process:%7.1f MB/s  (%.2f s)" % (mb / best_local, best_local))
+        print("filter via fzd / fzctl, run by run: %s (median %.0f%%)" %
+              (" ".join("%.0f%%" % (100 * r) for r in shares), 100 * shares[len(shares) // 2]))
     finally:
         if proc:
             proc.send_signal(signal.SIGTERM)
