@@ -4,7 +4,7 @@ fzctl compressing the same bytes, both through one fzd on the CPU backend.
 Not run by ctest.
 
     /usr/bin/python3 tests/bench/hdf5_bench.py BUILD_DIR [--mib 1024]
-        [--chunk-mib 16] [--pipeline balanced] [--eb 1e-3] [--mode rel]
+        [--chunk-mib 4] [--pipeline balanced] [--eb 1e-3] [--mode rel]
         [--repeat 3]
 
 fzctl: `fzctl submit` of the raw file (the daemon reads it through the
@@ -45,7 +45,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("build")
     ap.add_argument("--mib", type=int, default=1024)
-    ap.add_argument("--chunk-mib", type=int, default=16)
+    ap.add_argument("--chunk-mib", type=int, default=4)
     ap.add_argument("--pipeline", default="balanced", choices=["balanced", "fast", "lossless"])
     ap.add_argument("--eb", type=float, default=1e-3)
     ap.add_argument("--mode", default="rel", choices=["abs", "rel", "pwrel"])
