@@ -203,7 +203,7 @@ static int place(const void *arc, size_t n, void *buf, size_t buf_cap, h5zf_allo
 /* Codes after which the connection cannot be trusted with another job. */
 static int connection_lost(int rc) {
   return rc == FZ_ECONNRESET || rc == FZ_EPIPE || rc == FZ_EPROTO || rc == FZ_ETIMEDOUT ||
-         rc == FZ_EIO || rc == FZ_ESHUTDOWN || rc == FZ_EMSGSIZE;
+         rc == FZ_EIO || rc == FZ_ESHUTDOWN;
 }
 
 /* Compresses through the daemon into out / out_len.  Under lock. */
@@ -213,6 +213,14 @@ static int via_daemon(const h5zf_spec *spec, void *buf, size_t in_len, size_t bu
   fz_client *c = get_client(why, why_len);
   if (!c)
     return FZ_ECONNREFUSED;
+  /* Over TCP the chunk travels inline, within the server's limit. */
+  fz_server_info info;
+  fz_client_info(c, &info);
+  if (info.transport == FZ_TRANSPORT_TCP && in_len > info.max_inline) {
+    say(why, why_len, "a chunk of %zu bytes is over the %llu bytes fzd takes inline over TCP",
+        in_len, (unsigned long long)info.max_inline);
+    return FZ_EMSGSIZE;
+  }
   size_t bound = fz_plan_compress_bound(st.plan);
   int rc = shared_buffer(&st.in, &st.in_cap, in_len, why, why_len);
   if (rc == 0)

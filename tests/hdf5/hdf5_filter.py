@@ -246,8 +246,22 @@ def h5dump(h5dump_bin, path, env, dataset, start, count):
                           env=env, capture_output=True, text=True, timeout=120)
 
 
+def exports_only_h5pl(plugin_dir):
+    """The plugin exports the two H5PL calls and hides libfzclient and the
+    engine linked into it."""
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(plugin_dir, "libh5z_fzd.so"))
+    for name in ("H5PLget_plugin_type", "H5PLget_plugin_info"):
+        check(hasattr(lib, name), "the plugin does not export %s" % name)
+    for name in ("fz_client_connect", "fz_plan_create", "fz_decompress", "fzp_pack_key"):
+        check(not hasattr(lib, name), "the plugin exports %s" % name)
+    check(lib.H5PLget_plugin_type() == 0, "plugin type %d, not H5PL_TYPE_FILTER"
+          % lib.H5PLget_plugin_type())
+
+
 def run(fzd, fzctl, plugin_dir, h5dump_bin):
     import numpy as np
+    exports_only_h5pl(plugin_dir)
     with tempfile.TemporaryDirectory(prefix="fzd-hdf5-") as tmp:
         base = dict(os.environ, HDF5_PLUGIN_PATH=plugin_dir)
         base.pop("FZD_HDF5_DAEMON", None)
