@@ -5,7 +5,8 @@ h5py (Debian's python3-h5py, through HDF5_PLUGIN_PATH) writes chunked
 datasets with the filter: f32 and f64 under each bound mode, integers
 lossless, 2-D and 3-D, with partial edge chunks, first through a real fzd
 on the CPU backend (FZD_HDF5_DAEMON=require, and fzd's stats must count one
-job per chunk), then with no daemon reachable (the embedded engine).  Every
+job per chunk), then with no daemon reachable (the embedded engine), and
+in one process across a daemon that stops between two datasets.  Every
 file is read back with the daemon stopped and checked: max |x - x'| within
 the bound (REL: relative to each chunk's range, as HDF5 hands the chunk to
 the filter), lossless bit for bit.  h5dump prints values of both files.  A
@@ -200,6 +201,44 @@ def role_require_fails(path):
             raise AssertionError("FZD_HDF5_DAEMON=require wrote without a daemon")
 
 
+def role_daemon_goes(path):
+    """One process writes a dataset through fzd, then the daemon stops
+    (SIGTERM to FZD_TEST_PID) and the same process writes another: the
+    connection it kept is gone, and the chunks are compressed in process
+    (FZD_HDF5_DAEMON unset: auto), none left raw."""
+    import h5py
+    import numpy as np
+    name = "f32_2d_rel"
+    dtype, shape, chunks, pipe, mode, eb, fill = DATASETS[name]
+    x = make(np, name)
+    with h5py.File(path, "w") as f:
+        for ds in ("before", "after"):
+            if ds == "after":
+                out = subprocess.run([os.environ["FZD_TEST_FZCTL"], "-S", os.environ["FZD_SOCKET"],
+                                      "stats", "--json"], capture_output=True, text=True,
+                                     timeout=60, check=True).stdout
+                jobs = json.loads(out)["compress"]["count"]
+                check(jobs == f.attrs["chunks_before"],
+                      "fzd compressed %d chunks of %d" % (jobs, f.attrs["chunks_before"]))
+                pid = int(os.environ["FZD_TEST_PID"])
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + 60
+                while os.path.exists(os.environ["FZD_SOCKET"][len("unix:"):]):
+                    check(time.monotonic() < deadline, "fzd did not remove its socket")
+                    time.sleep(0.05)
+            d = f.create_dataset(ds, data=x, chunks=chunks, compression=FILTER,
+                                 compression_opts=opts(BALANCED, ABS, 1e-2))
+            for i in range(d.id.get_num_chunks()):
+                check(d.id.get_chunk_info(i).filter_mask == 0,
+                      "%s: chunk %d stored without the filter" % (ds, i))
+            f.attrs["chunks_" + ds] = d.id.get_num_chunks()
+    with h5py.File(path, "r") as f:
+        for ds in ("before", "after"):
+            err = np.abs(f[ds][...].astype("f8") - x.astype("f8")).max()
+            check(err <= 1e-2, "%s: max error %g over 1e-2" % (ds, err))
+    print("daemon gone between datasets: both written, within the bound")
+
+
 # ---- the driver -------------------------------------------------------------
 
 def start_fzd(binary, tmp):
@@ -228,6 +267,7 @@ def start_fzd(binary, tmp):
         if "READY=1" in note.split("\n"):
             break
     notify.close()
+    os.unlink(notify_path)  # free for the next daemon of the test
     return proc, sock_path
 
 
@@ -287,6 +327,19 @@ def run(fzd, fzctl, plugin_dir, h5dump_bin):
             code = proc.wait(timeout=60)
         check(code == 0, "fzd exited with %d after SIGTERM" % code)
 
+        # A daemon that goes away while a writer holds its connection.
+        proc, sock = start_fzd(fzd, tmp)
+        try:
+            stopped = os.path.join(tmp, "stopped.h5")
+            child("daemon-goes", stopped, dict(base, FZD_SOCKET="unix:" + sock,
+                                                FZD_TEST_PID=str(proc.pid), FZD_TEST_FZCTL=fzctl))
+            code = proc.wait(timeout=60)
+            check(code == 0, "fzd exited with %d after SIGTERM" % code)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
         # No daemon from here on.
         child("read", with_daemon, dict(nowhere, FZD_HDF5_DAEMON="require"))
         child("write", in_process, nowhere)
@@ -326,7 +379,7 @@ if __name__ == "__main__":
     try:
         if len(sys.argv) == 4 and sys.argv[1] == "--role":
             {"write": lambda p: role_write(p, os.environ.get("FZD_HDF5_DAEMON") == "require"),
-             "read": role_read, "corrupt": role_corrupt,
+             "read": role_read, "corrupt": role_corrupt, "daemon-goes": role_daemon_goes,
              "require-fails": role_require_fails}[sys.argv[2]](sys.argv[3])
         elif len(sys.argv) == 5:
             run(os.environ.get("FZD_BINARY") or sys.argv[1], *sys.argv[2:])
