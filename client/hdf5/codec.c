@@ -263,7 +263,7 @@ static int via_daemon(const h5zf_spec *spec, void *buf, size_t in_len, size_t bu
     say(why, why_len, "fzd: %s", fz_client_errmsg(c));
   }
   if (rc < 0) {
-    if (connection_lost(rc) || rc == FZ_ETIMEDOUT)
+    if (connection_lost(rc))
       drop_client();
     return rc;
   }

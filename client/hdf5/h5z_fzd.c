@@ -136,7 +136,8 @@ static herr_t set_local(hid_t dcpl, hid_t type, hid_t space) {
     cd[H5Z_FZD_CD_PIPELINE] = H5Z_FZD_LOSSLESS;
   } else if (n == H5Z_FZD_CD_USER_MIN) {
     cd[H5Z_FZD_CD_HAS_FILL] = cd[H5Z_FZD_CD_FILL] = cd[H5Z_FZD_CD_FILL + 1] = 0;
-  } else if (n < H5Z_FZD_CD_USER_MAX) {
+  } else if (n < H5Z_FZD_CD_USER_MAX || n == H5Z_FZD_CD_USER_MAX + 1 ||
+             n > H5Z_FZD_CD_DIMS + FZ_MAX_DIMS) {
     FAIL("%zu filter parameters: give 0, 4 (pipeline, mode, bound) or 7 (and a fill value)",
          n);
     return -1;

@@ -174,7 +174,7 @@ static void refused(hid_t type, size_t ncd, const unsigned *cd, const char *want
 }
 
 Test(hdf5_filter, bad_parameters_refused_at_creation) {
-  unsigned cd[H5Z_FZD_CD_USER_MAX];
+  unsigned cd[H5Z_FZD_CD_DIMS + 4] = {0}; /* room for the 8 values refused below */
   user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_ABS, -1.0);
   refused(H5T_IEEE_F32LE, 4, cd, "bound");
   user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_PWREL, 2.0);
@@ -185,6 +185,7 @@ Test(hdf5_filter, bad_parameters_refused_at_creation) {
   refused(H5T_IEEE_F32LE, 4, cd, "mode 7");
   user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_ABS, 1e-3);
   refused(H5T_IEEE_F32LE, 5, cd, "5 filter parameters");
+  refused(H5T_IEEE_F32LE, 8, cd, "8 filter parameters");
   cd[H5Z_FZD_CD_HAS_FILL] = 2;
   refused(H5T_IEEE_F32LE, 7, cd, "not 0 or 1");
   user_cd(cd, H5Z_FZD_LOSSLESS, H5Z_FZD_ABS, 0);
