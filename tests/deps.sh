@@ -8,7 +8,8 @@ set -eu
 pkgs="build-essential cmake ninja-build pkg-config libuv1-dev libmsgpack-dev
       libcjson-dev libcriterion-dev python3 python3-msgpack python3-numpy
       python3-zarr python3-numcodecs python3-entrypoints python3-pip python3-setuptools
-      systemd man-db groff-base gfortran $*"
+      systemd man-db groff-base gfortran
+      libhdf5-dev hdf5-tools python3-h5py $*"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

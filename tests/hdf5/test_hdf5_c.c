@@ -1,0 +1,251 @@
+/*
+ * test_hdf5_c.c - the fzd HDF5 filter from C, as libh5z_fzd.so is loaded
+ * through HDF5_PLUGIN_PATH (the daemon is off here; hdf5_filter.py drives
+ * one): round trips of every element type within the bound, a chunk of
+ * more dimensions than the engine takes, parameters refused when the
+ * dataset is created with fzd's message on HDF5's error stack, and chunks
+ * whose stored bytes are garbage, truncated or flipped, which must fail
+ * the read with an error and never crash.
+ */
+#include <criterion/criterion.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "h5z_fzd.h"
+
+static char stack_text[4096];
+
+static herr_t collect(unsigned n, const H5E_error2_t *e, void *data) {
+  (void)n;
+  (void)data;
+  size_t len = strlen(stack_text);
+  snprintf(stack_text + len, sizeof stack_text - len, "%s\n", e->desc ? e->desc : "");
+  return 0;
+}
+
+/* The descriptions on the current error stack, joined. */
+static const char *error_stack(void) {
+  stack_text[0] = '\0';
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect, NULL);
+  return stack_text;
+}
+
+static void setup(void) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  cr_assert(getenv("HDF5_PLUGIN_PATH"), "the test runs with HDF5_PLUGIN_PATH set");
+}
+
+static void teardown(void) { H5close(); }
+
+TestSuite(hdf5_filter, .init = setup, .fini = teardown, .timeout = 120);
+
+static hid_t mkfile(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "test_hdf5_c_%s.h5", name);
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  cr_assert_geq(f, 0);
+  return f;
+}
+
+static hid_t mkdcpl(int rank, const hsize_t *chunk, size_t ncd, const unsigned *cd) {
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  cr_assert_geq(H5Pset_chunk(dcpl, rank, chunk), 0);
+  cr_assert_geq(H5Pset_filter(dcpl, H5Z_FILTER_FZD, H5Z_FLAG_MANDATORY, ncd, cd), 0);
+  return dcpl;
+}
+
+static void user_cd(unsigned *cd, unsigned pipeline, unsigned mode, double eb) {
+  memset(cd, 0, sizeof(unsigned) * H5Z_FZD_CD_USER_MAX);
+  cd[H5Z_FZD_CD_PIPELINE] = pipeline;
+  cd[H5Z_FZD_CD_MODE] = mode;
+  h5z_fzd_put_double(cd + H5Z_FZD_CD_EB, eb);
+}
+
+Test(hdf5_filter, f64_abs_round_trip_and_completed_parameters) {
+  enum { N0 = 33, N1 = 70 };
+  static double x[N0][N1], y[N0][N1];
+  for (int i = 0; i < N0; i++)
+    for (int j = 0; j < N1; j++)
+      x[i][j] = sin(i * 0.1) * exp(j * 0.01) * 1e3;
+  unsigned cd[H5Z_FZD_CD_USER_MAX];
+  user_cd(cd, H5Z_FZD_FAST, H5Z_FZD_ABS, 0.25);
+  hsize_t dims[2] = {N0, N1}, chunk[2] = {16, 32};
+  hid_t f = mkfile("f64"), s = H5Screate_simple(2, dims, NULL), p = mkdcpl(2, chunk, 4, cd);
+  hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F64LE, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  cr_assert_geq(d, 0, "%s", error_stack());
+  cr_assert_geq(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, x), 0, "%s",
+                error_stack());
+  /* set_local appended the type and the chunk's shape. */
+  hid_t p2 = H5Dget_create_plist(d);
+  unsigned got[16], flags;
+  size_t n = 16;
+  cr_assert_geq(H5Pget_filter_by_id2(p2, H5Z_FILTER_FZD, &flags, &n, got, 0, NULL, NULL), 0);
+  cr_assert_eq(n, H5Z_FZD_CD_DIMS + 2);
+  cr_assert_eq(got[H5Z_FZD_CD_DTYPE], 10u); /* FZ_F64 */
+  cr_assert_eq(got[H5Z_FZD_CD_NDIMS], 2u);
+  cr_assert_eq(got[H5Z_FZD_CD_DIMS], 16u);
+  cr_assert_eq(got[H5Z_FZD_CD_DIMS + 1], 32u);
+  cr_assert_eq(h5z_fzd_get_double(got + H5Z_FZD_CD_EB), 0.25);
+  H5Pclose(p2);
+  H5Dclose(d);
+  H5Fclose(f);
+
+  f = H5Fopen("test_hdf5_c_f64.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  d = H5Dopen2(f, "x", H5P_DEFAULT);
+  cr_assert_geq(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, y), 0, "%s",
+                error_stack());
+  double worst = 0;
+  for (int i = 0; i < N0; i++)
+    for (int j = 0; j < N1; j++)
+      worst = fmax(worst, fabs(x[i][j] - y[i][j]));
+  cr_assert_leq(worst, 0.25);
+  cr_assert_gt(worst, 0.0, "a lossy bound of 0.25 on values up to 2e3 changes something");
+  H5Dclose(d);
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
+}
+
+/* Lossless for every integer type, with the default parameters (none),
+ * in a 5-D chunk that set_local folds into the engine's four dimensions. */
+Test(hdf5_filter, integers_lossless_5d_no_parameters) {
+  const hid_t types[] = {H5T_STD_U8LE,  H5T_STD_I8LE,  H5T_STD_U16LE, H5T_STD_I16LE,
+                         H5T_STD_U32LE, H5T_STD_I32LE, H5T_STD_U64LE, H5T_STD_I64LE};
+  hsize_t dims[5] = {3, 4, 5, 6, 7}, chunk[5] = {2, 3, 4, 5, 6};
+  size_t count = 3 * 4 * 5 * 6 * 7;
+  uint8_t *x = malloc(count * 8), *y = malloc(count * 8);
+  cr_assert(x && y);
+  uint64_t r = 88172645463325252ull;
+  for (size_t k = 0; k < count * 8; k++) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    x[k] = (uint8_t)(k % 8 < 2 ? r : 0); /* compressible, not trivial */
+  }
+  hid_t f = mkfile("ints"), s = H5Screate_simple(5, dims, NULL), p = mkdcpl(5, chunk, 0, NULL);
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    char name[8];
+    snprintf(name, sizeof name, "t%zu", t);
+    hid_t d = H5Dcreate2(f, name, types[t], s, H5P_DEFAULT, p, H5P_DEFAULT);
+    cr_assert_geq(d, 0, "%s", error_stack());
+    cr_assert_geq(H5Dwrite(d, types[t], H5S_ALL, H5S_ALL, H5P_DEFAULT, x), 0, "%s",
+                  error_stack());
+    H5Dclose(d);
+  }
+  H5Fclose(f);
+  f = H5Fopen("test_hdf5_c_ints.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    char name[8];
+    snprintf(name, sizeof name, "t%zu", t);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t p2 = H5Dget_create_plist(d);
+    unsigned got[16], flags;
+    size_t n = 16;
+    cr_assert_geq(H5Pget_filter_by_id2(p2, H5Z_FILTER_FZD, &flags, &n, got, 0, NULL, NULL), 0);
+    cr_assert_eq(got[H5Z_FZD_CD_PIPELINE], H5Z_FZD_LOSSLESS);
+    cr_assert_eq(got[H5Z_FZD_CD_NDIMS], 4u);
+    cr_assert_eq(got[H5Z_FZD_CD_DIMS], 6u); /* 2 x 3 */
+    memset(y, 0xEE, count * 8);
+    cr_assert_geq(H5Dread(d, types[t], H5S_ALL, H5S_ALL, H5P_DEFAULT, y), 0, "%s",
+                  error_stack());
+    cr_assert_eq(memcmp(x, y, count * H5Tget_size(types[t])), 0, "type %zu not bit-exact", t);
+    H5Pclose(p2);
+    H5Dclose(d);
+  }
+  H5Fclose(f);
+  H5Sclose(s);
+  H5Pclose(p);
+  free(x);
+  free(y);
+}
+
+/* Refusals come when the dataset is created, with fzd's reason. */
+static void refused(hid_t type, size_t ncd, const unsigned *cd, const char *want) {
+  hsize_t dims[1] = {1000}, chunk[1] = {100};
+  hid_t f = mkfile("refused"), s = H5Screate_simple(1, dims, NULL), p = mkdcpl(1, chunk, ncd, cd);
+  hid_t d = H5Dcreate2(f, "x", type, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  const char *text = error_stack();
+  cr_assert_lt(d, 0, "created, expected: %s", want);
+  cr_assert(strstr(text, "fzd filter") && strstr(text, want), "stack: %s (want %s)", text, want);
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
+}
+
+Test(hdf5_filter, bad_parameters_refused_at_creation) {
+  unsigned cd[H5Z_FZD_CD_DIMS + 4] = {0}; /* room for the 8 values refused below */
+  user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_ABS, -1.0);
+  refused(H5T_IEEE_F32LE, 4, cd, "bound");
+  user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_PWREL, 2.0);
+  refused(H5T_IEEE_F32LE, 4, cd, "bound");
+  user_cd(cd, 9, H5Z_FZD_ABS, 1e-3);
+  refused(H5T_IEEE_F32LE, 4, cd, "pipeline 9");
+  user_cd(cd, H5Z_FZD_BALANCED, 7, 1e-3);
+  refused(H5T_IEEE_F32LE, 4, cd, "mode 7");
+  user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_ABS, 1e-3);
+  refused(H5T_IEEE_F32LE, 5, cd, "5 filter parameters");
+  refused(H5T_IEEE_F32LE, 8, cd, "8 filter parameters");
+  cd[H5Z_FZD_CD_HAS_FILL] = 2;
+  refused(H5T_IEEE_F32LE, 7, cd, "not 0 or 1");
+  user_cd(cd, H5Z_FZD_LOSSLESS, H5Z_FZD_ABS, 0);
+  refused(H5T_IEEE_F32BE, 4, cd, "little-endian");
+  refused(H5T_NATIVE_LDOUBLE, 4, cd, "floating-point data of");
+  refused(H5T_C_S1, 4, cd, "only integer and floating-point");
+}
+
+/* Writes chunk 0 of a 1-D f32 dataset of 4096 values through the filter,
+ * then replaces its stored bytes with `len` bytes from `damage` (the
+ * archive itself when damage is NULL) and reads. */
+static void read_damaged(const char *what, void (*damage)(uint8_t *arc, size_t *len)) {
+  enum { N = 4096 };
+  static float x[N], y[N];
+  for (int i = 0; i < N; i++)
+    x[i] = (float)sin(i * 0.01);
+  unsigned cd[H5Z_FZD_CD_USER_MAX];
+  user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_REL, 1e-3);
+  hsize_t dims[1] = {N}, chunk[1] = {N};
+  hid_t f = mkfile("damaged"), s = H5Screate_simple(1, dims, NULL), p = mkdcpl(1, chunk, 4, cd);
+  hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x), 0, "%s",
+                error_stack());
+  cr_assert_geq(H5Dflush(d), 0);
+  hsize_t off[1] = {0}, size = 0;
+  cr_assert_geq(H5Dget_chunk_storage_size(d, off, &size), 0);
+  uint8_t *arc = malloc(size + 64);
+  uint32_t mask = 0;
+  cr_assert_geq(H5Dread_chunk(d, H5P_DEFAULT, off, &mask, arc), 0);
+  size_t len = size;
+  damage(arc, &len);
+  cr_assert_geq(H5Dwrite_chunk(d, H5P_DEFAULT, 0, off, len, arc), 0, "%s", error_stack());
+  H5Dclose(d);
+  H5Fclose(f);
+  free(arc);
+  f = H5Fopen("test_hdf5_c_damaged.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  d = H5Dopen2(f, "x", H5P_DEFAULT);
+  herr_t rc = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
+  const char *text = error_stack();
+  cr_assert_lt(rc, 0, "%s: the damaged chunk read", what);
+  cr_assert(strstr(text, "fzd filter"), "%s: stack: %s", what, text);
+  H5Dclose(d);
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
+}
+
+static void flip_payload(uint8_t *arc, size_t *len) { arc[*len - 5] ^= 0x10; }
+static void flip_header(uint8_t *arc, size_t *len) { (void)len; arc[12] ^= 0x01; }
+static void truncate_half(uint8_t *arc, size_t *len) { (void)arc; *len /= 2; }
+static void garbage(uint8_t *arc, size_t *len) {
+  for (size_t k = 0; k < *len; k++)
+    arc[k] = (uint8_t)(k * 131u + 7u);
+}
+static void one_byte(uint8_t *arc, size_t *len) { (void)arc; *len = 1; }
+
+Test(hdf5_filter, damaged_chunks_fail_without_crashing) {
+  read_damaged("a flipped payload bit", flip_payload);
+  read_damaged("a flipped header bit", flip_header);
+  read_damaged("half the archive", truncate_half);
+  read_damaged("garbage", garbage);
+  read_damaged("one byte", one_byte);
+}
