@@ -30,6 +30,8 @@ typedef struct fzd_backend_ops {
    * once), and is pinned to a core of its own. */
   unsigned spin_us;
   bool pin_cores;
+  /* The backend's plan cache (plans.h), for its counters in "stats". */
+  struct fzd_plans *plans;
   /* Frees the state once every worker is destroyed; may be NULL. */
   void (*destroy)(void *state);
 } fzd_backend_ops;

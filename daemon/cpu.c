@@ -502,7 +502,7 @@ int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t memory_limit, fzd_back
   mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
   *be = (fzd_backend_ops){.name = "cpu", .state = cb, .worker_create = worker_create,
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
-                      .idle_ms = 0, .spin_us = 0, .pin_cores = true,
+                      .idle_ms = 0, .spin_us = 0, .pin_cores = true, .plans = cb->plans,
                       .destroy = backend_destroy};
   return 0;
 }

@@ -1189,6 +1189,7 @@ int fzd_gpu_backend(fzd_gpu *g, unsigned plan_cache_entries, fzd_backend_ops *be
    * their staging and device buffers after a second without work. */
   *be = (fzd_backend_ops){.name = "GPU", .state = g, .worker_create = worker_create,
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
-                      .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .destroy = NULL};
+                      .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .plans = g->plans,
+                      .destroy = NULL};
   return 0;
 }

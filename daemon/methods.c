@@ -212,7 +212,7 @@ static void m_status(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 static void m_stats(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   if (!no_params(c, msg))
     return;
-  fzd_stats_pack(&srv->stats, fzd_conn_packer(c), msg->msgid);
+  fzd_stats_pack(srv, fzd_conn_packer(c), msg->msgid);
 }
 
 /* ---- jobs ----------------------------------------------------------------- */

@@ -28,6 +28,7 @@ struct fzd_plans {
   fzd_plan_slot *slots;
   unsigned nslots;
   uint64_t tick;
+  fzd_plan_counts n; /* under mu */
 };
 
 int fzd_plans_create(const fzd_plan_kind *kind, fzd_plans **out) {
@@ -96,6 +97,7 @@ int fzd_plans_take(fzd_plans *c, fzd_job *job, void **plan, fzd_plan_slot **slot
     if (e->plan != NULL && same_plan(e, job)) {
       e->busy = true;
       e->used = ++c->tick;
+      c->n.hits++;
       pthread_mutex_unlock(&c->mu);
       *plan = e->plan;
       *slot = e;
@@ -114,6 +116,10 @@ int fzd_plans_take(fzd_plans *c, fzd_job *job, void **plan, fzd_plan_slot **slot
   victim->used = ++c->tick;
   void *old = victim->plan;
   victim->plan = NULL;
+  if (old != NULL) {
+    c->n.dropped++;
+    c->n.held--;
+  }
   pthread_mutex_unlock(&c->mu);
   *slot = victim;
   if (old != NULL)
@@ -124,6 +130,10 @@ int fzd_plans_take(fzd_plans *c, fzd_job *job, void **plan, fzd_plan_slot **slot
   if (err < 0)
     return err; /* the slot stays empty and goes back idle at put */
   fzd_debug("plan created for %s", job->pipeline[0] ? job->pipeline : "the default pipeline");
+  pthread_mutex_lock(&c->mu);
+  c->n.created++;
+  c->n.held++;
+  pthread_mutex_unlock(&c->mu);
   victim->plan = *plan;
   victim->key = job->params;
   memcpy(victim->pipeline, job->pipeline, sizeof(victim->pipeline));
@@ -147,6 +157,8 @@ void fzd_plans_trim(fzd_plans *c) {
       if (!e->busy && e->plan != NULL) {
         plan = e->plan;
         e->plan = NULL;
+        c->n.dropped++;
+        c->n.held--;
       }
     }
     pthread_mutex_unlock(&c->mu);
@@ -154,4 +166,10 @@ void fzd_plans_trim(fzd_plans *c) {
       return;
     c->kind.destroy(c->kind.arg, plan);
   }
+}
+
+void fzd_plans_counts(fzd_plans *c, fzd_plan_counts *out) {
+  pthread_mutex_lock(&c->mu);
+  *out = c->n;
+  pthread_mutex_unlock(&c->mu);
 }

@@ -21,6 +21,7 @@
 #define FZD_PLANS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fz.h"
 
@@ -50,5 +51,13 @@ int fzd_plans_take(fzd_plans *c, struct fzd_job *job, void **plan, fzd_plan_slot
 void fzd_plans_put(fzd_plans *c, fzd_plan_slot *slot); /* NULL is a no-op */
 /* Destroys every idle plan (to give their memory back). */
 void fzd_plans_trim(fzd_plans *c);
+
+/* What the cache has done, for "stats": jobs that found their plan (hits),
+ * plans made (each one a miss), plans destroyed to make room or by a trim,
+ * and the plans held now. */
+typedef struct fzd_plan_counts {
+  uint64_t hits, created, dropped, held;
+} fzd_plan_counts;
+void fzd_plans_counts(fzd_plans *c, fzd_plan_counts *out);
 
 #endif

@@ -19,10 +19,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backend.h"
 #include "log.h"
+#include "plans.h"
 #include "server.h"
 
 typedef struct worker {
@@ -272,6 +274,12 @@ void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn) {
     pool->done(taken, pool->done_arg);
     taken = next;
   }
+}
+
+void fzd_pool_plan_counts(fzd_pool *pool, fzd_plan_counts *out) {
+  memset(out, 0, sizeof *out);
+  if (pool->be.plans != NULL)
+    fzd_plans_counts(pool->be.plans, out);
 }
 
 size_t fzd_pool_depth(fzd_pool *pool) {

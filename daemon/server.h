@@ -115,6 +115,9 @@ int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
 /* Takes back the jobs of conn that no worker has picked up yet. */
 void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn);
 size_t fzd_pool_depth(fzd_pool *pool);
+/* The backend's plan cache counters (plans.h). */
+struct fzd_plan_counts;
+void fzd_pool_plan_counts(fzd_pool *pool, struct fzd_plan_counts *out);
 /* Joins the workers (the queue must be empty) and closes the async handle;
  * the pool is freed in the handle's close callback. */
 void fzd_pool_stop(fzd_pool *pool);
@@ -135,7 +138,7 @@ typedef struct fzd_stats {
 } fzd_stats;
 
 void fzd_stats_job(fzd_stats *st, const fzd_job *job);
-void fzd_stats_pack(const fzd_stats *st, msgpack_packer *pk, uint32_t msgid);
+void fzd_stats_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid);
 void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid);
 /* The three pairs that name this fzd in hello and status replies: server
  * (version string), backend, device. */

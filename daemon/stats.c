@@ -5,6 +5,7 @@
  */
 #include "log.h"
 #include "notify.h"
+#include "plans.h"
 #include "server.h"
 
 void fzd_stats_job(fzd_stats *st, const fzd_job *job) {
@@ -36,8 +37,12 @@ static void pack_op(msgpack_packer *pk, const char *key, const fzd_op_stats *op)
   pack_u64(pk, "time_us", op->time_us);
 }
 
-void fzd_stats_pack(const fzd_stats *st, msgpack_packer *pk, uint32_t msgid) {
-  fzp_pack_result_begin(pk, msgid, 10);
+void fzd_stats_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
+  const fzd_stats *st = &srv->stats;
+  fzd_plan_counts pc = {0, 0, 0, 0};
+  if (srv->pool != NULL)
+    fzd_pool_plan_counts(srv->pool, &pc);
+  fzp_pack_result_begin(pk, msgid, 11);
   pack_u64(pk, "jobs_done", st->jobs_done);
   pack_u64(pk, "jobs_failed", st->jobs_failed);
   pack_u64(pk, "jobs_canceled", st->jobs_canceled);
@@ -48,6 +53,12 @@ void fzd_stats_pack(const fzd_stats *st, msgpack_packer *pk, uint32_t msgid) {
   pack_u64(pk, "protocol_errors", st->protocol_errors);
   pack_op(pk, "compress", &st->compress);
   pack_op(pk, "decompress", &st->decompress);
+  fzp_pack_key(pk, "plans");
+  msgpack_pack_map(pk, 4);
+  pack_u64(pk, "hits", pc.hits);
+  pack_u64(pk, "created", pc.created);
+  pack_u64(pk, "dropped", pc.dropped);
+  pack_u64(pk, "held", pc.held);
 }
 
 void fzd_pack_identity(const fzd_server *srv, msgpack_packer *pk) {

@@ -128,7 +128,9 @@ int ctl_cmd_stats(const ctl_global *g, int argc, char **argv) {
            st.bytes_in, st.bytes_out);
     print_op_json("compress", &st.compress);
     print_op_json("decompress", &st.decompress);
-    printf("}\n");
+    printf(",\"plans\":{\"hits\":%" PRIu64 ",\"created\":%" PRIu64 ",\"dropped\":%" PRIu64
+           ",\"held\":%" PRIu64 "}}\n",
+           st.plan_hits, st.plans_created, st.plans_dropped, st.plans_held);
   } else {
     printf("jobs         %" PRIu64 " done, %" PRIu64 " failed, %" PRIu64
            " canceled, %" PRIu64 " refused busy\n",
@@ -136,6 +138,8 @@ int ctl_cmd_stats(const ctl_global *g, int argc, char **argv) {
     printf("bytes        %" PRIu64 " in, %" PRIu64 " out\n", st.bytes_in, st.bytes_out);
     print_op_text("compress", &st.compress, false);
     print_op_text("decompress", &st.decompress, true);
+    printf("plans        %" PRIu64 " held, %" PRIu64 " made, %" PRIu64 " found ready, %" PRIu64
+           " dropped\n", st.plans_held, st.plans_created, st.plan_hits, st.plans_dropped);
   }
   fz_client_close(c);
   return CTL_OK;

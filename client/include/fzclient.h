@@ -461,6 +461,13 @@ typedef struct fz_server_stats {
   uint64_t bytes_out;
   fz_op_stats compress;
   fz_op_stats decompress;
+  /* The daemon's plan cache: jobs that found their plan ready, plans made
+   * (each the first job of a shape), plans dropped to make room or to give
+   * memory back, and plans held now.  0 from a daemon that does not say. */
+  uint64_t plan_hits;
+  uint64_t plans_created;
+  uint64_t plans_dropped;
+  uint64_t plans_held;
 } fz_server_stats;
 
 FZCLIENT_API int fz_client_stats(fz_client *c, fz_server_stats *st);

@@ -73,6 +73,13 @@ int fz_client_stats(fz_client *c, fz_server_stats *st) {
   fzp_get_u64(m, "bytes_out", &st->bytes_out);
   get_op_stats(m, "compress", &st->compress);
   get_op_stats(m, "decompress", &st->decompress);
+  const msgpack_object *plans;
+  if (fzp_get_obj(m, "plans", &plans) == 1 && plans->type == MSGPACK_OBJECT_MAP) {
+    fzp_get_u64(plans, "hits", &st->plan_hits);
+    fzp_get_u64(plans, "created", &st->plans_created);
+    fzp_get_u64(plans, "dropped", &st->plans_dropped);
+    fzp_get_u64(plans, "held", &st->plans_held);
+  }
   fzp_message_free(&msg);
   return 0;
 }

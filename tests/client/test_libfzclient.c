@@ -1019,3 +1019,33 @@ Test(libfzclient, fill_value_and_one_bound) {
   fz_client_close(c);
   tu_stop(h);
 }
+
+/* The daemon's one plan cache, as "stats" counts it: the workers share
+ * plans, a preset and its spelled-out chain are one plan, a new shape is a
+ * new plan. */
+Test(libfzclient, stats_count_the_plan_cache) {
+  fzd_harness *h = tu_start("\"workers\": 2");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 64, cols = 80;
+  float *v = tu_field_f32(rows, cols, 0.4f);
+  const char *pipelines[] = {"balanced", "balanced", "quant | diff | bitshuffle | rze", NULL};
+  fz_job j;
+  fz_result r;
+  for (size_t i = 0; i < 4; i++) {
+    /* The last job is another shape: half the rows. */
+    job_f32(&j, v, i < 3 ? rows : rows / 2, cols, 1e-3);
+    j.pipeline = pipelines[i];
+    cr_assert_eq(fz_client_compress(c, &j, &r), 0, "job %zu: %s", i, r.message);
+    fz_client_free(r.data);
+  }
+  fz_server_stats st;
+  cr_assert_eq(fz_client_stats(c, &st), 0);
+  cr_assert_eq(st.plans_created, 2, "plans made: %llu", (unsigned long long)st.plans_created);
+  cr_assert_eq(st.plan_hits, 2, "plans found ready: %llu", (unsigned long long)st.plan_hits);
+  cr_assert_eq(st.plans_held, 2);
+  cr_assert_eq(st.plans_dropped, 0);
+  fz_client_close(c);
+  free(v);
+  tu_stop(h);
+}
