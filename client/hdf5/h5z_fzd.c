@@ -30,6 +30,7 @@
 
 static const char *const pipelines[] = {"balanced", "fast", "lossless"};
 #define N_PIPELINES (sizeof pipelines / sizeof pipelines[0])
+_Static_assert(N_PIPELINES == H5Z_FZD_CHAIN, "the chain's id follows the presets'");
 
 static void push(const char *func, int line, const char *fmt, const char *msg) {
   H5Epush2(H5E_DEFAULT, "h5z_fzd.c", func, (unsigned)line, H5E_ERR_CLS, H5E_PLINE,

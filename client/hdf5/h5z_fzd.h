@@ -48,7 +48,9 @@
 #define H5Z_FZD_REL 1u
 #define H5Z_FZD_PWREL 2u
 
-/* Indices into cd_values. */
+/* Indices into cd_values.  DTYPE, NDIMS and DIMS are those of a preset's;
+ * a chain's come H5Z_FZD_CHAIN_WORDS(len) + 1 values later, after its
+ * text. */
 #define H5Z_FZD_CD_PIPELINE 0
 #define H5Z_FZD_CD_MODE 1
 #define H5Z_FZD_CD_EB 2        /* and 3 */

@@ -14,6 +14,7 @@
 #include <hdf5.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -168,8 +169,9 @@ Test(hdf5_filter, integers_lossless_5d_no_parameters) {
 /* Refusals come when the dataset is created, with fzd's reason. */
 static void refused(hid_t type, size_t ncd, const unsigned *cd, const char *want) {
   hsize_t dims[1] = {1000}, chunk[1] = {100};
-  char name[32]; /* suites run side by side: one file each */
+  char name[32], path[64]; /* tests run side by side: a file each, removed */
   snprintf(name, sizeof name, "refused_%d", (int)getpid());
+  snprintf(path, sizeof path, "test_hdf5_c_%s.h5", name);
   hid_t f = mkfile(name), s = H5Screate_simple(1, dims, NULL), p = mkdcpl(1, chunk, ncd, cd);
   hid_t d = H5Dcreate2(f, "x", type, s, H5P_DEFAULT, p, H5P_DEFAULT);
   const char *text = error_stack();
@@ -178,6 +180,7 @@ static void refused(hid_t type, size_t ncd, const unsigned *cd, const char *want
   H5Sclose(s);
   H5Pclose(p);
   H5Fclose(f);
+  remove(path);
 }
 
 Test(hdf5_filter, bad_parameters_refused_at_creation) {
