@@ -15,7 +15,7 @@ typedef struct h5zf_spec {
   fz_dtype dtype;
   unsigned ndims;
   uint64_t dims[FZ_MAX_DIMS];
-  const char *pipeline; /* a preset name */
+  char pipeline[1024]; /* a preset name or chain text: fzd takes 1023 bytes */
   double eb;
   fz_eb_mode mode;
   int has_fill;

@@ -6,14 +6,21 @@
  * hdf5.h, and a reader needs nothing.
  *
  * cd_values a writer gives (docs/hdf5.md):
- *   [0] pipeline: H5Z_FZD_BALANCED, H5Z_FZD_FAST or H5Z_FZD_LOSSLESS
+ *   [0] pipeline: H5Z_FZD_BALANCED, H5Z_FZD_FAST, H5Z_FZD_LOSSLESS, or
+ *       H5Z_FZD_CHAIN: the pipeline's text follows the fill value
  *   [1] mode: H5Z_FZD_ABS, H5Z_FZD_REL (relative to each chunk's range) or
  *       H5Z_FZD_PWREL
  *   [2] [3] the bound, a double: its low and its high 32 bits
- *   [4] optional: 1 when a fill value follows, else 0
- *   [5] [6] the fill value, a double: low and high 32 bits
+ *   [4] optional (required with H5Z_FZD_CHAIN): 1 when a fill value
+ *       follows, else 0
+ *   [5] [6] the fill value, a double: low and high 32 bits (0 0 for none)
+ *   with H5Z_FZD_CHAIN only:
+ *   [7] the chain text's length in bytes, 1 to H5Z_FZD_CHAIN_MAX
+ *   [8] ... the text, 4 bytes per value, the first byte in the low 8 bits
+ *       (little-endian), the last value padded with zero bytes
  * The plugin's set_local callback completes them with the element type and
- * the chunk's shape (H5Z_FZD_CD_DTYPE and after), which the archive of every
+ * the chunk's shape, appended after the writer's values (at
+ * H5Z_FZD_CD_DTYPE and after for the presets), which the archive of every
  * chunk records as well.
  */
 #ifndef H5Z_FZD_H
@@ -29,12 +36,21 @@
 #define H5Z_FZD_BALANCED 0u
 #define H5Z_FZD_FAST 1u
 #define H5Z_FZD_LOSSLESS 2u
+#define H5Z_FZD_CHAIN 3u /* any pipeline text fzd takes, in the values after [6] */
+
+/* The longest chain text, in bytes.  fzd takes 1023 (docs/protocol.md),
+ * but HDF5 hands a filter at most 256 of its parameters when a dataset is
+ * created (H5Pget_filter_by_id2), and the text shares them with 8 values
+ * before it and at most 6 that the plugin appends: 242 values of 4 bytes. */
+#define H5Z_FZD_CHAIN_MAX 968u
 
 #define H5Z_FZD_ABS 0u
 #define H5Z_FZD_REL 1u
 #define H5Z_FZD_PWREL 2u
 
-/* Indices into cd_values. */
+/* Indices into cd_values.  DTYPE, NDIMS and DIMS are those of a preset's;
+ * a chain's come H5Z_FZD_CHAIN_WORDS(len) + 1 values later, after its
+ * text. */
 #define H5Z_FZD_CD_PIPELINE 0
 #define H5Z_FZD_CD_MODE 1
 #define H5Z_FZD_CD_EB 2        /* and 3 */
@@ -43,8 +59,15 @@
 #define H5Z_FZD_CD_DTYPE 7     /* set by the plugin: fz_dtype of fz.h */
 #define H5Z_FZD_CD_NDIMS 8     /* set by the plugin */
 #define H5Z_FZD_CD_DIMS 9      /* set by the plugin: the chunk's dims */
-#define H5Z_FZD_CD_USER_MIN 4  /* a writer gives 4 or 7 values */
+#define H5Z_FZD_CD_USER_MIN 4  /* a writer gives 4 or 7 values for a preset */
 #define H5Z_FZD_CD_USER_MAX 7
+#define H5Z_FZD_CD_CHAIN_LEN 7 /* H5Z_FZD_CHAIN: the text's length in bytes */
+#define H5Z_FZD_CD_CHAIN 8     /* H5Z_FZD_CHAIN: the text, 4 bytes a value */
+
+/* The number of values that hold a chain text of len bytes. */
+#define H5Z_FZD_CHAIN_WORDS(len) (((size_t)(len) + 3u) / 4u)
+/* The number of values a writer gives with a chain text of len bytes. */
+#define H5Z_FZD_CHAIN_NELMTS(len) (H5Z_FZD_CD_CHAIN + H5Z_FZD_CHAIN_WORDS(len))
 
 /* Stores d in cd[0] (low 32 bits) and cd[1] (high 32 bits). */
 static inline void h5z_fzd_put_double(unsigned *cd, double d) {
@@ -60,6 +83,24 @@ static inline double h5z_fzd_get_double(const unsigned *cd) {
   double d;
   memcpy(&d, &u, sizeof d);
   return d;
+}
+
+/* Stores the chain text's length at cd[H5Z_FZD_CD_CHAIN_LEN] and its bytes
+ * from cd[H5Z_FZD_CD_CHAIN] on; cd must have H5Z_FZD_CHAIN_NELMTS(strlen)
+ * values.  Sets cd[H5Z_FZD_CD_PIPELINE] to H5Z_FZD_CHAIN; the mode, bound
+ * and fill value are the caller's.  Returns the number of values to give
+ * H5Pset_filter(). */
+static inline size_t h5z_fzd_put_chain(unsigned *cd, const char *chain) {
+  size_t len = strlen(chain);
+  cd[H5Z_FZD_CD_PIPELINE] = H5Z_FZD_CHAIN;
+  cd[H5Z_FZD_CD_CHAIN_LEN] = (unsigned)len;
+  for (size_t w = 0; w < H5Z_FZD_CHAIN_WORDS(len); w++) {
+    unsigned v = 0;
+    for (size_t b = 0; b < 4 && 4 * w + b < len; b++)
+      v |= (unsigned)(unsigned char)chain[4 * w + b] << (8 * b);
+    cd[H5Z_FZD_CD_CHAIN + w] = v;
+  }
+  return H5Z_FZD_CHAIN_NELMTS(len);
 }
 
 #endif /* H5Z_FZD_H */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """docs/hdf5.md holds the examples that tests run, verbatim: each fenced
 block preceded by a line `<!-- example: FILE -->` must equal tests/hdf5/FILE
-byte for byte, and both examples must be there.
+byte for byte, and all three examples must be there.
 
 usage: docs_examples.py DOCS_PAGE EXAMPLES_DIR
 """
@@ -15,7 +15,7 @@ def main(page, folder):
     found = {}
     for m in re.finditer(r"<!-- example: (\S+) -->\n```\w*\n(.*?)```\n", text, re.S):
         found[m.group(1)] = m.group(2)
-    for name in ("example.c", "example.py"):
+    for name in ("example.c", "example.py", "example_chain.py"):
         if name not in found:
             sys.exit("FAIL: %s does not include %s" % (page, name))
         want = open(os.path.join(folder, name)).read()

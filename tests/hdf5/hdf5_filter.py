@@ -9,7 +9,12 @@ job per chunk), then with no daemon reachable (the embedded engine), and
 in one process across a daemon that stops between two datasets.  Every
 file is read back with the daemon stopped and checked: max |x - x'| within
 the bound (REL: relative to each chunk's range, as HDF5 hands the chunk to
-the filter), lossless bit for bit.  h5dump prints values of both files.  A
+the filter), lossless bit for bit.  Two datasets name their pipeline as chain text in
+the parameters (pipeline 3, docs/hdf5.md), whose values the file keeps as
+given; h5dump prints their values within the bound too, and chains the
+engine refuses (malformed, or disagreeing with the bound given) fail the
+dataset's creation with the engine's message.  h5dump prints values of both
+files.  A
 corrupted chunk must give an HDF5 error carrying fzd's message, from h5py and
 from h5dump, and no crash; the other chunks still read.
 
@@ -17,6 +22,7 @@ usage: hdf5_filter.py FZD FZCTL PLUGIN_DIR H5DUMP
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -35,16 +41,23 @@ def check(cond, what):
 
 
 def opts(pipeline, mode, eb, fill=None):
-    """cd_values of docs/hdf5.md: pipeline, mode, bound (two words), fill."""
+    """cd_values of docs/hdf5.md: pipeline, mode, bound (two words), fill;
+    a pipeline given as text is a chain (3), whose length and bytes follow
+    the fill value, 4 bytes a value, little-endian."""
     lo, hi = struct.unpack("<II", struct.pack("<d", eb))
-    cd = [pipeline, mode, lo, hi]
-    if fill is not None:
-        flo, fhi = struct.unpack("<II", struct.pack("<d", fill))
-        cd += [1, flo, fhi]
+    chain = pipeline if isinstance(pipeline, str) else None
+    cd = [CHAIN if chain else pipeline, mode, lo, hi]
+    if fill is not None or chain:
+        flo, fhi = struct.unpack("<II", struct.pack("<d", fill or 0.0))
+        cd += [1 if fill is not None else 0, flo, fhi]
+    if chain:
+        text = chain.encode()
+        text += b"\0" * (-len(text) % 4)
+        cd += [len(chain.encode())] + list(struct.unpack("<%dI" % (len(text) // 4), text))
     return tuple(cd)
 
 
-BALANCED, FAST, LOSSLESS = 0, 1, 2
+BALANCED, FAST, LOSSLESS, CHAIN = 0, 1, 2, 3
 ABS, REL, PWREL = 0, 1, 2
 
 # name: (dtype, shape, chunks, pipeline, mode, eb, fill)
@@ -55,6 +68,10 @@ DATASETS = {
     "f32_3d_pwrel": ("f4", (20, 30, 33), (8, 16, 16), BALANCED, PWREL, 1e-2, None),
     "i32_2d_lossless": ("i4", (123, 77), (50, 50), LOSSLESS, ABS, 0.0, None),
     "u16_3d_lossless": ("u2", (9, 40, 45), (4, 16, 32), LOSSLESS, ABS, 0.0, None),
+    # Chains spelled out in the parameters.
+    "f32_3d_chain_rze": ("f4", (20, 40, 50), (8, 16, 32),
+                         "quant | diff | bitshuffle | rze(levels=2)", ABS, 1e-3, None),
+    "f64_2d_chain_bitpack": ("f8", (90, 110), (40, 64), "quant | bitpack", REL, 1e-4, None),
 }
 
 
@@ -114,6 +131,13 @@ def role_read(path):
             d = f[name]
             check(str(FILTER) in d._filters,
                   "%s: filter %r" % (name, d._filters))
+            if not isinstance(pipe, str):
+                # h5py 3.7 reads 16 parameters at most: a chain's are read
+                # with h5dump (run()).
+                given = opts(pipe, mode, eb, fill)
+                stored = tuple(d.id.get_create_plist().get_filter_by_id(FILTER)[1])
+                check(stored[:len(given)] == given, "%s: the file keeps %r for %r"
+                      % (name, stored, given))
             y = d[...]
             check(y.dtype == x.dtype and y.shape == x.shape, "%s: %s %s" % (name, y.dtype, y.shape))
             if pipe == LOSSLESS:
@@ -174,6 +198,41 @@ def role_corrupt(path):
             raise AssertionError("a corrupted chunk read without an error")
         check(np.array_equal(d[0:64, 0:100], good), "the chunk before it no longer reads")
     print("corrupt: the damaged chunk gives an error, the others read")
+
+
+def role_chain_refused(path):
+    """Chains the engine refuses fail the dataset's creation, although h5py
+    sets the filter optional, with the engine's message and code name: a
+    malformed one, and one whose quant names a bound other than the one
+    given.  The same chain with bound 0 given takes the chain's."""
+    import h5py
+    import numpy as np
+    x = np.linspace(0, 50, 4000, dtype="f4").reshape(40, 100)
+    cases = [
+        ("quant | diff | bogus", 1e-3, "unknown stage 'bogus'"),
+        ("quant(eb=0.01) | diff | rze", 1e-3,
+         "the job's bound eb=0.001 mode=abs disagrees with the chain's quant(eb=0.01)"),
+        ("quant | diff", 1e-3, "ends without a coder"),
+    ]
+    with h5py.File(path, "w") as f:
+        for i, (chain, eb, want) in enumerate(cases):
+            try:
+                f.create_dataset("r%d" % i, data=x, chunks=(20, 50), compression=FILTER,
+                                 compression_opts=opts(chain, ABS, eb))
+            except (OSError, ValueError) as e:
+                text = str(e)
+                print("refused %r: %s" % (chain, text))
+                check("fzd filter: " in text and want in text and "(EPIPELINE)" in text,
+                      "%r: the error does not carry the engine's: %s" % (chain, text))
+            else:
+                raise AssertionError("%r with bound %g made a dataset" % (chain, eb))
+            check("r%d" % i not in f, "%r left a dataset behind" % chain)
+        d = f.create_dataset("own", data=x, chunks=(20, 50), compression=FILTER,
+                             compression_opts=opts("quant(eb=0.01) | diff | rze", ABS, 0.0))
+    with h5py.File(path, "r") as f:
+        err = np.abs(f["own"][...].astype("f8") - x.astype("f8")).max()
+        check(1e-3 < err <= 0.01, "the chain's own bound 0.01: max error %g" % err)
+    print("chains the engine refuses are refused at creation; a chain's own bound stands")
 
 
 def role_require_fails(path):
@@ -280,9 +339,9 @@ def child(role, path, env, expect_ok=True):
     return r
 
 
-def h5dump(h5dump_bin, path, env, dataset, start, count):
-    return subprocess.run([h5dump_bin, "--enable-error-stack", "-d", dataset, "-s", start,
-                           "-c", count, path],
+def h5dump(h5dump_bin, path, env, dataset, start, count, extra=()):
+    return subprocess.run([h5dump_bin, "--enable-error-stack", *extra, "-d", dataset,
+                           "-s", start, "-c", count, path],
                           env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -346,6 +405,7 @@ def run(fzd, fzctl, plugin_dir, h5dump_bin):
         child("read", in_process, nowhere)
         child("require-fails", os.path.join(tmp, "req.h5"),
               dict(nowhere, FZD_HDF5_DAEMON="require"))
+        child("chain-refused", os.path.join(tmp, "chains.h5"), nowhere)
 
         for path in (with_daemon, in_process):
             r = h5dump(h5dump_bin, path, nowhere, "/i32_2d_lossless", "0,0", "2,5")
@@ -355,6 +415,38 @@ def run(fzd, fzctl, plugin_dir, h5dump_bin):
             want = make(np, "i32_2d_lossless")[0:2, 0:5].ravel().tolist()
             check(got == want, "h5dump printed %r, the data is %r" % (got, want))
             print("h5dump", os.path.basename(path), "prints", got)
+            # A chain's dataset, its floats printed in full.
+            name = "f32_3d_chain_rze"
+            r = h5dump(h5dump_bin, path, nowhere, "/" + name, "3,10,20", "2,3,20",
+                       ["-m", "%.9g"])
+            check(r.returncode == 0, "h5dump failed: %s" % r.stderr)
+            body = re.sub(r"\([0-9,]+\):", " ", r.stdout.split("DATA {")[1].split("}")[0])
+            got = np.array([float(v) for v in body.replace(",", " ").split()])
+            want = make(np, name)[3:5, 10:13, 20:40].ravel().astype("f8")
+            check(got.shape == want.shape, "h5dump printed %d values of %s, not %d"
+                  % (got.size, name, want.size))
+            eb = DATASETS[name][5]
+            check(np.abs(got - want).max() <= eb, "h5dump's %s: error %g over %g"
+                  % (name, np.abs(got - want).max(), eb))
+            print("h5dump", os.path.basename(path), name, "within %g" % eb)
+            # The parameters as the file keeps them: the writer's, then the
+            # type and the chunk's shape.
+            for name, (dtype, shape, chunks, pipe, mode, eb, fill) in DATASETS.items():
+                if not isinstance(pipe, str):
+                    continue
+                r = subprocess.run([h5dump_bin, "-p", "-H", "-d", "/" + name, path], env=nowhere,
+                                   capture_output=True, text=True, timeout=120)
+                check(r.returncode == 0, "h5dump -p failed: %s" % r.stderr)
+                m = re.search(r"FILTER_ID\s+%d.*?PARAMS\s*\{([^}]*)\}" % FILTER, r.stdout, re.S)
+                check(m, "h5dump -p shows no fzd filter for %s: %s" % (name, r.stdout))
+                # h5dump prints them signed, and reads 20 at most: past
+                # those it prints what its buffer held.
+                stored = tuple(int(v) & 0xFFFFFFFF for v in m.group(1).split())
+                fz_dtype = {"f4": 9, "f8": 10}[dtype]
+                want = opts(pipe, mode, eb, fill) + (fz_dtype, len(chunks)) + chunks
+                check(len(stored) == len(want) and stored[:20] == want[:20],
+                      "%s: the file keeps %r, not %r" % (name, stored, want))
+            print("h5dump", os.path.basename(path), "shows the chains' parameters")
         empty = os.path.join(tmp, "no-plugins")
         os.mkdir(empty)
         r = h5dump(h5dump_bin, with_daemon, dict(nowhere, HDF5_PLUGIN_PATH=empty),
@@ -380,7 +472,7 @@ if __name__ == "__main__":
         if len(sys.argv) == 4 and sys.argv[1] == "--role":
             {"write": lambda p: role_write(p, os.environ.get("FZD_HDF5_DAEMON") == "require"),
              "read": role_read, "corrupt": role_corrupt, "daemon-goes": role_daemon_goes,
-             "require-fails": role_require_fails}[sys.argv[2]](sys.argv[3])
+             "require-fails": role_require_fails, "chain-refused": role_chain_refused}[sys.argv[2]](sys.argv[3])
         elif len(sys.argv) == 5:
             run(os.environ.get("FZD_BINARY") or sys.argv[1], *sys.argv[2:])
         else:

@@ -5,15 +5,21 @@
  * more dimensions than the engine takes, parameters refused when the
  * dataset is created with fzd's message on HDF5's error stack, and chunks
  * whose stored bytes are garbage, truncated or flipped, which must fail
- * the read with an error and never crash.
+ * the read with an error and never crash.  Chains spelled out in the
+ * parameters (H5Z_FZD_CHAIN) round-trip within their bound, and those the
+ * engine refuses are refused at creation with the engine's own message,
+ * which the test asks the engine (fz_plan_create) for.
  */
 #include <criterion/criterion.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "fz.h"
 #include "h5z_fzd.h"
 
 static char stack_text[4096];
@@ -163,7 +169,10 @@ Test(hdf5_filter, integers_lossless_5d_no_parameters) {
 /* Refusals come when the dataset is created, with fzd's reason. */
 static void refused(hid_t type, size_t ncd, const unsigned *cd, const char *want) {
   hsize_t dims[1] = {1000}, chunk[1] = {100};
-  hid_t f = mkfile("refused"), s = H5Screate_simple(1, dims, NULL), p = mkdcpl(1, chunk, ncd, cd);
+  char name[32], path[64]; /* tests run side by side: a file each, removed */
+  snprintf(name, sizeof name, "refused_%d", (int)getpid());
+  snprintf(path, sizeof path, "test_hdf5_c_%s.h5", name);
+  hid_t f = mkfile(name), s = H5Screate_simple(1, dims, NULL), p = mkdcpl(1, chunk, ncd, cd);
   hid_t d = H5Dcreate2(f, "x", type, s, H5P_DEFAULT, p, H5P_DEFAULT);
   const char *text = error_stack();
   cr_assert_lt(d, 0, "created, expected: %s", want);
@@ -171,6 +180,7 @@ static void refused(hid_t type, size_t ncd, const unsigned *cd, const char *want
   H5Sclose(s);
   H5Pclose(p);
   H5Fclose(f);
+  remove(path);
 }
 
 Test(hdf5_filter, bad_parameters_refused_at_creation) {
@@ -248,4 +258,187 @@ Test(hdf5_filter, damaged_chunks_fail_without_crashing) {
   read_damaged("half the archive", truncate_half);
   read_damaged("garbage", garbage);
   read_damaged("one byte", one_byte);
+}
+
+/* ---- chains in the parameters (H5Z_FZD_CHAIN) ------------------------------ */
+
+/* cd for a chain with mode and bound, no fill value; the count to give. */
+static size_t chain_cd(unsigned *cd, const char *chain, unsigned mode, double eb) {
+  memset(cd, 0, sizeof(unsigned) * H5Z_FZD_CHAIN_NELMTS(strlen(chain)));
+  cd[H5Z_FZD_CD_MODE] = mode;
+  h5z_fzd_put_double(cd + H5Z_FZD_CD_EB, eb);
+  return h5z_fzd_put_chain(cd, chain);
+}
+
+/* Writes x (CN0 x CN1 f32, chunks 16 x 32 with partial ones at the edges)
+ * with the chain into a file of its own, checks the stored parameters (the
+ * writer's values kept, the type and shape after the text), makes a second
+ * dataset from the first one's completed property list, and reads both
+ * back from the reopened file (not from HDF5's chunk cache): the largest
+ * error over both is returned. */
+enum { CN0 = 45, CN1 = 70 };
+static double chain_round_trip(const char *name, const char *chain, unsigned mode, double eb,
+                               const float (*x)[CN1]) {
+  static float y[CN0][CN1];
+  unsigned cd[256];
+  size_t ncd = chain_cd(cd, chain, mode, eb);
+  hsize_t dims[2] = {CN0, CN1}, chunk[2] = {16, 32};
+  hid_t f = mkfile(name), s = H5Screate_simple(2, dims, NULL), p = mkdcpl(2, chunk, ncd, cd);
+  hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  cr_assert_geq(d, 0, "%s: %s", chain, error_stack());
+  cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x), 0, "%s",
+                error_stack());
+
+  hid_t p2 = H5Dget_create_plist(d);
+  unsigned got[256], flags;
+  size_t n = 256;
+  cr_assert_geq(H5Pget_filter_by_id2(p2, H5Z_FILTER_FZD, &flags, &n, got, 0, NULL, NULL), 0);
+  cr_assert_eq(n, ncd + 4, "%zu parameters stored for %zu given", n, ncd);
+  cr_assert_eq(memcmp(got, cd, ncd * sizeof cd[0]), 0, "the writer's values changed");
+  cr_assert_eq(got[ncd], 9u); /* FZ_F32 */
+  cr_assert_eq(got[ncd + 1], 2u);
+  cr_assert_eq(got[ncd + 2], 16u);
+  cr_assert_eq(got[ncd + 3], 32u);
+  /* A property list copied from the dataset holds the completed values:
+   * set_local makes its additions anew, after the text. */
+  hid_t d2 = H5Dcreate2(f, "copy", H5T_IEEE_F32LE, s, H5P_DEFAULT, p2, H5P_DEFAULT);
+  cr_assert_geq(d2, 0, "%s", error_stack());
+  cr_assert_geq(H5Dwrite(d2, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x), 0, "%s",
+                error_stack());
+  hid_t p3 = H5Dget_create_plist(d2);
+  n = 256;
+  cr_assert_geq(H5Pget_filter_by_id2(p3, H5Z_FILTER_FZD, &flags, &n, got, 0, NULL, NULL), 0);
+  cr_assert_eq(n, ncd + 4, "the copy stores %zu parameters", n);
+  H5Pclose(p3);
+  H5Pclose(p2);
+  H5Dclose(d2);
+  H5Dclose(d);
+  H5Fclose(f);
+
+  char path[256];
+  snprintf(path, sizeof path, "test_hdf5_c_%s.h5", name);
+  f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  cr_assert_geq(f, 0);
+  double worst = 0;
+  const char *names[2] = {"x", "copy"};
+  for (int k = 0; k < 2; k++) {
+    d = H5Dopen2(f, names[k], H5P_DEFAULT);
+    cr_assert(H5Dget_storage_size(d) < sizeof(float) * CN0 * CN1, "%s does not compress",
+              chain);
+    memset(y, 0, sizeof y);
+    cr_assert_geq(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y), 0, "%s",
+                  error_stack());
+    for (int i = 0; i < CN0; i++)
+      for (int j = 0; j < CN1; j++)
+        worst = fmax(worst, fabs((double)x[i][j] - (double)y[i][j]));
+    H5Dclose(d);
+  }
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
+  return worst;
+}
+
+Test(hdf5_filter, chains_round_trip_within_the_bound) {
+  static float x[CN0][CN1];
+  for (int i = 0; i < CN0; i++)
+    for (int j = 0; j < CN1; j++)
+      x[i][j] = (float)(sin(i * 0.13) * cos(j * 0.05) * 20.0 + 3.0);
+  double e = chain_round_trip("chain_rze", "quant | diff | bitshuffle | rze(levels=2)",
+                              H5Z_FZD_ABS, 1e-3, x);
+  cr_assert_leq(e, 1e-3);
+  cr_assert_gt(e, 0.0, "a bound of 1e-3 on values up to 23 changes something");
+  e = chain_round_trip("chain_bitpack", "quant | bitpack", H5Z_FZD_ABS, 1e-2, x);
+  cr_assert_leq(e, 1e-2);
+  cr_assert_gt(e, 0.0);
+  /* Bound 0 in the parameters: the chain's own bound stands. */
+  e = chain_round_trip("chain_own", "quant(eb=0.05,mode=abs) | diff | rze", H5Z_FZD_ABS, 0.0,
+                       x);
+  cr_assert_leq(e, 0.05);
+  cr_assert_gt(e, 1e-3, "the chain's bound of 0.05 is the one used");
+}
+
+/* The chain is refused when the dataset is created, as the engine refuses
+ * it for the same type, chunk and bound: its code's name and its message on
+ * HDF5's error stack.  flags: mandatory or optional (h5py's compression=),
+ * which must not let a bad chain be left out quietly. */
+static void chain_refused(const char *chain, unsigned mode, double eb, unsigned flags) {
+  hsize_t dims[1] = {1000}, chunk[1] = {100};
+  fz_params fp;
+  fz_params_init(&fp);
+  fp.dtype = FZ_F32;
+  fp.ndims = 1;
+  fp.dims[0] = 100;
+  fp.pipeline = chain;
+  fp.eb = eb;
+  fp.eb_mode = (fz_eb_mode)mode;
+  fp.threads = 1;
+  char why[512] = "";
+  fz_plan *plan = NULL;
+  int rc = fz_plan_create(&fp, &plan, why, sizeof why);
+  fz_plan_destroy(plan);
+  cr_assert_lt(rc, 0, "the engine takes '%s'", chain);
+
+  unsigned cd[256];
+  size_t ncd = chain_cd(cd, chain, mode, eb);
+  hid_t f = mkfile("chain_refused"), s = H5Screate_simple(1, dims, NULL);
+  hid_t p = H5Pcreate(H5P_DATASET_CREATE);
+  cr_assert_geq(H5Pset_chunk(p, 1, chunk), 0);
+  cr_assert_geq(H5Pset_filter(p, H5Z_FILTER_FZD, flags, ncd, cd), 0);
+  hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  const char *text = error_stack();
+  char want[600];
+  snprintf(want, sizeof want, "fzd filter: %s (%s)", why, fz_err_name(rc));
+  cr_assert_lt(d, 0, "'%s' made a dataset; the engine says %s", chain, want);
+  cr_assert(strstr(text, want), "stack: %s (want %s)", text, want);
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
+}
+
+Test(hdf5_filter, chains_refused_as_the_engine_refuses_them) {
+  /* Malformed. */
+  chain_refused("quant | diff | bogus", H5Z_FZD_ABS, 1e-3, H5Z_FLAG_MANDATORY);
+  chain_refused("quant | diff | bogus", H5Z_FZD_ABS, 1e-3, H5Z_FLAG_OPTIONAL);
+  chain_refused("quant |", H5Z_FZD_ABS, 1e-3, H5Z_FLAG_OPTIONAL);
+  chain_refused("quant | diff | bitshuffle | rze(levels=99)", H5Z_FZD_ABS, 1e-3,
+                H5Z_FLAG_MANDATORY);
+  /* Well-formed, and not with this bound or without a coder. */
+  chain_refused("quant(eb=0.01) | diff | rze", H5Z_FZD_ABS, 1e-3, H5Z_FLAG_MANDATORY);
+  chain_refused("quant(eb=1e-3,mode=rel) | bitpack", H5Z_FZD_ABS, 1e-3, H5Z_FLAG_OPTIONAL);
+  chain_refused("quant | diff | rze", H5Z_FZD_PWREL, 2.0, H5Z_FLAG_MANDATORY);
+  chain_refused("quant | diff", H5Z_FZD_ABS, 1e-3, H5Z_FLAG_MANDATORY);
+}
+
+Test(hdf5_filter, chain_layouts_refused_at_creation) {
+  unsigned cd[256];
+  size_t ncd = chain_cd(cd, "quant | bitpack", H5Z_FZD_ABS, 1e-3);
+  refused(H5T_IEEE_F32LE, ncd - 1, cd, "a chain text of 15 bytes takes 12");
+  refused(H5T_IEEE_F32LE, 7, cd, "7 filter parameters: a chain (pipeline 3) takes 8");
+  refused(H5T_IEEE_F32LE, ncd + 1, cd, "13 filter parameters: a chain text of 15 bytes takes 12");
+  cd[H5Z_FZD_CD_HAS_FILL] = 2;
+  refused(H5T_IEEE_F32LE, ncd, cd, "not 0 or 1");
+  cd[H5Z_FZD_CD_HAS_FILL] = 0;
+  cd[H5Z_FZD_CD_CHAIN + 1] &= ~0xff00u; /* byte 5 */
+  refused(H5T_IEEE_F32LE, ncd, cd, "has a zero byte at 5");
+  cd[H5Z_FZD_CD_CHAIN_LEN] = 0;
+  refused(H5T_IEEE_F32LE, ncd, cd, "a chain text of 0 bytes: give 1 to 968");
+  cd[H5Z_FZD_CD_CHAIN_LEN] = H5Z_FZD_CHAIN_MAX + 1;
+  refused(H5T_IEEE_F32LE, ncd, cd, "a chain text of 969 bytes: give 1 to 968");
+  /* The longest text the filter takes, spaces around one stage, works as
+   * far as the engine parses it (1 is the plan, not the layout). */
+  char longest[H5Z_FZD_CHAIN_MAX + 1];
+  memset(longest, ' ', H5Z_FZD_CHAIN_MAX);
+  memcpy(longest + 400, "quant | bitpack", 15);
+  longest[H5Z_FZD_CHAIN_MAX] = '\0';
+  ncd = chain_cd(cd, longest, H5Z_FZD_ABS, 1e-3);
+  cr_assert_eq(ncd, 250u);
+  hsize_t dims[1] = {1000}, chunk[1] = {100};
+  hid_t f = mkfile("longest"), s = H5Screate_simple(1, dims, NULL), p = mkdcpl(1, chunk, ncd, cd);
+  hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  cr_assert_geq(d, 0, "the longest chain text: %s", error_stack());
+  H5Dclose(d);
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
 }
