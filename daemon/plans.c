@@ -87,6 +87,8 @@ static void canonical_pipeline(fzd_job *job) {
 }
 
 int fzd_plans_take(fzd_plans *c, fzd_job *job, void **plan, fzd_plan_slot **slot) {
+  *plan = NULL;
+  *slot = NULL;
   canonical_pipeline(job);
   pthread_mutex_lock(&c->mu);
   fzd_plan_slot *victim = NULL;

@@ -46,7 +46,9 @@ int fzd_plans_add_slots(fzd_plans *c, unsigned n);
 
 /* A plan for the job, busy until fzd_plans_put(*slot): an idle cached one,
  * or one made in the slot of an empty or least recently used idle plan.
- * Rewrites job->pipeline as its canonical text first. */
+ * Rewrites job->pipeline as its canonical text first.  On failure *slot
+ * may still hold a slot (the plan could not be made in it): put it back
+ * all the same; it is NULL when none was taken. */
 int fzd_plans_take(fzd_plans *c, struct fzd_job *job, void **plan, fzd_plan_slot **slot);
 void fzd_plans_put(fzd_plans *c, fzd_plan_slot *slot); /* NULL is a no-op */
 /* Destroys every idle plan (to give their memory back). */
