@@ -54,8 +54,10 @@ static unsigned count_of(const char *hay, const char *needle) {
   return n;
 }
 
-/* The daemon's stats: compress and decompress job counts. */
-static void daemon_counts(fzd_harness *h, uint64_t *compress, uint64_t *decompress) {
+/* The daemon's stats: compress and decompress job counts, and the plans
+ * it made (plans_made may be NULL). */
+static void daemon_counts_plans(fzd_harness *h, uint64_t *compress, uint64_t *decompress,
+                                uint64_t *plans_made) {
   fz_client *c = NULL;
   char why[256];
   cr_assert_eq(fz_client_connect(&c, fzd_harness_socket_path(h), NULL, why, sizeof why), 0,
@@ -64,7 +66,13 @@ static void daemon_counts(fzd_harness *h, uint64_t *compress, uint64_t *decompre
   cr_assert_eq(fz_client_stats(c, &st), 0);
   *compress = st.compress.count;
   *decompress = st.decompress.count;
+  if (plans_made != NULL)
+    *plans_made = st.plans_created;
   fz_client_close(c);
+}
+
+static void daemon_counts(fzd_harness *h, uint64_t *compress, uint64_t *decompress) {
+  daemon_counts_plans(h, compress, decompress, NULL);
 }
 
 static void put(padded *p, void *base, size_t k, double v) {
@@ -182,10 +190,12 @@ Test(devitocomp, daemon_rank3_strided_one_plan, .timeout = 240) {
   fzd_harness *h = start_fzd();
   size_t bytes = round_trip(DEVITOCOMP_FLOAT32, 3, dims3, 20, "0.01", 0.01);
   cr_assert_lt(bytes, 20 * 24 * 40 * 36 * 4 / 2, "no compression: %zu bytes", bytes);
-  uint64_t c, d;
-  daemon_counts(h, &c, &d);
+  uint64_t c, d, made;
+  daemon_counts_plans(h, &c, &d, &made);
   cr_assert_eq(c, 20);
   cr_assert_eq(d, 0);
+  /* Twenty snapshots of one shape: one plan, as stats and the log say. */
+  cr_assert_eq(made, 1, "the daemon made %llu plans", (unsigned long long)made);
   char *log = fzd_harness_log(h);
   cr_assert_eq(count_of(log, "plan created"), 1, "the daemon's plans:\n%s", log);
   free(log);
