@@ -145,11 +145,15 @@ static void reply_message(const fzp_message *m, char *buf, size_t len) {
 }
 
 /* A file of n smooth f32 values (a field written block by block). */
+/* The job files live only as descriptors: unlinked at once, so that the
+ * daemon's directory goes with the harness and no test leaves gigabytes
+ * behind. */
 static int field_file(const char *dir, const char *name, uint64_t n) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   cr_assert_geq(fd, 0);
+  cr_assert_eq(unlink(path), 0);
   size_t block = 1 << 20;
   float *x = malloc(block * sizeof(float));
   for (uint64_t at = 0; at < n; at += block) {
@@ -167,6 +171,7 @@ static int empty_file(const char *dir, const char *name) {
   snprintf(path, sizeof path, "%s/%s", dir, name);
   int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   cr_assert_geq(fd, 0);
+  cr_assert_eq(unlink(path), 0);
   return fd;
 }
 
@@ -310,6 +315,8 @@ Test(memory, idle_daemon_gives_memory_back, .timeout = 300) {
   char path[512];
   snprintf(path, sizeof path, "%s/noise.f32", dir);
   int in = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  cr_assert_geq(in, 0);
+  cr_assert_eq(unlink(path), 0);
   uint32_t *x = malloc(n * 4), s = 12345;
   for (uint64_t i = 0; i < n; i++) {
     s ^= s << 13, s ^= s >> 17, s ^= s << 5;
