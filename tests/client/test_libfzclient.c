@@ -878,6 +878,7 @@ Test(libfzclient, append_mode_output_is_refused) {
   cr_assert_eq(memcmp(back, "old contents", 12), 0, "the file is untouched");
   free(back);
   close(fd);
+  cr_assert_eq(unlink(path), 0);
   cr_assert_eq(fz_client_ping(c, NULL), 0);
   free(v);
   fz_client_close(c);
