@@ -24,37 +24,7 @@
 #include "fz.h"
 #include "fzclient.h"
 #include "fzd_harness.h"
-
-#define CUDA_OK(call) cr_assert_eq((int)(call), 0, "%s failed", #call)
-
-static fzd_harness *start_gpu_fzd(const char *settings) {
-  static const char *const args[] = {"--backend", "gpu", NULL};
-  fzd_harness_options o = {.settings = settings, .args = args, .ready_timeout_ms = 120000};
-  fzd_harness *h = NULL;
-  cr_assert_eq(fzd_harness_start(&o, &h), 0, "fzd did not start on the GPU backend");
-  return h;
-}
-
-static void stop_fzd(fzd_harness *h) {
-  int st = fzd_harness_stop(h, 60000);
-  cr_assert(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-            "fzd did not exit cleanly (status %d)", st);
-}
-
-static fz_client *connect_gpu(fzd_harness *h) {
-  fz_client_opts o;
-  fz_client_opts_init(&o);
-  o.timeout_ms = 120000;
-  fz_client *c = NULL;
-  char why[256];
-  int rc = fz_client_connect(&c, fzd_harness_socket_path(h), &o, why, sizeof why);
-  cr_assert_eq(rc, 0, "connect: %s", why);
-  fz_server_info info;
-  fz_client_info(c, &info);
-  cr_assert_str_eq(info.backend, "gpu");
-  cr_assert(strcmp(info.device, "cpu") != 0 && info.device[0] != '\0', "%s", info.device);
-  return c;
-}
+#include "gpu_fzd.h"
 
 static float *field_f32(size_t rows, size_t cols, float phase) {
   float *v = malloc(rows * cols * sizeof(float));
