@@ -25,6 +25,7 @@
 #include "cpu.h"
 #include "jobio.h"
 #include "log.h"
+#include "notify.h"
 #include "plans.h"
 
 /* Input bytes per window of a streamed job: large enough that the system
@@ -52,12 +53,6 @@ typedef struct worker {
   void *arc; /* compression output, kept across jobs */
   size_t arc_cap;
 } worker;
-
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* ---- the memory budget ---------------------------------------------------- */
 
@@ -162,11 +157,11 @@ static int compress_whole(worker *w, fzd_job *job, fz_plan *plan) {
     return FZ_ENOMEM;
   void *arc = w->arc;
   size_t arc_len = 0;
-  uint64_t t0 = now_us();
+  uint64_t t0 = fzd_notify_monotonic_usec();
   if ((err = fz_plan_compress(plan, in, job->in_len, arc, cap, &arc_len)) < 0 &&
       fz_plan_error(plan)[0])
     snprintf(job->why, sizeof(job->why), "%s", fz_plan_error(plan));
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   if (err >= 0) {
     fz_archive_info info;
     if (fz_archive_inspect(arc, arc_len, &info) >= 0)
@@ -234,7 +229,7 @@ static int compress_stream(fzd_job *job, fz_plan *plan) {
       (job->verify && (back = malloc(window)) == NULL))
     goto cleanup;
   err = 0;
-  uint64_t t0 = now_us();
+  uint64_t t0 = fzd_notify_monotonic_usec();
   const void *in;
   for (uint64_t off = 0; err == 0 && fz_encoder_needs_scan(enc) && off < job->in_len;
        off += window) {
@@ -282,7 +277,7 @@ static int compress_stream(fzd_job *job, fz_plan *plan) {
     err = fzd_job_pwrite(job, 0, hdr, hl);
   if (err == 0)
     err = fzd_job_truncate(job, total);
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   job->out_len = (size_t)total;
 
 cleanup:
@@ -347,9 +342,9 @@ static int decompress_whole(fzd_job *job) {
   if (out == NULL)
     return FZ_ENOMEM;
   size_t out_len = 0;
-  uint64_t t0 = now_us();
+  uint64_t t0 = fzd_notify_monotonic_usec();
   err = fz_decompress(in, job->in_len, out, raw, &out_len, 1);
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   free(job->in_data);
   job->in_data = NULL;
   if (err < 0) {
@@ -367,7 +362,7 @@ static int decompress_stream(fzd_job *job, fz_decoder *dec) {
   int err = 0;
   if (outbuf == NULL || (!fzd_job_input_in_memory(job) && (inbuf = malloc(window)) == NULL))
     err = FZ_ENOMEM;
-  uint64_t t0 = now_us(), put = 0, off;
+  uint64_t t0 = fzd_notify_monotonic_usec(), put = 0, off;
   size_t stored, raw;
   while (err == 0 && fz_decoder_next(dec, window, &off, &stored, &raw) > 0) {
     const void *in;
@@ -381,7 +376,7 @@ static int decompress_stream(fzd_job *job, fz_decoder *dec) {
     err = fz_decoder_finish(dec);
   if (err == 0)
     err = fzd_job_truncate(job, put);
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   job->out_len = (size_t)put;
   free(inbuf);
   free(outbuf);

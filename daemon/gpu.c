@@ -53,6 +53,7 @@
 #include "fz_gpu.h"
 #include "jobio.h"
 #include "log.h"
+#include "notify.h"
 #include "plans.h"
 #include "server.h"
 
@@ -134,12 +135,6 @@ struct fzd_ipc_cache {
   pool_entry pools[POOL_ENTRIES];
   event_entry ev[EVENT_ENTRIES];
 };
-
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* A copy on the worker's stream, or a wait for it; a failure leaves its
  * cause in the job's message after what the daemon was doing. */
@@ -767,9 +762,9 @@ static int cpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   size_t cap = fz_plan_compress_bound(plan), arc_len = 0;
   if ((err = host_ensure(w, &w->h_out, cap, job)) < 0)
     goto out;
-  uint64_t t0 = now_us();
+  uint64_t t0 = fzd_notify_monotonic_usec();
   err = fz_plan_compress(plan, w->h_in.p, job->in_len, w->h_out.p, cap, &arc_len);
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   if (err < 0) {
     snprintf(job->why, sizeof(job->why), "%s", fz_plan_error(plan));
     goto out;
@@ -816,9 +811,9 @@ static int cpu_decompress(fzd_gpu_worker *w, fzd_job *job, bool staged) {
   }
   if ((err = host_ensure(w, &w->h_out, raw, job)) < 0)
     return err;
-  uint64_t t0 = now_us();
+  uint64_t t0 = fzd_notify_monotonic_usec();
   err = fz_decompress(w->h_in.p, job->in_len, w->h_out.p, raw, &out_len, FALLBACK_THREADS);
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   return err < 0 ? err : fallback_deliver(w, job, w->h_out.p, out_len, "decompressed data");
 }
 
@@ -836,7 +831,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
     return cpu_compress(w, job);
   if (err < 0)
     return err;
-  uint64_t t0 = now_us();
+  uint64_t t0 = fzd_notify_monotonic_usec();
   void *d_in, *d_out, *d_client = NULL;
   if (job->in_ipc) {
     err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job,
@@ -850,7 +845,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     free(job->in_data); /* the staging copy is all that is needed now */
     job->in_data = NULL;
-    t0 = now_us();
+    t0 = fzd_notify_monotonic_usec();
     if ((err = gpu_copy(w, job, w->d_in.p, w->h_in.p, job->in_len, "copying the input to the GPU")) < 0)
     goto out;
     d_in = w->d_in.p;
@@ -894,7 +889,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
     if (!job->verify)
       if ((err = gpu_sync(w, job, "copying the archive to out_ipc")) < 0)
     goto out;
-    job->time_us = now_us() - t0;
+    job->time_us = fzd_notify_monotonic_usec() - t0;
     job->out_len = arc_len;
     goto out;
   }
@@ -904,7 +899,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
     goto out;
   if ((err = gpu_sync(w, job, "copying the archive back")) < 0)
     goto out;
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   err = fzd_job_deliver_copy(job, w->h_out.p, arc_len);
 out:
   return job_end(w, job, ein, eout, err);
@@ -917,7 +912,7 @@ out:
 static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   ipc_entry *ein = NULL, *eout = NULL;
   fz_archive_info *info = &job->info;
-  uint64_t t0 = now_us();
+  uint64_t t0 = fzd_notify_monotonic_usec();
   void *d_arc, *d_out;
   int err = 0;
   if (job->in_ipc) {
@@ -980,7 +975,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   if (err < 0)
     goto out;
   if (job->out_ipc) {
-    job->time_us = now_us() - t0;
+    job->time_us = fzd_notify_monotonic_usec() - t0;
     job->out_len = out_len;
     goto out;
   }
@@ -988,7 +983,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
     goto out;
   if ((err = gpu_sync(w, job, "decompression")) < 0)
     goto out;
-  job->time_us = now_us() - t0;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
   err = fzd_job_deliver_copy(job, w->h_out.p, out_len);
 out:
   return job_end(w, job, ein, eout, err);

@@ -24,6 +24,7 @@
 
 #include "backend.h"
 #include "log.h"
+#include "notify.h"
 #include "plans.h"
 #include "server.h"
 
@@ -50,12 +51,6 @@ struct fzd_pool {
   void *done_arg;
 };
 
-static uint64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 /* A worker that owns a core stays on it: its caches stay warm with its
  * plans and chunks instead of following it around the machine.  Only the
  * cores this process may use count; with more workers than cores they share
@@ -79,8 +74,8 @@ static void pin_to_core(unsigned index) {
 }
 
 static void spin_for_work(fzd_pool *pool) {
-  uint64_t until = now_us() + pool->be.spin_us;
-  while (atomic_load_explicit(&pool->queued, memory_order_relaxed) == 0 && now_us() < until)
+  uint64_t until = fzd_notify_monotonic_usec() + pool->be.spin_us;
+  while (atomic_load_explicit(&pool->queued, memory_order_relaxed) == 0 && fzd_notify_monotonic_usec() < until)
     sched_yield();
 }
 

@@ -33,6 +33,9 @@ struct fz_gpu_ctx {
 struct fze_header;
 struct fzk_desc;
 
+/* Workspace buffers start on 256-byte boundaries (gpu_plan.c, gpu_decode.c). */
+static inline size_t fzk_up256(size_t v) { return (v + 255) & ~(size_t)255; }
+
 /* The kernels' description of an archive's shape and chain (gpu_plan.c). */
 void fzk_desc_from_header(struct fzk_desc *d, const struct fze_header *h);
 /* Enables the kernels' shared memory for d's chunk size, once per size and

@@ -41,8 +41,6 @@ struct fz_gpu_decoder {
   int opened;
 };
 
-static size_t up256(size_t v) { return (v + 255) & ~(size_t)255; }
-
 int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size_t why_len) {
   if (ctx == NULL || out == NULL)
     return FZ_EINVAL;
@@ -170,9 +168,9 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   uint64_t nc = h->nchunks;
   const uint8_t *arc = dec->d_arc, *tab = arc + dec->table_pos;
   const uint64_t hcrc_len = dec->table_pos + 2 * nc, parts = fzk_crc_parts(hcrc_len);
-  size_t o_offs = 0, o_bsum = up256(8 * (nc + 1));
-  size_t o_crcs = o_bsum + up256(8 * (fzk_scan_blocks(nc) + 1));
-  size_t o_parts = o_crcs + up256(4 * nc + 4); /* the chunk CRCs, then the status */
+  size_t o_offs = 0, o_bsum = fzk_up256(8 * (nc + 1));
+  size_t o_crcs = o_bsum + fzk_up256(8 * (fzk_scan_blocks(nc) + 1));
+  size_t o_parts = o_crcs + fzk_up256(4 * nc + 4); /* the chunk CRCs, then the status */
   size_t bytes = o_parts + 4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc));
   /* The workspace grows to the largest archive seen and stays: the steady
    * state allocates nothing. */

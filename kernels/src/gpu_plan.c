@@ -56,24 +56,22 @@ struct fz_gpu_plan {
   int have_events;
 };
 
-static size_t up256(size_t v) { return (v + 255) & ~(size_t)255; }
-
 /* The staging area, the staged sizes and their scan are for the generic
  * chunk kernels only: the 4-byte word kernels place their chunks
  * themselves, and use offs for the look-back. */
 static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len, int staged) {
   size_t o = 0;
-  w->stage = o; o += staged ? up256((size_t)nchunks * cb) : 0;
-  w->sizes = o; o += staged ? up256(4 * (size_t)nchunks + 4) : 0;
-  w->crcs = o; o += up256(4 * (size_t)nchunks + 4);
-  w->offs = o; o += up256(8 * ((size_t)nchunks + 2));
-  w->bsum = o; o += staged ? up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1)) : 0;
-  w->part = o; o += up256(16 * (size_t)FZK_MM_BLOCKS);
+  w->stage = o; o += staged ? fzk_up256((size_t)nchunks * cb) : 0;
+  w->sizes = o; o += staged ? fzk_up256(4 * (size_t)nchunks + 4) : 0;
+  w->crcs = o; o += fzk_up256(4 * (size_t)nchunks + 4);
+  w->offs = o; o += fzk_up256(8 * ((size_t)nchunks + 2));
+  w->bsum = o; o += staged ? fzk_up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1)) : 0;
+  w->part = o; o += fzk_up256(16 * (size_t)FZK_MM_BLOCKS);
   /* The archive's size follows the quantizer's parameters, so that one
    * copy brings both back (plan_back). */
   w->qp = o; w->total = o + offsetof(plan_back, total); w->range = o + offsetof(plan_back, range);
-  o += up256(sizeof(plan_back));
-  w->cparts = o; o += up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
+  o += fzk_up256(sizeof(plan_back));
+  w->cparts = o; o += fzk_up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
   w->bytes = o;
 }
 
