@@ -314,7 +314,7 @@ static void trim(fzd_gpu_worker *w) {
 }
 
 /* A preallocated GPU plan for the job, from the shared cache, held until
- * the job ends (fzd_gpu_run puts it back). */
+ * the job ends (gpu_run puts it back). */
 static int get_plan(fzd_gpu_worker *w, fzd_job *job, fz_gpu_plan **out) {
   void *p = NULL;
   int err = fzd_plans_take(w->g->plans, job, &p, &w->slot);
