@@ -23,7 +23,9 @@ extern "C" void fzk_desc_layout32(fzk_desc *d) {
   uint32_t e = a16(cb + 32 * 16 + 16) + a16(cb + 48) + 4 * FZK_WT_WORDS;
   d->smem_e32 = d->k32 >= FZK_C32_SHUF_RZE ? e + tb : e;
   uint32_t dd = a16(cb + 48) + nbm + 4 * FZK_WT_WORDS + 4096;
-  d->smem_d32 = d->k32 >= FZK_C32_SHUF_RZE ? dd + r1_bytes(cb) + 2 * a16(cb / 64 + 16) : dd;
+  d->smem_d32 = d->k32 >= FZK_C32_SHUF_RZE ? dd + r1_bytes(cb) + 2 * a16(cb / 64 + 16)
+                : d->k32diff                ? dd + e_bytes(cb)
+                                            : dd;
 }
 
 template <int QK, int CK>
@@ -129,8 +131,8 @@ extern "C" int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint
   return (int)cudaGetLastError();
 }
 
-/* Enables the largest layout of the chunk size (the rze chains') for every
- * kernel built. */
+/* Enables the largest layout of the chunk size for every kernel built: the
+ * rze chains', or for bitpack after diff its own. */
 extern "C" int fzk_kernels32_init(const fzk_desc *d) {
   fzk_desc m = *d;
   m.k32 = FZK_C32_SHUF_RZE;
@@ -145,12 +147,17 @@ extern "C" int fzk_kernels32_init(const fzk_desc *d) {
                                  (int)m.smem_d32);
     }
   }
+  fzk_desc bd = *d;
+  bd.k32 = FZK_C32_BITPACK;
+  bd.k32diff = 1;
+  fzk_desc_layout32(&bd);
   for (unsigned b = 0; b < 2 && e == cudaSuccess; b++) {
+    uint32_t dmax = b == 0 && bd.smem_d32 > m.smem_d32 ? bd.smem_d32 : m.smem_d32;
     e = cudaFuncSetAttribute(fzk_enc32u[b], cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)m.smem_e32);
     if (e == cudaSuccess)
       e = cudaFuncSetAttribute(fzk_dec32u[b], cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)m.smem_d32);
+                               (int)dmax);
   }
   return (int)e;
 }

@@ -159,6 +159,8 @@ struct fzk_d32 {
   uint32_t *T;     /* the CRC slice tables */
   uint2 *r1;       /* rze: level-1 bitmap words and their ranks (fzk_r1_at) */
   uint8_t *tb2;    /* rze: two bitmaps of the levels above 1 */
+  uint32_t *e;     /* bitpack after diff, in r1's place: each warp's running
+                    * sums of the diff stage's words */
 };
 
 __host__ __device__ inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
@@ -185,8 +187,10 @@ __device__ __forceinline__ uint32_t fzk_plane_vec(uint32_t v, uint32_t pb, uint3
  * decoder [32, 48) the byte selectors of fzk_expand_sel. */
 #define FZK_WT_WORDS 48u
 
-/* The decoder's level-1 words. */
+/* The decoder's level-1 words; its running sums (fzk_d32.e), a word for
+ * each word of the chunk's 32-word blocks. */
 __host__ __device__ inline uint32_t r1_bytes(uint32_t cb) { return a16(cb / 4 + 16); }
+__host__ __device__ inline uint32_t e_bytes(uint32_t cb) { return a16(cb + 128); }
 
 __device__ inline fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
   fzk_e32 s;
@@ -204,7 +208,8 @@ __device__ inline fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
   s.obm = (uint32_t *)p; p += nbm;
   s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
   s.T = (uint32_t *)p; p += 4096;
-  s.r1 = (uint2 *)p; p += r1_bytes(d.cb);
+  s.r1 = (uint2 *)p;
+  s.e = (uint32_t *)p; p += r1_bytes(d.cb);
   s.tb2 = p;
   return s;
 }
@@ -520,11 +525,12 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
            * go to the warp's run in s.a at once. */
           uint32_t y = code, yp = prev;
           if (ddiff) {
+            /* One shuffle: lane 0 gets lane 31's word, the carry of the
+             * next block. */
             y = nega ? fzo_nega32(code - prev) : fzo_zigzag32(code - prev);
-            yp = __shfl_up_sync(FZK_FULL, y, 1);
-            if (lane == 0)
-              yp = carry2;
-            carry2 = __shfl_sync(FZK_FULL, y, 31);
+            const uint32_t yr = __shfl_sync(FZK_FULL, y, (lane + 31) & 31);
+            yp = lane ? yr : carry2;
+            carry2 = yr;
           }
           const uint32_t r = valid ? fzo_zigzag32(y - yp) : 0;
           const uint32_t nbits = 32u - __clz(__reduce_or_sync(FZK_FULL, r));
@@ -1215,11 +1221,14 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       for (unsigned w = 0; w < warp; w++)
         run += s.wt[8 + w];
     }
-    /* Bitpack after diff: the sums of each warp's diff words, from the
-     * running sums of bitpack's differences. */
+    /* Bitpack after diff: the diff stage's words are the running sums of
+     * bitpack's differences, and the words their running sums, which
+     * start from the sums of the warps before.  So each warp keeps the
+     * running sums of its own diff words (in s.e) and their total, and
+     * adds the warps' base once the block knows it. */
     uint32_t run2 = 0;
     if (ddiff) {
-      uint32_t acc = 0, r = run;
+      uint32_t r = run, pc = 0;
       wpos = wpos0;
       for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
         const uint32_t i = 32 * b + lane;
@@ -1228,12 +1237,15 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
           z = 0;
         const uint32_t x = fzk_warp_incl(z) + r;
         r = __shfl_sync(FZK_FULL, x, 31);
-        if (FULL || i < n)
-          acc += nega ? fzo_unnega32(x) : fzo_unzigzag32(x);
+        uint32_t e = nega ? fzo_unnega32(x) : fzo_unzigzag32(x);
+        if (!FULL && i >= n)
+          e = 0;
+        const uint32_t p = fzk_warp_incl(e) + pc;
+        pc = __shfl_sync(FZK_FULL, p, 31);
+        s.e[i] = p;
       }
-      const uint32_t sum = __reduce_add_sync(FZK_FULL, acc);
       if (lane == 0)
-        s.wt[16 + warp] = sum;
+        s.wt[16 + warp] = pc;
       __syncthreads();
       for (unsigned w = 0; w < warp; w++)
         run2 += s.wt[16 + w];
@@ -1242,22 +1254,21 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
     uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
     wpos = wpos0;
     for (uint32_t b = b0, k = 0; b < b1; b++, k++, gw += 32) {
-      uint32_t u = planes(b, k, whole), i = 32 * b + lane;
-      if (!wd)
-        u = fzk_transpose32(u, tp);
-      uint32_t code = u;
-      if (diff) {
-        uint32_t dd = bp ? fzo_unzigzag32(u) : nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
-        if (!FULL && i >= n)
-          dd = 0;
-        code = fzk_warp_incl(dd) + run;
-        run = __shfl_sync(FZK_FULL, code, 31);
-        if (ddiff) {
-          uint32_t e = nega ? fzo_unnega32(code) : fzo_unzigzag32(code);
+      const uint32_t i = 32 * b + lane;
+      uint32_t code;
+      if (ddiff) {
+        code = s.e[i] + run2;
+      } else {
+        uint32_t u = planes(b, k, whole);
+        if (!wd)
+          u = fzk_transpose32(u, tp);
+        code = u;
+        if (diff) {
+          uint32_t dd = bp ? fzo_unzigzag32(u) : nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
           if (!FULL && i >= n)
-            e = 0;
-          code = fzk_warp_incl(e) + run2;
-          run2 = __shfl_sync(FZK_FULL, code, 31);
+            dd = 0;
+          code = fzk_warp_incl(dd) + run;
+          run = __shfl_sync(FZK_FULL, code, 31);
         }
       }
       const uint32_t fl = quant && m ? __shfl_sync(FZK_FULL, my_obm, k) : 0;

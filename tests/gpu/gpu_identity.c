@@ -104,6 +104,19 @@ static void sweep_chains32(unsigned chunk) {
     }
 }
 
+/* A few shapes of every user chain, small enough for the sanitizers. */
+Test(identity, user_chains32_small) {
+  const size_t sizes[] = {1, 33, 4096 + 77, 3 * 4096 + 5};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    void *x = gen_data(FZ_F32, sizes[si], GEN_SPECIAL, si);
+    for (size_t c = 0; c < sizeof quant_chains32 / sizeof quant_chains32[0]; c++)
+      check_identity(FZ_F32, quant_chains32[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    for (size_t c = 0; c < sizeof lossless_chains32 / sizeof lossless_chains32[0]; c++)
+      check_identity(FZ_I32, lossless_chains32[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    free(x);
+  }
+}
+
 Test(identity, user_chains32) { sweep_chains32(0); }
 Test(identity, user_chains32_chunk4k) { sweep_chains32(4096); }
 
