@@ -483,13 +483,14 @@ typedef enum damage {
   EMPTY_DIRECTORY,
   SYMLINK,
   FIFO,
+  HUGE,
   DAMAGE_KINDS
 } damage;
 
 static const char *damage_name[] = {
     "flipped image byte", "flipped digest byte", "truncated image", "truncated header",
     "appended byte", "wrong magic", "wrong version", "wrong length field", "another key's entry",
-    "zero-length file", "empty directory", "symlink", "fifo"};
+    "zero-length file", "empty directory", "symlink", "fifo", "huge (sparse) file"};
 
 static void patch(const char *p, off_t off, unsigned char x) {
   int fd = open(p, O_RDWR);
@@ -553,6 +554,9 @@ static void do_damage(damage d, const char *dir, const char *name, const char *o
     cr_assert_eq(unlink(p), 0);
     cr_assert_eq(mkfifo(p, 0600), 0);
     break;
+  case HUGE: /* more than any image may be: refused before it is read */
+    cr_assert_eq(truncate(p, ((off_t)1 << 30) + HEADER_LEN + 1), 0);
+    break;
   default:
     cr_assert_fail();
   }
@@ -582,11 +586,17 @@ Test(jit_cache, bad_entries_rejected_counted_rebuilt, .timeout = 120) {
     cr_assert_eq(atomic_load(&a.calls), 2, "%s", damage_name[d]);
     fzk_jit_cache_close(c);
 
-    /* The rewritten entry is good: a third cache reads it. */
+    /* The rewritten entry is good: a third cache reads it, and B's entry
+     * (which a symbolic link pointed to) is untouched unless it was moved. */
     c = open_ok(dir, 0);
     a.fail = FZ_ENVRTC;
     get_ok(c, "kernel A", "", TGT, &a);
     cr_assert_eq(counts(c).disk_hits, 1, "%s: the new entry loads", damage_name[d]);
+    if (d != OTHER_KEYS_ENTRY) {
+      o.fail = FZ_ENVRTC;
+      get_ok(c, "kernel B", "", TGT, &o);
+      cr_assert_eq(counts(c).disk_hits, 2, "%s: the other entry is intact", damage_name[d]);
+    }
     cr_assert_eq(list_dir(dir).tmps, 0);
     fzk_jit_cache_close(c);
     remove_dir(dir);
