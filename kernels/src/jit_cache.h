@@ -52,7 +52,9 @@ typedef int (*fzk_jit_build_fn)(void *arg, void **image, size_t *len, char *why,
  * waited for it (the same code and message), and is not remembered: the next
  * get builds again.  A failed disk write does not fail the get.
  *
- * *image stays valid, and owned by the cache, until close. */
+ * build() may get other keys from the same cache, never its own (it would
+ * wait for itself).  *image stays valid, and owned by the cache, until
+ * close. */
 int fzk_jit_cache_get(fzk_jit_cache *c, const char *source, const char *options,
                       const char *target, fzk_jit_build_fn build, void *arg, const void **image,
                       size_t *len, char *why, size_t why_len);
