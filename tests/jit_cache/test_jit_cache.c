@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -625,6 +627,36 @@ Test(jit_cache, failed_write_leaves_nothing_and_does_not_fail) {
   cr_assert_eq(l.entries, 1, "only the directory that was there");
   get_ok(c, "kernel", "", TGT, &b);
   cr_assert_eq(counts(c).mem_hits, 1);
+  fzk_jit_cache_close(c);
+  remove_dir(dir);
+}
+
+/* A write cut short half way (the file size limit stands in for a full
+ * disk) leaves neither an entry nor a temporary file, and the get still
+ * succeeds. */
+Test(jit_cache, write_cut_short_leaves_nothing) {
+  char *dir = make_dir();
+  fzk_jit_cache *c = open_ok(dir, 0);
+  struct rlimit old, small = {.rlim_cur = 2048, .rlim_max = RLIM_INFINITY};
+  cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+  small.rlim_max = old.rlim_max;
+  signal(SIGXFSZ, SIG_IGN); /* write() fails with EFBIG instead */
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+  builder b = {.text = "big image", .size = 10000};
+  get_ok(c, "big kernel", "", TGT, &b);
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+  fzk_jit_counts n = counts(c);
+  cr_assert_eq(n.disk_writes, 0);
+  cr_assert_eq(n.disk_write_failures, 1);
+  listing l = list_dir(dir);
+  cr_assert_eq(l.entries + l.tmps + l.others, 0, "nothing of the write is left");
+  get_ok(c, "big kernel", "", TGT, &b);
+  cr_assert_eq(counts(c).mem_hits, 1, "the image stays in memory");
+  /* With room again, another cache writes it whole. */
+  fzk_jit_cache *c2 = open_ok(dir, 0);
+  get_ok(c2, "big kernel", "", TGT, &b);
+  cr_assert_eq(counts(c2).disk_writes, 1);
+  fzk_jit_cache_close(c2);
   fzk_jit_cache_close(c);
   remove_dir(dir);
 }
