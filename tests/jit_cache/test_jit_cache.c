@@ -70,10 +70,20 @@ static char *path_in(const char *dir, const char *name) {
   return p;
 }
 
+/* The test's directories, removed by remove_dir() or, when an assertion
+ * ended the test first, by the suites' fini: no run leaves files in /tmp. */
+static char *test_dirs[4];
+
 static char *make_dir(void) {
   char *d = strdup("/tmp/fzjit-test-XXXXXX");
   cr_assert_not_null(mkdtemp(d));
-  return d;
+  for (int i = 0; i < 4; i++)
+    if (test_dirs[i] == NULL) {
+      test_dirs[i] = d;
+      return d;
+    }
+  cr_assert_fail("too many test directories");
+  return NULL;
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
@@ -85,8 +95,21 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 static void remove_dir(char *d) {
   chmod(d, 0700);
   nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  for (int i = 0; i < 4; i++)
+    if (test_dirs[i] == d)
+      test_dirs[i] = NULL;
   free(d);
 }
+
+static void remove_dirs(void) {
+  for (int i = 0; i < 4; i++)
+    if (test_dirs[i])
+      remove_dir(test_dirs[i]);
+}
+
+TestSuite(jit_cache, .fini = remove_dirs);
+TestSuite(jit_cache_threads, .fini = remove_dirs);
+TestSuite(jit_cache_processes, .fini = remove_dirs);
 
 /* The names in dir: entries (64 hex digits), our temporary files, others. */
 typedef struct listing {
