@@ -69,8 +69,7 @@ int fzk_jit_cache_get(fzk_jit_cache *c, const char *source, const char *options,
  * foreign or unreadable (each removed where possible, then rebuilt),
  * disk_evicted entries this process removed to keep the bound.  disk_bytes
  * is the size of all entries in the directory at this process's last look
- * (open, or after its last write).  disk_write_failures is the one field
- * beyond the first design of this struct; it comes last. */
+ * (open, or after its last write). */
 typedef struct fzk_jit_counts {
   uint64_t mem_hits, disk_hits, misses, compiles, compile_failures, compile_us, disk_writes,
       disk_rejected, disk_evicted, disk_bytes, disk_write_failures;
