@@ -1,11 +1,14 @@
 /*
  * chain32_ops.cuh - the device code of the chunk kernels for chains on
- * 4-byte words (f32, and u32 / i32 without quant) that end in bitpack, or
- * in bitshuffle | rze with an optional diff before: the `fast`, `balanced`
- * and `lossless` presets.  chain32.cu builds some of them ahead of time;
- * the run-time code generation builds the rest from this header, which
- * NVRTC compiles (device code only: no CUDA runtime header, no standard
- * C++ header, libc headers only outside NVRTC).
+ * 4-byte words (f32, and u32 / i32 without quant) of the form
+ * [quant] [diff] coder, the coder bitpack, bitshuffle | rze, or rze on the
+ * words' bytes as they are: the `fast`, `balanced` and `lossless` presets,
+ * and the chains users spell (quant | diff | bitpack, quant | diff | rze,
+ * quant | rze, diff | rze, quant | bitshuffle | rze, ...).  chain32.cu
+ * builds some of them ahead of time; the run-time code generation builds
+ * the rest from this header, which NVRTC compiles (device code only: no
+ * CUDA runtime header, no standard C++ header, libc headers only outside
+ * NVRTC).
  *
  * One block still owns one chunk, but the work is laid out for warps: warp
  * w takes the 32-word blocks [w*K, w*K + K) of the chunk in order, so the
@@ -20,6 +23,14 @@
  * they have decoded their share.  The bytes are the CPU reference's
  * (engine/src/stage_*.c), and the decoder accepts exactly what the CPU
  * decoder accepts.
+ *
+ * rze on words reads the words' bytes where bitshuffle | rze reads four
+ * bytes of a plane: a word's nibble of the level-1 bitmap and its rank
+ * give its kept bytes, so the same level-1 code serves both.  diff before
+ * bitpack makes two running sums of the decoder: the diff stage's words
+ * from bitpack's differences, then the words from those; each warp keeps
+ * the second's partial sums in shared memory (fzk_d32.e) until the block
+ * knows every warp's total.
  *
  * How a kernel is made of it.  The encoder and the decoder are the
  * __device__ templates fzk_enc32_body and fzk_dec32_body; each kernel is a
