@@ -450,12 +450,15 @@ int fzd_warm_entry_check(const fzd_warm_entry *e, uint64_t max_bytes, char *why,
     return FZ_EMSGSIZE;
   }
   /* The engine's validation is the plan itself: what a job with these
-   * parameters would be told. */
+   * parameters would be told.  Its tables grow with the shape, whose
+   * extents were checked above, so a smaller one of the same rank stands
+   * in for it (the plan made at start or by the worker is the real one). */
   fz_params p;
   fz_params_init(&p);
   p.dtype = e->dtype;
   p.ndims = e->ndims;
-  memcpy(p.dims, e->dims, sizeof p.dims);
+  for (unsigned i = 0; i < e->ndims; i++)
+    p.dims[i] = e->dims[i] < 64 ? e->dims[i] : 64;
   p.eb = e->eb;
   p.eb_mode = e->eb_mode;
   p.pipeline = e->pipeline[0] ? e->pipeline : NULL;
