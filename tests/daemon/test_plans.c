@@ -167,6 +167,42 @@ Test(plans, budget_drops_idle_plans_and_holds, .timeout = 120) {
   stop_daemon(h);
 }
 
+/* Two workers, two shapes in flight at once, a budget of one plan: a plan
+ * in use is never dropped for another, so the second shape's plan is made
+ * for its job only (transient) or waits its turn; every job succeeds and
+ * the kept plans stay within the budget throughout. */
+Test(plans, budget_with_plans_in_use, .timeout = 180) {
+  const uint64_t budget = 200000;
+  fzd_harness *h = start_daemon("\"workers\": 2, \"plan_cache_bytes\": 200000");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  const size_t n[2] = {16384, 32768};
+  float *x = malloc(n[1] * sizeof *x);
+  cr_assert_not_null(x);
+  wire_field_f32(x, n[1], 5);
+  for (unsigned round = 0; round < 20; round++) {
+    for (unsigned k = 0; k < 4; k++)
+      send_compress_inline(&w, 100 * round + k, x, n[k % 2], 1e-2);
+    for (unsigned k = 0; k < 4; k++) {
+      fzp_message m;
+      cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+      cr_assert_eq(wire_code(&m), 0, "round %u: a job failed", round);
+      fzp_message_free(&m);
+    }
+    cr_assert_leq(plan_stat(&w, "bytes"), budget);
+    cr_assert_leq(plan_stat(&w, "held"), 1u);
+  }
+  uint64_t created = plan_stat(&w, "created"), hits = plan_stat(&w, "hits");
+  cr_assert_eq(created + hits, 80u, "every job took a plan: %llu made, %llu found",
+               (unsigned long long)created, (unsigned long long)hits);
+  cr_assert_eq(plan_stat(&w, "held") + plan_stat(&w, "dropped") + plan_stat(&w, "transient"),
+               created);
+  free(x);
+  wire_close(&w);
+  stop_daemon(h);
+}
+
 /* Without a byte bound the same jobs keep both plans. */
 Test(plans, no_budget_keeps_both_shapes, .timeout = 120) {
   fzd_harness *h = start_daemon("\"workers\": 1, \"plan_cache_bytes\": 0");
