@@ -305,6 +305,9 @@ static int warm_start(fzd_server *srv) {
   if (err < 0) {
     fzd_err("warm: no memory for %u entries", n);
   } else {
+    char status[64];
+    snprintf(status, sizeof status, "STATUS=preparing %u warm plans", n);
+    fzd_notify(status);
     uint64_t t0 = fzd_notify_monotonic_usec();
     fzd_pool_run(srv->pool, jobs, n);
     for (unsigned i = 0; i < n; i++) {
