@@ -10,8 +10,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct fzd_job;
+
+/* What the kernels' run-time compiler has done (GPU backend), for "stats". */
+typedef struct fzd_jit_counts {
+  uint64_t mem_hits, disk_hits, misses, compiles, compile_failures, compile_ms;
+  uint64_t disk_writes, disk_rejected, disk_evicted, disk_bytes;
+} fzd_jit_counts;
 
 typedef struct fzd_backend_ops {
   const char *name; /* "cpu", "gpu" */
@@ -27,11 +34,14 @@ typedef struct fzd_backend_ops {
   void (*idle)(void *worker);
   unsigned idle_ms;
   /* A worker looks at the queue this long before it sleeps (0: sleeps at
-   * once), and is pinned to a core of its own. */
+   * once), and is pinned to a core of its own when pin_cores (main.c sets
+   * it from the cpu_affinity setting). */
   unsigned spin_us;
   bool pin_cores;
   /* The backend's plan cache (plans.h), for its counters in "stats". */
   struct fzd_plans *plans;
+  /* The backend's JIT counters; NULL when it compiles nothing (CPU). */
+  void (*jit_counts)(void *state, fzd_jit_counts *out);
   /* Frees the state once every worker is destroyed; may be NULL. */
   void (*destroy)(void *state);
 } fzd_backend_ops;

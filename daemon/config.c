@@ -20,7 +20,7 @@
 #include "fz_error.h"
 #include "log.h"
 
-enum stype { T_BOOL, T_UINT, T_STR, T_ENUM, T_MODE, T_GPU };
+enum stype { T_BOOL, T_UINT, T_STR, T_ENUM, T_MODE, T_GPU, T_DIR, T_WARM };
 
 typedef struct choice {
   const char *name;
@@ -37,6 +37,10 @@ typedef struct setting {
   const choice *choices; /* T_ENUM, NULL-name terminated */
   const char *description;
 } setting;
+
+/* T_DIR: null (the setting's derived default) or a string; T_WARM: an array
+ * of plan entries.  One setting of each, so their fields are named here. */
+#define DIR_FLAG(cfg) ((cfg)->jit_cache_dir_derived)
 
 static const choice backend_choices[] = {{"auto", FZD_BACKEND_AUTO},
                                          {"cpu", FZD_BACKEND_CPU},
@@ -136,6 +140,30 @@ static const setting settings[] = {
      "address space of sealed-memfd inputs mapped in place for one connection"},
     {"plan_cache_entries", T_UINT, OFF(plan_cache_entries), 0, 4096, "16",
      false, NULL, "finalized plans the workers share (LRU), besides one slot per worker"},
+    {"plan_cache_bytes", T_UINT, OFF(plan_cache_bytes), 0, UINT64_C(1) << 50, "2147483648",
+     false, NULL,
+     "memory the kept plans may hold together (device workspace on the GPU, work buffers "
+     "on the CPU); idle plans are dropped, least recently used first, to stay under it, "
+     "and a plan that cannot fit serves its one job and is then dropped; 0 means no byte "
+     "bound, only plan_cache_entries"},
+    {"warm", T_WARM, 0, 0, FZD_WARM_MAX, "[]", false, NULL,
+     "plans prepared before READY=1: an array of {\"pipeline\", \"dtype\", \"shape\", "
+     "\"eb\", \"mode\"} as in a compress request; each is made, and a synthetic field "
+     "of its shape compressed and decompressed by the backend and by the CPU engine must "
+     "agree byte for byte, or fzd exits"},
+    {"cpu_affinity", T_BOOL, OFF(cpu_affinity), 0, 1, "false", false, NULL,
+     "pin each worker thread to a core of its own (both backends): for dedicated nodes; "
+     "on shared machines pinned workers queue behind other processes"},
+    {"jit", T_BOOL, OFF(jit), 0, 1, "true", false, NULL,
+     "compile fused kernels for each plan's chain at run time (NVRTC; GPU backend); false "
+     "runs the ahead-of-time kernels only"},
+    {"jit_cache_dir", T_DIR, OFF(jit_cache_dir), 0, 200, "null", false, NULL,
+     "directory of the compiled-module cache; null means $STATE_DIRECTORY/jit under "
+     "systemd, else $XDG_CACHE_HOME/fzd/jit or $HOME/.cache/fzd/jit; \"\" keeps modules "
+     "in memory only"},
+    {"jit_cache_max_bytes", T_UINT, OFF(jit_cache_max_bytes), 1048576, UINT64_C(1) << 44,
+     "268435456", false, NULL,
+     "bytes the module cache directory may hold; the oldest modules go first"},
     {"log_level", T_ENUM, OFF(log_level), 0, 0, "\"info\"", true, level_choices,
      "error, warning, info or debug"},
     {"watchdog", T_BOOL, OFF(watchdog), 0, 1, "true", false, NULL,
@@ -179,6 +207,80 @@ static bool as_uint(const cJSON *v, uint64_t *out) {
     return false;
   *out = (uint64_t)d;
   return true;
+}
+
+/* One entry of "warm" from its JSON object: the keys of a compress
+ * request that shape a plan.  The engine's checks come later (cross_check,
+ * when max_job_bytes is known). */
+static int warm_entry(const cJSON *o, fzd_warm_entry *e, char *why, size_t why_len) {
+  memset(e, 0, sizeof *e);
+  e->eb_mode = FZ_EB_REL;
+  if (!cJSON_IsObject(o))
+    return fail(why, why_len, "expected an object with \"dtype\", \"shape\" and "
+                "optionally \"pipeline\", \"eb\", \"mode\"");
+  bool has_dtype = false, has_shape = false;
+  for (const cJSON *k = o->child; k != NULL; k = k->next) {
+    char q[80];
+    quote_value(k, q, sizeof q);
+    if (strcmp(k->string, "dtype") == 0) {
+      if (!cJSON_IsString(k) || fz_dtype_parse(k->valuestring, &e->dtype) < 0)
+        return fail(why, why_len, "\"dtype\": bad value %s: expected a dtype such as \"f32\"",
+                    q);
+      has_dtype = true;
+    } else if (strcmp(k->string, "shape") == 0) {
+      int n = cJSON_IsArray(k) ? cJSON_GetArraySize(k) : -1;
+      if (n < 1 || n > FZ_MAX_DIMS)
+        return fail(why, why_len, "\"shape\": bad value %s: expected an array of 1 to %d "
+                    "extents", q, FZ_MAX_DIMS);
+      e->ndims = (unsigned)n;
+      unsigned i = 0;
+      for (const cJSON *d = k->child; d != NULL; d = d->next, i++)
+        if (!as_uint(d, &e->dims[i]) || e->dims[i] == 0)
+          return fail(why, why_len, "\"shape\": bad value %s: shape[%u] must be a positive "
+                      "integer", q, i);
+      has_shape = true;
+    } else if (strcmp(k->string, "eb") == 0) {
+      if (!cJSON_IsNumber(k))
+        return fail(why, why_len, "\"eb\": bad value %s: expected a number", q);
+      e->eb = k->valuedouble;
+    } else if (strcmp(k->string, "mode") == 0) {
+      if (!cJSON_IsString(k) || fz_eb_mode_parse(k->valuestring, &e->eb_mode) < 0)
+        return fail(why, why_len, "\"mode\": bad value %s: expected \"abs\", \"rel\" or "
+                    "\"pwrel\"", q);
+    } else if (strcmp(k->string, "pipeline") == 0) {
+      if (!cJSON_IsString(k) || strlen(k->valuestring) >= sizeof e->pipeline)
+        return fail(why, why_len, "\"pipeline\": bad value %s: expected a preset or a chain "
+                    "of fewer than %zu bytes", q, sizeof e->pipeline);
+      memcpy(e->pipeline, k->valuestring, strlen(k->valuestring));
+    } else {
+      return fail(why, why_len, "unknown key \"%s\" (value %s); an entry takes \"pipeline\", "
+                  "\"dtype\", \"shape\", \"eb\" and \"mode\"", k->string, q);
+    }
+  }
+  if (!has_dtype || !has_shape)
+    return fail(why, why_len, "\"%s\" is required", has_dtype ? "shape" : "dtype");
+  return 0;
+}
+
+static int set_warm(fzd_config *cfg, const setting *s, const cJSON *v, const char *what,
+                    char *why, size_t why_len) {
+  int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (n < 0 || (uint64_t)n > s->max) {
+    char q[80];
+    quote_value(v, q, sizeof q);
+    return fail(why, why_len, "%s: setting \"%s\": bad value %s: expected an array of at "
+                "most %llu plan entries", what, s->name, q, (unsigned long long)s->max);
+  }
+  memset(cfg->warm, 0, sizeof cfg->warm);
+  cfg->nwarm = 0;
+  unsigned i = 0;
+  for (const cJSON *o = v->child; o != NULL; o = o->next, i++) {
+    char sub[400];
+    if (warm_entry(o, &cfg->warm[i], sub, sizeof sub) < 0)
+      return fail(why, why_len, "%s: setting \"%s\": entry %u: %s", what, s->name, i, sub);
+  }
+  cfg->nwarm = (uint64_t)n;
+  return 0;
 }
 
 /* Validates one value and stores it.  `what` says where it came from. */
@@ -254,6 +356,23 @@ static int set_value(fzd_config *cfg, const setting *s, const cJSON *v,
     *(uint64_t *)dst = m;
     return 0;
   }
+  case T_DIR:
+    if (cJSON_IsNull(v)) {
+      DIR_FLAG(cfg) = true;
+      memset(dst, 0, FZD_CONFIG_STR);
+      return 0;
+    }
+    if (!cJSON_IsString(v) || strlen(v->valuestring) > s->max ||
+        (v->valuestring[0] != '\0' && v->valuestring[0] != '/'))
+      return fail(why, why_len,
+                  "%s: setting \"%s\": bad value %s: expected null, \"\" or an absolute "
+                  "path of at most %llu bytes", what, s->name, q, (unsigned long long)s->max);
+    DIR_FLAG(cfg) = false;
+    memset(dst, 0, FZD_CONFIG_STR);
+    memcpy(dst, v->valuestring, strlen(v->valuestring));
+    return 0;
+  case T_WARM:
+    return set_warm(cfg, s, v, what, why, why_len);
   }
   return fail(why, why_len, "%s: setting \"%s\": unsupported type", what, s->name);
 }
@@ -300,7 +419,72 @@ static int cross_check(const fzd_config *cfg, const char *path, char *why,
                 "max_message_bytes - 4096 (%llu)",
                 path, (unsigned long long)cfg->max_inline_bytes,
                 (unsigned long long)(cfg->max_message_bytes - 4096));
+  for (unsigned i = 0; i < cfg->nwarm; i++) {
+    char sub[400];
+    if (fzd_warm_entry_check(&cfg->warm[i], cfg->max_job_bytes, sub, sizeof sub) < 0)
+      return fail(why, why_len, "%s: setting \"warm\": entry %u: %s", path, i, sub);
+  }
   return 0;
+}
+
+uint64_t fzd_warm_entry_bytes(const fzd_warm_entry *e) {
+  uint64_t bytes = fz_dtype_size(e->dtype);
+  for (unsigned i = 0; i < e->ndims; i++) {
+    if (e->dims[i] == 0 || bytes > UINT64_MAX / e->dims[i])
+      return 0;
+    bytes *= e->dims[i];
+  }
+  return e->ndims > 0 ? bytes : 0;
+}
+
+int fzd_warm_entry_check(const fzd_warm_entry *e, uint64_t max_bytes, char *why,
+                         size_t why_len) {
+  uint64_t bytes = fzd_warm_entry_bytes(e);
+  if (bytes == 0) {
+    snprintf(why, why_len, "\"shape\": the shape's bytes overflow 64 bits");
+    return FZ_ESHAPE;
+  }
+  if (bytes > max_bytes) {
+    snprintf(why, why_len, "\"shape\": a field of this shape is %llu bytes, more than "
+             "max_job_bytes (%llu)", (unsigned long long)bytes, (unsigned long long)max_bytes);
+    return FZ_EMSGSIZE;
+  }
+  /* The engine's validation is the plan itself: what a job with these
+   * parameters would be told.  Its tables grow with the shape, whose
+   * extents were checked above, so a smaller one of the same rank stands
+   * in for it (the plan made at start or by the worker is the real one). */
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = e->dtype;
+  p.ndims = e->ndims;
+  for (unsigned i = 0; i < e->ndims; i++)
+    p.dims[i] = e->dims[i] < 64 ? e->dims[i] : 64;
+  p.eb = e->eb;
+  p.eb_mode = e->eb_mode;
+  p.pipeline = e->pipeline[0] ? e->pipeline : NULL;
+  p.threads = 1;
+  fz_plan *plan = NULL;
+  char sub[256] = "";
+  int err = fz_plan_create(&p, &plan, sub, sizeof sub);
+  fz_plan_destroy(plan);
+  if (err < 0)
+    snprintf(why, why_len, "%s", sub[0] ? sub : fz_strerror(err));
+  return err < 0 ? err : 0;
+}
+
+void fzd_config_jit_dir(const fzd_config *cfg, char *out, size_t len) {
+  const char *v;
+  if (!cfg->jit_cache_dir_derived)
+    snprintf(out, len, "%s", cfg->jit_cache_dir);
+  else if ((v = getenv("STATE_DIRECTORY")) != NULL && v[0] == '/')
+    /* systemd may list several, colon-separated: the first is ours. */
+    snprintf(out, len, "%.*s/jit", (int)strcspn(v, ":"), v);
+  else if ((v = getenv("XDG_CACHE_HOME")) != NULL && v[0] == '/')
+    snprintf(out, len, "%s/fzd/jit", v);
+  else if ((v = getenv("HOME")) != NULL && v[0] == '/')
+    snprintf(out, len, "%s/.cache/fzd/jit", v);
+  else
+    snprintf(out, len, "%s", "");
 }
 
 #define CONFIG_FILE_MAX (1u << 20)
@@ -392,6 +576,15 @@ static void value_text(const fzd_config *cfg, const setting *s, char *buf,
       if (c->value == *(const uint64_t *)p)
         snprintf(buf, len, "\"%s\"", c->name);
     break;
+  case T_DIR:
+    if (DIR_FLAG(cfg))
+      snprintf(buf, len, "null");
+    else
+      snprintf(buf, len, "\"%s\"", (const char *)p);
+    break;
+  case T_WARM:
+    snprintf(buf, len, "%llu entries", (unsigned long long)cfg->nwarm);
+    break;
   case T_STR:
   case T_GPU:
     /* The token is a secret: say that it changed, never what it is. */
@@ -410,6 +603,10 @@ static bool same_value(const fzd_config *a, const fzd_config *b, const setting *
   case T_STR:
   case T_GPU:
     return strcmp(field(a, s), field(b, s)) == 0;
+  case T_DIR:
+    return DIR_FLAG(a) == DIR_FLAG(b) && strcmp(field(a, s), field(b, s)) == 0;
+  case T_WARM:
+    return a->nwarm == b->nwarm && memcmp(a->warm, b->warm, sizeof a->warm) == 0;
   default:
     return *(const uint64_t *)field(a, s) == *(const uint64_t *)field(b, s);
   }
@@ -431,6 +628,9 @@ unsigned fzd_config_apply_reload(fzd_config *cur, const fzd_config *next) {
       continue;
     }
     switch (s->type) {
+    case T_DIR:
+    case T_WARM:
+      break; /* not reloadable */
     case T_BOOL:
       *(bool *)field(cur, s) = *(const bool *)field(next, s);
       break;
@@ -448,8 +648,9 @@ unsigned fzd_config_apply_reload(fzd_config *cur, const fzd_config *next) {
 }
 
 void fzd_config_print_help(FILE *out) {
-  static const char *type_names[] = {"bool", "integer", "string",
-                                     "choice", "octal string", "index or UUID"};
+  static const char *type_names[] = {"bool",          "integer",      "string",
+                                     "choice",        "octal string", "index or UUID",
+                                     "path or null",  "array"};
   fprintf(out, "Settings (keys of the JSON config file):\n");
   for (size_t i = 0; i < NSETTINGS; i++) {
     const setting *s = &settings[i];

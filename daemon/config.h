@@ -11,9 +11,27 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fz.h"
+
 #define FZD_CONFIG_STR 256
+/* Entries of the "warm" setting, and of one "warm" request (methods.c). */
+#define FZD_WARM_MAX 32
+#define FZD_WARM_REQUEST_MAX 16
+#define FZD_WARM_PIPELINE_MAX 1024
 
 enum fzd_backend { FZD_BACKEND_AUTO = 0, FZD_BACKEND_CPU = 1, FZD_BACKEND_GPU = 2 };
+
+/* One plan to prepare (the "warm" setting and method): what a compress
+ * request with that dtype, shape, bound and pipeline would make.  Plain
+ * values, zero-filled, so that entries compare whole. */
+typedef struct fzd_warm_entry {
+  fz_dtype dtype;
+  unsigned ndims;
+  uint64_t dims[FZ_MAX_DIMS];
+  double eb;
+  fz_eb_mode eb_mode;
+  char pipeline[FZD_WARM_PIPELINE_MAX]; /* "": the default pipeline */
+} fzd_warm_entry;
 
 /* Plain values only, so that a config can be copied and compared whole. */
 typedef struct fzd_config {
@@ -46,6 +64,16 @@ typedef struct fzd_config {
   uint64_t max_mapped_bytes; /* sealed-memfd mappings, all connections */
   uint64_t max_mapped_bytes_per_connection;
   uint64_t plan_cache_entries;
+  uint64_t plan_cache_bytes; /* 0: no byte bound */
+  bool cpu_affinity;
+  bool jit;
+  /* jit_cache_dir: derived at start (fzd_config_jit_dir) when null in the
+   * file or absent; "" keeps the JIT's modules in memory only. */
+  bool jit_cache_dir_derived;
+  char jit_cache_dir[FZD_CONFIG_STR];
+  uint64_t jit_cache_max_bytes;
+  uint64_t nwarm;
+  fzd_warm_entry warm[FZD_WARM_MAX];
   uint64_t log_level; /* enum fzd_log_level */
   bool watchdog;
   uint64_t shutdown_timeout_s;
@@ -72,6 +100,21 @@ unsigned fzd_config_apply_reload(fzd_config *cur, const fzd_config *next);
 /* Writes the settings table (name, type, default, reloadable, description)
  * as help text. */
 void fzd_config_print_help(FILE *out);
+
+/* Checks a warm entry as a compress request with its parameters would be
+ * checked: the shape's bytes (at most max_bytes, the max_job_bytes of a
+ * job), and the engine's own validation of dtype, shape, pipeline and
+ * bound (by making and dropping the CPU plan).  FZ_E... with why. */
+int fzd_warm_entry_check(const fzd_warm_entry *e, uint64_t max_bytes, char *why,
+                         size_t why_len);
+/* The shape's bytes, or 0 on overflow. */
+uint64_t fzd_warm_entry_bytes(const fzd_warm_entry *e);
+
+/* The JIT module cache directory in force: the setting, or when it was
+ * left null, $STATE_DIRECTORY/jit (systemd's StateDirectory=), else
+ * $XDG_CACHE_HOME/fzd/jit, else $HOME/.cache/fzd/jit ("" when none of these
+ * is set: memory only). */
+void fzd_config_jit_dir(const fzd_config *cfg, char *out, size_t len);
 
 /* Names for enum-typed values. */
 const char *fzd_backend_name(uint64_t backend);

@@ -582,7 +582,9 @@ void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job) {
 }
 
 static const char *job_method(const fzd_job *job) {
-  return job->kind == FZD_JOB_COMPRESS ? "compress" : "decompress";
+  return job->kind == FZD_JOB_COMPRESS ? "compress"
+         : job->kind == FZD_JOB_WARM    ? "warm"
+                                        : "decompress";
 }
 
 void fzd_conn_log_job_error(fzd_conn *c, const char *method, uint32_t msgid,

@@ -1,6 +1,6 @@
 /*
  * cpu.c - the CPU backend: each worker runs one job at a time with the
- * engine on one thread (a core of its own), with its plans from the one
+ * engine on one thread (a core of its own with cpu_affinity), with its plans from the one
  * plan cache (plans.h) and its input and output through jobio.c.
  *
  * Memory is bounded.  A job whose result goes to a descriptor streams
@@ -441,6 +441,11 @@ static void plan_destroy(void *arg, void *plan) {
   fz_plan_destroy(plan);
 }
 
+static uint64_t plan_bytes(void *arg, const void *plan) {
+  (void)arg;
+  return fz_plan_workspace_bytes(plan);
+}
+
 static int worker_create(void *state, unsigned index, void **out, char *why, size_t why_len) {
   (void)index;
   cpu_backend *cb = state;
@@ -479,12 +484,13 @@ static void backend_destroy(void *state) {
   free(cb);
 }
 
-int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t memory_limit, fzd_backend_ops *be) {
+int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t plan_cache_bytes,
+                    uint64_t memory_limit, fzd_backend_ops *be) {
   cpu_backend *cb = calloc(1, sizeof *cb);
   if (cb == NULL)
     return FZ_ENOMEM;
-  const fzd_plan_kind kind = {plan_create, plan_destroy, cb};
-  if (fzd_plans_create(&kind, &cb->plans) < 0 ||
+  const fzd_plan_kind kind = {plan_create, plan_destroy, plan_bytes, cb};
+  if (fzd_plans_create(&kind, plan_cache_bytes, &cb->plans) < 0 ||
       fzd_plans_add_slots(cb->plans, plan_cache_entries) < 0) {
     fzd_plans_destroy(cb->plans);
     free(cb);
@@ -497,7 +503,7 @@ int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t memory_limit, fzd_back
   mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
   *be = (fzd_backend_ops){.name = "cpu", .state = cb, .worker_create = worker_create,
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
-                      .idle_ms = 0, .spin_us = 0, .pin_cores = true, .plans = cb->plans,
-                      .destroy = backend_destroy};
+                      .idle_ms = 0, .spin_us = 0, .pin_cores = false, .plans = cb->plans,
+                      .jit_counts = NULL, .destroy = backend_destroy};
   return 0;
 }

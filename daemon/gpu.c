@@ -67,8 +67,13 @@ struct fzd_gpu {
   uint64_t mem_limit;
   _Atomic uint64_t mem_used;
   /* The plan cache (plans.h), shared by the workers: a GPU plan holds its
-   * device workspace, counted against gpu_memory_limit while it lives. */
+   * device workspace, counted against gpu_memory_limit while it lives and
+   * against plan_cache_bytes while the cache keeps it. */
   fzd_plans *plans;
+  /* The JIT settings (jit, jit_cache_dir resolved, jit_cache_max_bytes). */
+  bool jit;
+  char jit_cache_dir[FZD_CONFIG_STR];
+  uint64_t jit_cache_max_bytes;
 };
 
 /* A buffer kept across jobs: pinned host memory or device memory. */
@@ -168,6 +173,15 @@ static void plan_destroy(void *arg, void *plan) {
   fz_gpu_plan_destroy(plan);
 }
 
+/* What the budget counts of a GPU plan: its device workspace, the memory
+ * that is scarce.  Its host side (the CPU plan it keeps for the bound and
+ * the chain, a pinned parameter block) is small beside it and not told by
+ * libfzkernels. */
+static uint64_t plan_bytes(void *arg, const void *plan) {
+  (void)arg;
+  return fz_gpu_plan_workspace_bytes(plan);
+}
+
 int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
                  fzd_gpu **out, char *why, size_t why_len) {
   *out = NULL;
@@ -180,12 +194,6 @@ int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
     return err;
   }
   g->mem_limit = mem_limit;
-  const fzd_plan_kind kind = {plan_create, plan_destroy, g};
-  if ((err = fzd_plans_create(&kind, &g->plans)) < 0) {
-    fz_gpu_ctx_destroy(g->ctx);
-    free(g);
-    return err;
-  }
   /* A driver without the calls that import clients' memory would fail every
    * device-buffer job: better not to start. */
   err = fz_gpu_import_ready(why, why_len);
@@ -1176,15 +1184,39 @@ static int worker_create(void *state, unsigned index, void **out, char *why, siz
 
 static int run(void *w, fzd_job *job) { return gpu_run(w, job); }
 
-int fzd_gpu_backend(fzd_gpu *g, unsigned plan_cache_entries, fzd_backend_ops *be) {
-  int err = fzd_plans_add_slots(g->plans, plan_cache_entries);
+/* The one place where the JIT settings reach the kernels' compiler
+ * (fz_gpu_ctx_jit_config(g->ctx, dir, max_bytes, enabled, why, why_len)
+ * once libfzkernels has it); before the workers are made, since their
+ * warm-up compiles the first kernels. */
+static int jit_setup(fzd_gpu *g) {
+  fzd_debug("jit: %s, module cache %s%s, at most %llu bytes on disk",
+            g->jit ? "on" : "off", g->jit_cache_dir[0] ? "in " : "in memory only",
+            g->jit_cache_dir, (unsigned long long)g->jit_cache_max_bytes);
+  return 0;
+}
+
+int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s, fzd_backend_ops *be) {
+  g->jit = s->jit;
+  snprintf(g->jit_cache_dir, sizeof g->jit_cache_dir, "%s",
+           s->jit_cache_dir != NULL ? s->jit_cache_dir : "");
+  g->jit_cache_max_bytes = s->jit_cache_max_bytes;
+  int err = jit_setup(g);
   if (err < 0)
+    return err;
+  if (g->plans == NULL) {
+    const fzd_plan_kind kind = {plan_create, plan_destroy, plan_bytes, g};
+    if ((err = fzd_plans_create(&kind, s->plan_cache_bytes, &g->plans)) < 0)
+      return err;
+  }
+  if ((err = fzd_plans_add_slots(g->plans, s->plan_cache_entries)) < 0)
     return err;
   /* Workers look at the queue before they sleep (pool.c) and give back
    * their staging and device buffers after a second without work. */
   *be = (fzd_backend_ops){.name = "GPU", .state = g, .worker_create = worker_create,
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
                       .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .plans = g->plans,
-                      .destroy = NULL};
+                      /* The kernels' JIT counters (fz_gpu_ctx_jit_counts) go here once
+                       * libfzkernels keeps them; until then "stats" has no jit object. */
+                      .jit_counts = NULL, .destroy = NULL};
   return 0;
 }

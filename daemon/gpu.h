@@ -24,6 +24,15 @@
 
 struct fzd_job;
 struct fzd_backend_ops;
+
+/* The settings the GPU backend's workers follow (from fzd_config). */
+typedef struct fzd_gpu_settings {
+  unsigned plan_cache_entries; /* plans shared by the workers, besides one slot each */
+  uint64_t plan_cache_bytes;   /* device bytes of the kept plans; 0: no bound */
+  bool jit;                    /* compile fused kernels at run time */
+  const char *jit_cache_dir;   /* resolved (fzd_config_jit_dir); "": memory only */
+  uint64_t jit_cache_max_bytes;
+} fzd_gpu_settings;
 typedef struct fzd_gpu fzd_gpu;
 typedef struct fzd_ipc_cache fzd_ipc_cache;
 
@@ -42,11 +51,10 @@ const char *fzd_gpu_name(const fzd_gpu *g);
 const char *fzd_gpu_uuid(const fzd_gpu *g);
 
 /* Fills be with the GPU backend (backend.h): worker i runs its jobs on
- * stream i, with plan_cache_entries GPU plans shared by the workers (plus
- * one slot per worker).  Each worker is warmed up when it is made: a small
- * compression and decompression run through the job path and the archive
- * is checked against the CPU engine's. */
-int fzd_gpu_backend(fzd_gpu *g, unsigned plan_cache_entries, struct fzd_backend_ops *be);
+ * stream i, with the plan cache and JIT of s.  Each worker is warmed up
+ * when it is made: a small compression and decompression run through the
+ * job path and the archive is checked against the CPU engine's. */
+int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s, struct fzd_backend_ops *be);
 
 /* A connection's imported device buffers (legacy IPC, VMM, pool pointers,
  * with the pools) and IPC events; destroyed (every import closed) on the
@@ -71,9 +79,9 @@ static inline int fzd_gpu_open(const char *device, unsigned nstreams,
 static inline void fzd_gpu_close(fzd_gpu *g) { (void)g; }
 static inline const char *fzd_gpu_name(const fzd_gpu *g) { (void)g; return "cpu"; }
 static inline const char *fzd_gpu_uuid(const fzd_gpu *g) { (void)g; return ""; }
-static inline int fzd_gpu_backend(fzd_gpu *g, unsigned plan_cache_entries,
+static inline int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s,
                                   struct fzd_backend_ops *be) {
-  (void)g, (void)plan_cache_entries, (void)be;
+  (void)g, (void)s, (void)be;
   return FZ_ENOGPU;
 }
 static inline fzd_ipc_cache *fzd_ipc_cache_create(fzd_gpu *g) { (void)g; return NULL; }

@@ -21,6 +21,7 @@ void fzd_job_free(fzd_job *job) {
   for (unsigned i = 0; i < job->nfds; i++)
     close(job->fds[i]);
   fzd_fdmap_release(job->in_ref);
+  free(job->warm);
   free(job->in_data);
   free(job->out_data);
   free(job);

@@ -1,6 +1,7 @@
 /*
  * main.c - fzd's entry point: the command line, start-up in the order that
- * makes READY=1 true (config, backend, workers, listeners, then notify), the
+ * makes READY=1 true (config, backend, workers, the warm plans, listeners,
+ * then notify), the
  * signals (SIGTERM/SIGINT drain and exit, SIGHUP reloads), the watchdog, and
  * the drain that ends the process with every accepted job answered.
  */
@@ -18,6 +19,7 @@
 #include "log.h"
 #include "notify.h"
 #include "server.h"
+#include "warm.h"
 
 static fzd_server server;
 
@@ -277,6 +279,61 @@ static int choose_backend(fzd_server *srv) {
   return 0;
 }
 
+/* The "warm" setting: every entry prepared and checked on the workers
+ * (one job each, so they spread over the workers), before the listeners
+ * open and READY=1.  A failed entry stops the start: a backend that
+ * disagrees with the CPU engine must not serve, and a plan the operator
+ * asked for that cannot be made (no memory, a bad chain for this backend)
+ * is a configuration the daemon cannot honour. */
+static int warm_start(fzd_server *srv) {
+  unsigned n = (unsigned)srv->cfg.nwarm;
+  if (n == 0)
+    return 0;
+  fzd_job *jobs[FZD_WARM_MAX] = {NULL};
+  int err = 0;
+  for (unsigned i = 0; i < n && err == 0; i++) {
+    jobs[i] = calloc(1, sizeof *jobs[i]);
+    if (jobs[i] == NULL || (jobs[i]->warm = calloc(1, sizeof *jobs[i]->warm)) == NULL) {
+      err = FZ_ENOMEM;
+      break;
+    }
+    jobs[i]->kind = FZD_JOB_WARM;
+    jobs[i]->in_fd = jobs[i]->out_fd = -1;
+    jobs[i]->warm->n = 1;
+    jobs[i]->warm->e[0] = srv->cfg.warm[i];
+  }
+  if (err < 0) {
+    fzd_err("warm: no memory for %u entries", n);
+  } else {
+    char status[64];
+    snprintf(status, sizeof status, "STATUS=preparing %u warm plans", n);
+    fzd_notify(status);
+    uint64_t t0 = fzd_notify_monotonic_usec();
+    fzd_pool_run(srv->pool, jobs, n);
+    for (unsigned i = 0; i < n; i++) {
+      const fzd_warm_result *r = &jobs[i]->warm->r[0];
+      if (r->err == 0)
+        continue;
+      char what[300];
+      fzd_warm_describe(&srv->cfg.warm[i], what, sizeof what);
+      fzd_err("setting \"warm\": entry %u (%s%s%s) failed: %s (%s); not serving", i, what,
+              r->chain[0] ? ", chain " : "", r->chain, r->why, fz_err_name(r->err));
+      if (err == 0)
+        err = r->err;
+    }
+    if (err == 0)
+      fzd_info("warm: %u plans ready in %.1f ms", n,
+               (double)(fzd_notify_monotonic_usec() - t0) / 1000.0);
+  }
+  for (unsigned i = 0; i < n; i++)
+    if (jobs[i] != NULL) {
+      free(jobs[i]->warm);
+      jobs[i]->warm = NULL;
+      fzd_job_free(jobs[i]);
+    }
+  return err;
+}
+
 static int start(fzd_server *srv) {
   raise_nofile();
   fzd_server_fd_cap(srv);
@@ -286,18 +343,31 @@ static int start(fzd_server *srv) {
     return err;
   fzd_backend_ops be;
   unsigned plans = (unsigned)srv->cfg.plan_cache_entries;
-  err = srv->gpu != NULL ? fzd_gpu_backend(srv->gpu, plans, &be)
-                         : fzd_cpu_backend(plans, srv->cfg.memory_limit, &be);
+  char jit_dir[FZD_CONFIG_STR];
+  fzd_config_jit_dir(&srv->cfg, jit_dir, sizeof jit_dir);
+  const fzd_gpu_settings gs = {.plan_cache_entries = plans,
+                               .plan_cache_bytes = srv->cfg.plan_cache_bytes,
+                               .jit = srv->cfg.jit,
+                               .jit_cache_dir = jit_dir,
+                               .jit_cache_max_bytes = srv->cfg.jit_cache_max_bytes};
+  err = srv->gpu != NULL ? fzd_gpu_backend(srv->gpu, &gs, &be)
+                         : fzd_cpu_backend(plans, srv->cfg.plan_cache_bytes,
+                                           srv->cfg.memory_limit, &be);
   if (err < 0) {
     fzd_err("cannot make the %s backend: %s", srv->backend_name, fz_strerror(err));
     return err;
   }
+  /* Both backends: pinning helps a node that runs nothing else and hurts
+   * one shared with other work, so it is the operator's choice. */
+  be.pin_cores = srv->cfg.cpu_affinity;
   /* On the GPU backend this warms every worker up before READY=1. */
   err = fzd_pool_start(&srv->pool, srv->loop, srv->workers, &be, fzd_conn_job_done, srv);
   if (err < 0) {
     fzd_err("cannot start %u workers: %s", srv->workers, fz_strerror(err));
     return err;
   }
+  if ((err = warm_start(srv)) < 0)
+    return err;
   err = fzd_listeners_open(srv);
   if (err < 0)
     return err;

@@ -26,6 +26,7 @@
 
 #include "log.h"
 #include "server.h"
+#include "warm.h"
 
 typedef void (*method_fn)(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
 
@@ -51,6 +52,9 @@ static const char *const compress_keys[] = {"dtype",  "shape",      "eb",       
                                             NULL};
 static const char *const decompress_keys[] = {BUFFER_KEYS, NULL};
 static const char *const release_keys[] = {"buffer_ids", "all", NULL};
+static const char *const warm_keys[] = {"plans", NULL};
+static const char *const warm_entry_keys[] = {"pipeline", "dtype", "shape", "eb", "mode",
+                                              NULL};
 
 /* 0 when every key of the params map is one of keys; else EPARAMS with the
  * first unknown key quoted in text. */
@@ -751,6 +755,164 @@ static void m_decompress(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   submit_job(srv, c, msg, FZD_JOB_DECOMPRESS);
 }
 
+/* ---- warm ------------------------------------------------------------------ */
+
+/* One entry of a warm request: the keys of compress that shape a plan,
+ * typed as compress types them; the engine's checks follow in
+ * fzd_warm_entry_check, as for the "warm" setting. */
+static int parse_warm_entry(const msgpack_object *o, fzd_warm_entry *e, bad *b) {
+  memset(e, 0, sizeof *e);
+  e->eb_mode = FZ_EB_REL;
+  if (o->type != MSGPACK_OBJECT_MAP)
+    return reject(b, FZ_EPARAMS, "must be a map with \"dtype\", \"shape\" and optionally "
+                  "\"pipeline\", \"eb\", \"mode\"");
+  if (unknown_key(o, warm_entry_keys, b->text, sizeof b->text) < 0)
+    return b->code = FZ_EPARAMS;
+  const char *s;
+  uint32_t len;
+  char text[32];
+  int r = fzp_get_str(o, "dtype", &s, &len);
+  if (r <= 0)
+    return reject(b, FZ_EPARAMS, "\"dtype\" (a string such as \"f32\") is required");
+  if (!copy_str(text, sizeof text, s, len) || fz_dtype_parse(text, &e->dtype) < 0)
+    return reject(b, FZ_EDTYPE, "\"dtype\": unknown dtype \"%.*s\"",
+                  (int)(len > 24 ? 24 : len), s);
+  const msgpack_object *shape;
+  if (fzp_get_obj(o, "shape", &shape) != 1 || shape->type != MSGPACK_OBJECT_ARRAY)
+    return reject(b, FZ_EPARAMS, "\"shape\" (an array of 1 to %d extents) is required",
+                  FZ_MAX_DIMS);
+  if (shape->via.array.size < 1 || shape->via.array.size > FZ_MAX_DIMS)
+    return reject(b, FZ_ESHAPE, "\"shape\" has %u dimensions; 1 to %d are supported",
+                  shape->via.array.size, FZ_MAX_DIMS);
+  e->ndims = shape->via.array.size;
+  for (uint32_t i = 0; i < e->ndims; i++) {
+    const msgpack_object *d = &shape->via.array.ptr[i];
+    if (d->type != MSGPACK_OBJECT_POSITIVE_INTEGER || d->via.u64 == 0)
+      return reject(b, d->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? FZ_ESHAPE : FZ_EPARAMS,
+                    "\"shape\"[%u] must be a positive integer", i);
+    e->dims[i] = d->via.u64;
+  }
+  r = fzp_get_str(o, "pipeline", &s, &len);
+  if (r < 0 || (r == 1 && !copy_str(e->pipeline, sizeof e->pipeline, s, len)))
+    return reject(b, FZ_EPARAMS, "\"pipeline\" must be a string of at most %zu bytes",
+                  sizeof e->pipeline - 1);
+  if (fzp_get_f64(o, "eb", &e->eb) < 0)
+    return reject(b, FZ_EPARAMS, "\"eb\" must be a number");
+  r = fzp_get_str(o, "mode", &s, &len);
+  if (r < 0 || (r == 1 && (!copy_str(text, sizeof text, s, len) ||
+                           fz_eb_mode_parse(text, &e->eb_mode) < 0)))
+    return reject(b, FZ_EPARAMS, "\"mode\" must be \"abs\", \"rel\" or \"pwrel\"");
+  return 0;
+}
+
+/* {"plans": [entry, ...]}: each entry is prepared and checked on a worker as
+ * at start (one job for the request, queued like a compression, so the loop
+ * never waits for it).  An entry that fails, here or on the worker, gets an
+ * error in its place of the reply and the others still run. */
+static void m_warm(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  const msgpack_object *p = &msg->params, *list = NULL;
+  bad b = {0, ""};
+  if (unknown_key(p, warm_keys, b.text, sizeof b.text) < 0) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS, "warm: %s", b.text);
+    return;
+  }
+  if (fzp_get_obj(p, "plans", &list) != 1 || list->type != MSGPACK_OBJECT_ARRAY ||
+      list->via.array.size == 0 || list->via.array.size > FZD_WARM_REQUEST_MAX) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_EPARAMS,
+                         "warm needs \"plans\", an array of 1 to %d entries (%u given)",
+                         FZD_WARM_REQUEST_MAX,
+                         list != NULL && list->type == MSGPACK_OBJECT_ARRAY
+                             ? list->via.array.size : 0);
+    return;
+  }
+  fzd_job *job = calloc(1, sizeof *job);
+  fzd_warm *w = job != NULL ? calloc(1, sizeof *w) : NULL;
+  if (w == NULL) {
+    free(job);
+    fzd_conn_reply_error(c, msg->msgid, FZ_ENOMEM, "no memory for a warm job");
+    return;
+  }
+  job->kind = FZD_JOB_WARM;
+  job->msgid = msg->msgid;
+  job->in_fd = job->out_fd = -1;
+  job->warm = w;
+  w->n = list->via.array.size;
+  for (unsigned i = 0; i < w->n; i++) {
+    fzd_warm_result *r = &w->r[i];
+    bad eb = {0, ""};
+    char sub[400];
+    if (parse_warm_entry(&list->via.array.ptr[i], &w->e[i], &eb) < 0) {
+      r->err = eb.code;
+      snprintf(r->why, sizeof r->why, "plans[%u]: %.480s", i, eb.text);
+    } else if ((r->err = fzd_warm_entry_check(&w->e[i], srv->cfg.max_job_bytes, sub,
+                                              sizeof sub)) < 0) {
+      snprintf(r->why, sizeof r->why, "plans[%u]: %.400s", i, sub);
+    }
+    r->skip = r->err < 0;
+  }
+  /* Each entry's reply is a small map: the chain and a message at most. */
+  job->reply_reserve = 1024 + (uint64_t)w->n * 1024;
+  if (fzd_conn_reply_room(c, job->reply_reserve) < 0) {
+    srv->stats.busy_rejections++;
+    reject(&b, FZ_EBUSY, "replies not yet read by their clients fill max_reply_bytes_total "
+           "(%llu bytes); try again later", (unsigned long long)srv->cfg.max_reply_bytes_total);
+  } else {
+    job->conn = c;
+    if (fzd_pool_submit(srv->pool, job, srv->cfg.queue_capacity) == 0) {
+      fzd_conn_job_accepted(c, job);
+      return;
+    }
+    srv->stats.busy_rejections++;
+    reject(&b, FZ_EBUSY, "the job queue is full (%llu waiting); try again later",
+           (unsigned long long)srv->cfg.queue_capacity);
+  }
+  fzd_conn_reply_error(c, msg->msgid, b.code, "%s", b.text);
+  free(job->warm);
+  job->warm = NULL;
+  fzd_job_free(job);
+}
+
+static void warm_reply(fzd_conn *c, const fzd_job *job) {
+  const fzd_warm *w = job->warm;
+  msgpack_packer *pk = fzd_conn_packer(c);
+  fzp_pack_result_begin(pk, job->msgid, 1);
+  fzp_pack_key(pk, "plans");
+  msgpack_pack_array(pk, w->n);
+  for (unsigned i = 0; i < w->n; i++) {
+    const fzd_warm_result *r = &w->r[i];
+    if (r->err < 0) {
+      msgpack_pack_map(pk, 3);
+      fzp_pack_key(pk, "index");
+      msgpack_pack_uint32(pk, i);
+      fzp_pack_key(pk, "chain");
+      fzp_pack_key(pk, r->chain);
+      fzp_pack_key(pk, "error");
+      msgpack_pack_map(pk, 3);
+      fzp_pack_key(pk, "code");
+      msgpack_pack_int(pk, r->err);
+      fzp_pack_key(pk, "name");
+      fzp_pack_key(pk, fz_err_name(r->err));
+      fzp_pack_key(pk, "message");
+      fzp_pack_key(pk, r->why);
+      continue;
+    }
+    msgpack_pack_map(pk, 5);
+    fzp_pack_key(pk, "index");
+    msgpack_pack_uint32(pk, i);
+    fzp_pack_key(pk, "chain");
+    fzp_pack_key(pk, r->chain);
+    fzp_pack_key(pk, "cached");
+    if (r->cached)
+      msgpack_pack_true(pk);
+    else
+      msgpack_pack_false(pk);
+    fzp_pack_key(pk, "ms");
+    msgpack_pack_double(pk, (double)r->us / 1000.0);
+    fzp_pack_key(pk, "identical");
+    msgpack_pack_true(pk);
+  }
+}
+
 /* ---- release --------------------------------------------------------------- */
 
 /* {"buffer_ids": [id, ...]} or {"all": true}: closes this connection's
@@ -811,6 +973,10 @@ static void m_release(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 }
 
 void fzd_job_reply(fzd_conn *c, const fzd_job *job) {
+  if (job->kind == FZD_JOB_WARM && job->err == 0) {
+    warm_reply(c, job);
+    return;
+  }
   if (job->err < 0) {
     fzd_conn_reply_error(c, job->msgid, job->err, "%s",
                          job->why[0] ? job->why : fz_strerror(job->err));
@@ -876,6 +1042,7 @@ static const struct {
     {"status", m_status},     {"stats", m_stats},
     {"presets", m_presets},   {"compress", m_compress},
     {"decompress", m_decompress}, {"release", m_release},
+    {"warm", m_warm},
 };
 
 /* The method name for the log: short, printable. */

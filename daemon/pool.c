@@ -27,6 +27,7 @@
 #include "notify.h"
 #include "plans.h"
 #include "server.h"
+#include "warm.h"
 
 typedef struct worker {
   fzd_pool *pool;
@@ -38,6 +39,7 @@ typedef struct worker {
 struct fzd_pool {
   pthread_mutex_t mu;
   pthread_cond_t cv;
+  pthread_cond_t sync_cv; /* a job of fzd_pool_run() is done */
   fzd_job *head, *tail; /* waiting */
   size_t depth;
   _Atomic size_t queued; /* depth, for workers that look without the lock */
@@ -51,8 +53,11 @@ struct fzd_pool {
   void *done_arg;
 };
 
-/* A worker that owns a core stays on it: its caches stay warm with its
- * plans and chunks instead of following it around the machine.  Only the
+/* With cpu_affinity, a worker that owns a core stays on it: its caches stay
+ * warm with its plans and chunks instead of following it around the
+ * machine.  On a machine shared with other work that costs more than it
+ * gives (a pinned worker waits for its one core while others are free), so
+ * it is off unless the setting asks for it.  Only the
  * cores this process may use count; with more workers than cores they share
  * them in turn.  A failure to pin is harmless. */
 static void pin_to_core(unsigned index) {
@@ -132,11 +137,19 @@ static void *worker_main(void *arg) {
 
     job->next = NULL;
     job->why[0] = '\0';
-    job->err = pool->be.run(w->state, job);
+    job->err = job->kind == FZD_JOB_WARM ? fzd_warm_job_run(&pool->be, w->state, job)
+                                         : pool->be.run(w->state, job);
     if (job->err > 0)
       job->err = 0;
 
     pthread_mutex_lock(&pool->mu);
+    if (job->sync) {
+      job->sync_done = true;
+      pthread_cond_broadcast(&pool->sync_cv);
+      pthread_mutex_unlock(&pool->mu);
+      idled = false;
+      continue;
+    }
     if (pool->done_tail)
       pool->done_tail->next = job;
     else
@@ -185,6 +198,7 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n, const fzd_backen
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&pool->cv, &ca);
   pthread_condattr_destroy(&ca);
+  pthread_cond_init(&pool->sync_cv, NULL);
   if (uv_async_init(loop, &pool->async, on_async) < 0)
     goto err_mutex;
   pool->async.data = pool;
@@ -215,6 +229,7 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n, const fzd_backen
   return 0;
 
 err_mutex:
+  pthread_cond_destroy(&pool->sync_cv);
   pthread_cond_destroy(&pool->cv);
   pthread_mutex_destroy(&pool->mu);
   free(pool->workers);
@@ -241,6 +256,27 @@ int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity) {
   pthread_cond_signal(&pool->cv);
   pthread_mutex_unlock(&pool->mu);
   return 0;
+}
+
+void fzd_pool_run(fzd_pool *pool, fzd_job **jobs, unsigned n) {
+  pthread_mutex_lock(&pool->mu);
+  for (unsigned i = 0; i < n; i++) {
+    fzd_job *job = jobs[i];
+    job->sync = true;
+    job->sync_done = false;
+    job->next = NULL;
+    if (pool->tail)
+      pool->tail->next = job;
+    else
+      pool->head = job;
+    pool->tail = job;
+    atomic_store_explicit(&pool->queued, ++pool->depth, memory_order_relaxed);
+  }
+  pthread_cond_broadcast(&pool->cv);
+  for (unsigned i = 0; i < n; i++)
+    while (!jobs[i]->sync_done)
+      pthread_cond_wait(&pool->sync_cv, &pool->mu);
+  pthread_mutex_unlock(&pool->mu);
 }
 
 void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn) {
@@ -277,6 +313,14 @@ void fzd_pool_plan_counts(fzd_pool *pool, fzd_plan_counts *out) {
     fzd_plans_counts(pool->be.plans, out);
 }
 
+bool fzd_pool_jit_counts(fzd_pool *pool, fzd_jit_counts *out) {
+  if (pool->be.jit_counts == NULL)
+    return false;
+  memset(out, 0, sizeof *out);
+  pool->be.jit_counts(pool->be.state, out);
+  return true;
+}
+
 size_t fzd_pool_depth(fzd_pool *pool) {
   pthread_mutex_lock(&pool->mu);
   size_t d = pool->depth;
@@ -286,6 +330,7 @@ size_t fzd_pool_depth(fzd_pool *pool) {
 
 static void on_async_closed(uv_handle_t *h) {
   fzd_pool *pool = h->data;
+  pthread_cond_destroy(&pool->sync_cv);
   pthread_cond_destroy(&pool->cv);
   pthread_mutex_destroy(&pool->mu);
   free(pool->workers);

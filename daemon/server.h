@@ -32,7 +32,10 @@ typedef struct fzd_conn fzd_conn;
 
 /* ---- jobs (pool.c, jobio.c; run by cpu.c or gpu.c) ----------------------- */
 
-enum fzd_job_kind { FZD_JOB_COMPRESS, FZD_JOB_DECOMPRESS };
+/* FZD_JOB_WARM prepares the plans of job->warm (warm.c): the "warm"
+ * method's request, or one entry of the "warm" setting at start. */
+enum fzd_job_kind { FZD_JOB_COMPRESS, FZD_JOB_DECOMPRESS, FZD_JOB_WARM };
+struct fzd_warm;
 
 /* How one side of a job reaches device memory of the client. */
 enum fzd_mem_kind { FZD_MEM_NONE, FZD_MEM_IPC, FZD_MEM_VMM, FZD_MEM_POOL };
@@ -88,8 +91,15 @@ typedef struct fzd_job {
    * (conn.c).  Set by the loop before submitting. */
   uint64_t reply_reserve;
 
+  /* FZD_JOB_WARM: the entries and their results (owned; warm.h). */
+  struct fzd_warm *warm;
+  /* The pool's start-up runs (fzd_pool_run): the worker marks the job done
+   * here instead of handing it to the loop. */
+  bool sync, sync_done;
+
   /* Result, filled by the worker. */
   int err;
+  bool plan_hit; /* the job found its plan in the cache (plans.c) */
   char why[256];
   void *out_data; /* inline result or NULL */
   size_t out_len;
@@ -112,12 +122,19 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n, const struct fzd
                    void (*done)(fzd_job *job, void *arg), void *arg);
 /* Queues a job, or FZ_EBUSY when capacity jobs are already waiting. */
 int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
+/* Runs the jobs on the workers and waits until every one is done, on a
+ * thread that is not a worker's (main.c, before the loop runs): their
+ * results stay in them and done() is not called. */
+void fzd_pool_run(fzd_pool *pool, fzd_job **jobs, unsigned n);
 /* Takes back the jobs of conn that no worker has picked up yet. */
 void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn);
 size_t fzd_pool_depth(fzd_pool *pool);
 /* The backend's plan cache counters (plans.h). */
 struct fzd_plan_counts;
 void fzd_pool_plan_counts(fzd_pool *pool, struct fzd_plan_counts *out);
+/* The backend's JIT counters; false (out untouched) when it has none. */
+struct fzd_jit_counts;
+bool fzd_pool_jit_counts(fzd_pool *pool, struct fzd_jit_counts *out);
 /* Joins the workers (the queue must be empty) and closes the async handle;
  * the pool is freed in the handle's close callback. */
 void fzd_pool_stop(fzd_pool *pool);

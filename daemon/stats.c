@@ -3,12 +3,16 @@
  * touched only on the loop thread (a job is counted when its completion comes
  * back there), so they need no locks.
  */
+#include "backend.h"
 #include "log.h"
 #include "notify.h"
 #include "plans.h"
 #include "server.h"
 
 void fzd_stats_job(fzd_stats *st, const fzd_job *job) {
+  /* A warm request moves no client data; its plans show in "plans". */
+  if (job->kind == FZD_JOB_WARM)
+    return;
   if (job->err < 0) {
     st->jobs_failed++;
     return;
@@ -39,10 +43,14 @@ static void pack_op(msgpack_packer *pk, const char *key, const fzd_op_stats *op)
 
 void fzd_stats_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
   const fzd_stats *st = &srv->stats;
-  fzd_plan_counts pc = {0, 0, 0, 0};
-  if (srv->pool != NULL)
+  fzd_plan_counts pc = {0, 0, 0, 0, 0, 0, 0};
+  fzd_jit_counts jc;
+  bool jit = false;
+  if (srv->pool != NULL) {
     fzd_pool_plan_counts(srv->pool, &pc);
-  fzp_pack_result_begin(pk, msgid, 11);
+    jit = fzd_pool_jit_counts(srv->pool, &jc);
+  }
+  fzp_pack_result_begin(pk, msgid, 11 + (jit ? 1 : 0));
   pack_u64(pk, "jobs_done", st->jobs_done);
   pack_u64(pk, "jobs_failed", st->jobs_failed);
   pack_u64(pk, "jobs_canceled", st->jobs_canceled);
@@ -54,11 +62,28 @@ void fzd_stats_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
   pack_op(pk, "compress", &st->compress);
   pack_op(pk, "decompress", &st->decompress);
   fzp_pack_key(pk, "plans");
-  msgpack_pack_map(pk, 4);
+  msgpack_pack_map(pk, 7);
   pack_u64(pk, "hits", pc.hits);
   pack_u64(pk, "created", pc.created);
   pack_u64(pk, "dropped", pc.dropped);
   pack_u64(pk, "held", pc.held);
+  pack_u64(pk, "bytes", pc.bytes);
+  pack_u64(pk, "budget", pc.budget);
+  pack_u64(pk, "transient", pc.transient);
+  if (!jit)
+    return;
+  fzp_pack_key(pk, "jit");
+  msgpack_pack_map(pk, 10);
+  pack_u64(pk, "mem_hits", jc.mem_hits);
+  pack_u64(pk, "disk_hits", jc.disk_hits);
+  pack_u64(pk, "misses", jc.misses);
+  pack_u64(pk, "compiles", jc.compiles);
+  pack_u64(pk, "compile_failures", jc.compile_failures);
+  pack_u64(pk, "compile_ms", jc.compile_ms);
+  pack_u64(pk, "disk_writes", jc.disk_writes);
+  pack_u64(pk, "disk_rejected", jc.disk_rejected);
+  pack_u64(pk, "disk_evicted", jc.disk_evicted);
+  pack_u64(pk, "disk_bytes", jc.disk_bytes);
 }
 
 void fzd_pack_identity(const fzd_server *srv, msgpack_packer *pk) {

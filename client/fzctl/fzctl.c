@@ -47,6 +47,17 @@ static const ctl_command commands[] = {
    "  -c, --count N         round trips (default 5)\n"
    "  -i, --interval MS     pause between them (default 0)"},
   {"presets", ctl_cmd_presets, "list the server's pipeline presets", "[--json]"},
+  {"warm", ctl_cmd_warm, "have the server prepare plans before the jobs that need them",
+   "[OPTIONS]\n"
+   "  -t, --dtype TYPE      element type: f32 f64 u8 i8 u16 i16 u32 i32 u64 i64\n"
+   "  -s, --shape DIMS      shape, slowest dimension first: 1201x2401\n"
+   "  -p, --pipeline P      fast | balanced | lossless | a chain (default balanced)\n"
+   "  -e, --eb BOUND        error bound, e.g. 1e-3\n"
+   "  -m, --mode MODE       abs | rel | pwrel (default rel)\n"
+   "  -f, --file PLANS      a JSON array of plans, as the daemon's \"warm\" setting\n"
+   "      --json            one JSON object per plan on stdout\n"
+   "Each plan is made and checked against the CPU engine on the daemon; one line per\n"
+   "plan says whether it was made or already cached.  Exit status 2 if any failed."},
   {"info", ctl_cmd_info, "print the header of archive files (no daemon needed)",
    "[--json] FILE.fz...\n"
    "      --json            one JSON object per file on stdout"},

@@ -48,6 +48,7 @@ int ctl_cmd_stats(const ctl_global *g, int argc, char **argv);
 int ctl_cmd_ping(const ctl_global *g, int argc, char **argv);
 int ctl_cmd_presets(const ctl_global *g, int argc, char **argv);
 int ctl_cmd_info(const ctl_global *g, int argc, char **argv);
+int ctl_cmd_warm(const ctl_global *g, int argc, char **argv);
 
 /* args.c: parsers that return false after printing an error quoting text. */
 bool ctl_parse_u64(const char *opt, const char *text, uint64_t min, uint64_t max,

@@ -129,8 +129,20 @@ int ctl_cmd_stats(const ctl_global *g, int argc, char **argv) {
     print_op_json("compress", &st.compress);
     print_op_json("decompress", &st.decompress);
     printf(",\"plans\":{\"hits\":%" PRIu64 ",\"created\":%" PRIu64 ",\"dropped\":%" PRIu64
-           ",\"held\":%" PRIu64 "}}\n",
-           st.plan_hits, st.plans_created, st.plans_dropped, st.plans_held);
+           ",\"held\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"budget\":%" PRIu64
+           ",\"transient\":%" PRIu64 "}",
+           st.plan_hits, st.plans_created, st.plans_dropped, st.plans_held, st.plan_bytes,
+           st.plan_budget, st.plans_transient);
+    if (st.has_jit)
+      printf(",\"jit\":{\"mem_hits\":%" PRIu64 ",\"disk_hits\":%" PRIu64 ",\"misses\":%" PRIu64
+             ",\"compiles\":%" PRIu64 ",\"compile_failures\":%" PRIu64
+             ",\"compile_ms\":%" PRIu64 ",\"disk_writes\":%" PRIu64
+             ",\"disk_rejected\":%" PRIu64 ",\"disk_evicted\":%" PRIu64
+             ",\"disk_bytes\":%" PRIu64 "}",
+             st.jit_mem_hits, st.jit_disk_hits, st.jit_misses, st.jit_compiles,
+             st.jit_compile_failures, st.jit_compile_ms, st.jit_disk_writes,
+             st.jit_disk_rejected, st.jit_disk_evicted, st.jit_disk_bytes);
+    printf("}\n");
   } else {
     printf("jobs         %" PRIu64 " done, %" PRIu64 " failed, %" PRIu64
            " canceled, %" PRIu64 " refused busy\n",
@@ -140,6 +152,18 @@ int ctl_cmd_stats(const ctl_global *g, int argc, char **argv) {
     print_op_text("decompress", &st.decompress, true);
     printf("plans        %" PRIu64 " held, %" PRIu64 " made, %" PRIu64 " found ready, %" PRIu64
            " dropped\n", st.plans_held, st.plans_created, st.plan_hits, st.plans_dropped);
+    if (st.plan_budget)
+      printf("plan memory  %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64
+             " plans too large to keep\n", st.plan_bytes, st.plan_budget, st.plans_transient);
+    else
+      printf("plan memory  %" PRIu64 " bytes (no budget)\n", st.plan_bytes);
+    if (st.has_jit)
+      printf("jit          %" PRIu64 " compiles (%" PRIu64 " failed, %" PRIu64 " ms), %" PRIu64
+             " memory hits, %" PRIu64 " disk hits, %" PRIu64 " misses; disk: %" PRIu64
+             " bytes, %" PRIu64 " written, %" PRIu64 " rejected, %" PRIu64 " evicted\n",
+             st.jit_compiles, st.jit_compile_failures, st.jit_compile_ms, st.jit_mem_hits,
+             st.jit_disk_hits, st.jit_misses, st.jit_disk_bytes, st.jit_disk_writes,
+             st.jit_disk_rejected, st.jit_disk_evicted);
   }
   fz_client_close(c);
   return CTL_OK;

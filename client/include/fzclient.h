@@ -468,9 +468,59 @@ typedef struct fz_server_stats {
   uint64_t plans_created;
   uint64_t plans_dropped;
   uint64_t plans_held;
+  /* The bytes the held plans take, the budget they are kept under
+   * (plan_cache_bytes; 0: none), and the plans that did not fit it and were
+   * dropped after their one job. */
+  uint64_t plan_bytes;
+  uint64_t plan_budget;
+  uint64_t plans_transient;
+  /* The GPU backend's run-time kernel compiler: has_jit is nonzero when the
+   * daemon reports it (never on the CPU backend). */
+  int has_jit;
+  uint64_t jit_mem_hits;
+  uint64_t jit_disk_hits;
+  uint64_t jit_misses;
+  uint64_t jit_compiles;
+  uint64_t jit_compile_failures;
+  uint64_t jit_compile_ms;
+  uint64_t jit_disk_writes;
+  uint64_t jit_disk_rejected;
+  uint64_t jit_disk_evicted;
+  uint64_t jit_disk_bytes;
 } fz_server_stats;
 
 FZCLIENT_API int fz_client_stats(fz_client *c, fz_server_stats *st);
+
+/* One plan for the daemon to prepare ("warm"): the parameters of the
+ * compressions it will serve.  Initialize to zero, then set what applies. */
+typedef struct fz_warm_plan {
+  const char *pipeline;    /* preset name or chain text; NULL: "balanced" */
+  const char *dtype;       /* "f32", ...; required */
+  unsigned ndims;
+  uint64_t shape[FZ_CLIENT_MAX_DIMS];
+  double eb;               /* error bound; 0: none (lossless pipelines) */
+  const char *mode;        /* "abs", "rel" or "pwrel"; NULL: "rel" */
+} fz_warm_plan;
+
+typedef struct fz_warm_result {
+  int status;              /* 0, or the plan's error code (message says why) */
+  char message[512];
+  char chain[256];         /* the canonical chain of the plan */
+  int cached;              /* nonzero: the daemon held the plan already */
+  double ms;               /* time to prepare and check it */
+} fz_warm_result;
+
+/* The most plans one fz_client_warm() may ask for. */
+#define FZ_CLIENT_WARM_MAX 16
+
+/* Asks the daemon to prepare n plans (1 to FZ_CLIENT_WARM_MAX) and check
+ * each against its CPU engine, as it does for its "warm" setting at start;
+ * results[i] says how plans[i] went.  Returns 0 when the daemon answered
+ * (each entry's own status may still be an error), or the request's error
+ * (FZ_EPARAMS for a bad count, FZ_EMETHOD from a daemon without "warm").
+ * It waits for every plan: a large shape takes as long as a job of it. */
+FZCLIENT_API int fz_client_warm(fz_client *c, const fz_warm_plan *plans, size_t n,
+                                fz_warm_result *results);
 
 typedef struct fz_preset_info {
   char name[32];

@@ -132,6 +132,10 @@ size_t fz_plan_compress_bound(const fz_plan *plan);
 /* The canonical text of the plan's chain, with every parameter spelled out
  * ("quant(eb=0.001,mode=rel) | diff(map=zigzag) | ..."); static per plan. */
 const char *fz_plan_chain(const fz_plan *plan);
+/* Bytes of memory the plan holds for its whole life (its work buffers and
+ * chunk tables, which grow with the shape and the threads), so that a cache
+ * of plans can keep them under a budget. */
+size_t fz_plan_workspace_bytes(const fz_plan *plan);
 
 /* Compresses in_len bytes (which must equal fz_plan_input_bytes()) into out.
  * FZ_ESIZE on a wrong input length, FZ_ENOSPC when out_cap is below what this

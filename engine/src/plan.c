@@ -270,6 +270,16 @@ size_t fz_plan_compress_bound(const fz_plan *pl) {
 
 const char *fz_plan_chain(const fz_plan *pl) { return pl->chain_text; }
 
+/* What fz_plan_create() allocated: the sizes of its allocations, written as
+ * they are made there (each thread's scratch is four buffers of its cap). */
+size_t fz_plan_workspace_bytes(const fz_plan *pl) {
+  size_t bytes = sizeof *pl + (size_t)pl->threads * (sizeof *pl->scratch + pl->hdr.chunk_bytes) +
+                 2 * (size_t)pl->hdr.nchunks + 1 + 4 * (size_t)pl->hdr.nchunks + 4;
+  for (unsigned t = 0; t < pl->threads; t++)
+    bytes += 4 * pl->scratch[t].cap;
+  return bytes;
+}
+
 const char *fz_plan_error(const fz_plan *pl) { return pl->error; }
 
 const fze_header *fze_plan_header(const fz_plan *pl) { return &pl->hdr; }

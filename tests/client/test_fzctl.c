@@ -841,3 +841,74 @@ Test(fzctl, fill_value) {
   tu_stop(h);
   remove_dir();
 }
+
+/* `fzctl warm`: one plan from the submit options, more from a file in the
+ * daemon's "warm" format; the first time "made", then "cached"; a bad entry
+ * of the file fails alone and makes the exit status 2; stats show the plans
+ * and their bytes, and the first job of a warmed shape finds its plan. */
+Test(fzctl, warm_plans) {
+  make_dir();
+  fzd_harness *h = tu_start(NULL);
+  const char *sock = fzd_harness_socket_path(h);
+  char args[1024], *out, *err;
+  snprintf(args, sizeof args, "-S '%s' warm -t f32 -s 400x500 -e 1e-2 -p balanced", sock);
+  cr_assert_eq(fzctl(args, &out, &err), 0, "%s", err);
+  cr_assert(strncmp(out, "made   f32 400x500 in ", 22) == 0, "%s", out);
+  cr_assert(strstr(out, "identical to the CPU engine: quant(eb=0.01,mode=rel)") != NULL, "%s",
+            out);
+  cr_assert_eq(count_lines(out), 1u);
+  free(out);
+  free(err);
+  cr_assert_eq(fzctl(args, &out, &err), 0, "%s", err);
+  cr_assert(strncmp(out, "cached f32 400x500 in ", 22) == 0, "%s", out);
+  free(out);
+  free(err);
+
+  const char *plans = "[{\"dtype\": \"f64\", \"shape\": [1000], \"eb\": 1e-4, \"mode\": \"abs\", "
+                      "\"pipeline\": \"fast\"},"
+                      " {\"dtype\": \"f32\", \"shape\": [100]},"
+                      " {\"dtype\": \"u16\", \"shape\": [30, 30], \"pipeline\": \"lossless\"}]";
+  tu_write_file(path_in_dir("plans.json"), plans, strlen(plans));
+  snprintf(args, sizeof args, "-S '%s' warm --file plans.json --json", sock);
+  cr_assert_eq(fzctl(args, &out, &err), 2, "one plan has no bound: %s", err);
+  cr_assert_eq(count_lines(out), 3u, "%s", out);
+  const char *l1 = strchr(out, '\n') + 1, *l2 = strchr(l1, '\n') + 1;
+  cr_assert(strstr(out, "\"cached\":false") < l1 && strstr(out, "\"identical\":true") < l1,
+            "%s", out);
+  json_at(l1, "error");
+  cr_assert(strstr(l1, "plans[1]") != NULL && strstr(l1, "\"EBOUND\"") != NULL, "%s", l1);
+  cr_assert(strstr(l2, "\"index\":2") != NULL && strstr(l2, "\"cached\":false") != NULL, "%s",
+            l2);
+  free(out);
+  free(err);
+
+  snprintf(args, sizeof args, "-S '%s' stats --json", sock);
+  cr_assert_eq(fzctl(args, &out, &err), 0, "%s", err);
+  const char *pl = json_at(out, "plans");
+  cr_assert_eq(json_num(pl, "held"), 3.0, "%s", out);
+  cr_assert_gt(json_num(pl, "bytes"), 0.0, "%s", out);
+  cr_assert_eq(json_num(pl, "budget"), 2147483648.0, "%s", out);
+  cr_assert(strstr(out, "\"jit\"") == NULL, "the CPU backend has no JIT: %s", out);
+  double hits = json_num(pl, "hits");
+  free(out);
+  free(err);
+  float *v = tu_field_f32(400, 500, 0.0f);
+  tu_write_file(path_in_dir("w.f32"), v, 400 * 500 * sizeof(float));
+  free(v);
+  snprintf(args, sizeof args, "-S '%s' submit -q -t f32 -s 400x500 -e 1e-2 w.f32", sock);
+  cr_assert_eq(fzctl(args, NULL, NULL), 0);
+  snprintf(args, sizeof args, "-S '%s' stats --json", sock);
+  cr_assert_eq(fzctl(args, &out, &err), 0, "%s", err);
+  cr_assert_eq(json_num(json_at(out, "plans"), "hits"), hits + 1, "%s", out);
+  free(out);
+  free(err);
+
+  usage_case("warm", "give a plan");
+  usage_case("warm -t f32", "needs --dtype and --shape");
+  usage_case("warm -t f16 -s 10", "invalid dtype 'f16'");
+  tu_write_file(path_in_dir("bad.json"), "[{\"dtype\": \"f32\", \"shap\": [3]}]", 32);
+  snprintf(args, sizeof args, "-S '%s' warm --file bad.json", sock);
+  usage_case(args, "bad.json: entry 0: bad \"shap\"");
+  tu_stop(h);
+  remove_dir();
+}

@@ -1046,7 +1046,59 @@ Test(libfzclient, stats_count_the_plan_cache) {
   cr_assert_eq(st.plan_hits, 2, "plans found ready: %llu", (unsigned long long)st.plan_hits);
   cr_assert_eq(st.plans_held, 2);
   cr_assert_eq(st.plans_dropped, 0);
+  cr_assert_gt(st.plan_bytes, 0);
+  cr_assert_eq(st.plan_budget, 2147483648u);
+  cr_assert_eq(st.plans_transient, 0);
+  cr_assert_eq(st.has_jit, 0, "the CPU backend reports a JIT");
   fz_client_close(c);
   free(v);
+  tu_stop(h);
+}
+
+/* fz_client_warm(): a new plan is made, a warmed one is cached, a bad plan
+ * fails alone with its index, and the first job of a warmed shape finds its
+ * plan; the count is checked before anything is sent. */
+Test(libfzclient, warm_prepares_plans) {
+  fzd_harness *h = tu_start("\"workers\": 2");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  fz_warm_plan p[3] = {
+      {.dtype = "f32", .ndims = 2, .shape = {64, 80}, .eb = 1e-3},
+      {.dtype = "f32", .ndims = 1, .shape = {100}, .eb = 1e-3, .pipeline = "quant | zap"},
+      {.dtype = "f64", .ndims = 1, .shape = {5000}, .eb = 1e-6, .mode = "abs",
+       .pipeline = "fast"}};
+  fz_warm_result r[3];
+  cr_assert_eq(fz_client_warm(c, p, 3, r), 0, "%s", fz_client_errmsg(c));
+  cr_assert_eq(r[0].status, 0, "%s", r[0].message);
+  cr_assert_eq(r[0].cached, 0);
+  cr_assert_str_eq(r[0].chain, "quant(eb=0.001,mode=rel) | diff(map=zigzag) | bitshuffle | "
+                               "rze(levels=4)");
+  cr_assert_eq(r[1].status, FZ_EPIPELINE, "%s", fz_err_name(r[1].status));
+  cr_assert(strncmp(r[1].message, "plans[1]: ", 10) == 0, "%s", r[1].message);
+  cr_assert_eq(r[2].status, 0, "%s", r[2].message);
+  cr_assert_geq(r[2].ms, 0.0);
+  cr_assert_eq(fz_client_warm(c, p, 1, r), 0);
+  cr_assert_eq(r[0].cached, 1);
+  fz_server_stats st;
+  cr_assert_eq(fz_client_stats(c, &st), 0);
+  uint64_t hits = st.plan_hits;
+  cr_assert_eq(st.plans_held, 2);
+  float *v = tu_field_f32(64, 80, 0.4f);
+  fz_job j;
+  fz_result res;
+  job_f32(&j, v, 64, 80, 1e-3);
+  j.mode = "rel";
+  cr_assert_eq(fz_client_compress(c, &j, &res), 0, "%s", res.message);
+  fz_client_free(res.data);
+  cr_assert_eq(fz_client_stats(c, &st), 0);
+  cr_assert_eq(st.plan_hits, hits + 1);
+  fz_warm_plan many[FZ_CLIENT_WARM_MAX + 1];
+  fz_warm_result mr[FZ_CLIENT_WARM_MAX + 1];
+  for (size_t i = 0; i <= FZ_CLIENT_WARM_MAX; i++)
+    many[i] = p[0];
+  cr_assert_eq(fz_client_warm(c, many, FZ_CLIENT_WARM_MAX + 1, mr), FZ_EPARAMS);
+  cr_assert_eq(fz_client_warm(c, many, 0, mr), FZ_EPARAMS);
+  free(v);
+  fz_client_close(c);
   tu_stop(h);
 }

@@ -62,7 +62,7 @@ run_ctest() {
 }
 
 # The suites that start fzd on the GPU (the service part below).
-service_suites='^test_gpu_(service|device_memory|client_device)$'
+service_suites='^test_gpu_(service|device_memory|client_device|warm)$'
 
 step configure and build
 # A profile maps samples to source lines (-lineinfo changes no code).
@@ -169,7 +169,7 @@ service=${FZ_GPU_RUN_SERVICE:-0}
 if [ "$service" != 0 ]; then
   step service on the GPU
   cmake --build "$build" -j16 --target fzd fzctl test_gpu_service test_gpu_device_memory \
-    test_gpu_client_device \
+    test_gpu_client_device test_gpu_warm \
     > "$logs/build-service.log" 2>&1 || { tail -40 "$logs/build-service.log"; exit 1; }
   if [ "$service" != bench ]; then
     run_ctest "ctest GPU service" ctest-service.log -R "$service_suites"
