@@ -15,39 +15,19 @@
  */
 #include <cuda_runtime.h>
 
-#include "chunk_ops.cuh"
+#include "chain_body.cuh"
+#include "jit.h"
 
 /* ---- shared memory layout ---- */
 
-__host__ __device__ static uint32_t align16(uint32_t v) { return (v + 15u) & ~15u; }
-
 extern "C" void fzk_desc_layout(fzk_desc *d) {
-  d->cap = align16(d->cb + 64);
+  d->cap = fzk_align16(d->cb + 64);
   uint32_t rze = d->cap / 4 + 64, bp = 5 * (d->cb / 32 + 1) + 32;
-  d->tcap = align16(rze > bp ? rze : bp);
-  d->smem = 2 * d->cap + d->tcap + align16(d->cb / 32 + 16) + 8 * (FZK_NW + 2) + 4 * 16;
+  d->tcap = fzk_align16(rze > bp ? rze : bp);
+  d->smem = 2 * d->cap + d->tcap + fzk_align16(d->cb / 32 + 16) + 8 * (FZK_NW + 2) + 4 * 16;
   fzk_desc_layout32(d);
 }
 
-__device__ static fzk_smem fzk_carve(const fzk_desc &d, uint8_t *base) {
-  fzk_smem s;
-  uint32_t o = 0;
-  s.x = base + o; o += d.cap;
-  s.y = base + o; o += d.cap;
-  s.t = base + o; o += d.tcap;
-  s.flags = (uint32_t *)(base + o); o += align16(d.cb / 32 + 16);
-  s.red = (fzk_u64 *)(base + o); o += 8 * (FZK_NW + 2);
-  s.misc = (uint32_t *)(base + o);
-  return s;
-}
-
-/* Copies len bytes between 16-byte aligned buffers (the last vector may
- * carry up to 15 bytes past len: both sides have room for it). */
-__device__ static void fzk_copy16(uint8_t *dst, const uint8_t *src, uint32_t len) {
-  uint32_t nv = (len + 15) / 16;
-  for (uint32_t i = threadIdx.x; i < nv; i += FZK_NT)
-    ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
-}
 
 /* ---- range and quantizer parameters ---- */
 
@@ -207,326 +187,53 @@ extern "C" int fzk_launch_prep(const fzk_desc *d, const fzk_prep *p, fz_gpu_stre
   return (int)cudaGetLastError();
 }
 
-/* ---- the chunk encoder ---- */
-
-/* Quantizes the chunk's n elements from global memory into s.x; the
- * outlier bitmap to s.flags; returns the number of outliers. */
-__device__ static uint32_t fzk_quant_chunk(const fzk_desc &d, const uint8_t *__restrict__ g_in,
-                                           bool vec, uint32_t n, const fzk_qparams &q,
-                                           fzk_smem &s) {
-  const unsigned w = d.w, epl = 16 / w; /* elements per lane: 4 or 2 */
-  const unsigned lanes_per_word = 32 / epl;
-  unsigned lane = threadIdx.x & 31;
-  uint32_t nf = (n + 31) / 32;
-  fzk_u64 cnt = 0;
-  for (uint32_t base = (threadIdx.x - lane) * epl; base < n; base += FZK_NT * epl) {
-    uint32_t i0 = base + lane * epl;
-    fzk_u64 v[4];
-    if (vec && i0 + epl <= n) {
-      uint4 u = *(const uint4 *)(g_in + (size_t)i0 * w);
-      if (w == 4) {
-        v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
-      } else {
-        v[0] = (fzk_u64)u.y << 32 | u.x;
-        v[1] = (fzk_u64)u.w << 32 | u.z;
-      }
-    } else {
-      for (unsigned e = 0; e < epl; e++)
-        v[e] = i0 + e < n ? (w == 4 ? (fzk_u64)((const uint32_t *)g_in)[i0 + e]
-                                    : ((const fzk_u64 *)g_in)[i0 + e])
-                          : 0;
-    }
-    uint32_t bad = 0;
-    for (unsigned e = 0; e < epl; e++) {
-      if (i0 + e >= n)
-        break;
-      fzk_u64 c;
-      if (!fzk_quant_one(v[e], w, d.mode[0], q, &c))
-        bad |= 1u << e;
-      fzk_st(s.x, i0 + e, w, c);
-    }
-    /* Gather the lanes' bits into words of 32 elements. */
-    uint32_t word = bad << ((lane * epl) & 31);
-    for (unsigned o = 1; o < lanes_per_word; o <<= 1)
-      word |= __shfl_xor_sync(FZK_FULL, word, o);
-    uint32_t fw = (base + lane * epl) / 32;
-    if (lane % lanes_per_word == 0 && fw < nf) {
-      s.flags[fw] = word;
-      cnt += __popc(word);
-    }
-  }
-  return (uint32_t)fzk_sum(cnt, s.red);
-}
-
-/* Writes the side list (stage_quant.c) to out: count, indices, values. */
-__device__ static void fzk_side_write(const fzk_desc &d, const uint8_t *__restrict__ g_in,
-                                      uint32_t n, uint32_t m, fzk_smem &s, uint8_t *out) {
-  const unsigned w = d.w;
-  uint32_t vl = fzk_varint_len(m);
-  if (threadIdx.x == 0) {
-    uint32_t v = m;
-    for (uint32_t k = 0; k < vl; k++, v >>= 7)
-      out[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
-  }
-  uint32_t nf = (n + 31) / 32;
-  uint32_t per = (nf + FZK_NT - 1) / FZK_NT;
-  uint32_t lo = threadIdx.x * per, hi = lo + per < nf ? lo + per : nf;
-  fzk_u64 c = 0;
-  for (uint32_t f = lo; f < hi; f++)
-    c += __popc(s.flags[f]);
-  fzk_u64 tot, r = fzk_exscan(c, &tot, s.red);
-  uint8_t *idx = out + vl, *val = out + vl + 2 * m;
-  for (uint32_t f = lo; f < hi; f++) {
-    uint32_t word = s.flags[f];
-    while (word) {
-      uint32_t i = 32 * f + (__ffs(word) - 1);
-      word &= word - 1;
-      idx[2 * r] = (uint8_t)i;
-      idx[2 * r + 1] = (uint8_t)(i >> 8);
-      for (unsigned b = 0; b < w; b++)
-        val[(size_t)w * r + b] = g_in[(size_t)i * w + b];
-      r++;
-    }
-  }
-}
+/* ---- the chunk coders (chain_body.cuh), with the chain read at run time ---- */
 
 __global__ void __launch_bounds__(FZK_NT)
 fzk_encode_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
                   const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_stage,
                   uint32_t *__restrict__ d_sizes) {
-  extern __shared__ __align__(16) uint8_t fzk_shared[];
-  fzk_smem s = fzk_carve(d, fzk_shared);
-  const uint64_t c = blockIdx.x;
-  const unsigned w = d.w;
-  const uint8_t *g_in = d_in + c * d.cb;
-  const uint32_t raw = (uint32_t)(d.raw_bytes - c * d.cb < d.cb ? d.raw_bytes - c * d.cb : d.cb);
-  const uint32_t n = raw / w;
-
-  uint32_t side_len = 0, m = 0;
-  unsigned first = 0;
-  bool fallback = false;
-  if (d.has_quant) {
-    fzk_qparams q = *d_qp;
-    m = fzk_quant_chunk(d, g_in, in_vec != 0, n, q, s);
-    side_len = fzk_varint_len(m) + m * (2 + w);
-    fallback = side_len >= raw;
-    first = 1;
-  } else {
-    if (in_vec)
-      fzk_copy16(s.x, g_in, raw & ~15u);
-    for (uint32_t i = (in_vec ? raw & ~15u : 0) + threadIdx.x; i < raw; i += FZK_NT)
-      s.x[i] = g_in[i];
-  }
-  __syncthreads();
-
-  uint8_t *cur = s.x, *other = s.y;
-  uint32_t len = raw;
-  for (unsigned i = first; i < d.nst && !fallback; i++) {
-    uint32_t r = 0;
-    switch (d.id[i]) {
-    case FZE_STAGE_DIFF:
-      fzk_diff_fwd(cur, other, n, w, d.mode[i]);
-      break;
-    case FZE_STAGE_BITSHUFFLE:
-      fzk_bitshuffle_fwd(cur, other, n, w);
-      len = fzk_bs_bytes(n, w);
-      break;
-    case FZE_STAGE_RZE:
-      r = fzk_rze_fwd(cur, len, other, s.t, d.levels[i], raw - side_len, s.red);
-      len = r;
-      break;
-    case FZE_STAGE_BITPACK:
-      r = fzk_bitpack_fwd(cur, n, w, other, s.t, raw - side_len, s.red);
-      len = r;
-      break;
-    }
-    if (r == FZK_BAD) {
-      fallback = true;
-      break;
-    }
-    uint8_t *t = cur;
-    cur = other;
-    other = t;
-  }
-  if (!fallback && side_len + len >= raw)
-    fallback = true;
-
-  uint8_t *res = cur;
-  uint32_t res_len = len;
-  if (fallback) {
-    res = other;
-    res_len = raw;
-    if (in_vec)
-      fzk_copy16(res, g_in, raw & ~15u);
-    for (uint32_t i = (in_vec ? raw & ~15u : 0) + threadIdx.x; i < raw; i += FZK_NT)
-      res[i] = g_in[i];
-  } else if (d.has_quant) {
-    /* Side list first, then the stream, assembled in the free buffer. */
-    res = other;
-    res_len = side_len + len;
-    fzk_side_write(d, g_in, n, m, s, res);
-    for (uint32_t i = threadIdx.x; i < len; i += FZK_NT)
-      res[side_len + i] = cur[i];
-  }
-  __syncthreads();
-  fzk_copy16(d_stage + c * d.cb, res, res_len);
-  if (threadIdx.x == 0)
-    d_sizes[c] = res_len;
+  fzk_encode_chunk(d, d_in, in_vec, d_qp, d_stage, d_sizes, fzk_fwd_interp());
 }
 
-extern "C" int fzk_launch_encode(const fzk_desc *d, const void *d_in, int in_vec,
+extern "C" int fzk_launch_encode(const fzk_desc *d, void *jit_fn, const void *d_in, int in_vec,
                                  const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
                                  fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
+  if (jit_fn != NULL) {
+    fzk_desc dv = *d;
+    const uint8_t *in = (const uint8_t *)d_in;
+    void *args[] = {&dv, &in, &in_vec, &d_qp, &d_stage, &d_sizes};
+    return fzk_jit_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
+  }
   fzk_encode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
       *d, (const uint8_t *)d_in, in_vec, d_qp, d_stage, d_sizes);
   return (int)cudaGetLastError();
 }
-
-/* ---- the chunk decoder ---- */
 
 __global__ void __launch_bounds__(FZK_NT)
 fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                   const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
                   fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
                   uint32_t *__restrict__ d_status) {
-  extern __shared__ __align__(16) uint8_t fzk_shared[];
-  fzk_smem s = fzk_carve(d, fzk_shared);
-  const uint64_t c = blockIdx.x;
-  const unsigned w = d.w;
-  const uint32_t raw = (uint32_t)(d.raw_bytes - c * d.cb < d.cb ? d.raw_bytes - c * d.cb : d.cb);
-  const uint32_t n = raw / w;
-  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
-  const uint64_t off = d_offs[c];
-  uint8_t *g_out = d_out + c * d.cb;
-  /* The host validated the table; a chunk outside the payload is refused
-   * again here, before any byte of it is read. */
-  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
-    if (threadIdx.x == 0)
-      atomicOr(d_status, 1u);
-    return;
-  }
-  const uint8_t *g_arc = d_pay + off;
-
-  /* The side list's length, parsed as stage_quant.c does, from global. */
-  uint32_t side_len = 0, m = 0;
-  bool bad = false;
-  if (d.has_quant && len != raw) {
-    if (threadIdx.x == 0) {
-      uint32_t v = 0, k = 0, ok = 0;
-      for (unsigned shift = 0; shift <= 28; shift += 7) {
-        if (k >= len)
-          break;
-        uint8_t b = g_arc[k++];
-        v |= (uint32_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-          ok = 1;
-          break;
-        }
-      }
-      if (!ok || v > n || (len - k) / (2 + w) < v)
-        ok = 0;
-      s.misc[0] = ok;
-      s.misc[1] = v;
-      s.misc[2] = ok ? k + v * (2 + w) : 0;
-    }
-    __syncthreads();
-    bad = s.misc[0] == 0;
-    m = s.misc[1];
-    side_len = s.misc[2];
-  }
-  /* The stream after the side list lands 16-byte aligned in s.x. */
-  uint32_t pad = (16 - side_len % 16) % 16;
-  uint8_t *coded = s.x + pad;
-  for (uint32_t i = threadIdx.x; i < len; i += FZK_NT)
-    coded[i] = g_arc[i];
-  __syncthreads();
-
-  uint8_t *res = coded;
-  if (len != raw && !bad) {
-    unsigned first = d.has_quant ? 1 : 0;
-    uint32_t size_in[FZE_MAX_STAGES + 1];
-    size_in[first] = raw;
-    for (unsigned i = first; i < d.nst; i++)
-      size_in[i + 1] = d.id[i] == FZE_STAGE_BITSHUFFLE ? fzk_bs_bytes(n, w) : size_in[i];
-    uint8_t last = d.id[d.nst - 1];
-    uint8_t *cur = coded + side_len, *other = s.y;
-    uint32_t clen = len - side_len;
-    if (last != FZE_STAGE_RZE && last != FZE_STAGE_BITPACK && clen != size_in[d.nst])
-      bad = true;
-    for (unsigned i = d.nst; i-- > first && !bad;) {
-      switch (d.id[i]) {
-      case FZE_STAGE_RZE:
-        bad = !fzk_rze_inv(cur, clen, other, size_in[i], s.t, d.levels[i], s.red);
-        clen = size_in[i];
-        break;
-      case FZE_STAGE_BITPACK:
-        bad = !fzk_bitpack_inv(cur, clen, other, n, w, s.t, s.red);
-        clen = raw;
-        break;
-      case FZE_STAGE_BITSHUFFLE:
-        fzk_bitshuffle_inv(cur, other, n, w);
-        clen = raw;
-        break;
-      case FZE_STAGE_DIFF:
-        fzk_diff_inv(cur, other, n, w, d.mode[i], s.red);
-        break;
-      }
-      /* The first stream buffer is s.x (holding the coded chunk); from then
-       * on the two buffers alternate. */
-      uint8_t *t = other;
-      other = cur == coded + side_len ? s.x : cur;
-      cur = t;
-    }
-    if (!bad && d.has_quant) {
-      /* Dequantize into the free buffer, then patch the outliers. */
-      uint8_t *dst = other;
-      for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
-        fzk_st(dst, i, w, fzk_dequant_one(fzk_ld(cur, i, w), w, d.mode[0], q));
-      __syncthreads();
-      /* Indices must be strictly ascending and below n; all are checked
-       * before any is used, so no two threads write one element. */
-      bool pbad = q.step == 0 && m != 0;
-      const uint8_t *idx = g_arc + side_len - (size_t)m * (2 + w);
-      const uint8_t *val = idx + 2 * (size_t)m;
-      for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
-        uint32_t i = idx[2 * j] | (uint32_t)idx[2 * j + 1] << 8;
-        uint32_t p = j ? (idx[2 * j - 2] | (uint32_t)idx[2 * j - 1] << 8) : 0;
-        pbad |= (j && i <= p) || i >= n;
-      }
-      if (!fzk_any(pbad))
-        for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
-          uint32_t i = idx[2 * j] | (uint32_t)idx[2 * j + 1] << 8;
-          for (unsigned b = 0; b < w; b++)
-            dst[(size_t)i * w + b] = val[(size_t)w * j + b];
-        }
-      bad = fzk_any(pbad);
-      cur = dst;
-    }
-    res = cur;
-  }
-  if (fzk_any(bad)) {
-    if (threadIdx.x == 0)
-      atomicOr(d_status, 1u);
-    return;
-  }
-  __syncthreads();
-  /* res is 16-byte aligned except for a raw chunk stored at pad != 0, which
-   * only happens when len == raw and side_len == 0, so pad is 0 there. */
-  uint32_t nv = out_vec ? raw / 16 : 0;
-  for (uint32_t i = threadIdx.x; i < nv; i += FZK_NT)
-    ((uint4 *)g_out)[i] = ((const uint4 *)res)[i];
-  for (uint32_t i = 16 * nv + threadIdx.x; i < raw; i += FZK_NT)
-    g_out[i] = res[i];
+  fzk_decode_chunk(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status,
+                   fzk_inv_interp());
 }
 
-extern "C" int fzk_launch_decode(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                                 const uint64_t *d_offs, const uint8_t *d_sizes16,
-                                 fzk_qparams qp, void *d_out, int out_vec,
-                                 uint32_t *d_status, fz_gpu_stream s) {
+
+extern "C" int fzk_launch_decode(const fzk_desc *d, void *jit_fn, const uint8_t *d_pay,
+                                 uint64_t pay_len, const uint64_t *d_offs,
+                                 const uint8_t *d_sizes16, fzk_qparams qp, void *d_out,
+                                 int out_vec, uint32_t *d_status, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
+  if (jit_fn != NULL) {
+    fzk_desc dv = *d;
+    uint8_t *out = (uint8_t *)d_out;
+    void *args[] = {&dv, &d_pay, &pay_len, &d_offs, &d_sizes16, &qp, &out, &out_vec, &d_status};
+    return fzk_jit_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
+  }
   fzk_decode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
       *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status);
   return (int)cudaGetLastError();

@@ -16,6 +16,7 @@
 #include "fzk.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
+#include "jit.h"
 
 int fzk_cuda_error(int err, const char *what, char *why, size_t why_len) {
   cudaError_t e = (cudaError_t)err;
@@ -130,6 +131,8 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
     rc = FZ_ENOGPU;
     goto fail;
   }
+  if ((rc = fzk_jit_create(dev, &ctx->jit, why, why_len)) < 0)
+    goto fail;
   for (unsigned i = 0; i < ctx->nstreams; i++)
     FZK_CHECK(cudaStreamCreateWithFlags(&ctx->streams[i], cudaStreamNonBlocking), fail);
 
@@ -168,6 +171,7 @@ void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx) {
       }
   cudaFree(ctx->d_tab);
   fz_gpu_decoder_destroy(ctx->dec);
+  fzk_jit_destroy(ctx->jit);
   if (ctx->have_pool)
     cudaMemPoolDestroy(ctx->pool);
   cudaGetLastError();
@@ -175,6 +179,23 @@ void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx) {
   pthread_mutex_destroy(&ctx->smem_lock);
   free(ctx->streams);
   free(ctx);
+}
+
+int fz_gpu_ctx_jit_config(fz_gpu_ctx *ctx, const char *cache_dir, uint64_t max_disk_bytes,
+                          int enabled, char *why, size_t why_len) {
+  if (ctx == NULL)
+    return FZ_EINVAL;
+  return fzk_jit_config(ctx->jit, cache_dir, max_disk_bytes, enabled, why, why_len);
+}
+
+void fz_gpu_ctx_jit_counts(fz_gpu_ctx *ctx, fz_gpu_jit_counts *out) {
+  if (out == NULL)
+    return;
+  fzk_jit_stats(ctx ? ctx->jit : NULL, out);
+}
+
+int fz_gpu_ctx_jit_failure(fz_gpu_ctx *ctx, char *buf, size_t len) {
+  return ctx == NULL ? 0 : fzk_jit_failure(ctx->jit, buf, len);
 }
 
 fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i) {

@@ -28,6 +28,8 @@ struct fz_gpu_ctx {
    * (taken inside lock by fz_gpu_decompress, never the other way round). */
   pthread_mutex_t smem_lock;
   uint32_t smem_ready;
+  /* The kernels generated at run time and their modules (jit.c). */
+  struct fzk_jit *jit;
 };
 
 struct fze_header;

@@ -24,6 +24,9 @@
 #include "fzk_crc.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
+#include "jit.h"
+
+_Static_assert(FZK_EB_PWREL == FZ_EB_PWREL, "the kernels' PWREL is the engine's");
 
 /* What a compression copies back, in one copy: the quantizer's parameters
  * (eb_abs is the bound to report), the archive's size and the data's range,
@@ -54,6 +57,7 @@ struct fz_gpu_plan {
   plan_back *h_back;       /* pinned: what the last compression's copy back brought */
   cudaEvent_t ev0, ev1;
   int have_events;
+  void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
 };
 
 /* The staging area, the staged sizes and their scan are for the generic
@@ -179,6 +183,10 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   rc = fzk_kernels_ready(ctx, &pl->desc, why, why_len);
   if (rc < 0)
     goto fail;
+  /* The generated kernel where it compiles; a failure leaves the
+   * ahead-of-time one (and its text in the context). */
+  if ((rc = fzk_jit_kernel(ctx->jit, &pl->desc, FZK_JIT_ENCODE, &pl->jit_enc)) < 0)
+    goto fail;
   /* The prep and seal kernels' tickets (fzk_last_block) follow the template,
    * zeroed once: each launch leaves them zero. */
   FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->tick_off + 8), fail);
@@ -231,6 +239,7 @@ size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *pl) {
 }
 size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *pl) { return pl->ws.bytes; }
 const char *fz_gpu_plan_chain(const fz_gpu_plan *pl) { return fz_plan_chain(pl->cpu); }
+const char *fz_gpu_plan_path(const fz_gpu_plan *pl) { return pl->jit_enc ? "jit" : "aot"; }
 double fz_gpu_plan_eb_abs(const fz_gpu_plan *pl) {
   return pl->desc.has_quant ? pl->h_back->qp.eb_abs : 0.0;
 }
@@ -298,7 +307,8 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                                   offs, ctx->d_tab, s), fail_ws);
   } else {
     int in_vec = (uintptr_t)d_in % 16 == 0;
-    FZK_CHECK(fzk_launch_encode(d, d_in, in_vec, qp, ws + L->stage, sizes, s), fail_ws);
+    FZK_CHECK(fzk_launch_encode(d, pl->jit_enc, d_in, in_vec, qp, ws + L->stage, sizes, s),
+              fail_ws);
     FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, NULL,
                               s), fail_ws);
     FZK_CHECK(fzk_launch_place(d, ws + L->stage, sizes, offs, ctx->d_tab, out, out_cap,

@@ -1,0 +1,477 @@
+/*
+ * jit.c - NVRTC, the driver's module calls, and the modules each context
+ * has loaded (jit.h).
+ *
+ * NVRTC is opened with dlopen, once per process, so that fzd starts and
+ * serves (with the ahead-of-time kernels) where it is not installed.  The
+ * driver calls come through the runtime (cudaGetDriverEntryPointByVersion)
+ * for the reason import.c gives: linking the driver library would keep the
+ * program from starting on a machine without one.  Modules are loaded into
+ * the device's primary context, the one the runtime uses, so a CUfunction
+ * launches on the runtime's streams.
+ *
+ * A context keeps one entry per generated source: the module and its
+ * function once loaded, or the fact that it failed, so a chain whose
+ * compile failed is not compiled again for every plan.  Lookups hold the
+ * context's lock; the compile itself runs outside it, in the module cache,
+ * which makes concurrent first callers of one source wait for one build.
+ */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "gpu_err.h"
+#include "jit.h"
+#include "jit_memcache.h"
+
+/* ---- NVRTC ---- */
+
+/* nvrtc.h's calls, as pointers: nvrtcResult is an int enum, nvrtcProgram a
+ * pointer. */
+typedef void *nvrtc_prog;
+static struct {
+  int (*create)(nvrtc_prog *p, const char *src, const char *name, int nh, const char *const *h,
+                const char *const *names);
+  int (*compile)(nvrtc_prog p, int n, const char *const *opts);
+  int (*destroy)(nvrtc_prog *p);
+  int (*log_size)(nvrtc_prog p, size_t *n);
+  int (*log)(nvrtc_prog p, char *buf);
+  int (*cubin_size)(nvrtc_prog p, size_t *n);
+  int (*cubin)(nvrtc_prog p, char *buf);
+  int (*version)(int *major, int *minor);
+  const char *(*err)(int r);
+  int major, minor;
+  int rc;             /* of the one load */
+  char why[256];      /* why it failed */
+} nv;
+static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
+
+static void nv_open(void) {
+  const char *names[] = {getenv("FZ_NVRTC_LIBRARY"), "libnvrtc.so.13", "libnvrtc.so"};
+  void *h = NULL;
+  const char *tried = NULL;
+  for (unsigned i = 0; i < 3 && h == NULL; i++) {
+    if (names[i] == NULL || names[i][0] == 0)
+      continue;
+    h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL && tried == NULL) {
+      const char *e = dlerror();
+      snprintf(nv.why, sizeof nv.why, "NVRTC not found: %s", e ? e : names[i]);
+      tried = names[i];
+    }
+    /* A library named by the environment is the only one tried. */
+    if (i == 0)
+      break;
+  }
+  if (h == NULL) {
+    nv.rc = FZ_ENOSYS;
+    return;
+  }
+#define NV_SYM(field, name)                                                    \
+  do {                                                                         \
+    *(void **)&nv.field = dlsym(h, name);                                      \
+    if (nv.field == NULL) {                                                    \
+      snprintf(nv.why, sizeof nv.why, "NVRTC has no %s", name);                \
+      nv.rc = FZ_ENOSYS;                                                       \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+  NV_SYM(create, "nvrtcCreateProgram");
+  NV_SYM(compile, "nvrtcCompileProgram");
+  NV_SYM(destroy, "nvrtcDestroyProgram");
+  NV_SYM(log_size, "nvrtcGetProgramLogSize");
+  NV_SYM(log, "nvrtcGetProgramLog");
+  NV_SYM(cubin_size, "nvrtcGetCUBINSize");
+  NV_SYM(cubin, "nvrtcGetCUBIN");
+  NV_SYM(version, "nvrtcVersion");
+  NV_SYM(err, "nvrtcGetErrorString");
+#undef NV_SYM
+  if (nv.version(&nv.major, &nv.minor) != 0) {
+    snprintf(nv.why, sizeof nv.why, "nvrtcVersion failed");
+    nv.rc = FZ_ENOSYS;
+    return;
+  }
+  nv.rc = 0;
+}
+
+int fzk_nvrtc_load(char *why, size_t why_len) {
+  pthread_once(&nv_once, nv_open);
+  if (nv.rc < 0)
+    fze_why(why, why_len, "%s", nv.why);
+  return nv.rc;
+}
+
+void fzk_nvrtc_version(int *major, int *minor) {
+  *major = nv.major;
+  *minor = nv.minor;
+}
+
+/* The nvcc build's arithmetic flags (kernels/CMakeLists.txt): the archive
+ * bytes depend on them. */
+static const char *const base_opts[] = {"-fmad=false", "--prec-div=true", "--prec-sqrt=true",
+                                         "--ftz=false", "--std=c++17",
+                                         "--pre-include=fzk_rtc.h"};
+#define NBASE (sizeof base_opts / sizeof base_opts[0])
+
+void fzk_nvrtc_options(unsigned arch, char *buf, size_t len) {
+  size_t o = (size_t)snprintf(buf, len, "--gpu-architecture=sm_%u", arch);
+  for (unsigned i = 0; i < NBASE && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, " %s", base_opts[i]);
+}
+
+int fzk_nvrtc_compile(const char *source, unsigned arch, void **image, size_t *len, char *why,
+                      size_t why_len) {
+  *image = NULL;
+  *len = 0;
+  int rc = fzk_nvrtc_load(why, why_len);
+  if (rc < 0)
+    return rc;
+  const char *names[64], *texts[64];
+  unsigned nh = fzk_embedded_count < 64 ? fzk_embedded_count : 64;
+  for (unsigned i = 0; i < nh; i++) {
+    names[i] = fzk_embedded_headers[i].name;
+    texts[i] = fzk_embedded_headers[i].text;
+  }
+  char archopt[40];
+  snprintf(archopt, sizeof archopt, "--gpu-architecture=sm_%u", arch);
+  const char *opts[NBASE + 1];
+  opts[0] = archopt;
+  for (unsigned i = 0; i < NBASE; i++)
+    opts[i + 1] = base_opts[i];
+  nvrtc_prog p = NULL;
+  int r = nv.create(&p, source, "fzk_gen.cu", (int)nh, texts, names);
+  if (r != 0) {
+    fze_why(why, why_len, "nvrtcCreateProgram: %s", nv.err(r));
+    return FZ_ECUDA;
+  }
+  r = nv.compile(p, NBASE + 1, opts);
+  if (r != 0) {
+    size_t n = 0;
+    char *log = NULL;
+    if (nv.log_size(p, &n) == 0 && n > 0 && (log = malloc(n)) != NULL && nv.log(p, log) == 0)
+      fze_why(why, why_len, "NVRTC (sm_%u): %s: %s", arch, nv.err(r), log);
+    else
+      fze_why(why, why_len, "NVRTC (sm_%u): %s", arch, nv.err(r));
+    free(log);
+    nv.destroy(&p);
+    return FZ_ECUDA;
+  }
+  size_t n = 0;
+  void *img = NULL;
+  if ((r = nv.cubin_size(p, &n)) != 0 || n == 0 || (img = malloc(n)) == NULL ||
+      (r = nv.cubin(p, img)) != 0) {
+    fze_why(why, why_len, "nvrtcGetCUBIN: %s", r ? nv.err(r) : "no image");
+    free(img);
+    nv.destroy(&p);
+    return r ? FZ_ECUDA : FZ_ENOMEM;
+  }
+  nv.destroy(&p);
+  *image = img;
+  *len = n;
+  return 0;
+}
+
+/* ---- the driver's module calls ---- */
+
+static struct {
+  CUresult (*load)(CUmodule *m, const void *image);
+  CUresult (*unload)(CUmodule m);
+  CUresult (*get)(CUfunction *f, CUmodule m, const char *name);
+  CUresult (*attr)(CUfunction f, CUfunction_attribute a, int v);
+  CUresult (*launch)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                     unsigned by, unsigned bz, unsigned smem, CUstream s, void **args,
+                     void **extra);
+  CUresult (*errname)(CUresult e, const char **s);
+  const char *missing;
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+static void *entry(const char *name) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found;
+  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
+    cudaGetLastError();
+    if (drv.missing == NULL)
+      drv.missing = name;
+    return NULL;
+  }
+  return fn;
+}
+
+static void drv_load(void) {
+  *(void **)&drv.load = entry("cuModuleLoadData");
+  *(void **)&drv.unload = entry("cuModuleUnload");
+  *(void **)&drv.get = entry("cuModuleGetFunction");
+  *(void **)&drv.attr = entry("cuFuncSetAttribute");
+  *(void **)&drv.launch = entry("cuLaunchKernel");
+  *(void **)&drv.errname = entry("cuGetErrorName");
+}
+
+static int drv_ready(char *why, size_t why_len) {
+  pthread_once(&drv_once, drv_load);
+  if (drv.missing != NULL) {
+    fze_why(why, why_len, "the CUDA driver has no %s", drv.missing);
+    return FZ_ECUDA;
+  }
+  return 0;
+}
+
+static int drv_error(CUresult e, const char *what, char *why, size_t why_len) {
+  const char *name = NULL;
+  if (drv.errname == NULL || drv.errname(e, &name) != CUDA_SUCCESS || name == NULL)
+    name = "unknown";
+  fze_why(why, why_len, "%s: %s", what, name);
+  return e == CUDA_ERROR_OUT_OF_MEMORY ? FZ_EGPUOOM : FZ_ECUDA;
+}
+
+int fzk_jit_launch(void *fn, unsigned grid, unsigned block, unsigned smem, fz_gpu_stream s,
+                   void **args) {
+  CUresult e = drv.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, smem, (CUstream)s, args, NULL);
+  /* In the runtime's numbers, which the launchers return. */
+  switch (e) {
+  case CUDA_SUCCESS:
+    return 0;
+  case CUDA_ERROR_OUT_OF_MEMORY:
+    return (int)cudaErrorMemoryAllocation;
+  case CUDA_ERROR_INVALID_VALUE:
+    return (int)cudaErrorInvalidValue;
+  default:
+    return (int)cudaErrorLaunchFailure;
+  }
+}
+
+/* ---- the modules of one context ---- */
+
+typedef struct module {
+  char *source;
+  CUmodule mod;
+  CUfunction fn;
+  int failed;
+  struct module *next;
+} module;
+
+struct fzk_jit {
+  pthread_mutex_t lock;
+  int device;
+  unsigned arch;
+  int enabled;
+  char options[256];
+  char target[96];
+  fzk_jit_cache *cache;
+  module *mods;
+  uint64_t loads;
+  char failure[2048]; /* failures not fetched yet, one line each */
+};
+
+int fzk_jit_create(int device, fzk_jit **out, char *why, size_t why_len) {
+  *out = NULL;
+  int major = 0, minor = 0, dv = 0, rc = 0;
+  FZK_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), fail);
+  FZK_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), fail);
+  FZK_CHECK(cudaDriverGetVersion(&dv), fail);
+  fzk_jit *j = calloc(1, sizeof *j);
+  if (j == NULL)
+    return FZ_ENOMEM;
+  pthread_mutex_init(&j->lock, NULL);
+  j->device = device;
+  j->arch = (unsigned)(10 * major + minor);
+  j->enabled = 1;
+  fzk_nvrtc_options(j->arch, j->options, sizeof j->options);
+  /* NVRTC's version goes in once it is loaded (fzk_jit_kernel). */
+  snprintf(j->target, sizeof j->target, "sm_%u driver %d", j->arch, dv);
+  if ((rc = fzk_jit_cache_open(NULL, 0, &j->cache, why, why_len)) < 0) {
+    fzk_jit_destroy(j);
+    return rc;
+  }
+  *out = j;
+  return 0;
+fail:
+  return rc;
+}
+
+void fzk_jit_destroy(fzk_jit *j) {
+  if (j == NULL)
+    return;
+  for (module *m = j->mods, *n; m; m = n) {
+    n = m->next;
+    if (m->mod != NULL && drv.unload != NULL)
+      drv.unload(m->mod);
+    free(m->source);
+    free(m);
+  }
+  fzk_jit_cache_close(j->cache);
+  pthread_mutex_destroy(&j->lock);
+  free(j);
+}
+
+int fzk_jit_config(fzk_jit *j, const char *cache_dir, uint64_t max_disk_bytes, int enabled,
+                   char *why, size_t why_len) {
+  fzk_jit_cache *c = NULL;
+  int rc = fzk_jit_cache_open(cache_dir, max_disk_bytes, &c, why, why_len);
+  if (rc < 0)
+    return rc;
+  pthread_mutex_lock(&j->lock);
+  if (j->mods != NULL) {
+    pthread_mutex_unlock(&j->lock);
+    fzk_jit_cache_close(c);
+    fze_why(why, why_len, "the JIT is configured before the context's first plan");
+    return FZ_EINVAL;
+  }
+  fzk_jit_cache_close(j->cache);
+  j->cache = c;
+  j->enabled = enabled != 0;
+  pthread_mutex_unlock(&j->lock);
+  return 0;
+}
+
+/* Appends one failure line for fzk_jit_failure (under the lock); the
+ * oldest text stays when there is no room. */
+static void note_failure(fzk_jit *j, const char *text) {
+  size_t o = strlen(j->failure);
+  if (o + 2 < sizeof j->failure)
+    snprintf(j->failure + o, sizeof j->failure - o, "%s%s", o ? "\n" : "", text);
+}
+
+int fzk_jit_failure(fzk_jit *j, char *buf, size_t len) {
+  pthread_mutex_lock(&j->lock);
+  int had = j->failure[0] != 0;
+  if (had) {
+    if (buf != NULL && len > 0)
+      snprintf(buf, len, "%s", j->failure);
+    j->failure[0] = 0;
+  }
+  pthread_mutex_unlock(&j->lock);
+  return had;
+}
+
+typedef struct build_arg {
+  const char *source;
+  unsigned arch;
+} build_arg;
+
+static int build(void *arg, void **image, size_t *len, char *why, size_t why_len) {
+  const build_arg *b = arg;
+  return fzk_nvrtc_compile(b->source, b->arch, image, len, why, why_len);
+}
+
+static module *find(fzk_jit *j, const char *source) {
+  for (module *m = j->mods; m; m = m->next)
+    if (strcmp(m->source, source) == 0)
+      return m;
+  return NULL;
+}
+
+int fzk_jit_kernel(fzk_jit *j, const fzk_desc *d, fzk_jit_dir dir, void **fn) {
+  *fn = NULL;
+  if (j == NULL || !j->enabled || !fzk_jit_supported(d, dir))
+    return 0;
+  char *src = fzk_jit_source(d, dir);
+  if (src == NULL)
+    return FZ_ENOMEM;
+  pthread_mutex_lock(&j->lock);
+  module *m = find(j, src);
+  if (m != NULL) {
+    *fn = m->failed ? NULL : (void *)m->fn;
+    pthread_mutex_unlock(&j->lock);
+    free(src);
+    return 0;
+  }
+  pthread_mutex_unlock(&j->lock);
+
+  char why[1536] = "";
+  const void *img = NULL;
+  size_t len = 0;
+  CUmodule mod = NULL;
+  CUfunction f = NULL;
+  int rc = fzk_nvrtc_load(why, sizeof why);
+  if (rc == 0)
+    rc = drv_ready(why, sizeof why);
+  char target[128];
+  if (rc == 0) {
+    int ma, mi;
+    fzk_nvrtc_version(&ma, &mi);
+    snprintf(target, sizeof target, "%s nvrtc %d.%d", j->target, ma, mi);
+    build_arg b = {src, j->arch};
+    rc = fzk_jit_cache_get(j->cache, src, j->options, target, build, &b, &img, &len, why,
+                           sizeof why);
+  }
+  CUresult e = CUDA_SUCCESS;
+  if (rc == 0 && (e = drv.load(&mod, img)) != CUDA_SUCCESS)
+    rc = drv_error(e, "cuModuleLoadData", why, sizeof why);
+  const char *entry_name = dir == FZK_JIT_ENCODE ? FZK_JIT_ENTRY_ENCODE : FZK_JIT_ENTRY_DECODE;
+  if (rc == 0 && (e = drv.get(&f, mod, entry_name)) != CUDA_SUCCESS)
+    rc = drv_error(e, "cuModuleGetFunction", why, sizeof why);
+  if (rc == 0 &&
+      (e = drv.attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d->smem)) !=
+          CUDA_SUCCESS)
+    rc = drv_error(e, "cuFuncSetAttribute", why, sizeof why);
+  if (rc < 0 && mod != NULL) {
+    drv.unload(mod);
+    mod = NULL;
+  }
+  /* Out of memory is not the chain's fault: nothing is remembered. */
+  if (rc == FZ_ENOMEM || rc == FZ_EGPUOOM) {
+    free(src);
+    return rc;
+  }
+
+  pthread_mutex_lock(&j->lock);
+  module *other = find(j, src);
+  if (other != NULL) {
+    /* Another thread loaded it meanwhile: keep theirs. */
+    if (mod != NULL)
+      drv.unload(mod);
+    *fn = other->failed ? NULL : (void *)other->fn;
+    pthread_mutex_unlock(&j->lock);
+    free(src);
+    return 0;
+  }
+  m = calloc(1, sizeof *m);
+  if (m == NULL) {
+    pthread_mutex_unlock(&j->lock);
+    if (mod != NULL)
+      drv.unload(mod);
+    free(src);
+    return FZ_ENOMEM;
+  }
+  m->source = src;
+  m->mod = mod;
+  m->fn = f;
+  m->failed = rc < 0;
+  m->next = j->mods;
+  j->mods = m;
+  if (rc < 0)
+    note_failure(j, why);
+  else
+    j->loads++;
+  *fn = m->failed ? NULL : (void *)f;
+  pthread_mutex_unlock(&j->lock);
+  return 0;
+}
+
+void fzk_jit_stats(fzk_jit *j, fz_gpu_jit_counts *out) {
+  memset(out, 0, sizeof *out);
+  if (j == NULL)
+    return;
+  fzk_jit_counts c;
+  pthread_mutex_lock(&j->lock);
+  fzk_jit_cache_counts(j->cache, &c);
+  out->modules_loaded = j->loads;
+  pthread_mutex_unlock(&j->lock);
+  out->mem_hits = c.mem_hits;
+  out->disk_hits = c.disk_hits;
+  out->misses = c.misses;
+  out->compiles = c.compiles;
+  out->compile_failures = c.compile_failures;
+  out->compile_us = c.compile_us;
+  out->disk_writes = c.disk_writes;
+  out->disk_rejected = c.disk_rejected;
+  out->disk_evicted = c.disk_evicted;
+  out->disk_bytes = c.disk_bytes;
+}

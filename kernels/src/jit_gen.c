@@ -1,0 +1,160 @@
+/*
+ * jit_gen.c - the source of a generated kernel: for one chain, dtype and
+ * chunk size, an entry that runs the chunk body of chain_body.cuh with the
+ * chain's stages called in a straight line (in place of the interpreter's
+ * switch) and the descriptor's fixed fields as constants, so NVRTC folds
+ * the element width, the maps, the rze levels and the buffer layout into
+ * the code.  Only the glue is generated; the ops are the hand-written ones
+ * the ahead-of-time kernels run, which is why the bytes are the same.
+ *
+ * The source depends on nothing but those parameters (no shape, no bound):
+ * it is the key of the module cache, so every plan of a chain and chunk
+ * size shares one module whatever its shape.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "jit.h"
+
+/* A growing string; on overflow of memory, NULL text and every later
+ * append a no-op. */
+typedef struct text {
+  char *s;
+  size_t len, cap;
+} text;
+
+__attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, ...) {
+  if (t->s == NULL)
+    return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      free(t->s);
+      t->s = NULL;
+      return;
+    }
+    if (t->len + (size_t)n < t->cap) {
+      t->len += (size_t)n;
+      return;
+    }
+    char *g = realloc(t->s, 2 * t->cap + (size_t)n);
+    if (g == NULL) {
+      free(t->s);
+      t->s = NULL;
+      return;
+    }
+    t->s = g;
+    t->cap = 2 * t->cap + (size_t)n;
+  }
+}
+
+int fzk_jit_supported(const fzk_desc *d, fzk_jit_dir dir) {
+  (void)dir;
+  return d->k32 == 0 && d->nst >= 1 && d->nst <= FZE_MAX_STAGES;
+}
+
+static const char *stage_name(unsigned id) {
+  switch (id) {
+  case FZE_STAGE_QUANT: return "quant";
+  case FZE_STAGE_DIFF: return "diff";
+  case FZE_STAGE_BITSHUFFLE: return "bitshuffle";
+  case FZE_STAGE_RZE: return "rze";
+  case FZE_STAGE_BITPACK: return "bitpack";
+  default: return "?";
+  }
+}
+
+/* The descriptor with the fields the chain fixes as constants; raw_bytes
+ * and nchunks (the shape) stay the launch's. */
+static void put_desc(text *t, const fzk_desc *d) {
+  put(t, "__device__ __forceinline__ fzk_desc fzk_gen_desc(const fzk_desc &p) {\n"
+         "  fzk_desc d = p;\n");
+  put(t, "  d.nst = %uu; d.w = %uu; d.fkind = %uu; d.has_quant = %uu;\n", d->nst, d->w, d->fkind,
+      d->has_quant);
+  for (unsigned i = 0; i < FZE_MAX_STAGES; i++) {
+    unsigned on = i < d->nst;
+    put(t, "  d.id[%u] = %uu; d.mode[%u] = %uu; d.levels[%u] = %uu;\n", i, on ? d->id[i] : 0, i,
+        on ? d->mode[i] : 0, i, on ? d->levels[i] : 0);
+  }
+  put(t, "  d.k32 = 0; d.k32diff = 0; d.k32nega = 0; d.k32lev = 0;\n");
+  put(t, "  d.cb = %uu; d.cap = %uu; d.tcap = %uu; d.smem = %uu;\n", d->cb, d->cap, d->tcap,
+      d->smem);
+  put(t, "  return d;\n}\n\n");
+}
+
+static void put_forward(text *t, const fzk_desc *d) {
+  put(t, "struct fzk_gen_chain {\n"
+         "  __device__ __forceinline__ bool operator()(const fzk_desc &, fzk_fwd_io &io) const {\n"
+         "    return true");
+  for (unsigned i = d->has_quant; i < d->nst; i++) {
+    switch (d->id[i]) {
+    case FZE_STAGE_DIFF: put(t, "\n        && fzk_fwd_diff(io, %uu, %uu)", d->w, d->mode[i]); break;
+    case FZE_STAGE_BITSHUFFLE: put(t, "\n        && fzk_fwd_bitshuffle(io, %uu)", d->w); break;
+    case FZE_STAGE_RZE: put(t, "\n        && fzk_fwd_rze(io, %uu)", d->levels[i]); break;
+    case FZE_STAGE_BITPACK: put(t, "\n        && fzk_fwd_bitpack(io, %uu)", d->w); break;
+    }
+  }
+  put(t, ";\n  }\n};\n\n");
+  put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT)\n"
+         FZK_JIT_ENTRY_ENCODE "(fzk_desc p, const uint8_t *__restrict__ d_in, int in_vec,\n"
+         "    const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_stage,\n"
+         "    uint32_t *__restrict__ d_sizes) {\n"
+         "  const fzk_desc d = fzk_gen_desc(p);\n"
+         "  fzk_encode_chunk(d, d_in, in_vec, d_qp, d_stage, d_sizes, fzk_gen_chain());\n"
+         "}\n");
+}
+
+static void put_inverse(text *t, const fzk_desc *d) {
+  put(t, "struct fzk_gen_chain {\n"
+         "  __device__ __forceinline__ bool operator()(const fzk_desc &, fzk_inv_io &io) const {\n"
+         "    return true");
+  for (unsigned i = d->nst; i-- > d->has_quant;) {
+    /* The stage's input size: bitshuffle before it pads to groups of 8. */
+    int padded = 0;
+    for (unsigned k = d->has_quant; k < i; k++)
+      padded |= d->id[k] == FZE_STAGE_BITSHUFFLE;
+    char size[48];
+    if (padded)
+      snprintf(size, sizeof size, "fzk_bs_bytes(io.n, %uu)", d->w);
+    else
+      snprintf(size, sizeof size, "io.raw");
+    switch (d->id[i]) {
+    case FZE_STAGE_DIFF: put(t, "\n        && fzk_inv_diff(io, %uu, %uu)", d->w, d->mode[i]); break;
+    case FZE_STAGE_BITSHUFFLE: put(t, "\n        && fzk_inv_bitshuffle(io, %uu)", d->w); break;
+    case FZE_STAGE_RZE: put(t, "\n        && fzk_inv_rze(io, %s, %uu)", size, d->levels[i]); break;
+    case FZE_STAGE_BITPACK: put(t, "\n        && fzk_inv_bitpack(io, %uu)", d->w); break;
+    }
+  }
+  put(t, ";\n  }\n};\n\n");
+  put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT)\n"
+         FZK_JIT_ENTRY_DECODE "(fzk_desc p, const uint8_t *__restrict__ d_pay, uint64_t pay_len,\n"
+         "    const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,\n"
+         "    fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,\n"
+         "    uint32_t *__restrict__ d_status) {\n"
+         "  const fzk_desc d = fzk_gen_desc(p);\n"
+         "  fzk_decode_chunk(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status,\n"
+         "                   fzk_gen_chain());\n"
+         "}\n");
+}
+
+char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir) {
+  text t = {malloc(4096), 0, 4096};
+  put(&t, "/* fzd generated kernel: %s of", dir == FZK_JIT_ENCODE ? "encode" : "decode");
+  for (unsigned i = 0; i < d->nst; i++)
+    put(&t, "%s %s", i ? " |" : "", stage_name(d->id[i]));
+  put(&t, " on %u-byte %s, chunks of %u bytes */\n", d->w,
+      d->fkind == 1 ? "f32" : d->fkind == 2 ? "f64" : "integers", d->cb);
+  put(&t, "#include \"chain_body.cuh\"\n\n");
+  put_desc(&t, d);
+  if (dir == FZK_JIT_ENCODE)
+    put_forward(&t, d);
+  else
+    put_inverse(&t, d);
+  return t.s;
+}
