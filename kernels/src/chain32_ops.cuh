@@ -1,0 +1,1201 @@
+/*
+ * chain32_ops.cuh - the device code of the chunk kernels for chains on
+ * 4-byte words (f32, and u32 / i32 without quant) that end in bitpack, or
+ * in bitshuffle | rze with an optional diff before: the `fast`, `balanced`
+ * and `lossless` presets.  chain32.cu builds some of them ahead of time;
+ * the run-time code generation builds the rest from this header, which
+ * NVRTC compiles (device code only: no CUDA runtime header, no standard
+ * C++ header, libc headers only outside NVRTC).
+ *
+ * One block still owns one chunk, but the work is laid out for warps: warp
+ * w takes the 32-word blocks [w*K, w*K + K) of the chunk in order, so the
+ * previous word of a block is a shuffle away (carried from the block
+ * before), a 32x32 bit transpose by shuffles turns a block's 32 words into
+ * its 32 bit planes (bitpack planes, or four bytes of each bitshuffle
+ * plane), and every prefix sum the layout needs (plane offsets, outlier
+ * ranks, running sums of differences) is a warp scan plus one barrier.
+ * The encoder places its chunk in the archive itself (the offset from a
+ * decoupled look-back over the chunks before it) while two of its warps
+ * checksum it (fzk_crc_group_xor), as two warps of the decoder do once
+ * they have decoded their share.  The bytes are the CPU reference's
+ * (engine/src/stage_*.c), and the decoder accepts exactly what the CPU
+ * decoder accepts.
+ *
+ * How a kernel is made of it.  The encoder and the decoder are the
+ * __device__ templates fzk_enc32_body and fzk_dec32_body; each kernel is a
+ * __global__ wrapper that passes its arguments on, unchanged:
+ *
+ *   extern "C" __global__ void __launch_bounds__(FZK_NT, FZK_ENC32_BLOCKS)
+ *   fzk_enc32_gen(fzk_desc d, const uint8_t *__restrict__ d_in,
+ *                 const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out,
+ *                 uint64_t out_cap, uint64_t header_len, uint64_t table_off,
+ *                 uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,
+ *                 const uint32_t *__restrict__ d_tab) {
+ *     fzk_enc32_body<QK, CK, DIFF, NEGA, LEV>(d, d_in, d_qp, d_out, out_cap, header_len,
+ *                                             table_off, d_crcs, lb, d_tab);
+ *   }
+ *   extern "C" __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)
+ *   fzk_dec32_gen(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+ *                 const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+ *                 fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+ *                 uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+ *                 const uint32_t *__restrict__ d_tab) {
+ *     fzk_dec32_body<QK, CK, DIFF, NEGA, LEV>(d, d_pay, pay_len, d_offs, d_sizes16, q,
+ *                                             d_out, out_vec, d_status, d_crcs, d_tab);
+ *   }
+ *
+ * The arguments are those of fzk_launch_encode32 and fzk_launch_decode32
+ * (fzk.h), the descriptor by value.  Launch: grid d.nchunks blocks of
+ * FZK_NT threads, dynamic shared memory d.smem_e32 (encoder) or d.smem_d32
+ * (decoder) as fzk_desc_layout32 sets them (the function's maximum dynamic
+ * shared memory raised to that first); lb (nchunks + 2 words) zeroed before
+ * the encoder, d_crcs before the decoder.  The template parameters are the
+ * descriptor's chain constants, as fzk_desc_from_header sets them:
+ *
+ *   QK    the quantizer: fzk_qkind32(d): FZK_Q_NONE (no quant stage),
+ *         FZK_Q_BINS (ABS, REL) or FZK_Q_PW (PWREL)
+ *   CK    the coder after quant and diff: d.k32 (FZK_C32_*)
+ *   DIFF  a diff stage before the coder: d.k32diff (0, 1)
+ *   NEGA  its map is negabinary: d.k32nega (0, 1)
+ *   LEV   rze's levels: d.k32lev (1 .. FZE_RZE_MAX_LEVELS; 0 for bitpack)
+ *
+ * Any of them but CK may be FZK_RT instead, read from the descriptor at
+ * run time (chain32.cu's kernels, each serving several chains, do that);
+ * a generated kernel fixes them all.  fzk_c32_valid says which
+ * combinations exist.  Build flags: C++17, -fmad=false, --prec-div=true,
+ * --prec-sqrt=true, --ftz=false (IEEE arithmetic, as the CPU's).
+ */
+#ifndef FZK_CHAIN32_OPS_CUH
+#define FZK_CHAIN32_OPS_CUH
+
+#ifndef __CUDACC_RTC__
+#include <stdint.h>
+#endif
+
+#include "engine.h"
+#include "ops.h"
+#include "warp_ops.cuh"
+
+/* A chain constant read from the descriptor at run time. */
+#define FZK_RT (-1)
+
+/* Compile-time constants as types, for the built variants of a loop (the
+ * standard library's are not there under NVRTC). */
+template <bool B> struct fzk_bool { static constexpr bool value = B; };
+template <int V> struct fzk_int { static constexpr int value = V; };
+
+/* The kinds of quantizer a kernel is built for: none, uniform bins (ABS and
+ * REL), PWREL.  A quantizer whose step came out 0 (lossless) passes words
+ * through at run time. */
+#define FZK_Q_NONE 0
+#define FZK_Q_BINS 1
+#define FZK_Q_PW 2
+
+/* The coders (fzk_desc.k32): bitpack; bitshuffle then rze. */
+#define FZK_C32_BITPACK 1
+#define FZK_C32_SHUF_RZE 2
+
+__host__ __device__ inline int fzk_qkind32(const fzk_desc &d) {
+  return !d.has_quant ? FZK_Q_NONE : d.mode[0] == FZ_EB_PWREL ? FZK_Q_PW : FZK_Q_BINS;
+}
+
+/* The chains the bodies are written for. */
+template <int QK, int CK, int DIFF, int NEGA, int LEV>
+__host__ __device__ constexpr bool fzk_c32_valid() {
+  return (QK == FZK_RT || (QK >= FZK_Q_NONE && QK <= FZK_Q_PW)) &&
+         (NEGA == FZK_RT || NEGA == 0 || NEGA == 1) &&
+         ((CK == FZK_C32_BITPACK && DIFF == 0 && NEGA != 1 && (LEV == FZK_RT || LEV == 0)) ||
+          (CK == FZK_C32_SHUF_RZE && (DIFF == FZK_RT || DIFF == 0 || DIFF == 1) &&
+           (LEV == FZK_RT || (LEV >= 1 && LEV <= FZE_RZE_MAX_LEVELS))));
+}
+#define FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV)                                                    \
+  static_assert(fzk_c32_valid<QK, CK, DIFF, NEGA, LEV>(), "no such chain on 4-byte words")
+
+template <int QK> __device__ __forceinline__ int fzk_c32_qk(const fzk_desc &d) {
+  return QK != FZK_RT ? QK : fzk_qkind32(d);
+}
+template <int F> __device__ __forceinline__ bool fzk_c32_flag(uint8_t rt) {
+  return F != FZK_RT ? F != 0 : rt != 0;
+}
+template <int LEV> __device__ __forceinline__ unsigned fzk_c32_lev(const fzk_desc &d) {
+  return LEV != FZK_RT ? (unsigned)LEV : d.k32lev;
+}
+
+/* Blocks per SM the kernels are built for: a budget of 40 registers a
+ * thread; shared memory allows as many at 16 KiB chunks. */
+#ifndef FZK_ENC32_BLOCKS
+#define FZK_ENC32_BLOCKS 6
+#endif
+#ifndef FZK_DEC32_BLOCKS
+#define FZK_DEC32_BLOCKS 6
+#endif
+/* Warps of the encoder that checksum a chunk while the others place it,
+ * and of the decoder that checksum it after their share of the decoding. */
+#ifndef FZK_ENC32_CRCW
+#define FZK_ENC32_CRCW 2
+#endif
+#ifndef FZK_DEC32_CRCW
+#define FZK_DEC32_CRCW 2
+#endif
+
+__host__ __device__ inline uint32_t a16(uint32_t v) { return (v + 15u) & ~15u; }
+
+/* Shared memory of the two kernels (fzk_desc_layout32). */
+struct fzk_e32 {
+  uint8_t *a;      /* residual words (bitpack) or the bit-shuffled stream
+                    * (fzk_plane_stride) */
+  uint8_t *res;    /* the coded chunk as it is stored, 16 bytes into its area */
+  uint32_t *wt;    /* per warp sums and more (FZK_WT_WORDS) */
+  uint8_t *tb;     /* rze bitmaps, every level */
+};
+
+struct fzk_d32 {
+  uint8_t *c;      /* the coded chunk, at offset o */
+  uint32_t *obm;   /* outlier bitmap */
+  uint32_t *wt;    /* per warp sums, and flags */
+  uint32_t *T;     /* the CRC slice tables */
+  uint2 *r1;       /* rze: level-1 bitmap words and their ranks (fzk_r1_at) */
+  uint8_t *tb2;    /* rze: two bitmaps of the levels above 1 */
+};
+
+__host__ __device__ inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
+
+/* Bytes from one bit plane of the encoder's shuffled stream to the next in
+ * shared memory.  A warp stores four bytes of all 32 planes at once; with
+ * planes a multiple of 128 bytes apart they would all hit one bank, so a
+ * chunk whose planes are a power of two of 16-byte vectors long pads each
+ * by 16 bytes (32 * 16 bytes in all).  Other (partial) chunks pack them. */
+__device__ __forceinline__ uint32_t fzk_plane_stride(uint32_t pb) {
+  return pb % 16 == 0 && (pb & (pb - 1)) == 0 ? pb + 16 : pb;
+}
+
+/* Where 16-byte vector v of the shuffled stream lies. */
+__device__ __forceinline__ uint32_t fzk_plane_vec(uint32_t v, uint32_t pb, uint32_t ps) {
+  if (ps == pb)
+    return 16 * v;
+  const uint32_t vp = pb / 16; /* a power of two */
+  return (v >> (__ffs(vp) - 1)) * ps + 16 * (v & (vp - 1));
+}
+
+/* Words of the per-warp sums area (wt): [0, 32) sums and flags; in the
+ * encoder 40 and 41 the chunk's archive offset, 47 its ticket; in the rze
+ * decoder [32, 48) the byte selectors of fzk_expand_sel. */
+#define FZK_WT_WORDS 48u
+
+/* The decoder's level-1 words. */
+__host__ __device__ inline uint32_t r1_bytes(uint32_t cb) { return a16(cb / 4 + 16); }
+
+__device__ inline fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
+  fzk_e32 s;
+  s.a = p; p += a16(d.cb + 32 * 16 + 16);
+  s.res = p + 16; p += a16(d.cb + 48);
+  s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
+  s.tb = p;
+  return s;
+}
+
+__device__ inline fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
+  fzk_d32 s;
+  uint32_t nbm = 4 * nbmax32(d.cb);
+  s.c = p; p += a16(d.cb + 48);
+  s.obm = (uint32_t *)p; p += nbm;
+  s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
+  s.T = (uint32_t *)p; p += 4096;
+  s.r1 = (uint2 *)p; p += r1_bytes(d.cb);
+  s.tb2 = p;
+  return s;
+}
+
+/* Runs f built for a whole chunk or not (fzk_bool) and for the quantizer
+ * kind that runs (fzk_int: FZK_Q_NONE passes words through, as a step of 0
+ * does), as whole and qon say.  A kind fixed at compile time builds each
+ * main loop four times (two for FZK_Q_NONE), FZK_RT six times. */
+template <int Q, class F>
+__device__ __forceinline__ void fzk_built_whole(bool whole, F &f) {
+  if (whole)
+    f(fzk_bool<true>(), fzk_int<Q>());
+  else
+    f(fzk_bool<false>(), fzk_int<Q>());
+}
+
+template <int QK, class F>
+__device__ __forceinline__ void fzk_built32(bool whole, int qon, F &f) {
+  if constexpr (QK == FZK_Q_NONE) {
+    fzk_built_whole<FZK_Q_NONE>(whole, f);
+  } else if constexpr (QK != FZK_RT) {
+    if (qon != FZK_Q_NONE)
+      fzk_built_whole<QK>(whole, f);
+    else
+      fzk_built_whole<FZK_Q_NONE>(whole, f);
+  } else {
+    if (qon == FZK_Q_BINS)
+      fzk_built_whole<FZK_Q_BINS>(whole, f);
+    else if (qon == FZK_Q_PW)
+      fzk_built_whole<FZK_Q_PW>(whole, f);
+    else
+      fzk_built_whole<FZK_Q_NONE>(whole, f);
+  }
+}
+
+/* ---- per-element helpers ---- */
+
+/* The quantizer's word for the bits b of an f32; false for an outlier,
+ * whose word is 0.  Uniform bins read the bin off the rounding sum
+ * (fzo_quant_f32_sum, ops.h), with the archive's words.  The caller passes
+ * words through instead when q.step is 0. */
+template <int QK>
+__device__ __forceinline__ bool fzk_q32(uint32_t b, const fzk_qparams &q, uint32_t *code) {
+  if (QK == FZK_Q_NONE) {
+    *code = b;
+    return true;
+  }
+  if (QK == FZK_Q_BINS)
+    return fzo_quant_f32_sum(fzo_bits_f32(b), q.inv, q.step, q.eb_abs, code);
+  uint32_t c = 0;
+  const bool ok = fzo_pw_quant_f32(fzo_bits_f32(b), (uint32_t)q.step, q.eb_abs, &c);
+  *code = ok ? c : 0;
+  return ok;
+}
+
+/* fzk_q32 for a kind known at run time only (not FZK_Q_NONE). */
+__device__ __forceinline__ bool fzk_q32_any(int qk, uint32_t b, const fzk_qparams &q,
+                                            uint32_t *code) {
+  return qk == FZK_Q_PW ? fzk_q32<FZK_Q_PW>(b, q, code) : fzk_q32<FZK_Q_BINS>(b, q, code);
+}
+
+/* The value of a word (fzo_dequant_f32_sum for uniform bins); the caller
+ * passes words through instead when q.step is 0. */
+template <int QK>
+__device__ __forceinline__ uint32_t fzk_dq32(uint32_t code, const fzk_qparams &q) {
+  if (QK == FZK_Q_NONE)
+    return code;
+  if (QK == FZK_Q_PW)
+    return fzo_f32_bits(fzo_pw_dequant_f32(code, (uint32_t)q.step));
+  return fzo_f32_bits(fzo_dequant_f32_sum(code, q.step));
+}
+
+__device__ __forceinline__ uint32_t fzk_vlen(uint32_t v) {
+  uint32_t k = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    k++;
+  }
+  return k;
+}
+
+/* 4-bit mask of the nonzero bytes of v. */
+__device__ __forceinline__ uint32_t fzk_nz4(uint32_t v) {
+  uint32_t t = (((v & 0x7f7f7f7fu) + 0x7f7f7f7fu) | v) & 0x80808080u;
+  return ((t >> 7) & 1u) | ((t >> 14) & 2u) | ((t >> 21) & 4u) | ((t >> 28) & 8u);
+}
+
+/* Bits at and beyond position n of a bitmap must be zero. */
+__device__ __forceinline__ bool fzk_tail_ok32(const uint8_t *bm, uint32_t n) {
+  return n % 8 == 0 || (bm[n / 8] >> (n % 8)) == 0;
+}
+
+/* ---- rze levels >= 2, one warp (their data is an eighth or less) ---- */
+
+/* Lane range of nbm bitmap bytes. */
+__device__ __forceinline__ void fzk_lane_range(uint32_t nbm, uint32_t *j0, uint32_t *j1) {
+  uint32_t per = (nbm + 31) / 32, lo = (threadIdx.x & 31) * per;
+  *j0 = lo < nbm ? lo : nbm;
+  *j1 = lo + per < nbm ? lo + per : nbm;
+}
+
+/* Repeat elimination of nin bytes: the bitmap to bm, the kept count back. */
+__device__ inline uint32_t fzk_wrze_level(const uint8_t *in, uint32_t nin, uint8_t *bm) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range((nin + 7) / 8, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++) {
+    uint32_t m = 0;
+    for (unsigned b = 0; b < 8; b++) {
+      uint32_t i = 8 * j + b;
+      if (i >= nin)
+        break;
+      uint32_t prev = i ? in[i - 1] : 0;
+      m |= (uint32_t)(in[i] != prev) << b;
+    }
+    bm[j] = (uint8_t)m;
+    cnt += __popc(m);
+  }
+  return __reduce_add_sync(FZK_FULL, cnt);
+}
+
+/* The kept bytes of one level, in order, to dst. */
+__device__ inline void fzk_wrze_scatter(const uint8_t *in, uint32_t nin, const uint8_t *bm,
+                                 uint8_t *dst) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range((nin + 7) / 8, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++)
+    cnt += __popc(bm[j]);
+  uint32_t r = fzk_warp_incl(cnt) - cnt;
+  for (uint32_t j = j0; j < j1; j++) {
+    uint32_t m = bm[j];
+    while (m) {
+      unsigned b = __ffs(m) - 1;
+      m &= m - 1;
+      dst[r++] = in[8 * j + b];
+    }
+  }
+}
+
+/* Restores n bytes of a repeat-eliminated level from bitmap bm and the kept
+ * bytes k (cnt of them, checked by the caller). */
+__device__ inline void fzk_wrze_restore(const uint8_t *bm, const uint8_t *k, uint32_t n, uint8_t *dst) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range((n + 7) / 8, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++)
+    cnt += __popc(bm[j]);
+  uint32_t r = fzk_warp_incl(cnt) - cnt;
+  uint32_t prev = r ? k[r - 1] : 0;
+  for (uint32_t j = j0; j < j1; j++) {
+    uint32_t m = bm[j];
+    for (unsigned b = 0; b < 8; b++) {
+      uint32_t i = 8 * j + b;
+      if (i >= n)
+        break;
+      if ((m >> b) & 1)
+        prev = k[r++];
+      dst[i] = (uint8_t)prev;
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t fzk_wpopc(const uint8_t *bm, uint32_t nbm) {
+  uint32_t j0, j1, cnt = 0;
+  fzk_lane_range(nbm, &j0, &j1);
+  for (uint32_t j = j0; j < j1; j++)
+    cnt += __popc(bm[j]);
+  return __reduce_add_sync(FZK_FULL, cnt);
+}
+
+/* ---- encoder ---- */
+
+/* Flags of a chunk's look-back word (FZK_LB_*): the chunk's own coded size
+ * is known, or the sum of the sizes up to and including it. */
+#define FZK_LB_AGG (1ull << 62)
+#define FZK_LB_INCL (2ull << 62)
+#define FZK_LB_VAL ((1ull << 62) - 1)
+
+__device__ __forceinline__ void fzk_lb_put(fzk_u64 *lb, uint64_t c, fzk_u64 v) {
+  *(volatile fzk_u64 *)(lb + c) = v;
+}
+
+/* The archive offset of chunk c (decoupled look-back, run by one warp): the
+ * chunks before it are summed from their look-back words, 32 at a time,
+ * back to the nearest one that knows its inclusive sum; a word still empty
+ * is read again (its chunk took its ticket earlier, so it is running and
+ * publishes its own size without waiting on anyone).  Chunk c's size was
+ * published before; its inclusive sum is published here. */
+__device__ inline uint64_t fzk_lookback(fzk_u64 *lb, uint64_t c, uint32_t size) {
+  const unsigned lane = threadIdx.x & 31;
+  fzk_u64 excl = 0;
+  int64_t top = (int64_t)c - 1;
+  while (top >= 0) {
+    const int64_t i = top - lane;
+    const fzk_u64 v = i >= 0 ? *(volatile const fzk_u64 *)(lb + i) : FZK_LB_INCL;
+    if (__any_sync(FZK_FULL, v == 0))
+      continue;
+    const uint32_t incl = __ballot_sync(FZK_FULL, (v & FZK_LB_INCL) != 0);
+    const unsigned last = incl ? __ffs(incl) - 1 : 31;
+    fzk_u64 x = lane <= last ? v & FZK_LB_VAL : 0;
+#pragma unroll
+    for (unsigned o = 16; o; o >>= 1)
+      x += __shfl_xor_sync(FZK_FULL, x, o);
+    excl += x;
+    if (incl)
+      break;
+    top -= 32;
+  }
+  if (lane == 0 && c > 0)
+    fzk_lb_put(lb, c, FZK_LB_INCL | (excl + size));
+  return excl;
+}
+
+/* One block codes one chunk (the chunk of its ticket, so that every chunk
+ * before it is already running), places it in the archive at the offset
+ * the look-back gives, writes its table entry and its CRC-32C to d_crcs,
+ * and the last chunk leaves the payload's length in lb[nchunks].  lb holds
+ * nchunks + 2 words, zero at launch; the last is the ticket counter.
+ * Nothing is written at or beyond out_cap. */
+template <int QK, int CK, int DIFF, int NEGA, int LEV>
+__device__ __forceinline__ void
+fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
+               const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out,
+               uint64_t out_cap, uint64_t header_len, uint64_t table_off,
+               uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,
+               const uint32_t *__restrict__ d_tab) {
+  FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV);
+  extern __shared__ __align__(16) uint8_t fzk_sh32[];
+  fzk_e32 s = fzk_carve_e32(d, fzk_sh32);
+  if (threadIdx.x == 0)
+    s.wt[47] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
+  __syncthreads();
+  const uint64_t c = s.wt[47];
+  const uint32_t cb = d.cb;
+  const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
+  const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
+  const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
+  const uint32_t *g = (const uint32_t *)(d_in + c * cb);
+  const int qk = fzk_c32_qk<QK>(d);
+  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK;
+  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), diff = bp || fzk_c32_flag<DIFF>(d.k32diff);
+  const fzk_tp tp = fzk_tp_init();
+  fzk_qparams q = {0, 0, 0};
+  if (quant) {
+    /* Volatile, so that they are loaded once and kept in registers: the
+     * compiler would rather load them again for every block. */
+    const volatile fzk_qparams *vq = d_qp;
+    q.eb_abs = vq->eb_abs;
+    q.step = vq->step;
+    q.inv = vq->inv;
+  }
+  const bool qon = quant && q.step != 0;
+
+  /* Pass 1: words, residuals, outliers; bitpack planes packed per warp
+   * (the warp's blocks' planes in order from s.a + 128 b0 to s.a + wst),
+   * or the shuffled stream's planes.  Each block's outlier bits and bit
+   * width go to sum (in s.res, unused until the chunk is assembled); then
+   * lane k of the warp keeps the summary of the warp's block b0 + k: its
+   * outlier bits, and outliers << 16 | 4 * bit width. */
+  const uint32_t ps = fzk_plane_stride(pb);
+  uint32_t carry = 0, my_fl = 0, my_info = 0, wst = 128 * b0;
+  uint2 *sum = (uint2 *)s.res;
+  if (diff && b0 > 0 && b0 < nb) {
+    uint32_t v = g[32 * b0 - 1];
+    if (qon)
+      fzk_q32_any(qk, v, q, &v);
+    carry = v;
+  }
+  /* Built for whole chunks of whole 4-block steps (every chunk but maybe
+   * the last) without the bounds checks, and for any chunk; each with the
+   * quantizer on, or passing words through (a step of 0). */
+  auto pass1 = [&](auto whole, auto qonc) {
+    constexpr bool FULL = decltype(whole)::value;
+    constexpr int QON = decltype(qonc)::value;
+    const uint32_t *gp = g + 32 * b0 + lane;
+    for (uint32_t b = b0; b < b1; b += 4, gp += 128) {
+      uint32_t v[4];
+#pragma unroll
+      for (unsigned k = 0; k < 4; k++) {
+        uint32_t i = 32 * (b + k) + lane;
+        v[k] = FULL || (b + k < b1 && i < n) ? gp[32 * k] : 0;
+      }
+#pragma unroll
+      for (unsigned k = 0; k < 4; k++) {
+        const uint32_t bb = b + k, i = 32 * bb + lane;
+        if (!FULL && bb >= b1)
+          break;
+        const bool valid = FULL || i < n;
+        uint32_t code = v[k];
+        bool bad = false;
+        if (QON != FZK_Q_NONE)
+          bad = !fzk_q32<QON>(v[k], q, &code) && valid;
+        if (!valid)
+          code = 0;
+        uint32_t prev = __shfl_up_sync(FZK_FULL, code, 1);
+        if (lane == 0)
+          prev = carry;
+        carry = __shfl_sync(FZK_FULL, code, 31);
+        uint32_t fl = __ballot_sync(FZK_FULL, bad);
+        if (bp) {
+          /* The block's bit planes, as many as its widest residual needs,
+           * go to the warp's run in s.a at once. */
+          const uint32_t r = valid ? fzo_zigzag32(code - prev) : 0;
+          const uint32_t nbits = 32u - __clz(__reduce_or_sync(FZK_FULL, r));
+          const uint32_t x = fzk_transpose32(r, tp);
+          if (lane < nbits)
+            *(uint32_t *)(s.a + wst + 4 * lane) = x;
+          wst += 4 * nbits;
+          if (lane == 0)
+            sum[bb] = make_uint2(fl, nbits);
+        } else {
+          uint32_t u = code;
+          if (diff) {
+            uint32_t dd = code - prev;
+            u = nega ? fzo_nega32(dd) : fzo_zigzag32(dd);
+          }
+          if (!valid)
+            u = 0;
+          uint32_t x = fzk_transpose32(u, tp);
+          /* Lane p holds bytes 4bb..4bb+3 of plane p (word aligned in a
+           * whole chunk: pb and ps are multiples of 16). */
+          if (FULL) {
+            *(uint32_t *)(s.a + lane * ps + 4 * bb) = x;
+          } else if (4 * bb + 4 <= pb) {
+            fzk_st32u(s.a, lane * ps + 4 * bb, x);
+          } else {
+            for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
+              s.a[lane * ps + 4 * bb + k2] = (uint8_t)(x >> (8 * k2));
+          }
+          if (lane == 0)
+            sum[bb] = make_uint2(fl, 0);
+        }
+      }
+    }
+  };
+  fzk_built32<QK>(raw == cb && K % 4 == 0, qon ? qk : FZK_Q_NONE, pass1);
+  __syncwarp();
+  if (lane < b1 - b0) {
+    const uint2 e = sum[b0 + lane];
+    my_fl = e.x;
+    my_info = (uint32_t)__popc(e.x) << 16 | 4u * e.y;
+  }
+  uint32_t my_off;
+  {
+    const uint32_t inc = fzk_warp_incl(my_info);
+    my_off = inc - my_info;
+    if (lane == 31)
+      s.wt[warp] = inc;
+  }
+  __syncthreads();
+  uint32_t tot = 0, base = 0;
+  for (unsigned w = 0; w < FZK_NW; w++) {
+    uint32_t t = s.wt[w];
+    base += w < warp ? t : 0;
+    tot += t;
+  }
+  const uint32_t m = tot >> 16, vl = quant ? fzk_vlen(m) : 0;
+  const uint32_t side = quant ? vl + 6 * m : 0;
+  uint32_t total;
+
+  /* rze of the shuffled stream: level 1 by the block, the rest by warp 0. */
+  const uint32_t len0 = 32 * pb;
+  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0;
+  const unsigned L = fzk_c32_lev<LEV>(d);
+  uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
+  uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
+  if (bp) {
+    total = side + nb + (tot & 0xffffu);
+  } else {
+    uint32_t nv = len0 / 16, per = (nv + FZK_NT - 1) / FZK_NT;
+    v0 = threadIdx.x * per < nv ? threadIdx.x * per : nv;
+    v1 = v0 + per < nv ? v0 + per : nv;
+    uint32_t cnt = 0;
+    for (uint32_t v = v0; v < v1; v++) {
+      uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
+      uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
+      *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
+      cnt += __popc(mk);
+    }
+    uint32_t inc = fzk_warp_incl(cnt);
+    rank1 = inc - cnt;
+    if (lane == 31)
+      s.wt[16 + warp] = inc;
+    lens[0] = len0;
+    bms[1] = s.tb;
+    for (unsigned l = 1; l <= L; l++) {
+      lens[l] = (lens[l - 1] + 7) / 8;
+      if (l >= 2)
+        bms[l] = bms[l - 1] + a16(lens[l - 1] + 1);
+    }
+    __syncthreads();
+    /* Level 2 by the block too (its input is an eighth of the stream). */
+    if (L >= 2) {
+      uint32_t per2 = (lens[2] + FZK_NT - 1) / FZK_NT;
+      q0 = threadIdx.x * per2 < lens[2] ? threadIdx.x * per2 : lens[2];
+      q1 = q0 + per2 < lens[2] ? q0 + per2 : lens[2];
+      uint32_t cnt2 = 0;
+      for (uint32_t j = q0; j < q1; j++) {
+        uint32_t mk = 0;
+        for (unsigned b = 0; b < 8; b++) {
+          uint32_t i = 8 * j + b;
+          if (i >= lens[1])
+            break;
+          uint32_t prev = i ? bms[1][i - 1] : 0;
+          mk |= (uint32_t)(bms[1][i] != prev) << b;
+        }
+        bms[2][j] = (uint8_t)mk;
+        cnt2 += __popc(mk);
+      }
+      uint32_t inc2 = fzk_warp_incl(cnt2);
+      r2 = inc2 - cnt2;
+      if (lane == 31)
+        s.wt[8 + warp] = inc2;
+      __syncthreads();
+      uint32_t kept2 = 0;
+      for (unsigned w = 0; w < FZK_NW; w++) {
+        r2 += w < warp ? s.wt[8 + w] : 0;
+        kept2 += s.wt[8 + w];
+      }
+      if (threadIdx.x == 0)
+        s.wt[26] = kept2;
+    }
+    if (warp == 0) {
+      for (unsigned l = 3; l <= L; l++) {
+        uint32_t k = fzk_wrze_level(bms[l - 1], lens[l - 1], bms[l]);
+        __syncwarp();
+        if (lane == 0)
+          s.wt[24 + l] = k;
+      }
+    }
+    uint32_t kept1 = 0;
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      uint32_t t = s.wt[16 + w];
+      rank1 += w < warp ? t : 0;
+      kept1 += t;
+    }
+    __syncthreads();
+    pos1 = side + lens[L];
+    for (unsigned l = 2; l <= L; l++)
+      pos1 += s.wt[24 + l];
+    total = pos1 + kept1;
+  }
+
+  const bool fallback = total >= raw;
+  const uint32_t size = fallback ? raw : total;
+  if (threadIdx.x == 0)
+    fzk_lb_put(lb, c, (c == 0 ? FZK_LB_INCL : FZK_LB_AGG) | size);
+  /* The coded chunk goes to s.res + shift, chosen so that the bit planes
+   * of bitpack start on a word. */
+  const uint32_t shift = bp && !fallback ? (0u - (side + nb)) & 3u : 0u;
+  uint8_t *res = s.res + shift;
+  if (!fallback) {
+    if (quant) {
+      if (threadIdx.x == 0) {
+        uint32_t v = m;
+        for (uint32_t k = 0; k < vl; k++, v >>= 7)
+          res[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
+      }
+    }
+    if (bp) {
+      /* The bit widths, and the warp's planes to their place (word
+       * aligned: see shift). */
+      if (lane < b1 - b0)
+        res[side + b0 + lane] = (uint8_t)((my_info & 0xffffu) >> 2);
+      const uint32_t nw = (wst - 128 * b0) / 4;
+      uint32_t *dst = (uint32_t *)(res + side + nb + (base & 0xffffu));
+      const uint32_t *src = (const uint32_t *)(s.a + 128 * b0);
+      for (uint32_t j = lane; j < nw; j += 32)
+        dst[j] = src[j];
+    }
+    if (quant) {
+      /* The outliers of the warp's blocks that have any. */
+      for (uint32_t pend = __ballot_sync(FZK_FULL, my_fl != 0); pend; pend &= pend - 1) {
+        const unsigned k = __ffs(pend) - 1;
+        const uint32_t fl = __shfl_sync(FZK_FULL, my_fl, k);
+        const uint32_t o = base + __shfl_sync(FZK_FULL, my_off, k), i = 32 * (b0 + k) + lane;
+        if ((fl >> lane) & 1u) {
+          uint32_t r = (o >> 16) + __popc(fl & ((1u << lane) - 1u));
+          res[vl + 2 * r] = (uint8_t)i;
+          res[vl + 2 * r + 1] = (uint8_t)(i >> 8);
+          fzk_st32u(s.res, shift + vl + 2 * m + 4 * r, g[i]);
+        }
+      }
+    }
+    if (!bp) {
+      if (warp == 0) {
+        uint32_t pos = side + lens[L];
+        for (uint32_t j = lane; j < lens[L]; j += 32)
+          res[side + j] = bms[L][j];
+        for (unsigned l = L; l >= 3; l--) {
+          fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], res + pos);
+          pos += s.wt[24 + l];
+        }
+      }
+      if (L >= 2) {
+        uint32_t pos2 = side + lens[L];
+        for (unsigned l = 3; l <= L; l++)
+          pos2 += s.wt[24 + l];
+        uint8_t *dst2 = res + pos2 + r2;
+        for (uint32_t j = q0; j < q1; j++) {
+          uint32_t mk = bms[2][j];
+          while (mk) {
+            unsigned b = __ffs(mk) - 1;
+            mk &= mk - 1;
+            *dst2++ = bms[1][8 * j + b];
+          }
+        }
+      }
+      uint8_t *dst = res + pos1 + rank1;
+      for (uint32_t v = v0; v < v1; v++) {
+        uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
+        uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+        for (unsigned k = 0; k < 4; k++) {
+#pragma unroll
+          for (unsigned e = 0; e < 4; e++) {
+            uint32_t byte = (wv[k] >> (8 * e)) & 0xffu;
+            if (byte)
+              *dst++ = (uint8_t)byte;
+          }
+        }
+      }
+    }
+  } else {
+    for (uint32_t v = threadIdx.x; v < n; v += FZK_NT)
+      ((uint32_t *)s.res)[v] = g[v];
+  }
+  __syncthreads();
+
+  /* Place the chunk: the last CW warps checksum it (their slice tables
+   * take the place of the stream, which is done with) while warp 0 finds
+   * its offset by the look-back and the other PW warps then copy it out in
+   * 4-byte aligned words.  The two groups meet at no barrier again. */
+  constexpr unsigned CW = FZK_ENC32_CRCW, PW = FZK_NW - CW;
+  const uint8_t *buf = s.res - 16;
+  const uint32_t o = 16 + shift;
+  if (warp >= PW) {
+    const unsigned gt = threadIdx.x - 32 * PW;
+    uint32_t *T = (uint32_t *)s.a;
+    for (unsigned i = gt; i < 256; i += 32 * CW)
+      ((uint4 *)T)[i] = ((const uint4 *)d_tab)[i];
+    if constexpr (CW == 1)
+      __syncwarp();
+    else
+      fzk_bar_sync(1, 32 * CW);
+    fzk_crc_group_xor<CW>(buf, o, size, T, d_tab, d_crcs + c, gt);
+    return;
+  }
+  if (warp == 0) {
+    const uint64_t off = fzk_lookback(lb, c, size);
+    if (lane == 0) {
+      s.wt[40] = (uint32_t)off;
+      s.wt[41] = (uint32_t)(off >> 32);
+    }
+  }
+  fzk_bar_sync(2, 32 * PW);
+  const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
+  const uint64_t at = header_len + off;
+  const uint64_t room = at < out_cap ? out_cap - at : 0;
+  const uint32_t lim = size < room ? size : (uint32_t)room;
+  uint8_t *dp = d_out + at;
+  uint32_t hd = (uint32_t)((4 - ((uintptr_t)dp & 3)) & 3);
+  if (hd > lim)
+    hd = lim;
+  const uint32_t nw = (lim - hd) / 4;
+  if (threadIdx.x < hd)
+    dp[threadIdx.x] = buf[o + threadIdx.x];
+  for (uint32_t k = threadIdx.x; k < nw; k += 32 * PW)
+    ((uint32_t *)(dp + hd))[k] = fzk_ld32u(buf, o + hd + 4 * k);
+  for (uint32_t i = hd + 4 * nw + threadIdx.x; i < lim; i += 32 * PW)
+    dp[i] = buf[o + i];
+  if (threadIdx.x == 0) {
+    d_out[table_off + 2 * c] = (uint8_t)size;
+    d_out[table_off + 2 * c + 1] = (uint8_t)(size >> 8);
+    if (c + 1 == d.nchunks)
+      lb[d.nchunks] = off + size;
+  }
+}
+
+/* ---- decoder ---- */
+
+/* Where word w of the level-1 bitmap lives in fzk_d32.r1: swizzled within
+ * groups of 16 entries, because the lanes of a warp read words pb / 32
+ * apart (one per plane), which would otherwise share a bank. */
+__device__ __forceinline__ uint32_t fzk_r1_at(uint32_t w) { return w ^ ((w >> 4) & 15u); }
+
+/* The __byte_perm selector that moves the low bytes of a word, in order, to
+ * the byte positions set in the 4-bit mask m and zeroes the rest (selector
+ * 4 picks a byte of the zero second operand). */
+__device__ __forceinline__ uint32_t fzk_expand_sel(uint32_t m) {
+  uint32_t sel = 0, k = 0;
+#pragma unroll
+  for (unsigned b = 0; b < 4; b++) {
+    uint32_t on = (m >> b) & 1u;
+    sel |= (on ? k : 4u) << (4 * b);
+    k += on;
+  }
+  return sel;
+}
+
+__device__ __forceinline__ void fzk_put32(uint8_t *g, uint32_t i, uint32_t v, bool al) {
+  if (al) {
+    ((uint32_t *)g)[i] = v;
+  } else {
+    for (unsigned k = 0; k < 4; k++)
+      g[4 * i + k] = (uint8_t)(v >> (8 * k));
+  }
+}
+
+/* One block decodes one chunk, and its last warp XORs the chunk's CRC-32C
+ * into d_crcs (zeroed by the caller; left as it is for a chunk that fails
+ * to decode, which sets *d_status anyway), which the caller checks against
+ * the archive's payload checksum. */
+template <int QK, int CK, int DIFF, int NEGA, int LEV>
+__device__ __forceinline__ void
+fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+               const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+               const fzk_qparams &q, uint8_t *__restrict__ d_out, int out_vec,
+               uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+               const uint32_t *__restrict__ d_tab) {
+  FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV);
+  extern __shared__ __align__(16) uint8_t fzk_sh32[];
+  fzk_d32 s = fzk_carve_d32(d, fzk_sh32);
+  const uint64_t c = blockIdx.x;
+  const uint32_t cb = d.cb;
+  const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
+  const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
+  const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
+  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
+  const uint64_t off = d_offs[c];
+  uint8_t *gout = d_out + c * cb;
+  const int qk = fzk_c32_qk<QK>(d);
+  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK;
+  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), diff = bp || fzk_c32_flag<DIFF>(d.k32diff);
+  const fzk_tp tp = fzk_tp_init();
+  /* The host validated the table; a chunk outside the payload is refused
+   * again here, before any byte of it is read. */
+  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return;
+  }
+  const uint8_t *g = d_pay + off;
+  fzk_load_slices(s.T, d_tab);
+  if (threadIdx.x < 32)
+    s.wt[threadIdx.x] = 0;
+  else if (!bp && threadIdx.x < 48)
+    s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - 32);
+  const uint32_t o = fzk_load_chunk(s.c, g, len);
+  __syncthreads();
+  /* The checksum, by the last CW warps, each once it has done its share
+   * (the chunk and the tables stay in place). */
+  auto crc = [&]() {
+    constexpr unsigned CW = FZK_DEC32_CRCW;
+    if (warp >= FZK_NW - CW)
+      fzk_crc_group_xor<CW>(s.c, o, len, s.T, d_tab, d_crcs + c,
+                            threadIdx.x - 32 * (FZK_NW - CW));
+  };
+  if (len == raw) {
+    const bool al = out_vec != 0;
+    for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
+      fzk_put32(gout, i, fzk_ld32u(s.c, o + 4 * i), al);
+    crc();
+    return;
+  }
+
+  /* The side list (stage_quant.c), parsed by every thread alike. */
+  const uint8_t *cc = s.c + o;
+  uint32_t side = 0, m = 0, vl = 0;
+  if (quant) {
+    uint32_t v = 0, k = 0;
+    bool ok = false;
+    for (unsigned shift = 0; shift <= 28; shift += 7) {
+      if (k >= len)
+        break;
+      uint8_t byte = cc[k++];
+      v |= (uint32_t)(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) {
+        ok = true;
+        break;
+      }
+    }
+    if (!ok || v > n || (len - k) / 6 < v || (q.step == 0 && v != 0)) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    m = v;
+    vl = k;
+    side = k + 6 * v;
+    /* Strictly ascending indices below n; the outliers' bitmap. */
+    if (m) {
+      for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
+        s.obm[b] = 0;
+      __syncthreads();
+      for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
+        uint32_t i = cc[vl + 2 * j] | (uint32_t)cc[vl + 2 * j + 1] << 8;
+        uint32_t p = j ? (cc[vl + 2 * j - 2] | (uint32_t)cc[vl + 2 * j - 1] << 8) : 0;
+        if ((j && i <= p) || i >= n)
+          atomicOr(&s.wt[31], 1u);
+        else
+          atomicOr(&s.obm[i >> 5], 1u << (i & 31));
+      }
+    }
+  }
+  const uint32_t st = o + side, clen = len - side;
+  const uint8_t *in = s.c + st;
+  uint32_t wbase = 0, ko = 0, wsh = 0;
+  /* Bitpack: lane k of a warp holds the bit width of the warp's block
+   * b0 + k, and its planes follow the blocks before, from wpos0 on. */
+  uint32_t my_nb = 0, wpos0 = 0;
+
+  if (bp) {
+    if (clen < nb) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    if (lane < K && b0 + lane < b1) {
+      my_nb = in[b0 + lane];
+      if (my_nb > 32)
+        atomicOr(&s.wt[31], 1u);
+    }
+    const uint32_t inc = fzk_warp_incl(4 * my_nb);
+    if (lane == 31)
+      s.wt[warp] = inc;
+    __syncthreads();
+    uint32_t tot = 0, base = 0;
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      tot += s.wt[w];
+      base += w < warp ? s.wt[w] : 0;
+    }
+    if (s.wt[31] || nb + tot != clen) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    wpos0 = st + nb + base;
+  } else {
+    const unsigned L = fzk_c32_lev<LEV>(d);
+    uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
+    lens[0] = 32 * pb;
+    for (unsigned l = 1; l <= L; l++)
+      lens[l] = (lens[l - 1] + 7) / 8;
+    if (clen < lens[L] || !fzk_tail_ok32(in, lens[L - 1])) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    /* Thread t owns bytes [q0, q1) of the level-2 bitmap, a power of two of
+     * them, and so the level-1 bitmap words [2 q0, 2 q1): the warp that owns
+     * word w is w >> wsh. */
+    const uint32_t nq = (pb + 1) / 2;
+    unsigned qsh = 0;
+    while ((uint32_t)FZK_NT << qsh < nq)
+      qsh++;
+    const uint32_t q0 = threadIdx.x << qsh < nq ? threadIdx.x << qsh : nq;
+    const uint32_t q1 = q0 + (1u << qsh) < nq ? q0 + (1u << qsh) : nq;
+    wsh = 6 + qsh;
+    if (warp == 0) {
+      const uint8_t *bm = in;
+      uint32_t pos = lens[L];
+      bool bad = false;
+      for (unsigned l = L; l >= 3; l--) {
+        uint32_t cnt = fzk_wpopc(bm, lens[l]);
+        if (cnt > clen - pos) {
+          bad = true;
+          break;
+        }
+        uint8_t *dst = s.tb2 + (l & 1) * a16(cb / 64 + 16);
+        fzk_wrze_restore(bm, in + pos, lens[l - 1], dst);
+        __syncwarp();
+        if (!fzk_tail_ok32(dst, lens[l - 2])) {
+          bad = true;
+          break;
+        }
+        pos += cnt;
+        bm = dst;
+      }
+      /* The level-2 kept bytes of each warp's share of the bitmap, so that
+       * the ranks need no block scan of their own. */
+      if (!bad && L >= 2) {
+        for (unsigned w = 0; w < FZK_NW; w++) {
+          uint32_t cnt = 0;
+          for (uint32_t j = ((32u * w) << qsh) + lane; j < ((32u * w + 32u) << qsh) && j < nq;
+               j += 32)
+            cnt += __popc(bm[j]);
+          cnt = __reduce_add_sync(FZK_FULL, cnt);
+          if (lane == 0)
+            s.wt[w] = cnt;
+        }
+      }
+      if (lane == 0) {
+        s.wt[24] = pos;
+        if (bad)
+          atomicOr(&s.wt[31], 1u);
+      }
+    }
+    __syncthreads();
+    if (s.wt[31]) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    uint32_t pos1 = s.wt[24];
+    /* Level 2 (when there is one) restores this thread's words of the
+     * level-1 bitmap from its bytes of the level-2 bitmap. */
+    const uint8_t *bm2 = L == 2 ? in : s.tb2 + a16(cb / 64 + 16);
+    const uint8_t *k2 = in + pos1;
+    uint32_t r2 = 0, prev = 0;
+    if (L >= 2) {
+      uint32_t cnt2 = 0;
+      for (uint32_t j = q0; j < q1; j++)
+        cnt2 += __popc(bm2[j]);
+      uint32_t tot2 = 0;
+      r2 = fzk_warp_incl(cnt2) - cnt2;
+      for (unsigned w = 0; w < FZK_NW; w++) {
+        tot2 += s.wt[w];
+        r2 += w < warp ? s.wt[w] : 0;
+      }
+      if (tot2 > clen - pos1) {
+        if (threadIdx.x == 0)
+          atomicOr(d_status, 1u);
+        return;
+      }
+      prev = r2 ? k2[r2 - 1] : 0;
+      pos1 += tot2;
+    }
+    uint32_t cnt1 = 0;
+    for (uint32_t j = q0; j < q1; j++) {
+      uint32_t lo = 0, hi = 0;
+      if (L >= 2) {
+        /* Bits past the level-1 bitmap are zero (checked above). */
+        uint32_t mk = bm2[j];
+#pragma unroll
+        for (unsigned b = 0; b < 8; b++) {
+          if ((mk >> b) & 1)
+            prev = k2[r2++];
+          if (b < 4)
+            lo |= prev << (8 * b);
+          else
+            hi |= prev << (8 * (b - 4));
+        }
+      } else {
+        lo = fzk_ld32u(s.c, st + 8 * j);
+        if (2 * j + 1 < pb)
+          hi = fzk_ld32u(s.c, st + 8 * j + 4);
+      }
+      s.r1[fzk_r1_at(2 * j)].x = lo;
+      cnt1 += __popc(lo);
+      if (2 * j + 1 < pb) {
+        s.r1[fzk_r1_at(2 * j + 1)].x = hi;
+        cnt1 += __popc(hi);
+      }
+    }
+    /* Each word's rank among the kept bytes of level 1, within its warp;
+     * the warps' bases are added from a shuffle when the words are read. */
+    const uint32_t inc1 = fzk_warp_incl(cnt1);
+    uint32_t r = inc1 - cnt1;
+    for (uint32_t w = 2 * q0; w < 2 * q1 && w < pb; w++) {
+      uint2 *e = &s.r1[fzk_r1_at(w)];
+      e->y = r;
+      r += __popc(e->x);
+    }
+    if (lane == 31)
+      s.wt[16 + warp] = inc1;
+    __syncthreads();
+    const uint32_t t1 = lane < FZK_NW ? s.wt[16 + lane] : 0, inc = fzk_warp_incl(t1);
+    wbase = inc - t1;
+    if (pos1 + __shfl_sync(FZK_FULL, inc, FZK_NW - 1) != clen) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    ko = st + pos1;
+  }
+  /* Lane k: the outliers among the words of the warp's block b0 + k. */
+  const uint32_t my_obm = quant && m && lane < K && b0 + lane < b1 ? s.obm[b0 + lane] : 0;
+
+  /* Words from planes: bitpack planes (in order, from wpos on), or four
+   * bytes of each shuffle plane, the latter straight from the kept bytes
+   * of rze level 1: bytes lane * pb + 4b .. +3 of the shuffled stream are
+   * the bytes of its bitmap nibble, and the kept ones are consecutive from
+   * the rank.  k = b - b0. */
+  uint32_t wpos = 0;
+  auto planes = [&](uint32_t b, uint32_t k, auto whole) -> uint32_t {
+    constexpr bool FULL = decltype(whole)::value;
+    uint32_t x = 0;
+    if (bp) {
+      const uint32_t nbits = __shfl_sync(FZK_FULL, my_nb, k);
+      if (lane < nbits)
+        x = fzk_ld32u(s.c, wpos + 4 * lane);
+      wpos += 4 * nbits;
+    } else {
+      const uint32_t i = lane * pb + 4 * b, w = i >> 5, sh = i & 31;
+      const uint2 e = s.r1[fzk_r1_at(w)];
+      const uint32_t nx = sh > 28 && w + 1 < pb ? s.r1[fzk_r1_at(w + 1)].x : 0;
+      uint32_t mk = __funnelshift_r(e.x, nx, sh) & 15u;
+      if (!FULL && 4 * b + 4 > pb) /* the plane ends inside these four bytes */
+        mk &= (1u << (pb - 4 * b)) - 1;
+      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
+                          __popc(e.x & ((1u << sh) - 1));
+      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
+    }
+    return x;
+  };
+
+  /* Built for whole chunks written to an aligned buffer (every chunk but
+   * maybe the last), without bounds checks, and for any chunk; each with
+   * the quantizer on, or passing words through (a step of 0). */
+  auto decode = [&](auto whole, auto qonc) {
+    constexpr bool FULL = decltype(whole)::value;
+    constexpr int QON = decltype(qonc)::value;
+    uint32_t run = 0;
+    if (diff) {
+      /* Sums of each warp's differences, for the running sums across
+       * warps.  A zigzag difference sum needs no transpose: in a block
+       * whose plane p lane p holds, the even words add (u >> 1) and the odd
+       * ones subtract (u >> 1) + 1, so plane p >= 1 adds 2^(p-1) times the
+       * count of its bits in even words less the count in odd words (plane
+       * 0 marks the odd words), and plane 0 subtracts its own count.  Each
+       * lane sums its plane's terms; the warp adds them up once. */
+      bool pad_bad = false;
+      uint32_t acc = 0;
+      const unsigned sh = lane ? lane - 1 : 0;
+      wpos = wpos0;
+      for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
+        uint32_t x = planes(b, k, whole);
+        if (!FULL) {
+          const uint32_t rem = n - 32 * b;
+          const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
+          pad_bad |= bp && (x & ~vm) != 0;
+          x &= vm;
+        }
+        if (!bp && nega) {
+          acc += fzo_unnega32(fzk_transpose32(x, tp));
+        } else {
+          /* Lane 0 holds the odd marks: its term is -popc(x). */
+          const uint32_t odd = __shfl_sync(FZK_FULL, x, 0);
+          acc += (uint32_t)(__popc(x & ~odd) - __popc(x & odd)) << sh;
+        }
+      }
+      const uint32_t sum = __reduce_add_sync(FZK_FULL, acc);
+      if (pad_bad)
+        atomicOr(&s.wt[30], 1u);
+      if (lane == 0)
+        s.wt[8 + warp] = sum;
+      __syncthreads();
+      if (s.wt[30]) {
+        if (threadIdx.x == 0)
+          atomicOr(d_status, 1u);
+        return;
+      }
+      for (unsigned w = 0; w < warp; w++)
+        run += s.wt[8 + w];
+    }
+    const bool al = out_vec != 0;
+    uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
+    wpos = wpos0;
+    for (uint32_t b = b0, k = 0; b < b1; b++, k++, gw += 32) {
+      uint32_t u = fzk_transpose32(planes(b, k, whole), tp), i = 32 * b + lane, code = u;
+      if (diff) {
+        uint32_t dd = bp ? fzo_unzigzag32(u) : nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
+        if (!FULL && i >= n)
+          dd = 0;
+        code = fzk_warp_incl(dd) + run;
+        run = __shfl_sync(FZK_FULL, code, 31);
+      }
+      const uint32_t fl = quant && m ? __shfl_sync(FZK_FULL, my_obm, k) : 0;
+      if (!FULL && i >= n)
+        continue;
+      uint32_t val = fzk_dq32<QON>(code, q);
+      if ((fl >> lane) & 1u) {
+        uint32_t lo = 0, hi = m;
+        while (lo < hi) {
+          uint32_t mid = (lo + hi) / 2;
+          uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
+          if (im < i)
+            lo = mid + 1;
+          else
+            hi = mid;
+        }
+        val = fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
+      }
+      if (FULL)
+        *gw = val;
+      else
+        fzk_put32(gout, i, val, al);
+    }
+    crc();
+  };
+  fzk_built32<QK>(raw == cb && out_vec, q.step != 0 ? qk : FZK_Q_NONE, decode);
+}
+
+#endif
