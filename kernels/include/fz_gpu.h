@@ -104,10 +104,11 @@ int fz_gpu_ctx_jit_config(fz_gpu_ctx *ctx, const char *cache_dir, uint64_t max_d
 /* What the context's JIT did: module cache lookups answered from memory or
  * disk, misses, NVRTC compiles (failed ones too) and the microseconds they
  * took, disk entries written, refused as corrupt or foreign, and evicted,
- * the bytes on disk, and the modules this context loaded. */
+ * the bytes on disk, writes that failed, and the modules this context
+ * loaded. */
 typedef struct fz_gpu_jit_counts {
   uint64_t mem_hits, disk_hits, misses, compiles, compile_failures, compile_us;
-  uint64_t disk_writes, disk_rejected, disk_evicted, disk_bytes;
+  uint64_t disk_writes, disk_rejected, disk_evicted, disk_bytes, disk_write_failures;
   uint64_t modules_loaded;
 } fz_gpu_jit_counts;
 void fz_gpu_ctx_jit_counts(fz_gpu_ctx *ctx, fz_gpu_jit_counts *out);

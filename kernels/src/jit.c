@@ -27,7 +27,7 @@
 #include "engine.h"
 #include "gpu_err.h"
 #include "jit.h"
-#include "jit_memcache.h"
+#include "jit_cache.h"
 
 /* ---- NVRTC ---- */
 
@@ -310,6 +310,14 @@ void fzk_jit_destroy(fzk_jit *j) {
   free(j);
 }
 
+/* Appends one failure line for fzk_jit_failure (under the lock); the
+ * oldest text stays when there is no room. */
+static void note_failure(fzk_jit *j, const char *text) {
+  size_t o = strlen(j->failure);
+  if (o + 2 < sizeof j->failure)
+    snprintf(j->failure + o, sizeof j->failure - o, "%s%s", o ? "\n" : "", text);
+}
+
 int fzk_jit_config(fzk_jit *j, const char *cache_dir, uint64_t max_disk_bytes, int enabled,
                    char *why, size_t why_len) {
   fzk_jit_cache *c = NULL;
@@ -317,6 +325,10 @@ int fzk_jit_config(fzk_jit *j, const char *cache_dir, uint64_t max_disk_bytes, i
   if (rc < 0)
     return rc;
   pthread_mutex_lock(&j->lock);
+  /* A directory it cannot use leaves the cache in memory: said once. */
+  const char *disk = fzk_jit_cache_disk_error(c);
+  if (disk != NULL)
+    note_failure(j, disk);
   if (j->mods != NULL) {
     pthread_mutex_unlock(&j->lock);
     fzk_jit_cache_close(c);
@@ -328,14 +340,6 @@ int fzk_jit_config(fzk_jit *j, const char *cache_dir, uint64_t max_disk_bytes, i
   j->enabled = enabled != 0;
   pthread_mutex_unlock(&j->lock);
   return 0;
-}
-
-/* Appends one failure line for fzk_jit_failure (under the lock); the
- * oldest text stays when there is no room. */
-static void note_failure(fzk_jit *j, const char *text) {
-  size_t o = strlen(j->failure);
-  if (o + 2 < sizeof j->failure)
-    snprintf(j->failure + o, sizeof j->failure - o, "%s%s", o ? "\n" : "", text);
 }
 
 int fzk_jit_failure(fzk_jit *j, char *buf, size_t len) {
@@ -474,4 +478,5 @@ void fzk_jit_stats(fzk_jit *j, fz_gpu_jit_counts *out) {
   out->disk_rejected = c.disk_rejected;
   out->disk_evicted = c.disk_evicted;
   out->disk_bytes = c.disk_bytes;
+  out->disk_write_failures = c.disk_write_failures;
 }

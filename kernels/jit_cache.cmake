@@ -1,0 +1,11 @@
+# libfzjitcache: the JIT module cache (kernels/src/jit_cache.c) and its
+# SHA-256.  Plain C with no CUDA, so it is built, and its tests run, in every
+# preset, the CPU-only ones included; the top level includes this file
+# whether or not it found nvcc, and libfzkernels links the library.
+add_library(fzjitcache STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/src/jit_cache.c
+  ${CMAKE_CURRENT_LIST_DIR}/src/sha256.c)
+target_include_directories(fzjitcache
+  PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src>
+  PRIVATE ${PROJECT_SOURCE_DIR}/engine/src)
+target_link_libraries(fzjitcache PUBLIC fzengine Threads::Threads)
