@@ -21,4 +21,8 @@ typedef unsigned long uintptr_t;
 #define NULL 0
 #endif
 
+/* fz.h's PWREL mode, which chain32_ops.cuh compares with (fz.h, a host
+ * header, is not NVRTC's); fzk.h's FZK_EB_PWREL is the same number. */
+#define FZ_EB_PWREL 2
+
 #endif

@@ -203,8 +203,12 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
             out);
   int out_vec = (uintptr_t)d_out % 16 == 0;
   if (d.k32) {
-    FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, crcs,
-                                  ctx->d_tab, s), out);
+    if (jit_dec != NULL)
+      FZK_CHECK(fzk_jit_launch_decode32(jit_dec, &d, pay, pay_len, offs, tab, qp, d_out, out_vec,
+                                        status, crcs, ctx->d_tab, s), out);
+    else
+      FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
+                                    crcs, ctx->d_tab, s), out);
   } else {
     FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
     FZK_CHECK(fzk_launch_decode(&d, jit_dec, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
@@ -214,7 +218,7 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s), out);
   FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
   FZK_CHECK(cudaStreamSynchronize(s), out);
-  dec->path = d.k32 || jit_dec == NULL ? "aot" : "jit";
+  dec->path = jit_dec == NULL ? "aot" : "jit";
   if ((rc = status_error(dec->h_word[0])) < 0)
     goto out;
   *out_len = (size_t)h->raw_bytes;

@@ -303,8 +303,12 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
       .d_ticket = tickets};
   FZK_CHECK(fzk_launch_prep(d, &prep, s), fail_ws);
   if (d->k32) {
-    FZK_CHECK(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len, pl->table_off, crcs,
-                                  offs, ctx->d_tab, s), fail_ws);
+    if (pl->jit_enc != NULL)
+      FZK_CHECK(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap, h->header_len,
+                                        pl->table_off, crcs, offs, ctx->d_tab, s), fail_ws);
+    else
+      FZK_CHECK(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len, pl->table_off,
+                                    crcs, offs, ctx->d_tab, s), fail_ws);
   } else {
     int in_vec = (uintptr_t)d_in % 16 == 0;
     FZK_CHECK(fzk_launch_encode(d, pl->jit_enc, d_in, in_vec, qp, ws + L->stage, sizes, s),

@@ -112,9 +112,10 @@ void fzk_nvrtc_version(int *major, int *minor) {
 }
 
 /* The nvcc build's arithmetic flags (kernels/CMakeLists.txt): the archive
- * bytes depend on them. */
+ * bytes depend on them.  -default-device: the lambdas inside device
+ * functions (chain32_ops.cuh) are device code, as nvcc takes them. */
 static const char *const base_opts[] = {"-fmad=false", "--prec-div=true", "--prec-sqrt=true",
-                                         "--ftz=false", "--std=c++17",
+                                         "--ftz=false", "--std=c++17", "-default-device",
                                          "--pre-include=fzk_rtc.h"};
 #define NBASE (sizeof base_opts / sizeof base_opts[0])
 
@@ -244,6 +245,37 @@ int fzk_jit_launch(void *fn, unsigned grid, unsigned block, unsigned smem, fz_gp
   default:
     return (int)cudaErrorLaunchFailure;
   }
+}
+
+/* The dynamic shared memory of the kernel for d in direction dir. */
+static uint32_t smem_of(const fzk_desc *d, fzk_jit_dir dir) {
+  if (!d->k32)
+    return d->smem;
+  return dir == FZK_JIT_ENCODE ? d->smem_e32 : d->smem_d32;
+}
+
+int fzk_jit_launch_encode32(void *fn, const fzk_desc *d, const void *d_in,
+                            const fzk_qparams *d_qp, uint8_t *d_out, uint64_t out_cap,
+                            uint64_t header_len, uint64_t table_off, uint32_t *d_crcs,
+                            uint64_t *d_lb, const uint32_t *d_tab, fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_desc dv = *d;
+  void *args[] = {&dv,  &d_in,      &d_qp,   &d_out, &out_cap,
+                  &header_len, &table_off, &d_crcs, &d_lb,  &d_tab};
+  return fzk_jit_launch(fn, (unsigned)d->nchunks, FZK_NT, d->smem_e32, s, args);
+}
+
+int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                            const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                            void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
+                            const uint32_t *d_tab, fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_desc dv = *d;
+  void *args[] = {&dv,  &d_pay,    &pay_len,  &d_offs,  &d_sizes16, &qp,
+                  &d_out, &out_vec, &d_status, &d_crcs, &d_tab};
+  return fzk_jit_launch(fn, (unsigned)d->nchunks, FZK_NT, d->smem_d32, s, args);
 }
 
 /* ---- the modules of one context ---- */
@@ -412,7 +444,7 @@ int fzk_jit_kernel(fzk_jit *j, const fzk_desc *d, fzk_jit_dir dir, void **fn) {
   if (rc == 0 && (e = drv.get(&f, mod, entry_name)) != CUDA_SUCCESS)
     rc = drv_error(e, "cuModuleGetFunction", why, sizeof why);
   if (rc == 0 &&
-      (e = drv.attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d->smem)) !=
+      (e = drv.attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem_of(d, dir))) !=
           CUDA_SUCCESS)
     rc = drv_error(e, "cuFuncSetAttribute", why, sizeof why);
   if (rc < 0 && mod != NULL) {

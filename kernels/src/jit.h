@@ -6,7 +6,8 @@
  *
  * A generated kernel is one source per (chain, dtype, chunk size,
  * direction): a small extern "C" entry that runs the chain's device ops
- * (chain_body.cuh) with every fixed parameter a constant.  Its CUBIN comes
+ * (chain_body.cuh, or chain32_ops.cuh for the 4-byte word chains) with
+ * every fixed parameter a constant.  Its CUBIN comes
  * from the module cache (jit_cache.h: memory, then disk, else one compile
  * for all concurrent callers); the context loads each module once.  When
  * NVRTC is missing or a compile fails, the caller keeps the ahead-of-time
@@ -60,11 +61,23 @@ typedef enum fzk_jit_dir { FZK_JIT_ENCODE = 0, FZK_JIT_DECODE = 1 } fzk_jit_dir;
 #define FZK_JIT_ENTRY_DECODE "fzk_gen_decode"
 
 /* Whether the generator has a kernel for d's chain in direction dir: the
- * generic chunk family (d->k32 == 0). */
+ * generic chunk family (chain_body.cuh) and the 4-byte word chains
+ * (d->k32, chain32_ops.cuh). */
 int fzk_jit_supported(const fzk_desc *d, fzk_jit_dir dir);
 /* The source of the kernel for d in direction dir, malloc'd (NULL when out
  * of memory).  Its entry has the ahead-of-time kernel's parameters. */
 char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir);
+
+/* The generated 4-byte word kernels, launched with the arguments of
+ * fzk_launch_encode32 and fzk_launch_decode32 (fzk.h). */
+int fzk_jit_launch_encode32(void *fn, const fzk_desc *d, const void *d_in,
+                            const fzk_qparams *d_qp, uint8_t *d_out, uint64_t out_cap,
+                            uint64_t header_len, uint64_t table_off, uint32_t *d_crcs,
+                            uint64_t *d_lb, const uint32_t *d_tab, fz_gpu_stream s);
+int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                            const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                            void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
+                            const uint32_t *d_tab, fz_gpu_stream s);
 
 /* ---- per context ---- */
 

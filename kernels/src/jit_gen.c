@@ -4,8 +4,11 @@
  * chain's stages called in a straight line (in place of the interpreter's
  * switch) and the descriptor's fixed fields as constants, so NVRTC folds
  * the element width, the maps, the rze levels and the buffer layout into
- * the code.  Only the glue is generated; the ops are the hand-written ones
- * the ahead-of-time kernels run, which is why the bytes are the same.
+ * the code.  The chains on 4-byte words that chain32.cu serves (d->k32)
+ * get chain32_ops.cuh's templates instead, instantiated with every chain
+ * constant fixed (the ahead-of-time ones read some at run time).  Only the
+ * glue is generated; the ops are the hand-written ones the ahead-of-time
+ * kernels run, which is why the bytes are the same.
  *
  * The source depends on nothing but those parameters (no shape, no bound):
  * it is the key of the module cache, so every plan of a chain and chunk
@@ -56,7 +59,7 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
 
 int fzk_jit_supported(const fzk_desc *d, fzk_jit_dir dir) {
   (void)dir;
-  return d->k32 == 0 && d->nst >= 1 && d->nst <= FZE_MAX_STAGES;
+  return d->nst >= 1 && d->nst <= FZE_MAX_STAGES && d->k32 <= 2;
 }
 
 static const char *stage_name(unsigned id) {
@@ -82,9 +85,11 @@ static void put_desc(text *t, const fzk_desc *d) {
     put(t, "  d.id[%u] = %uu; d.mode[%u] = %uu; d.levels[%u] = %uu;\n", i, on ? d->id[i] : 0, i,
         on ? d->mode[i] : 0, i, on ? d->levels[i] : 0);
   }
-  put(t, "  d.k32 = 0; d.k32diff = 0; d.k32nega = 0; d.k32lev = 0;\n");
+  put(t, "  d.k32 = %uu; d.k32diff = %uu; d.k32nega = %uu; d.k32lev = %uu;\n", d->k32,
+      d->k32diff, d->k32nega, d->k32lev);
   put(t, "  d.cb = %uu; d.cap = %uu; d.tcap = %uu; d.smem = %uu;\n", d->cb, d->cap, d->tcap,
       d->smem);
+  put(t, "  d.smem_e32 = %uu; d.smem_d32 = %uu;\n", d->smem_e32, d->smem_d32);
   put(t, "  return d;\n}\n\n");
 }
 
@@ -143,6 +148,38 @@ static void put_inverse(text *t, const fzk_desc *d) {
          "}\n");
 }
 
+/* The 4-byte word chains (chain32_ops.cuh): its templates with every
+ * chain constant fixed. */
+static void put_word32(text *t, const fzk_desc *d, fzk_jit_dir dir) {
+  const char *qk = !d->has_quant ? "FZK_Q_NONE" : d->mode[0] == FZK_EB_PWREL ? "FZK_Q_PW"
+                                                                              : "FZK_Q_BINS";
+  char consts[96];
+  snprintf(consts, sizeof consts, "%s, %u, %u, %u, %u", qk, d->k32, d->k32diff, d->k32nega,
+           d->k32 == 1 ? 0u : d->k32lev);
+  if (dir == FZK_JIT_ENCODE)
+    put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT, FZK_ENC32_BLOCKS)\n"
+           FZK_JIT_ENTRY_ENCODE "(fzk_desc p, const uint8_t *__restrict__ d_in,\n"
+           "    const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out,\n"
+           "    uint64_t out_cap, uint64_t header_len, uint64_t table_off,\n"
+           "    uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,\n"
+           "    const uint32_t *__restrict__ d_tab) {\n"
+           "  const fzk_desc d = fzk_gen_desc(p);\n"
+           "  fzk_enc32_body<%s>(d, d_in, d_qp, d_out, out_cap, header_len, table_off,\n"
+           "                     d_crcs, lb, d_tab);\n"
+           "}\n", consts);
+  else
+    put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)\n"
+           FZK_JIT_ENTRY_DECODE "(fzk_desc p, const uint8_t *__restrict__ d_pay, uint64_t pay_len,\n"
+           "    const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,\n"
+           "    fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,\n"
+           "    uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,\n"
+           "    const uint32_t *__restrict__ d_tab) {\n"
+           "  const fzk_desc d = fzk_gen_desc(p);\n"
+           "  fzk_dec32_body<%s>(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec,\n"
+           "                     d_status, d_crcs, d_tab);\n"
+           "}\n", consts);
+}
+
 char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir) {
   text t = {malloc(4096), 0, 4096};
   put(&t, "/* fzd generated kernel: %s of", dir == FZK_JIT_ENCODE ? "encode" : "decode");
@@ -150,9 +187,11 @@ char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir) {
     put(&t, "%s %s", i ? " |" : "", stage_name(d->id[i]));
   put(&t, " on %u-byte %s, chunks of %u bytes */\n", d->w,
       d->fkind == 1 ? "f32" : d->fkind == 2 ? "f64" : "integers", d->cb);
-  put(&t, "#include \"chain_body.cuh\"\n\n");
+  put(&t, "#include \"%s\"\n\n", d->k32 ? "chain32_ops.cuh" : "chain_body.cuh");
   put_desc(&t, d);
-  if (dir == FZK_JIT_ENCODE)
+  if (d->k32)
+    put_word32(&t, d, dir);
+  else if (dir == FZK_JIT_ENCODE)
     put_forward(&t, d);
   else
     put_inverse(&t, d);
