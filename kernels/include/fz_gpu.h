@@ -93,11 +93,21 @@ int fz_gpu_free(fz_gpu_ctx *ctx, void *d_ptr, fz_gpu_stream stream);
  * waits for fz_gpu_ctx_jit_failure().  Without a configuration call the
  * JIT is on and compiled modules are kept in memory only. */
 
+/* The JIT's modes (fz_gpu_ctx_jit_config's `enabled`). */
+#define FZ_GPU_JIT_OFF 0  /* ahead-of-time kernels only */
+#define FZ_GPU_JIT_ON 1   /* each chain's generated kernels where they compile */
+#define FZ_GPU_JIT_ONLY 2 /* every kernel generated, as on a GPU the built-in code
+                           * cannot run on (for tests and comparisons) */
+
 /* Configures the JIT of a context: cache_dir NULL or "" keeps modules in
  * memory only, else they are also written to (and read back, validated,
- * from) that directory, bounded by max_disk_bytes; enabled 0 turns the
- * JIT off (ahead-of-time kernels only).  Called after fz_gpu_ctx_create and
- * before the context's first plan (FZ_EINVAL after it). */
+ * from) that directory, bounded by max_disk_bytes (a directory that cannot
+ * be used leaves memory only, with the reason in why and in
+ * fz_gpu_ctx_jit_failure); enabled is a mode above.  Called after
+ * fz_gpu_ctx_create and before the context's first plan (FZ_EINVAL after
+ * it).  On a GPU the built-in kernels cannot run on, fz_gpu_ctx_create
+ * succeeds only when NVRTC works, every kernel is generated, and
+ * FZ_GPU_JIT_OFF is refused (FZ_EINVAL). */
 int fz_gpu_ctx_jit_config(fz_gpu_ctx *ctx, const char *cache_dir, uint64_t max_disk_bytes,
                           int enabled, char *why, size_t why_len);
 

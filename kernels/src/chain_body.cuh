@@ -45,7 +45,8 @@ __device__ __forceinline__ void fzk_copy16(uint8_t *dst, const uint8_t *src, uin
 
 /* Quantizes the chunk's n elements from global memory into s.x; the
  * outlier bitmap to s.flags; returns the number of outliers. */
-__device__ __forceinline__ uint32_t fzk_quant_chunk(const fzk_desc &d, const uint8_t *__restrict__ g_in,
+__device__ __forceinline__ uint32_t fzk_quant_chunk(const fzk_desc &d,
+                                                    const uint8_t *__restrict__ g_in,
                                            bool vec, uint32_t n, const fzk_qparams &q,
                                            fzk_smem &s) {
   const unsigned w = d.w, epl = 16 / w; /* elements per lane: 4 or 2 */
@@ -194,10 +195,10 @@ struct fzk_fwd_interp {
 /* One block codes chunk blockIdx.x: its coded bytes to d_stage + c * cb,
  * their length to d_sizes[c] (the raw bytes when coding does not pay). */
 template <class Fwd>
-__device__ __forceinline__ void fzk_encode_chunk(const fzk_desc &d, const uint8_t *__restrict__ d_in,
-                                                 int in_vec, const fzk_qparams *__restrict__ d_qp,
-                                                 uint8_t *__restrict__ d_stage,
-                                                 uint32_t *__restrict__ d_sizes, const Fwd &fwd) {
+__device__ __forceinline__ void
+fzk_encode_chunk(const fzk_desc &d, const uint8_t *__restrict__ d_in, int in_vec,
+                 const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_stage,
+                 uint32_t *__restrict__ d_sizes, const Fwd &fwd) {
   extern __shared__ __align__(16) uint8_t fzk_shared[];
   fzk_smem s = fzk_carve(d, fzk_shared);
   const uint64_t c = blockIdx.x;
@@ -340,12 +341,11 @@ __device__ __forceinline__ uint32_t fzk_plain_size(const fzk_desc &d, uint32_t n
  * chunk c at d_offs[c], d_sizes16 the archive's table) into d_out; any
  * corruption sets bit 1 of *d_status. */
 template <class Inv>
-__device__ __forceinline__ void fzk_decode_chunk(const fzk_desc &d, const uint8_t *__restrict__ d_pay,
-                                                 uint64_t pay_len, const uint64_t *__restrict__ d_offs,
-                                                 const uint8_t *__restrict__ d_sizes16,
-                                                 const fzk_qparams &q, uint8_t *__restrict__ d_out,
-                                                 int out_vec, uint32_t *__restrict__ d_status,
-                                                 const Inv &inv) {
+__device__ __forceinline__ void
+fzk_decode_chunk(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+                 const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+                 const fzk_qparams &q, uint8_t *__restrict__ d_out, int out_vec,
+                 uint32_t *__restrict__ d_status, const Inv &inv) {
   extern __shared__ __align__(16) uint8_t fzk_shared[];
   fzk_smem s = fzk_carve(d, fzk_shared);
   const uint64_t c = blockIdx.x;

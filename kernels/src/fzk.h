@@ -150,6 +150,17 @@ typedef struct fzk_seal {
   uint32_t *d_parts, *d_ticket;
 } fzk_seal;
 
+/* The helper kernels (helper_kernels.cuh) of a context whose GPU runs no
+ * built-in code: each a CUfunction of the module jit.c compiled for it.
+ * Launchers given NULL run the built-in kernels. */
+enum {
+  FZK_K_PREP, FZK_K_SCAN, FZK_K_SCAN_TOP, FZK_K_ZERO, FZK_K_PLACE, FZK_K_CHECK,
+  FZK_K_CRC_PARTS, FZK_K_CRC_FINISH, FZK_K_SEAL, FZK_K_COUNT
+};
+typedef struct fzk_kern {
+  void *fn[FZK_K_COUNT];
+} fzk_kern;
+
 #ifndef __CUDACC_RTC__
 /* Host-computed CRC tables (FZK_CRC_TAB_WORDS words) uploaded once. */
 void fzk_crc_tables(uint32_t *tab);
@@ -164,7 +175,7 @@ int fzk_kernels_probe(void);
 int fzk_kernels32_init(const fzk_desc *d);
 
 /* The first kernel of a compression (fzk_prep above). */
-int fzk_launch_prep(const fzk_desc *d, const fzk_prep *p, fz_gpu_stream s);
+int fzk_launch_prep(const fzk_kern *k, const fzk_desc *d, const fzk_prep *p, fz_gpu_stream s);
 
 /* One block per chunk runs the whole chain; chunk i's coded bytes go to
  * d_stage + i * cb, its length to d_sizes[i]; the place kernel moves them
@@ -189,33 +200,33 @@ int fzk_launch_encode32(const fzk_desc *d, const void *d_in, const fzk_qparams *
  * holds fzk_scan_blocks(n) + 1 words.  With chk, the sizes are checked too
  * (FZK_ST_SIZE, FZK_ST_LONG, FZK_ST_SHORT). */
 uint64_t fzk_scan_blocks(uint64_t n);
-int fzk_launch_scan(uint64_t n, const uint32_t *d_sizes32,
+int fzk_launch_scan(const fzk_kern *k, uint64_t n, const uint32_t *d_sizes32,
                     const uint8_t *d_sizes16, uint64_t *d_bsum,
                     uint64_t *d_offs, const fzk_table_check *chk, fz_gpu_stream s);
 
 /* Copies the staged chunks to their places in the archive, writes the
  * chunk table and each chunk's CRC-32C to d_crcs; nothing is written at or
  * beyond out_cap. */
-int fzk_launch_place(const fzk_desc *d, const uint8_t *d_stage, const uint32_t *d_sizes,
-                     const uint64_t *d_offs, const uint32_t *d_tab, uint8_t *d_out,
-                     uint64_t out_cap, uint64_t header_len, uint64_t table_off,
+int fzk_launch_place(const fzk_kern *k, const fzk_desc *d, const uint8_t *d_stage,
+                     const uint32_t *d_sizes, const uint64_t *d_offs, const uint32_t *d_tab,
+                     uint8_t *d_out, uint64_t out_cap, uint64_t header_len, uint64_t table_off,
                      uint32_t *d_crcs, fz_gpu_stream s);
 
 /* CRC-32C of every chunk of an archive's payload (chunk i at d_offs[i],
  * d_sizes16 the archive's table) to d_crcs; a chunk outside the payload
  * gets 0 (the decoder reports it). */
-int fzk_launch_check(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+int fzk_launch_check(const fzk_kern *k, const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
                      const uint64_t *d_offs, const uint8_t *d_sizes16, const uint32_t *d_tab,
                      uint32_t *d_crcs, fz_gpu_stream s);
 
 /* CRC-32C of len bytes at d_p.  d_parts holds fzk_crc_parts(len) words. */
 uint64_t fzk_crc_parts(uint64_t len);
-int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
+int fzk_launch_crc(const fzk_kern *k, const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
                    const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s);
 
 /* The last kernel of a compression (fzk_seal above). */
 uint64_t fzk_seal_parts(uint64_t nchunks, uint64_t header_len);
-int fzk_launch_seal(const fzk_seal *p, const uint32_t *d_tab, fz_gpu_stream s);
+int fzk_launch_seal(const fzk_kern *k, const fzk_seal *p, const uint32_t *d_tab, fz_gpu_stream s);
 
 /* One block per chunk decodes the payload (d_pay, pay_len bytes; chunk i at
  * d_offs[i], d_sizes16 the archive's table) into d_out; any corruption sets

@@ -165,6 +165,8 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   void *jit_dec = NULL;
   if ((rc = fzk_jit_kernel(ctx->jit, &d, FZK_JIT_DECODE, &jit_dec)) < 0)
     return rc;
+  if (jit_dec == NULL && ctx->kern != NULL)
+    return fzk_jit_unavailable(ctx, why, why_len);
   fzk_qparams qp = {0};
   if (d.has_quant) {
     qp.eb_abs = h->chain.st[0].eb_abs;
@@ -197,10 +199,10 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
   /* The rest of the header on the device: its CRC, then the table. */
   const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
-  FZK_CHECK(fzk_launch_crc(arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  FZK_CHECK(fzk_launch_crc(ctx->kern, arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  FZK_CHECK(fzk_launch_scan(nc, NULL, tab, (uint64_t *)(ws + o_bsum), (uint64_t *)offs, &chk, s),
-            out);
+  FZK_CHECK(fzk_launch_scan(ctx->kern, nc, NULL, tab, (uint64_t *)(ws + o_bsum),
+                            (uint64_t *)offs, &chk, s), out);
   int out_vec = (uintptr_t)d_out % 16 == 0;
   if (d.k32) {
     if (jit_dec != NULL)
@@ -210,12 +212,13 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
       FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
                                     crcs, ctx->d_tab, s), out);
   } else {
-    FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
+    FZK_CHECK(fzk_launch_check(ctx->kern, &d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
     FZK_CHECK(fzk_launch_decode(&d, jit_dec, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
                                 s), out);
   }
   const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
-  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s), out);
+  FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
+                           s), out);
   FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
   FZK_CHECK(cudaStreamSynchronize(s), out);
   dec->path = jit_dec == NULL ? "aot" : "jit";

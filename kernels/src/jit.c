@@ -298,6 +298,9 @@ struct fzk_jit {
   fzk_jit_cache *cache;
   module *mods;
   uint64_t loads;
+  int chain_used;     /* a plan or a decoder asked for a chain's kernel */
+  fzk_kern helpers;   /* with have_helpers: fzk_jit_helpers */
+  int have_helpers;
   char failure[2048]; /* failures not fetched yet, one line each */
 };
 
@@ -403,6 +406,77 @@ static module *find(fzk_jit *j, const char *source) {
   return NULL;
 }
 
+/* Compiles src (through the module cache) and loads it; the functions
+ * named.  Nothing is left loaded on failure. */
+static int load(fzk_jit *j, const char *src, unsigned nfn, const char *const *names,
+                CUmodule *mod, CUfunction *fns, char *why, size_t why_len) {
+  *mod = NULL;
+  int rc = fzk_nvrtc_load(why, why_len);
+  if (rc == 0)
+    rc = drv_ready(why, why_len);
+  if (rc < 0)
+    return rc;
+  int ma, mi;
+  fzk_nvrtc_version(&ma, &mi);
+  char target[128];
+  snprintf(target, sizeof target, "%s nvrtc %d.%d", j->target, ma, mi);
+  build_arg b = {src, j->arch};
+  const void *img = NULL;
+  size_t len = 0;
+  rc = fzk_jit_cache_get(j->cache, src, j->options, target, build, &b, &img, &len, why, why_len);
+  if (rc < 0)
+    return rc;
+  CUresult e = drv.load(mod, img);
+  if (e != CUDA_SUCCESS) {
+    *mod = NULL;
+    return drv_error(e, "cuModuleLoadData", why, why_len);
+  }
+  for (unsigned i = 0; i < nfn; i++)
+    if ((e = drv.get(&fns[i], *mod, names[i])) != CUDA_SUCCESS) {
+      rc = drv_error(e, "cuModuleGetFunction", why, why_len);
+      drv.unload(*mod);
+      *mod = NULL;
+      return rc;
+    }
+  return 0;
+}
+
+/* Records src's module (or its failure, rc < 0 with why) unless another
+ * thread did meanwhile; the entry that stands.  NULL when out of memory
+ * (mod is then unloaded). */
+static module *record(fzk_jit *j, char *src, CUmodule mod, CUfunction fn, int rc,
+                      const char *why) {
+  pthread_mutex_lock(&j->lock);
+  module *m = find(j, src);
+  if (m != NULL) {
+    if (mod != NULL)
+      drv.unload(mod);
+    free(src);
+    pthread_mutex_unlock(&j->lock);
+    return m;
+  }
+  m = calloc(1, sizeof *m);
+  if (m == NULL) {
+    if (mod != NULL)
+      drv.unload(mod);
+    free(src);
+    pthread_mutex_unlock(&j->lock);
+    return NULL;
+  }
+  m->source = src;
+  m->mod = mod;
+  m->fn = fn;
+  m->failed = rc < 0;
+  m->next = j->mods;
+  j->mods = m;
+  if (rc < 0)
+    note_failure(j, why);
+  else
+    j->loads++;
+  pthread_mutex_unlock(&j->lock);
+  return m;
+}
+
 int fzk_jit_kernel(fzk_jit *j, const fzk_desc *d, fzk_jit_dir dir, void **fn) {
   *fn = NULL;
   if (j == NULL || !j->enabled || !fzk_jit_supported(d, dir))
@@ -411,43 +485,24 @@ int fzk_jit_kernel(fzk_jit *j, const fzk_desc *d, fzk_jit_dir dir, void **fn) {
   if (src == NULL)
     return FZ_ENOMEM;
   pthread_mutex_lock(&j->lock);
+  j->chain_used = 1;
   module *m = find(j, src);
+  pthread_mutex_unlock(&j->lock);
   if (m != NULL) {
     *fn = m->failed ? NULL : (void *)m->fn;
-    pthread_mutex_unlock(&j->lock);
     free(src);
     return 0;
   }
-  pthread_mutex_unlock(&j->lock);
-
   char why[1536] = "";
-  const void *img = NULL;
-  size_t len = 0;
+  const char *name = dir == FZK_JIT_ENCODE ? FZK_JIT_ENTRY_ENCODE : FZK_JIT_ENTRY_DECODE;
   CUmodule mod = NULL;
   CUfunction f = NULL;
-  int rc = fzk_nvrtc_load(why, sizeof why);
-  if (rc == 0)
-    rc = drv_ready(why, sizeof why);
-  char target[128];
-  if (rc == 0) {
-    int ma, mi;
-    fzk_nvrtc_version(&ma, &mi);
-    snprintf(target, sizeof target, "%s nvrtc %d.%d", j->target, ma, mi);
-    build_arg b = {src, j->arch};
-    rc = fzk_jit_cache_get(j->cache, src, j->options, target, build, &b, &img, &len, why,
-                           sizeof why);
-  }
-  CUresult e = CUDA_SUCCESS;
-  if (rc == 0 && (e = drv.load(&mod, img)) != CUDA_SUCCESS)
-    rc = drv_error(e, "cuModuleLoadData", why, sizeof why);
-  const char *entry_name = dir == FZK_JIT_ENCODE ? FZK_JIT_ENTRY_ENCODE : FZK_JIT_ENTRY_DECODE;
-  if (rc == 0 && (e = drv.get(&f, mod, entry_name)) != CUDA_SUCCESS)
-    rc = drv_error(e, "cuModuleGetFunction", why, sizeof why);
+  int rc = load(j, src, 1, &name, &mod, &f, why, sizeof why);
+  CUresult e;
   if (rc == 0 &&
       (e = drv.attr(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem_of(d, dir))) !=
-          CUDA_SUCCESS)
+          CUDA_SUCCESS) {
     rc = drv_error(e, "cuFuncSetAttribute", why, sizeof why);
-  if (rc < 0 && mod != NULL) {
     drv.unload(mod);
     mod = NULL;
   }
@@ -456,38 +511,60 @@ int fzk_jit_kernel(fzk_jit *j, const fzk_desc *d, fzk_jit_dir dir, void **fn) {
     free(src);
     return rc;
   }
+  if ((m = record(j, src, mod, f, rc, why)) == NULL)
+    return FZ_ENOMEM;
+  *fn = m->failed ? NULL : (void *)m->fn;
+  return 0;
+}
 
+/* The helper kernels' names in a module, in fzk_kern's order. */
+static const char *const helper_names[FZK_K_COUNT] = {
+    "fzk_prep_kernel",  "fzk_scan_kernel",  "fzk_scan_top_kernel",
+    "fzk_zero_kernel",  "fzk_place_kernel", "fzk_check_kernel",
+    "fzk_crc_parts_kernel", "fzk_crc_finish_kernel", "fzk_seal_kernel"};
+
+int fzk_jit_helpers(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len) {
   pthread_mutex_lock(&j->lock);
-  module *other = find(j, src);
-  if (other != NULL) {
-    /* Another thread loaded it meanwhile: keep theirs. */
-    if (mod != NULL)
-      drv.unload(mod);
-    *fn = other->failed ? NULL : (void *)other->fn;
-    pthread_mutex_unlock(&j->lock);
-    free(src);
+  int have = j->have_helpers;
+  pthread_mutex_unlock(&j->lock);
+  if (have) {
+    *out = &j->helpers;
     return 0;
   }
-  m = calloc(1, sizeof *m);
-  if (m == NULL) {
-    pthread_mutex_unlock(&j->lock);
-    if (mod != NULL)
-      drv.unload(mod);
-    free(src);
+  char *src = strdup(fzk_jit_helpers_source());
+  if (src == NULL)
     return FZ_ENOMEM;
+  CUmodule mod = NULL;
+  CUfunction fns[FZK_K_COUNT];
+  int rc = load(j, src, FZK_K_COUNT, helper_names, &mod, fns, why, why_len);
+  if (rc < 0) {
+    free(src);
+    return rc;
   }
-  m->source = src;
-  m->mod = mod;
-  m->fn = f;
-  m->failed = rc < 0;
-  m->next = j->mods;
-  j->mods = m;
-  if (rc < 0)
-    note_failure(j, why);
-  else
+  pthread_mutex_lock(&j->lock);
+  module *m = j->have_helpers ? NULL : calloc(1, sizeof *m);
+  if (m != NULL) {
+    for (unsigned i = 0; i < FZK_K_COUNT; i++)
+      j->helpers.fn[i] = (void *)fns[i];
+    j->have_helpers = 1;
+    m->source = src;
+    m->mod = mod;
+    m->fn = fns[0];
+    m->next = j->mods;
+    j->mods = m;
     j->loads++;
-  *fn = m->failed ? NULL : (void *)f;
+    src = NULL;
+    mod = NULL;
+  }
+  int ok = j->have_helpers;
   pthread_mutex_unlock(&j->lock);
+  /* Another thread's module stands, or there was no memory to record it. */
+  if (mod != NULL)
+    drv.unload(mod);
+  free(src);
+  if (!ok)
+    return FZ_ENOMEM;
+  *out = &j->helpers;
   return 0;
 }
 

@@ -79,6 +79,9 @@ int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, u
                             void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                             const uint32_t *d_tab, fz_gpu_stream s);
 
+/* The source of the helper kernels' module (helper_kernels.cuh). */
+const char *fzk_jit_helpers_source(void);
+
 /* ---- per context ---- */
 
 typedef struct fzk_jit fzk_jit;
@@ -96,6 +99,9 @@ int fzk_jit_config(fzk_jit *j, const char *cache_dir, uint64_t max_disk_bytes, i
  * retry) and its text kept for fz_gpu_ctx_jit_failure(). */
 int fzk_jit_kernel(fzk_jit *j, const fzk_desc *d, fzk_jit_dir dir, void **fn);
 void fzk_jit_stats(fzk_jit *j, fz_gpu_jit_counts *out);
+/* Compiles and loads the helper kernels (once per context), for a context
+ * that runs no built-in kernel; *out stays valid until destroy. */
+int fzk_jit_helpers(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len);
 /* The text of failures not fetched yet; see fz_gpu_ctx_jit_failure. */
 int fzk_jit_failure(fzk_jit *j, char *buf, size_t len);
 

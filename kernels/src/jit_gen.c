@@ -169,7 +169,8 @@ static void put_word32(text *t, const fzk_desc *d, fzk_jit_dir dir) {
            "}\n", consts);
   else
     put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)\n"
-           FZK_JIT_ENTRY_DECODE "(fzk_desc p, const uint8_t *__restrict__ d_pay, uint64_t pay_len,\n"
+           FZK_JIT_ENTRY_DECODE "(fzk_desc p, const uint8_t *__restrict__ d_pay,\n"
+           "    uint64_t pay_len,\n"
            "    const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,\n"
            "    fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,\n"
            "    uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,\n"
@@ -196,4 +197,9 @@ char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir) {
   else
     put_inverse(&t, d);
   return t.s;
+}
+
+const char *fzk_jit_helpers_source(void) {
+  return "/* fzd generated module: the kernels around the chunk coders */\n"
+         "#include \"helper_kernels.cuh\"\n";
 }

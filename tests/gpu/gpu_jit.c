@@ -228,6 +228,35 @@ Test(gpu_jit, second_plan_reuses_the_module) {
   fz_gpu_ctx_destroy(ctx);
 }
 
+/* Every kernel generated, as on a GPU the built-in code cannot run on: the
+ * same bytes, and the helper module besides each chain's. */
+Test(gpu_jit, generated_only, .timeout = 900) {
+  fz_gpu_ctx *only = ctx_with_jit(FZ_GPU_JIT_ONLY), *aot = ctx_with_jit(FZ_GPU_JIT_OFF);
+  const unsigned picks[] = {0, 3, 4, 8, 12, 13};
+  for (unsigned k = 0; k < sizeof picks / sizeof picks[0]; k++) {
+    const chain_case *c = &chains[picks[k]];
+    const size_t sizes[] = {0, 1, 3 * FZ_CHUNK_DEFAULT / fz_dtype_size(c->dtype) + 5, 200003};
+    for (size_t si = 0; si < 4; si++) {
+      void *x = gen_data(c->dtype, sizes[si], GEN_SPECIAL, si + k);
+      int seen = 0;
+      triple(only, aot, c, FZ_EB_REL, 1e-3, x, sizes[si], &seen);
+      cr_assert(seen, "%s runs generated kernels", c->chain);
+      free(x);
+    }
+  }
+  fz_gpu_jit_counts n;
+  fz_gpu_ctx_jit_counts(only, &n);
+  cr_assert_eq(n.modules_loaded, 1 + 2 * (sizeof picks / sizeof picks[0]), "%llu modules",
+               (unsigned long long)n.modules_loaded);
+  char why[256];
+  /* A GPU with built-in kernels may turn the JIT off, one without may not;
+   * either way only before the first plan. */
+  cr_assert_eq(fz_gpu_ctx_jit_config(only, NULL, 0, FZ_GPU_JIT_OFF, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_gpu_ctx_jit_config(only, NULL, 0, 3, why, sizeof why), FZ_EINVAL);
+  fz_gpu_ctx_destroy(only);
+  fz_gpu_ctx_destroy(aot);
+}
+
 /* Without NVRTC the ahead-of-time kernels serve, with the same bytes, and
  * the reason is handed out once. */
 Test(gpu_jit, missing_nvrtc_falls_back) {

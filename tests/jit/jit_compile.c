@@ -2,8 +2,9 @@
  * jit_compile.c - the generated kernels without a GPU: for every chain
  * shape, dtype and quantizer mode, the source generated for each
  * direction runs the chain's stages in a straight line (no interpreter)
- * and NVRTC compiles it to a CUBIN for sm_80 and sm_90; a broken source
- * reports NVRTC's log, and a missing NVRTC says so.
+ * and NVRTC compiles it to a CUBIN for sm_80 and sm_90, as it does the
+ * helper kernels' module; a broken source reports NVRTC's log, and a
+ * missing NVRTC says so.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -189,6 +190,14 @@ Test(jit_compile, source_names_the_constants) {
   free(sb);
   free(sc);
 }
+
+/* The kernels around the chunk coders, for a GPU the built-in code cannot
+ * run on: every one the launchers name is in the module. */
+static void helpers_for(unsigned arch) {
+  compile_ok(fzk_jit_helpers_source(), arch, "the helper kernels");
+}
+Test(jit_compile, helpers_sm80, .timeout = 600) { helpers_for(80); }
+Test(jit_compile, helpers_sm90, .timeout = 600) { helpers_for(90); }
 
 Test(jit_compile, broken_source_reports_the_log) {
   char why[4096] = "";
