@@ -70,9 +70,9 @@ static uint8_t *gpu_archive(fz_gpu_ctx *ctx, const fz_params *p, const void *d_i
 }
 
 /* Decodes the archive on ctx through a decoder; the output must be
- * out_ref's bytes.  Returns the decoder's path. */
-static const char *gpu_decode(fz_gpu_ctx *ctx, const uint8_t *a, size_t len,
-                              const uint8_t *out_ref, size_t raw) {
+ * out_ref's bytes.  The decoder's path to path. */
+static void gpu_decode(fz_gpu_ctx *ctx, const uint8_t *a, size_t len, const uint8_t *out_ref,
+                       size_t raw, char *path, size_t path_len) {
   char why[512] = "";
   fz_gpu_decoder *dec;
   cr_assert_eq(fz_gpu_decoder_create(ctx, &dec, why, sizeof why), 0, "%s", why);
@@ -88,13 +88,11 @@ static const char *gpu_decode(fz_gpu_ctx *ctx, const uint8_t *a, size_t len,
   if (raw)
     CUDA_OK(cudaMemcpy(o, d_out, raw, cudaMemcpyDeviceToHost));
   cr_assert(memcmp(o, out_ref, raw) == 0, "GPU decode differs from the CPU's");
-  static char path[8];
-  snprintf(path, sizeof path, "%s", fz_gpu_decoder_path(dec));
+  snprintf(path, path_len, "%s", fz_gpu_decoder_path(dec));
   free(o);
   cudaFree(d_arc);
   cudaFree(d_out);
   fz_gpu_decoder_destroy(dec);
-  return path;
 }
 
 /* One chain on one dataset and mode: CPU, JIT and AOT archives are the
@@ -129,8 +127,9 @@ static void triple(fz_gpu_ctx *jit, fz_gpu_ctx *aot, const chain_case *c, fz_eb_
             cpu_len);
   cr_assert(al == cpu_len && memcmp(a_aot, a_cpu, cpu_len) == 0,
             "%s on %s: the aot archive is not the CPU's", c->chain, fz_dtype_name(c->dtype));
-  const char *djit = gpu_decode(jit, a_cpu, cpu_len, o_cpu, in_len);
-  const char *daot = gpu_decode(aot, a_cpu, cpu_len, o_cpu, in_len);
+  char djit[8], daot[8];
+  gpu_decode(jit, a_cpu, cpu_len, o_cpu, in_len, djit, sizeof djit);
+  gpu_decode(aot, a_cpu, cpu_len, o_cpu, in_len, daot, sizeof daot);
   cr_assert_str_eq(daot, "aot");
   /* Both directions take the same path. */
   cr_assert_str_eq(djit, jpath, "%s on %s: decode %s, encode %s", c->chain,
@@ -162,9 +161,10 @@ static void sweep(unsigned idx) {
   /* Every chain has its generated kernels. */
   fz_params p;
   fzt_params_1d(&p, c->dtype, 1000, c->chain);
+  p.eb = c->dtype == FZ_F32 || c->dtype == FZ_F64 ? 1e-3 : 0;
   fz_gpu_plan *gp;
-  char why[256];
-  cr_assert_eq(fz_gpu_plan_create(jit, &p, 0, &gp, why, sizeof why), 0);
+  char why[256] = "";
+  cr_assert_eq(fz_gpu_plan_create(jit, &p, 0, &gp, why, sizeof why), 0, "%s", why);
   int jit_path = expect_jit(gp);
   fz_gpu_plan_destroy(gp);
   cr_assert(jit_path && seen, "%s on %s runs generated kernels", c->chain,
@@ -202,6 +202,7 @@ Test(gpu_jit, second_plan_reuses_the_module) {
   char why[512] = "";
   fz_gpu_plan *a, *b, *c;
   fzt_params_1d(&p, FZ_F32, 100000, "quant | diff | rze");
+  p.eb = 1e-3;
   cr_assert_eq(fz_gpu_plan_create(ctx, &p, 0, &a, why, sizeof why), 0, "%s", why);
   cr_assert_str_eq(fz_gpu_plan_path(a), "jit");
   fz_gpu_jit_counts c1, c2, c3;
@@ -210,12 +211,14 @@ Test(gpu_jit, second_plan_reuses_the_module) {
   cr_assert_eq(c1.modules_loaded, 1);
   cr_assert_gt(c1.compile_us, 0);
   fzt_params_1d(&p, FZ_F32, 7777777, "quant | diff | rze");
+  p.eb = 1e-3;
   cr_assert_eq(fz_gpu_plan_create(ctx, &p, 0, &b, why, sizeof why), 0, "%s", why);
   cr_assert_str_eq(fz_gpu_plan_path(b), "jit");
   fz_gpu_ctx_jit_counts(ctx, &c2);
   cr_assert_eq(c2.compiles, 1, "the second plan compiles nothing");
   cr_assert_eq(c2.modules_loaded, 1, "and loads nothing");
   fzt_params_1d(&p, FZ_F32, 100000, "quant | diff | bitpack");
+  p.eb = 1e-3;
   cr_assert_eq(fz_gpu_plan_create(ctx, &p, 0, &c, why, sizeof why), 0, "%s", why);
   fz_gpu_ctx_jit_counts(ctx, &c3);
   cr_assert_eq(c3.compiles, 2);
