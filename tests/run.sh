@@ -4,7 +4,7 @@
 # GPU suites report as skipped on a machine without a GPU.  Then the CPU
 # product again under sanitizers: every suite against an ASan + UBSan build,
 # and the suites that start fzd against a ThreadSanitizer fzd, with the
-# engine's threads under ThreadSanitizer too.
+# engine's threads and the JIT module cache's under ThreadSanitizer too.
 set -eu
 cd "$(dirname "$0")/.."
 sh tests/deps.sh
@@ -21,7 +21,7 @@ ctest --preset ci-asan -j "$jobs"
 
 echo "== ThreadSanitizer: fzd serving the daemon and client suites, the engine's threads"
 cmake --preset ci-tsan
-cmake --build --preset ci-tsan -j "$jobs" --target fzd fz_cpu_bench
+cmake --build --preset ci-tsan -j "$jobs" --target fzd fz_cpu_bench jit_cache_stress
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 tsan_fzd="$PWD/build-ci-tsan/daemon/fzd"
 # Some kernels lay out memory where this ThreadSanitizer cannot start at
@@ -41,3 +41,4 @@ FZD_BINARY="$tsan_fzd" ctest --preset ci -j "$jobs" \
 for preset in balanced fast lossless; do
   build-ci-tsan/tests/bench/fz_cpu_bench -t 4 -r 1 -p "$preset" -e 1e-3 --gen smooth 262144
 done
+build-ci-tsan/tests/jit_cache/jit_cache_stress

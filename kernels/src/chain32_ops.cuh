@@ -1,11 +1,14 @@
 /*
  * chain32_ops.cuh - the device code of the chunk kernels for chains on
- * 4-byte words (f32, and u32 / i32 without quant) that end in bitpack, or
- * in bitshuffle | rze with an optional diff before: the `fast`, `balanced`
- * and `lossless` presets.  chain32.cu builds some of them ahead of time;
- * the run-time code generation builds the rest from this header, which
- * NVRTC compiles (device code only: no CUDA runtime header, no standard
- * C++ header, libc headers only outside NVRTC).
+ * 4-byte words (f32, and u32 / i32 without quant) of the form
+ * [quant] [diff] coder, the coder bitpack, bitshuffle | rze, or rze on the
+ * words' bytes as they are: the `fast`, `balanced` and `lossless` presets,
+ * and the chains users spell (quant | diff | bitpack, quant | diff | rze,
+ * quant | rze, diff | rze, quant | bitshuffle | rze, ...).  chain32.cu
+ * builds some of them ahead of time; the run-time code generation builds
+ * the rest from this header, which NVRTC compiles (device code only: no
+ * CUDA runtime header, no standard C++ header, libc headers only outside
+ * NVRTC).
  *
  * One block still owns one chunk, but the work is laid out for warps: warp
  * w takes the 32-word blocks [w*K, w*K + K) of the chunk in order, so the
@@ -20,6 +23,14 @@
  * they have decoded their share.  The bytes are the CPU reference's
  * (engine/src/stage_*.c), and the decoder accepts exactly what the CPU
  * decoder accepts.
+ *
+ * rze on words reads the words' bytes where bitshuffle | rze reads four
+ * bytes of a plane: a word's nibble of the level-1 bitmap and its rank
+ * give its kept bytes, so the same level-1 code serves both.  diff before
+ * bitpack makes two running sums of the decoder: the diff stage's words
+ * from bitpack's differences, then the words from those; each warp keeps
+ * the second's partial sums in shared memory (fzk_d32.e) until the block
+ * knows every warp's total.
  *
  * How a kernel is made of it.  The encoder and the decoder are the
  * __device__ templates fzk_enc32_body and fzk_dec32_body; each kernel is a
@@ -91,9 +102,11 @@ template <int V> struct fzk_int { static constexpr int value = V; };
 #define FZK_Q_BINS 1
 #define FZK_Q_PW 2
 
-/* The coders (fzk_desc.k32): bitpack; bitshuffle then rze. */
+/* The coders (fzk_desc.k32): bitpack; bitshuffle then rze; rze on the
+ * words' bytes as they are. */
 #define FZK_C32_BITPACK 1
 #define FZK_C32_SHUF_RZE 2
+#define FZK_C32_RZE 3
 
 __host__ __device__ inline int fzk_qkind32(const fzk_desc &d) {
   return !d.has_quant ? FZK_Q_NONE : d.mode[0] == FZ_EB_PWREL ? FZK_Q_PW : FZK_Q_BINS;
@@ -103,9 +116,10 @@ __host__ __device__ inline int fzk_qkind32(const fzk_desc &d) {
 template <int QK, int CK, int DIFF, int NEGA, int LEV>
 __host__ __device__ constexpr bool fzk_c32_valid() {
   return (QK == FZK_RT || (QK >= FZK_Q_NONE && QK <= FZK_Q_PW)) &&
+         (DIFF == FZK_RT || DIFF == 0 || DIFF == 1) &&
          (NEGA == FZK_RT || NEGA == 0 || NEGA == 1) &&
-         ((CK == FZK_C32_BITPACK && DIFF == 0 && NEGA != 1 && (LEV == FZK_RT || LEV == 0)) ||
-          (CK == FZK_C32_SHUF_RZE && (DIFF == FZK_RT || DIFF == 0 || DIFF == 1) &&
+         ((CK == FZK_C32_BITPACK && (LEV == FZK_RT || LEV == 0)) ||
+          ((CK == FZK_C32_SHUF_RZE || CK == FZK_C32_RZE) &&
            (LEV == FZK_RT || (LEV >= 1 && LEV <= FZE_RZE_MAX_LEVELS))));
 }
 #define FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV)                                                    \
@@ -156,6 +170,8 @@ struct fzk_d32 {
   uint32_t *T;     /* the CRC slice tables */
   uint2 *r1;       /* rze: level-1 bitmap words and their ranks (fzk_r1_at) */
   uint8_t *tb2;    /* rze: two bitmaps of the levels above 1 */
+  uint32_t *e;     /* bitpack after diff, in r1's place: each warp's running
+                    * sums of the diff stage's words */
 };
 
 __host__ __device__ inline uint32_t nbmax32(uint32_t cb) { return cb / 128; }
@@ -182,8 +198,10 @@ __device__ __forceinline__ uint32_t fzk_plane_vec(uint32_t v, uint32_t pb, uint3
  * decoder [32, 48) the byte selectors of fzk_expand_sel. */
 #define FZK_WT_WORDS 48u
 
-/* The decoder's level-1 words. */
+/* The decoder's level-1 words; its running sums (fzk_d32.e), a word for
+ * each word of the chunk's 32-word blocks. */
 __host__ __device__ inline uint32_t r1_bytes(uint32_t cb) { return a16(cb / 4 + 16); }
+__host__ __device__ inline uint32_t e_bytes(uint32_t cb) { return a16(cb + 128); }
 
 __device__ inline fzk_e32 fzk_carve_e32(const fzk_desc &d, uint8_t *p) {
   fzk_e32 s;
@@ -201,7 +219,8 @@ __device__ inline fzk_d32 fzk_carve_d32(const fzk_desc &d, uint8_t *p) {
   s.obm = (uint32_t *)p; p += nbm;
   s.wt = (uint32_t *)p; p += 4 * FZK_WT_WORDS;
   s.T = (uint32_t *)p; p += 4096;
-  s.r1 = (uint2 *)p; p += r1_bytes(d.cb);
+  s.r1 = (uint2 *)p;
+  s.e = (uint32_t *)p; p += r1_bytes(d.cb);
   s.tb2 = p;
   return s;
 }
@@ -440,9 +459,12 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
   const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
   const uint32_t *g = (const uint32_t *)(d_in + c * cb);
+  /* diff: the words are differences (the diff stage's, or bitpack's
+   * own); ddiff: bitpack's differences are of the diff stage's words. */
   const int qk = fzk_c32_qk<QK>(d);
-  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK;
-  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), diff = bp || fzk_c32_flag<DIFF>(d.k32diff);
+  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), dst = fzk_c32_flag<DIFF>(d.k32diff);
+  const bool diff = bp || dst, ddiff = bp && dst;
   const fzk_tp tp = fzk_tp_init();
   fzk_qparams q = {0, 0, 0};
   if (quant) {
@@ -462,13 +484,21 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
    * lane k of the warp keeps the summary of the warp's block b0 + k: its
    * outlier bits, and outliers << 16 | 4 * bit width. */
   const uint32_t ps = fzk_plane_stride(pb);
-  uint32_t carry = 0, my_fl = 0, my_info = 0, wst = 128 * b0;
+  /* carry: the word before the block, carry2 the diff stage's word before
+   * it when bitpack codes the differences of those. */
+  uint32_t carry = 0, carry2 = 0, my_fl = 0, my_info = 0, wst = 128 * b0;
   uint2 *sum = (uint2 *)s.res;
   if (diff && b0 > 0 && b0 < nb) {
     uint32_t v = g[32 * b0 - 1];
     if (qon)
       fzk_q32_any(qk, v, q, &v);
     carry = v;
+    if (ddiff) {
+      uint32_t v2 = g[32 * b0 - 2];
+      if (qon)
+        fzk_q32_any(qk, v2, q, &v2);
+      carry2 = nega ? fzo_nega32(v - v2) : fzo_zigzag32(v - v2);
+    }
   }
   /* Built for whole chunks of whole 4-block steps (every chunk but maybe
    * the last) without the bounds checks, and for any chunk; each with the
@@ -504,7 +534,16 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
         if (bp) {
           /* The block's bit planes, as many as its widest residual needs,
            * go to the warp's run in s.a at once. */
-          const uint32_t r = valid ? fzo_zigzag32(code - prev) : 0;
+          uint32_t y = code, yp = prev;
+          if (ddiff) {
+            /* One shuffle: lane 0 gets lane 31's word, the carry of the
+             * next block. */
+            y = nega ? fzo_nega32(code - prev) : fzo_zigzag32(code - prev);
+            const uint32_t yr = __shfl_sync(FZK_FULL, y, (lane + 31) & 31);
+            yp = lane ? yr : carry2;
+            carry2 = yr;
+          }
+          const uint32_t r = valid ? fzo_zigzag32(y - yp) : 0;
           const uint32_t nbits = 32u - __clz(__reduce_or_sync(FZK_FULL, r));
           const uint32_t x = fzk_transpose32(r, tp);
           if (lane < nbits)
@@ -520,6 +559,13 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
           }
           if (!valid)
             u = 0;
+          if (wd) {
+            /* The stream is the words' bytes. */
+            *(uint32_t *)(s.a + 4 * i) = u;
+            if (lane == 0)
+              sum[bb] = make_uint2(fl, 0);
+            continue;
+          }
           uint32_t x = fzk_transpose32(u, tp);
           /* Lane p holds bytes 4bb..4bb+3 of plane p (word aligned in a
            * whole chunk: pb and ps are multiples of 16). */
@@ -562,8 +608,9 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   const uint32_t side = quant ? vl + 6 * m : 0;
   uint32_t total;
 
-  /* rze of the shuffled stream: level 1 by the block, the rest by warp 0. */
-  const uint32_t len0 = 32 * pb;
+  /* rze of the stream (the shuffled one, or the words' bytes, zero after
+   * the last up to the next 16): level 1 by the block, the rest by warp 0. */
+  const uint32_t len0 = wd ? 4 * n : 32 * pb;
   uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0;
   const unsigned L = fzk_c32_lev<LEV>(d);
   uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
@@ -571,12 +618,12 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   if (bp) {
     total = side + nb + (tot & 0xffffu);
   } else {
-    uint32_t nv = len0 / 16, per = (nv + FZK_NT - 1) / FZK_NT;
+    uint32_t nv = (len0 + 15) / 16, per = (nv + FZK_NT - 1) / FZK_NT;
     v0 = threadIdx.x * per < nv ? threadIdx.x * per : nv;
     v1 = v0 + per < nv ? v0 + per : nv;
     uint32_t cnt = 0;
     for (uint32_t v = v0; v < v1; v++) {
-      uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
+      uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
       uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
       *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
       cnt += __popc(mk);
@@ -712,7 +759,7 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
       }
       uint8_t *dst = res + pos1 + rank1;
       for (uint32_t v = v0; v < v1; v++) {
-        uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
+        uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
         uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
         for (unsigned k = 0; k < 4; k++) {
@@ -835,9 +882,12 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
   const uint64_t off = d_offs[c];
   uint8_t *gout = d_out + c * cb;
+  /* diff: the words are differences (the diff stage's, or bitpack's
+   * own); ddiff: bitpack's differences are of the diff stage's words. */
   const int qk = fzk_c32_qk<QK>(d);
-  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK;
-  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), diff = bp || fzk_c32_flag<DIFF>(d.k32diff);
+  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), dst = fzk_c32_flag<DIFF>(d.k32diff);
+  const bool diff = bp || dst, ddiff = bp && dst;
   const fzk_tp tp = fzk_tp_init();
   /* The host validated the table; a chunk outside the payload is refused
    * again here, before any byte of it is read. */
@@ -945,7 +995,7 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   } else {
     const unsigned L = fzk_c32_lev<LEV>(d);
     uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
-    lens[0] = 32 * pb;
+    lens[0] = wd ? 4 * n : 32 * pb;
     for (unsigned l = 1; l <= L; l++)
       lens[l] = (lens[l - 1] + 7) / 8;
     if (clen < lens[L] || !fzk_tail_ok32(in, lens[L - 1])) {
@@ -954,9 +1004,9 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       return;
     }
     /* Thread t owns bytes [q0, q1) of the level-2 bitmap, a power of two of
-     * them, and so the level-1 bitmap words [2 q0, 2 q1): the warp that owns
-     * word w is w >> wsh. */
-    const uint32_t nq = (pb + 1) / 2;
+     * them, and so the level-1 bitmap words [2 q0, 2 q1) (of w1): the warp
+     * that owns word w is w >> wsh. */
+    const uint32_t w1 = (lens[1] + 3) / 4, nq = (lens[1] + 7) / 8;
     unsigned qsh = 0;
     while ((uint32_t)FZK_NT << qsh < nq)
       qsh++;
@@ -1049,12 +1099,19 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
         }
       } else {
         lo = fzk_ld32u(s.c, st + 8 * j);
-        if (2 * j + 1 < pb)
+        if (2 * j + 1 < w1)
           hi = fzk_ld32u(s.c, st + 8 * j + 4);
+      }
+      if (8 * j + 8 > lens[1]) {
+        /* The bitmap of the words' bytes may end inside a word: what
+         * follows is kept bytes (level 1) or repeats (level 2). */
+        const uint32_t nby = lens[1] - 8 * j;
+        lo &= nby >= 4 ? FZK_FULL : (1u << (8 * nby)) - 1;
+        hi &= nby <= 4 ? 0u : (1u << (8 * (nby - 4))) - 1;
       }
       s.r1[fzk_r1_at(2 * j)].x = lo;
       cnt1 += __popc(lo);
-      if (2 * j + 1 < pb) {
+      if (2 * j + 1 < w1) {
         s.r1[fzk_r1_at(2 * j + 1)].x = hi;
         cnt1 += __popc(hi);
       }
@@ -1063,7 +1120,7 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
      * the warps' bases are added from a shuffle when the words are read. */
     const uint32_t inc1 = fzk_warp_incl(cnt1);
     uint32_t r = inc1 - cnt1;
-    for (uint32_t w = 2 * q0; w < 2 * q1 && w < pb; w++) {
+    for (uint32_t w = 2 * q0; w < 2 * q1 && w < w1; w++) {
       uint2 *e = &s.r1[fzk_r1_at(w)];
       e->y = r;
       r += __popc(e->x);
@@ -1087,7 +1144,8 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
    * bytes of each shuffle plane, the latter straight from the kept bytes
    * of rze level 1: bytes lane * pb + 4b .. +3 of the shuffled stream are
    * the bytes of its bitmap nibble, and the kept ones are consecutive from
-   * the rank.  k = b - b0. */
+   * the rank.  For rze on words, the same gives lane's word itself, from
+   * bytes 4 (32b + lane) .. +3.  k = b - b0. */
   uint32_t wpos = 0;
   auto planes = [&](uint32_t b, uint32_t k, auto whole) -> uint32_t {
     constexpr bool FULL = decltype(whole)::value;
@@ -1097,6 +1155,15 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       if (lane < nbits)
         x = fzk_ld32u(s.c, wpos + 4 * lane);
       wpos += 4 * nbits;
+    } else if (wd) {
+      const uint32_t wi = 32 * b + lane;
+      const bool in = FULL || wi < n;
+      const uint32_t w = in ? wi >> 3 : 0, sh = 4 * (wi & 7);
+      const uint2 e = s.r1[fzk_r1_at(w)];
+      const uint32_t mk = in ? (e.x >> sh) & 15u : 0u;
+      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
+                          __popc(e.x & ((1u << sh) - 1));
+      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
     } else {
       const uint32_t i = lane * pb + 4 * b, w = i >> 5, sh = i & 31;
       const uint2 e = s.r1[fzk_r1_at(w)];
@@ -1132,6 +1199,11 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       wpos = wpos0;
       for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
         uint32_t x = planes(b, k, whole);
+        if (wd) {
+          /* Words, zero past the chunk's last. */
+          acc += nega ? fzo_unnega32(x) : fzo_unzigzag32(x);
+          continue;
+        }
         if (!FULL) {
           const uint32_t rem = n - 32 * b;
           const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
@@ -1160,17 +1232,55 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       for (unsigned w = 0; w < warp; w++)
         run += s.wt[8 + w];
     }
+    /* Bitpack after diff: the diff stage's words are the running sums of
+     * bitpack's differences, and the words their running sums, which
+     * start from the sums of the warps before.  So each warp keeps the
+     * running sums of its own diff words (in s.e) and their total, and
+     * adds the warps' base once the block knows it. */
+    uint32_t run2 = 0;
+    if (ddiff) {
+      uint32_t r = run, pc = 0;
+      wpos = wpos0;
+      for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
+        const uint32_t i = 32 * b + lane;
+        uint32_t z = fzo_unzigzag32(fzk_transpose32(planes(b, k, whole), tp));
+        if (!FULL && i >= n)
+          z = 0;
+        const uint32_t x = fzk_warp_incl(z) + r;
+        r = __shfl_sync(FZK_FULL, x, 31);
+        uint32_t e = nega ? fzo_unnega32(x) : fzo_unzigzag32(x);
+        if (!FULL && i >= n)
+          e = 0;
+        const uint32_t p = fzk_warp_incl(e) + pc;
+        pc = __shfl_sync(FZK_FULL, p, 31);
+        s.e[i] = p;
+      }
+      if (lane == 0)
+        s.wt[16 + warp] = pc;
+      __syncthreads();
+      for (unsigned w = 0; w < warp; w++)
+        run2 += s.wt[16 + w];
+    }
     const bool al = out_vec != 0;
     uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
     wpos = wpos0;
     for (uint32_t b = b0, k = 0; b < b1; b++, k++, gw += 32) {
-      uint32_t u = fzk_transpose32(planes(b, k, whole), tp), i = 32 * b + lane, code = u;
-      if (diff) {
-        uint32_t dd = bp ? fzo_unzigzag32(u) : nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
-        if (!FULL && i >= n)
-          dd = 0;
-        code = fzk_warp_incl(dd) + run;
-        run = __shfl_sync(FZK_FULL, code, 31);
+      const uint32_t i = 32 * b + lane;
+      uint32_t code;
+      if (ddiff) {
+        code = s.e[i] + run2;
+      } else {
+        uint32_t u = planes(b, k, whole);
+        if (!wd)
+          u = fzk_transpose32(u, tp);
+        code = u;
+        if (diff) {
+          uint32_t dd = bp ? fzo_unzigzag32(u) : nega ? fzo_unnega32(u) : fzo_unzigzag32(u);
+          if (!FULL && i >= n)
+            dd = 0;
+          code = fzk_warp_incl(dd) + run;
+          run = __shfl_sync(FZK_FULL, code, 31);
+        }
       }
       const uint32_t fl = quant && m ? __shfl_sync(FZK_FULL, my_obm, k) : 0;
       if (!FULL && i >= n)

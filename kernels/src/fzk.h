@@ -53,9 +53,10 @@ typedef struct fzk_desc {
   uint8_t fkind;        /* 0: integers, 1: f32, 2: f64 */
   uint8_t has_quant;    /* st[0] is quant */
   uint8_t id[8], mode[8], levels[8];
-  /* The 4-byte word kernels (chain32.cu): 0 none, 1 the chain after quant
-   * is bitpack, 2 it is [diff] bitshuffle rze; with diff and its map, and
-   * the rze levels. */
+  /* The 4-byte word kernels (chain32.cu): 0 none, else the coder the
+   * chain [quant] [diff] coder ends in: 1 bitpack, 2 bitshuffle rze, 3 rze
+   * (FZK_C32_*, chain32_ops.cuh); with diff and its map, and the rze
+   * levels. */
   uint8_t k32, k32diff, k32nega, k32lev;
   uint32_t cb;          /* input bytes per chunk */
   uint32_t cap;         /* bytes of each shared stream buffer */

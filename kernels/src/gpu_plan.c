@@ -90,20 +90,23 @@ void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
     d->mode[i] = h->chain.st[i].mode;
     d->levels[i] = h->chain.st[i].levels;
   }
-  /* Chains on 4-byte words that end in bitpack or in [diff] bitshuffle rze
-   * have kernels of their own (chain32.cu). */
-  unsigned j = d->has_quant;
-  if (d->w == 4 && h->chain.n == j + 1 && d->id[j] == FZE_STAGE_BITPACK) {
-    d->k32 = 1;
-  } else if (d->w == 4) {
-    unsigned diff = j < h->chain.n && d->id[j] == FZE_STAGE_DIFF;
-    unsigned k = j + diff;
-    if (h->chain.n == k + 2 && d->id[k] == FZE_STAGE_BITSHUFFLE && d->id[k + 1] == FZE_STAGE_RZE) {
+  /* Chains on 4-byte words of the form [quant] [diff] coder, the coder
+   * bitpack, bitshuffle rze or rze, have kernels of their own
+   * (chain32.cu). */
+  unsigned j = d->has_quant, n = h->chain.n;
+  unsigned diff = j < n && d->id[j] == FZE_STAGE_DIFF, k = j + diff;
+  if (d->w == 4 && k < n) {
+    if (n == k + 1 && d->id[k] == FZE_STAGE_BITPACK)
+      d->k32 = 1;
+    else if (n == k + 1 && d->id[k] == FZE_STAGE_RZE)
+      d->k32 = 3;
+    else if (n == k + 2 && d->id[k] == FZE_STAGE_BITSHUFFLE && d->id[k + 1] == FZE_STAGE_RZE)
       d->k32 = 2;
-      d->k32diff = (uint8_t)diff;
-      d->k32nega = diff && d->mode[j] == FZE_MAP_NEGABINARY;
-      d->k32lev = d->levels[k + 1];
-    }
+  }
+  if (d->k32) {
+    d->k32diff = (uint8_t)diff;
+    d->k32nega = diff && d->mode[j] == FZE_MAP_NEGABINARY;
+    d->k32lev = d->k32 == 1 ? 0 : d->levels[n - 1];
   }
   d->cb = h->chunk_bytes;
   d->raw_bytes = h->raw_bytes;

@@ -346,14 +346,27 @@ static bool write_all(int fd, const void *buf, size_t n) {
  * *len, or false when there is none or it was rejected. */
 static bool load(fzk_jit_cache *c, const unsigned char *key, const char *name, void **image,
                  size_t *len) {
-  /* O_NONBLOCK: a FIFO in an entry's place must not hang the get. */
-  int fd = openat(c->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
+  /* Only regular files are opened (a device node must not be), and only
+   * without following links and without blocking (a FIFO put in place
+   * between the look and the open must not hang the get). */
+  struct stat st;
+  if (fstatat(c->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno != ENOENT)
       reject(c, name, NULL);
     return false;
   }
-  struct stat st;
+  if (!S_ISREG(st.st_mode)) {
+    reject(c, name, &st);
+    return false;
+  }
+  int fd = openat(c->dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    /* Out of descriptors or memory is no fault of the entry. */
+    if (errno != ENOENT && errno != EMFILE && errno != ENFILE && errno != ENOMEM &&
+        errno != EINTR)
+      reject(c, name, NULL);
+    return false;
+  }
   unsigned char h[HEADER_LEN], digest[FZK_SHA256_LEN];
   void *img = NULL;
   if (fstat(fd, &st) != 0)

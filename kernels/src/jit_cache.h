@@ -52,21 +52,24 @@ typedef int (*fzk_jit_build_fn)(void *arg, void **image, size_t *len, char *why,
  * waited for it (the same code and message), and is not remembered: the next
  * get builds again.  A failed disk write does not fail the get.
  *
- * *image stays valid, and owned by the cache, until close. */
+ * build() may get other keys from the same cache, never its own (it would
+ * wait for itself).  *image stays valid, and owned by the cache, until
+ * close. */
 int fzk_jit_cache_get(fzk_jit_cache *c, const char *source, const char *options,
                       const char *target, fzk_jit_build_fn build, void *arg, const void **image,
                       size_t *len, char *why, size_t why_len);
 
-/* Every get is counted once: as a mem_hit (found in memory, or received from
- * another get of the same key that loaded or built it), or as a miss (not in
- * memory); a miss is then a disk_hit or calls build() (compiles; failed ones
- * also count compile_failures; compile_us is the total wall time inside
- * build()).  disk_writes counts entries written, disk_write_failures writes
- * that failed (the get still succeeded), disk_rejected entries found corrupt,
- * truncated, foreign or unreadable (each removed where possible, then
- * rebuilt), disk_evicted entries this process removed to keep the bound.
- * disk_bytes is the size of all entries in the directory at this process's
- * last look (open, or after its last write). */
+/* A get is counted as a mem_hit (found in memory, or received from another
+ * get of the same key that loaded or built it) or as a miss (not in
+ * memory); a get that waited for a build that failed counts as neither.  A
+ * miss is then a disk_hit or calls build() (compiles; failed ones also count
+ * compile_failures; compile_us is the total wall time inside build()).
+ * disk_writes counts entries written, disk_write_failures writes that failed
+ * (the get still succeeded), disk_rejected entries found corrupt, truncated,
+ * foreign or unreadable (each removed where possible, then rebuilt),
+ * disk_evicted entries this process removed to keep the bound.  disk_bytes
+ * is the size of all entries in the directory at this process's last look
+ * (open, or after its last write). */
 typedef struct fzk_jit_counts {
   uint64_t mem_hits, disk_hits, misses, compiles, compile_failures, compile_us, disk_writes,
       disk_rejected, disk_evicted, disk_bytes, disk_write_failures;

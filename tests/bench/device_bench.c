@@ -369,13 +369,16 @@ static float *replicate(const float *x, size_t n, size_t bytes) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: fz_device_bench -S ADDRESS [-r REPEAT] [-p PRESETS] [-e EB] "
-             "[-c CLIENTS] [-j JOBS] FILE.f32 ...\n");
+             "[-c CLIENTS] [-j JOBS] [-z MIB,...] FILE.f32 ...\n"
+             "  -z: job sizes of the clients-at-once runs (default 4,256); each client\n"
+             "      runs at least JOBS jobs and at least 256 MiB\n");
 }
 
 int main(int argc, char **argv) {
   const char *presets = "fast,balanced";
   double eb = 1e-3;
   unsigned clients = 4, jobs = 8;
+  const char *csizes = "4,256";
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (!strcmp(argv[i], "-S") && i + 1 < argc) address = argv[++i];
@@ -384,6 +387,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "-e") && i + 1 < argc) eb = atof(argv[++i]);
     else if (!strcmp(argv[i], "-c") && i + 1 < argc) clients = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "-j") && i + 1 < argc) jobs = (unsigned)atoi(argv[++i]);
+    else if (!strcmp(argv[i], "-z") && i + 1 < argc) csizes = argv[++i];
     else if (!strcmp(argv[i], "--help")) {
       usage(stdout);
       return 0;
@@ -431,8 +435,19 @@ int main(int argc, char **argv) {
     if (f == i && clients > 1) {
       printf("\n| field | preset | jobs | GB/s comp / decomp | | scaling |\n|---|---|---|---|---|---|\n");
       snprintf(pbuf, sizeof pbuf, "%s", presets);
-      for (char *sp, *pr = strtok_r(pbuf, ",", &sp); pr; pr = strtok_r(NULL, ",", &sp))
-        bench_clients(name, big, 256 * MIB, pr, eb, clients, jobs);
+      for (char *sp, *pr = strtok_r(pbuf, ",", &sp); pr; pr = strtok_r(NULL, ",", &sp)) {
+        char zbuf[128];
+        snprintf(zbuf, sizeof zbuf, "%s", csizes);
+        for (char *zp, *z = strtok_r(zbuf, ",", &zp); z; z = strtok_r(NULL, ",", &zp)) {
+          size_t mib = strtoul(z, NULL, 10);
+          if (mib == 0 || mib > 1024)
+            continue;
+          /* Enough jobs that each client moves 256 MiB: small jobs end
+           * within the start-up noise of the threads otherwise. */
+          unsigned nj = (unsigned)(256 / mib) > jobs ? (unsigned)(256 / mib) : jobs;
+          bench_clients(name, big, mib * MIB, pr, eb, clients, nj);
+        }
+      }
       printf("\n| field | preset | size | in-process comp GB/s | decomp | fzd comp GB/s | decomp | "
              "share | first job through fzd comp / decomp | archives identical | bound |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|\n");

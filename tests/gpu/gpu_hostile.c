@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 
+#include "archive_fixup.h"
 #include "gpu_util.h"
 
 static uint8_t *make_archive(const char *preset, size_t n, size_t *len) {
@@ -102,4 +103,103 @@ Test(hostile, wrong_output_capacity) {
   cudaFree(d_arc);
   cudaFree(d_out);
   free(a);
+}
+
+/* The coders of the user chains on 4-byte words (diff before bitpack, rze
+ * on the words): chunks whose bytes are wrong but whose checksums are
+ * right, so that the kernels' own checks meet them.  Bytes flipped, runs
+ * garbled, chunk boundaries moved (one chunk shorter, the next longer),
+ * chunks cut short: the GPU gives the CPU's error, or the CPU's bytes. */
+static const char *const hostile32[] = {
+    "quant | diff | bitpack", "quant | diff(map=negabinary) | bitpack",
+    "quant | diff | rze", "quant | rze(levels=1)",
+    "quant | diff(map=negabinary) | rze(levels=6)", "diff | rze(levels=2)",
+    "diff | bitpack",
+};
+
+static uint8_t *make_archive32(const char *chain, fz_dtype t, size_t n, size_t *len,
+                               fze_header *h) {
+  fz_params p;
+  fzt_params_1d(&p, t, n, chain);
+  p.eb = 1e-3;
+  p.chunk_bytes = 4096;
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0, "%s", chain);
+  void *x = gen_data(t, n, t == FZ_F32 ? GEN_SPECIAL : GEN_SMOOTH, 5);
+  size_t bound = fz_plan_compress_bound(pl);
+  uint8_t *a = malloc(bound);
+  cr_assert_eq(fz_plan_compress(pl, x, n * 4, a, bound, len), 0);
+  cr_assert_eq(fze_header_parse(a, *len, h), 0);
+  fz_plan_destroy(pl);
+  free(x);
+  return a;
+}
+
+static size_t table_at(const fze_header *h) { return h->header_len - 4 - 2 * (size_t)h->nchunks; }
+
+static unsigned chunk_len(const uint8_t *a, const fze_header *h, uint64_t i) {
+  return a[table_at(h) + 2 * i] | (unsigned)a[table_at(h) + 2 * i + 1] << 8;
+}
+
+static void set_chunk_len(uint8_t *a, const fze_header *h, uint64_t i, unsigned v) {
+  a[table_at(h) + 2 * i] = (uint8_t)v;
+  a[table_at(h) + 2 * i + 1] = (uint8_t)(v >> 8);
+}
+
+Test(hostile, user_chains32_coded_bytes) {
+  const size_t n = 5 * 1024 + 333;
+  for (size_t c = 0; c < sizeof hostile32 / sizeof hostile32[0]; c++) {
+    fz_dtype t = strncmp(hostile32[c], "quant", 5) == 0 ? FZ_F32 : FZ_I32;
+    fze_header h;
+    size_t len;
+    uint8_t *a = make_archive32(hostile32[c], t, n, &len, &h);
+    uint8_t *b = malloc(len);
+    uint64_t s = 1234 + c;
+    for (int k = 0; k < 60; k++) {
+      memcpy(b, a, len);
+      size_t at = h.header_len + (size_t)(rng_next(&s) % (len - h.header_len));
+      unsigned runs = k < 40 ? 1 : 1 + (unsigned)(rng_next(&s) % 16);
+      for (unsigned r = 0; r < runs && at + r < len; r++)
+        b[at + r] ^= (uint8_t)(1 + rng_next(&s) % 255);
+      archive_fix_checksums(b, len, &h);
+      both(b, len, n * 4);
+    }
+    free(b);
+    free(a);
+  }
+}
+
+Test(hostile, user_chains32_moved_boundaries) {
+  const size_t n = 5 * 1024 + 333;
+  for (size_t c = 0; c < sizeof hostile32 / sizeof hostile32[0]; c++) {
+    fz_dtype t = strncmp(hostile32[c], "quant", 5) == 0 ? FZ_F32 : FZ_I32;
+    fze_header h;
+    size_t len;
+    uint8_t *a = make_archive32(hostile32[c], t, n, &len, &h);
+    uint8_t *b = malloc(len);
+    for (uint64_t i = 0; i + 1 < h.nchunks; i++)
+      for (unsigned d = 1; d <= 9; d += 4) {
+        memcpy(b, a, len);
+        unsigned l0 = chunk_len(a, &h, i), l1 = chunk_len(a, &h, i + 1);
+        if (l0 > d) {
+          set_chunk_len(b, &h, i, l0 - d);
+          set_chunk_len(b, &h, i + 1, l1 + d);
+          archive_fix_checksums(b, len, &h);
+          both(b, len, n * 4);
+        }
+        /* A chunk cut short: its bytes and the archive end earlier. */
+        memcpy(b, a, len);
+        if (l0 > d) {
+          size_t at = h.header_len;
+          for (uint64_t j = 0; j < i; j++)
+            at += chunk_len(a, &h, j);
+          memmove(b + at + l0 - d, b + at + l0, len - (at + l0));
+          set_chunk_len(b, &h, i, l0 - d);
+          archive_fix_checksums(b, len - d, &h);
+          both(b, len - d, n * 4);
+        }
+      }
+    free(b);
+    free(a);
+  }
 }

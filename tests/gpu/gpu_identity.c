@@ -60,6 +60,81 @@ Test(identity, word32_small) {
   }
 }
 
+/* The user chains of the 4-byte word kernels (chain32_select.c says which):
+ * diff before bitpack, and rze on the words without bitshuffle, each with
+ * both maps, several rze levels, every mode, sizes around the chunk and
+ * block boundaries, and data with NaN, Inf, -0.0 and denormals. */
+static const char *const quant_chains32[] = {
+    "quant | diff | bitpack",
+    "quant | diff(map=negabinary) | bitpack",
+    "quant | diff | rze",
+    "quant | diff(map=negabinary) | rze(levels=1)",
+    "quant | diff | rze(levels=2)",
+    "quant | diff(map=negabinary) | rze(levels=6)",
+    "quant | rze",
+    "quant | rze(levels=1)",
+    "quant | bitshuffle | rze",
+};
+static const char *const lossless_chains32[] = {
+    "diff | rze", "diff(map=negabinary) | rze(levels=3)", "rze(levels=1)", "rze",
+    "diff | bitpack", "diff(map=negabinary) | bitpack",
+};
+
+static void sweep_chains32(unsigned chunk) {
+  const gen_kind all[] = {GEN_SMOOTH, GEN_NOISE, GEN_SPECIAL, GEN_CONST};
+  size_t per_chunk = (chunk ? chunk : FZ_CHUNK_DEFAULT) / 4;
+  size_t sizes[] = {1, 7, 33, per_chunk - 1, per_chunk, per_chunk + 1, 3 * per_chunk + 5};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (size_t ki = 0; ki < 4; ki++) {
+      void *x = gen_data(FZ_F32, sizes[si], all[ki], si * 13 + ki);
+      for (size_t c = 0; c < sizeof quant_chains32 / sizeof quant_chains32[0]; c++)
+        for (size_t mi = 0; mi < 3; mi++)
+          check_identity(FZ_F32, quant_chains32[c], modes[mi], mi == 1 ? 1e-3 : 1e-2, chunk, x,
+                         sizes[si], 0);
+      for (size_t c = 0; c < sizeof lossless_chains32 / sizeof lossless_chains32[0]; c++)
+        check_identity(FZ_F32, lossless_chains32[c], FZ_EB_REL, 1e-3, chunk, x, sizes[si], 0);
+      free(x);
+      const fz_dtype ints[] = {FZ_U32, FZ_I32};
+      for (size_t ti = 0; ti < 2; ti++) {
+        void *y = gen_data(ints[ti], sizes[si], all[ki], si * 17 + ki + ti);
+        for (size_t c = 0; c < sizeof lossless_chains32 / sizeof lossless_chains32[0]; c++)
+          check_identity(ints[ti], lossless_chains32[c], FZ_EB_REL, 1e-3, chunk, y, sizes[si], 0);
+        free(y);
+      }
+    }
+}
+
+/* A few shapes of every user chain, small enough for the sanitizers. */
+Test(identity, user_chains32_small) {
+  const size_t sizes[] = {1, 33, 4096 + 77, 3 * 4096 + 5};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    void *x = gen_data(FZ_F32, sizes[si], GEN_SPECIAL, si);
+    for (size_t c = 0; c < sizeof quant_chains32 / sizeof quant_chains32[0]; c++)
+      check_identity(FZ_F32, quant_chains32[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    for (size_t c = 0; c < sizeof lossless_chains32 / sizeof lossless_chains32[0]; c++)
+      check_identity(FZ_I32, lossless_chains32[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    free(x);
+  }
+}
+
+Test(identity, user_chains32) { sweep_chains32(0); }
+Test(identity, user_chains32_chunk4k) { sweep_chains32(4096); }
+
+/* Tight and loose bounds (many outliers, few codes), and a long input of
+ * many chunks placed by the look-back. */
+Test(identity, user_chains32_bounds) {
+  void *x = gen_data(FZ_F32, 300001, GEN_SMOOTH, 9);
+  void *z = gen_data(FZ_F32, 300001, GEN_SPECIAL, 10);
+  for (size_t c = 0; c < sizeof quant_chains32 / sizeof quant_chains32[0]; c++) {
+    check_identity(FZ_F32, quant_chains32[c], FZ_EB_ABS, 1e-7, 0, x, 300001, 0);
+    check_identity(FZ_F32, quant_chains32[c], FZ_EB_REL, 0.5, 0, x, 300001, 0);
+    check_identity(FZ_F32, quant_chains32[c], FZ_EB_PWREL, 1e-6, 0, z, 300001, 0);
+    check_identity(FZ_F32, quant_chains32[c], FZ_EB_REL, 1e-4, 0, z, 300001, FZ_GPU_PREALLOC);
+  }
+  free(x);
+  free(z);
+}
+
 Test(identity, lossless_every_dtype) {
   const fz_dtype types[] = {FZ_U8, FZ_I8, FZ_U16, FZ_I16, FZ_U32, FZ_I32,
                             FZ_U64, FZ_I64, FZ_F32, FZ_F64};

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -68,10 +70,20 @@ static char *path_in(const char *dir, const char *name) {
   return p;
 }
 
+/* The test's directories, removed by remove_dir() or, when an assertion
+ * ended the test first, by the suites' fini: no run leaves files in /tmp. */
+static char *test_dirs[4];
+
 static char *make_dir(void) {
   char *d = strdup("/tmp/fzjit-test-XXXXXX");
   cr_assert_not_null(mkdtemp(d));
-  return d;
+  for (int i = 0; i < 4; i++)
+    if (test_dirs[i] == NULL) {
+      test_dirs[i] = d;
+      return d;
+    }
+  cr_assert_fail("too many test directories");
+  return NULL;
 }
 
 static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
@@ -83,8 +95,21 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 static void remove_dir(char *d) {
   chmod(d, 0700);
   nftw(d, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  for (int i = 0; i < 4; i++)
+    if (test_dirs[i] == d)
+      test_dirs[i] = NULL;
   free(d);
 }
+
+static void remove_dirs(void) {
+  for (int i = 0; i < 4; i++)
+    if (test_dirs[i])
+      remove_dir(test_dirs[i]);
+}
+
+TestSuite(jit_cache, .fini = remove_dirs);
+TestSuite(jit_cache_threads, .fini = remove_dirs);
+TestSuite(jit_cache_processes, .fini = remove_dirs);
 
 /* The names in dir: entries (64 hex digits), our temporary files, others. */
 typedef struct listing {
@@ -483,13 +508,14 @@ typedef enum damage {
   EMPTY_DIRECTORY,
   SYMLINK,
   FIFO,
+  HUGE,
   DAMAGE_KINDS
 } damage;
 
 static const char *damage_name[] = {
     "flipped image byte", "flipped digest byte", "truncated image", "truncated header",
     "appended byte", "wrong magic", "wrong version", "wrong length field", "another key's entry",
-    "zero-length file", "empty directory", "symlink", "fifo"};
+    "zero-length file", "empty directory", "symlink", "fifo", "huge (sparse) file"};
 
 static void patch(const char *p, off_t off, unsigned char x) {
   int fd = open(p, O_RDWR);
@@ -553,6 +579,9 @@ static void do_damage(damage d, const char *dir, const char *name, const char *o
     cr_assert_eq(unlink(p), 0);
     cr_assert_eq(mkfifo(p, 0600), 0);
     break;
+  case HUGE: /* more than any image may be: refused before it is read */
+    cr_assert_eq(truncate(p, ((off_t)1 << 30) + HEADER_LEN + 1), 0);
+    break;
   default:
     cr_assert_fail();
   }
@@ -582,11 +611,17 @@ Test(jit_cache, bad_entries_rejected_counted_rebuilt, .timeout = 120) {
     cr_assert_eq(atomic_load(&a.calls), 2, "%s", damage_name[d]);
     fzk_jit_cache_close(c);
 
-    /* The rewritten entry is good: a third cache reads it. */
+    /* The rewritten entry is good: a third cache reads it, and B's entry
+     * (which a symbolic link pointed to) is untouched unless it was moved. */
     c = open_ok(dir, 0);
     a.fail = FZ_ENVRTC;
     get_ok(c, "kernel A", "", TGT, &a);
     cr_assert_eq(counts(c).disk_hits, 1, "%s: the new entry loads", damage_name[d]);
+    if (d != OTHER_KEYS_ENTRY) {
+      o.fail = FZ_ENVRTC;
+      get_ok(c, "kernel B", "", TGT, &o);
+      cr_assert_eq(counts(c).disk_hits, 2, "%s: the other entry is intact", damage_name[d]);
+    }
     cr_assert_eq(list_dir(dir).tmps, 0);
     fzk_jit_cache_close(c);
     remove_dir(dir);
@@ -615,6 +650,36 @@ Test(jit_cache, failed_write_leaves_nothing_and_does_not_fail) {
   cr_assert_eq(l.entries, 1, "only the directory that was there");
   get_ok(c, "kernel", "", TGT, &b);
   cr_assert_eq(counts(c).mem_hits, 1);
+  fzk_jit_cache_close(c);
+  remove_dir(dir);
+}
+
+/* A write cut short half way (the file size limit stands in for a full
+ * disk) leaves neither an entry nor a temporary file, and the get still
+ * succeeds. */
+Test(jit_cache, write_cut_short_leaves_nothing) {
+  char *dir = make_dir();
+  fzk_jit_cache *c = open_ok(dir, 0);
+  struct rlimit old, small = {.rlim_cur = 2048, .rlim_max = RLIM_INFINITY};
+  cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+  small.rlim_max = old.rlim_max;
+  signal(SIGXFSZ, SIG_IGN); /* write() fails with EFBIG instead */
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+  builder b = {.text = "big image", .size = 10000};
+  get_ok(c, "big kernel", "", TGT, &b);
+  cr_assert_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+  fzk_jit_counts n = counts(c);
+  cr_assert_eq(n.disk_writes, 0);
+  cr_assert_eq(n.disk_write_failures, 1);
+  listing l = list_dir(dir);
+  cr_assert_eq(l.entries + l.tmps + l.others, 0, "nothing of the write is left");
+  get_ok(c, "big kernel", "", TGT, &b);
+  cr_assert_eq(counts(c).mem_hits, 1, "the image stays in memory");
+  /* With room again, another cache writes it whole. */
+  fzk_jit_cache *c2 = open_ok(dir, 0);
+  get_ok(c2, "big kernel", "", TGT, &b);
+  cr_assert_eq(counts(c2).disk_writes, 1);
+  fzk_jit_cache_close(c2);
   fzk_jit_cache_close(c);
   remove_dir(dir);
 }

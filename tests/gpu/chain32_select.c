@@ -1,0 +1,74 @@
+/*
+ * chain32_select.c - which chains the 4-byte word kernels (chain32.cu)
+ * take: fzk_desc_from_header must give every chain of the form
+ * [quant] [diff] coder on 4-byte words (the coder bitpack, bitshuffle | rze
+ * or rze) its coder, diff, map and rze levels, and leave every other chain
+ * to the generic chunk kernels.  No GPU needed: it runs in CI.
+ */
+#include <criterion/criterion.h>
+
+#include "archive.h"
+#include "fzk.h"
+#include "gpu_ctx.h"
+#include "params_1d.h"
+
+static fzk_desc desc_of(fz_dtype t, const char *chain) {
+  fz_params p;
+  fzt_params_1d(&p, t, 100000, chain);
+  p.eb = 1e-3;
+  fz_plan *pl = NULL;
+  char why[256] = "";
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s: %s", chain, why);
+  fzk_desc d;
+  fzk_desc_from_header(&d, fze_plan_header(pl));
+  fz_plan_destroy(pl);
+  return d;
+}
+
+static void expect(fz_dtype t, const char *chain, unsigned k32, unsigned diff, unsigned nega,
+                   unsigned lev) {
+  fzk_desc d = desc_of(t, chain);
+  cr_assert_eq(d.k32, k32, "%s %s: coder %u, not %u", fz_dtype_name(t), chain, d.k32, k32);
+  cr_assert_eq(d.k32diff, diff, "%s: diff %u", chain, d.k32diff);
+  cr_assert_eq(d.k32nega, nega, "%s: negabinary %u", chain, d.k32nega);
+  cr_assert_eq(d.k32lev, lev, "%s: levels %u", chain, d.k32lev);
+  if (k32) {
+    /* The rze coders share the larger layout; the decoder of bitpack after
+     * diff keeps the running sums of a chunk besides. */
+    fzk_desc r = desc_of(FZ_F32, k32 == 1 ? "fast" : "balanced");
+    cr_assert_eq(d.smem_e32, r.smem_e32, "%s", chain);
+    if (k32 == 1 && diff)
+      cr_assert_eq(d.smem_d32, r.smem_d32 + ((d.cb + 128 + 15) & ~15u), "%s", chain);
+    else
+      cr_assert_eq(d.smem_d32, r.smem_d32, "%s", chain);
+  }
+}
+
+Test(chain32_select, presets) {
+  expect(FZ_F32, "fast", 1, 0, 0, 0);
+  expect(FZ_F32, "balanced", 2, 1, 0, 4);
+  expect(FZ_U32, "lossless", 2, 1, 0, 4);
+}
+
+Test(chain32_select, user_chains) {
+  expect(FZ_F32, "quant | diff | bitpack", 1, 1, 0, 0);
+  expect(FZ_F32, "quant | diff(map=negabinary) | bitpack", 1, 1, 1, 0);
+  expect(FZ_F32, "quant | diff | rze", 3, 1, 0, 4);
+  expect(FZ_F32, "quant | diff(map=negabinary) | rze(levels=1)", 3, 1, 1, 1);
+  expect(FZ_F32, "quant | rze(levels=6)", 3, 0, 0, 6);
+  expect(FZ_F32, "quant | bitshuffle | rze", 2, 0, 0, 4);
+  expect(FZ_F32, "diff | rze", 3, 1, 0, 4);
+  expect(FZ_I32, "diff(map=negabinary) | rze(levels=2)", 3, 1, 1, 2);
+  expect(FZ_U32, "rze", 3, 0, 0, 4);
+  expect(FZ_U32, "diff | bitpack", 1, 1, 0, 0);
+  expect(FZ_I32, "bitpack", 1, 0, 0, 0);
+}
+
+Test(chain32_select, other_chains_stay_generic) {
+  expect(FZ_F32, "quant | diff | diff | bitpack", 0, 0, 0, 0);
+  expect(FZ_F32, "quant | diff | diff | rze", 0, 0, 0, 0);
+  expect(FZ_F32, "diff | diff | bitshuffle | rze", 0, 0, 0, 0);
+  expect(FZ_F64, "quant | diff | rze", 0, 0, 0, 0);
+  expect(FZ_U16, "diff | rze", 0, 0, 0, 0);
+  expect(FZ_U8, "bitpack", 0, 0, 0, 0);
+}
