@@ -197,7 +197,8 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     goto fail;
   /* The generated kernel where it compiles; a failure leaves the
    * ahead-of-time one (and its text in the context). */
-  if ((rc = fzk_jit_kernel(ctx->jit, &pl->desc, FZK_JIT_ENCODE, &pl->jit_enc)) < 0)
+  if ((ctx->kern != NULL || fzk_jit_preferred(&pl->desc)) &&
+      (rc = fzk_jit_kernel(ctx->jit, &pl->desc, FZK_JIT_ENCODE, &pl->jit_enc)) < 0)
     goto fail;
   if (pl->jit_enc == NULL && ctx->kern != NULL) {
     rc = fzk_jit_unavailable(ctx, why, why_len);

@@ -64,6 +64,10 @@ typedef enum fzk_jit_dir { FZK_JIT_ENCODE = 0, FZK_JIT_DECODE = 1 } fzk_jit_dir;
  * generic chunk family (chain_body.cuh) and the 4-byte word chains
  * (d->k32, chain32_ops.cuh). */
 int fzk_jit_supported(const fzk_desc *d, fzk_jit_dir dir);
+/* Whether a plan of d's chain should take the generated kernels where the
+ * built-in ones run too: not where the built-in kernel is as specialised
+ * and measured faster. */
+int fzk_jit_preferred(const fzk_desc *d);
 /* The source of the kernel for d in direction dir, malloc'd (NULL when out
  * of memory).  Its entry has the ahead-of-time kernel's parameters. */
 char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir);

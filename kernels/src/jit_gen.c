@@ -59,7 +59,14 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
 
 int fzk_jit_supported(const fzk_desc *d, fzk_jit_dir dir) {
   (void)dir;
-  return d->nst >= 1 && d->nst <= FZE_MAX_STAGES && d->k32 <= 2;
+  return d->nst >= 1 && d->nst <= FZE_MAX_STAGES && d->k32 <= 3;
+}
+
+int fzk_jit_preferred(const fzk_desc *d) {
+  /* chain32.cu's kernels for [quant] | bitpack (the `fast` preset) fix
+   * every constant a generated one would but the chunk size, and measured
+   * faster on the H200 (docs/benchmarks.md, "JIT kernels"). */
+  return !(d->k32 == 1 && !d->k32diff);
 }
 
 static const char *stage_name(unsigned id) {

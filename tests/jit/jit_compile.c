@@ -157,16 +157,36 @@ Test(jit_compile, every_case_has_a_test) {
   cr_assert_eq(NCASES, 18, "one CASE_TESTS line per case");
 }
 
-/* The user chains the generic family serves get generated kernels. */
-Test(jit_compile, generic_chains_are_supported) {
-  static const unsigned generic[] = {3, 4, 5, 7, 8, 9};
-  for (unsigned k = 0; k < sizeof generic / sizeof generic[0]; k++) {
+/* Both families have generated kernels; which family a chain is in. */
+Test(jit_compile, both_families_are_generated) {
+  static const struct {
+    unsigned idx, k32;
+  } want[] = {{0, 2}, {1, 1}, {2, 2}, {3, 3}, {4, 1}, {5, 3}, {6, 2}, {7, 0}, {8, 0}, {9, 0},
+              {13, 0}, {15, 0}};
+  for (unsigned k = 0; k < sizeof want / sizeof want[0]; k++) {
     fzk_desc d;
-    desc_of(&cases[generic[k]], &d);
-    cr_assert_eq(d.k32, 0);
+    desc_of(&cases[want[k].idx], &d);
+    cr_assert_eq(d.k32, want[k].k32, "%s on %s", cases[want[k].idx].chain,
+                 fz_dtype_name(cases[want[k].idx].dtype));
     cr_assert(fzk_jit_supported(&d, FZK_JIT_ENCODE) && fzk_jit_supported(&d, FZK_JIT_DECODE),
-              "%s", cases[generic[k]].chain);
+              "%s", cases[want[k].idx].chain);
   }
+}
+
+/* The built-in kernel stays where it is as specialised as a generated
+ * one (`fast` on f32), not elsewhere. */
+Test(jit_compile, preference) {
+  fzk_desc d;
+  desc_of(&cases[1], &d);
+  cr_assert_not(fzk_jit_preferred(&d), "fast on f32");
+  for (unsigned i = 0; i < NCASES; i++) {
+    if (i == 1)
+      continue;
+    desc_of(&cases[i], &d);
+    cr_assert(fzk_jit_preferred(&d) || (d.k32 == 1 && !d.k32diff), "%s", cases[i].chain);
+  }
+  desc_of(&cases[4], &d); /* quant | diff | bitpack: diff is the generated kernel's */
+  cr_assert(fzk_jit_preferred(&d));
 }
 
 /* The constants are in the source: two chunk sizes, two sources. */
