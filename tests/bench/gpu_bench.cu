@@ -35,7 +35,7 @@
 
 static const char usage[] =
     "usage: fz_gpu_bench [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE] [-s MIN_BYTES]\n"
-    "                    [-t f32|f64] [-j jit|aot|both]\n"
+    "                    [-t f32|f64] [-j jit|aot|only|both]\n"
     "                    [FILE.f32 ...] [--gen smooth|noise ...]\n"
     "Compresses and decompresses each input on the first GPU (device to device)\n"
     "with each preset and bound and prints a Markdown table of GB/s, ratio and\n"
@@ -47,7 +47,8 @@ static const char usage[] =
     "  -s MIN_BYTES  repeat each input until it is this large (default 1 GiB)\n"
     "  -t TYPE       f32, or f64 (each f32 value widened; default f32)\n"
     "  -p also takes chains (\"quant|diff|rze\"), -j the kernels: generated at run\n"
-    "                time (jit, the default), built in (aot) or both\n"
+    "                time where the plan prefers them (jit, the default), built in\n"
+    "                (aot), every kernel generated (only), or jit and aot (both)\n"
     "  -h, --help    this help\n"
     "Exit status: 0 success, 1 a bound was exceeded, 2 usage or CUDA error,\n"
     "77 no usable GPU.\n";
@@ -182,8 +183,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_bytes = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "-j") && i + 1 < argc) {
       jit = argv[++i];
-      if (strcmp(jit, "jit") && strcmp(jit, "aot") && strcmp(jit, "both")) {
-        fprintf(stderr, "bad -j '%s': jit, aot or both\n", jit);
+      if (strcmp(jit, "jit") && strcmp(jit, "aot") && strcmp(jit, "only") && strcmp(jit, "both")) {
+        fprintf(stderr, "bad -j '%s': jit, aot, only or both\n", jit);
         return 2;
       }
     } else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
@@ -204,7 +205,10 @@ int main(int argc, char **argv) {
   }
   /* One context per kind of kernel: the JIT is configured per context. */
   fz_gpu_ctx *ctxs[2] = {NULL, NULL};
-  const int kinds[2] = {strcmp(jit, "aot") != 0, strcmp(jit, "both") == 0 ? 0 : -1};
+  const int kinds[2] = {!strcmp(jit, "aot")    ? FZ_GPU_JIT_OFF
+                        : !strcmp(jit, "only") ? FZ_GPU_JIT_ONLY
+                                               : FZ_GPU_JIT_ON,
+                        strcmp(jit, "both") == 0 ? FZ_GPU_JIT_OFF : -1};
   char why[512] = "";
   for (int k = 0; k < 2 && kinds[k] >= 0; k++) {
     int rc = fz_gpu_ctx_create(NULL, 2, &ctxs[k], why, sizeof why);
