@@ -294,7 +294,7 @@ struct fzk_jit {
   unsigned arch;
   int enabled;
   char options[256];
-  char target[96];
+  int driver;         /* the driver's version, for the cache key's target */
   fzk_jit_cache *cache;
   module *mods;
   uint64_t loads;
@@ -317,9 +317,8 @@ int fzk_jit_create(int device, fzk_jit **out, char *why, size_t why_len) {
   j->device = device;
   j->arch = (unsigned)(10 * major + minor);
   j->enabled = 1;
+  j->driver = dv;
   fzk_nvrtc_options(j->arch, j->options, sizeof j->options);
-  /* NVRTC's version goes in once it is loaded (fzk_jit_kernel). */
-  snprintf(j->target, sizeof j->target, "sm_%u driver %d", j->arch, dv);
   if ((rc = fzk_jit_cache_open(NULL, 0, &j->cache, why, why_len)) < 0) {
     fzk_jit_destroy(j);
     return rc;
@@ -419,7 +418,7 @@ static int load(fzk_jit *j, const char *src, unsigned nfn, const char *const *na
   int ma, mi;
   fzk_nvrtc_version(&ma, &mi);
   char target[128];
-  snprintf(target, sizeof target, "%s nvrtc %d.%d", j->target, ma, mi);
+  snprintf(target, sizeof target, "sm_%u nvrtc %d.%d driver %d", j->arch, ma, mi, j->driver);
   build_arg b = {src, j->arch};
   const void *img = NULL;
   size_t len = 0;
