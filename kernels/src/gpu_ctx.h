@@ -47,6 +47,10 @@ void fzk_desc_from_header(struct fzk_desc *d, const struct fze_header *h);
 /* Enables the kernels' shared memory for d's chunk size, once per size and
  * context, from any thread (gpu_plan.c). */
 int fzk_kernels_ready(fz_gpu_ctx *ctx, const struct fzk_desc *d, char *why, size_t why_len);
+/* The driver API's entry point `name` (CUDA 12 ABI), found through the
+ * runtime; NULL, and *missing set to name if it was NULL, when the driver
+ * has none (import.c). */
+void *fzk_driver_entry(const char *name, const char **missing);
 /* The error of a chain whose generated kernel a context that runs no
  * built-in kernel lacks, with the JIT's failure text (gpu_plan.c). */
 int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len);

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "gpu_ctx.h"
 #include "gpu_err.h"
 #include "jit.h"
 #include "jit_cache.h"
@@ -192,18 +193,7 @@ static struct {
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static void *entry(const char *name) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found;
-  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
-  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
-    cudaGetLastError();
-    if (drv.missing == NULL)
-      drv.missing = name;
-    return NULL;
-  }
-  return fn;
-}
+static void *entry(const char *name) { return fzk_driver_entry(name, &drv.missing); }
 
 static void drv_load(void) {
   *(void **)&drv.load = entry("cuModuleLoadData");
