@@ -15,11 +15,15 @@
 #ifndef FZE_ENGINE_H
 #define FZE_ENGINE_H
 
+/* Run-time compiled kernels (NVRTC, kernels/src/jit.c) see only the stage
+ * numbers and limits below: no C library and no host prototypes. */
+#ifndef __CUDACC_RTC__
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fz.h"
+#endif
 
 #define FZE_MAX_STAGES 8
 #define FZE_RZE_MAX_LEVELS 6
@@ -34,6 +38,8 @@ typedef enum fze_stage_id {
 } fze_stage_id;
 
 typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_diff_map;
+
+#ifndef __CUDACC_RTC__
 
 typedef struct fze_stage {
   uint8_t id;           /* fze_stage_id */
@@ -163,4 +169,5 @@ bool fze_quant_params_ok(const fze_stage *st, fz_dtype t);
  * so that bins of width up to 2 * eb_abs stay finite. */
 #define FZE_EB_ABS_MAX 0x1.fffffffffffffp+1022
 
+#endif /* __CUDACC_RTC__ */
 #endif

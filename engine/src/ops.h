@@ -13,10 +13,14 @@
 #ifndef FZE_OPS_H
 #define FZE_OPS_H
 
+/* Under NVRTC (run-time compiled kernels) memcpy and fabs are built in and
+ * the fixed-width types come from the kernels' prelude. */
+#ifndef __CUDACC_RTC__
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#endif
 
 #ifdef __CUDACC__
 #define FZ_HD __host__ __device__ __forceinline__

@@ -82,6 +82,52 @@ int fz_gpu_malloc(fz_gpu_ctx *ctx, size_t bytes, fz_gpu_stream stream,
                   void **d_ptr, char *why, size_t why_len);
 int fz_gpu_free(fz_gpu_ctx *ctx, void *d_ptr, fz_gpu_stream stream);
 
+/* ---- kernels generated at run time (NVRTC) -------------------------------
+ *
+ * For each plan the context generates one fused kernel per direction from
+ * the chain's device ops, compiles it with NVRTC for the device's exact
+ * architecture (the nvcc build's IEEE flags) and loads it; it replaces the
+ * ahead-of-time kernel of the same family, with byte-identical archives.
+ * NVRTC is opened at run time: where it is missing, or a compile fails,
+ * the ahead-of-time kernels run and the failure's text (the NVRTC log)
+ * waits for fz_gpu_ctx_jit_failure().  Without a configuration call the
+ * JIT is on and compiled modules are kept in memory only. */
+
+/* The JIT's modes (fz_gpu_ctx_jit_config's `enabled`). */
+#define FZ_GPU_JIT_OFF 0  /* ahead-of-time kernels only */
+#define FZ_GPU_JIT_ON 1   /* each chain's generated kernels where they compile */
+#define FZ_GPU_JIT_ONLY 2 /* every kernel generated, as on a GPU the built-in code
+                           * cannot run on (for tests and comparisons) */
+
+/* Configures the JIT of a context: cache_dir NULL or "" keeps modules in
+ * memory only, else they are also written to (and read back, validated,
+ * from) that directory, bounded by max_disk_bytes (a directory that cannot
+ * be used leaves memory only, with the reason in why and in
+ * fz_gpu_ctx_jit_failure); enabled is a mode above.  Called after
+ * fz_gpu_ctx_create and before the context's first plan (FZ_EINVAL after
+ * it).  On a GPU the built-in kernels cannot run on, fz_gpu_ctx_create
+ * succeeds only when NVRTC works, every kernel is generated, and
+ * FZ_GPU_JIT_OFF is refused (FZ_EINVAL). */
+int fz_gpu_ctx_jit_config(fz_gpu_ctx *ctx, const char *cache_dir, uint64_t max_disk_bytes,
+                          int enabled, char *why, size_t why_len);
+
+/* What the context's JIT did: module cache lookups answered from memory or
+ * disk, misses, NVRTC compiles (failed ones too) and the microseconds they
+ * took, disk entries written, refused as corrupt or foreign, and evicted,
+ * the bytes on disk, writes that failed, and the modules this context
+ * loaded. */
+typedef struct fz_gpu_jit_counts {
+  uint64_t mem_hits, disk_hits, misses, compiles, compile_failures, compile_us;
+  uint64_t disk_writes, disk_rejected, disk_evicted, disk_bytes, disk_write_failures;
+  uint64_t modules_loaded;
+} fz_gpu_jit_counts;
+void fz_gpu_ctx_jit_counts(fz_gpu_ctx *ctx, fz_gpu_jit_counts *out);
+
+/* The text of the JIT failures (NVRTC missing, a compile's log) that were
+ * not fetched yet, one per line, copied to buf and then forgotten, so a
+ * caller logs each once.  Returns 1 when there was text, else 0. */
+int fz_gpu_ctx_jit_failure(fz_gpu_ctx *ctx, char *buf, size_t len);
+
 /* Plan flags. */
 #define FZ_GPU_PREALLOC 0x1u /* allocate the workspace once, at creation */
 #define FZ_GPU_TIMING 0x2u   /* record kernel time (fz_gpu_plan_kernel_ms) */
@@ -106,6 +152,9 @@ const char *fz_gpu_plan_chain(const fz_gpu_plan *plan);
  * a lossless chain), as the archive's header holds it: a caller reports it
  * without reading the archive back. */
 double fz_gpu_plan_eb_abs(const fz_gpu_plan *plan);
+/* Which kernels the plan's compressions run: "jit" (generated at run time
+ * for this chain) or "aot" (built with the library); static per plan. */
+const char *fz_gpu_plan_path(const fz_gpu_plan *plan);
 /* Milliseconds the kernels of the last compression took, from the first
  * kernel to the last (needs FZ_GPU_TIMING; synchronises on the event). */
 int fz_gpu_plan_kernel_ms(fz_gpu_plan *plan, float *ms);
@@ -144,6 +193,10 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
  * decoder's error code. */
 int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t *out_len,
                        fz_gpu_stream stream, char *why, size_t why_len);
+
+/* Which kernels the decoder's last fz_gpu_decoder_run() ran: "jit" or
+ * "aot" ("" before the first). */
+const char *fz_gpu_decoder_path(const fz_gpu_decoder *dec);
 
 /* Decompresses the archive in device memory d_arc into device memory d_out
  * (out_cap >= the raw size), on `stream` (NULL: the default stream),

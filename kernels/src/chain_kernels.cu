@@ -1,532 +1,99 @@
 /*
- * chain_kernels.cu - the kernels of a GPU compression or decompression and
- * their launchers: a compression's first kernel (the range, the quantizer
- * parameters and the header template), the chunk kernels that run a whole
- * chain of device ops (chunk_ops.cuh) on one chunk per block, the prefix
- * sums that place chunks in the archive, the gather that moves them there,
- * the checksums of long buffers, and a compression's last kernel (the
- * payload's and the header's checksums).  The first and the last finish
- * in whichever block ends last (fzk_last_block).
+ * chain_kernels.cu - the kernels of a GPU compression or decompression,
+ * built ahead of time, and their launchers: the chunk coders that run a
+ * chain's device ops (chain_body.cuh) with the chain read at run time, and
+ * the kernels around them (helper_kernels.cuh).  A launcher runs the
+ * generated kernel it is given in place of the built-in one: a chain's own
+ * coder (jit_fn), or the context's table of helpers (fzk_kern) on a GPU
+ * the built-in code cannot run on.
  *
  * Nothing here allocates or synchronises with the host; launchers return the
- * launch's cudaError_t.  Every index into a chunk is bounded by the chunk's
- * own size, and every read of an archive by the bounds the host validated
- * and, again, by the payload length.
+ * launch's cudaError_t.
  */
 #include <cuda_runtime.h>
 
-#include "chunk_ops.cuh"
+#include "chain_body.cuh"
+#include "helper_kernels.cuh"
+#include "jit.h"
 
 /* ---- shared memory layout ---- */
 
-__host__ __device__ static uint32_t align16(uint32_t v) { return (v + 15u) & ~15u; }
-
 extern "C" void fzk_desc_layout(fzk_desc *d) {
-  d->cap = align16(d->cb + 64);
+  d->cap = fzk_align16(d->cb + 64);
   uint32_t rze = d->cap / 4 + 64, bp = 5 * (d->cb / 32 + 1) + 32;
-  d->tcap = align16(rze > bp ? rze : bp);
-  d->smem = 2 * d->cap + d->tcap + align16(d->cb / 32 + 16) + 8 * (FZK_NW + 2) + 4 * 16;
+  d->tcap = fzk_align16(rze > bp ? rze : bp);
+  d->smem = 2 * d->cap + d->tcap + fzk_align16(d->cb / 32 + 16) + 8 * (FZK_NW + 2) + 4 * 16;
   fzk_desc_layout32(d);
 }
 
-__device__ static fzk_smem fzk_carve(const fzk_desc &d, uint8_t *base) {
-  fzk_smem s;
-  uint32_t o = 0;
-  s.x = base + o; o += d.cap;
-  s.y = base + o; o += d.cap;
-  s.t = base + o; o += d.tcap;
-  s.flags = (uint32_t *)(base + o); o += align16(d.cb / 32 + 16);
-  s.red = (fzk_u64 *)(base + o); o += 8 * (FZK_NW + 2);
-  s.misc = (uint32_t *)(base + o);
-  return s;
-}
 
-/* Copies len bytes between 16-byte aligned buffers (the last vector may
- * carry up to 15 bytes past len: both sides have room for it). */
-__device__ static void fzk_copy16(uint8_t *dst, const uint8_t *src, uint32_t len) {
-  uint32_t nv = (len + 15) / 16;
-  for (uint32_t i = threadIdx.x; i < nv; i += FZK_NT)
-    ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
-}
 
-/* ---- range and quantizer parameters ---- */
+/* ---- a compression's first kernel ---- */
 
-__device__ static bool fzk_finite_f32(uint32_t b) { return ((b >> 23) & 0xffu) != 0xffu; }
-__device__ static bool fzk_finite_f64(fzk_u64 b) { return ((b >> 52) & 0x7ffu) != 0x7ffu; }
-
-/* The minimum and maximum of every thread's lo and hi, left in thread 0's
- * (by warp shuffles, then one barrier). */
-__device__ __forceinline__ void fzk_block_minmax(double *lo, double *hi) {
-  __shared__ double s_lo[FZK_NW], s_hi[FZK_NW];
-  for (unsigned o = 16; o; o >>= 1) {
-    double a = __shfl_xor_sync(FZK_FULL, *lo, o), b = __shfl_xor_sync(FZK_FULL, *hi, o);
-    *lo = a < *lo ? a : *lo;
-    *hi = b > *hi ? b : *hi;
-  }
-  if ((threadIdx.x & 31) == 0) {
-    s_lo[threadIdx.x >> 5] = *lo;
-    s_hi[threadIdx.x >> 5] = *hi;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (unsigned k = 1; k < FZK_NW; k++) {
-      *lo = s_lo[k] < *lo ? s_lo[k] : *lo;
-      *hi = s_hi[k] > *hi ? s_hi[k] : *hi;
-    }
-  }
-}
-
-/* This thread's minimum and maximum of the finite values, by grid stride;
- * f32 in 16-byte vectors when the input allows. */
-__device__ static void fzk_range_share(const uint8_t *__restrict__ d_in, uint64_t n, unsigned w,
-                                       int vec, double *lo_, double *hi_) {
-  double lo = __longlong_as_double(0x7ff0000000000000ll), hi = -lo;
-  const uint64_t stride = (uint64_t)gridDim.x * FZK_NT;
-  const uint64_t t0 = (uint64_t)blockIdx.x * FZK_NT + threadIdx.x;
-  if (w == 4) {
-    float flo = __int_as_float(0x7f800000), fhi = -flo;
-    uint64_t nv = vec ? n / 4 : 0;
-    for (uint64_t v = t0; v < nv; v += stride) {
-      uint4 u = ((const uint4 *)d_in)[v];
-      uint32_t b[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        if (!fzk_finite_f32(b[k]))
-          continue;
-        float x = __uint_as_float(b[k]);
-        flo = x < flo ? x : flo;
-        fhi = x > fhi ? x : fhi;
-      }
-    }
-    for (uint64_t i = 4 * nv + t0; i < n; i += stride) {
-      uint32_t b = ((const uint32_t *)d_in)[i];
-      if (!fzk_finite_f32(b))
-        continue;
-      float x = __uint_as_float(b);
-      flo = x < flo ? x : flo;
-      fhi = x > fhi ? x : fhi;
-    }
-    lo = (double)flo;
-    hi = (double)fhi;
-  } else {
-    for (uint64_t i = t0; i < n; i += stride) {
-      fzk_u64 b = ((const fzk_u64 *)d_in)[i];
-      if (!fzk_finite_f64(b))
-        continue;
-      double v = __longlong_as_double((long long)b);
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
-    }
-  }
-  *lo_ = lo;
-  *hi_ = hi;
-}
-
-/* True in every thread of the block that finishes last: each block
- * publishes its results, fences, and takes a ticket; the last one resets
- * the counter for the next launch.  Its reads of what the others wrote go
- * through L2 (__ldcg). */
-__device__ static bool fzk_last_block(uint32_t *d_ticket) {
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(d_ticket, 1u) == gridDim.x - 1;
-    if (last)
-      *d_ticket = 0;
-  }
-  __syncthreads();
-  if (last)
-    __threadfence();
-  return last;
-}
-
-/* The first kernel of a compression.  Every block takes its share of the
- * range (min and max are exact whatever the order; the sign of a zero
- * extreme can differ from the CPU's, which fzo_quant_params never sees: it
- * uses hi - lo and magnitudes) and of zeroing d_zero; the last block folds
- * the per-block pairs into the quantizer's parameters and writes the
- * header template with them. */
-__global__ void __launch_bounds__(FZK_NT) fzk_prep_kernel(fzk_prep p, unsigned w, int vec, int f32) {
-  __shared__ double s_q[2];
-  double lo, hi;
-  if (p.range) {
-    fzk_range_share((const uint8_t *)p.d_in, p.n, w, vec, &lo, &hi);
-    fzk_block_minmax(&lo, &hi);
-    if (threadIdx.x == 0) {
-      p.d_part[2 * blockIdx.x] = lo;
-      p.d_part[2 * blockIdx.x + 1] = hi;
-    }
-  }
-  const uint64_t stride = (uint64_t)gridDim.x * FZK_NT;
-  for (uint64_t i = (uint64_t)blockIdx.x * FZK_NT + threadIdx.x; i < p.zero_words; i += stride)
-    p.d_zero[i] = 0;
-  if (!fzk_last_block(p.d_ticket))
-    return;
-  if (p.q_off) {
-    lo = __longlong_as_double(0x7ff0000000000000ll);
-    hi = -lo;
-    const unsigned nparts = p.range ? gridDim.x : 0;
-    for (unsigned k = threadIdx.x; k < nparts; k += FZK_NT) {
-      double a = __ldcg(p.d_part + 2 * k), b = __ldcg(p.d_part + 2 * k + 1);
-      lo = a < lo ? a : lo;
-      hi = b > hi ? b : hi;
-    }
-    fzk_block_minmax(&lo, &hi);
-    if (threadIdx.x == 0) {
-      if (!p.range)
-        lo = hi = 0;
-      double e, s;
-      fzo_quant_params(p.mode, p.eb, lo, hi, f32 != 0, &e, &s);
-      p.d_qp->eb_abs = e;
-      p.d_qp->step = s;
-      p.d_qp->inv = s != 0 ? 1.0 / s : 0;
-      p.d_range[0] = lo;
-      p.d_range[1] = hi;
-      s_q[0] = e;
-      s_q[1] = s;
-    }
-    __syncthreads();
-  }
-  for (uint64_t i = threadIdx.x; i < p.tpl_len; i += FZK_NT) {
-    uint8_t b = p.d_tpl[i];
-    if (p.q_off && i >= p.q_off && i < p.q_off + 16) {
-      double v = s_q[i >= p.q_off + 8];
-      b = (uint8_t)((fzk_u64)__double_as_longlong(v) >> (8 * ((i - p.q_off) & 7)));
-    }
-    p.d_out[i] = b;
-  }
-}
-
-extern "C" int fzk_launch_prep(const fzk_desc *d, const fzk_prep *p, fz_gpu_stream s) {
+extern "C" int fzk_launch_prep(const fzk_kern *k, const fzk_desc *d, const fzk_prep *p,
+                               fz_gpu_stream s) {
   uint64_t want = p->range ? (p->n + FZK_NT * 8 - 1) / (FZK_NT * 8)
                            : (p->zero_words + FZK_NT * 4 - 1) / (FZK_NT * 4);
   unsigned g = want < FZK_MM_BLOCKS ? (unsigned)want : FZK_MM_BLOCKS;
-  fzk_prep_kernel<<<g ? g : 1, FZK_NT, 0, s>>>(*p, d->w, (uintptr_t)p->d_in % 16 == 0,
-                                               d->fkind == 1);
+  g = g ? g : 1;
+  fzk_prep pv = *p;
+  unsigned w = d->w;
+  int vec = (uintptr_t)p->d_in % 16 == 0, f32 = d->fkind == 1;
+  if (k != NULL) {
+    void *args[] = {&pv, &w, &vec, &f32};
+    return fzk_jit_launch(k->fn[FZK_K_PREP], g, FZK_NT, 0, s, args);
+  }
+  fzk_prep_kernel<<<g, FZK_NT, 0, s>>>(pv, w, vec, f32);
   return (int)cudaGetLastError();
 }
 
-/* ---- the chunk encoder ---- */
-
-/* Quantizes the chunk's n elements from global memory into s.x; the
- * outlier bitmap to s.flags; returns the number of outliers. */
-__device__ static uint32_t fzk_quant_chunk(const fzk_desc &d, const uint8_t *__restrict__ g_in,
-                                           bool vec, uint32_t n, const fzk_qparams &q,
-                                           fzk_smem &s) {
-  const unsigned w = d.w, epl = 16 / w; /* elements per lane: 4 or 2 */
-  const unsigned lanes_per_word = 32 / epl;
-  unsigned lane = threadIdx.x & 31;
-  uint32_t nf = (n + 31) / 32;
-  fzk_u64 cnt = 0;
-  for (uint32_t base = (threadIdx.x - lane) * epl; base < n; base += FZK_NT * epl) {
-    uint32_t i0 = base + lane * epl;
-    fzk_u64 v[4];
-    if (vec && i0 + epl <= n) {
-      uint4 u = *(const uint4 *)(g_in + (size_t)i0 * w);
-      if (w == 4) {
-        v[0] = u.x; v[1] = u.y; v[2] = u.z; v[3] = u.w;
-      } else {
-        v[0] = (fzk_u64)u.y << 32 | u.x;
-        v[1] = (fzk_u64)u.w << 32 | u.z;
-      }
-    } else {
-      for (unsigned e = 0; e < epl; e++)
-        v[e] = i0 + e < n ? (w == 4 ? (fzk_u64)((const uint32_t *)g_in)[i0 + e]
-                                    : ((const fzk_u64 *)g_in)[i0 + e])
-                          : 0;
-    }
-    uint32_t bad = 0;
-    for (unsigned e = 0; e < epl; e++) {
-      if (i0 + e >= n)
-        break;
-      fzk_u64 c;
-      if (!fzk_quant_one(v[e], w, d.mode[0], q, &c))
-        bad |= 1u << e;
-      fzk_st(s.x, i0 + e, w, c);
-    }
-    /* Gather the lanes' bits into words of 32 elements. */
-    uint32_t word = bad << ((lane * epl) & 31);
-    for (unsigned o = 1; o < lanes_per_word; o <<= 1)
-      word |= __shfl_xor_sync(FZK_FULL, word, o);
-    uint32_t fw = (base + lane * epl) / 32;
-    if (lane % lanes_per_word == 0 && fw < nf) {
-      s.flags[fw] = word;
-      cnt += __popc(word);
-    }
-  }
-  return (uint32_t)fzk_sum(cnt, s.red);
-}
-
-/* Writes the side list (stage_quant.c) to out: count, indices, values. */
-__device__ static void fzk_side_write(const fzk_desc &d, const uint8_t *__restrict__ g_in,
-                                      uint32_t n, uint32_t m, fzk_smem &s, uint8_t *out) {
-  const unsigned w = d.w;
-  uint32_t vl = fzk_varint_len(m);
-  if (threadIdx.x == 0) {
-    uint32_t v = m;
-    for (uint32_t k = 0; k < vl; k++, v >>= 7)
-      out[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
-  }
-  uint32_t nf = (n + 31) / 32;
-  uint32_t per = (nf + FZK_NT - 1) / FZK_NT;
-  uint32_t lo = threadIdx.x * per, hi = lo + per < nf ? lo + per : nf;
-  fzk_u64 c = 0;
-  for (uint32_t f = lo; f < hi; f++)
-    c += __popc(s.flags[f]);
-  fzk_u64 tot, r = fzk_exscan(c, &tot, s.red);
-  uint8_t *idx = out + vl, *val = out + vl + 2 * m;
-  for (uint32_t f = lo; f < hi; f++) {
-    uint32_t word = s.flags[f];
-    while (word) {
-      uint32_t i = 32 * f + (__ffs(word) - 1);
-      word &= word - 1;
-      idx[2 * r] = (uint8_t)i;
-      idx[2 * r + 1] = (uint8_t)(i >> 8);
-      for (unsigned b = 0; b < w; b++)
-        val[(size_t)w * r + b] = g_in[(size_t)i * w + b];
-      r++;
-    }
-  }
-}
+/* ---- the chunk coders (chain_body.cuh), with the chain read at run time ---- */
 
 __global__ void __launch_bounds__(FZK_NT)
 fzk_encode_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, int in_vec,
                   const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_stage,
                   uint32_t *__restrict__ d_sizes) {
-  extern __shared__ __align__(16) uint8_t fzk_shared[];
-  fzk_smem s = fzk_carve(d, fzk_shared);
-  const uint64_t c = blockIdx.x;
-  const unsigned w = d.w;
-  const uint8_t *g_in = d_in + c * d.cb;
-  const uint32_t raw = (uint32_t)(d.raw_bytes - c * d.cb < d.cb ? d.raw_bytes - c * d.cb : d.cb);
-  const uint32_t n = raw / w;
-
-  uint32_t side_len = 0, m = 0;
-  unsigned first = 0;
-  bool fallback = false;
-  if (d.has_quant) {
-    fzk_qparams q = *d_qp;
-    m = fzk_quant_chunk(d, g_in, in_vec != 0, n, q, s);
-    side_len = fzk_varint_len(m) + m * (2 + w);
-    fallback = side_len >= raw;
-    first = 1;
-  } else {
-    if (in_vec)
-      fzk_copy16(s.x, g_in, raw & ~15u);
-    for (uint32_t i = (in_vec ? raw & ~15u : 0) + threadIdx.x; i < raw; i += FZK_NT)
-      s.x[i] = g_in[i];
-  }
-  __syncthreads();
-
-  uint8_t *cur = s.x, *other = s.y;
-  uint32_t len = raw;
-  for (unsigned i = first; i < d.nst && !fallback; i++) {
-    uint32_t r = 0;
-    switch (d.id[i]) {
-    case FZE_STAGE_DIFF:
-      fzk_diff_fwd(cur, other, n, w, d.mode[i]);
-      break;
-    case FZE_STAGE_BITSHUFFLE:
-      fzk_bitshuffle_fwd(cur, other, n, w);
-      len = fzk_bs_bytes(n, w);
-      break;
-    case FZE_STAGE_RZE:
-      r = fzk_rze_fwd(cur, len, other, s.t, d.levels[i], raw - side_len, s.red);
-      len = r;
-      break;
-    case FZE_STAGE_BITPACK:
-      r = fzk_bitpack_fwd(cur, n, w, other, s.t, raw - side_len, s.red);
-      len = r;
-      break;
-    }
-    if (r == FZK_BAD) {
-      fallback = true;
-      break;
-    }
-    uint8_t *t = cur;
-    cur = other;
-    other = t;
-  }
-  if (!fallback && side_len + len >= raw)
-    fallback = true;
-
-  uint8_t *res = cur;
-  uint32_t res_len = len;
-  if (fallback) {
-    res = other;
-    res_len = raw;
-    if (in_vec)
-      fzk_copy16(res, g_in, raw & ~15u);
-    for (uint32_t i = (in_vec ? raw & ~15u : 0) + threadIdx.x; i < raw; i += FZK_NT)
-      res[i] = g_in[i];
-  } else if (d.has_quant) {
-    /* Side list first, then the stream, assembled in the free buffer. */
-    res = other;
-    res_len = side_len + len;
-    fzk_side_write(d, g_in, n, m, s, res);
-    for (uint32_t i = threadIdx.x; i < len; i += FZK_NT)
-      res[side_len + i] = cur[i];
-  }
-  __syncthreads();
-  fzk_copy16(d_stage + c * d.cb, res, res_len);
-  if (threadIdx.x == 0)
-    d_sizes[c] = res_len;
+  fzk_encode_chunk(d, d_in, in_vec, d_qp, d_stage, d_sizes, fzk_fwd_interp());
 }
 
-extern "C" int fzk_launch_encode(const fzk_desc *d, const void *d_in, int in_vec,
+extern "C" int fzk_launch_encode(const fzk_desc *d, void *jit_fn, const void *d_in, int in_vec,
                                  const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
                                  fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
+  if (jit_fn != NULL) {
+    fzk_desc dv = *d;
+    const uint8_t *in = (const uint8_t *)d_in;
+    void *args[] = {&dv, &in, &in_vec, &d_qp, &d_stage, &d_sizes};
+    return fzk_jit_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
+  }
   fzk_encode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
       *d, (const uint8_t *)d_in, in_vec, d_qp, d_stage, d_sizes);
   return (int)cudaGetLastError();
 }
-
-/* ---- the chunk decoder ---- */
 
 __global__ void __launch_bounds__(FZK_NT)
 fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                   const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
                   fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
                   uint32_t *__restrict__ d_status) {
-  extern __shared__ __align__(16) uint8_t fzk_shared[];
-  fzk_smem s = fzk_carve(d, fzk_shared);
-  const uint64_t c = blockIdx.x;
-  const unsigned w = d.w;
-  const uint32_t raw = (uint32_t)(d.raw_bytes - c * d.cb < d.cb ? d.raw_bytes - c * d.cb : d.cb);
-  const uint32_t n = raw / w;
-  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
-  const uint64_t off = d_offs[c];
-  uint8_t *g_out = d_out + c * d.cb;
-  /* The host validated the table; a chunk outside the payload is refused
-   * again here, before any byte of it is read. */
-  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
-    if (threadIdx.x == 0)
-      atomicOr(d_status, 1u);
-    return;
-  }
-  const uint8_t *g_arc = d_pay + off;
-
-  /* The side list's length, parsed as stage_quant.c does, from global. */
-  uint32_t side_len = 0, m = 0;
-  bool bad = false;
-  if (d.has_quant && len != raw) {
-    if (threadIdx.x == 0) {
-      uint32_t v = 0, k = 0, ok = 0;
-      for (unsigned shift = 0; shift <= 28; shift += 7) {
-        if (k >= len)
-          break;
-        uint8_t b = g_arc[k++];
-        v |= (uint32_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-          ok = 1;
-          break;
-        }
-      }
-      if (!ok || v > n || (len - k) / (2 + w) < v)
-        ok = 0;
-      s.misc[0] = ok;
-      s.misc[1] = v;
-      s.misc[2] = ok ? k + v * (2 + w) : 0;
-    }
-    __syncthreads();
-    bad = s.misc[0] == 0;
-    m = s.misc[1];
-    side_len = s.misc[2];
-  }
-  /* The stream after the side list lands 16-byte aligned in s.x. */
-  uint32_t pad = (16 - side_len % 16) % 16;
-  uint8_t *coded = s.x + pad;
-  for (uint32_t i = threadIdx.x; i < len; i += FZK_NT)
-    coded[i] = g_arc[i];
-  __syncthreads();
-
-  uint8_t *res = coded;
-  if (len != raw && !bad) {
-    unsigned first = d.has_quant ? 1 : 0;
-    uint32_t size_in[FZE_MAX_STAGES + 1];
-    size_in[first] = raw;
-    for (unsigned i = first; i < d.nst; i++)
-      size_in[i + 1] = d.id[i] == FZE_STAGE_BITSHUFFLE ? fzk_bs_bytes(n, w) : size_in[i];
-    uint8_t last = d.id[d.nst - 1];
-    uint8_t *cur = coded + side_len, *other = s.y;
-    uint32_t clen = len - side_len;
-    if (last != FZE_STAGE_RZE && last != FZE_STAGE_BITPACK && clen != size_in[d.nst])
-      bad = true;
-    for (unsigned i = d.nst; i-- > first && !bad;) {
-      switch (d.id[i]) {
-      case FZE_STAGE_RZE:
-        bad = !fzk_rze_inv(cur, clen, other, size_in[i], s.t, d.levels[i], s.red);
-        clen = size_in[i];
-        break;
-      case FZE_STAGE_BITPACK:
-        bad = !fzk_bitpack_inv(cur, clen, other, n, w, s.t, s.red);
-        clen = raw;
-        break;
-      case FZE_STAGE_BITSHUFFLE:
-        fzk_bitshuffle_inv(cur, other, n, w);
-        clen = raw;
-        break;
-      case FZE_STAGE_DIFF:
-        fzk_diff_inv(cur, other, n, w, d.mode[i], s.red);
-        break;
-      }
-      /* The first stream buffer is s.x (holding the coded chunk); from then
-       * on the two buffers alternate. */
-      uint8_t *t = other;
-      other = cur == coded + side_len ? s.x : cur;
-      cur = t;
-    }
-    if (!bad && d.has_quant) {
-      /* Dequantize into the free buffer, then patch the outliers. */
-      uint8_t *dst = other;
-      for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
-        fzk_st(dst, i, w, fzk_dequant_one(fzk_ld(cur, i, w), w, d.mode[0], q));
-      __syncthreads();
-      /* Indices must be strictly ascending and below n; all are checked
-       * before any is used, so no two threads write one element. */
-      bool pbad = q.step == 0 && m != 0;
-      const uint8_t *idx = g_arc + side_len - (size_t)m * (2 + w);
-      const uint8_t *val = idx + 2 * (size_t)m;
-      for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
-        uint32_t i = idx[2 * j] | (uint32_t)idx[2 * j + 1] << 8;
-        uint32_t p = j ? (idx[2 * j - 2] | (uint32_t)idx[2 * j - 1] << 8) : 0;
-        pbad |= (j && i <= p) || i >= n;
-      }
-      if (!fzk_any(pbad))
-        for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
-          uint32_t i = idx[2 * j] | (uint32_t)idx[2 * j + 1] << 8;
-          for (unsigned b = 0; b < w; b++)
-            dst[(size_t)i * w + b] = val[(size_t)w * j + b];
-        }
-      bad = fzk_any(pbad);
-      cur = dst;
-    }
-    res = cur;
-  }
-  if (fzk_any(bad)) {
-    if (threadIdx.x == 0)
-      atomicOr(d_status, 1u);
-    return;
-  }
-  __syncthreads();
-  /* res is 16-byte aligned except for a raw chunk stored at pad != 0, which
-   * only happens when len == raw and side_len == 0, so pad is 0 there. */
-  uint32_t nv = out_vec ? raw / 16 : 0;
-  for (uint32_t i = threadIdx.x; i < nv; i += FZK_NT)
-    ((uint4 *)g_out)[i] = ((const uint4 *)res)[i];
-  for (uint32_t i = 16 * nv + threadIdx.x; i < raw; i += FZK_NT)
-    g_out[i] = res[i];
+  fzk_decode_chunk(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status,
+                   fzk_inv_interp());
 }
 
-extern "C" int fzk_launch_decode(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                                 const uint64_t *d_offs, const uint8_t *d_sizes16,
-                                 fzk_qparams qp, void *d_out, int out_vec,
-                                 uint32_t *d_status, fz_gpu_stream s) {
+
+extern "C" int fzk_launch_decode(const fzk_desc *d, void *jit_fn, const uint8_t *d_pay,
+                                 uint64_t pay_len, const uint64_t *d_offs,
+                                 const uint8_t *d_sizes16, fzk_qparams qp, void *d_out,
+                                 int out_vec, uint32_t *d_status, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
+  if (jit_fn != NULL) {
+    fzk_desc dv = *d;
+    uint8_t *out = (uint8_t *)d_out;
+    void *args[] = {&dv, &d_pay, &pay_len, &d_offs, &d_sizes16, &qp, &out, &out_vec, &d_status};
+    return fzk_jit_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
+  }
   fzk_decode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
       *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status);
   return (int)cudaGetLastError();
@@ -534,316 +101,113 @@ extern "C" int fzk_launch_decode(const fzk_desc *d, const uint8_t *d_pay, uint64
 
 /* ---- prefix sums of chunk sizes ---- */
 
-#define FZK_SCAN_PER 16u
-#define FZK_SCAN_TILE (FZK_NT * FZK_SCAN_PER)
-
-__device__ static uint32_t fzk_size_at(const uint32_t *s32, const uint8_t *s16, uint64_t i) {
-  return s32 ? s32[i] : (uint32_t)s16[2 * i] | (uint32_t)s16[2 * i + 1] << 8;
-}
-
-__global__ void __launch_bounds__(FZK_NT)
-fzk_scan_kernel(uint64_t n, const uint32_t *__restrict__ s32, const uint8_t *__restrict__ s16,
-                uint64_t *__restrict__ d_bsum, uint64_t *__restrict__ d_offs, int apply,
-                fzk_table_check chk) {
-  __shared__ fzk_u64 red[FZK_NW + 2];
-  uint64_t lo = (uint64_t)blockIdx.x * FZK_SCAN_TILE + threadIdx.x * FZK_SCAN_PER;
-  fzk_u64 v = 0;
-  bool bad = false;
-  for (uint32_t k = 0; k < FZK_SCAN_PER; k++) {
-    if (lo + k < n) {
-      const uint32_t sz = fzk_size_at(s32, s16, lo + k);
-      const uint64_t raw = lo + k + 1 < n ? chk.cb : chk.raw_bytes - (lo + k) * chk.cb;
-      bad |= sz == 0 || sz > raw;
-      v += sz;
-    }
-  }
-  if (bad && chk.d_status && !apply)
-    atomicOr(chk.d_status, FZK_ST_SIZE);
-  fzk_u64 tot, ex = fzk_exscan(v, &tot, red);
-  if (!apply) {
-    if (threadIdx.x == 0)
-      d_bsum[blockIdx.x] = tot;
-    return;
-  }
-  fzk_u64 run = d_bsum[blockIdx.x] + ex;
-  for (uint32_t k = 0; k < FZK_SCAN_PER && lo + k < n; k++) {
-    d_offs[lo + k] = run;
-    run += fzk_size_at(s32, s16, lo + k);
-  }
-  if (lo < n && lo + FZK_SCAN_PER >= n) {
-    d_offs[n] = run;
-    if (chk.d_status && run != chk.pay_len)
-      atomicOr(chk.d_status, run > chk.pay_len ? FZK_ST_LONG : FZK_ST_SHORT);
-  }
-}
-
-/* Exclusive scan of the block sums in one block, tile by tile. */
-__global__ void __launch_bounds__(FZK_NT)
-fzk_scan_top_kernel(uint64_t nb, uint64_t *__restrict__ d_bsum) {
-  __shared__ fzk_u64 red[FZK_NW + 2];
-  fzk_u64 carry = 0;
-  for (uint64_t base = 0; base < nb; base += FZK_NT) {
-    uint64_t i = base + threadIdx.x;
-    fzk_u64 v = i < nb ? d_bsum[i] : 0, tot;
-    fzk_u64 ex = fzk_exscan(v, &tot, red);
-    if (i < nb)
-      d_bsum[i] = carry + ex;
-    carry += tot;
-  }
-  if (threadIdx.x == 0)
-    d_bsum[nb] = carry;
-}
-
-__global__ void fzk_zero_kernel(uint64_t *d_offs, uint32_t *d_status, uint64_t pay_len) {
-  d_offs[0] = 0;
-  if (d_status && pay_len)
-    atomicOr(d_status, FZK_ST_SHORT);
-}
-
 extern "C" uint64_t fzk_scan_blocks(uint64_t n) { return (n + FZK_SCAN_TILE - 1) / FZK_SCAN_TILE; }
 
-extern "C" int fzk_launch_scan(uint64_t n, const uint32_t *d_sizes32, const uint8_t *d_sizes16,
-                               uint64_t *d_bsum, uint64_t *d_offs, const fzk_table_check *chk,
-                               fz_gpu_stream s) {
+extern "C" int fzk_launch_scan(const fzk_kern *k, uint64_t n, const uint32_t *d_sizes32,
+                               const uint8_t *d_sizes16, uint64_t *d_bsum, uint64_t *d_offs,
+                               const fzk_table_check *chk, fz_gpu_stream s) {
+  uint32_t *status = chk ? chk->d_status : NULL;
+  uint64_t pay_len = chk ? chk->pay_len : 0;
+  fzk_table_check c = chk ? *chk : fzk_table_check{NULL, 0, 0, 0};
+  uint64_t nb = fzk_scan_blocks(n);
+  int zero = 0, one = 1;
+  if (k != NULL) {
+    if (n == 0) {
+      void *za[] = {&d_offs, &status, &pay_len};
+      return fzk_jit_launch(k->fn[FZK_K_ZERO], 1, 1, 0, s, za);
+    }
+    void *a0[] = {&n, &d_sizes32, &d_sizes16, &d_bsum, &d_offs, &zero, &c};
+    void *top[] = {&nb, &d_bsum};
+    void *a1[] = {&n, &d_sizes32, &d_sizes16, &d_bsum, &d_offs, &one, &c};
+    int e = fzk_jit_launch(k->fn[FZK_K_SCAN], (unsigned)nb, FZK_NT, 0, s, a0);
+    if (e == 0)
+      e = fzk_jit_launch(k->fn[FZK_K_SCAN_TOP], 1, FZK_NT, 0, s, top);
+    if (e == 0)
+      e = fzk_jit_launch(k->fn[FZK_K_SCAN], (unsigned)nb, FZK_NT, 0, s, a1);
+    return e;
+  }
   if (n == 0) {
-    fzk_zero_kernel<<<1, 1, 0, s>>>(d_offs, chk ? chk->d_status : NULL, chk ? chk->pay_len : 0);
+    fzk_zero_kernel<<<1, 1, 0, s>>>(d_offs, status, pay_len);
     return (int)cudaGetLastError();
   }
-  const fzk_table_check c = chk ? *chk : fzk_table_check{NULL, 0, 0, 0};
-  uint64_t nb = fzk_scan_blocks(n);
   fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 0, c);
   fzk_scan_top_kernel<<<1, FZK_NT, 0, s>>>(nb, d_bsum);
   fzk_scan_kernel<<<(unsigned)nb, FZK_NT, 0, s>>>(n, d_sizes32, d_sizes16, d_bsum, d_offs, 1, c);
   return (int)cudaGetLastError();
 }
 
-/* ---- placing chunks, chunk checksums, header ---- */
+/* ---- placing chunks, chunk checksums ---- */
 
-/* Shared memory of the place and check kernels: the slice tables, the
- * reduction words, and one chunk at offset 16 to 31. */
-static uint32_t fzk_place_smem(uint32_t cb) { return 4096 + 4 * 32 + cb + 64; }
-
-/* One block per chunk: the staged chunk into shared memory, its CRC-32C,
- * then out to its place in 4-byte aligned words (the place has any
- * alignment: each word is funnel-shifted out of two shared words). */
-__global__ void __launch_bounds__(FZK_NT)
-fzk_place_kernel(uint32_t cb, const uint8_t *__restrict__ d_stage,
-                 const uint32_t *__restrict__ d_sizes, const uint64_t *__restrict__ d_offs,
-                 const uint32_t *__restrict__ d_tab, uint8_t *__restrict__ d_out,
-                 uint64_t out_cap, uint64_t header_len, uint64_t table_off,
-                 uint32_t *__restrict__ d_crcs) {
-  extern __shared__ __align__(16) uint8_t fzk_shp[];
-  uint32_t *T = (uint32_t *)fzk_shp, *red = T + 1024;
-  uint8_t *buf = (uint8_t *)(red + 32);
-  const uint64_t c = blockIdx.x;
-  const uint32_t len = d_sizes[c], seg = cb / FZK_NT;
-  const uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(seg) + threadIdx.x];
-  fzk_load_slices(T, d_tab);
-  const uint8_t *src = d_stage + c * cb;
-  uint32_t nv = (len + 15) / 16;
-  for (uint32_t v = threadIdx.x; v < nv; v += FZK_NT)
-    ((uint4 *)(buf + 16))[v] = ((const uint4 *)src)[v];
-  __syncthreads();
-  uint32_t crc = fzk_crc_chunk(buf, 16, len, seg, T, kt, red);
-  uint64_t at = header_len + d_offs[c];
-  uint64_t room = at < out_cap ? out_cap - at : 0;
-  uint32_t lim = len < room ? len : (uint32_t)room;
-  uint8_t *dp = d_out + at;
-  uint32_t head = (uint32_t)((4 - ((uintptr_t)dp & 3)) & 3);
-  if (head > lim)
-    head = lim;
-  uint32_t nw = (lim - head) / 4;
-  if (threadIdx.x < head)
-    dp[threadIdx.x] = buf[16 + threadIdx.x];
-  for (uint32_t k = threadIdx.x; k < nw; k += FZK_NT)
-    ((uint32_t *)(dp + head))[k] = fzk_ld32u(buf, 16 + head + 4 * k);
-  for (uint32_t i = head + 4 * nw + threadIdx.x; i < lim; i += FZK_NT)
-    dp[i] = buf[16 + i];
-  if (threadIdx.x == 0) {
-    d_out[table_off + 2 * c] = (uint8_t)len;
-    d_out[table_off + 2 * c + 1] = (uint8_t)(len >> 8);
-    d_crcs[c] = crc;
-  }
-}
-
-extern "C" int fzk_launch_place(const fzk_desc *d, const uint8_t *d_stage,
+extern "C" int fzk_launch_place(const fzk_kern *k, const fzk_desc *d, const uint8_t *d_stage,
                                 const uint32_t *d_sizes, const uint64_t *d_offs,
                                 const uint32_t *d_tab, uint8_t *d_out, uint64_t out_cap,
                                 uint64_t header_len, uint64_t table_off, uint32_t *d_crcs,
                                 fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
-  fzk_place_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(d->cb), s>>>(
-      d->cb, d_stage, d_sizes, d_offs, d_tab, d_out, out_cap, header_len, table_off, d_crcs);
+  uint32_t cb = d->cb;
+  if (k != NULL) {
+    void *args[] = {&cb,     &d_stage,    &d_sizes,   &d_offs, &d_tab, &d_out,
+                    &out_cap, &header_len, &table_off, &d_crcs};
+    return fzk_jit_launch(k->fn[FZK_K_PLACE], (unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb),
+                          s, args);
+  }
+  fzk_place_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb), s>>>(
+      cb, d_stage, d_sizes, d_offs, d_tab, d_out, out_cap, header_len, table_off, d_crcs);
   return (int)cudaGetLastError();
 }
 
-/* One block per chunk of an archive: its CRC-32C, read straight from the
- * payload (the decoder needs none). */
-__global__ void __launch_bounds__(FZK_NT)
-fzk_check_kernel(uint32_t cb, uint64_t raw_bytes, const uint8_t *__restrict__ d_pay,
-                 uint64_t pay_len, const uint64_t *__restrict__ d_offs,
-                 const uint8_t *__restrict__ d_sizes16, const uint32_t *__restrict__ d_tab,
-                 uint32_t *__restrict__ d_crcs) {
-  extern __shared__ __align__(16) uint8_t fzk_shp[];
-  uint32_t *T = (uint32_t *)fzk_shp, *red = T + 1024;
-  uint8_t *buf = (uint8_t *)(red + 32);
-  const uint64_t c = blockIdx.x;
-  const uint32_t raw = (uint32_t)(raw_bytes - c * cb < cb ? raw_bytes - c * cb : cb);
-  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
-  const uint64_t off = d_offs[c];
-  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
-    if (threadIdx.x == 0)
-      d_crcs[c] = 0;
-    return;
-  }
-  const uint32_t seg = cb / FZK_NT;
-  const uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(seg) + threadIdx.x];
-  fzk_load_slices(T, d_tab);
-  uint32_t o = fzk_load_chunk(buf, d_pay + off, len);
-  __syncthreads();
-  uint32_t crc = fzk_crc_chunk(buf, o, len, seg, T, kt, red);
-  if (threadIdx.x == 0)
-    d_crcs[c] = crc;
-}
-
-extern "C" int fzk_launch_check(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                                const uint64_t *d_offs, const uint8_t *d_sizes16,
-                                const uint32_t *d_tab, uint32_t *d_crcs, fz_gpu_stream s) {
+extern "C" int fzk_launch_check(const fzk_kern *k, const fzk_desc *d, const uint8_t *d_pay,
+                                uint64_t pay_len, const uint64_t *d_offs,
+                                const uint8_t *d_sizes16, const uint32_t *d_tab, uint32_t *d_crcs,
+                                fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
-  fzk_check_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(d->cb), s>>>(
-      d->cb, d->raw_bytes, d_pay, pay_len, d_offs, d_sizes16, d_tab, d_crcs);
+  uint32_t cb = d->cb;
+  uint64_t raw = d->raw_bytes;
+  if (k != NULL) {
+    void *args[] = {&cb, &raw, &d_pay, &pay_len, &d_offs, &d_sizes16, &d_tab, &d_crcs};
+    return fzk_jit_launch(k->fn[FZK_K_CHECK], (unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb),
+                          s, args);
+  }
+  fzk_check_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb), s>>>(
+      cb, raw, d_pay, pay_len, d_offs, d_sizes16, d_tab, d_crcs);
   return (int)cudaGetLastError();
 }
 
-/* ---- CRC-32C of a long buffer ---- */
-
-/* Shared memory of one block's part of a long CRC. */
-struct fzk_crc_smem {
-  uint32_t T[1024], red[32];
-  __align__(16) uint8_t buf[FZK_CRC_SPAN + 48];
-};
-
-/* Part b of np of the CRC of len >= 4 bytes at d_p, left in thread 0: the
- * span of FZK_CRC_SPAN bytes that block b checksums of a virtual buffer
- * that ends with the len real bytes (the leading zeros change nothing),
- * shifted to the end of the buffer.  The parts XOR to the raw CRC. */
-__device__ static uint32_t fzk_crc_part(const uint8_t *__restrict__ d_p, uint64_t len,
-                                        uint64_t np, uint64_t b,
-                                        const uint32_t *__restrict__ d_tab, fzk_crc_smem &sm) {
-  fzk_load_slices(sm.T, d_tab);
-  uint64_t p0 = np * FZK_CRC_SPAN - len;
-  uint64_t e = (b + 1) * FZK_CRC_SPAN - p0;
-  uint64_t s0 = b ? e - FZK_CRC_SPAN : 0;
-  uint32_t lb = (uint32_t)(e - s0);
-  uint32_t o = fzk_load_chunk(sm.buf, d_p + s0, lb);
-  __syncthreads();
-  uint32_t kt = d_tab[FZK_CRC_SEGF + FZK_NT * fzk_seg_index(FZK_CRC_SEG) + threadIdx.x];
-  uint32_t c = fzk_block_xor(fzk_crc_share(sm.buf, o, lb, FZK_CRC_SEG, s0, sm.T, kt), sm.red);
-  return threadIdx.x == 0 ? fzk_crc_mulmod(c, fzk_crc_span_factor(np - 1 - b, d_tab)) : 0;
-}
-
-/* The number of parts of the CRC of len bytes (0 below 4 bytes). */
-__host__ __device__ static uint64_t fzk_crc_np(uint64_t len) {
-  return len >= 4 ? (len + FZK_CRC_SPAN - 1) / FZK_CRC_SPAN : 0;
-}
-
-/* The CRC-32C of len bytes at d_p from its np parts, in every lane of one
- * warp (below 4 bytes, from the bytes themselves). */
-__device__ static uint32_t fzk_crc_fold(const uint32_t *d_parts, uint64_t np,
-                                        const uint8_t *d_p, uint64_t len,
-                                        const uint32_t *__restrict__ d_tab) {
-  uint32_t x = 0;
-  if (len >= 4) {
-    for (uint64_t k = threadIdx.x & 31; k < np; k += 32)
-      x ^= __ldcg(d_parts + k);
-    for (unsigned o = 16; o; o >>= 1)
-      x ^= __shfl_xor_sync(FZK_FULL, x, o);
-    return ~x;
-  }
-  uint32_t r = 0xffffffffu;
-  for (uint64_t j = 0; j < len; j++)
-    r = (r >> 8) ^ d_tab[(r ^ d_p[j]) & 0xffu];
-  return ~r;
-}
-
-__global__ void __launch_bounds__(FZK_NT)
-fzk_crc_parts_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
-                     const uint32_t *__restrict__ d_tab, uint32_t *__restrict__ d_parts) {
-  __shared__ fzk_crc_smem sm;
-  uint32_t c = fzk_crc_part(d_p, len, gridDim.x, blockIdx.x, d_tab, sm);
-  if (threadIdx.x == 0)
-    d_parts[blockIdx.x] = c;
-}
-
-__global__ void fzk_crc_finish_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
-                                      const uint32_t *__restrict__ d_parts, uint64_t np,
-                                      const uint32_t *__restrict__ d_tab, fzk_crc_use use) {
-  uint32_t crc = fzk_crc_fold(d_parts, np, d_p, len, d_tab);
-  if (threadIdx.x != 0)
-    return;
-  if (use.dst_le)
-    for (int k = 0; k < 4; k++)
-      use.dst_le[k] = (uint8_t)(crc >> (8 * k));
-  if (use.status) {
-    uint32_t want = use.expect;
-    if (use.expect_le)
-      want = (uint32_t)use.expect_le[0] | (uint32_t)use.expect_le[1] << 8 |
-             (uint32_t)use.expect_le[2] << 16 | (uint32_t)use.expect_le[3] << 24;
-    if (crc != want)
-      atomicOr(use.status, use.bit);
-  }
-  if (use.total)
-    *use.total = *use.end + use.add;
-}
+/* ---- checksums of long buffers, a compression's last kernel ---- */
 
 extern "C" uint64_t fzk_crc_parts(uint64_t len) { return fzk_crc_np(len) + 1; }
 
-extern "C" int fzk_launch_crc(const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
-                              const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s) {
+extern "C" int fzk_launch_crc(const fzk_kern *k, const uint8_t *d_p, uint64_t len,
+                              uint32_t *d_parts, const uint32_t *d_tab, fzk_crc_use use,
+                              fz_gpu_stream s) {
   uint64_t np = fzk_crc_np(len);
+  if (k != NULL) {
+    void *pa[] = {&d_p, &len, &d_tab, &d_parts};
+    void *fa[] = {&d_p, &len, &d_parts, &np, &d_tab, &use};
+    int e = np ? fzk_jit_launch(k->fn[FZK_K_CRC_PARTS], (unsigned)np, FZK_NT, 0, s, pa) : 0;
+    return e ? e : fzk_jit_launch(k->fn[FZK_K_CRC_FINISH], 1, 32, 0, s, fa);
+  }
   if (np)
     fzk_crc_parts_kernel<<<(unsigned)np, FZK_NT, 0, s>>>(d_p, len, d_tab, d_parts);
   fzk_crc_finish_kernel<<<1, 32, 0, s>>>(d_p, len, d_parts, np, d_tab, use);
   return (int)cudaGetLastError();
 }
 
-/* The last kernel of a compression: the parts of the payload's CRC (the
- * CRC of the chunk CRCs) and of the header's, whose payload-CRC field is
- * still zero, in one grid.  The last block folds them; the field's value
- * enters the header's CRC by linearity, as its word times x^(8 n) for the n
- * bytes from the field's start to the end of the checksummed header. */
-__global__ void __launch_bounds__(FZK_NT)
-fzk_seal_kernel(fzk_seal p, const uint32_t *__restrict__ d_tab) {
-  __shared__ fzk_crc_smem sm;
-  const uint64_t len1 = 4 * p.nchunks, len2 = p.header_len - 4;
-  const uint64_t np1 = fzk_crc_np(len1), np2 = fzk_crc_np(len2);
-  uint32_t c = blockIdx.x < np1
-                   ? fzk_crc_part((const uint8_t *)p.d_crcs, len1, np1, blockIdx.x, d_tab, sm)
-                   : fzk_crc_part(p.d_out, len2, np2, blockIdx.x - np1, d_tab, sm);
-  if (threadIdx.x == 0)
-    p.d_parts[blockIdx.x] = c;
-  if (!fzk_last_block(p.d_ticket) || threadIdx.x >= 32)
-    return;
-  uint32_t pay = fzk_crc_fold(p.d_parts, np1, (const uint8_t *)p.d_crcs, len1, d_tab);
-  uint32_t hdr = fzk_crc_fold(p.d_parts + np1, np2, p.d_out, len2, d_tab) ^
-                 fzk_crc_mulmod(pay, p.field_shift);
-  if (threadIdx.x < 4) {
-    p.d_out[p.table_off - 4 + threadIdx.x] = (uint8_t)(pay >> (8 * threadIdx.x));
-    p.d_out[p.header_len - 4 + threadIdx.x] = (uint8_t)(hdr >> (8 * threadIdx.x));
-  }
-  if (threadIdx.x == 0)
-    *p.d_total = *p.d_end + p.header_len;
-}
-
 extern "C" uint64_t fzk_seal_parts(uint64_t nchunks, uint64_t header_len) {
   return fzk_crc_np(4 * nchunks) + fzk_crc_np(header_len - 4);
 }
 
-extern "C" int fzk_launch_seal(const fzk_seal *p, const uint32_t *d_tab, fz_gpu_stream s) {
+extern "C" int fzk_launch_seal(const fzk_kern *k, const fzk_seal *p, const uint32_t *d_tab,
+                               fz_gpu_stream s) {
   unsigned g = (unsigned)fzk_seal_parts(p->nchunks, p->header_len);
-  fzk_seal_kernel<<<g, FZK_NT, 0, s>>>(*p, d_tab);
+  fzk_seal pv = *p;
+  if (k != NULL) {
+    void *args[] = {&pv, &d_tab};
+    return fzk_jit_launch(k->fn[FZK_K_SEAL], g, FZK_NT, 0, s, args);
+  }
+  fzk_seal_kernel<<<g, FZK_NT, 0, s>>>(pv, d_tab);
   return (int)cudaGetLastError();
 }
 

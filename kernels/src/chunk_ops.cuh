@@ -15,7 +15,9 @@
 #ifndef FZK_CHUNK_OPS_CUH
 #define FZK_CHUNK_OPS_CUH
 
+#ifndef __CUDACC_RTC__
 #include <stdint.h>
+#endif
 
 #include "fzk.h"
 #include "engine.h"
@@ -483,14 +485,14 @@ __device__ __forceinline__ bool fzk_quant_one(fzk_u64 bits, unsigned w, unsigned
   if (w == 4) {
     uint32_t c;
     float x = fzo_bits_f32((uint32_t)bits);
-    bool ok = mode == FZ_EB_PWREL ? fzo_pw_quant_f32(x, (uint32_t)q.step, q.eb_abs, &c)
+    bool ok = mode == FZK_EB_PWREL ? fzo_pw_quant_f32(x, (uint32_t)q.step, q.eb_abs, &c)
                                   : fzo_quant_f32(x, q.inv, q.step, q.eb_abs, &c);
     *code = ok ? c : 0;
     return ok;
   }
   uint64_t c;
   double x = fzo_bits_f64(bits);
-  bool ok = mode == FZ_EB_PWREL ? fzo_pw_quant_f64(x, (uint64_t)q.step, q.eb_abs, &c)
+  bool ok = mode == FZK_EB_PWREL ? fzo_pw_quant_f64(x, (uint64_t)q.step, q.eb_abs, &c)
                                 : fzo_quant_f64(x, q.inv, q.step, q.eb_abs, &c);
   *code = ok ? c : 0;
   return ok;
@@ -501,10 +503,10 @@ __device__ __forceinline__ fzk_u64 fzk_dequant_one(fzk_u64 code, unsigned w,
   if (q.step == 0)
     return code;
   if (w == 4)
-    return mode == FZ_EB_PWREL
+    return mode == FZK_EB_PWREL
                ? fzo_f32_bits(fzo_pw_dequant_f32((uint32_t)code, (uint32_t)q.step))
                : fzo_f32_bits(fzo_dequant_f32((uint32_t)code, q.step));
-  return mode == FZ_EB_PWREL ? fzo_f64_bits(fzo_pw_dequant_f64(code, (uint64_t)q.step))
+  return mode == FZK_EB_PWREL ? fzo_f64_bits(fzo_pw_dequant_f64(code, (uint64_t)q.step))
                              : fzo_f64_bits(fzo_dequant_f64(code, q.step));
 }
 

@@ -16,6 +16,7 @@
 #include "fzk.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
+#include "jit.h"
 
 int fzk_cuda_error(int err, const char *what, char *why, size_t why_len) {
   cudaError_t e = (cudaError_t)err;
@@ -120,15 +121,24 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   FZK_CHECK(cudaGetDeviceProperties(&prop, dev), fail);
   snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
   format_uuid((const unsigned char *)prop.uuid.bytes, ctx->uuid, sizeof ctx->uuid);
-  int probe = fzk_kernels_probe();
-  if (probe != 0) {
-    char cuda[160];
-    fzk_cuda_error(probe, "loading a kernel", cuda, sizeof cuda);
-    fze_why(why, why_len,
-            "this build's kernels cannot run on %s (compute capability %d.%d): %s",
-            prop.name, prop.major, prop.minor, cuda);
-    rc = FZ_ENOGPU;
+  if ((rc = fzk_jit_create(dev, &ctx->jit, why, why_len)) < 0)
     goto fail;
+  /* A GPU the built-in code cannot run on (older than its architecture)
+   * runs generated kernels only, if NVRTC can make them for it. */
+  int probe = fzk_kernels_probe();
+  ctx->aot_ok = probe == 0;
+  if (!ctx->aot_ok) {
+    cudaGetLastError();
+    char cuda[160], jit[1024] = "";
+    fzk_cuda_error(probe, "loading a kernel", cuda, sizeof cuda);
+    if ((rc = fzk_jit_helpers(ctx->jit, &ctx->kern, jit, sizeof jit)) < 0) {
+      fze_why(why, why_len,
+              "this build's kernels cannot run on %s (compute capability %d.%d): %s; "
+              "and none can be generated for it: %s",
+              prop.name, prop.major, prop.minor, cuda, jit);
+      rc = FZ_ENOGPU;
+      goto fail;
+    }
   }
   for (unsigned i = 0; i < ctx->nstreams; i++)
     FZK_CHECK(cudaStreamCreateWithFlags(&ctx->streams[i], cudaStreamNonBlocking), fail);
@@ -168,6 +178,7 @@ void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx) {
       }
   cudaFree(ctx->d_tab);
   fz_gpu_decoder_destroy(ctx->dec);
+  fzk_jit_destroy(ctx->jit);
   if (ctx->have_pool)
     cudaMemPoolDestroy(ctx->pool);
   cudaGetLastError();
@@ -175,6 +186,41 @@ void fz_gpu_ctx_destroy(fz_gpu_ctx *ctx) {
   pthread_mutex_destroy(&ctx->smem_lock);
   free(ctx->streams);
   free(ctx);
+}
+
+int fz_gpu_ctx_jit_config(fz_gpu_ctx *ctx, const char *cache_dir, uint64_t max_disk_bytes,
+                          int enabled, char *why, size_t why_len) {
+  if (ctx == NULL || enabled < FZ_GPU_JIT_OFF || enabled > FZ_GPU_JIT_ONLY)
+    return FZ_EINVAL;
+  if (!ctx->aot_ok && enabled == FZ_GPU_JIT_OFF) {
+    fze_why(why, why_len, "%s runs no built-in kernel of this build: the JIT stays on",
+            ctx->name);
+    return FZ_EINVAL;
+  }
+  int rc = fzk_jit_config(ctx->jit, cache_dir, max_disk_bytes, enabled != FZ_GPU_JIT_OFF, why,
+                          why_len);
+  if (rc < 0)
+    return rc;
+  if (enabled == FZ_GPU_JIT_ONLY && ctx->kern == NULL) {
+    FZK_CHECK(cudaSetDevice(ctx->device), fail);
+    const struct fzk_kern *k = NULL;
+    if ((rc = fzk_jit_helpers(ctx->jit, &k, why, why_len)) < 0)
+      return rc;
+    ctx->kern = k;
+  }
+  return 0;
+fail:
+  return rc;
+}
+
+void fz_gpu_ctx_jit_counts(fz_gpu_ctx *ctx, fz_gpu_jit_counts *out) {
+  if (out == NULL)
+    return;
+  fzk_jit_stats(ctx ? ctx->jit : NULL, out);
+}
+
+int fz_gpu_ctx_jit_failure(fz_gpu_ctx *ctx, char *buf, size_t len) {
+  return ctx == NULL ? 0 : fzk_jit_failure(ctx->jit, buf, len);
 }
 
 fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i) {

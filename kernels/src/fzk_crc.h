@@ -16,7 +16,9 @@
 #ifndef FZK_CRC_H
 #define FZK_CRC_H
 
+#ifndef __CUDACC_RTC__
 #include <stdint.h>
+#endif
 
 #include "fzk.h"
 

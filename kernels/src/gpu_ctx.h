@@ -28,6 +28,12 @@ struct fz_gpu_ctx {
    * (taken inside lock by fz_gpu_decompress, never the other way round). */
   pthread_mutex_t smem_lock;
   uint32_t smem_ready;
+  /* The kernels generated at run time and their modules (jit.c). */
+  struct fzk_jit *jit;
+  /* The helper kernels when every kernel comes from NVRTC (a GPU the
+   * built-in code cannot run on, or FZ_GPU_JIT_ONLY), else NULL. */
+  const struct fzk_kern *kern;
+  int aot_ok; /* the built-in kernels run on this GPU */
 };
 
 struct fze_header;
@@ -41,5 +47,12 @@ void fzk_desc_from_header(struct fzk_desc *d, const struct fze_header *h);
 /* Enables the kernels' shared memory for d's chunk size, once per size and
  * context, from any thread (gpu_plan.c). */
 int fzk_kernels_ready(fz_gpu_ctx *ctx, const struct fzk_desc *d, char *why, size_t why_len);
+/* The driver API's entry point `name` (CUDA 12 ABI), found through the
+ * runtime; NULL, and *missing set to name if it was NULL, when the driver
+ * has none (import.c). */
+void *fzk_driver_entry(const char *name, const char **missing);
+/* The error of a chain whose generated kernel a context that runs no
+ * built-in kernel lacks, with the JIT's failure text (gpu_plan.c). */
+int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len);
 
 #endif

@@ -25,6 +25,7 @@
 #include "fzk_crc.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
+#include "jit.h"
 
 struct fz_gpu_decoder {
   fz_gpu_ctx *ctx;
@@ -39,6 +40,7 @@ struct fz_gpu_decoder {
   fze_header h;
   size_t table_pos;
   int opened;
+  const char *path; /* of the last run: "jit", "aot" */
 };
 
 int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size_t why_len) {
@@ -49,6 +51,7 @@ int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size
   if (dec == NULL)
     return FZ_ENOMEM;
   dec->ctx = ctx;
+  dec->path = "";
   int rc = 0;
   FZK_CHECK(cudaSetDevice(ctx->device), fail);
   FZK_CHECK(cudaMallocHost((void **)&dec->h_hdr, FZE_PREFIX_MAX), fail);
@@ -159,6 +162,12 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   fzk_desc_from_header(&d, h);
   if ((rc = fzk_kernels_ready(ctx, &d, why, why_len)) < 0)
     return rc;
+  void *jit_dec = NULL;
+  if ((ctx->kern != NULL || fzk_jit_preferred(&d)) &&
+      (rc = fzk_jit_kernel(ctx->jit, &d, FZK_JIT_DECODE, &jit_dec)) < 0)
+    return rc;
+  if (jit_dec == NULL && ctx->kern != NULL)
+    return fzk_jit_unavailable(ctx, why, why_len);
   fzk_qparams qp = {0};
   if (d.has_quant) {
     qp.eb_abs = h->chain.st[0].eb_abs;
@@ -191,28 +200,37 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
   /* The rest of the header on the device: its CRC, then the table. */
   const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
-  FZK_CHECK(fzk_launch_crc(arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  FZK_CHECK(fzk_launch_crc(ctx->kern, arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  FZK_CHECK(fzk_launch_scan(nc, NULL, tab, (uint64_t *)(ws + o_bsum), (uint64_t *)offs, &chk, s),
-            out);
+  FZK_CHECK(fzk_launch_scan(ctx->kern, nc, NULL, tab, (uint64_t *)(ws + o_bsum),
+                            (uint64_t *)offs, &chk, s), out);
   int out_vec = (uintptr_t)d_out % 16 == 0;
   if (d.k32) {
-    FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, crcs,
-                                  ctx->d_tab, s), out);
+    if (jit_dec != NULL)
+      FZK_CHECK(fzk_jit_launch_decode32(jit_dec, &d, pay, pay_len, offs, tab, qp, d_out, out_vec,
+                                        status, crcs, ctx->d_tab, s), out);
+    else
+      FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
+                                    crcs, ctx->d_tab, s), out);
   } else {
-    FZK_CHECK(fzk_launch_check(&d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
-    FZK_CHECK(fzk_launch_decode(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status, s), out);
+    FZK_CHECK(fzk_launch_check(ctx->kern, &d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
+    FZK_CHECK(fzk_launch_decode(&d, jit_dec, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
+                                s), out);
   }
   const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
-  FZK_CHECK(fzk_launch_crc((const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s), out);
+  FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
+                           s), out);
   FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
   FZK_CHECK(cudaStreamSynchronize(s), out);
+  dec->path = jit_dec == NULL ? "aot" : "jit";
   if ((rc = status_error(dec->h_word[0])) < 0)
     goto out;
   *out_len = (size_t)h->raw_bytes;
 out:
   return rc;
 }
+
+const char *fz_gpu_decoder_path(const fz_gpu_decoder *dec) { return dec->path; }
 
 int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *d_out,
                       size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,

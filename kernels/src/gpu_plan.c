@@ -24,6 +24,9 @@
 #include "fzk_crc.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
+#include "jit.h"
+
+_Static_assert(FZK_EB_PWREL == FZ_EB_PWREL, "the kernels' PWREL is the engine's");
 
 /* What a compression copies back, in one copy: the quantizer's parameters
  * (eb_abs is the bound to report), the archive's size and the data's range,
@@ -54,6 +57,7 @@ struct fz_gpu_plan {
   plan_back *h_back;       /* pinned: what the last compression's copy back brought */
   cudaEvent_t ev0, ev1;
   int have_events;
+  void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
 };
 
 /* The staging area, the staged sizes and their scan are for the generic
@@ -116,14 +120,23 @@ void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
 int fzk_kernels_ready(fz_gpu_ctx *ctx, const fzk_desc *d, char *why, size_t why_len) {
   int rc = 0;
   pthread_mutex_lock(&ctx->smem_lock);
-  /* Every kernel's shared memory grows with the chunk size alone. */
-  if (ctx->smem_ready < d->cb) {
+  /* Every kernel's shared memory grows with the chunk size alone.  The
+   * generated kernels have theirs set as they are loaded. */
+  if (ctx->kern == NULL && ctx->smem_ready < d->cb) {
     FZK_CHECK(fzk_kernels_init(d), out);
     ctx->smem_ready = d->cb;
   }
 out:
   pthread_mutex_unlock(&ctx->smem_lock);
   return rc;
+}
+
+int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len) {
+  char text[1024] = "";
+  fzk_jit_failure(ctx->jit, text, sizeof text);
+  fze_why(why, why_len, "%s runs generated kernels only, and this chain's failed: %s",
+          ctx->name, text[0] ? text : "(failed before)");
+  return FZ_ECUDA;
 }
 
 int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
@@ -182,6 +195,15 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   rc = fzk_kernels_ready(ctx, &pl->desc, why, why_len);
   if (rc < 0)
     goto fail;
+  /* The generated kernel where it compiles; a failure leaves the
+   * ahead-of-time one (and its text in the context). */
+  if ((ctx->kern != NULL || fzk_jit_preferred(&pl->desc)) &&
+      (rc = fzk_jit_kernel(ctx->jit, &pl->desc, FZK_JIT_ENCODE, &pl->jit_enc)) < 0)
+    goto fail;
+  if (pl->jit_enc == NULL && ctx->kern != NULL) {
+    rc = fzk_jit_unavailable(ctx, why, why_len);
+    goto fail;
+  }
   /* The prep and seal kernels' tickets (fzk_last_block) follow the template,
    * zeroed once: each launch leaves them zero. */
   FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->tick_off + 8), fail);
@@ -234,6 +256,7 @@ size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *pl) {
 }
 size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *pl) { return pl->ws.bytes; }
 const char *fz_gpu_plan_chain(const fz_gpu_plan *pl) { return fz_plan_chain(pl->cpu); }
+const char *fz_gpu_plan_path(const fz_gpu_plan *pl) { return pl->jit_enc ? "jit" : "aot"; }
 double fz_gpu_plan_eb_abs(const fz_gpu_plan *pl) {
   return pl->desc.has_quant ? pl->h_back->qp.eb_abs : 0.0;
 }
@@ -295,24 +318,29 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
       .d_zero = crcs, .zero_words = d->k32 ? (L->offs - L->crcs) / 4 + 2 * (h->nchunks + 2) : 0,
       .d_tpl = pl->d_tpl, .tpl_len = pl->table_off, .q_off = pl->q_off, .d_out = out,
       .d_ticket = tickets};
-  FZK_CHECK(fzk_launch_prep(d, &prep, s), fail_ws);
+  FZK_CHECK(fzk_launch_prep(ctx->kern, d, &prep, s), fail_ws);
   if (d->k32) {
-    FZK_CHECK(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len, pl->table_off, crcs,
-                                  offs, ctx->d_tab, s), fail_ws);
+    if (pl->jit_enc != NULL)
+      FZK_CHECK(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap, h->header_len,
+                                        pl->table_off, crcs, offs, ctx->d_tab, s), fail_ws);
+    else
+      FZK_CHECK(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len, pl->table_off,
+                                    crcs, offs, ctx->d_tab, s), fail_ws);
   } else {
     int in_vec = (uintptr_t)d_in % 16 == 0;
-    FZK_CHECK(fzk_launch_encode(d, d_in, in_vec, qp, ws + L->stage, sizes, s), fail_ws);
-    FZK_CHECK(fzk_launch_scan(h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs, NULL,
-                              s), fail_ws);
-    FZK_CHECK(fzk_launch_place(d, ws + L->stage, sizes, offs, ctx->d_tab, out, out_cap,
-                               h->header_len, pl->table_off, crcs, s), fail_ws);
+    FZK_CHECK(fzk_launch_encode(d, pl->jit_enc, d_in, in_vec, qp, ws + L->stage, sizes, s),
+              fail_ws);
+    FZK_CHECK(fzk_launch_scan(ctx->kern, h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum),
+                              offs, NULL, s), fail_ws);
+    FZK_CHECK(fzk_launch_place(ctx->kern, d, ws + L->stage, sizes, offs, ctx->d_tab, out,
+                               out_cap, h->header_len, pl->table_off, crcs, s), fail_ws);
   }
   /* Either way offs[nchunks] is now the payload's length. */
   const fzk_seal seal = {.d_crcs = crcs, .nchunks = h->nchunks, .d_out = out,
                          .header_len = h->header_len, .table_off = pl->table_off,
                          .field_shift = pl->field_shift, .d_end = offs + h->nchunks,
                          .d_total = total, .d_parts = cparts, .d_ticket = tickets + 1};
-  FZK_CHECK(fzk_launch_seal(&seal, ctx->d_tab, s), fail_ws);
+  FZK_CHECK(fzk_launch_seal(ctx->kern, &seal, ctx->d_tab, s), fail_ws);
   if (pl->have_events)
     FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
   FZK_CHECK(cudaMemcpyAsync(pl->h_back, qp, sizeof *pl->h_back, cudaMemcpyDeviceToHost, s),

@@ -61,18 +61,20 @@ static struct {
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static void *entry(const char *name) {
+void *fzk_driver_entry(const char *name, const char **missing) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found;
   cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
   if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
     cudaGetLastError();
-    if (drv.missing == NULL)
-      drv.missing = name;
+    if (*missing == NULL)
+      *missing = name;
     return NULL;
   }
   return fn;
 }
+
+static void *entry(const char *name) { return fzk_driver_entry(name, &drv.missing); }
 
 static void drv_load(void) {
   drv.range = (range_fn)entry("cuMemGetAddressRange");

@@ -14,7 +14,9 @@
 #ifndef FZK_WARP_OPS_CUH
 #define FZK_WARP_OPS_CUH
 
+#ifndef __CUDACC_RTC__
 #include <stdint.h>
+#endif
 
 #include "fzk.h"
 #include "fzk_crc.h"

@@ -9,6 +9,9 @@
  * warm (created and run once before), the size read-back is included.
  * "kernel" is the time from the first kernel to the last.  GB/s counts the
  * uncompressed bytes.  A bound violation makes the run fail (exit 1).
+ * "path" says which kernels ran: generated at run time ("jit") or built
+ * with the library ("aot"); -j both runs every case both ways, on two
+ * contexts, and checks that the archives are the same bytes.
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -32,6 +35,7 @@
 
 static const char usage[] =
     "usage: fz_gpu_bench [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE] [-s MIN_BYTES]\n"
+    "                    [-t f32|f64] [-j jit|aot|only|both]\n"
     "                    [FILE.f32 ...] [--gen smooth|noise ...]\n"
     "Compresses and decompresses each input on the first GPU (device to device)\n"
     "with each preset and bound and prints a Markdown table of GB/s, ratio and\n"
@@ -41,26 +45,40 @@ static const char usage[] =
     "  -e BOUNDS     comma-separated error bounds (default 1e-2,1e-3,1e-4)\n"
     "  -m MODE       abs, rel or pwrel (default rel)\n"
     "  -s MIN_BYTES  repeat each input until it is this large (default 1 GiB)\n"
+    "  -t TYPE       f32, or f64 (each f32 value widened; default f32)\n"
+    "  -p also takes chains (\"quant|diff|rze\"), -j the kernels: generated at run\n"
+    "                time where the plan prefers them (jit, the default), built in\n"
+    "                (aot), every kernel generated (only), or jit and aot (both)\n"
     "  -h, --help    this help\n"
     "Exit status: 0 success, 1 a bound was exceeded, 2 usage or CUDA error,\n"
     "77 no usable GPU.\n";
 
-/* Repeats the field whole until it holds at least min_bytes. */
-static float *replicate(const float *x, size_t n, size_t min_bytes, size_t *total) {
-  size_t reps = (min_bytes + n * 4 - 1) / (n * 4);
+/* Repeats the field whole until it holds at least min_bytes, as f32 or
+ * (each value widened, exactly) f64. */
+static void *replicate(const float *x, size_t n, size_t min_bytes, fz_dtype t, size_t *total) {
+  size_t w = fz_dtype_size(t);
+  size_t reps = (min_bytes + n * w - 1) / (n * w);
   if (reps == 0)
     reps = 1;
-  float *y = (float *)malloc(reps * n * 4);
-  for (size_t r = 0; r < reps; r++)
-    memcpy(y + r * n, x, n * 4);
+  uint8_t *y = (uint8_t *)malloc(reps * n * w);
+  if (t == FZ_F64)
+    for (size_t i = 0; i < n; i++)
+      ((double *)y)[i] = (double)x[i];
+  else
+    memcpy(y, x, n * 4);
+  for (size_t r = 1; r < reps; r++)
+    memcpy(y + r * n * w, y, n * w);
   *total = reps * n;
   return y;
 }
 
-static int bench(fz_gpu_ctx *ctx, const char *name, const float *h_x, size_t n,
-                 const char *preset, double eb, fz_eb_mode mode, unsigned repeat) {
+/* One case on one context; the archive (host copy, malloc'd) to *arc when
+ * arc is not NULL. */
+static int bench(fz_gpu_ctx *ctx, const char *name, const void *h_x, fz_dtype t, size_t n,
+                 const char *preset, double eb, fz_eb_mode mode, unsigned repeat,
+                 uint8_t **arc, size_t *arc_out) {
   fz_params p;
-  fzt_params_1d(&p, FZ_F32, n, preset);
+  fzt_params_1d(&p, t, n, preset);
   p.eb = eb;
   p.eb_mode = mode;
   char why[256] = "";
@@ -70,7 +88,8 @@ static int bench(fz_gpu_ctx *ctx, const char *name, const float *h_x, size_t n,
     fprintf(stderr, "plan: %s %s\n", fz_err_name(rc), why);
     return 1;
   }
-  size_t in_len = n * 4, bound = fz_gpu_plan_compress_bound(pl), arc_len = 0, ol = 0;
+  size_t in_len = n * fz_dtype_size(t), bound = fz_gpu_plan_compress_bound(pl), arc_len = 0,
+         ol = 0;
   cudaStream_t s = fz_gpu_ctx_stream(ctx, 0);
   void *d_in, *d_arc, *d_out;
   CK(cudaMalloc(&d_in, in_len));
@@ -111,25 +130,32 @@ static int bench(fz_gpu_ctx *ctx, const char *name, const float *h_x, size_t n,
     if (r && ms < best_d)
       best_d = ms;
   }
-  float *h_y = (float *)malloc(in_len);
+  uint8_t *h_y = (uint8_t *)malloc(in_len);
   uint8_t *h_arc = (uint8_t *)malloc(arc_len);
   CK(cudaMemcpy(h_y, d_out, in_len, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(h_arc, d_arc, arc_len, cudaMemcpyDeviceToHost));
   fz_archive_info info;
   fz_compare_result cmp;
   fz_archive_inspect(h_arc, arc_len, &info);
-  fz_compare(FZ_F32, h_x, h_y, n, &cmp);
+  fz_compare(t, h_x, h_y, n, &cmp);
   int ok = cmp.nonfinite_mismatches == 0 &&
            (mode == FZ_EB_PWREL ? cmp.max_rel_error <= eb : cmp.max_abs_error <= info.eb_abs);
-  if (strcmp(preset, "lossless") == 0)
+  if (strcmp(preset, "lossless") == 0 || info.eb_abs == 0)
     ok = memcmp(h_x, h_y, in_len) == 0;
-  printf("| %-10s | %-8s | %-5s %-6g | %8.1f | %8.1f | %8.1f | %7.2f | %-10.3g | %-10.3g | %s |\n",
-         name, preset, fz_eb_mode_name(mode), eb, in_len / (best_c * 1e6), in_len / (best_k * 1e6),
-         in_len / (best_d * 1e6), (double)in_len / (double)arc_len, cmp.max_abs_error,
-         info.eb_abs, ok ? "ok" : "VIOLATED");
+  printf("| %-10s | %-8s | %s | %-4s | %-5s %-6g | %8.1f | %8.1f | %8.1f | %7.2f | %-10.3g | "
+         "%-10.3g | %s |\n",
+         name, preset, fz_dtype_name(t), fz_gpu_plan_path(pl), fz_eb_mode_name(mode), eb,
+         in_len / (best_c * 1e6), in_len / (best_k * 1e6), in_len / (best_d * 1e6),
+         (double)in_len / (double)arc_len, cmp.max_abs_error, info.eb_abs,
+         ok ? "ok" : "VIOLATED");
   fflush(stdout);
   free(h_y);
-  free(h_arc);
+  if (arc != NULL) {
+    *arc = h_arc;
+    *arc_out = arc_len;
+  } else {
+    free(h_arc);
+  }
   cudaFree(d_in);
   cudaFree(d_arc);
   cudaFree(d_out);
@@ -144,6 +170,8 @@ int main(int argc, char **argv) {
   size_t min_bytes = (size_t)1 << 30;
   const char *presets = "fast,balanced,lossless", *bounds = "1e-2,1e-3,1e-4";
   fz_eb_mode mode = FZ_EB_REL;
+  fz_dtype dtype = FZ_F32;
+  const char *jit = "jit";
   int i = 1, failed = 0;
   for (; i < argc && argv[i][0] == '-' && strcmp(argv[i], "--gen") != 0; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -153,6 +181,18 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "-p") && i + 1 < argc) presets = argv[++i];
     else if (!strcmp(argv[i], "-e") && i + 1 < argc) bounds = argv[++i];
     else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_bytes = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "-j") && i + 1 < argc) {
+      jit = argv[++i];
+      if (strcmp(jit, "jit") && strcmp(jit, "aot") && strcmp(jit, "only") && strcmp(jit, "both")) {
+        fprintf(stderr, "bad -j '%s': jit, aot, only or both\n", jit);
+        return 2;
+      }
+    } else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+      if (fz_dtype_parse(argv[++i], &dtype) != 0 || (dtype != FZ_F32 && dtype != FZ_F64)) {
+        fprintf(stderr, "bad type '%s': f32 or f64\n", argv[i]);
+        return 2;
+      }
+    }
     else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
       if (fz_eb_mode_parse(argv[++i], &mode) != 0) {
         fprintf(stderr, "bad mode '%s'\n", argv[i]);
@@ -163,16 +203,27 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  fz_gpu_ctx *ctx;
-  char why[256] = "";
-  int rc = fz_gpu_ctx_create(NULL, 2, &ctx, why, sizeof why);
-  if (rc < 0) {
-    fprintf(stderr, "no GPU: %s %s\n", fz_err_name(rc), why);
-    return 77;
+  /* One context per kind of kernel: the JIT is configured per context. */
+  fz_gpu_ctx *ctxs[2] = {NULL, NULL};
+  const int kinds[2] = {!strcmp(jit, "aot")    ? FZ_GPU_JIT_OFF
+                        : !strcmp(jit, "only") ? FZ_GPU_JIT_ONLY
+                                               : FZ_GPU_JIT_ON,
+                        strcmp(jit, "both") == 0 ? FZ_GPU_JIT_OFF : -1};
+  char why[512] = "";
+  for (int k = 0; k < 2 && kinds[k] >= 0; k++) {
+    int rc = fz_gpu_ctx_create(NULL, 2, &ctxs[k], why, sizeof why);
+    if (rc < 0) {
+      fprintf(stderr, "no GPU: %s %s\n", fz_err_name(rc), why);
+      return 77;
+    }
+    if ((rc = fz_gpu_ctx_jit_config(ctxs[k], NULL, 0, kinds[k], why, sizeof why)) < 0) {
+      fprintf(stderr, "jit config: %s %s\n", fz_err_name(rc), why);
+      return 2;
+    }
   }
-  printf("GPU: %s\n\n", fz_gpu_ctx_name(ctx));
-  printf("| input      | preset   | bound        | comp GB/s | kernel GB/s | decomp GB/s | ratio | max error | eb_abs | bound |\n");
-  printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  printf("GPU: %s\n\n", fz_gpu_ctx_name(ctxs[0]));
+  printf("| input      | preset   | type | path | bound        | comp GB/s | kernel GB/s | decomp GB/s | ratio | max error | eb_abs | bound |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (; i < argc; i++) {
     size_t n = 0;
     float *x;
@@ -191,7 +242,7 @@ int main(int argc, char **argv) {
       }
     }
     size_t total;
-    float *big = replicate(x, n, min_bytes, &total);
+    void *big = replicate(x, n, min_bytes, dtype, &total);
     free(x);
     char shortname[11];
     snprintf(shortname, sizeof shortname, "%s", name);
@@ -200,13 +251,36 @@ int main(int argc, char **argv) {
     for (char *sp, *pr = strtok_r(pbuf, ",", &sp); pr; pr = strtok_r(NULL, ",", &sp)) {
       snprintf(ebuf, sizeof ebuf, "%s", bounds);
       for (char *se, *e = strtok_r(ebuf, ",", &se); e; e = strtok_r(NULL, ",", &se)) {
-        failed |= bench(ctx, shortname, big, total, pr, atof(e), mode, repeat);
+        uint8_t *a[2] = {NULL, NULL};
+        size_t al[2] = {0, 0};
+        for (int k = 0; k < 2 && ctxs[k]; k++)
+          failed |= bench(ctxs[k], shortname, big, dtype, total, pr, atof(e), mode, repeat, &a[k],
+                          &al[k]);
+        if (a[1] != NULL && (al[0] != al[1] || memcmp(a[0], a[1], al[0]) != 0)) {
+          fprintf(stderr, "%s %s %s: jit and aot archives differ\n", shortname, pr, e);
+          failed = 1;
+        }
+        free(a[0]);
+        free(a[1]);
         if (!strcmp(pr, "lossless"))
           break;
       }
     }
     free(big);
   }
-  fz_gpu_ctx_destroy(ctx);
+  for (int k = 0; k < 2; k++) {
+    char text[2048];
+    if (ctxs[k] != NULL && fz_gpu_ctx_jit_failure(ctxs[k], text, sizeof text))
+      fprintf(stderr, "JIT: %s\n", text);
+    if (ctxs[k] != NULL) {
+      fz_gpu_jit_counts c;
+      fz_gpu_ctx_jit_counts(ctxs[k], &c);
+      if (c.compiles)
+        fprintf(stderr, "JIT: %llu compiles in %.3f s, %llu modules loaded\n",
+                (unsigned long long)c.compiles, c.compile_us / 1e6,
+                (unsigned long long)c.modules_loaded);
+    }
+    fz_gpu_ctx_destroy(ctxs[k]);
+  }
   return failed;
 }

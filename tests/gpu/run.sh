@@ -72,7 +72,7 @@ cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_FLAGS="$cuda_flags" \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
-  test_gpu_large fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
+  test_gpu_large test_gpu_jit fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
 echo "built"
 
 if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
