@@ -149,6 +149,14 @@ static int gpu_sync(fzd_gpu_worker *w, fzd_job *job, const char *what);
 
 /* ---- the context ----------------------------------------------------------- */
 
+/* Logs the JIT failures not told yet (NVRTC missing, a compile's log): the
+ * kernels keep their text until fetched, so each is logged once. */
+static void jit_log_failures(fzd_gpu *g) {
+  char text[4096];
+  if (fz_gpu_ctx_jit_failure(g->ctx, text, sizeof text))
+    fzd_warn("jit: %s", text);
+}
+
 static int mem_reserve(fzd_gpu *g, size_t bytes, char *why, size_t why_len);
 static void mem_release(fzd_gpu *g, size_t bytes);
 
@@ -158,6 +166,9 @@ static int plan_create(void *arg, const fz_params *p, void **out, char *why, siz
   fzd_gpu *g = arg;
   fz_gpu_plan *plan;
   int err = fz_gpu_plan_create(g->ctx, p, FZ_GPU_PREALLOC, &plan, why, why_len);
+  /* A compile that failed left the plan on the built-in kernels; its log is
+   * told once. */
+  jit_log_failures(g);
   if (err < 0)
     return err;
   if ((err = mem_reserve(g, fz_gpu_plan_workspace_bytes(plan), why, why_len)) < 0) {
@@ -665,6 +676,7 @@ static int verify(fzd_gpu_worker *w, fzd_job *job, const void *d_arc, size_t arc
     return err;
   err = fz_gpu_decoder_open(w->dec, d_arc, arc_len, NULL, w->stream, job->why,
                             sizeof(job->why));
+  jit_log_failures(w->g);
   if (err == 0)
     err = fz_gpu_decoder_run(w->dec, w->d_back.p, n, &back_len, w->stream, job->why,
                              sizeof(job->why));
@@ -941,6 +953,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   }
   err = fz_gpu_decoder_open(w->dec, d_arc, job->in_len, info, w->stream, job->why,
                             sizeof(job->why));
+  jit_log_failures(w->g);
   if (err == FZ_ENOSYS) {
     job_end(w, job, ein, NULL, 0);
     job->why[0] = '\0';
@@ -1184,15 +1197,37 @@ static int worker_create(void *state, unsigned index, void **out, char *why, siz
 
 static int run(void *w, fzd_job *job) { return gpu_run(w, job); }
 
-/* The one place where the JIT settings reach the kernels' compiler
- * (fz_gpu_ctx_jit_config(g->ctx, dir, max_bytes, enabled, why, why_len)
- * once libfzkernels has it); before the workers are made, since their
- * warm-up compiles the first kernels. */
+/* The JIT settings reach the kernels' compiler before the workers are
+ * made, since their warm-up compiles the first kernels.  A cache
+ * directory that cannot be used leaves the modules in memory: a warning,
+ * not a reason to stop serving. */
 static int jit_setup(fzd_gpu *g) {
-  fzd_debug("jit: %s, module cache %s%s, at most %llu bytes on disk",
-            g->jit ? "on" : "off", g->jit_cache_dir[0] ? "in " : "in memory only",
-            g->jit_cache_dir, (unsigned long long)g->jit_cache_max_bytes);
+  char why[512] = "";
+  int err = fz_gpu_ctx_jit_config(g->ctx, g->jit_cache_dir, g->jit_cache_max_bytes,
+                                  g->jit ? FZ_GPU_JIT_ON : FZ_GPU_JIT_OFF, why, sizeof why);
+  if (err < 0) {
+    fzd_err("jit: %s", why);
+    return err;
+  }
+  if (why[0] != '\0')
+    fzd_warn("jit: %s", why);
+  fzd_info("jit: %s, module cache %s%s, at most %llu bytes on disk",
+           g->jit ? "on" : "off", g->jit_cache_dir[0] ? "in " : "in memory only",
+           g->jit_cache_dir, (unsigned long long)g->jit_cache_max_bytes);
+  jit_log_failures(g);
   return 0;
+}
+
+static void jit_counts(void *state, fzd_jit_counts *out) {
+  fzd_gpu *g = state;
+  fz_gpu_jit_counts k;
+  fz_gpu_ctx_jit_counts(g->ctx, &k);
+  *out = (fzd_jit_counts){.mem_hits = k.mem_hits, .disk_hits = k.disk_hits,
+                          .misses = k.misses, .compiles = k.compiles,
+                          .compile_failures = k.compile_failures,
+                          .compile_ms = k.compile_us / 1000, .disk_writes = k.disk_writes,
+                          .disk_rejected = k.disk_rejected, .disk_evicted = k.disk_evicted,
+                          .disk_bytes = k.disk_bytes};
 }
 
 int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s, fzd_backend_ops *be) {
@@ -1215,8 +1250,6 @@ int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s, fzd_backend_ops *be) 
   *be = (fzd_backend_ops){.name = "GPU", .state = g, .worker_create = worker_create,
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
                       .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .plans = g->plans,
-                      /* The kernels' JIT counters (fz_gpu_ctx_jit_counts) go here once
-                       * libfzkernels keeps them; until then "stats" has no jit object. */
-                      .jit_counts = NULL, .destroy = NULL};
+                      .jit_counts = jit_counts, .destroy = NULL};
   return 0;
 }
