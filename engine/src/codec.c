@@ -13,12 +13,16 @@
 
 int fze_scratch_init(fze_scratch *s, size_t chunk_bytes) {
   s->cap = 2 * chunk_bytes + 256;
-  s->a = malloc(4 * s->cap);
+  /* tmp serves rze (two bitmaps and kept bytes of a stream of up to cap
+   * bytes) and huffman (its tables and 4 bytes a word). */
+  size_t tmp = 4 * chunk_bytes + FZE_HUFFMAN_TMP + 256;
+  s->a = malloc(3 * s->cap + tmp + fze_quant_work_bytes(chunk_bytes / 4));
   if (s->a == NULL)
     return FZ_ENOMEM;
   s->b = s->a + s->cap;
   s->side = s->b + s->cap;
   s->tmp = s->side + s->cap;
+  s->qwork = s->tmp + tmp;
   return 0;
 }
 
@@ -27,14 +31,49 @@ void fze_scratch_free(fze_scratch *s) {
   memset(s, 0, sizeof *s);
 }
 
+/* A huffman stage that is not the last leaves a stream whose length the
+ * stage after it (rze) cannot infer; the chunk carries it after the side
+ * list, as a LEB128 varint.  Returns the stage's index, or -1. */
+static int inner_huffman(const fze_chain *c) {
+  for (unsigned i = 0; i + 1 < c->n; i++)
+    if (c->st[i].id == FZE_STAGE_HUFFMAN)
+      return (int)i;
+  return -1;
+}
+
+static size_t put_len(uint8_t *p, size_t v) {
+  size_t k = 0;
+  while (v >= 0x80) {
+    p[k++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[k++] = (uint8_t)v;
+  return k;
+}
+
+static bool get_len(const uint8_t *p, size_t avail, size_t *k, size_t *out) {
+  size_t v = 0;
+  for (unsigned shift = 0;; shift += 7) {
+    if (*k >= avail || shift > 28)
+      return false;
+    uint8_t b = p[(*k)++];
+    v |= (size_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      break;
+  }
+  *out = v;
+  return true;
+}
+
 size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
-                        size_t n, uint8_t *out, fze_scratch *s) {
+                        size_t n, uint64_t first, uint8_t *out, fze_scratch *s) {
   unsigned w = (unsigned)fz_dtype_size(t);
-  size_t raw = n * w, side_len = 0, len = raw;
+  size_t raw = n * w, side_len = 0, len = raw, hlen = 0;
   uint8_t *cur = s->a, *other = s->b;
   unsigned i = 0;
+  int inner = inner_huffman(c);
   if (fze_chain_has_quant(c)) {
-    side_len = fze_quant_encode(&c->st[0], t, in, n, cur, s->side);
+    side_len = fze_quant_encode(&c->st[0], t, in, n, cur, s->side, s->qwork);
     i = 1;
   } else {
     memcpy(cur, in, raw);
@@ -44,6 +83,16 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     switch (st->id) {
     case FZE_STAGE_DIFF:
       fze_diff_encode(st, w, cur, other, n);
+      break;
+    case FZE_STAGE_LORENZO:
+      fze_lorenzo_encode(st, w, cur, other, n, first);
+      break;
+    case FZE_STAGE_HUFFMAN:
+      /* A code as long as the chunk cannot make it smaller. */
+      len = fze_huffman_encode(w, cur, n, other, raw - 1, s->tmp);
+      if (len == SIZE_MAX)
+        goto store_raw;
+      hlen = len;
       break;
     case FZE_STAGE_BITSHUFFLE:
       fze_bitshuffle_encode(w, cur, n, other);
@@ -60,17 +109,22 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     cur = other;
     other = x;
   }
-  if (side_len + len >= raw) {
-    memcpy(out, in, raw);
-    return raw;
-  }
+  uint8_t lenbuf[8];
+  size_t lk = inner >= 0 ? put_len(lenbuf, hlen) : 0;
+  if (side_len + lk + len >= raw)
+    goto store_raw;
   memcpy(out, s->side, side_len);
-  memcpy(out + side_len, cur, len);
-  return side_len + len;
+  memcpy(out + side_len, lenbuf, lk);
+  memcpy(out + side_len + lk, cur, len);
+  return side_len + lk + len;
+store_raw:
+  memcpy(out, in, raw);
+  return raw;
 }
 
 int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
-                     size_t in_len, size_t n, void *out, fze_scratch *s) {
+                     size_t in_len, size_t n, uint64_t first_elem, void *out,
+                     fze_scratch *s) {
   unsigned w = (unsigned)fz_dtype_size(t);
   size_t raw = n * w;
   if (in_len == raw) {
@@ -88,19 +142,27 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
     side_len = (size_t)sl;
     first = 1;
   }
-  const uint8_t *cur = in + side_len;
-  size_t len = in_len - side_len;
+  size_t hk = side_len, hlen = 0;
+  int inner = inner_huffman(c);
+  /* The inner huffman stream is at most the chunk's raw size (the encoder
+   * stores the chunk raw otherwise), which the buffers are sized for. */
+  if (inner >= 0 && (!get_len(in, in_len, &hk, &hlen) || hlen == 0 || hlen >= raw))
+    return FZ_ECORRUPT;
+  const uint8_t *cur = in + hk;
+  size_t len = in_len - hk;
 
-  /* The stream size entering each stage, forward; only the last stage may
-   * produce a size that is not implied by n. */
+  /* The stream size entering each stage, forward; only the last stage and
+   * an inner huffman stage (whose size the chunk carries) may produce a
+   * size that is not implied by n. */
   size_t size_in[FZE_MAX_STAGES + 1];
   size_in[first] = raw;
   for (unsigned i = first; i < c->n; i++)
     size_in[i + 1] = c->st[i].id == FZE_STAGE_BITSHUFFLE ? fze_bitshuffle_bytes(w, n)
+                     : (int)i == inner                   ? hlen
                                                          : size_in[i];
   unsigned last = c->n - 1;
   if (c->st[last].id != FZE_STAGE_RZE && c->st[last].id != FZE_STAGE_BITPACK &&
-      len != size_in[c->n])
+      c->st[last].id != FZE_STAGE_HUFFMAN && len != size_in[c->n])
     return FZ_ECORRUPT;
 
   uint8_t *bufs[2] = {s->a, s->b};
@@ -121,6 +183,17 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
     case FZE_STAGE_BITSHUFFLE:
       fze_bitshuffle_decode(w, cur, n, dst);
       len = raw;
+      break;
+    case FZE_STAGE_HUFFMAN:
+      rc = fze_huffman_decode(w, cur, len, dst, n, s->tmp);
+      len = raw;
+      break;
+    case FZE_STAGE_LORENZO:
+      if (i == 0 && (uintptr_t)out % w == 0)
+        dst = out;
+      else if (cur == s->a || cur == s->b)
+        dst = (uint8_t *)cur;
+      fze_lorenzo_decode(st, w, cur, dst, n, first_elem);
       break;
     case FZE_STAGE_DIFF:
       /* The running sums go straight to out when they are the result and

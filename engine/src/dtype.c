@@ -81,6 +81,10 @@ static const fz_preset presets[] = {
     {"balanced", "quant | diff | bitshuffle | rze",
      "ratio and speed (PFPL class): difference, bit shuffle, recursive "
      "zero-byte elimination"},
+    {"ratio", "quant | lorenzo | huffman | rze",
+     "ratio first (SZ class): N-dimensional Lorenzo prediction on the "
+     "quantized values, canonical Huffman in 32 interleaved streams, "
+     "zero-byte elimination; 256 KiB chunks"},
     {"lossless", "diff | bitshuffle | rze",
      "bit-exact for any fixed-width type"},
 };
@@ -97,7 +101,7 @@ void fz_params_init(fz_params *p) {
   p->pipeline = "balanced";
   p->eb_mode = FZ_EB_REL;
   p->threads = 1;
-  p->chunk_bytes = FZ_CHUNK_DEFAULT;
+  p->chunk_bytes = 0;
 }
 
 fze_numtext fze_num(double v) {

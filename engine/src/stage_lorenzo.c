@@ -1,0 +1,121 @@
+/*
+ * stage_lorenzo.c - N-dimensional Lorenzo prediction on the quantizer's
+ * integer words (the ratio preset's predictor).
+ *
+ * The array, its dimensions folded into pdims = 1..3 (extents Z, Y, X,
+ * slowest first, leading ones 1), is cut into chunks along its flat C
+ * order as every chain cuts it.  Each word is predicted from its
+ * neighbours one step back along the axes it has them on (x > 0, y > 0,
+ * z > 0): the 3-D Lorenzo predictor a + b + c - ab - ac - bc + abc and its
+ * 2-D and 1-D faces.  A neighbour is used only when it lies inside the same
+ * chunk, so chunks stay independent: where the farthest corner the axes
+ * need lies before the chunk's first element, the slowest axis is dropped
+ * (z, then y, then x) until it does not.  The residual, modulo the word
+ * width, is zigzag-mapped; the decoder rebuilds each word from the ones
+ * before it with the same arithmetic, so the stage is exact for any words.
+ * Since quant has already fixed every reconstructed value (and kept every
+ * outlier exactly), prediction on its words cannot touch the bound.
+ */
+#include <string.h>
+
+#include "engine.h"
+
+/* The offsets (in elements) of the corner a mask of axes needs. */
+static uint64_t corner(unsigned m, uint64_t sy, uint64_t sz) {
+  return (m & 1u) + ((m & 2u) ? sy : 0) + ((m & 4u) ? sz : 0);
+}
+
+/* Drops the slowest axes until the corner lies at or after the chunk's
+ * first element (i elements before the current one). */
+static unsigned fit(unsigned m, uint64_t i, uint64_t sy, uint64_t sz) {
+  while (m && corner(m, sy, sz) > i)
+    m &= ~(1u << (31 - __builtin_clz(m)));
+  return m;
+}
+
+#define DEFINE_LORENZO(W, T)                                                   \
+  static inline T zz##W(T d) {                                                 \
+    return (T)((T)(d << 1) ^ (T)(0 - (T)(d >> (W - 1))));                      \
+  }                                                                            \
+  static inline T unzz##W(T z) { return (T)((T)(z >> 1) ^ (T)(0 - (T)(z & 1))); } \
+  /* The prediction of v[i] from the axes in m (offsets 1, sy, sz). */        \
+  static inline T pred##W(const T *v, size_t i, unsigned m, size_t sy,         \
+                          size_t sz) {                                         \
+    switch (m) {                                                               \
+    case 0: return 0;                                                          \
+    case 1: return v[i - 1];                                                   \
+    case 2: return v[i - sy];                                                  \
+    case 4: return v[i - sz];                                                  \
+    case 3: return (T)(v[i - 1] + v[i - sy] - v[i - 1 - sy]);                  \
+    case 5: return (T)(v[i - 1] + v[i - sz] - v[i - 1 - sz]);                  \
+    case 6: return (T)(v[i - sy] + v[i - sz] - v[i - sy - sz]);                \
+    default:                                                                   \
+      return (T)(v[i - 1] + v[i - sy] + v[i - sz] - v[i - 1 - sy] -            \
+                 v[i - 1 - sz] - v[i - sy - sz] + v[i - 1 - sy - sz]);         \
+    }                                                                          \
+  }                                                                            \
+  /* One pass over the rows of a chunk; DEC: decode in place of enc.  Rows  \
+   * whose every x > 0 element has all its axes take the tight loop. */      \
+  static void run##W(const fze_stage *st, const T *in, T *out, size_t n,       \
+                     uint64_t first, int dec) {                                \
+    uint64_t Y = st->ext[1], X = st->ext[2];                                   \
+    size_t sy = (size_t)X, sz = (size_t)(X * Y);                               \
+    const T *v = dec ? out : in; /* the words predictions read */            \
+    uint64_t end = first + n;                                                  \
+    for (uint64_t r = first / X; r * X < end; r++) {                           \
+      uint64_t R = r * X, y = r % Y, z = r / Y;                                \
+      uint64_t lo = R > first ? R : first, hi = R + X < end ? R + X : end;     \
+      unsigned ax = (y > 0 ? 2u : 0u) | (z > 0 ? 4u : 0u);                     \
+      unsigned full = 1u | ax;                                                 \
+      size_t i = (size_t)(lo - first), stop = (size_t)(hi - first);            \
+      /* The first element of the row, and any before the corner fits. */    \
+      for (; i < stop; i++) {                                                  \
+        uint64_t x = first + i - R;                                            \
+        unsigned m = fit((x > 0 ? 1u : 0u) | ax, i, sy, sz);                   \
+        if (x > 0 && m == full)                                                \
+          break;                                                               \
+        T p = pred##W(v, i, m, sy, sz);                                        \
+        if (dec)                                                               \
+          out[i] = (T)(unzz##W(in[i]) + p);                                    \
+        else                                                                   \
+          out[i] = zz##W((T)(in[i] - p));                                      \
+      }                                                                        \
+      if (dec)                                                                 \
+        for (; i < stop; i++)                                                  \
+          out[i] = (T)(unzz##W(in[i]) + pred##W(out, i, full, sy, sz));        \
+      else if (full == 7)                                                      \
+        for (; i < stop; i++)                                                  \
+          out[i] = zz##W((T)(in[i] - pred##W(in, i, 7, sy, sz)));             \
+      else if (full == 3)                                                      \
+        for (; i < stop; i++)                                                  \
+          out[i] = zz##W((T)(in[i] - pred##W(in, i, 3, sy, sz)));             \
+      else                                                                     \
+        for (; i < stop; i++)                                                  \
+          out[i] = zz##W((T)(in[i] - pred##W(in, i, full, sy, sz)));          \
+    }                                                                          \
+  }
+
+DEFINE_LORENZO(8, uint8_t)
+DEFINE_LORENZO(16, uint16_t)
+DEFINE_LORENZO(32, uint32_t)
+DEFINE_LORENZO(64, uint64_t)
+
+static void run(const fze_stage *st, unsigned w, const void *in, void *out, size_t n,
+                uint64_t first, int dec) {
+  switch (w) {
+  case 1: run8(st, in, out, n, first, dec); break;
+  case 2: run16(st, in, out, n, first, dec); break;
+  case 4: run32(st, in, out, n, first, dec); break;
+  default: run64(st, in, out, n, first, dec); break;
+  }
+}
+
+void fze_lorenzo_encode(const fze_stage *st, unsigned w, const void *in, void *out,
+                        size_t n, uint64_t first) {
+  run(st, w, in, out, n, first, 0);
+}
+
+void fze_lorenzo_decode(const fze_stage *st, unsigned w, const void *in, void *out,
+                        size_t n, uint64_t first) {
+  run(st, w, in, out, n, first, 1);
+}
