@@ -271,6 +271,7 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
   }
   bool bytes = false; /* the stream is words until bitshuffle or huffman */
   bool coded = false; /* huffman came: nothing but rze may follow */
+  unsigned lorenzos = 0; /* a chunk names the dims of one lorenzo stage */
   for (unsigned i = 0; i < c->n; i++) {
     const fze_stage *st = &c->st[i];
     const char *name = (st->id < NSTAGE_NAMES && stage_names[st->id])
@@ -312,6 +313,10 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
       }
       if (st->id == FZE_STAGE_LORENZO && st->pdims > 3) {
         fze_why(why, why_len, "lorenzo: dims must be 1, 2 or 3");
+        return FZ_EPIPELINE;
+      }
+      if (st->id == FZE_STAGE_LORENZO && ++lorenzos > 1) {
+        fze_why(why, why_len, "lorenzo may appear only once in a chain");
         return FZ_EPIPELINE;
       }
       if (st->id == FZE_STAGE_HUFFMAN)
@@ -367,14 +372,15 @@ int fze_chain_resolve_shape(fze_chain *c, unsigned ndims, const uint64_t *dims,
       return FZ_EPIPELINE;
     }
     /* The leading dimensions fold into the slowest predicted one. */
-    unsigned k = st->pdims;
-    uint64_t fold = 1;
-    for (unsigned d = 0; d + k <= ndims - 1; d++)
-      fold *= dims[d];
-    st->ext[0] = st->ext[1] = 1;
-    st->ext[3 - k] = fold * dims[ndims - k];
-    for (unsigned j = 1; j < k; j++)
-      st->ext[3 - k + j] = dims[ndims - k + j];
+    for (unsigned k = 1; k <= st->pdims; k++) {
+      uint64_t fold = 1, *ext = st->ext[k - 1];
+      for (unsigned d = 0; d + k <= ndims - 1; d++)
+        fold *= dims[d];
+      ext[0] = ext[1] = 1;
+      ext[3 - k] = fold * dims[ndims - k];
+      for (unsigned j = 1; j < k; j++)
+        ext[3 - k + j] = dims[ndims - k + j];
+    }
   }
   return 0;
 }

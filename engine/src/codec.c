@@ -31,9 +31,11 @@ void fze_scratch_free(fze_scratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-/* A huffman stage that is not the last leaves a stream whose length the
- * stage after it (rze) cannot infer; the chunk carries it after the side
- * list, as a LEB128 varint.  Returns the stage's index, or -1. */
+/* After the side list a chunk carries what its stages chose or cannot
+ * infer: a lorenzo stage's dims for the chunk (one byte), then, when a
+ * huffman stage is not the last, the length of its stream, which the
+ * stage after it (rze) needs, as a LEB128 varint.  Returns the huffman
+ * stage's index, or -1. */
 static int inner_huffman(const fze_chain *c) {
   for (unsigned i = 0; i + 1 < c->n; i++)
     if (c->st[i].id == FZE_STAGE_HUFFMAN)
@@ -69,6 +71,7 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
                         size_t n, uint64_t first, uint8_t *out, fze_scratch *s) {
   unsigned w = (unsigned)fz_dtype_size(t);
   size_t raw = n * w, side_len = 0, len = raw, hlen = 0;
+  uint8_t pk = 0; /* the dims a lorenzo stage predicted this chunk in */
   uint8_t *cur = s->a, *other = s->b;
   unsigned i = 0;
   int inner = inner_huffman(c);
@@ -84,9 +87,22 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     case FZE_STAGE_DIFF:
       fze_diff_encode(st, w, cur, other, n);
       break;
-    case FZE_STAGE_LORENZO:
-      fze_lorenzo_encode(st, w, cur, other, n, first);
+    case FZE_STAGE_LORENZO: {
+      /* Every k the stage allows, the cheapest kept (the lowest of
+       * equals); the last one tried is redone when it lost. */
+      uint64_t best = UINT64_MAX;
+      for (unsigned k = 1; k <= st->pdims; k++) {
+        fze_lorenzo_encode(st, k, w, cur, other, n, first);
+        uint64_t cost = fze_lorenzo_cost(w, other, n);
+        if (cost < best) {
+          best = cost;
+          pk = (uint8_t)k;
+        }
+      }
+      if (pk != st->pdims)
+        fze_lorenzo_encode(st, pk, w, cur, other, n, first);
       break;
+    }
     case FZE_STAGE_HUFFMAN:
       /* A code as long as the chunk cannot make it smaller. */
       len = fze_huffman_encode(w, cur, n, other, raw - 1, s->tmp);
@@ -110,7 +126,11 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     other = x;
   }
   uint8_t lenbuf[8];
-  size_t lk = inner >= 0 ? put_len(lenbuf, hlen) : 0;
+  size_t lk = 0;
+  if (pk)
+    lenbuf[lk++] = pk;
+  if (inner >= 0)
+    lk += put_len(lenbuf + lk, hlen);
   if (side_len + lk + len >= raw)
     goto store_raw;
   memcpy(out, s->side, side_len);
@@ -144,6 +164,14 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
   }
   size_t hk = side_len, hlen = 0;
   int inner = inner_huffman(c);
+  /* A lorenzo stage's k for this chunk: one byte, 1..pdims. */
+  unsigned pk = 0;
+  for (unsigned i = 0; i < c->n; i++)
+    if (c->st[i].id == FZE_STAGE_LORENZO) {
+      if (hk >= in_len || in[hk] < 1 || in[hk] > c->st[i].pdims)
+        return FZ_ECORRUPT;
+      pk = in[hk++];
+    }
   /* The inner huffman stream is at most the chunk's raw size (the encoder
    * stores the chunk raw otherwise), which the buffers are sized for. */
   if (inner >= 0 && (!get_len(in, in_len, &hk, &hlen) || hlen == 0 || hlen >= raw))
@@ -193,7 +221,7 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
         dst = out;
       else if (cur == s->a || cur == s->b)
         dst = (uint8_t *)cur;
-      fze_lorenzo_decode(st, w, cur, dst, n, first_elem);
+      fze_lorenzo_decode(st, pk, w, cur, dst, n, first_elem);
       break;
     case FZE_STAGE_DIFF:
       /* The running sums go straight to out when they are the result and

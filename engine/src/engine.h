@@ -58,8 +58,9 @@ typedef struct fze_stage {
   /* Resolved per job by the compressor and stored in the archive: */
   double eb_abs;        /* quant: absolute bound enforced; 0 = lossless */
   double step;          /* quant: bin width (abs/rel) or bit step (pwrel) */
-  uint64_t ext[3];      /* lorenzo: the array's extents folded into pdims
-                           dimensions, as 3 (slowest first, leading 1s) */
+  uint64_t ext[3][3];   /* lorenzo: ext[k-1], the array's extents folded
+                           into k dimensions, as 3 (slowest first, leading
+                           1s), for every k up to pdims */
 } fze_stage;
 
 typedef struct fze_chain {
@@ -144,11 +145,14 @@ int fze_rze_decode(unsigned levels, const uint8_t *in, size_t in_len,
                    uint8_t *out, size_t n, uint8_t *tmp);
 size_t fze_bitpack_encode(unsigned w, const void *words, size_t n, uint8_t *out);
 /* lorenzo (stage_lorenzo.c): the chunk of n words starting at element
- * `first` of the array; decode may run in place (in == out). */
-void fze_lorenzo_encode(const fze_stage *st, unsigned w, const void *in, void *out,
-                        size_t n, uint64_t first);
-void fze_lorenzo_decode(const fze_stage *st, unsigned w, const void *in, void *out,
-                        size_t n, uint64_t first);
+ * `first` of the array, predicted in k dimensions (1..pdims); decode may
+ * run in place (in == out).  fze_lorenzo_cost() estimates the bits the
+ * residuals cost (integers only), by which the encoder picks k. */
+void fze_lorenzo_encode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first);
+void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first);
+uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n);
 /* huffman (stage_huffman.c): at most out_cap bytes; returns the length, or
  * SIZE_MAX when the code would not fit (the chunk is then stored raw).
  * tmp: FZE_HUFFMAN_TMP bytes plus 4 bytes a word. */

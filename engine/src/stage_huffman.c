@@ -2,8 +2,10 @@
  * stage_huffman.c - canonical Huffman coding of a chunk's words in 32
  * interleaved sub-streams (the ratio preset's entropy coder).
  *
- * Words below E (chosen per chunk, at most 4095) are symbols of their own;
- * every other word is the escape symbol E followed by the word's raw bits.
+ * Words below E (chosen per chunk, at most 4080) are symbols of their own;
+ * every other word is the escape symbol E followed by the word's raw bits;
+ * symbols E + k (k = 1..15) stand for 2^k zero words, so long zero runs
+ * cost a few bits however long they are.
  * Code lengths are at most 12 bits, so one 4096-entry table decodes any
  * code in one look-up.  Word i goes to sub-stream i mod 32, so a GPU warp
  * can later decode a chunk with one lane per sub-stream and write 32
@@ -13,7 +15,7 @@
  * word is 0 its code is a single 0 bit and the streams are mostly zero
  * bytes, which rze after this stage removes: well below a bit a word.
  *
- * Layout (docs/format.md): u16 E; the E + 1 code lengths as 4-bit nibbles,
+ * Layout (docs/format.md): u16 E; the E + 16 code lengths as 4-bit nibbles,
  * low nibble first (a padding nibble is 0); 32 u32 sub-stream byte lengths;
  * the sub-streams.  Bits are written least significant first, each code
  * with its bits reversed (the canonical code read from its first bit), an
@@ -26,7 +28,9 @@
 
 #define LANES 32u
 #define MAX_LEN 12u
-#define MAX_SYMS 4096u /* E + 1 */
+#define MAX_SYMS 4096u /* every symbol: E + 1 + RUNS */
+#define RUNS 15u       /* run symbols: 2, 4, ... 2^15 zero words */
+#define MAX_DIRECT (MAX_SYMS - 1 - RUNS)
 
 static uint64_t load_word(const uint8_t *p, unsigned w) {
   switch (w) {
@@ -177,7 +181,7 @@ static unsigned choose_direct(build *b, unsigned w) {
     b->above[t] = b->above[t + 1] + b->hist[t];
   uint64_t best = UINT64_MAX;
   unsigned e = 1;
-  for (unsigned t = 1; t < MAX_SYMS; t++) {
+  for (unsigned t = 1; t <= MAX_DIRECT; t++) {
     uint64_t cost = 4 * (uint64_t)(t + 1) + b->above[t] * (8 * (uint64_t)w + 8);
     if (cost < best) {
       best = cost;
@@ -207,39 +211,67 @@ static inline void put_bits(lane_writer *lw, uint64_t v, unsigned n) {
   }
 }
 
+/* Word j of lane l is word l + 32 j of the chunk. */
+static size_t lane_count(size_t n, unsigned l) { return n > l ? (n - l + LANES - 1) / LANES : 0; }
+
+/* The symbols of one lane into tok: a word below e is itself, any other
+ * the escape e; a run of L >= 2 zero words is one run symbol per set bit
+ * of L from the highest down (e + k for 2^k zeros, k >= 1; a last single
+ * zero is symbol 0).  Returns the number of symbols. */
+static size_t tokenize(const uint8_t *in, unsigned w, size_t n, unsigned l, unsigned e,
+                       uint16_t *tok) {
+  size_t cnt = lane_count(n, l), k = 0, run = 0;
+  for (size_t j = 0; j <= cnt; j++) {
+    uint64_t v = j < cnt ? load_word(in + (l + LANES * j) * w, w) : 1;
+    if (v == 0 && j < cnt) {
+      run++;
+      continue;
+    }
+    for (unsigned bit = RUNS; run && bit >= 1; bit--)
+      if (run >> bit & 1u)
+        tok[k++] = (uint16_t)(e + bit);
+    if (run & 1u)
+      tok[k++] = 0;
+    run = 0;
+    if (j < cnt)
+      tok[k++] = (uint16_t)(v < e ? v : e);
+  }
+  return k;
+}
+
 size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
                           size_t out_cap, uint8_t *tmp) {
   const uint8_t *in = words;
   build *b = (build *)tmp;
-  uint16_t *sym = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
+  uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
   memset(b->hist, 0, sizeof b->hist);
   for (size_t i = 0; i < n; i++) {
     uint64_t v = load_word(in + i * w, w);
     b->hist[v < MAX_SYMS ? v : MAX_SYMS]++;
   }
-  unsigned e = choose_direct(b, w), nsym = e + 1;
-  uint32_t freq[MAX_SYMS];
-  uint64_t esc = 0;
-  for (unsigned s = 0; s < e; s++)
-    freq[s] = b->hist[s];
-  for (unsigned s = e; s <= MAX_SYMS; s++)
-    esc += b->hist[s];
-  freq[e] = (uint32_t)esc;
+  unsigned e = choose_direct(b, w), nsym = e + 1 + RUNS;
+  uint32_t freq[MAX_SYMS] = {0};
+  size_t start[LANES + 1];
+  start[0] = 0;
+  for (unsigned l = 0; l < LANES; l++) {
+    start[l + 1] = start[l] + tokenize(in, w, n, l, e, tok + start[l]);
+    for (size_t k = start[l]; k < start[l + 1]; k++)
+      freq[tok[k]]++;
+  }
   uint8_t len[MAX_SYMS];
   uint16_t code[MAX_SYMS];
   code_lengths(b, freq, nsym, len);
   canonical(len, nsym, code);
 
-  uint64_t lane_bits[LANES] = {0};
-  for (size_t i = 0; i < n; i++) {
-    uint64_t v = load_word(in + i * w, w);
-    unsigned s = v < e ? (unsigned)v : e;
-    sym[i] = (uint16_t)s;
-    lane_bits[i % LANES] += len[s] + (s == e ? 8u * w : 0u);
-  }
   size_t head = 2 + (nsym + 1) / 2 + 4 * LANES, total = head;
-  for (unsigned l = 0; l < LANES; l++)
-    total += (size_t)((lane_bits[l] + 7) / 8);
+  uint32_t bytes[LANES];
+  for (unsigned l = 0; l < LANES; l++) {
+    uint64_t bits = 0;
+    for (size_t k = start[l]; k < start[l + 1]; k++)
+      bits += len[tok[k]] + (tok[k] == e ? 8u * w : 0u);
+    bytes[l] = (uint32_t)((bits + 7) / 8);
+    total += bytes[l];
+  }
   if (total > out_cap)
     return SIZE_MAX;
 
@@ -248,33 +280,31 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   memset(out + 2, 0, (nsym + 1) / 2);
   for (unsigned s = 0; s < nsym; s++)
     out[2 + s / 2] |= (uint8_t)(len[s] << (4 * (s & 1)));
-  lane_writer lw[LANES];
   uint8_t *p = out + head;
   for (unsigned l = 0; l < LANES; l++) {
-    uint32_t bytes = (uint32_t)((lane_bits[l] + 7) / 8);
     uint8_t *q = out + 2 + (nsym + 1) / 2 + 4 * l;
     for (unsigned k = 0; k < 4; k++)
-      q[k] = (uint8_t)(bytes >> (8 * k));
-    lw[l] = (lane_writer){0, 0, p};
-    p += bytes;
-  }
-  for (size_t i = 0; i < n; i++) {
-    lane_writer *x = &lw[i % LANES];
-    unsigned s = sym[i];
-    put_bits(x, code[s], len[s]);
-    if (s == e) {
-      uint64_t v = load_word(in + i * w, w);
-      if (w == 8) {
-        put_bits(x, v & 0xffffffffu, 32);
-        put_bits(x, v >> 32, 32);
-      } else {
-        put_bits(x, v, 8 * w);
+      q[k] = (uint8_t)(bytes[l] >> (8 * k));
+    lane_writer x = {0, 0, p};
+    size_t j = 0; /* the lane's word the symbol stands at */
+    for (size_t k = start[l]; k < start[l + 1]; k++) {
+      unsigned s = tok[k];
+      put_bits(&x, code[s], len[s]);
+      if (s == e) {
+        uint64_t v = load_word(in + (l + LANES * j) * w, w);
+        if (w == 8) {
+          put_bits(&x, v & 0xffffffffu, 32);
+          put_bits(&x, v >> 32, 32);
+        } else {
+          put_bits(&x, v, 8 * w);
+        }
       }
+      j += s > e ? (size_t)1 << (s - e) : 1;
     }
+    for (unsigned k = 0; k < x.nb; k += 8)
+      *x.p++ = (uint8_t)(x.acc >> k);
+    p += bytes[l];
   }
-  for (unsigned l = 0; l < LANES; l++)
-    for (unsigned k = 0; k < lw[l].nb; k += 8)
-      *lw[l].p++ = (uint8_t)(lw[l].acc >> k);
   return total;
 }
 
@@ -317,8 +347,8 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
   uint8_t *out = words;
   if (in_len < 2)
     return FZ_ECORRUPT;
-  unsigned e = (unsigned)in[0] | (unsigned)in[1] << 8, nsym = e + 1;
-  if (e >= MAX_SYMS)
+  unsigned e = (unsigned)in[0] | (unsigned)in[1] << 8, nsym = e + 1 + RUNS;
+  if (e < 1 || e > MAX_DIRECT)
     return FZ_ECORRUPT;
   size_t head = 2 + (nsym + 1) / 2 + 4 * LANES;
   if (in_len < head)
@@ -360,24 +390,36 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
       for (uint32_t x = code[s]; x < (1u << MAX_LEN); x += 1u << len[s])
         lut[x] = (uint32_t)len[s] << 16 | s;
 
-  for (size_t i = 0; i < n; i++) {
-    lane_reader *r = &rd[i % LANES];
-    if (r->nb < MAX_LEN)
-      refill(r);
-    uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
-    unsigned l = ent >> 16, s = ent & 0xffffu;
-    if (l == 0 || l > r->nb)
-      return FZ_ECORRUPT;
-    r->acc >>= l;
-    r->nb -= l;
-    uint64_t v = s;
-    if (s == e) {
-      uint64_t lo, hi = 0;
-      if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
+  for (unsigned l = 0; l < LANES; l++) {
+    lane_reader *r = &rd[l];
+    size_t cnt = lane_count(n, l);
+    for (size_t j = 0; j < cnt;) {
+      if (r->nb < MAX_LEN)
+        refill(r);
+      uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
+      unsigned len_s = ent >> 16, s = ent & 0xffffu;
+      if (len_s == 0 || len_s > r->nb)
         return FZ_ECORRUPT;
-      v = lo | hi << 32;
+      r->acc >>= len_s;
+      r->nb -= len_s;
+      if (s > e) { /* a run of zero words, inside the lane */
+        size_t run = (size_t)1 << (s - e);
+        if (run > cnt - j)
+          return FZ_ECORRUPT;
+        for (size_t k = 0; k < run; k++, j++)
+          store_word(out + (l + LANES * j) * w, w, 0);
+        continue;
+      }
+      uint64_t v = s;
+      if (s == e) {
+        uint64_t lo, hi = 0;
+        if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
+          return FZ_ECORRUPT;
+        v = lo | hi << 32;
+      }
+      store_word(out + (l + LANES * j) * w, w, v);
+      j++;
     }
-    store_word(out + i * w, w, v);
   }
   /* Every sub-stream read to its end, with nothing but zero padding. */
   for (unsigned l = 0; l < LANES; l++)

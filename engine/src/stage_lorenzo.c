@@ -15,6 +15,11 @@
  * before it with the same arithmetic, so the stage is exact for any words.
  * Since quant has already fixed every reconstructed value (and kept every
  * outlier exactly), prediction on its words cannot touch the bound.
+ *
+ * Neighbours along a coarse axis (a few vertical levels) can predict worse
+ * than none, so the encoder tries every k = 1..pdims for each chunk and
+ * keeps the cheapest (fze_lorenzo_cost, the lowest k of equals); the chunk
+ * names its k in one byte (codec.c).
  */
 #include <string.h>
 
@@ -56,9 +61,9 @@ static unsigned fit(unsigned m, uint64_t i, uint64_t sy, uint64_t sz) {
   }                                                                            \
   /* One pass over the rows of a chunk; DEC: decode in place of enc.  Rows  \
    * whose every x > 0 element has all its axes take the tight loop. */      \
-  static void run##W(const fze_stage *st, const T *in, T *out, size_t n,       \
+  static void run##W(const uint64_t *ext, const T *in, T *out, size_t n,      \
                      uint64_t first, int dec) {                                \
-    uint64_t Y = st->ext[1], X = st->ext[2];                                   \
+    uint64_t Y = ext[1], X = ext[2];                                           \
     size_t sy = (size_t)X, sz = (size_t)(X * Y);                               \
     const T *v = dec ? out : in; /* the words predictions read */            \
     uint64_t end = first + n;                                                  \
@@ -100,22 +105,43 @@ DEFINE_LORENZO(16, uint16_t)
 DEFINE_LORENZO(32, uint32_t)
 DEFINE_LORENZO(64, uint64_t)
 
-static void run(const fze_stage *st, unsigned w, const void *in, void *out, size_t n,
-                uint64_t first, int dec) {
+static void run(const fze_stage *st, unsigned k, unsigned w, const void *in, void *out,
+                size_t n, uint64_t first, int dec) {
+  const uint64_t *ext = st->ext[k - 1];
   switch (w) {
-  case 1: run8(st, in, out, n, first, dec); break;
-  case 2: run16(st, in, out, n, first, dec); break;
-  case 4: run32(st, in, out, n, first, dec); break;
-  default: run64(st, in, out, n, first, dec); break;
+  case 1: run8(ext, in, out, n, first, dec); break;
+  case 2: run16(ext, in, out, n, first, dec); break;
+  case 4: run32(ext, in, out, n, first, dec); break;
+  default: run64(ext, in, out, n, first, dec); break;
   }
 }
 
-void fze_lorenzo_encode(const fze_stage *st, unsigned w, const void *in, void *out,
-                        size_t n, uint64_t first) {
-  run(st, w, in, out, n, first, 0);
+void fze_lorenzo_encode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first) {
+  run(st, k, w, in, out, n, first, 0);
 }
 
-void fze_lorenzo_decode(const fze_stage *st, unsigned w, const void *in, void *out,
-                        size_t n, uint64_t first) {
-  run(st, w, in, out, n, first, 1);
+void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first) {
+  run(st, k, w, in, out, n, first, 1);
+}
+
+/* An Elias-gamma-like price: 1 bit for 0, 2 b + 1 for a residual of b
+ * bits.  Crude, but it ranks predictors as an entropy coder would, and is
+ * the same integer on every backend. */
+uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
+  uint64_t c = n;
+  const uint8_t *p = res;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v;
+    switch (w) {
+    case 1: v = p[i]; break;
+    case 2: { uint16_t x; memcpy(&x, p + 2 * i, 2); v = x; break; }
+    case 4: { uint32_t x; memcpy(&x, p + 4 * i, 4); v = x; break; }
+    default: memcpy(&v, p + 8 * i, 8); break;
+    }
+    if (v)
+      c += 2 * (64 - (uint64_t)__builtin_clzll(v));
+  }
+  return c;
 }
