@@ -89,18 +89,22 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
       break;
     case FZE_STAGE_LORENZO: {
       /* Every k the stage allows, the cheapest kept (the lowest of
-       * equals); the last one tried is redone when it lost. */
+       * equals): trials alternate between other and tmp, so the best is
+       * never computed twice. */
       uint64_t best = UINT64_MAX;
+      uint8_t *dst = other, *kept = other;
       for (unsigned k = 1; k <= st->pdims; k++) {
-        fze_lorenzo_encode(st, k, w, cur, other, n, first);
-        uint64_t cost = fze_lorenzo_cost(w, other, n);
+        fze_lorenzo_encode(st, k, w, cur, dst, n, first);
+        uint64_t cost = fze_lorenzo_cost(w, dst, n);
         if (cost < best) {
           best = cost;
           pk = (uint8_t)k;
+          kept = dst;
+          dst = dst == other ? s->tmp : other;
         }
       }
-      if (pk != st->pdims)
-        fze_lorenzo_encode(st, pk, w, cur, other, n, first);
+      if (kept != other)
+        memcpy(other, kept, raw);
       break;
     }
     case FZE_STAGE_HUFFMAN:

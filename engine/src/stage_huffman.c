@@ -214,29 +214,45 @@ static inline void put_bits(lane_writer *lw, uint64_t v, unsigned n) {
 /* Word j of lane l is word l + 32 j of the chunk. */
 static size_t lane_count(size_t n, unsigned l) { return n > l ? (n - l + LANES - 1) / LANES : 0; }
 
-/* The symbols of one lane into tok: a word below e is itself, any other
- * the escape e; a run of L >= 2 zero words is one run symbol per set bit
- * of L from the highest down (e + k for 2^k zeros, k >= 1; a last single
- * zero is symbol 0).  Returns the number of symbols. */
-static size_t tokenize(const uint8_t *in, unsigned w, size_t n, unsigned l, unsigned e,
-                       uint16_t *tok) {
-  size_t cnt = lane_count(n, l), k = 0, run = 0;
-  for (size_t j = 0; j <= cnt; j++) {
-    uint64_t v = j < cnt ? load_word(in + (l + LANES * j) * w, w) : 1;
-    if (v == 0 && j < cnt) {
-      run++;
+/* Ends a lane's run of zero words: one run symbol per set bit of its
+ * length from the highest down (e + k for 2^k zeros, k >= 1), then symbol
+ * 0 when the length is odd. */
+static inline size_t end_run(uint16_t *tok, size_t k, size_t run, unsigned e) {
+  for (unsigned bit = RUNS; run > 1 && bit >= 1; bit--)
+    if (run >> bit & 1u)
+      tok[k++] = (uint16_t)(e + bit);
+  if (run & 1u)
+    tok[k++] = 0;
+  return k;
+}
+
+/* The symbols of every lane, each into its own region of tok (cap
+ * symbols: no lane has more than it has words): a word below e is
+ * itself, any other the escape e, a maximal run of zero words in a lane
+ * its run symbols.  One pass in the words' order, so the chunk is read
+ * once, front to back. */
+static void tokenize(const uint8_t *in, unsigned w, size_t n, unsigned e, uint16_t *tok,
+                     size_t cap, size_t *count) {
+  size_t run[LANES] = {0};
+  for (unsigned l = 0; l < LANES; l++)
+    count[l] = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned l = (unsigned)(i % LANES);
+    uint64_t v = load_word(in + i * w, w);
+    if (v == 0) {
+      run[l]++;
       continue;
     }
-    for (unsigned bit = RUNS; run && bit >= 1; bit--)
-      if (run >> bit & 1u)
-        tok[k++] = (uint16_t)(e + bit);
-    if (run & 1u)
-      tok[k++] = 0;
-    run = 0;
-    if (j < cnt)
-      tok[k++] = (uint16_t)(v < e ? v : e);
+    uint16_t *t = tok + l * cap;
+    if (run[l]) {
+      count[l] = end_run(t, count[l], run[l], e);
+      run[l] = 0;
+    }
+    t[count[l]++] = (uint16_t)(v < e ? v : e);
   }
-  return k;
+  for (unsigned l = 0; l < LANES; l++)
+    if (run[l])
+      count[l] = end_run(tok + l * cap, count[l], run[l], e);
 }
 
 size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
@@ -251,13 +267,11 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   }
   unsigned e = choose_direct(b, w), nsym = e + 1 + RUNS;
   uint32_t freq[MAX_SYMS] = {0};
-  size_t start[LANES + 1];
-  start[0] = 0;
-  for (unsigned l = 0; l < LANES; l++) {
-    start[l + 1] = start[l] + tokenize(in, w, n, l, e, tok + start[l]);
-    for (size_t k = start[l]; k < start[l + 1]; k++)
-      freq[tok[k]]++;
-  }
+  size_t cap = lane_count(n, 0), count[LANES];
+  tokenize(in, w, n, e, tok, cap, count);
+  for (unsigned l = 0; l < LANES; l++)
+    for (size_t k = 0; k < count[l]; k++)
+      freq[tok[l * cap + k]]++;
   uint8_t len[MAX_SYMS];
   uint16_t code[MAX_SYMS];
   code_lengths(b, freq, nsym, len);
@@ -267,8 +281,9 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   uint32_t bytes[LANES];
   for (unsigned l = 0; l < LANES; l++) {
     uint64_t bits = 0;
-    for (size_t k = start[l]; k < start[l + 1]; k++)
-      bits += len[tok[k]] + (tok[k] == e ? 8u * w : 0u);
+    const uint16_t *t = tok + l * cap;
+    for (size_t k = 0; k < count[l]; k++)
+      bits += len[t[k]] + (t[k] == e ? 8u * w : 0u);
     bytes[l] = (uint32_t)((bits + 7) / 8);
     total += bytes[l];
   }
@@ -287,8 +302,9 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
       q[k] = (uint8_t)(bytes[l] >> (8 * k));
     lane_writer x = {0, 0, p};
     size_t j = 0; /* the lane's word the symbol stands at */
-    for (size_t k = start[l]; k < start[l + 1]; k++) {
-      unsigned s = tok[k];
+    const uint16_t *t = tok + l * cap;
+    for (size_t k = 0; k < count[l]; k++) {
+      unsigned s = t[k];
       put_bits(&x, code[s], len[s]);
       if (s == e) {
         uint64_t v = load_word(in + (l + LANES * j) * w, w);

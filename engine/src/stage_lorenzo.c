@@ -126,22 +126,28 @@ void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void 
   run(st, k, w, in, out, n, first, 1);
 }
 
-/* An Elias-gamma-like price: 1 bit for 0, 2 b + 1 for a residual of b
- * bits.  Crude, but it ranks predictors as an entropy coder would, and is
- * the same integer on every backend. */
+/* An Elias-gamma-like price, 1 bit for 0 and 2 b + 1 for a residual of b
+ * bits, summed over every fourth residual (i = 0, 4, 8, ...): crude, but
+ * it ranks predictors as an entropy coder would, at a quarter of a pass,
+ * and is the same integer on every backend. */
+#define COST_STEP 4
 uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
-  uint64_t c = n;
+  uint64_t c = 0;
   const uint8_t *p = res;
-  for (size_t i = 0; i < n; i++) {
+  if (w == 4) {
+    const uint32_t *r = res;
+    for (size_t i = 0; i < n; i += COST_STEP)
+      c += r[i] ? 2 * (32 - (uint64_t)__builtin_clz(r[i])) + 1 : 1;
+    return c;
+  }
+  for (size_t i = 0; i < n; i += COST_STEP) {
     uint64_t v;
     switch (w) {
     case 1: v = p[i]; break;
     case 2: { uint16_t x; memcpy(&x, p + 2 * i, 2); v = x; break; }
-    case 4: { uint32_t x; memcpy(&x, p + 4 * i, 4); v = x; break; }
     default: memcpy(&v, p + 8 * i, 8); break;
     }
-    if (v)
-      c += 2 * (64 - (uint64_t)__builtin_clzll(v));
+    c += v ? 2 * (64 - (uint64_t)__builtin_clzll(v)) + 1 : 1;
   }
   return c;
 }
