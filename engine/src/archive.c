@@ -40,6 +40,7 @@ static size_t stage_param_len(uint8_t id, bool has_fill) {
   case FZE_STAGE_DIFF: return 1;
   case FZE_STAGE_RZE: return 1;
   case FZE_STAGE_LORENZO: return 1;
+  case FZE_STAGE_INTERP: return 1;
   default: return 0;
   }
 }
@@ -127,6 +128,7 @@ void fze_header_write(const fze_header *h, uint8_t *out) {
       *p++ = st->levels;
       break;
     case FZE_STAGE_LORENZO:
+    case FZE_STAGE_INTERP:
       *p++ = st->pdims;
       break;
     }
@@ -200,6 +202,7 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
       st->levels = arc[pos];
       break;
     case FZE_STAGE_LORENZO:
+    case FZE_STAGE_INTERP:
       /* 0 ("the job's shape") is resolved before an archive is written. */
       st->pdims = arc[pos];
       if (st->pdims == 0)

@@ -5,7 +5,7 @@
  *   stage  := name [ '(' key '=' value ( ',' key '=' value )* ')' ]
  *
  * Stages: quant(eb=FLOAT, mode=abs|rel|pwrel, fill=FLOAT),
- * diff(map=zigzag|negabinary), lorenzo(dims=1..3), huffman,
+ * diff(map=zigzag|negabinary), lorenzo(dims=1..3), interp(dims=1..3), huffman,
  * bitshuffle, rze(levels=1..6), bitpack.  A preset name stands for its chain.
  * Every error quotes the offending text.
  */
@@ -22,7 +22,7 @@ static const char *const stage_names[] = {
     [FZE_STAGE_QUANT] = "quant",           [FZE_STAGE_DIFF] = "diff",
     [FZE_STAGE_BITSHUFFLE] = "bitshuffle", [FZE_STAGE_RZE] = "rze",
     [FZE_STAGE_BITPACK] = "bitpack",       [FZE_STAGE_LORENZO] = "lorenzo",
-    [FZE_STAGE_HUFFMAN] = "huffman",
+    [FZE_STAGE_HUFFMAN] = "huffman",       [FZE_STAGE_INTERP] = "interp",
 };
 #define NSTAGE_NAMES (sizeof stage_names / sizeof stage_names[0])
 
@@ -111,9 +111,10 @@ static int set_param(fze_stage *st, const char *key, const char *val,
     }
     return 0;
   }
-  if (st->id == FZE_STAGE_LORENZO && strcmp(key, "dims") == 0) {
+  if ((st->id == FZE_STAGE_LORENZO || st->id == FZE_STAGE_INTERP) &&
+      strcmp(key, "dims") == 0) {
     if (strlen(val) != 1 || val[0] < '1' || val[0] > '3') {
-      fze_why(why, why_len, "lorenzo: dims must be 1, 2 or 3, not '%s'", val);
+      fze_why(why, why_len, "%s: dims must be 1, 2 or 3, not '%s'", sname, val);
       return FZ_EPIPELINE;
     }
     st->pdims = (uint8_t)(val[0] - '0');
@@ -306,13 +307,23 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
     case FZE_STAGE_BITPACK:
     case FZE_STAGE_LORENZO:
     case FZE_STAGE_HUFFMAN:
+    case FZE_STAGE_INTERP:
+      if (st->id == FZE_STAGE_INTERP && (i != 1 || c->st[0].id != FZE_STAGE_QUANT)) {
+        fze_why(why, why_len, "interp predicts the values quant bins: it must come "
+                              "right after quant");
+        return FZ_EPIPELINE;
+      }
+      if (st->id == FZE_STAGE_INTERP && c->st[0].has_mode && c->st[0].mode == FZ_EB_PWREL) {
+        fze_why(why, why_len, "interp takes abs and rel bounds, not pwrel");
+        return FZ_EPIPELINE;
+      }
       if (bytes) {
         fze_why(why, why_len, "%s needs words, but bitshuffle before it made bytes",
                 name);
         return FZ_EPIPELINE;
       }
-      if (st->id == FZE_STAGE_LORENZO && st->pdims > 3) {
-        fze_why(why, why_len, "lorenzo: dims must be 1, 2 or 3");
+      if ((st->id == FZE_STAGE_LORENZO || st->id == FZE_STAGE_INTERP) && st->pdims > 3) {
+        fze_why(why, why_len, "%s: dims must be 1, 2 or 3", name);
         return FZ_EPIPELINE;
       }
       if (st->id == FZE_STAGE_LORENZO && ++lorenzos > 1) {
@@ -362,13 +373,13 @@ int fze_chain_resolve_shape(fze_chain *c, unsigned ndims, const uint64_t *dims,
                             char *why, size_t why_len) {
   for (unsigned i = 0; i < c->n; i++) {
     fze_stage *st = &c->st[i];
-    if (st->id != FZE_STAGE_LORENZO)
+    if (st->id != FZE_STAGE_LORENZO && st->id != FZE_STAGE_INTERP)
       continue;
     if (st->pdims == 0)
       st->pdims = (uint8_t)(ndims < 3 ? ndims : 3);
     if (st->pdims < 1 || st->pdims > 3 || st->pdims > ndims) {
-      fze_why(why, why_len, "lorenzo: dims=%u, but the array has %u dimension%s",
-              st->pdims, ndims, ndims == 1 ? "" : "s");
+      fze_why(why, why_len, "%s: dims=%u, but the array has %u dimension%s",
+              stage_names[st->id], st->pdims, ndims, ndims == 1 ? "" : "s");
       return FZ_EPIPELINE;
     }
     /* The leading dimensions fold into the slowest predicted one. */
@@ -422,9 +433,11 @@ void fze_chain_format(const fze_chain *c, char *buf, size_t len) {
       w = snprintf(buf + k, len - k, "%srze(levels=%u)", sep, st->levels);
       break;
     case FZE_STAGE_LORENZO:
+    case FZE_STAGE_INTERP:
       /* dims left to the job's shape stays unsaid, as quant's bound does. */
-      w = st->pdims ? snprintf(buf + k, len - k, "%slorenzo(dims=%u)", sep, st->pdims)
-                    : snprintf(buf + k, len - k, "%slorenzo", sep);
+      w = st->pdims ? snprintf(buf + k, len - k, "%s%s(dims=%u)", sep, stage_names[st->id],
+                               st->pdims)
+                    : snprintf(buf + k, len - k, "%s%s", sep, stage_names[st->id]);
       break;
     default:
       w = snprintf(buf + k, len - k, "%s%s", sep,

@@ -75,7 +75,11 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
   uint8_t *cur = s->a, *other = s->b;
   unsigned i = 0;
   int inner = inner_huffman(c);
-  if (fze_chain_has_quant(c)) {
+  if (fze_chain_has_quant(c) && c->n > 1 && c->st[1].id == FZE_STAGE_INTERP) {
+    side_len = fze_interp_encode(&c->st[0], &c->st[1], t, in, n, first, cur, s->side,
+                                 s->qwork);
+    i = 2;
+  } else if (fze_chain_has_quant(c)) {
     side_len = fze_quant_encode(&c->st[0], t, in, n, cur, s->side, s->qwork);
     i = 1;
   } else {
@@ -159,12 +163,13 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
     return FZ_ECORRUPT;
   size_t side_len = 0;
   unsigned first = 0;
+  bool interp = fze_chain_has_quant(c) && c->n > 1 && c->st[1].id == FZE_STAGE_INTERP;
   if (fze_chain_has_quant(c)) {
     long sl = fze_quant_side_len(&c->st[0], in, in_len, n, w);
     if (sl < 0)
       return FZ_ECORRUPT;
     side_len = (size_t)sl;
-    first = 1;
+    first = interp ? 2 : 1;
   }
   size_t hk = side_len, hlen = 0;
   int inner = inner_huffman(c);
@@ -243,6 +248,9 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       nb ^= 1;
     cur = dst;
   }
+  if (interp)
+    return fze_interp_decode(&c->st[0], &c->st[1], t, cur, n, first_elem, in, side_len, out,
+                             s->qwork);
   if (first)
     return fze_quant_decode(&c->st[0], t, cur, n, in, side_len, out);
   if (cur != out)

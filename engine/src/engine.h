@@ -32,12 +32,13 @@ typedef enum fze_stage_id {
   FZE_STAGE_RZE = 4,
   FZE_STAGE_BITPACK = 5,
   FZE_STAGE_LORENZO = 6,
-  FZE_STAGE_HUFFMAN = 7
+  FZE_STAGE_HUFFMAN = 7,
+  FZE_STAGE_INTERP = 8
 } fze_stage_id;
 
 /* The ratio stages (format version 3). */
 static inline bool fze_stage_is_ratio(uint8_t id) {
-  return id == FZE_STAGE_LORENZO || id == FZE_STAGE_HUFFMAN;
+  return id == FZE_STAGE_LORENZO || id == FZE_STAGE_HUFFMAN || id == FZE_STAGE_INTERP;
 }
 
 typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_diff_map;
@@ -121,7 +122,37 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
 /* Indices in a side list are u16 in chunks of fewer than 65536 elements,
  * u32 from there on (only version-3 chunks are that large). */
 static inline unsigned fze_side_index_width(size_t n) { return n < 65536 ? 2u : 4u; }
-/* work: room for n u32 indices, n flags and n/2 + 1 runs of two u32. */
+/* The parts of a side list, parsed (stage_quant.c). */
+typedef struct fze_side_view {
+  size_t m;             /* outliers */
+  const uint8_t *idx;   /* their indices */
+  const uint8_t *vals;  /* their raw values */
+  size_t r;             /* fill runs */
+  const uint8_t *runs;  /* a start and a length each */
+  size_t len;           /* bytes of the whole list */
+} fze_side_view;
+int fze_quant_read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
+                        bool has_fill, fze_side_view *sv);
+size_t fze_quant_write_side(uint8_t *side, const uint32_t *idx, size_t m,
+                            const uint8_t *in, unsigned w, bool has_fill,
+                            const uint32_t (*runs)[2], size_t r, unsigned iw);
+size_t fze_side_index(const uint8_t *p, unsigned iw);
+uint64_t fze_quant_fill_bits(const fze_stage *st, fz_dtype t);
+size_t fze_quant_fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t n,
+                           void *codes, uint8_t *bad, uint32_t (*runs)[2]);
+size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx);
+/* quant fused with interp (stage_interp.c): the same side list and words
+ * as quant, each word the bin of the value's difference from its
+ * interpolation from values already rebuilt. */
+size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
+                         const void *in, size_t n, uint64_t first, void *codes,
+                         uint8_t *side, void *work);
+int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
+                      const void *codes, size_t n, uint64_t first, const uint8_t *side,
+                      size_t side_len, void *out, void *work);
+#define FZE_INTERP_TOP 16u
+/* work: room for n u32 indices, n flags, n/2 + 1 runs of two u32 and n
+ * doubles. */
 size_t fze_quant_work_bytes(size_t n);
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
                         size_t n, void *codes, uint8_t *side, void *work);

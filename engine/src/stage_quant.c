@@ -64,7 +64,7 @@ static minmax scan_f64(const double *x, size_t n) {
 /* The fill value as the bit pattern of the element type: for f32 the fill
  * rounded to the nearest float, which is what a float array holds when its
  * producer wrote the fill. */
-static uint64_t fill_bits(const fze_stage *st, fz_dtype t) {
+uint64_t fze_quant_fill_bits(const fze_stage *st, fz_dtype t) {
   return t == FZ_F32 ? fzo_f32_bits((float)st->fill) : fzo_f64_bits(st->fill);
 }
 
@@ -118,8 +118,8 @@ int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
                       char *why, size_t why_len) {
   minmax m = {0, 0};
   if (st->mode != FZ_EB_PWREL && st->has_fill)
-    m = t == FZ_F32 ? scan_fill_f32(in, n, (uint32_t)fill_bits(st, t))
-                    : scan_fill_f64(in, n, fill_bits(st, t));
+    m = t == FZ_F32 ? scan_fill_f32(in, n, (uint32_t)fze_quant_fill_bits(st, t))
+                    : scan_fill_f64(in, n, fze_quant_fill_bits(st, t));
   else if (st->mode != FZ_EB_PWREL)
     m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
   int rc = fze_quant_check_range(st, m.lo, m.hi, why, why_len);
@@ -177,9 +177,9 @@ static size_t put_index(uint8_t *p, uint32_t v, unsigned iw) {
  * values), then, for a stage with a fill, the fill runs (a varint count,
  * then a start and a length per run); indices, starts and lengths are u16,
  * or u32 in chunks of 65536 elements or more. */
-static size_t write_side(uint8_t *side, const uint32_t *idx, size_t m,
-                         const uint8_t *in, unsigned w, bool has_fill,
-                         const uint32_t (*runs)[2], size_t r, unsigned iw) {
+size_t fze_quant_write_side(uint8_t *side, const uint32_t *idx, size_t m,
+                            const uint8_t *in, unsigned w, bool has_fill,
+                            const uint32_t (*runs)[2], size_t r, unsigned iw) {
   size_t k = put_varint(side, (uint32_t)m);
   for (size_t j = 0; j < m; j++)
     k += put_index(side + k, idx[j], iw);
@@ -232,9 +232,9 @@ static void quant_f64(const double *restrict x, size_t n, double inv,
 /* Takes the values bit-equal to the fill out of the words (word 0) and the
  * outliers (bad may be NULL), after the loops above, so that those loops
  * keep one shape with or without a fill; returns the number of fill runs. */
-static size_t fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t n,
-                        void *codes, uint8_t *bad, uint32_t (*runs)[2]) {
-  uint64_t fb = fill_bits(st, t);
+size_t fze_quant_fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t n,
+                           void *codes, uint8_t *bad, uint32_t (*runs)[2]) {
+  uint64_t fb = fze_quant_fill_bits(st, t);
   size_t r = 0;
   bool open = false;
   for (size_t i = 0; i < n; i++) {
@@ -263,7 +263,7 @@ static size_t fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t 
 }
 
 /* Collects the flagged indices, eight flags at a time. */
-static size_t gather_bad(const uint8_t *bad, size_t n, uint32_t *idx) {
+size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx) {
   size_t m = 0, i = 0;
   for (; i + 8 <= n; i += 8) {
     uint64_t v;
@@ -280,7 +280,8 @@ static size_t gather_bad(const uint8_t *bad, size_t n, uint32_t *idx) {
   return m;
 }
 
-size_t fze_quant_work_bytes(size_t n) { return 4 * n + n + 8 * (n / 2 + 1) + 16; }
+/* The interpolating quantizer also keeps the reconstruction as doubles. */
+size_t fze_quant_work_bytes(size_t n) { return 4 * n + n + 8 * (n / 2 + 1) + 8 * n + 64; }
 
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
                         size_t n, void *codes, uint8_t *side, void *work) {
@@ -300,7 +301,7 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
   }
   if (st->mode == FZ_EB_PWREL) {
     /* Without a fill, fb is a pattern no value of the type can have. */
-    uint64_t fb = st->has_fill ? fill_bits(st, t) : ~UINT64_C(0);
+    uint64_t fb = st->has_fill ? fze_quant_fill_bits(st, t) : ~UINT64_C(0);
     if (t == FZ_F32) {
       const float *x = in;
       uint32_t *c = codes, k = (uint32_t)st->step;
@@ -319,8 +320,8 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
         }
     }
     if (st->has_fill)
-      r = fill_runs(st, t, in, n, codes, NULL, runs);
-    return write_side(side, idx, m, in, w, st->has_fill, runs, r, iw);
+      r = fze_quant_fill_runs(st, t, in, n, codes, NULL, runs);
+    return fze_quant_write_side(side, idx, m, in, w, st->has_fill, runs, r, iw);
   }
   if (t == FZ_F32 && fze_have_avx2())
     fze_quant_f32_avx2(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
@@ -329,20 +330,12 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
   else
     quant_f64(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
   if (st->has_fill)
-    r = fill_runs(st, t, in, n, codes, bad, runs);
-  m = gather_bad(bad, n, idx);
-  return write_side(side, idx, m, in, w, st->has_fill, runs, r, iw);
+    r = fze_quant_fill_runs(st, t, in, n, codes, bad, runs);
+  m = fze_quant_gather(bad, n, idx);
+  return fze_quant_write_side(side, idx, m, in, w, st->has_fill, runs, r, iw);
 }
 
-/* The parts of a side list, parsed. */
-typedef struct side_view {
-  size_t m;             /* outliers */
-  const uint8_t *idx;   /* their indices */
-  const uint8_t *vals;  /* their raw values */
-  size_t r;             /* fill runs */
-  const uint8_t *runs;  /* a start and a length each */
-  size_t len;           /* bytes of the whole list */
-} side_view;
+typedef fze_side_view side_view;
 
 static bool read_varint(const uint8_t *p, size_t len, size_t *k, uint32_t *out) {
   uint32_t v = 0;
@@ -360,8 +353,8 @@ static bool read_varint(const uint8_t *p, size_t len, size_t *k, uint32_t *out) 
 
 /* Parses the side list of a stage with or without a fill; checks that every
  * count fits in the bytes present, nothing more. */
-static int read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
-                     bool has_fill, side_view *sv) {
+int fze_quant_read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
+                        bool has_fill, side_view *sv) {
   uint32_t v;
   size_t k = 0;
   unsigned iw = fze_side_index_width(n);
@@ -387,11 +380,11 @@ static int read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
 long fze_quant_side_len(const fze_stage *st, const uint8_t *side, size_t len, size_t n,
                         unsigned w) {
   side_view sv;
-  int rc = read_side(side, len, n, w, st->has_fill, &sv);
+  int rc = fze_quant_read_side(side, len, n, w, st->has_fill, &sv);
   return rc < 0 ? rc : (long)sv.len;
 }
 
-static size_t get_index(const uint8_t *p, unsigned iw) {
+size_t fze_side_index(const uint8_t *p, unsigned iw) {
   size_t v = (size_t)p[0] | (size_t)p[1] << 8;
   if (iw == 4)
     v |= (size_t)p[2] << 16 | (size_t)p[3] << 24;
@@ -403,7 +396,7 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
                      void *out) {
   unsigned w = (unsigned)fz_dtype_size(t), iw = fze_side_index_width(n);
   side_view sv;
-  if (read_side(side, side_len, n, w, st->has_fill, &sv) < 0 || sv.len != side_len)
+  if (fze_quant_read_side(side, side_len, n, w, st->has_fill, &sv) < 0 || sv.len != side_len)
     return FZ_ECORRUPT;
   if (st->step == 0) {
     if (sv.m != 0 || sv.r != 0)
@@ -438,7 +431,7 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
    * gap (runs are maximal).  Bit patterns are copied, so a fill that is a
    * denormal never meets a flush-to-zero float move. */
   if (sv.r) {
-    uint64_t fb = fill_bits(st, t);
+    uint64_t fb = fze_quant_fill_bits(st, t);
     uint8_t pat[8];
     if (t == FZ_F32) {
       uint32_t b = (uint32_t)fb;
@@ -448,7 +441,7 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
     }
     size_t end = 0;
     for (size_t j = 0; j < sv.r; j++) {
-      size_t at = get_index(sv.runs + 2 * iw * j, iw), len = get_index(sv.runs + 2 * iw * j + iw, iw);
+      size_t at = fze_side_index(sv.runs + 2 * iw * j, iw), len = fze_side_index(sv.runs + 2 * iw * j + iw, iw);
       if (len == 0 || (j > 0 && at <= end) || at > n || len > n - at)
         return FZ_ECORRUPT;
       for (size_t i = at; i < at + len; i++)
@@ -459,7 +452,7 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
   /* Patch the outliers; indices must be strictly ascending and in range. */
   long prev = -1;
   for (size_t j = 0; j < sv.m; j++) {
-    long i = (long)get_index(sv.idx + iw * j, iw);
+    long i = (long)fze_side_index(sv.idx + iw * j, iw);
     if (i <= prev || (size_t)i >= n)
       return FZ_ECORRUPT;
     memcpy((uint8_t *)out + (size_t)i * w, sv.vals + j * w, w);
