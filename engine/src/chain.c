@@ -313,10 +313,6 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
                               "right after quant");
         return FZ_EPIPELINE;
       }
-      if (st->id == FZE_STAGE_INTERP && c->st[0].has_mode && c->st[0].mode == FZ_EB_PWREL) {
-        fze_why(why, why_len, "interp takes abs and rel bounds, not pwrel");
-        return FZ_EPIPELINE;
-      }
       if (bytes) {
         fze_why(why, why_len, "%s needs words, but bitshuffle before it made bytes",
                 name);

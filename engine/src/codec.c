@@ -67,17 +67,71 @@ static bool get_len(const uint8_t *p, size_t avail, size_t *k, size_t *out) {
   return true;
 }
 
+/* Lorenzo in every k = 1..pdims from words into dst (scratch room `spare`
+ * for the trials); the cheapest kept (the lowest k of equals) ends in dst.
+ * Returns its price. */
+static uint64_t best_lorenzo(const fze_stage *st, unsigned w, const uint8_t *words, size_t n,
+                             uint64_t first, uint8_t *dst, uint8_t *spare, uint8_t *pk) {
+  uint64_t best = UINT64_MAX;
+  uint8_t *to = dst, *kept = dst;
+  for (unsigned k = 1; k <= st->pdims; k++) {
+    fze_lorenzo_encode(st, k, w, words, to, n, first);
+    uint64_t cost = fze_lorenzo_cost(w, to, n);
+    if (cost < best) {
+      best = cost;
+      *pk = (uint8_t)k;
+      kept = to;
+      to = to == dst ? spare : dst;
+    }
+  }
+  if (kept != dst)
+    memcpy(dst, kept, n * w);
+  return best;
+}
+
+/* quant | interp: per chunk the interpolation, or, where it prices
+ * higher, quant's own words predicted by lorenzo in k = 1..pdims dims
+ * (predictor byte k; 0 for the interpolation).  Prices (16.16 bits):
+ * the residuals' plus 8 bits a side-list byte; the lower
+ * wins, the interpolation on a tie.  The words end in s->a, the side list
+ * in s->side; tmp holds the other candidate meanwhile. */
+static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, size_t n,
+                               uint64_t first, fze_scratch *s, uint8_t *pk) {
+  unsigned w = (unsigned)fz_dtype_size(t);
+  size_t raw = n * w;
+  const fze_stage *q = &c->st[0], *ip = &c->st[1];
+  /* pwrel bins are a value's own bit pattern: no difference to bin, so
+   * such chunks always take lorenzo. */
+  bool pw = q->mode == FZ_EB_PWREL;
+  size_t side_i = pw ? 0 : fze_interp_encode(q, ip, t, in, n, first, s->a, s->side, s->qwork);
+  uint64_t cost_i = pw ? UINT64_MAX
+                       : fze_lorenzo_cost(w, s->a, n) + ((8 * (uint64_t)side_i) << 16);
+  uint8_t *words = s->tmp, *side = s->tmp + raw, *spare = side + 2 * raw + 256;
+  size_t side_l = fze_quant_encode(q, t, in, n, words, side, s->qwork);
+  uint8_t k = 0;
+  uint64_t cost_l = best_lorenzo(ip, w, words, n, first, s->b, spare, &k) +
+                    ((8 * (uint64_t)side_l) << 16);
+  *pk = 0;
+  if (cost_l >= cost_i)
+    return side_i;
+  *pk = k;
+  memcpy(s->a, s->b, raw);
+  memcpy(s->side, side, side_l);
+  return side_l;
+}
+
 size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
                         size_t n, uint64_t first, uint8_t *out, fze_scratch *s) {
   unsigned w = (unsigned)fz_dtype_size(t);
   size_t raw = n * w, side_len = 0, len = raw, hlen = 0;
-  uint8_t pk = 0; /* the dims a lorenzo stage predicted this chunk in */
+  uint8_t pk = 0; /* the chunk's predictor byte (lorenzo, interp) */
+  bool has_pk = false;
   uint8_t *cur = s->a, *other = s->b;
   unsigned i = 0;
   int inner = inner_huffman(c);
   if (fze_chain_has_quant(c) && c->n > 1 && c->st[1].id == FZE_STAGE_INTERP) {
-    side_len = fze_interp_encode(&c->st[0], &c->st[1], t, in, n, first, cur, s->side,
-                                 s->qwork);
+    side_len = encode_predicted(c, t, in, n, first, s, &pk);
+    has_pk = true;
     i = 2;
   } else if (fze_chain_has_quant(c)) {
     side_len = fze_quant_encode(&c->st[0], t, in, n, cur, s->side, s->qwork);
@@ -91,26 +145,10 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     case FZE_STAGE_DIFF:
       fze_diff_encode(st, w, cur, other, n);
       break;
-    case FZE_STAGE_LORENZO: {
-      /* Every k the stage allows, the cheapest kept (the lowest of
-       * equals): trials alternate between other and tmp, so the best is
-       * never computed twice. */
-      uint64_t best = UINT64_MAX;
-      uint8_t *dst = other, *kept = other;
-      for (unsigned k = 1; k <= st->pdims; k++) {
-        fze_lorenzo_encode(st, k, w, cur, dst, n, first);
-        uint64_t cost = fze_lorenzo_cost(w, dst, n);
-        if (cost < best) {
-          best = cost;
-          pk = (uint8_t)k;
-          kept = dst;
-          dst = dst == other ? s->tmp : other;
-        }
-      }
-      if (kept != other)
-        memcpy(other, kept, raw);
+    case FZE_STAGE_LORENZO:
+      best_lorenzo(st, w, cur, n, first, other, s->tmp, &pk);
+      has_pk = true;
       break;
-    }
     case FZE_STAGE_HUFFMAN:
       /* A code as long as the chunk cannot make it smaller. */
       len = fze_huffman_encode(w, cur, n, other, raw - 1, s->tmp);
@@ -135,7 +173,7 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
   }
   uint8_t lenbuf[8];
   size_t lk = 0;
-  if (pk)
+  if (has_pk)
     lenbuf[lk++] = pk;
   if (inner >= 0)
     lk += put_len(lenbuf + lk, hlen);
@@ -173,11 +211,13 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
   }
   size_t hk = side_len, hlen = 0;
   int inner = inner_huffman(c);
-  /* A lorenzo stage's k for this chunk: one byte, 1..pdims. */
+  /* The chunk's predictor byte: lorenzo's k in 1..pdims; interp's 0 (the
+   * interpolation) or a lorenzo k. */
   unsigned pk = 0;
   for (unsigned i = 0; i < c->n; i++)
-    if (c->st[i].id == FZE_STAGE_LORENZO) {
-      if (hk >= in_len || in[hk] < 1 || in[hk] > c->st[i].pdims)
+    if (c->st[i].id == FZE_STAGE_LORENZO || c->st[i].id == FZE_STAGE_INTERP) {
+      unsigned lo = c->st[i].id == FZE_STAGE_INTERP ? 0 : 1;
+      if (hk >= in_len || in[hk] < lo || in[hk] > c->st[i].pdims)
         return FZ_ECORRUPT;
       pk = in[hk++];
     }
@@ -248,9 +288,18 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       nb ^= 1;
     cur = dst;
   }
-  if (interp)
+  if (interp && pk == 0 && c->st[0].mode == FZ_EB_PWREL)
+    return FZ_ECORRUPT;
+  if (interp && pk == 0)
     return fze_interp_decode(&c->st[0], &c->st[1], t, cur, n, first_elem, in, side_len, out,
                              s->qwork);
+  if (interp) {
+    /* Quant's words under lorenzo: rebuilt in place in scratch (or out of
+     * the archive's bytes into a free buffer). */
+    uint8_t *dst = (cur == s->a || cur == s->b) ? (uint8_t *)cur : bufs[nb];
+    fze_lorenzo_decode(&c->st[1], pk, w, cur, dst, n, first_elem);
+    cur = dst;
+  }
   if (first)
     return fze_quant_decode(&c->st[0], t, cur, n, in, side_len, out);
   if (cur != out)

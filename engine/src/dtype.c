@@ -81,10 +81,10 @@ static const fz_preset presets[] = {
     {"balanced", "quant | diff | bitshuffle | rze",
      "ratio and speed (PFPL class): difference, bit shuffle, recursive "
      "zero-byte elimination"},
-    {"ratio", "quant | lorenzo | huffman | rze",
-     "ratio first (SZ class): N-dimensional Lorenzo prediction on the "
-     "quantized values, canonical Huffman in 32 interleaved streams, "
-     "zero-byte elimination; 256 KiB chunks"},
+    {"ratio", "quant | interp | huffman | rze",
+     "ratio first (SZ3 class): per chunk, multilevel cubic interpolation "
+     "from the rebuilt values or N-dimensional Lorenzo, canonical Huffman "
+     "in 32 interleaved streams, zero-byte elimination; 256 KiB chunks"},
     {"lossless", "diff | bitshuffle | rze",
      "bit-exact for any fixed-width type"},
 };

@@ -221,10 +221,6 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
       ((rc = resolve_quant(&h->chain.st[0], p, why, why_len)) < 0 ||
        (rc = check_coder(&h->chain, why, why_len)) < 0))
     goto err_plan;
-  /* The job's mode is known now: interp takes abs and rel only. */
-  if (fze_chain_has_quant(&h->chain) &&
-      (rc = fze_chain_check(&h->chain, p->dtype, why, why_len)) < 0)
-    goto err_plan;
   h->dtype = p->dtype;
   h->ndims = p->ndims;
   memcpy(h->dims, p->dims, sizeof h->dims);

@@ -74,7 +74,7 @@ static inline bool near(const walk *k, const uint64_t *c, unsigned d, int64_t of
 }
 
 static inline double predict(const walk *k, const uint64_t *c, unsigned d, uint64_t h) {
-  double a, b, cc, e;
+  double a = 0, b = 0, cc = 0, e = 0;
   int64_t sh = (int64_t)h;
   bool hb = near(k, c, d, -sh, &b), hc = near(k, c, d, sh, &cc);
   if (hb && hc) {
@@ -106,9 +106,11 @@ typedef struct coder {
 
 static inline double finite_or_0(double v) { return isfinite(v) ? v : 0.0; }
 
-static inline void point(coder *o, size_t i, double p) {
-  bool f32 = o->t == FZ_F32;
-  if (o->dec) {
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* dec and f32 are constants at every call (run's four copies). */
+static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32) {
+  if (dec) {
     if (o->exact[i]) {
       o->pv[i] = finite_or_0(f32 ? (double)((const float *)o->out)[i]
                                  : ((const double *)o->out)[i]);
@@ -139,11 +141,14 @@ static inline void point(coder *o, size_t i, double p) {
     o->pv[i] = v;
     return;
   }
+  /* Every test made alike, without branching on the value: q is only
+   * converted to an integer when it passed. */
   double t = (v - p) * o->inv;
-  bool ok = !special && fzo_fabs(t) <= o->qmax;
-  double q = ok ? fzo_rint(t) : 0.0;
+  bool fits = !special & (fzo_fabs(t) <= o->qmax);
+  double q = fzo_rint(fits ? t : 0.0);
   double r = f32 ? (double)(float)(p + q * o->step) : p + q * o->step;
-  ok = ok && fzo_fabs(v - r) <= o->e;
+  bool ok = fits & (fzo_fabs(v - r) <= o->e);
+  q = ok ? q : 0.0;
   if (f32) {
     uint32_t c = ok ? fzo_zigzag32((uint32_t)(int32_t)q) : 0u;
     memcpy(o->codes + 4 * i, &c, 4);
@@ -155,7 +160,8 @@ static inline void point(coder *o, size_t i, double p) {
   o->pv[i] = ok ? r : finite_or_0(v);
 }
 
-static void run(coder *o, const fze_stage *ip, uint64_t s, size_t n) {
+static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t n,
+                              int dec, bool f32) {
   walk k;
   walk_init(&k, ip, s, n, o->pv);
   const uint64_t top = FZE_INTERP_TOP;
@@ -167,7 +173,7 @@ static void run(coder *o, const fze_stage *ip, uint64_t s, size_t n) {
         uint64_t g = c[0] * k.stride[0] + c[1] * k.stride[1] + c[2];
         if (g < s || g > e)
           continue;
-        point(o, (size_t)(g - s), prev);
+        point(o, (size_t)(g - s), prev, dec, f32);
         prev = o->pv[g - s];
       }
   for (uint64_t h = top / 2; h >= 1; h /= 2)
@@ -177,14 +183,25 @@ static void run(coder *o, const fze_stage *ip, uint64_t s, size_t n) {
         step[j] = j == d ? 2 * h : j < d ? h : 2 * h;
         start[j] = first_at(k.lo[j], step[j], j == d ? h : 0);
       }
+      /* Where all four neighbours lie in the array and the chunk (nearly
+       * everywhere), the cubic reads them by offset; the rest take the
+       * checked path, with the same arithmetic. */
+      size_t off = (size_t)(h * k.stride[d]), span = 3 * off;
       for (c[0] = start[0]; c[0] <= k.hi[0]; c[0] += step[0])
         for (c[1] = start[1]; c[1] <= k.hi[1]; c[1] += step[1]) {
           uint64_t row = c[0] * k.stride[0] + c[1] * k.stride[1];
+          bool axis_in = d == 2 || (c[d] >= 3 * h && c[d] + 3 * h < k.ext[d]);
           for (c[2] = start[2]; c[2] <= k.hi[2]; c[2] += step[2]) {
             uint64_t g = row + c[2];
             if (g < s || g > e)
               continue;
-            point(o, (size_t)(g - s), predict(&k, c, d, h));
+            size_t i = (size_t)(g - s);
+            bool fast = axis_in && i >= span && i + span < n &&
+                        (d != 2 || (c[2] >= 3 * h && c[2] + 3 * h < k.ext[2]));
+            double p = fast ? (-o->pv[i - span] + 9.0 * o->pv[i - off] + 9.0 * o->pv[i + off] -
+                               o->pv[i + span]) * 0.0625
+                            : predict(&k, c, d, h);
+            point(o, i, p, dec, f32);
           }
         }
     }
@@ -214,7 +231,10 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     r = fze_quant_fill_runs(q, t, in, n, codes, NULL, runs);
     o.fill = fill;
   }
-  run(&o, ip, first, n);
+  if (t == FZ_F32)
+    run(&o, ip, first, n, 0, true);
+  else
+    run(&o, ip, first, n, 0, false);
   size_t m = fze_quant_gather(bad, n, idx);
   return fze_quant_write_side(side, idx, m, in, w, q->has_fill, (const uint32_t(*)[2])runs, r,
                               iw);
@@ -260,6 +280,9 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
   }
   coder o = {.t = t, .step = q->step, .codes = (uint8_t *)codes, .out = out,
              .exact = exact, .pv = pv, .dec = 1};
-  run(&o, ip, first, n);
+  if (t == FZ_F32)
+    run(&o, ip, first, n, 1, true);
+  else
+    run(&o, ip, first, n, 1, false);
   return 0;
 }

@@ -126,28 +126,70 @@ void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void 
   run(st, k, w, in, out, n, first, 1);
 }
 
-/* An Elias-gamma-like price, 1 bit for 0 and 2 b + 1 for a residual of b
- * bits, summed over every fourth residual (i = 0, 4, 8, ...): crude, but
- * it ranks predictors as an entropy coder would, at a quarter of a pass,
- * and is the same integer on every backend. */
-#define COST_STEP 4
+/* log2(v) in 16.16 fixed point, for v >= 1, by integers only: the
+ * position of the top bit, then 16 bits of the mantissa by squaring. */
+static uint64_t log2_q16(uint64_t v) {
+  unsigned top = 63u - (unsigned)__builtin_clzll(v);
+  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top); /* [2^30, 2^31) */
+  uint64_t y = (uint64_t)top << 16;
+  for (unsigned b = 15;; b--) {
+    m = (m * m) >> 30;
+    if (m >= (UINT64_C(1) << 31)) {
+      m >>= 1;
+      y |= UINT64_C(1) << b;
+    }
+    if (b == 0)
+      break;
+  }
+  return y;
+}
+
+#define COST_STEP 1
+#define COST_DIRECT 64u
+
+/* The bits an order-0 entropy coder would spend on the residuals, in
+ * 16.16 fixed point (every one counts: a sample of every fourth would
+ * favour the interpolation's coarse levels on some extents): residuals below 64 are
+ * symbols of their own, larger ones one symbol per bit length plus their
+ * bits.  Integers only, so every backend picks the same predictor. */
 uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
-  uint64_t c = 0;
+  uint32_t h[COST_DIRECT + 65] = {0};
+  uint64_t extra = 0, cnt = 0;
   const uint8_t *p = res;
   if (w == 4) {
     const uint32_t *r = res;
-    for (size_t i = 0; i < n; i += COST_STEP)
-      c += r[i] ? 2 * (32 - (uint64_t)__builtin_clz(r[i])) + 1 : 1;
-    return c;
+    for (size_t i = 0; i < n; i += COST_STEP, cnt++) {
+      uint32_t v = r[i];
+      if (v < COST_DIRECT) {
+        h[v]++;
+      } else {
+        unsigned b = 32u - (unsigned)__builtin_clz(v);
+        h[COST_DIRECT + b]++;
+        extra += b;
+      }
+    }
   }
-  for (size_t i = 0; i < n; i += COST_STEP) {
+  for (size_t i = 0; w != 4 && i < n; i += COST_STEP, cnt++) {
     uint64_t v;
     switch (w) {
     case 1: v = p[i]; break;
     case 2: { uint16_t x; memcpy(&x, p + 2 * i, 2); v = x; break; }
+    case 4: { uint32_t x; memcpy(&x, p + 4 * i, 4); v = x; break; }
     default: memcpy(&v, p + 8 * i, 8); break;
     }
-    c += v ? 2 * (64 - (uint64_t)__builtin_clzll(v)) + 1 : 1;
+    if (v < COST_DIRECT) {
+      h[v]++;
+    } else {
+      unsigned b = 64u - (unsigned)__builtin_clzll(v);
+      h[COST_DIRECT + b]++;
+      extra += b;
+    }
   }
-  return c;
+  if (cnt == 0)
+    return 0;
+  uint64_t ln = log2_q16(cnt), bits = extra << 16;
+  for (unsigned s = 0; s < COST_DIRECT + 65; s++)
+    if (h[s])
+      bits += (uint64_t)h[s] * (ln - log2_q16(h[s]));
+  return bits;
 }
