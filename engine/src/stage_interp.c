@@ -141,13 +141,14 @@ static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32)
     o->pv[i] = v;
     return;
   }
-  /* Every test made alike, without branching on the value: q is only
-   * converted to an integer when it passed. */
+  /* Every test made alike, without branching on the value (fabs gives
+   * fzo_fabs's comparisons in one instruction): q is only converted to an
+   * integer when it passed. */
   double t = (v - p) * o->inv;
-  bool fits = !special & (fzo_fabs(t) <= o->qmax);
+  bool fits = !special & (fabs(t) <= o->qmax);
   double q = fzo_rint(fits ? t : 0.0);
   double r = f32 ? (double)(float)(p + q * o->step) : p + q * o->step;
-  bool ok = fits & (fzo_fabs(v - r) <= o->e);
+  bool ok = fits & (fabs(v - r) <= o->e);
   q = ok ? q : 0.0;
   if (f32) {
     uint32_t c = ok ? fzo_zigzag32((uint32_t)(int32_t)q) : 0u;

@@ -144,12 +144,14 @@ static uint64_t log2_q16(uint64_t v) {
   return y;
 }
 
-#define COST_STEP 1
+#define COST_STEP 3
 #define COST_DIRECT 64u
 
-/* The bits an order-0 entropy coder would spend on the residuals, in
- * 16.16 fixed point (every one counts: a sample of every fourth would
- * favour the interpolation's coarse levels on some extents): residuals below 64 are
+/* The bits an order-0 entropy coder would spend on every third residual
+ * (i = 0, 3, 6, ...), in 16.16 fixed point.  The stride is odd so that the
+ * sample does not line up with the interpolation's power-of-two levels
+ * (every fourth would, on some extents, and price its coarse points
+ * only).  Residuals below 64 are
  * symbols of their own, larger ones one symbol per bit length plus their
  * bits.  Integers only, so every backend picks the same predictor. */
 uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
@@ -157,17 +159,20 @@ uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
   uint64_t extra = 0, cnt = 0;
   const uint8_t *p = res;
   if (w == 4) {
+    /* Four histograms side by side, so that runs of one value (zeros,
+     * mostly) do not wait on their own increments. */
+    uint32_t h4[4][COST_DIRECT + 33];
+    memset(h4, 0, sizeof h4);
     const uint32_t *r = res;
-    for (size_t i = 0; i < n; i += COST_STEP, cnt++) {
+    for (size_t i = 0, j = 0; i < n; i += COST_STEP, j++, cnt++) {
       uint32_t v = r[i];
-      if (v < COST_DIRECT) {
-        h[v]++;
-      } else {
-        unsigned b = 32u - (unsigned)__builtin_clz(v);
-        h[COST_DIRECT + b]++;
-        extra += b;
-      }
+      unsigned b = v ? 32u - (unsigned)__builtin_clz(v) : 0u;
+      unsigned big = v >= COST_DIRECT;
+      h4[j & 3][big ? COST_DIRECT + b : v]++;
+      extra += big ? b : 0;
     }
+    for (unsigned s = 0; s < COST_DIRECT + 33; s++)
+      h[s] = h4[0][s] + h4[1][s] + h4[2][s] + h4[3][s];
   }
   for (size_t i = 0; w != 4 && i < n; i += COST_STEP, cnt++) {
     uint64_t v;
