@@ -260,11 +260,22 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   const uint8_t *in = words;
   build *b = (build *)tmp;
   uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
+  /* Two histograms (above is free until choose_direct), so that runs of
+   * one word do not wait on their own increments. */
   memset(b->hist, 0, sizeof b->hist);
-  for (size_t i = 0; i < n; i++) {
+  memset(b->above, 0, sizeof b->above);
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    uint64_t v0 = load_word(in + i * w, w), v1 = load_word(in + (i + 1) * w, w);
+    b->hist[v0 < MAX_SYMS ? v0 : MAX_SYMS]++;
+    b->above[v1 < MAX_SYMS ? v1 : MAX_SYMS]++;
+  }
+  for (; i < n; i++) {
     uint64_t v = load_word(in + i * w, w);
     b->hist[v < MAX_SYMS ? v : MAX_SYMS]++;
   }
+  for (unsigned s = 0; s <= MAX_SYMS; s++)
+    b->hist[s] += b->above[s];
   unsigned e = choose_direct(b, w), nsym = e + 1 + RUNS;
   uint32_t freq[MAX_SYMS] = {0};
   size_t cap = lane_count(n, 0), count[LANES];
