@@ -84,7 +84,7 @@ static const fz_preset presets[] = {
     {"ratio", "quant | interp | huffman | rze",
      "ratio first (SZ3 class): per chunk, multilevel cubic interpolation "
      "from the rebuilt values or N-dimensional Lorenzo, canonical Huffman "
-     "in 32 interleaved streams, zero-byte elimination; 256 KiB chunks"},
+     "in 32 sub-streams, zero-byte elimination; 256 KiB chunks"},
     {"lossless", "diff | bitshuffle | rze",
      "bit-exact for any fixed-width type"},
 };
