@@ -334,13 +334,11 @@ Test(ratio, hostile_stage_parameters) {
   free(x);
 }
 
-/* Chunks mutated byte by byte and cut short: a clean error (or, where a
- * changed byte still makes a valid chunk, the payload checksum's). */
-Test(ratio, hostile_chunks) {
-  shape s = {3, {6, 20, 30}};
-  void *x = make_field(&s, 1, GEN_SPECIAL_MIX, 9);
-  size_t len;
-  uint8_t *a = roundtrip(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, &len, "base");
+/* Chunks mutated byte by byte: a clean error (or, where a changed byte
+ * still makes a valid chunk, the payload checksum's), for the
+ * interpolation with outliers, with fill runs (f64) and for pwrel, whose
+ * chunks must name lorenzo. */
+static void mutate_all(const uint8_t *a, size_t len, const char *what) {
   fze_header h;
   cr_assert_eq(fze_header_parse(a, len, &h), 0);
   uint8_t *b = malloc(len);
@@ -351,11 +349,32 @@ Test(ratio, hostile_chunks) {
       if (b[at] == a[at])
         continue;
       int rc = decode(b, len);
-      cr_assert(rc == FZ_ECORRUPT, "byte %zu flip %d: %s", at, flip, fz_err_name(rc));
+      cr_assert(rc == FZ_ECORRUPT, "%s: byte %zu flip %d: %s", what, at, flip,
+                fz_err_name(rc));
     }
   free(b);
+}
+
+Test(ratio, hostile_chunks) {
+  shape s = {3, {6, 20, 30}};
+  size_t len;
+  void *x = make_field(&s, 1, GEN_SPECIAL_MIX, 9);
+  uint8_t *a = roundtrip(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, &len, "f32 rel");
+  mutate_all(a, len, "f32 rel");
+  free(a);
+  a = roundtrip(&s, FZ_F32, x, "ratio", FZ_EB_PWREL, 1e-2, 4096, &len, "f32 pwrel");
+  mutate_all(a, len, "f32 pwrel");
   free(a);
   free(x);
+  double *y = make_field(&s, 0, GEN_SMOOTH, 3);
+  for (size_t i = 0; i < count(&s); i += 7)
+    y[i] = -1e10;
+  y[5] = NAN;
+  a = roundtrip(&s, FZ_F64, y, "quant(fill=-1e10) | interp | huffman | rze", FZ_EB_ABS, 1e-3,
+                4096, &len, "f64 fill");
+  mutate_all(a, len, "f64 fill");
+  free(a);
+  free(y);
 }
 
 /* The huffman stage's own checks, on streams built by hand. */
