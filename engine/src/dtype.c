@@ -82,9 +82,8 @@ static const fz_preset presets[] = {
      "ratio and speed (PFPL class): difference, bit shuffle, recursive "
      "zero-byte elimination"},
     {"ratio", "quant | interp | huffman | rze",
-     "ratio first (SZ3 class): per chunk, multilevel cubic interpolation "
-     "from the rebuilt values or N-dimensional Lorenzo, canonical Huffman "
-     "in 32 sub-streams, zero-byte elimination; 256 KiB chunks"},
+     "ratio first (SZ3 class): interpolation or N-D Lorenzo per chunk, "
+     "canonical Huffman, zero-byte elimination"},
     {"lossless", "diff | bitshuffle | rze",
      "bit-exact for any fixed-width type"},
 };
