@@ -35,7 +35,7 @@
 #define RUNS 15u       /* run symbols: 2, 4, ... 2^15 zero words */
 #define MAX_DIRECT (MAX_SYMS - 1 - RUNS)
 
-static uint64_t load_word(const uint8_t *p, unsigned w) {
+static inline uint64_t load_word(const uint8_t *p, unsigned w) {
   switch (w) {
   case 1: return p[0];
   case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
@@ -233,33 +233,43 @@ static inline size_t end_run(uint16_t *tok, size_t k, size_t run, unsigned e) {
   return k;
 }
 
-/* The symbols of every lane, each into its own region of tok (cap
- * symbols: no lane has more than it has words): a word below e is
- * itself, any other the escape e, a maximal run of zero words in a lane
- * its run symbols.  One pass in the words' order, so the chunk is read
- * once, front to back. */
-static void tokenize(const uint8_t *in, unsigned w, size_t n, unsigned e, uint16_t *tok,
-                     size_t cap, size_t *count) {
-  size_t run[LANES] = {0};
-  for (unsigned l = 0; l < LANES; l++)
-    count[l] = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned l = (unsigned)(i / cap);
-    uint64_t v = load_word(in + i * w, w);
-    if (v == 0) {
-      run[l]++;
+/* The symbols of one lane's words (cnt of them, from p) into t: a word
+ * below e is itself, any other the escape e, a maximal run of zero words
+ * its run symbols.  Returns their number (at most cnt).  Inlined with a
+ * constant width at each call. */
+static inline __attribute__((always_inline)) size_t
+tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, unsigned e, uint16_t *t) {
+  size_t k = 0, j = 0;
+  while (j < cnt) {
+    uint64_t v = load_word(p + j * w, w);
+    if (v != 0) {
+      t[k++] = (uint16_t)(v < e ? v : e);
+      j++;
       continue;
     }
-    uint16_t *t = tok + l * cap;
-    if (run[l]) {
-      count[l] = end_run(t, count[l], run[l], e);
-      run[l] = 0;
-    }
-    t[count[l]++] = (uint16_t)(v < e ? v : e);
+    size_t r = j;
+    while (j < cnt && load_word(p + j * w, w) == 0)
+      j++;
+    k = end_run(t, k, j - r, e);
   }
-  for (unsigned l = 0; l < LANES; l++)
-    if (run[l])
-      count[l] = end_run(tok + l * cap, count[l], run[l], e);
+  return k;
+}
+
+/* The symbols of every lane, each into its own region of tok (cap
+ * symbols: no lane has more than it has words). */
+static void tokenize(const uint8_t *in, unsigned w, size_t n, unsigned e, uint16_t *tok,
+                     size_t cap, size_t *count) {
+  for (unsigned l = 0; l < LANES; l++) {
+    const uint8_t *p = in + (size_t)l * cap * w;
+    size_t cnt = lane_count(n, l);
+    uint16_t *t = tok + l * cap;
+    switch (w) {
+    case 1: count[l] = tokenize_lane(p, 1, cnt, e, t); break;
+    case 2: count[l] = tokenize_lane(p, 2, cnt, e, t); break;
+    case 4: count[l] = tokenize_lane(p, 4, cnt, e, t); break;
+    default: count[l] = tokenize_lane(p, 8, cnt, e, t); break;
+    }
+  }
 }
 
 size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
