@@ -282,6 +282,14 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   memset(b->hist, 0, sizeof b->hist);
   memset(b->above, 0, sizeof b->above);
   size_t i = 0;
+  if (w == 4) {
+    const uint32_t *x = words;
+    for (; i + 2 <= n; i += 2) {
+      uint32_t v0 = x[i], v1 = x[i + 1];
+      b->hist[v0 < MAX_SYMS ? v0 : MAX_SYMS]++;
+      b->above[v1 < MAX_SYMS ? v1 : MAX_SYMS]++;
+    }
+  }
   for (; i + 2 <= n; i += 2) {
     uint64_t v0 = load_word(in + i * w, w), v1 = load_word(in + (i + 1) * w, w);
     b->hist[v0 < MAX_SYMS ? v0 : MAX_SYMS]++;

@@ -144,11 +144,11 @@ static uint64_t log2_q16(uint64_t v) {
   return y;
 }
 
-#define COST_STEP 3
+#define COST_STEP 5
 #define COST_DIRECT 64u
 
-/* The bits an order-0 entropy coder would spend on every third residual
- * (i = 0, 3, 6, ...), in 16.16 fixed point.  The stride is odd so that the
+/* The bits an order-0 entropy coder would spend on every fifth residual
+ * (i = 0, 5, 10, ...), in 16.16 fixed point.  The stride is odd so that the
  * sample does not line up with the interpolation's power-of-two levels
  * (every fourth would, on some extents, and price its coarse points
  * only).  Residuals below 64 are
