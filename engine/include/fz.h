@@ -82,7 +82,7 @@ typedef struct fz_params {
   double eb;                    /* bound of quant stages that name none; 0: none */
   fz_eb_mode eb_mode;           /* mode of quant stages that name none */
   unsigned threads;             /* CPU threads for one call; 0 means 1 */
-  unsigned chunk_bytes;         /* input bytes per chunk; 0: FZ_CHUNK_DEFAULT */
+  unsigned chunk_bytes;         /* input bytes per chunk; 0: the chain's default */
   /* A fill value (netCDF's _FillValue: pass the variable's attribute): when
    * has_fill is nonzero, the values bit-equal to fill_value (for f32, to
    * (float)fill_value) are kept exactly and left out of the value range of
@@ -92,19 +92,26 @@ typedef struct fz_params {
   double fill_value;
 } fz_params;
 
+/* Chunk sizes: a power of two from FZ_CHUNK_MIN to FZ_CHUNK_MAX, default
+ * FZ_CHUNK_DEFAULT.  Chains with the ratio stages (lorenzo, huffman: the
+ * "ratio" preset) take chunks up to FZ_CHUNK_RATIO_MAX and default to
+ * FZ_CHUNK_RATIO_DEFAULT, so that a chunk spans enough rows and planes of
+ * the array for N-dimensional prediction (docs/format.md, version 3). */
 #define FZ_CHUNK_DEFAULT 16384u
 #define FZ_CHUNK_MIN 4096u
 #define FZ_CHUNK_MAX 32768u
+#define FZ_CHUNK_RATIO_DEFAULT 262144u
+#define FZ_CHUNK_RATIO_MAX 1048576u
 
 /* Fills p with defaults: f32, 0 dims, "balanced", eb 0 (so a lossy pipeline
- * must be given a bound, by the job or by its chain), REL, 1 thread, default
- * chunk size, no fill value. */
+ * must be given a bound, by the job or by its chain), REL, 1 thread, chunk
+ * size 0 (the chain's default), no fill value. */
 void fz_params_init(fz_params *p);
 
 /* ---- presets and pipelines ------------------------------------------------ */
 
 typedef struct fz_preset {
-  const char *name;        /* "fast", "balanced", "lossless" */
+  const char *name;        /* "fast", "balanced", "ratio", "lossless" */
   const char *chain;       /* the chain it stands for */
   const char *description; /* one line */
 } fz_preset;

@@ -39,24 +39,33 @@ static size_t stage_param_len(uint8_t id, bool has_fill) {
   case FZE_STAGE_QUANT: return 1 + 8 * 3 + (has_fill ? 8 : 0);
   case FZE_STAGE_DIFF: return 1;
   case FZE_STAGE_RZE: return 1;
+  case FZE_STAGE_LORENZO: return 1;
+  case FZE_STAGE_INTERP: return 1;
   default: return 0;
   }
 }
 
-size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks) {
+size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks,
+                      unsigned table_w) {
   size_t len = 8 + 8 * (size_t)ndims + 1;
   for (unsigned i = 0; i < c->n; i++)
     len += 1 + stage_param_len(c->st[i].id, c->st[i].has_fill);
-  return len + 4 + 2 * (size_t)nchunks + 4;
+  return len + 4 + table_w * (size_t)nchunks + 4;
 }
 
-/* Version 1 unless a stage needs what version 2 added, so that archives
- * without a fill value stay readable by every decoder. */
-static uint8_t format_version(const fze_chain *c) {
-  for (unsigned i = 0; i < c->n; i++)
-    if (c->st[i].id == FZE_STAGE_QUANT && c->st[i].has_fill)
-      return FZE_FORMAT_VERSION_FILL;
-  return FZE_FORMAT_VERSION;
+/* The lowest version that holds the archive, so that archives without the
+ * newer features stay readable by every older decoder: 3 for the ratio
+ * stages or chunks above 32 KiB, else 2 for a fill value, else 1. */
+unsigned fze_format_version(const fze_chain *c, unsigned chunk_bytes) {
+  bool fill = false;
+  if (chunk_bytes > FZ_CHUNK_MAX)
+    return FZE_FORMAT_VERSION_RATIO;
+  for (unsigned i = 0; i < c->n; i++) {
+    if (fze_stage_is_ratio(c->st[i].id))
+      return FZE_FORMAT_VERSION_RATIO;
+    fill |= c->st[i].id == FZE_STAGE_QUANT && c->st[i].has_fill;
+  }
+  return fill ? FZE_FORMAT_VERSION_FILL : FZE_FORMAT_VERSION;
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -89,7 +98,7 @@ static double get_f64(const uint8_t *p) {
 void fze_header_write(const fze_header *h, uint8_t *out) {
   uint8_t *p = out;
   memcpy(p, FZE_MAGIC, 4);
-  p[4] = format_version(&h->chain);
+  p[4] = (uint8_t)fze_format_version(&h->chain, h->chunk_bytes);
   p[5] = (uint8_t)h->dtype;
   p[6] = (uint8_t)h->ndims;
   p[7] = (uint8_t)__builtin_ctz(h->chunk_bytes);
@@ -118,12 +127,16 @@ void fze_header_write(const fze_header *h, uint8_t *out) {
     case FZE_STAGE_RZE:
       *p++ = st->levels;
       break;
+    case FZE_STAGE_LORENZO:
+    case FZE_STAGE_INTERP:
+      *p++ = st->pdims;
+      break;
     }
   }
   put_u32(p, h->payload_crc);
   p += 4;
-  memcpy(p, h->sizes, 2 * (size_t)h->nchunks);
-  p += 2 * (size_t)h->nchunks;
+  memcpy(p, h->sizes, h->table_w * (size_t)h->nchunks);
+  p += h->table_w * (size_t)h->nchunks;
   put_u32(p, fze_crc32c(0, out, (size_t)(p - out)));
 }
 
@@ -134,12 +147,16 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
   if (len < 8)
     return FZ_ETRUNC;
   unsigned version = arc[4];
-  if (version != FZE_FORMAT_VERSION && version != FZE_FORMAT_VERSION_FILL)
+  if (version < FZE_FORMAT_VERSION || version > FZE_FORMAT_VERSION_RATIO)
     return FZ_EVERSION;
+  h->version = version;
+  h->table_w = fze_table_width(version);
   h->dtype = (fz_dtype)arc[5];
   h->ndims = arc[6];
   size_t w = fz_dtype_size(h->dtype);
-  if (w == 0 || h->ndims < 1 || h->ndims > FZ_MAX_DIMS || arc[7] < 12 || arc[7] > 15)
+  /* Chunks above 32 KiB came with version 3. */
+  unsigned max_log = version >= FZE_FORMAT_VERSION_RATIO ? 20 : 15;
+  if (w == 0 || h->ndims < 1 || h->ndims > FZ_MAX_DIMS || arc[7] < 12 || arc[7] > max_log)
     return FZ_ECORRUPT;
   h->chunk_bytes = 1u << arc[7];
   size_t pos = 8;
@@ -184,15 +201,27 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
     case FZE_STAGE_RZE:
       st->levels = arc[pos];
       break;
+    case FZE_STAGE_LORENZO:
+    case FZE_STAGE_INTERP:
+      /* 0 ("the job's shape") is resolved before an archive is written. */
+      st->pdims = arc[pos];
+      if (st->pdims == 0)
+        return FZ_ECORRUPT;
+      break;
     case FZE_STAGE_BITSHUFFLE:
     case FZE_STAGE_BITPACK:
+    case FZE_STAGE_HUFFMAN:
       break;
     default:
       return FZ_ECORRUPT;
     }
+    /* The ratio stages came with version 3. */
+    if (fze_stage_is_ratio(st->id) && version < FZE_FORMAT_VERSION_RATIO)
+      return FZ_ECORRUPT;
     pos += pl;
   }
-  if (fze_chain_check(&h->chain, h->dtype, NULL, 0) < 0)
+  if (fze_chain_check(&h->chain, h->dtype, NULL, 0) < 0 ||
+      fze_chain_resolve_shape(&h->chain, h->ndims, h->dims, NULL, 0) < 0)
     return FZ_ECORRUPT;
   h->nchunks = (h->raw_bytes + h->chunk_bytes - 1) / h->chunk_bytes;
   if (len < pos + 4)
@@ -200,10 +229,10 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
   h->payload_crc = get_u32(arc + pos);
   pos += 4;
   /* The chunk table and the header CRC must be present. */
-  if (h->nchunks > (len - pos) / 2 || len - pos - 2 * h->nchunks < 4)
+  if (h->nchunks > (len - pos) / h->table_w || len - pos - h->table_w * h->nchunks < 4)
     return FZ_ETRUNC;
   *table_pos = pos;
-  h->header_len = pos + 2 * (size_t)h->nchunks + 4;
+  h->header_len = pos + h->table_w * (size_t)h->nchunks + 4;
   return 0;
 }
 
@@ -213,7 +242,7 @@ int fze_header_parse(const uint8_t *arc, size_t len, fze_header *h) {
   if (rc < 0)
     return rc;
   h->sizes = arc + pos;
-  pos += 2 * (size_t)h->nchunks;
+  pos += h->table_w * (size_t)h->nchunks;
   if (get_u32(arc + pos) != fze_crc32c(0, arc, pos))
     return FZ_ECORRUPT;
   pos += 4;

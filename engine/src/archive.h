@@ -11,6 +11,10 @@
 /* Version 2 is version 1 plus the quant stage's fill value; it is written
  * only by archives that use one (docs/format.md). */
 #define FZE_FORMAT_VERSION_FILL 2
+/* Version 3 adds the ratio stages (lorenzo, huffman), chunks of up to
+ * 1 MiB and a chunk table of u32 entries; it is written only by archives
+ * that use one of them, and carries the fill value as version 2 does. */
+#define FZE_FORMAT_VERSION_RATIO 3
 
 typedef struct fze_header {
   fz_dtype dtype;
@@ -20,15 +24,24 @@ typedef struct fze_header {
   fze_chain chain;
   uint64_t n_elems, raw_bytes, nchunks;
   size_t header_len;      /* bytes up to the payload */
+  unsigned version;       /* the format version written or read */
+  unsigned table_w;       /* bytes per chunk table entry: 2, or 4 in version 3 */
   uint32_t payload_crc;
-  const uint8_t *sizes;   /* nchunks little-endian u16, inside the archive */
+  const uint8_t *sizes;   /* nchunks little-endian entries, inside the archive */
 } fze_header;
 
 /* Element count and byte size of a shape; FZ_ESHAPE when they overflow or the
  * shape has no dimension. */
 int fze_shape_size(unsigned ndims, const uint64_t *dims, size_t width,
                    uint64_t *n_elems, uint64_t *bytes);
-size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks);
+/* The version an archive of this chain and chunk size is written in (the
+ * lowest that holds it), and the width of its chunk table entries. */
+unsigned fze_format_version(const fze_chain *c, unsigned chunk_bytes);
+static inline unsigned fze_table_width(unsigned version) {
+  return version >= FZE_FORMAT_VERSION_RATIO ? 4u : 2u;
+}
+size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks,
+                      unsigned table_w);
 /* Writes the header; h->sizes points at the chunk table to copy. */
 void fze_header_write(const fze_header *h, uint8_t *out);
 /* Validates everything that can be validated without the payload, including
@@ -53,7 +66,18 @@ void fze_header_info(const fze_header *h, size_t arc_len, fz_archive_info *info)
 const fze_header *fze_plan_header(const fz_plan *plan);
 
 static inline unsigned fze_chunk_size_at(const fze_header *h, uint64_t i) {
-  return (unsigned)h->sizes[2 * i] | (unsigned)h->sizes[2 * i + 1] << 8;
+  const uint8_t *p = h->sizes + (size_t)h->table_w * i;
+  unsigned v = (unsigned)p[0] | (unsigned)p[1] << 8;
+  if (h->table_w == 4)
+    v |= (unsigned)p[2] << 16 | (unsigned)p[3] << 24;
+  return v;
+}
+
+/* Sets entry i of a chunk table of entries w bytes wide. */
+static inline void fze_chunk_size_put(uint8_t *sizes, unsigned w, uint64_t i, size_t len) {
+  uint8_t *p = sizes + (size_t)w * i;
+  for (unsigned k = 0; k < w; k++)
+    p[k] = (uint8_t)(len >> (8 * k));
 }
 
 #endif

@@ -5,7 +5,7 @@
  *   stage  := name [ '(' key '=' value ( ',' key '=' value )* ')' ]
  *
  * Stages: quant(eb=FLOAT, mode=abs|rel|pwrel, fill=FLOAT),
- * diff(map=zigzag|negabinary),
+ * diff(map=zigzag|negabinary), lorenzo(dims=1..3), interp(dims=1..3), huffman,
  * bitshuffle, rze(levels=1..6), bitpack.  A preset name stands for its chain.
  * Every error quotes the offending text.
  */
@@ -21,7 +21,8 @@
 static const char *const stage_names[] = {
     [FZE_STAGE_QUANT] = "quant",           [FZE_STAGE_DIFF] = "diff",
     [FZE_STAGE_BITSHUFFLE] = "bitshuffle", [FZE_STAGE_RZE] = "rze",
-    [FZE_STAGE_BITPACK] = "bitpack",
+    [FZE_STAGE_BITPACK] = "bitpack",       [FZE_STAGE_LORENZO] = "lorenzo",
+    [FZE_STAGE_HUFFMAN] = "huffman",       [FZE_STAGE_INTERP] = "interp",
 };
 #define NSTAGE_NAMES (sizeof stage_names / sizeof stage_names[0])
 
@@ -108,6 +109,15 @@ static int set_param(fze_stage *st, const char *key, const char *val,
       fze_why(why, why_len, "diff: map must be zigzag or negabinary, not '%s'", val);
       return FZ_EPIPELINE;
     }
+    return 0;
+  }
+  if ((st->id == FZE_STAGE_LORENZO || st->id == FZE_STAGE_INTERP) &&
+      strcmp(key, "dims") == 0) {
+    if (strlen(val) != 1 || val[0] < '1' || val[0] > '3') {
+      fze_why(why, why_len, "%s: dims must be 1, 2 or 3, not '%s'", sname, val);
+      return FZ_EPIPELINE;
+    }
+    st->pdims = (uint8_t)(val[0] - '0');
     return 0;
   }
   if (st->id == FZE_STAGE_RZE && strcmp(key, "levels") == 0) {
@@ -260,7 +270,9 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
     fze_why(why, why_len, "empty pipeline");
     return FZ_EPIPELINE;
   }
-  bool bytes = false; /* the stream is words until bitshuffle */
+  bool bytes = false; /* the stream is words until bitshuffle or huffman */
+  bool coded = false; /* huffman came: nothing but rze may follow */
+  unsigned lorenzos = 0; /* a chunk names the dims of one lorenzo stage */
   for (unsigned i = 0; i < c->n; i++) {
     const fze_stage *st = &c->st[i];
     const char *name = (st->id < NSTAGE_NAMES && stage_names[st->id])
@@ -270,6 +282,10 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
       return FZ_EPIPELINE;
     }
     bool last = i + 1 == c->n;
+    if (coded && st->id != FZE_STAGE_RZE) {
+      fze_why(why, why_len, "%s cannot follow huffman: only rze can", name);
+      return FZ_EPIPELINE;
+    }
     switch (st->id) {
     case FZE_STAGE_QUANT:
       if (i != 0) {
@@ -289,11 +305,29 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
     case FZE_STAGE_DIFF:
     case FZE_STAGE_BITSHUFFLE:
     case FZE_STAGE_BITPACK:
+    case FZE_STAGE_LORENZO:
+    case FZE_STAGE_HUFFMAN:
+    case FZE_STAGE_INTERP:
+      if (st->id == FZE_STAGE_INTERP && (i != 1 || c->st[0].id != FZE_STAGE_QUANT)) {
+        fze_why(why, why_len, "interp predicts the values quant bins: it must come "
+                              "right after quant");
+        return FZ_EPIPELINE;
+      }
       if (bytes) {
         fze_why(why, why_len, "%s needs words, but bitshuffle before it made bytes",
                 name);
         return FZ_EPIPELINE;
       }
+      if ((st->id == FZE_STAGE_LORENZO || st->id == FZE_STAGE_INTERP) && st->pdims > 3) {
+        fze_why(why, why_len, "%s: dims must be 1, 2 or 3", name);
+        return FZ_EPIPELINE;
+      }
+      if (st->id == FZE_STAGE_LORENZO && ++lorenzos > 1) {
+        fze_why(why, why_len, "lorenzo may appear only once in a chain");
+        return FZ_EPIPELINE;
+      }
+      if (st->id == FZE_STAGE_HUFFMAN)
+        bytes = coded = true;
       if (st->id == FZE_STAGE_DIFF && st->mode > FZE_MAP_NEGABINARY) {
         fze_why(why, why_len, "diff: unknown map %u", st->mode);
         return FZ_EPIPELINE;
@@ -322,6 +356,40 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
 
 bool fze_chain_has_quant(const fze_chain *c) {
   return c->n > 0 && c->st[0].id == FZE_STAGE_QUANT;
+}
+
+bool fze_chain_has_ratio(const fze_chain *c) {
+  for (unsigned i = 0; i < c->n; i++)
+    if (fze_stage_is_ratio(c->st[i].id))
+      return true;
+  return false;
+}
+
+int fze_chain_resolve_shape(fze_chain *c, unsigned ndims, const uint64_t *dims,
+                            char *why, size_t why_len) {
+  for (unsigned i = 0; i < c->n; i++) {
+    fze_stage *st = &c->st[i];
+    if (st->id != FZE_STAGE_LORENZO && st->id != FZE_STAGE_INTERP)
+      continue;
+    if (st->pdims == 0)
+      st->pdims = (uint8_t)(ndims < 3 ? ndims : 3);
+    if (st->pdims < 1 || st->pdims > 3 || st->pdims > ndims) {
+      fze_why(why, why_len, "%s: dims=%u, but the array has %u dimension%s",
+              stage_names[st->id], st->pdims, ndims, ndims == 1 ? "" : "s");
+      return FZ_EPIPELINE;
+    }
+    /* The leading dimensions fold into the slowest predicted one. */
+    for (unsigned k = 1; k <= st->pdims; k++) {
+      uint64_t fold = 1, *ext = st->ext[k - 1];
+      for (unsigned d = 0; d + k <= ndims - 1; d++)
+        fold *= dims[d];
+      ext[0] = ext[1] = 1;
+      ext[3 - k] = fold * dims[ndims - k];
+      for (unsigned j = 1; j < k; j++)
+        ext[3 - k + j] = dims[ndims - k + j];
+    }
+  }
+  return 0;
 }
 
 static int format_quant(const fze_stage *st, const char *sep, char *buf, size_t len) {
@@ -359,6 +427,13 @@ void fze_chain_format(const fze_chain *c, char *buf, size_t len) {
       break;
     case FZE_STAGE_RZE:
       w = snprintf(buf + k, len - k, "%srze(levels=%u)", sep, st->levels);
+      break;
+    case FZE_STAGE_LORENZO:
+    case FZE_STAGE_INTERP:
+      /* dims left to the job's shape stays unsaid, as quant's bound does. */
+      w = st->pdims ? snprintf(buf + k, len - k, "%s%s(dims=%u)", sep, stage_names[st->id],
+                               st->pdims)
+                    : snprintf(buf + k, len - k, "%s%s", sep, stage_names[st->id]);
       break;
     default:
       w = snprintf(buf + k, len - k, "%s%s", sep,

@@ -13,12 +13,16 @@
 
 int fze_scratch_init(fze_scratch *s, size_t chunk_bytes) {
   s->cap = 2 * chunk_bytes + 256;
-  s->a = malloc(4 * s->cap);
+  /* tmp serves rze (two bitmaps and kept bytes of a stream of up to cap
+   * bytes) and huffman (its tables and 4 bytes a word). */
+  size_t tmp = 4 * chunk_bytes + FZE_HUFFMAN_TMP + 256;
+  s->a = malloc(3 * s->cap + tmp + fze_quant_work_bytes(chunk_bytes / 4));
   if (s->a == NULL)
     return FZ_ENOMEM;
   s->b = s->a + s->cap;
   s->side = s->b + s->cap;
   s->tmp = s->side + s->cap;
+  s->qwork = s->tmp + tmp;
   return 0;
 }
 
@@ -27,14 +31,110 @@ void fze_scratch_free(fze_scratch *s) {
   memset(s, 0, sizeof *s);
 }
 
-size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
-                        size_t n, uint8_t *out, fze_scratch *s) {
+/* After the side list a chunk carries what its stages chose or cannot
+ * infer: a lorenzo stage's dims for the chunk (one byte), then, when a
+ * huffman stage is not the last, the length of its stream, which the
+ * stage after it (rze) needs, as a LEB128 varint.  Returns the huffman
+ * stage's index, or -1. */
+static int inner_huffman(const fze_chain *c) {
+  for (unsigned i = 0; i + 1 < c->n; i++)
+    if (c->st[i].id == FZE_STAGE_HUFFMAN)
+      return (int)i;
+  return -1;
+}
+
+static size_t put_len(uint8_t *p, size_t v) {
+  size_t k = 0;
+  while (v >= 0x80) {
+    p[k++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[k++] = (uint8_t)v;
+  return k;
+}
+
+static bool get_len(const uint8_t *p, size_t avail, size_t *k, size_t *out) {
+  size_t v = 0;
+  for (unsigned shift = 0;; shift += 7) {
+    if (*k >= avail || shift > 28)
+      return false;
+    uint8_t b = p[(*k)++];
+    v |= (size_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      break;
+  }
+  *out = v;
+  return true;
+}
+
+/* Lorenzo in every k = 1..pdims from words into dst (scratch room `spare`
+ * for the trials); the cheapest kept (the lowest k of equals) ends in dst.
+ * Returns its price. */
+static uint64_t best_lorenzo(const fze_stage *st, unsigned w, const uint8_t *words, size_t n,
+                             uint64_t first, uint8_t *dst, uint8_t *spare, uint8_t *pk) {
+  uint64_t best = UINT64_MAX;
+  uint8_t *to = dst, *kept = dst;
+  for (unsigned k = 1; k <= st->pdims; k++) {
+    fze_lorenzo_encode(st, k, w, words, to, n, first);
+    uint64_t cost = fze_lorenzo_cost(w, to, n);
+    if (cost < best) {
+      best = cost;
+      *pk = (uint8_t)k;
+      kept = to;
+      to = to == dst ? spare : dst;
+    }
+  }
+  if (kept != dst)
+    memcpy(dst, kept, n * w);
+  return best;
+}
+
+/* quant | interp: per chunk the interpolation, or, where it prices
+ * higher, quant's own words predicted by lorenzo in k = 1..pdims dims
+ * (predictor byte k; 0 for the interpolation).  Prices (16.16 bits):
+ * the residuals' plus 8 bits a side-list byte; the lower
+ * wins, the interpolation on a tie.  The words end in s->a, the side list
+ * in s->side; tmp holds the other candidate meanwhile. */
+static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, size_t n,
+                               uint64_t first, fze_scratch *s, uint8_t *pk) {
   unsigned w = (unsigned)fz_dtype_size(t);
-  size_t raw = n * w, side_len = 0, len = raw;
+  size_t raw = n * w;
+  const fze_stage *q = &c->st[0], *ip = &c->st[1];
+  /* pwrel bins are a value's own bit pattern: no difference to bin, so
+   * such chunks always take lorenzo. */
+  bool pw = q->mode == FZ_EB_PWREL;
+  size_t side_i = pw ? 0 : fze_interp_encode(q, ip, t, in, n, first, s->a, s->side, s->qwork);
+  uint64_t cost_i = pw ? UINT64_MAX
+                       : fze_lorenzo_cost(w, s->a, n) + ((8 * (uint64_t)side_i) << 16);
+  uint8_t *words = s->tmp, *side = s->tmp + raw, *spare = side + 2 * raw + 256;
+  size_t side_l = fze_quant_encode(q, t, in, n, words, side, s->qwork);
+  uint8_t k = 0;
+  uint64_t cost_l = best_lorenzo(ip, w, words, n, first, s->b, spare, &k) +
+                    ((8 * (uint64_t)side_l) << 16);
+  *pk = 0;
+  if (cost_l >= cost_i)
+    return side_i;
+  *pk = k;
+  memcpy(s->a, s->b, raw);
+  memcpy(s->side, side, side_l);
+  return side_l;
+}
+
+size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
+                        size_t n, uint64_t first, uint8_t *out, fze_scratch *s) {
+  unsigned w = (unsigned)fz_dtype_size(t);
+  size_t raw = n * w, side_len = 0, len = raw, hlen = 0;
+  uint8_t pk = 0; /* the chunk's predictor byte (lorenzo, interp) */
+  bool has_pk = false;
   uint8_t *cur = s->a, *other = s->b;
   unsigned i = 0;
-  if (fze_chain_has_quant(c)) {
-    side_len = fze_quant_encode(&c->st[0], t, in, n, cur, s->side);
+  int inner = inner_huffman(c);
+  if (fze_chain_has_quant(c) && c->n > 1 && c->st[1].id == FZE_STAGE_INTERP) {
+    side_len = encode_predicted(c, t, in, n, first, s, &pk);
+    has_pk = true;
+    i = 2;
+  } else if (fze_chain_has_quant(c)) {
+    side_len = fze_quant_encode(&c->st[0], t, in, n, cur, s->side, s->qwork);
     i = 1;
   } else {
     memcpy(cur, in, raw);
@@ -44,6 +144,17 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     switch (st->id) {
     case FZE_STAGE_DIFF:
       fze_diff_encode(st, w, cur, other, n);
+      break;
+    case FZE_STAGE_LORENZO:
+      best_lorenzo(st, w, cur, n, first, other, s->tmp, &pk);
+      has_pk = true;
+      break;
+    case FZE_STAGE_HUFFMAN:
+      /* A code as long as the chunk cannot make it smaller. */
+      len = fze_huffman_encode(w, cur, n, other, raw - 1, s->tmp);
+      if (len == SIZE_MAX)
+        goto store_raw;
+      hlen = len;
       break;
     case FZE_STAGE_BITSHUFFLE:
       fze_bitshuffle_encode(w, cur, n, other);
@@ -60,17 +171,26 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     cur = other;
     other = x;
   }
-  if (side_len + len >= raw) {
-    memcpy(out, in, raw);
-    return raw;
-  }
+  uint8_t lenbuf[8];
+  size_t lk = 0;
+  if (has_pk)
+    lenbuf[lk++] = pk;
+  if (inner >= 0)
+    lk += put_len(lenbuf + lk, hlen);
+  if (side_len + lk + len >= raw)
+    goto store_raw;
   memcpy(out, s->side, side_len);
-  memcpy(out + side_len, cur, len);
-  return side_len + len;
+  memcpy(out + side_len, lenbuf, lk);
+  memcpy(out + side_len + lk, cur, len);
+  return side_len + lk + len;
+store_raw:
+  memcpy(out, in, raw);
+  return raw;
 }
 
 int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
-                     size_t in_len, size_t n, void *out, fze_scratch *s) {
+                     size_t in_len, size_t n, uint64_t first_elem, void *out,
+                     fze_scratch *s) {
   unsigned w = (unsigned)fz_dtype_size(t);
   size_t raw = n * w;
   if (in_len == raw) {
@@ -81,26 +201,45 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
     return FZ_ECORRUPT;
   size_t side_len = 0;
   unsigned first = 0;
+  bool interp = fze_chain_has_quant(c) && c->n > 1 && c->st[1].id == FZE_STAGE_INTERP;
   if (fze_chain_has_quant(c)) {
     long sl = fze_quant_side_len(&c->st[0], in, in_len, n, w);
     if (sl < 0)
       return FZ_ECORRUPT;
     side_len = (size_t)sl;
-    first = 1;
+    first = interp ? 2 : 1;
   }
-  const uint8_t *cur = in + side_len;
-  size_t len = in_len - side_len;
+  size_t hk = side_len, hlen = 0;
+  int inner = inner_huffman(c);
+  /* The chunk's predictor byte: lorenzo's k in 1..pdims; interp's 0 (the
+   * interpolation) or a lorenzo k. */
+  unsigned pk = 0;
+  for (unsigned i = 0; i < c->n; i++)
+    if (c->st[i].id == FZE_STAGE_LORENZO || c->st[i].id == FZE_STAGE_INTERP) {
+      unsigned lo = c->st[i].id == FZE_STAGE_INTERP ? 0 : 1;
+      if (hk >= in_len || in[hk] < lo || in[hk] > c->st[i].pdims)
+        return FZ_ECORRUPT;
+      pk = in[hk++];
+    }
+  /* The inner huffman stream is at most the chunk's raw size (the encoder
+   * stores the chunk raw otherwise), which the buffers are sized for. */
+  if (inner >= 0 && (!get_len(in, in_len, &hk, &hlen) || hlen == 0 || hlen >= raw))
+    return FZ_ECORRUPT;
+  const uint8_t *cur = in + hk;
+  size_t len = in_len - hk;
 
-  /* The stream size entering each stage, forward; only the last stage may
-   * produce a size that is not implied by n. */
+  /* The stream size entering each stage, forward; only the last stage and
+   * an inner huffman stage (whose size the chunk carries) may produce a
+   * size that is not implied by n. */
   size_t size_in[FZE_MAX_STAGES + 1];
   size_in[first] = raw;
   for (unsigned i = first; i < c->n; i++)
     size_in[i + 1] = c->st[i].id == FZE_STAGE_BITSHUFFLE ? fze_bitshuffle_bytes(w, n)
+                     : (int)i == inner                   ? hlen
                                                          : size_in[i];
   unsigned last = c->n - 1;
   if (c->st[last].id != FZE_STAGE_RZE && c->st[last].id != FZE_STAGE_BITPACK &&
-      len != size_in[c->n])
+      c->st[last].id != FZE_STAGE_HUFFMAN && len != size_in[c->n])
     return FZ_ECORRUPT;
 
   uint8_t *bufs[2] = {s->a, s->b};
@@ -122,6 +261,17 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       fze_bitshuffle_decode(w, cur, n, dst);
       len = raw;
       break;
+    case FZE_STAGE_HUFFMAN:
+      rc = fze_huffman_decode(w, cur, len, dst, n, s->tmp);
+      len = raw;
+      break;
+    case FZE_STAGE_LORENZO:
+      if (i == 0 && (uintptr_t)out % w == 0)
+        dst = out;
+      else if (cur == s->a || cur == s->b)
+        dst = (uint8_t *)cur;
+      fze_lorenzo_decode(st, pk, w, cur, dst, n, first_elem);
+      break;
     case FZE_STAGE_DIFF:
       /* The running sums go straight to out when they are the result and
        * out is aligned for the words; else in place when cur is scratch. */
@@ -136,6 +286,18 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       return rc;
     if (dst != cur)
       nb ^= 1;
+    cur = dst;
+  }
+  if (interp && pk == 0 && c->st[0].mode == FZ_EB_PWREL)
+    return FZ_ECORRUPT;
+  if (interp && pk == 0)
+    return fze_interp_decode(&c->st[0], &c->st[1], t, cur, n, first_elem, in, side_len, out,
+                             s->qwork);
+  if (interp) {
+    /* Quant's words under lorenzo: rebuilt in place in scratch (or out of
+     * the archive's bytes into a free buffer). */
+    uint8_t *dst = (cur == s->a || cur == s->b) ? (uint8_t *)cur : bufs[nb];
+    fze_lorenzo_decode(&c->st[1], pk, w, cur, dst, n, first_elem);
     cur = dst;
   }
   if (first)

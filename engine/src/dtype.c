@@ -81,6 +81,9 @@ static const fz_preset presets[] = {
     {"balanced", "quant | diff | bitshuffle | rze",
      "ratio and speed (PFPL class): difference, bit shuffle, recursive "
      "zero-byte elimination"},
+    {"ratio", "quant | interp | huffman | rze",
+     "ratio first (SZ3 class): interpolation or N-D Lorenzo per chunk, "
+     "canonical Huffman, zero-byte elimination"},
     {"lossless", "diff | bitshuffle | rze",
      "bit-exact for any fixed-width type"},
 };
@@ -97,7 +100,7 @@ void fz_params_init(fz_params *p) {
   p->pipeline = "balanced";
   p->eb_mode = FZ_EB_REL;
   p->threads = 1;
-  p->chunk_bytes = FZ_CHUNK_DEFAULT;
+  p->chunk_bytes = 0;
 }
 
 fze_numtext fze_num(double v) {

@@ -34,8 +34,16 @@ typedef enum fze_stage_id {
   FZE_STAGE_DIFF = 2,
   FZE_STAGE_BITSHUFFLE = 3,
   FZE_STAGE_RZE = 4,
-  FZE_STAGE_BITPACK = 5
+  FZE_STAGE_BITPACK = 5,
+  FZE_STAGE_LORENZO = 6,
+  FZE_STAGE_HUFFMAN = 7,
+  FZE_STAGE_INTERP = 8
 } fze_stage_id;
+
+/* The ratio stages (format version 3). */
+static inline bool fze_stage_is_ratio(uint8_t id) {
+  return id == FZE_STAGE_LORENZO || id == FZE_STAGE_HUFFMAN || id == FZE_STAGE_INTERP;
+}
 
 typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_diff_map;
 
@@ -45,6 +53,8 @@ typedef struct fze_stage {
   uint8_t id;           /* fze_stage_id */
   uint8_t mode;         /* quant: fz_eb_mode; diff: fze_diff_map */
   uint8_t levels;       /* rze: number of elimination levels */
+  uint8_t pdims;        /* lorenzo: dimensions predicted in (1..3); 0 in a
+                           chain text that leaves it to the job's shape */
   bool has_eb;          /* quant: eb given in the chain text */
   bool has_mode;        /* quant: mode given in the chain text */
   bool has_fill;        /* quant: a fill value is set (chain text or job) */
@@ -55,6 +65,9 @@ typedef struct fze_stage {
   /* Resolved per job by the compressor and stored in the archive: */
   double eb_abs;        /* quant: absolute bound enforced; 0 = lossless */
   double step;          /* quant: bin width (abs/rel) or bit step (pwrel) */
+  uint64_t ext[3][3];   /* lorenzo: ext[k-1], the array's extents folded
+                           into k dimensions, as 3 (slowest first, leading
+                           1s), for every k up to pdims */
 } fze_stage;
 
 typedef struct fze_chain {
@@ -67,6 +80,13 @@ int fze_chain_parse(const char *text, fze_chain *out, char *why, size_t why_len)
 int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len);
 void fze_chain_format(const fze_chain *c, char *buf, size_t len);
 bool fze_chain_has_quant(const fze_chain *c);
+bool fze_chain_has_ratio(const fze_chain *c);
+/* Resolves the lorenzo stages of a chain for an array of ndims dims: a
+ * stage without pdims takes min(3, ndims); every stage's extents are the
+ * dims folded into pdims dimensions (the leading ones multiplied into the
+ * slowest).  FZ_EPIPELINE, quoted in why, for pdims above ndims. */
+int fze_chain_resolve_shape(fze_chain *c, unsigned ndims, const uint64_t *dims,
+                            char *why, size_t why_len);
 
 /* util */
 void fze_why(char *why, size_t len, const char *fmt, ...)
@@ -87,23 +107,61 @@ typedef struct fze_scratch {
   uint8_t *side;       /* the quant stage's side list */
   uint8_t *tmp;        /* stage-internal work space */
   size_t cap;          /* bytes of each */
+  void *qwork;         /* the quant stage's index lists (fze_quant_work) */
 } fze_scratch;
 
 int fze_scratch_init(fze_scratch *s, size_t chunk_bytes);
 void fze_scratch_free(fze_scratch *s);
 
-/* The per-chunk coder (codec.c).  Encodes `n` elements at `in` into `out`
+/* The per-chunk coder (codec.c).  Encodes `n` elements at `in`, the chunk
+ * whose first element is element `first` of the array, into `out`
  * (capacity out_cap >= raw bytes of the chunk) and returns the coded length;
  * a return equal to the raw length means the chunk is stored raw. */
 size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
-                        size_t n, uint8_t *out, fze_scratch *s);
+                        size_t n, uint64_t first, uint8_t *out, fze_scratch *s);
 int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
-                     size_t in_len, size_t n, void *out, fze_scratch *s);
+                     size_t in_len, size_t n, uint64_t first, void *out,
+                     fze_scratch *s);
 
 /* Stages (stage_*.c).  Word streams are little-endian arrays of `w`-byte
  * words; byte streams are plain bytes. */
+/* Indices in a side list are u16 in chunks of fewer than 65536 elements,
+ * u32 from there on (only version-3 chunks are that large). */
+static inline unsigned fze_side_index_width(size_t n) { return n < 65536 ? 2u : 4u; }
+/* The parts of a side list, parsed (stage_quant.c). */
+typedef struct fze_side_view {
+  size_t m;             /* outliers */
+  const uint8_t *idx;   /* their indices */
+  const uint8_t *vals;  /* their raw values */
+  size_t r;             /* fill runs */
+  const uint8_t *runs;  /* a start and a length each */
+  size_t len;           /* bytes of the whole list */
+} fze_side_view;
+int fze_quant_read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
+                        bool has_fill, fze_side_view *sv);
+size_t fze_quant_write_side(uint8_t *side, const uint32_t *idx, size_t m,
+                            const uint8_t *in, unsigned w, bool has_fill,
+                            const uint32_t (*runs)[2], size_t r, unsigned iw);
+size_t fze_side_index(const uint8_t *p, unsigned iw);
+uint64_t fze_quant_fill_bits(const fze_stage *st, fz_dtype t);
+size_t fze_quant_fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t n,
+                           void *codes, uint8_t *bad, uint32_t (*runs)[2]);
+size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx);
+/* quant fused with interp (stage_interp.c): the same side list and words
+ * as quant, each word the bin of the value's difference from its
+ * interpolation from values already rebuilt. */
+size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
+                         const void *in, size_t n, uint64_t first, void *codes,
+                         uint8_t *side, void *work);
+int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
+                      const void *codes, size_t n, uint64_t first, const uint8_t *side,
+                      size_t side_len, void *out, void *work);
+#define FZE_INTERP_TOP 16u
+/* work: room for n u32 indices, n flags, n/2 + 1 runs of two u32 and n
+ * doubles. */
+size_t fze_quant_work_bytes(size_t n);
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
-                        size_t n, void *codes, uint8_t *side);
+                        size_t n, void *codes, uint8_t *side, void *work);
 /* Length of the side list at the front of a coded chunk, or a negative code. */
 long fze_quant_side_len(const fze_stage *st, const uint8_t *side, size_t len, size_t n,
                         unsigned w);
@@ -123,6 +181,23 @@ size_t fze_rze_encode(unsigned levels, const uint8_t *in, size_t n, uint8_t *out
 int fze_rze_decode(unsigned levels, const uint8_t *in, size_t in_len,
                    uint8_t *out, size_t n, uint8_t *tmp);
 size_t fze_bitpack_encode(unsigned w, const void *words, size_t n, uint8_t *out);
+/* lorenzo (stage_lorenzo.c): the chunk of n words starting at element
+ * `first` of the array, predicted in k dimensions (1..pdims); decode may
+ * run in place (in == out).  fze_lorenzo_cost() estimates the bits the
+ * residuals cost (integers only), by which the encoder picks k. */
+void fze_lorenzo_encode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first);
+void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first);
+uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n);
+/* huffman (stage_huffman.c): at most out_cap bytes; returns the length, or
+ * SIZE_MAX when the code would not fit (the chunk is then stored raw).
+ * tmp: FZE_HUFFMAN_TMP bytes plus 4 bytes a word. */
+#define FZE_HUFFMAN_TMP 131072u
+size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
+                          size_t out_cap, uint8_t *tmp);
+int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
+                       size_t n, uint8_t *tmp);
 int fze_bitpack_decode(unsigned w, const uint8_t *in, size_t in_len,
                        void *words, size_t n);
 

@@ -83,7 +83,7 @@ static unsigned clamp_threads(unsigned t) { return t == 0 ? 1 : t > 256 ? 256 : 
  * decoder still reads such chains). */
 static int check_coder(const fze_chain *c, char *why, size_t why_len) {
   uint8_t last = c->st[c->n - 1].id;
-  if (last == FZE_STAGE_RZE || last == FZE_STAGE_BITPACK)
+  if (last == FZE_STAGE_RZE || last == FZE_STAGE_BITPACK || last == FZE_STAGE_HUFFMAN)
     return 0;
   char text[256];
   fze_chain_format(c, text, sizeof text);
@@ -194,12 +194,6 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
     fze_why(why, why_len, "unknown dtype %d", (int)p->dtype);
     return FZ_EDTYPE;
   }
-  unsigned cb = p->chunk_bytes ? p->chunk_bytes : FZ_CHUNK_DEFAULT;
-  if (cb < FZ_CHUNK_MIN || cb > FZ_CHUNK_MAX || (cb & (cb - 1))) {
-    fze_why(why, why_len, "chunk size %u is not a power of two in %u..%u", cb,
-            FZ_CHUNK_MIN, FZ_CHUNK_MAX);
-    return FZ_EINVAL;
-  }
   fz_plan *pl = calloc(1, sizeof *pl);
   if (pl == NULL)
     return FZ_ENOMEM;
@@ -210,6 +204,19 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
     goto err_plan;
   if ((rc = fze_chain_check(&h->chain, p->dtype, why, why_len)) < 0)
     goto err_plan;
+  /* The ratio stages predict across rows and planes of the array, so they
+   * take larger chunks (format version 3); other chains keep theirs. */
+  bool ratio = fze_chain_has_ratio(&h->chain);
+  unsigned cb = p->chunk_bytes ? p->chunk_bytes
+                : ratio        ? FZ_CHUNK_RATIO_DEFAULT
+                               : FZ_CHUNK_DEFAULT;
+  unsigned cmax = ratio ? FZ_CHUNK_RATIO_MAX : FZ_CHUNK_MAX;
+  if (cb < FZ_CHUNK_MIN || cb > cmax || (cb & (cb - 1))) {
+    fze_why(why, why_len, "chunk size %u is not a power of two in %u..%u%s", cb,
+            FZ_CHUNK_MIN, cmax, ratio ? "" : " (up to 1048576 with the ratio stages)");
+    rc = FZ_EINVAL;
+    goto err_plan;
+  }
   if (fze_chain_has_quant(&h->chain) &&
       ((rc = resolve_quant(&h->chain.st[0], p, why, why_len)) < 0 ||
        (rc = check_coder(&h->chain, why, why_len)) < 0))
@@ -224,8 +231,12 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
     rc = FZ_ESHAPE;
     goto err_plan;
   }
+  if ((rc = fze_chain_resolve_shape(&h->chain, h->ndims, h->dims, why, why_len)) < 0)
+    goto err_plan;
   h->nchunks = (h->raw_bytes + cb - 1) / cb;
-  h->header_len = fze_header_len(&h->chain, h->ndims, h->nchunks);
+  h->version = fze_format_version(&h->chain, cb);
+  h->table_w = fze_table_width(h->version);
+  h->header_len = fze_header_len(&h->chain, h->ndims, h->nchunks, h->table_w);
   pl->width = w;
   pl->chunk_elems = cb / w;
   pl->threads = clamp_threads(p->threads);
@@ -234,7 +245,7 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
   rc = FZ_ENOMEM;
   pl->scratch = calloc(pl->threads, sizeof *pl->scratch);
   pl->chunk_out = malloc((size_t)pl->threads * cb);
-  pl->sizes = malloc(2 * (size_t)h->nchunks + 1);
+  pl->sizes = malloc(h->table_w * (size_t)h->nchunks + 1);
   pl->crcs = malloc(4 * (size_t)h->nchunks + 4);
   if (!pl->scratch || !pl->chunk_out || !pl->sizes || !pl->crcs)
     goto err_plan;
@@ -313,8 +324,8 @@ static void compress_range(void *ctx, unsigned tid, uint64_t lo, uint64_t hi) {
      * room left it is written in place, else through buf and checked. */
     size_t room = j->out_cap - pos;
     uint8_t *dst = room >= bytes ? j->out + pos : buf;
-    size_t len = fze_chunk_encode(&h->chain, h->dtype, j->in + off,
-                                  bytes / pl->width, dst, &pl->scratch[tid]);
+    size_t len = fze_chunk_encode(&h->chain, h->dtype, j->in + off, bytes / pl->width,
+                                  off / pl->width, dst, &pl->scratch[tid]);
     if (dst == buf) {
       if (len > room) {
         j->rc[tid] = FZ_ENOSPC;
@@ -324,8 +335,7 @@ static void compress_range(void *ctx, unsigned tid, uint64_t lo, uint64_t hi) {
     }
     pl->crcs[i] = fze_crc32c(0, j->out + pos, len);
     pos += len;
-    pl->sizes[2 * i] = (uint8_t)len;
-    pl->sizes[2 * i + 1] = (uint8_t)(len >> 8);
+    fze_chunk_size_put(pl->sizes, h->table_w, i, len);
   }
   j->used[tid] = pos - start;
 }
@@ -414,8 +424,9 @@ static void decompress_range(void *ctx, unsigned tid, uint64_t lo, uint64_t hi) 
     size_t bytes = h->raw_bytes - off < h->chunk_bytes ? h->raw_bytes - off
                                                        : h->chunk_bytes;
     j->crcs[i] = fze_crc32c(0, j->arc + pos, len);
-    int rc = fze_chunk_decode(&h->chain, h->dtype, j->arc + pos, len,
-                              bytes / fz_dtype_size(h->dtype), j->out + off, &s);
+    size_t w = fz_dtype_size(h->dtype);
+    int rc = fze_chunk_decode(&h->chain, h->dtype, j->arc + pos, len, bytes / w, off / w,
+                              j->out + off, &s);
     if (rc < 0) {
       j->rc[tid] = rc;
       break;

@@ -7,7 +7,8 @@
  * (ops.h) and checks the error against the bound; a value that fails, and
  * every NaN, Inf, -0.0 and denormal, is kept losslessly in the chunk's side
  * list instead (its word becomes 0).  Side list: a varint count, the
- * ascending u16 indices, then the raw values.
+ * ascending indices (u16, or u32 in chunks of 65536 elements or more),
+ * then the raw values.
  *
  * With a fill value (netCDF's _FillValue), the values bit-equal to it are
  * neither quantized nor outliers: their word is 0, like an outlier's, and
@@ -63,7 +64,7 @@ static minmax scan_f64(const double *x, size_t n) {
 /* The fill value as the bit pattern of the element type: for f32 the fill
  * rounded to the nearest float, which is what a float array holds when its
  * producer wrote the fill. */
-static uint64_t fill_bits(const fze_stage *st, fz_dtype t) {
+uint64_t fze_quant_fill_bits(const fze_stage *st, fz_dtype t) {
   return t == FZ_F32 ? fzo_f32_bits((float)st->fill) : fzo_f64_bits(st->fill);
 }
 
@@ -117,8 +118,8 @@ int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
                       char *why, size_t why_len) {
   minmax m = {0, 0};
   if (st->mode != FZ_EB_PWREL && st->has_fill)
-    m = t == FZ_F32 ? scan_fill_f32(in, n, (uint32_t)fill_bits(st, t))
-                    : scan_fill_f64(in, n, fill_bits(st, t));
+    m = t == FZ_F32 ? scan_fill_f32(in, n, (uint32_t)fze_quant_fill_bits(st, t))
+                    : scan_fill_f64(in, n, fze_quant_fill_bits(st, t));
   else if (st->mode != FZ_EB_PWREL)
     m = t == FZ_F32 ? scan_f32(in, n) : scan_f64(in, n);
   int rc = fze_quant_check_range(st, m.lo, m.hi, why, why_len);
@@ -166,27 +167,30 @@ static size_t put_varint(uint8_t *p, uint32_t v) {
   return k;
 }
 
-/* The side list: the outliers (a varint count, their u16 indices, their raw
+static size_t put_index(uint8_t *p, uint32_t v, unsigned iw) {
+  for (unsigned k = 0; k < iw; k++)
+    p[k] = (uint8_t)(v >> (8 * k));
+  return iw;
+}
+
+/* The side list: the outliers (a varint count, their indices, their raw
  * values), then, for a stage with a fill, the fill runs (a varint count,
- * then a u16 start and a u16 length per run). */
-static size_t write_side(uint8_t *side, const uint16_t *idx, size_t m,
-                         const uint8_t *in, unsigned w, bool has_fill,
-                         const uint16_t (*runs)[2], size_t r) {
+ * then a start and a length per run); indices, starts and lengths are u16,
+ * or u32 in chunks of 65536 elements or more. */
+size_t fze_quant_write_side(uint8_t *side, const uint32_t *idx, size_t m,
+                            const uint8_t *in, unsigned w, bool has_fill,
+                            const uint32_t (*runs)[2], size_t r, unsigned iw) {
   size_t k = put_varint(side, (uint32_t)m);
-  for (size_t j = 0; j < m; j++) {
-    side[k++] = (uint8_t)idx[j];
-    side[k++] = (uint8_t)(idx[j] >> 8);
-  }
+  for (size_t j = 0; j < m; j++)
+    k += put_index(side + k, idx[j], iw);
   for (size_t j = 0; j < m; j++, k += w)
     memcpy(side + k, in + (size_t)idx[j] * w, w);
   if (!has_fill)
     return k;
   k += put_varint(side + k, (uint32_t)r);
-  for (size_t j = 0; j < r; j++, k += 4) {
-    side[k] = (uint8_t)runs[j][0];
-    side[k + 1] = (uint8_t)(runs[j][0] >> 8);
-    side[k + 2] = (uint8_t)runs[j][1];
-    side[k + 3] = (uint8_t)(runs[j][1] >> 8);
+  for (size_t j = 0; j < r; j++) {
+    k += put_index(side + k, runs[j][0], iw);
+    k += put_index(side + k, runs[j][1], iw);
   }
   return k;
 }
@@ -228,9 +232,9 @@ static void quant_f64(const double *restrict x, size_t n, double inv,
 /* Takes the values bit-equal to the fill out of the words (word 0) and the
  * outliers (bad may be NULL), after the loops above, so that those loops
  * keep one shape with or without a fill; returns the number of fill runs. */
-static size_t fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t n,
-                        void *codes, uint8_t *bad, uint16_t (*runs)[2]) {
-  uint64_t fb = fill_bits(st, t);
+size_t fze_quant_fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t n,
+                           void *codes, uint8_t *bad, uint32_t (*runs)[2]) {
+  uint64_t fb = fze_quant_fill_bits(st, t);
   size_t r = 0;
   bool open = false;
   for (size_t i = 0; i < n; i++) {
@@ -249,7 +253,7 @@ static size_t fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t 
     if (f && open) {
       runs[r - 1][1]++;
     } else if (f) {
-      runs[r][0] = (uint16_t)i;
+      runs[r][0] = (uint32_t)i;
       runs[r][1] = 1;
       r++;
     }
@@ -259,7 +263,7 @@ static size_t fill_runs(const fze_stage *st, fz_dtype t, const void *in, size_t 
 }
 
 /* Collects the flagged indices, eight flags at a time. */
-static size_t gather_bad(const uint8_t *bad, size_t n, uint16_t *idx) {
+size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx) {
   size_t m = 0, i = 0;
   for (; i + 8 <= n; i += 8) {
     uint64_t v;
@@ -268,19 +272,24 @@ static size_t gather_bad(const uint8_t *bad, size_t n, uint16_t *idx) {
       continue;
     for (size_t j = 0; j < 8; j++)
       if (bad[i + j])
-        idx[m++] = (uint16_t)(i + j);
+        idx[m++] = (uint32_t)(i + j);
   }
   for (; i < n; i++)
     if (bad[i])
-      idx[m++] = (uint16_t)i;
+      idx[m++] = (uint32_t)i;
   return m;
 }
 
+/* The interpolating quantizer also keeps the reconstruction as doubles. */
+size_t fze_quant_work_bytes(size_t n) { return 4 * n + n + 8 * (n / 2 + 1) + 8 * n + 64; }
+
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
-                        size_t n, void *codes, uint8_t *side) {
-  uint16_t idx[FZ_CHUNK_MAX / 4];
-  uint8_t bad[FZ_CHUNK_MAX / 4];
-  uint16_t runs[FZ_CHUNK_MAX / 8][2]; /* runs are apart: at most n/2, rounded up */
+                        size_t n, void *codes, uint8_t *side, void *work) {
+  /* Runs are apart: at most n/2 of them, rounded up. */
+  uint32_t (*runs)[2] = work;
+  uint32_t *idx = (uint32_t *)(runs + n / 2 + 1);
+  uint8_t *bad = (uint8_t *)(idx + n);
+  unsigned iw = fze_side_index_width(n);
   size_t m = 0, r = 0;
   unsigned w = (unsigned)fz_dtype_size(t);
   if (st->step == 0) {
@@ -292,14 +301,14 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
   }
   if (st->mode == FZ_EB_PWREL) {
     /* Without a fill, fb is a pattern no value of the type can have. */
-    uint64_t fb = st->has_fill ? fill_bits(st, t) : ~UINT64_C(0);
+    uint64_t fb = st->has_fill ? fze_quant_fill_bits(st, t) : ~UINT64_C(0);
     if (t == FZ_F32) {
       const float *x = in;
       uint32_t *c = codes, k = (uint32_t)st->step;
       for (size_t i = 0; i < n; i++)
         if (fzo_f32_bits(x[i]) != fb && !fzo_pw_quant_f32(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
-          idx[m++] = (uint16_t)i;
+          idx[m++] = (uint32_t)i;
         }
     } else {
       const double *x = in;
@@ -307,12 +316,12 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
       for (size_t i = 0; i < n; i++)
         if (fzo_f64_bits(x[i]) != fb && !fzo_pw_quant_f64(x[i], k, st->eb_abs, &c[i])) {
           c[i] = 0;
-          idx[m++] = (uint16_t)i;
+          idx[m++] = (uint32_t)i;
         }
     }
     if (st->has_fill)
-      r = fill_runs(st, t, in, n, codes, NULL, runs);
-    return write_side(side, idx, m, in, w, st->has_fill, runs, r);
+      r = fze_quant_fill_runs(st, t, in, n, codes, NULL, runs);
+    return fze_quant_write_side(side, idx, m, in, w, st->has_fill, runs, r, iw);
   }
   if (t == FZ_F32 && fze_have_avx2())
     fze_quant_f32_avx2(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
@@ -321,20 +330,12 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
   else
     quant_f64(in, n, 1.0 / st->step, st->step, st->eb_abs, codes, bad);
   if (st->has_fill)
-    r = fill_runs(st, t, in, n, codes, bad, runs);
-  m = gather_bad(bad, n, idx);
-  return write_side(side, idx, m, in, w, st->has_fill, runs, r);
+    r = fze_quant_fill_runs(st, t, in, n, codes, bad, runs);
+  m = fze_quant_gather(bad, n, idx);
+  return fze_quant_write_side(side, idx, m, in, w, st->has_fill, runs, r, iw);
 }
 
-/* The parts of a side list, parsed. */
-typedef struct side_view {
-  size_t m;             /* outliers */
-  const uint8_t *idx;   /* their u16 indices */
-  const uint8_t *vals;  /* their raw values */
-  size_t r;             /* fill runs */
-  const uint8_t *runs;  /* u16 start, u16 length each */
-  size_t len;           /* bytes of the whole list */
-} side_view;
+typedef fze_side_view side_view;
 
 static bool read_varint(const uint8_t *p, size_t len, size_t *k, uint32_t *out) {
   uint32_t v = 0;
@@ -352,24 +353,25 @@ static bool read_varint(const uint8_t *p, size_t len, size_t *k, uint32_t *out) 
 
 /* Parses the side list of a stage with or without a fill; checks that every
  * count fits in the bytes present, nothing more. */
-static int read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
-                     bool has_fill, side_view *sv) {
+int fze_quant_read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
+                        bool has_fill, side_view *sv) {
   uint32_t v;
   size_t k = 0;
-  if (!read_varint(side, len, &k, &v) || v > n || (len - k) / (2 + w) < v)
+  unsigned iw = fze_side_index_width(n);
+  if (!read_varint(side, len, &k, &v) || v > n || (len - k) / (iw + w) < v)
     return FZ_ECORRUPT;
   sv->m = v;
   sv->idx = side + k;
-  sv->vals = side + k + 2 * (size_t)v;
-  k += (size_t)v * (2 + w);
+  sv->vals = side + k + iw * (size_t)v;
+  k += (size_t)v * (iw + w);
   sv->r = 0;
   sv->runs = side + k;
   if (has_fill) {
-    if (!read_varint(side, len, &k, &v) || v > n || (len - k) / 4 < v)
+    if (!read_varint(side, len, &k, &v) || v > n || (len - k) / (2 * iw) < v)
       return FZ_ECORRUPT;
     sv->r = v;
     sv->runs = side + k;
-    k += 4 * (size_t)v;
+    k += 2 * iw * (size_t)v;
   }
   sv->len = k;
   return 0;
@@ -378,18 +380,23 @@ static int read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
 long fze_quant_side_len(const fze_stage *st, const uint8_t *side, size_t len, size_t n,
                         unsigned w) {
   side_view sv;
-  int rc = read_side(side, len, n, w, st->has_fill, &sv);
+  int rc = fze_quant_read_side(side, len, n, w, st->has_fill, &sv);
   return rc < 0 ? rc : (long)sv.len;
 }
 
-static unsigned get_u16(const uint8_t *p) { return (unsigned)p[0] | (unsigned)p[1] << 8; }
+size_t fze_side_index(const uint8_t *p, unsigned iw) {
+  size_t v = (size_t)p[0] | (size_t)p[1] << 8;
+  if (iw == 4)
+    v |= (size_t)p[2] << 16 | (size_t)p[3] << 24;
+  return v;
+}
 
 int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
                      size_t n, const uint8_t *side, size_t side_len,
                      void *out) {
-  unsigned w = (unsigned)fz_dtype_size(t);
+  unsigned w = (unsigned)fz_dtype_size(t), iw = fze_side_index_width(n);
   side_view sv;
-  if (read_side(side, side_len, n, w, st->has_fill, &sv) < 0 || sv.len != side_len)
+  if (fze_quant_read_side(side, side_len, n, w, st->has_fill, &sv) < 0 || sv.len != side_len)
     return FZ_ECORRUPT;
   if (st->step == 0) {
     if (sv.m != 0 || sv.r != 0)
@@ -424,7 +431,7 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
    * gap (runs are maximal).  Bit patterns are copied, so a fill that is a
    * denormal never meets a flush-to-zero float move. */
   if (sv.r) {
-    uint64_t fb = fill_bits(st, t);
+    uint64_t fb = fze_quant_fill_bits(st, t);
     uint8_t pat[8];
     if (t == FZ_F32) {
       uint32_t b = (uint32_t)fb;
@@ -434,7 +441,7 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
     }
     size_t end = 0;
     for (size_t j = 0; j < sv.r; j++) {
-      size_t at = get_u16(sv.runs + 4 * j), len = get_u16(sv.runs + 4 * j + 2);
+      size_t at = fze_side_index(sv.runs + 2 * iw * j, iw), len = fze_side_index(sv.runs + 2 * iw * j + iw, iw);
       if (len == 0 || (j > 0 && at <= end) || at > n || len > n - at)
         return FZ_ECORRUPT;
       for (size_t i = at; i < at + len; i++)
@@ -445,7 +452,7 @@ int fze_quant_decode(const fze_stage *st, fz_dtype t, const void *codes,
   /* Patch the outliers; indices must be strictly ascending and in range. */
   long prev = -1;
   for (size_t j = 0; j < sv.m; j++) {
-    long i = (long)get_u16(sv.idx + 2 * j);
+    long i = (long)fze_side_index(sv.idx + iw * j, iw);
     if (i <= prev || (size_t)i >= n)
       return FZ_ECORRUPT;
     memcpy((uint8_t *)out + (size_t)i * w, sv.vals + j * w, w);

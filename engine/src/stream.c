@@ -70,7 +70,7 @@ int fz_encoder_create(const fz_plan *plan, fz_encoder **out) {
   bool quant = fze_chain_has_quant(&e->hdr.chain);
   e->needs_range = quant && e->hdr.chain.st[0].mode != FZ_EB_PWREL;
   e->resolved = !quant;
-  e->sizes = malloc(2 * (size_t)e->hdr.nchunks + 1);
+  e->sizes = malloc(e->hdr.table_w * (size_t)e->hdr.nchunks + 1);
   if (e->sizes == NULL || fze_scratch_init(&e->scratch, e->hdr.chunk_bytes) < 0) {
     fz_encoder_destroy(e);
     return FZ_ENOMEM;
@@ -192,10 +192,10 @@ int fz_encoder_encode(fz_encoder *e, uint64_t first, const void *in, size_t in_l
   for (size_t done = 0; done < in_len; e->next++) {
     size_t bytes = chunk_raw(h, e->next);
     size_t len = fze_chunk_encode(&h->chain, h->dtype, src + done, bytes / e->width,
-                                  dst + pos, &e->scratch);
+                                  e->next * h->chunk_bytes / e->width, dst + pos,
+                                  &e->scratch);
     e->crc = payload_crc_add(e->crc, fze_crc32c(0, dst + pos, len));
-    e->sizes[2 * e->next] = (uint8_t)len;
-    e->sizes[2 * e->next + 1] = (uint8_t)(len >> 8);
+    fze_chunk_size_put(e->sizes, h->table_w, e->next, len);
     pos += len;
     done += bytes;
   }
@@ -217,7 +217,8 @@ int fz_encoder_check(fz_encoder *e, uint64_t first, const void *coded, size_t co
     if (len > coded_len - pos || bytes > out_cap - put)
       return FZ_ENOSPC;
     int rc = fze_chunk_decode(&h->chain, h->dtype, src + pos, len, bytes / e->width,
-                              (uint8_t *)out + put, &e->scratch);
+                              i * h->chunk_bytes / e->width, (uint8_t *)out + put,
+                              &e->scratch);
     if (rc < 0)
       return rc;
     pos += len;
@@ -290,7 +291,7 @@ int fz_decoder_create(const void *head, size_t head_len, uint64_t arc_len,
   if (d == NULL)
     return FZ_ENOMEM;
   d->head = malloc(need);
-  if (d->head == NULL || fze_scratch_init(&d->scratch, FZ_CHUNK_MAX) < 0) {
+  if (d->head == NULL || fze_scratch_init(&d->scratch, h.chunk_bytes) < 0) {
     fz_decoder_destroy(d);
     return FZ_ENOMEM;
   }
@@ -371,7 +372,7 @@ int fz_decoder_decode(fz_decoder *d, const void *in, size_t in_len, void *out,
     }
     d->crc = payload_crc_add(d->crc, fze_crc32c(0, src + pos, len));
     rc = fze_chunk_decode(&h->chain, h->dtype, src + pos, len, bytes / w,
-                          (uint8_t *)out + put, &d->scratch);
+                          i * h->chunk_bytes / w, (uint8_t *)out + put, &d->scratch);
     if (rc < 0)
       break;
     pos += len;

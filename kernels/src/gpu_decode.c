@@ -123,6 +123,11 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
             "decodes this archive");
     return FZ_ENOSYS;
   }
+  if (dec->h.version >= FZE_FORMAT_VERSION_RATIO) {
+    fze_why(why, why_len, "the GPU kernels cannot read format version 3 (lorenzo, "
+            "huffman, chunks above 32 KiB) yet: the CPU engine decodes this archive");
+    return FZ_ENOSYS;
+  }
   if (info != NULL)
     fze_header_info(&dec->h, arc_len, info);
   dec->opened = 1;

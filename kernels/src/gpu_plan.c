@@ -172,6 +172,12 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     rc = FZ_ENOSYS;
     goto fail;
   }
+  if (fze_chain_has_ratio(&h->chain) || h->chunk_bytes > FZ_CHUNK_MAX) {
+    fze_why(why, why_len, "the GPU kernels have no lorenzo or huffman stage and no "
+            "chunks above 32 KiB yet: the CPU engine compresses this chain");
+    rc = FZ_ENOSYS;
+    goto fail;
+  }
   fzk_desc_from_header(&pl->desc, h);
   layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32);
   pl->table_off = h->header_len - 4 - 2 * (size_t)h->nchunks;

@@ -20,7 +20,7 @@ static const char usage[] =
     "                    FILE_D0xD1[xD2].f32 ...  (shape taken from the name)\n"
     "       fz_cpu_bench ... --gen smooth|noise N (generated f32 field of N values)\n"
     "Compresses and decompresses each input with each preset and bound and prints\n"
-    "a Markdown table of ratio, GB/s and max error over the bound.\n"
+    "a Markdown table of ratio, GB/s, max error over the bound and PSNR.\n"
     "  -t THREADS   engine threads (default 2)\n"
     "  -r REPEAT    runs per case, the best is reported (default 3)\n"
     "  -p PRESETS   comma-separated presets (default fast,balanced,lossless)\n"
@@ -33,6 +33,19 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 20 log10(range / RMSE) over the values finite in both; inf when exact. */
+static double psnr(const float *x, const float *y, size_t n, double range) {
+  double se = 0;
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (isfinite(x[i]) && isfinite(y[i])) {
+      double d = (double)x[i] - (double)y[i];
+      se += d * d;
+      m++;
+    }
+  return m && se > 0 ? 20 * log10(range / sqrt(se / (double)m)) : INFINITY;
 }
 
 /* Reads NAME_AxBxC.f32 and sets the shape from the name. */
@@ -71,9 +84,9 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  printf("| input | preset | bound (%s) | ratio | compress GB/s | decompress GB/s | max error / bound |\n",
+  printf("| input | preset | bound (%s) | ratio | compress GB/s | decompress GB/s | max error / bound | PSNR dB |\n",
          fz_eb_mode_name(mode));
-  printf("|---|---|---|---|---|---|---|\n");
+  printf("|---|---|---|---|---|---|---|---|\n");
   for (; i < argc; i++) {
     fz_params p;
     fz_params_init(&p);
@@ -139,10 +152,10 @@ int main(int argc, char **argv) {
         if (mode == FZ_EB_PWREL && info.eb_abs > 0) ebr = cr.max_rel_error / info.eb_abs;
         int bad = ebr > 1 || cr.nonfinite_mismatches || (info.eb_abs == 0 && cr.max_abs_error != 0);
         failed |= bad;
-        printf("| %s | %s | %s | %.2f | %.2f | %.2f | %.3f%s |\n", bn, pr,
+        printf("| %s | %s | %s | %.2f | %.2f | %.2f | %.3f%s | %.2f |\n", bn, pr,
                strcmp(pr, "lossless") ? b : "-", (double)(n * 4) / (double)len,
                (double)(n * 4) / tc / 1e9, (double)(n * 4) / td / 1e9, ebr,
-               bad ? " VIOLATION" : "");
+               bad ? " VIOLATION" : "", psnr(x, y, n, cr.value_range));
         fflush(stdout);
         free(arc);
         fz_plan_destroy(plan);

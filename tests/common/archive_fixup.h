@@ -17,13 +17,16 @@
  * its chunk table position and count are trusted, the table's contents are
  * read from `a` as mutated. */
 static inline void archive_fix_checksums(uint8_t *a, size_t len, const fze_header *layout) {
-  size_t table = layout->header_len - 4 - 2 * (size_t)layout->nchunks;
+  unsigned tw = layout->table_w; /* 2, or 4 in version 3 */
+  size_t table = layout->header_len - 4 - tw * (size_t)layout->nchunks;
   size_t pos = layout->header_len;
   uint8_t crcs[4096];
   size_t k = 0;
   uint32_t pc = 0;
   for (uint64_t i = 0; i < layout->nchunks; i++) {
-    size_t sz = (size_t)a[table + 2 * i] | (size_t)a[table + 2 * i + 1] << 8;
+    size_t sz = 0;
+    for (unsigned b = 0; b < tw; b++)
+      sz |= (size_t)a[table + tw * i + b] << (8 * b);
     if (pos + sz > len)
       sz = len > pos ? len - pos : 0;
     uint32_t c = fze_crc32c(0, a + pos, sz);

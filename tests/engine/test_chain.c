@@ -41,8 +41,12 @@ static const char *canonical(const char *pipe, fz_dtype t) {
 Test(chain, presets_expand) {
   size_t n;
   const fz_preset *pr = fz_presets(&n);
-  cr_assert_eq(n, 3);
+  cr_assert_eq(n, 4);
   cr_assert_str_eq(pr[0].name, "fast");
+  cr_assert_str_eq(pr[2].name, "ratio");
+  /* The job's shape picks lorenzo's dims when the plan is made. */
+  cr_assert_str_eq(canonical("ratio", FZ_F32),
+                   "quant(eb=0.001,mode=rel) | interp(dims=1) | huffman | rze(levels=4)");
   cr_assert_str_eq(canonical("fast", FZ_F32), "quant(eb=0.001,mode=rel) | bitpack");
   cr_assert_str_eq(canonical("balanced", FZ_F32),
                    "quant(eb=0.001,mode=rel) | diff(map=zigzag) | bitshuffle | rze(levels=4)");
@@ -284,8 +288,8 @@ Test(chain, unknown_names_list_presets_and_stages) {
   char why[512];
   cr_assert_eq(plan_job("turbo", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);
   cr_assert(strstr(why, "unknown preset or stage 'turbo'"), "%s", why);
-  cr_assert(strstr(why, "presets: fast, balanced, lossless; stages: quant, diff, bitshuffle, "
-                        "rze, bitpack"), "%s", why);
+  cr_assert(strstr(why, "presets: fast, balanced, ratio, lossless; stages: quant, diff, "
+                        "bitshuffle, rze, bitpack, lorenzo, huffman, interp"), "%s", why);
   cr_assert_eq(plan_job("quant | turbo", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);
   cr_assert(strstr(why, "unknown stage 'turbo'"), "%s", why);
   cr_assert_eq(plan_job("balanced | rze", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);

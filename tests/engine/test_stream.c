@@ -39,6 +39,8 @@ static const sample samples[] = {
     {"f32 one", FZ_F32, 1, "fast", FZ_EB_ABS, 1e-3, GEN_SMOOTH, 0},
     {"f32 rel fill", FZ_F32, 50000, "balanced", FZ_EB_REL, 1e-3, GEN_SMOOTH, -1e10},
     {"f64 rel fill", FZ_F64, 30001, "fast", FZ_EB_REL, 1e-4, GEN_SPECIAL_MIX, 9.96921e36},
+    {"f32 ratio rel", FZ_F32, 200001, "ratio", FZ_EB_REL, 1e-3, GEN_SMOOTH, 0},
+    {"f64 ratio special fill", FZ_F64, 70001, "ratio", FZ_EB_REL, 1e-4, GEN_SPECIAL_MIX, -1e10},
 };
 #define NSAMPLES (sizeof samples / sizeof *samples)
 
@@ -127,10 +129,15 @@ static void stream_decompress(const uint8_t *arc, uint64_t arc_len, size_t max_r
   cr_assert_eq(fz_decoder_info(dec, &info), 0);
   cr_assert_eq(info.raw_bytes, raw_len);
   cr_assert_eq(info.archive_bytes, arc_len);
+  /* A group is one chunk at least: the archive's chunk size, the smallest
+   * power of two whose chunks cover the data. */
+  size_t chunk = 4096;
+  while ((uint64_t)chunk * info.chunks < raw_len)
+    chunk *= 2;
   uint64_t off;
   size_t stored, raw, put = 0;
   while (fz_decoder_next(dec, max_raw, &off, &stored, &raw) > 0) {
-    cr_assert_leq(raw, max_raw < 32768 ? 32768 : max_raw);
+    cr_assert_leq(raw, max_raw < chunk ? chunk : max_raw);
     cr_assert_leq(put + raw, raw_len);
     cr_assert_eq(fz_decoder_decode(dec, arc + off, stored, out + put, raw), 0);
     put += raw;

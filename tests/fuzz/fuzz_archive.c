@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The chunk table was located and bounded; when the header checksum is
      * what failed, the header ends right after the table and its CRC. */
     if (layout.header_len == 0)
-      layout.header_len = (size_t)(layout.sizes - copy) + 2 * (size_t)layout.nchunks + 4;
+      layout.header_len = (size_t)(layout.sizes - copy) + layout.table_w * (size_t)layout.nchunks + 4;
     archive_fix_checksums(copy, size, &layout);
     decode(copy, size);
   }

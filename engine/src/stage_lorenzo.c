@@ -1,0 +1,200 @@
+/*
+ * stage_lorenzo.c - N-dimensional Lorenzo prediction on the quantizer's
+ * integer words (the ratio preset's predictor).
+ *
+ * The array, its dimensions folded into pdims = 1..3 (extents Z, Y, X,
+ * slowest first, leading ones 1), is cut into chunks along its flat C
+ * order as every chain cuts it.  Each word is predicted from its
+ * neighbours one step back along the axes it has them on (x > 0, y > 0,
+ * z > 0): the 3-D Lorenzo predictor a + b + c - ab - ac - bc + abc and its
+ * 2-D and 1-D faces.  A neighbour is used only when it lies inside the same
+ * chunk, so chunks stay independent: where the farthest corner the axes
+ * need lies before the chunk's first element, the slowest axis is dropped
+ * (z, then y, then x) until it does not.  The residual, modulo the word
+ * width, is zigzag-mapped; the decoder rebuilds each word from the ones
+ * before it with the same arithmetic, so the stage is exact for any words.
+ * Since quant has already fixed every reconstructed value (and kept every
+ * outlier exactly), prediction on its words cannot touch the bound.
+ *
+ * Neighbours along a coarse axis (a few vertical levels) can predict worse
+ * than none, so the encoder tries every k = 1..pdims for each chunk and
+ * keeps the cheapest (fze_lorenzo_cost, the lowest k of equals); the chunk
+ * names its k in one byte (codec.c).
+ */
+#include <string.h>
+
+#include "engine.h"
+
+/* The offsets (in elements) of the corner a mask of axes needs. */
+static uint64_t corner(unsigned m, uint64_t sy, uint64_t sz) {
+  return (m & 1u) + ((m & 2u) ? sy : 0) + ((m & 4u) ? sz : 0);
+}
+
+/* Drops the slowest axes until the corner lies at or after the chunk's
+ * first element (i elements before the current one). */
+static unsigned fit(unsigned m, uint64_t i, uint64_t sy, uint64_t sz) {
+  while (m && corner(m, sy, sz) > i)
+    m &= ~(1u << (31 - __builtin_clz(m)));
+  return m;
+}
+
+#define DEFINE_LORENZO(W, T)                                                   \
+  static inline T zz##W(T d) {                                                 \
+    return (T)((T)(d << 1) ^ (T)(0 - (T)(d >> (W - 1))));                      \
+  }                                                                            \
+  static inline T unzz##W(T z) { return (T)((T)(z >> 1) ^ (T)(0 - (T)(z & 1))); } \
+  /* The prediction of v[i] from the axes in m (offsets 1, sy, sz). */        \
+  static inline T pred##W(const T *v, size_t i, unsigned m, size_t sy,         \
+                          size_t sz) {                                         \
+    switch (m) {                                                               \
+    case 0: return 0;                                                          \
+    case 1: return v[i - 1];                                                   \
+    case 2: return v[i - sy];                                                  \
+    case 4: return v[i - sz];                                                  \
+    case 3: return (T)(v[i - 1] + v[i - sy] - v[i - 1 - sy]);                  \
+    case 5: return (T)(v[i - 1] + v[i - sz] - v[i - 1 - sz]);                  \
+    case 6: return (T)(v[i - sy] + v[i - sz] - v[i - sy - sz]);                \
+    default:                                                                   \
+      return (T)(v[i - 1] + v[i - sy] + v[i - sz] - v[i - 1 - sy] -            \
+                 v[i - 1 - sz] - v[i - sy - sz] + v[i - 1 - sy - sz]);         \
+    }                                                                          \
+  }                                                                            \
+  /* One pass over the rows of a chunk; DEC: decode in place of enc.  Rows  \
+   * whose every x > 0 element has all its axes take the tight loop. */      \
+  static void run##W(const uint64_t *ext, const T *in, T *out, size_t n,      \
+                     uint64_t first, int dec) {                                \
+    uint64_t Y = ext[1], X = ext[2];                                           \
+    size_t sy = (size_t)X, sz = (size_t)(X * Y);                               \
+    const T *v = dec ? out : in; /* the words predictions read */            \
+    uint64_t end = first + n;                                                  \
+    for (uint64_t r = first / X; r * X < end; r++) {                           \
+      uint64_t R = r * X, y = r % Y, z = r / Y;                                \
+      uint64_t lo = R > first ? R : first, hi = R + X < end ? R + X : end;     \
+      unsigned ax = (y > 0 ? 2u : 0u) | (z > 0 ? 4u : 0u);                     \
+      unsigned full = 1u | ax;                                                 \
+      size_t i = (size_t)(lo - first), stop = (size_t)(hi - first);            \
+      /* The first element of the row, and any before the corner fits. */    \
+      for (; i < stop; i++) {                                                  \
+        uint64_t x = first + i - R;                                            \
+        unsigned m = fit((x > 0 ? 1u : 0u) | ax, i, sy, sz);                   \
+        if (x > 0 && m == full)                                                \
+          break;                                                               \
+        T p = pred##W(v, i, m, sy, sz);                                        \
+        if (dec)                                                               \
+          out[i] = (T)(unzz##W(in[i]) + p);                                    \
+        else                                                                   \
+          out[i] = zz##W((T)(in[i] - p));                                      \
+      }                                                                        \
+      if (dec)                                                                 \
+        for (; i < stop; i++)                                                  \
+          out[i] = (T)(unzz##W(in[i]) + pred##W(out, i, full, sy, sz));        \
+      else if (full == 7)                                                      \
+        for (; i < stop; i++)                                                  \
+          out[i] = zz##W((T)(in[i] - pred##W(in, i, 7, sy, sz)));             \
+      else if (full == 3)                                                      \
+        for (; i < stop; i++)                                                  \
+          out[i] = zz##W((T)(in[i] - pred##W(in, i, 3, sy, sz)));             \
+      else                                                                     \
+        for (; i < stop; i++)                                                  \
+          out[i] = zz##W((T)(in[i] - pred##W(in, i, full, sy, sz)));          \
+    }                                                                          \
+  }
+
+DEFINE_LORENZO(8, uint8_t)
+DEFINE_LORENZO(16, uint16_t)
+DEFINE_LORENZO(32, uint32_t)
+DEFINE_LORENZO(64, uint64_t)
+
+static void run(const fze_stage *st, unsigned k, unsigned w, const void *in, void *out,
+                size_t n, uint64_t first, int dec) {
+  const uint64_t *ext = st->ext[k - 1];
+  switch (w) {
+  case 1: run8(ext, in, out, n, first, dec); break;
+  case 2: run16(ext, in, out, n, first, dec); break;
+  case 4: run32(ext, in, out, n, first, dec); break;
+  default: run64(ext, in, out, n, first, dec); break;
+  }
+}
+
+void fze_lorenzo_encode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first) {
+  run(st, k, w, in, out, n, first, 0);
+}
+
+void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void *in,
+                        void *out, size_t n, uint64_t first) {
+  run(st, k, w, in, out, n, first, 1);
+}
+
+/* log2(v) in 16.16 fixed point, for v >= 1, by integers only: the
+ * position of the top bit, then 16 bits of the mantissa by squaring. */
+static uint64_t log2_q16(uint64_t v) {
+  unsigned top = 63u - (unsigned)__builtin_clzll(v);
+  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top); /* [2^30, 2^31) */
+  uint64_t y = (uint64_t)top << 16;
+  for (unsigned b = 15;; b--) {
+    m = (m * m) >> 30;
+    if (m >= (UINT64_C(1) << 31)) {
+      m >>= 1;
+      y |= UINT64_C(1) << b;
+    }
+    if (b == 0)
+      break;
+  }
+  return y;
+}
+
+#define COST_STEP 5
+#define COST_DIRECT 64u
+
+/* The bits an order-0 entropy coder would spend on every fifth residual
+ * (i = 0, 5, 10, ...), in 16.16 fixed point.  The stride is odd so that the
+ * sample does not line up with the interpolation's power-of-two levels
+ * (every fourth would, on some extents, and price its coarse points
+ * only).  Residuals below 64 are
+ * symbols of their own, larger ones one symbol per bit length plus their
+ * bits.  Integers only, so every backend picks the same predictor. */
+uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
+  uint32_t h[COST_DIRECT + 65] = {0};
+  uint64_t extra = 0, cnt = 0;
+  const uint8_t *p = res;
+  if (w == 4) {
+    /* Four histograms side by side, so that runs of one value (zeros,
+     * mostly) do not wait on their own increments. */
+    uint32_t h4[4][COST_DIRECT + 33];
+    memset(h4, 0, sizeof h4);
+    const uint32_t *r = res;
+    for (size_t i = 0, j = 0; i < n; i += COST_STEP, j++, cnt++) {
+      uint32_t v = r[i];
+      unsigned b = v ? 32u - (unsigned)__builtin_clz(v) : 0u;
+      unsigned big = v >= COST_DIRECT;
+      h4[j & 3][big ? COST_DIRECT + b : v]++;
+      extra += big ? b : 0;
+    }
+    for (unsigned s = 0; s < COST_DIRECT + 33; s++)
+      h[s] = h4[0][s] + h4[1][s] + h4[2][s] + h4[3][s];
+  }
+  for (size_t i = 0; w != 4 && i < n; i += COST_STEP, cnt++) {
+    uint64_t v;
+    switch (w) {
+    case 1: v = p[i]; break;
+    case 2: { uint16_t x; memcpy(&x, p + 2 * i, 2); v = x; break; }
+    case 4: { uint32_t x; memcpy(&x, p + 4 * i, 4); v = x; break; }
+    default: memcpy(&v, p + 8 * i, 8); break;
+    }
+    if (v < COST_DIRECT) {
+      h[v]++;
+    } else {
+      unsigned b = 64u - (unsigned)__builtin_clzll(v);
+      h[COST_DIRECT + b]++;
+      extra += b;
+    }
+  }
+  if (cnt == 0)
+    return 0;
+  uint64_t ln = log2_q16(cnt), bits = extra << 16;
+  for (unsigned s = 0; s < COST_DIRECT + 65; s++)
+    if (h[s])
+      bits += (uint64_t)h[s] * (ln - log2_q16(h[s]));
+  return bits;
+}
