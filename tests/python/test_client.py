@@ -49,6 +49,28 @@ class RoundTrips(fzdtest.DaemonTest):
                         self.assertEqual(h.eb, eb)
                         self.assertLessEqual(max_error, h.eb_abs)
 
+    def test_ratio_preset_and_version_3_headers(self):
+        # The ratio preset writes format version 3 (u32 chunk table, 256 KiB
+        # chunks, prediction over the shape): info() reads it as the
+        # decoder does and names the chain the daemon ran.
+        for dt in (np.float32, np.float64):
+            for shape in ((100000,), (301, 257), (9, 40, 33), (3, 5, 7, 11)):
+                with self.subTest(dtype=dt, shape=shape):
+                    a = smooth_field(shape, dt)
+                    arc = self.c.compress(a, pipeline="ratio", eb=1e-3, mode="rel", verify=True)
+                    res = self.c.last_result
+                    h = self.check_bound(a, self.c.decompress(arc), arc)
+                    self.assertEqual(h.version, 3)
+                    self.assertEqual(h.chunk_bytes, 256 * 1024)
+                    self.assertEqual(h.chain, res["chain"])
+                    self.assertLessEqual(res["max_error"], h.eb_abs)
+                    self.assertIn("huffman", h.chain)
+                    bad = bytearray(arc)
+                    bad[h.header_bytes - 5] ^= 1  # the chunk table's last byte
+                    with self.assertRaises(fzd.Error) as cm:
+                        fzd.info(bad)
+                    self.assertIn(cm.exception.name, ("ECORRUPT", "ETRUNC"))
+
     def test_chain_with_its_own_bound(self):
         a = smooth_field((100, 120), np.float32)
         arc = self.c.compress(a, pipeline="quant(eb=0.01,mode=abs) | diff | bitshuffle | rze")

@@ -99,13 +99,14 @@ def _fmt(x):
     return "%.17g" % x
 
 
-def _chain(r, dtype_code, version):
+def _chain(r, dtype_code, version, ndims):
     n = r.take("<B", "the stage count")
     if not 1 <= n <= 8:
         raise error("ECORRUPT", "the chain has %d stages, not 1 to 8" % n)
     parts = []
     quant = None
     gives_bytes = False
+    lorenzo = False
     for i in range(n):
         sid = r.take("<B", "a stage id")
         last = i == n - 1
@@ -143,6 +144,23 @@ def _chain(r, dtype_code, version):
             if not last or gives_bytes:
                 raise error("ECORRUPT", "bitpack stage %d is not last or gets bytes" % i)
             parts.append("bitpack")
+        elif sid in (6, 8):
+            # lorenzo and interp (version 3): the dims they predict over.
+            d = r.take("<B", "the prediction dims")
+            name = "lorenzo" if sid == 6 else "interp"
+            if version < 3 or not 1 <= d <= min(3, ndims) or gives_bytes:
+                raise error("ECORRUPT", "%s stage %d is invalid (dims %d)" % (name, i, d))
+            if sid == 6 and lorenzo:
+                raise error("ECORRUPT", "lorenzo twice")
+            if sid == 8 and (i != 1 or quant is None):
+                raise error("ECORRUPT", "interp does not follow quant")
+            lorenzo = lorenzo or sid == 6
+            parts.append("%s(dims=%d)" % (name, d))
+        elif sid == 7:
+            if version < 3 or gives_bytes:
+                raise error("ECORRUPT", "huffman stage %d is invalid" % i)
+            gives_bytes = True
+            parts.append("huffman")
         else:
             raise error("ECORRUPT", "unknown stage id %d" % sid)
     return " | ".join(parts), quant
@@ -158,15 +176,16 @@ def info(archive):
     r = _Reader(buf)
     r.pos = 4
     version, dcode, ndims, chunk_log2 = r.take("<BBBB", "the fixed fields")
-    if version not in (1, 2):
-        raise error("EVERSION", "archive format version %d (this reader knows 1 and 2)"
+    if version not in (1, 2, 3):
+        raise error("EVERSION", "archive format version %d (this reader knows 1 to 3)"
                     % version)
     if dcode not in DTYPES:
         raise error("ECORRUPT", "unknown dtype code %d" % dcode)
     if not 1 <= ndims <= 4:
         raise error("ECORRUPT", "%d dimensions (1 to 4)" % ndims)
-    if not 12 <= chunk_log2 <= 15:
-        raise error("ECORRUPT", "chunk size 2^%d (2^12 to 2^15)" % chunk_log2)
+    top = 20 if version >= 3 else 15
+    if not 12 <= chunk_log2 <= top:
+        raise error("ECORRUPT", "chunk size 2^%d (2^12 to 2^%d)" % (chunk_log2, top))
     shape = tuple(r.take("<Q", "the shape") for _ in range(ndims))
     raw = ELEMENT_BYTES[dcode]
     for d in shape:
@@ -175,16 +194,17 @@ def info(archive):
         raw *= d
         if raw > 1 << 56:
             raise error("ECORRUPT", "shape %r is over 2^56 bytes" % (shape,))
-    chain, quant = _chain(r, dcode, version)
+    chain, quant = _chain(r, dcode, version, ndims)
     r.take("<I", "the payload CRC")
     chunk = 1 << chunk_log2
     nchunks = (raw + chunk - 1) // chunk
     table_at = r.pos
-    if table_at + 2 * nchunks + 4 > len(buf):
+    entry = 4 if version >= 3 else 2  # a u32 per chunk in version 3, else a u16
+    if table_at + entry * nchunks + 4 > len(buf):
         raise error("ETRUNC", "the archive has %d bytes, its chunk table needs %d"
-                    % (len(buf), table_at + 2 * nchunks + 4))
-    sizes = np.frombuffer(buf, dtype="<u2", count=nchunks, offset=table_at)
-    header_end = table_at + 2 * nchunks
+                    % (len(buf), table_at + entry * nchunks + 4))
+    sizes = np.frombuffer(buf, dtype="<u%d" % entry, count=nchunks, offset=table_at)
+    header_end = table_at + entry * nchunks
     stored_crc = struct.unpack_from("<I", buf, header_end)[0]
     actual = crc32c(buf[:header_end])
     if actual != stored_crc:
