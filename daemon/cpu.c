@@ -198,11 +198,12 @@ static size_t window_for(uint64_t bytes) {
 }
 
 /* Memory a streamed compression holds: an input window (unless the input is
- * in memory), an output window, a verify window, and the encoder's table. */
+ * in memory), an output window, a verify window, and the encoder's table
+ * (at most 4 bytes a chunk: version 3's entries). */
 static uint64_t stream_compress_need(const fzd_job *job) {
   uint64_t w = window_for(job->in_len);
   return (fzd_job_input_in_memory(job) ? 0 : w) + w + (job->verify ? w : 0) +
-         2 * (job->in_len / FZ_CHUNK_MIN + 1);
+         4 * (job->in_len / FZ_CHUNK_MIN + 1);
 }
 
 static uint64_t whole_compress_need(const fzd_job *job, const fz_plan *plan) {
@@ -402,7 +403,7 @@ static int run_decompress(worker *w, fzd_job *job) {
     err = fzd_job_check_room(job, job->info.raw_bytes);
     uint64_t win = window_for(job->info.raw_bytes);
     need = (fzd_job_input_in_memory(job) ? 0 : win) + win +
-           2 * job->info.chunks + FZ_ARCHIVE_PREFIX_MAX;
+           4 * job->info.chunks + FZ_ARCHIVE_PREFIX_MAX; /* table: u16, or u32 in v3 */
   } else {
     need = (fzd_job_input_in_memory(job) ? 0 : job->in_len) + job->info.raw_bytes;
   }

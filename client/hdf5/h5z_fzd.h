@@ -6,8 +6,9 @@
  * hdf5.h, and a reader needs nothing.
  *
  * cd_values a writer gives (docs/hdf5.md):
- *   [0] pipeline: H5Z_FZD_BALANCED, H5Z_FZD_FAST, H5Z_FZD_LOSSLESS, or
- *       H5Z_FZD_CHAIN: the pipeline's text follows the fill value
+ *   [0] pipeline: H5Z_FZD_BALANCED, H5Z_FZD_FAST, H5Z_FZD_LOSSLESS,
+ *       H5Z_FZD_RATIO, or H5Z_FZD_CHAIN: the pipeline's text follows the
+ *       fill value
  *   [1] mode: H5Z_FZD_ABS, H5Z_FZD_REL (relative to each chunk's range) or
  *       H5Z_FZD_PWREL
  *   [2] [3] the bound, a double: its low and its high 32 bits
@@ -37,6 +38,9 @@
 #define H5Z_FZD_FAST 1u
 #define H5Z_FZD_LOSSLESS 2u
 #define H5Z_FZD_CHAIN 3u /* any pipeline text fzd takes, in the values after [6] */
+/* Presets added later take the ids after the chain's, so files written
+ * before keep their meaning. */
+#define H5Z_FZD_RATIO 4u
 
 /* The longest chain text, in bytes.  fzd takes 1023 (docs/protocol.md),
  * but HDF5 hands a filter at most 256 of its parameters when a dataset is

@@ -11,7 +11,7 @@ FZD = 305  # provisional filter id (docs/hdf5.md)
 
 
 def fzd_opts(pipeline=0, mode=0, eb=1e-3):
-    """cd_values: pipeline (0 balanced, 1 fast, 2 lossless), mode (0 abs,
+    """cd_values: pipeline (0 balanced, 1 fast, 2 lossless, 4 ratio), mode (0 abs,
     1 rel, 2 pwrel), the bound as two 32-bit words."""
     lo, hi = struct.unpack("<II", struct.pack("<d", eb))
     return (pipeline, mode, lo, hi)

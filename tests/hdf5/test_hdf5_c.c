@@ -115,6 +115,48 @@ Test(hdf5_filter, f64_abs_round_trip_and_completed_parameters) {
   H5Fclose(f);
 }
 
+/* The ratio preset by its id: its chunks are format version 3 archives
+ * (prediction over the chunk's shape) and read back within the bound. */
+Test(hdf5_filter, ratio_preset_by_id) {
+  enum { N0 = 96, N1 = 150 };
+  static float x[N0][N1], y[N0][N1];
+  for (int i = 0; i < N0; i++)
+    for (int j = 0; j < N1; j++)
+      x[i][j] = (float)(sin(i * 0.05) * cos(j * 0.03) * 50.0 + i * 0.2);
+  unsigned cd[H5Z_FZD_CD_USER_MAX];
+  user_cd(cd, H5Z_FZD_RATIO, H5Z_FZD_ABS, 0.01);
+  hsize_t dims[2] = {N0, N1}, chunk[2] = {64, 128};
+  hid_t f = mkfile("ratio"), s = H5Screate_simple(2, dims, NULL), p = mkdcpl(2, chunk, 4, cd);
+  hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F32LE, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  cr_assert_geq(d, 0, "%s", error_stack());
+  cr_assert_geq(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x), 0, "%s",
+                error_stack());
+  cr_assert_geq(H5Dflush(d), 0);
+  hsize_t off[2] = {0, 0}, size = 0;
+  cr_assert_geq(H5Dget_chunk_storage_size(d, off, &size), 0);
+  uint8_t *arc = malloc(size);
+  uint32_t mask = 0;
+  cr_assert_geq(H5Dread_chunk(d, H5P_DEFAULT, off, &mask, arc), 0);
+  cr_assert_eq(arc[4], 3, "a ratio chunk is a version 3 archive, not version %u", arc[4]);
+  free(arc);
+  H5Dclose(d);
+  H5Fclose(f);
+
+  f = H5Fopen("test_hdf5_c_ratio.h5", H5F_ACC_RDONLY, H5P_DEFAULT);
+  d = H5Dopen2(f, "x", H5P_DEFAULT);
+  cr_assert_geq(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y), 0, "%s",
+                error_stack());
+  double worst = 0;
+  for (int i = 0; i < N0; i++)
+    for (int j = 0; j < N1; j++)
+      worst = fmax(worst, fabs((double)x[i][j] - (double)y[i][j]));
+  cr_assert_leq(worst, 0.01);
+  H5Dclose(d);
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
+}
+
 /* Lossless for every integer type, with the default parameters (none),
  * in a 5-D chunk that set_local folds into the engine's four dimensions. */
 Test(hdf5_filter, integers_lossless_5d_no_parameters) {
@@ -191,6 +233,8 @@ Test(hdf5_filter, bad_parameters_refused_at_creation) {
   refused(H5T_IEEE_F32LE, 4, cd, "bound");
   user_cd(cd, 9, H5Z_FZD_ABS, 1e-3);
   refused(H5T_IEEE_F32LE, 4, cd, "pipeline 9");
+  user_cd(cd, H5Z_FZD_RATIO + 1, H5Z_FZD_ABS, 1e-3);
+  refused(H5T_IEEE_F32LE, 4, cd, "pipeline 5");
   user_cd(cd, H5Z_FZD_BALANCED, 7, 1e-3);
   refused(H5T_IEEE_F32LE, 4, cd, "mode 7");
   user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_ABS, 1e-3);
