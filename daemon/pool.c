@@ -240,12 +240,8 @@ err_pool:
   return FZ_ENOMEM;
 }
 
-int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity) {
-  pthread_mutex_lock(&pool->mu);
-  if (pool->depth >= capacity) {
-    pthread_mutex_unlock(&pool->mu);
-    return FZ_EBUSY;
-  }
+/* Appends job to the queue; the caller holds pool->mu. */
+static void push_locked(fzd_pool *pool, fzd_job *job) {
   job->next = NULL;
   if (pool->tail)
     pool->tail->next = job;
@@ -253,6 +249,15 @@ int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity) {
     pool->head = job;
   pool->tail = job;
   atomic_store_explicit(&pool->queued, ++pool->depth, memory_order_relaxed);
+}
+
+int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity) {
+  pthread_mutex_lock(&pool->mu);
+  if (pool->depth >= capacity) {
+    pthread_mutex_unlock(&pool->mu);
+    return FZ_EBUSY;
+  }
+  push_locked(pool, job);
   pthread_cond_signal(&pool->cv);
   pthread_mutex_unlock(&pool->mu);
   return 0;
@@ -264,13 +269,7 @@ void fzd_pool_run(fzd_pool *pool, fzd_job **jobs, unsigned n) {
     fzd_job *job = jobs[i];
     job->sync = true;
     job->sync_done = false;
-    job->next = NULL;
-    if (pool->tail)
-      pool->tail->next = job;
-    else
-      pool->head = job;
-    pool->tail = job;
-    atomic_store_explicit(&pool->queued, ++pool->depth, memory_order_relaxed);
+    push_locked(pool, job);
   }
   pthread_cond_broadcast(&pool->cv);
   for (unsigned i = 0; i < n; i++)
