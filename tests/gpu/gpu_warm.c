@@ -6,7 +6,9 @@
  * device bytes under plan_cache_bytes, a job of a warmed shape is a plan
  * hit (nothing is made for it), the "warm" method says the plan is cached,
  * and a new shape warmed on the running daemon is made, checked and then
- * found by its job.  Skipped without a GPU.
+ * found by its job; the JIT's module cache on disk serves a restarted
+ * daemon, and damaged entries are refused and rebuilt.  Skipped without a
+ * GPU.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -113,4 +115,95 @@ Test(gpu_warm, plan_over_the_budget, .timeout = 600) {
   free(v);
   fz_client_close(c);
   stop_fzd(h);
+}
+
+/* The archive the CPU engine makes of v (the oracle); free() it. */
+static void *cpu_archive(const float *v, size_t rows, size_t cols, double eb,
+                         const char *pipeline, size_t *len) {
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 2;
+  p.dims[0] = rows;
+  p.dims[1] = cols;
+  p.pipeline = pipeline;
+  p.eb = eb;
+  p.eb_mode = FZ_EB_REL;
+  fz_plan *plan;
+  char why[256];
+  cr_assert_eq(fz_plan_create(&p, &plan, why, sizeof why), 0, "%s", why);
+  size_t cap = fz_plan_compress_bound(plan);
+  void *arc = malloc(cap);
+  cr_assert_eq(fz_plan_compress(plan, v, rows * cols * sizeof(float), arc, cap, len), 0);
+  fz_plan_destroy(plan);
+  return arc;
+}
+
+/* One GPU fzd lifetime with its module cache in dir: a job of a chain the
+ * JIT serves, whose archive must be the CPU engine's; the JIT counters after it. */
+static void cache_run(const char *dir, const float *v, const void *want, size_t want_len,
+                      fz_server_stats *st) {
+  char settings[512];
+  snprintf(settings, sizeof settings, "\"workers\": 2, \"jit_cache_dir\": \"%s\"", dir);
+  fzd_harness *h = start_gpu_fzd(settings);
+  fz_client *c = connect_gpu(h);
+  fz_job j;
+  fz_job_init(&j);
+  j.dtype = "f32";
+  j.ndims = 2;
+  j.shape[0] = 600;
+  j.shape[1] = 700;
+  j.eb = 1e-3;
+  j.mode = "rel";
+  j.pipeline = "quant | diff | rze";
+  j.in = v;
+  j.in_len = 600 * 700 * sizeof(float);
+  fz_result r;
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0, "%s", r.message);
+  cr_assert_eq(r.data_len, want_len);
+  cr_assert_eq(memcmp(r.data, want, want_len), 0, "the archive is not the CPU engine's");
+  fz_client_free(r.data);
+  cr_assert_eq(fz_client_stats(c, st), 0);
+  cr_assert(st->has_jit, "a GPU fzd reports its JIT");
+  fz_client_close(c);
+  stop_fzd(h);
+}
+
+/* The module cache on disk: a second daemon on the same directory loads
+ * the kernels its predecessor compiled instead of compiling them, and one
+ * that finds every entry damaged refuses them, compiles again and still
+ * writes the CPU engine's bytes. */
+Test(gpu_warm, module_cache_on_disk_across_restarts, .timeout = 900) {
+  char dir[] = "/tmp/fzd-jit-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  float *v = field_f32(600 * 700);
+  size_t want_len;
+  void *want = cpu_archive(v, 600, 700, 1e-3, "quant | diff | rze", &want_len);
+  fz_server_stats st;
+
+  cache_run(dir, v, want, want_len, &st);
+  cr_assert_gt(st.jit_compiles, 0u, "a fresh cache compiles");
+  cr_assert_gt(st.jit_disk_writes, 0u, "and writes its modules");
+  cr_assert_gt(st.jit_disk_bytes, 0u);
+
+  cache_run(dir, v, want, want_len, &st);
+  cr_assert_eq(st.jit_compiles, 0u, "the second daemon compiled %llu modules",
+               (unsigned long long)st.jit_compiles);
+  cr_assert_gt(st.jit_disk_hits, 0u);
+
+  /* Damage the last byte of every entry (the image, whose digest the
+   * header holds). */
+  char cmd[256];
+  snprintf(cmd, sizeof cmd,
+           "for f in %s/*; do [ -f \"$f\" ] && printf '\\377' | dd of=\"$f\" bs=1 "
+           "seek=$(($(stat -c %%s \"$f\") - 1)) conv=notrunc status=none; done", dir);
+  cr_assert_eq(system(cmd), 0);
+  cache_run(dir, v, want, want_len, &st);
+  cr_assert_gt(st.jit_disk_rejected, 0u, "damaged entries are refused");
+  cr_assert_gt(st.jit_compiles, 0u, "and compiled again");
+
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_assert_eq(system(cmd), 0);
+  free(want);
+  free(v);
 }
