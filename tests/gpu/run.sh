@@ -9,7 +9,8 @@
 #                                      (default: build-fields/ when present)
 # Environment: FZ_BENCH_ARGS (extra fz_gpu_bench options, e.g. "-r 3"),
 # FZ_GPU_TEST_LARGE_MB (size of the large identity test; 0 skips it),
-# FZ_SKIP_TESTS=1 / FZ_SKIP_BENCH=1 / FZ_SKIP_SANITIZERS=1, FZ_GPU_PROFILE=1 (Nsight Compute, below),
+# FZ_SKIP_TESTS=1 / FZ_SKIP_BENCH=1 / FZ_SKIP_SANITIZERS=1, FZ_SANITIZER_TOOLS
+# (default "memcheck racecheck"), FZ_GPU_PROFILE=1 (Nsight Compute, below),
 # FZ_GPU_DEVICE_BENCH=1 (device buffers through fzd, below), FZ_GPU_RUN_SERVICE (below),
 # FZ_GPU_BUILD (build directory), FZ_CUDA_FLAGS (extra nvcc flags, e.g. a
 # -D of a kernel tuning knob).
@@ -81,7 +82,7 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   grep -E "tests passed|Test +#|Passed|Failed|Skipped|SKIP|Synthesis|large:" "$logs/ctest.log" | tail -30
 
   step compute-sanitizer
-  tools=(memcheck racecheck)
+  read -r -a tools <<< "${FZ_SANITIZER_TOOLS:-memcheck racecheck}"
   [ "${FZ_SKIP_SANITIZERS:-0}" = 1 ] && tools=()
   for tool in "${tools[@]}"; do
     if compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
