@@ -88,16 +88,20 @@ void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
   }
   /* Chains on 4-byte words of the form [quant] [diff] coder, the coder
    * bitpack, bitshuffle rze or rze, have kernels of their own
-   * (chain32.cu). */
+   * (chain32.cu), and so do those on 8-byte words with the coder
+   * bitshuffle rze (chain64.cu). */
   unsigned j = d->has_quant, n = h->chain.n;
   unsigned diff = j < n && d->id[j] == FZE_STAGE_DIFF, k = j + diff;
+  int shuf_rze = n == k + 2 && d->id[k] == FZE_STAGE_BITSHUFFLE && d->id[k + 1] == FZE_STAGE_RZE;
   if (d->w == 4 && k < n) {
     if (n == k + 1 && d->id[k] == FZE_STAGE_BITPACK)
       d->k32 = 1;
     else if (n == k + 1 && d->id[k] == FZE_STAGE_RZE)
       d->k32 = 3;
-    else if (n == k + 2 && d->id[k] == FZE_STAGE_BITSHUFFLE && d->id[k + 1] == FZE_STAGE_RZE)
+    else if (shuf_rze)
       d->k32 = 2;
+  } else if (d->w == 8 && shuf_rze) {
+    d->k32 = 2;
   }
   if (d->k32) {
     d->k32diff = (uint8_t)diff;

@@ -1,0 +1,100 @@
+/*
+ * chain64.cu - the ahead-of-time kernels for chains on 8-byte words (f64,
+ * and u64 / i64 without quant) of the form [quant] [diff] bitshuffle |
+ * rze, and their launchers.  The device code is chain64_ops.cuh, which the
+ * run-time code generation compiles too.
+ *
+ * Two kernels per direction, which read diff, its map and rze's levels
+ * from the descriptor: one for the uniform bins of ABS and REL (f64
+ * `balanced`), one that reads the quantizer too, for `lossless` on 8-byte
+ * words, PWREL and the user chains of that shape.  The first has its
+ * quantizer fixed because the compiler then keeps more of the encoder in
+ * registers; a generated kernel fixes every constant.  fzk_launch_encode32 and fzk_launch_decode32 (chain32.cu) come
+ * here for a descriptor of 8-byte words.
+ */
+#include <cuda_runtime.h>
+
+#include "chain64_ops.cuh"
+
+extern "C" void fzk_desc_layout64(fzk_desc *d) {
+  uint32_t cb = d->cb;
+  uint32_t tb = 0, len = cb / 8;
+  for (unsigned l = 1; l <= FZE_RZE_MAX_LEVELS; l++, len = (len + 7) / 8)
+    tb += a16(len + 1);
+  d->smem_e32 = fzk_a64_bytes(cb) + a16(cb + 48) + 4 * FZK_WT_WORDS + tb;
+  d->smem_d32 = a16(cb + 48) + fzk_obm64_bytes(cb) + a16(4 * FZK_WT64_WORDS) + 4096 +
+                r1_bytes(cb) + 2 * a16(cb / 64 + 16);
+}
+
+template <int QK>
+__global__ void __launch_bounds__(FZK_NT, FZK_ENC64_BLOCKS)
+fzk_enc64_kernel(fzk_desc d, const uint8_t *__restrict__ d_in, const fzk_qparams *__restrict__ d_qp,
+              uint8_t *__restrict__ d_out, uint64_t out_cap, uint64_t header_len,
+              uint64_t table_off, uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,
+              const uint32_t *__restrict__ d_tab) {
+  fzk_enc64_body<QK, FZK_C32_SHUF_RZE, FZK_RT, FZK_RT, FZK_RT>(
+      d, d_in, d_qp, d_out, out_cap, header_len, table_off, d_crcs, lb, d_tab);
+}
+
+template <int QK>
+__global__ void __launch_bounds__(FZK_NT, FZK_DEC64_BLOCKS)
+fzk_dec64_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+              const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+              fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+              uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+              const uint32_t *__restrict__ d_tab) {
+  fzk_dec64_body<QK, FZK_C32_SHUF_RZE, FZK_RT, FZK_RT, FZK_RT>(
+      d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status, d_crcs, d_tab);
+}
+
+typedef void (*fzk_enc64_fn)(fzk_desc, const uint8_t *, const fzk_qparams *, uint8_t *, uint64_t,
+                             uint64_t, uint64_t, uint32_t *, fzk_u64 *, const uint32_t *);
+typedef void (*fzk_dec64_fn)(fzk_desc, const uint8_t *, uint64_t, const uint64_t *,
+                             const uint8_t *, fzk_qparams, uint8_t *, int, uint32_t *,
+                             uint32_t *, const uint32_t *);
+/* [0] uniform bins, [1] any quantizer. */
+static const fzk_enc64_fn fzk_enc64[2] = {fzk_enc64_kernel<FZK_Q_BINS>,
+                                          fzk_enc64_kernel<FZK_RT>};
+static const fzk_dec64_fn fzk_dec64[2] = {fzk_dec64_kernel<FZK_Q_BINS>,
+                                          fzk_dec64_kernel<FZK_RT>};
+
+static unsigned fzk_kernel64_for(const fzk_desc *d) { return fzk_qkind32(*d) != FZK_Q_BINS; }
+
+extern "C" int fzk_launch_encode64(const fzk_desc *d, const void *d_in, const fzk_qparams *d_qp,
+                                   uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
+                                   uint64_t table_off, uint32_t *d_crcs, uint64_t *d_lb,
+                                   const uint32_t *d_tab, fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_enc64[fzk_kernel64_for(d)]<<<(unsigned)d->nchunks, FZK_NT, d->smem_e32, s>>>(
+      *d, (const uint8_t *)d_in, d_qp, d_out, out_cap, header_len, table_off, d_crcs,
+      (fzk_u64 *)d_lb, d_tab);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int fzk_launch_decode64(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                                   const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                                   void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
+                                   const uint32_t *d_tab, fz_gpu_stream s) {
+  if (d->nchunks == 0)
+    return 0;
+  fzk_dec64[fzk_kernel64_for(d)]<<<(unsigned)d->nchunks, FZK_NT, d->smem_d32, s>>>(
+      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status, d_crcs,
+      d_tab);
+  return (int)cudaGetLastError();
+}
+
+/* Enables the layout of the chunk size for every kernel built. */
+extern "C" int fzk_kernels64_init(const fzk_desc *d) {
+  fzk_desc m = *d;
+  fzk_desc_layout64(&m);
+  cudaError_t e = cudaSuccess;
+  for (unsigned k = 0; k < 2 && e == cudaSuccess; k++) {
+    e = cudaFuncSetAttribute(fzk_enc64[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)m.smem_e32);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(fzk_dec64[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)m.smem_d32);
+  }
+  return (int)e;
+}
