@@ -83,8 +83,10 @@ template <int QK, int CK, int DIFF, int NEGA, int LEV>
 __host__ __device__ constexpr bool fzk_c64_valid() {
   return (QK == FZK_RT || (QK >= FZK_Q_NONE && QK <= FZK_Q_PW)) &&
          (DIFF == FZK_RT || DIFF == 0 || DIFF == 1) &&
-         (NEGA == FZK_RT || NEGA == 0 || NEGA == 1) && CK == FZK_C32_SHUF_RZE &&
-         (LEV == FZK_RT || (LEV >= 1 && LEV <= FZE_RZE_MAX_LEVELS));
+         (NEGA == FZK_RT || NEGA == 0 || NEGA == 1) &&
+         ((CK == FZK_C32_BITPACK && (LEV == FZK_RT || LEV == 0)) ||
+          ((CK == FZK_C32_SHUF_RZE || CK == FZK_C32_RZE) &&
+           (LEV == FZK_RT || (LEV >= 1 && LEV <= FZE_RZE_MAX_LEVELS))));
 }
 #define FZK_C64_CHECK(QK, CK, DIFF, NEGA, LEV)                                                    \
   static_assert(fzk_c64_valid<QK, CK, DIFF, NEGA, LEV>(), "no such chain on 8-byte words")
@@ -111,15 +113,19 @@ __host__ __device__ constexpr bool fzk_c64_valid() {
 /* Shared memory of the two kernels (fzk_desc_layout64).  The per-warp
  * sums area holds the 4-byte word kernels' words (FZK_WT_WORDS), then in
  * the decoder a 64-bit sum per warp. */
-#define FZK_WT64_WORDS (FZK_WT_WORDS + 2u * FZK_NW)
+#define FZK_WT64_WORDS (FZK_WT_WORDS + 4u * FZK_NW)
 
 /* Bytes of the shuffled stream with its plane padding (fzk_plane_stride),
  * of the outlier bitmap (a word per 32-word block), of the rze bitmaps. */
 __host__ __device__ inline uint32_t fzk_a64_bytes(uint32_t cb) { return a16(cb + 64 * 16 + 16); }
 __host__ __device__ inline uint32_t fzk_obm64_bytes(uint32_t cb) { return a16(4 * (cb / 256 + 1)); }
+/* The running sums of bitpack after diff: a word for each word of the
+ * chunk's 32-word blocks. */
+__host__ __device__ inline uint32_t fzk_e64_bytes(uint32_t cb) { return a16(cb + 256); }
 
 struct fzk_e64 {
-  uint8_t *a;      /* the bit-shuffled stream (fzk_plane_stride) */
+  uint8_t *a;      /* the bit-shuffled stream (fzk_plane_stride), the words'
+                    * bytes (rze), or each warp's bitpack planes */
   uint8_t *res;    /* the coded chunk as it is stored, 16 bytes into its area */
   uint32_t *wt;    /* per warp sums and more (as fzk_e32) */
   uint8_t *tb;     /* rze bitmaps, every level */
@@ -129,10 +135,13 @@ struct fzk_d64 {
   uint8_t *c;      /* the coded chunk, at offset o */
   uint32_t *obm;   /* outlier bitmap */
   uint32_t *wt;    /* per warp sums, and flags (as fzk_d32) */
-  fzk_u64 *ws;     /* per warp 64-bit sums of the differences */
+  fzk_u64 *ws;     /* per warp 64-bit sums: of the differences, then of the
+                    * diff stage's words (bitpack after diff) */
   uint32_t *T;     /* the CRC slice tables */
-  uint2 *r1;       /* level-1 bitmap words and their ranks (fzk_r1_at) */
-  uint8_t *tb2;    /* two bitmaps of the levels above 1 */
+  uint2 *r1;       /* rze: level-1 bitmap words and their ranks (fzk_r1_at) */
+  uint8_t *tb2;    /* rze: two bitmaps of the levels above 1 */
+  uint64_t *e;     /* bitpack after diff, in r1's place: each warp's running
+                    * sums of the diff stage's words */
 };
 
 __device__ inline fzk_e64 fzk_carve_e64(const fzk_desc &d, uint8_t *p) {
@@ -151,7 +160,8 @@ __device__ inline fzk_d64 fzk_carve_d64(const fzk_desc &d, uint8_t *p) {
   s.wt = (uint32_t *)p;
   s.ws = (fzk_u64 *)(p + 4 * FZK_WT_WORDS); p += a16(4 * FZK_WT64_WORDS);
   s.T = (uint32_t *)p; p += 4096;
-  s.r1 = (uint2 *)p; p += r1_bytes(d.cb);
+  s.r1 = (uint2 *)p;
+  s.e = (uint64_t *)p; p += r1_bytes(d.cb);
   s.tb2 = p;
   return s;
 }
@@ -243,9 +253,12 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
   const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
   const uint64_t *g = (const uint64_t *)(d_in + c * cb);
+  /* diff: the words are differences (the diff stage's, or bitpack's
+   * own); ddiff: bitpack's differences are of the diff stage's words. */
   const int qk = fzk_c32_qk<QK>(d);
-  const bool quant = qk != FZK_Q_NONE;
-  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), diff = fzk_c32_flag<DIFF>(d.k32diff);
+  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), dst = fzk_c32_flag<DIFF>(d.k32diff);
+  const bool diff = bp || dst, ddiff = bp && dst;
   const fzk_tp tp = fzk_tp_init();
   fzk_qparams q = {0, 0, 0};
   if (quant) {
@@ -257,19 +270,29 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   }
   const bool qon = quant && q.step != 0;
 
-  /* Pass 1: words, residuals, outliers, and the shuffled stream's planes;
-   * each block's outlier bits go to sum (in s.res, unused until the chunk
-   * is assembled), then lane k of the warp keeps those of the warp's block
-   * b0 + k, and their count << 16. */
+  /* Pass 1: words, residuals, outliers; bitpack planes packed per warp
+   * (the warp's blocks' planes in order from s.a + 256 b0 to s.a + wst),
+   * the words' bytes, or the shuffled stream's planes.  Each block's
+   * outlier bits and bit width go to sum (in s.res, unused until the chunk
+   * is assembled); then lane k of the warp keeps the summary of the warp's
+   * block b0 + k: its outlier bits, and outliers << 16 | 4 * bit width. */
   const uint32_t ps = fzk_plane_stride(pb);
-  uint64_t carry = 0;
-  uint32_t my_fl = 0, my_info = 0;
+  /* carry: the word before the block, carry2 the diff stage's word before
+   * it when bitpack codes the differences of those. */
+  uint64_t carry = 0, carry2 = 0;
+  uint32_t my_fl = 0, my_info = 0, wst = 256 * b0;
   uint2 *sum = (uint2 *)s.res;
   if (diff && b0 > 0 && b0 < nb) {
     uint64_t v = g[32 * b0 - 1];
     if (qon)
       fzk_q64_any(qk, v, q, &v);
     carry = v;
+    if (ddiff) {
+      uint64_t v2 = g[32 * b0 - 2];
+      if (qon)
+        fzk_q64_any(qk, v2, q, &v2);
+      carry2 = nega ? fzo_nega64(v - v2) : fzo_zigzag64(v - v2);
+    }
   }
   /* Built for whole chunks of whole 4-block steps without the bounds
    * checks, and for any chunk; each with the quantizer on, or passing
@@ -302,6 +325,36 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
           prev = carry;
         carry = __shfl_sync(FZK_FULL, (fzk_u64)code, 31);
         const uint32_t fl = __ballot_sync(FZK_FULL, bad);
+        if (bp) {
+          /* The block's bit planes, as many as its widest residual needs,
+           * go to the warp's run in s.a at once: planes 0..31 from the low
+           * halves, 32..63 from the high ones. */
+          uint64_t y = code, yp = prev;
+          if (ddiff) {
+            /* One shuffle: lane 0 gets lane 31's word, the carry of the
+             * next block. */
+            y = nega ? fzo_nega64(code - prev) : fzo_zigzag64(code - prev);
+            const uint64_t yr = __shfl_sync(FZK_FULL, (fzk_u64)y, (lane + 31) & 31);
+            yp = lane ? yr : carry2;
+            carry2 = yr;
+          }
+          const uint64_t r = valid ? fzo_zigzag64(y - yp) : 0;
+          const uint32_t oh = __reduce_or_sync(FZK_FULL, (uint32_t)(r >> 32));
+          const uint32_t ol = __reduce_or_sync(FZK_FULL, (uint32_t)r);
+          const uint32_t nbits = oh ? 64u - __clz(oh) : 32u - __clz(ol);
+          const uint32_t xl = fzk_transpose32((uint32_t)r, tp);
+          if (lane < nbits)
+            *(uint32_t *)(s.a + wst + 4 * lane) = xl;
+          if (nbits > 32) {
+            const uint32_t xh = fzk_transpose32((uint32_t)(r >> 32), tp);
+            if (lane + 32 < nbits)
+              *(uint32_t *)(s.a + wst + 128 + 4 * lane) = xh;
+          }
+          wst += 4 * nbits;
+          if (lane == 0)
+            sum[bb] = make_uint2(fl, nbits);
+          continue;
+        }
         uint64_t u = code;
         if (diff) {
           const uint64_t dd = code - prev;
@@ -309,6 +362,13 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
         }
         if (!valid)
           u = 0;
+        if (wd) {
+          /* The stream is the words' bytes. */
+          *(uint64_t *)(s.a + 8 * i) = u;
+          if (lane == 0)
+            sum[bb] = make_uint2(fl, 0);
+          continue;
+        }
         /* Lane p holds bytes 4bb..4bb+3 of planes p and 32 + p (word
          * aligned in a whole chunk: pb and ps are multiples of 16). */
         const uint32_t xl = fzk_transpose32((uint32_t)u, tp);
@@ -334,8 +394,9 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   fzk_built32<QK>(raw == cb && K % FZK_S64 == 0, qon ? qk : FZK_Q_NONE, pass1);
   __syncwarp();
   if (lane < b1 - b0) {
-    my_fl = sum[b0 + lane].x;
-    my_info = (uint32_t)__popc(my_fl) << 16;
+    const uint2 e = sum[b0 + lane];
+    my_fl = e.x;
+    my_info = (uint32_t)__popc(e.x) << 16 | 4u * e.y;
   }
   uint32_t my_off;
   {
@@ -354,20 +415,23 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   const uint32_t m = tot >> 16, vl = quant ? fzk_vlen(m) : 0;
   const uint32_t side = quant ? vl + 10 * m : 0;
 
-  /* rze of the shuffled stream: level 1 and 2 by the block, the rest by
+  /* rze of the stream (the shuffled one, or the words' bytes, zero after
+   * the last up to the next 16): level 1 and 2 by the block, the rest by
    * warp 0 (fzk_enc32_body). */
-  const uint32_t len0 = 64 * pb;
-  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0;
+  const uint32_t len0 = wd ? 8 * n : 64 * pb;
+  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0, kept1 = 0, total;
   const unsigned L = fzk_c32_lev<LEV>(d);
   uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
   uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
-  {
+  if (bp) {
+    total = side + nb + (tot & 0xffffu);
+  } else {
     uint32_t nv = (len0 + 15) / 16, per = (nv + FZK_NT - 1) / FZK_NT;
     v0 = threadIdx.x * per < nv ? threadIdx.x * per : nv;
     v1 = v0 + per < nv ? v0 + per : nv;
     uint32_t cnt = 0;
     for (uint32_t v = v0; v < v1; v++) {
-      uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
+      uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
       uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
       *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
       cnt += __popc(mk);
@@ -422,29 +486,42 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
           s.wt[24 + l] = k;
       }
     }
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      uint32_t t = s.wt[16 + w];
+      rank1 += w < warp ? t : 0;
+      kept1 += t;
+    }
+    __syncthreads();
+    pos1 = side + lens[L];
+    for (unsigned l = 2; l <= L; l++)
+      pos1 += s.wt[24 + l];
+    total = pos1 + kept1;
   }
-  uint32_t kept1 = 0;
-  for (unsigned w = 0; w < FZK_NW; w++) {
-    uint32_t t = s.wt[16 + w];
-    rank1 += w < warp ? t : 0;
-    kept1 += t;
-  }
-  __syncthreads();
-  pos1 = side + lens[L];
-  for (unsigned l = 2; l <= L; l++)
-    pos1 += s.wt[24 + l];
-  const uint32_t total = pos1 + kept1;
 
   const bool fallback = total >= raw;
   const uint32_t size = fallback ? raw : total;
   if (threadIdx.x == 0)
     fzk_lb_put(lb, c, (c == 0 ? FZK_LB_INCL : FZK_LB_AGG) | size);
-  uint8_t *res = s.res;
+  /* The coded chunk goes to s.res + shift, chosen so that the bit planes
+   * of bitpack start on a word. */
+  const uint32_t shift = bp && !fallback ? (0u - (side + nb)) & 3u : 0u;
+  uint8_t *res = s.res + shift;
   if (!fallback) {
     if (quant && threadIdx.x == 0) {
       uint32_t v = m;
       for (uint32_t k = 0; k < vl; k++, v >>= 7)
         res[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
+    }
+    if (bp) {
+      /* The bit widths, and the warp's planes to their place (word
+       * aligned: see shift). */
+      if (lane < b1 - b0)
+        res[side + b0 + lane] = (uint8_t)((my_info & 0xffffu) >> 2);
+      const uint32_t nw = (wst - 256 * b0) / 4;
+      uint32_t *dst = (uint32_t *)(res + side + nb + (base & 0xffffu));
+      const uint32_t *src = (const uint32_t *)(s.a + 256 * b0);
+      for (uint32_t j = lane; j < nw; j += 32)
+        dst[j] = src[j];
     }
     if (quant) {
       /* The outliers of the warp's blocks that have any: u16 indices,
@@ -458,12 +535,13 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
           const uint64_t x = g[i];
           res[vl + 2 * r] = (uint8_t)i;
           res[vl + 2 * r + 1] = (uint8_t)(i >> 8);
-          fzk_st32u(res, vl + 2 * m + 8 * r, (uint32_t)x);
-          fzk_st32u(res, vl + 2 * m + 8 * r + 4, (uint32_t)(x >> 32));
+          /* From the aligned base: res is shifted. */
+          fzk_st32u(s.res, shift + vl + 2 * m + 8 * r, (uint32_t)x);
+          fzk_st32u(s.res, shift + vl + 2 * m + 8 * r + 4, (uint32_t)(x >> 32));
         }
       }
     }
-    if (warp == 0) {
+    if (!bp && warp == 0) {
       uint32_t pos = side + lens[L];
       for (uint32_t j = lane; j < lens[L]; j += 32)
         res[side + j] = bms[L][j];
@@ -472,7 +550,7 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
         pos += s.wt[24 + l];
       }
     }
-    if (L >= 2) {
+    if (!bp && L >= 2) {
       uint32_t pos2 = side + lens[L];
       for (unsigned l = 3; l <= L; l++)
         pos2 += s.wt[24 + l];
@@ -487,8 +565,8 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
       }
     }
     uint8_t *dst = res + pos1 + rank1;
-    for (uint32_t v = v0; v < v1; v++) {
-      uint4 qv = *(const uint4 *)(s.a + fzk_plane_vec(v, pb, ps));
+    for (uint32_t v = v0; v < v1 && !bp; v++) {
+      uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
       uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
 #pragma unroll
       for (unsigned k = 0; k < 4; k++) {
@@ -511,7 +589,7 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
    * it while warp 0 finds its offset and the other PW warps copy it out. */
   constexpr unsigned CW = FZK_ENC64_CRCW, PW = FZK_NW - CW;
   const uint8_t *buf = s.res - 16;
-  const uint32_t o = 16;
+  const uint32_t o = 16 + shift;
   if (warp >= PW) {
     const unsigned gt = threadIdx.x - 32 * PW;
     uint32_t *T = (uint32_t *)s.a;
@@ -589,8 +667,9 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   const uint64_t off = d_offs[c];
   uint8_t *gout = d_out + c * cb;
   const int qk = fzk_c32_qk<QK>(d);
-  const bool quant = qk != FZK_Q_NONE;
-  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), diff = fzk_c32_flag<DIFF>(d.k32diff);
+  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), dst = fzk_c32_flag<DIFF>(d.k32diff);
+  const bool diff = bp || dst, ddiff = bp && dst;
   const fzk_tp tp = fzk_tp_init();
   /* The host validated the table; a chunk outside the payload is refused
    * again here, before any byte of it is read. */
@@ -603,7 +682,7 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   fzk_load_slices(s.T, d_tab);
   if (threadIdx.x < 32)
     s.wt[threadIdx.x] = 0;
-  else if (threadIdx.x < 48)
+  else if (!bp && threadIdx.x < 48)
     s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - 32);
   const uint32_t o = fzk_load_chunk(s.c, g, len);
   __syncthreads();
@@ -663,10 +742,39 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   const uint32_t st = o + side, clen = len - side;
   const uint8_t *in = s.c + st;
   uint32_t wbase = 0, ko = 0, wsh = 0, w1 = 0;
-  {
+  /* Bitpack: lane k of a warp holds the bit width of the warp's block
+   * b0 + k, and its planes follow the blocks before, from wpos0 on. */
+  uint32_t my_nb = 0, wpos0 = 0;
+  if (bp) {
+    if (clen < nb) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    if (lane < K && b0 + lane < b1) {
+      my_nb = in[b0 + lane];
+      if (my_nb > 64)
+        atomicOr(&s.wt[31], 1u);
+    }
+    const uint32_t inc = fzk_warp_incl(4 * my_nb);
+    if (lane == 31)
+      s.wt[warp] = inc;
+    __syncthreads();
+    uint32_t tot = 0, base = 0;
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      tot += s.wt[w];
+      base += w < warp ? s.wt[w] : 0;
+    }
+    if (s.wt[31] || nb + tot != clen) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return;
+    }
+    wpos0 = st + nb + base;
+  } else {
     const unsigned L = fzk_c32_lev<LEV>(d);
     uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
-    lens[0] = 64 * pb;
+    lens[0] = wd ? 8 * n : 64 * pb;
     for (unsigned l = 1; l <= L; l++)
       lens[l] = (lens[l - 1] + 7) / 8;
     if (clen < lens[L] || !fzk_tail_ok32(in, lens[L - 1])) {
@@ -806,6 +914,8 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
    * of rze level 1: bytes p * pb + 4b .. +3 of the stream are the bytes of
    * its bitmap nibble, the kept ones consecutive from the rank. */
   auto plane4 = [&](uint32_t p, uint32_t b, auto whole) -> uint32_t {
+    if (bp || wd)
+      return 0;
     constexpr bool FULL = decltype(whole)::value;
     const uint32_t i = p * pb + 4 * b, w = i >> 5, sh = i & 31;
     const uint2 e = s.r1[fzk_r1_at(w)];
@@ -817,6 +927,33 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
                         __popc(e.x & ((1u << sh) - 1));
     return __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
   };
+  /* Block b's two halves as the coder stored them: bitpack planes (in
+   * order, from wpos on; lane p holds planes p and 32 + p), the word of
+   * lane (rze on words: bytes 8 (32b + lane) .. +7, whose level-1 bitmap
+   * byte and rank give its kept bytes), or shuffle planes. */
+  uint32_t wpos = 0;
+  auto halves = [&](uint32_t b, uint32_t k, auto whole, uint32_t *xl, uint32_t *xh) {
+    constexpr bool FULL = decltype(whole)::value;
+    if (bp) {
+      const uint32_t nbits = __shfl_sync(FZK_FULL, my_nb, k);
+      *xl = lane < nbits ? fzk_ld32u(s.c, wpos + 4 * lane) : 0;
+      *xh = lane + 32 < nbits ? fzk_ld32u(s.c, wpos + 128 + 4 * lane) : 0;
+      wpos += 4 * nbits;
+    } else if (wd) {
+      const uint32_t wi = 32 * b + lane;
+      const bool in = FULL || wi < n;
+      const uint32_t w = in ? wi >> 2 : 0, sh = 8 * (wi & 3);
+      const uint2 e = s.r1[fzk_r1_at(w)];
+      const uint32_t mk = in ? (e.x >> sh) & 0xffu : 0u;
+      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
+                          __popc(e.x & ((1u << sh) - 1));
+      *xl = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + (mk & 15u)]);
+      *xh = __byte_perm(fzk_ld32u(s.c, ko + rk + __popc(mk & 15u)), 0, s.wt[32 + (mk >> 4)]);
+    } else {
+      *xl = plane4(lane, b, whole);
+      *xh = plane4(lane + 32, b, whole);
+    }
+  };
 
   auto decode = [&](auto whole, auto qonc) {
     constexpr bool FULL = decltype(whole)::value;
@@ -825,17 +962,27 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
     if (diff) {
       /* Sums of each warp's differences (see the opening comment), for
        * the running sums across warps. */
+      bool pad_bad = false;
       uint64_t acc = 0;
       const unsigned sh = lane ? lane - 1 : 0;
-      for (uint32_t b = b0; b < b1; b++) {
-        uint32_t xl = plane4(lane, b, whole), xh = plane4(lane + 32, b, whole);
+      wpos = wpos0;
+      for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
+        uint32_t xl, xh;
+        halves(b, k, whole, &xl, &xh);
+        if (wd) {
+          /* Words, zero past the chunk's last. */
+          const uint64_t x = fzk_w64(xh, xl);
+          acc += nega ? fzo_unnega64(x) : fzo_unzigzag64(x);
+          continue;
+        }
         if (!FULL) {
           const uint32_t rem = n - 32 * b;
           const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
+          pad_bad |= bp && ((xl | xh) & ~vm) != 0;
           xl &= vm;
           xh &= vm;
         }
-        if (nega) {
+        if (!bp && nega) {
           acc += fzo_unnega64(fzk_w64(fzk_transpose32(xh, tp), fzk_transpose32(xl, tp)));
         } else {
           /* Lane 0's low plane holds the odd marks: its term is -popc. */
@@ -845,25 +992,71 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
         }
       }
       const uint64_t wsum = fzk_warp_sum64(acc);
+      if (pad_bad)
+        atomicOr(&s.wt[30], 1u);
       if (lane == 0)
         s.ws[warp] = wsum;
       __syncthreads();
+      if (s.wt[30]) {
+        if (threadIdx.x == 0)
+          atomicOr(d_status, 1u);
+        return;
+      }
       for (unsigned w = 0; w < warp; w++)
         run += s.ws[w];
     }
+    /* Bitpack after diff: the diff stage's words are the running sums of
+     * bitpack's differences, and the words their running sums, which
+     * start from the sums of the warps before; so each warp keeps the
+     * running sums of its own diff words (in s.e) and their total, and
+     * adds the warps' base once the block knows it (fzk_dec32_body). */
+    uint64_t run2 = 0;
+    if (ddiff) {
+      uint64_t r = run, pc = 0;
+      wpos = wpos0;
+      for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
+        const uint32_t i = 32 * b + lane;
+        uint32_t xl, xh;
+        halves(b, k, whole, &xl, &xh);
+        uint64_t z = fzo_unzigzag64(fzk_w64(fzk_transpose32(xh, tp), fzk_transpose32(xl, tp)));
+        if (!FULL && i >= n)
+          z = 0;
+        const uint64_t x = fzk_warp_incl64(z) + r;
+        r = __shfl_sync(FZK_FULL, (fzk_u64)x, 31);
+        uint64_t e = nega ? fzo_unnega64(x) : fzo_unzigzag64(x);
+        if (!FULL && i >= n)
+          e = 0;
+        const uint64_t p = fzk_warp_incl64(e) + pc;
+        pc = __shfl_sync(FZK_FULL, (fzk_u64)p, 31);
+        s.e[i] = p;
+      }
+      if (lane == 0)
+        s.ws[FZK_NW + warp] = pc;
+      __syncthreads();
+      for (unsigned w = 0; w < warp; w++)
+        run2 += s.ws[FZK_NW + w];
+    }
     const bool al = out_vec != 0;
     uint64_t *gw = (uint64_t *)gout + 32 * b0 + lane;
+    wpos = wpos0;
     for (uint32_t b = b0, k = 0; b < b1; b++, k++, gw += 32) {
       const uint32_t i = 32 * b + lane;
-      const uint32_t xl = plane4(lane, b, whole), xh = plane4(lane + 32, b, whole);
-      const uint64_t u = fzk_w64(fzk_transpose32(xh, tp), fzk_transpose32(xl, tp));
-      uint64_t code = u;
-      if (diff) {
-        uint64_t dd = nega ? fzo_unnega64(u) : fzo_unzigzag64(u);
-        if (!FULL && i >= n)
-          dd = 0;
-        code = fzk_warp_incl64(dd) + run;
-        run = __shfl_sync(FZK_FULL, (fzk_u64)code, 31);
+      uint64_t code;
+      if (ddiff) {
+        code = s.e[i] + run2;
+      } else {
+        uint32_t xl, xh;
+        halves(b, k, whole, &xl, &xh);
+        const uint64_t u = wd ? fzk_w64(xh, xl)
+                              : fzk_w64(fzk_transpose32(xh, tp), fzk_transpose32(xl, tp));
+        code = u;
+        if (diff) {
+          uint64_t dd = bp ? fzo_unzigzag64(u) : nega ? fzo_unnega64(u) : fzo_unzigzag64(u);
+          if (!FULL && i >= n)
+            dd = 0;
+          code = fzk_warp_incl64(dd) + run;
+          run = __shfl_sync(FZK_FULL, (fzk_u64)code, 31);
+        }
       }
       const uint32_t fl = quant && m ? __shfl_sync(FZK_FULL, my_obm, k) : 0;
       if (!FULL && i >= n)

@@ -52,9 +52,9 @@ typedef struct fzk_desc {
    * coder ends in: 1 bitpack, 2 bitshuffle rze, 3 rze (FZK_C32_*,
    * chain32_ops.cuh); with diff and its map, and the rze levels.  On
    * 4-byte words (w == 4) they are chain32.cu's kernels, on 8-byte words
-   * (w == 8: f64, u64, i64) chain64.cu's (chain64_ops.cuh), which take
-   * coder 2 only so far.  Either way the chunks are placed by look-back
-   * (fzk_launch_encode32). */
+   * (w == 8: f64, u64, i64) chain64.cu's (chain64_ops.cuh), for the
+   * coders fzk_chain64_coders says it built (2 always).  Either way the
+   * chunks are placed by look-back (fzk_launch_encode32). */
   uint8_t k32, k32diff, k32nega, k32lev;
   uint32_t cb;          /* input bytes per chunk */
   uint32_t cap;         /* bytes of each shared stream buffer */
@@ -82,6 +82,8 @@ int fzk_kernels_init(const fzk_desc *d);
 int fzk_kernels_probe(void);
 int fzk_kernels32_init(const fzk_desc *d); /* both word sizes' */
 int fzk_kernels64_init(const fzk_desc *d);
+/* The coders chain64.cu has kernels for: bit k set for k32 == k. */
+unsigned fzk_chain64_coders(void);
 
 /* The first kernel of a compression (one launch): the range of the data
  * (range: the quantizer's mode is not PWREL) into d_part, which holds

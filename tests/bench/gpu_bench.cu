@@ -9,6 +9,8 @@
  * warm (created and run once before), the size read-back is included.
  * "kernel" is the time from the first kernel to the last.  GB/s counts the
  * uncompressed bytes.  A bound violation makes the run fail (exit 1).
+ * With -t f64 the field's values become doubles (exactly, so the f64
+ * chains see the same field), repeated to the same number of bytes.
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -32,7 +34,7 @@
 
 static const char usage[] =
     "usage: fz_gpu_bench [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE] [-s MIN_BYTES]\n"
-    "                    [FILE.f32 ...] [--gen smooth|noise ...]\n"
+    "                    [-t f32|f64] [FILE.f32 ...] [--gen smooth|noise ...]\n"
     "Compresses and decompresses each input on the first GPU (device to device)\n"
     "with each preset and bound and prints a Markdown table of GB/s, ratio and\n"
     "max error.\n"
@@ -41,6 +43,7 @@ static const char usage[] =
     "  -e BOUNDS     comma-separated error bounds (default 1e-2,1e-3,1e-4)\n"
     "  -m MODE       abs, rel or pwrel (default rel)\n"
     "  -s MIN_BYTES  repeat each input until it is this large (default 1 GiB)\n"
+    "  -t TYPE       f32 (default), or f64: the values as doubles\n"
     "  -h, --help    this help\n"
     "Exit status: 0 success, 1 a bound was exceeded, 2 usage or CUDA error,\n"
     "77 no usable GPU.\n";
@@ -57,10 +60,10 @@ static float *replicate(const float *x, size_t n, size_t min_bytes, size_t *tota
   return y;
 }
 
-static int bench(fz_gpu_ctx *ctx, const char *name, const float *h_x, size_t n,
+static int bench(fz_gpu_ctx *ctx, const char *name, fz_dtype t, const void *h_x, size_t n,
                  const char *preset, double eb, fz_eb_mode mode, unsigned repeat) {
   fz_params p;
-  fzt_params_1d(&p, FZ_F32, n, preset);
+  fzt_params_1d(&p, t, n, preset);
   p.eb = eb;
   p.eb_mode = mode;
   char why[256] = "";
@@ -70,7 +73,7 @@ static int bench(fz_gpu_ctx *ctx, const char *name, const float *h_x, size_t n,
     fprintf(stderr, "plan: %s %s\n", fz_err_name(rc), why);
     return 1;
   }
-  size_t in_len = n * 4, bound = fz_gpu_plan_compress_bound(pl), arc_len = 0, ol = 0;
+  size_t in_len = n * fz_dtype_size(t), bound = fz_gpu_plan_compress_bound(pl), arc_len = 0, ol = 0;
   cudaStream_t s = fz_gpu_ctx_stream(ctx, 0);
   void *d_in, *d_arc, *d_out;
   CK(cudaMalloc(&d_in, in_len));
@@ -111,14 +114,14 @@ static int bench(fz_gpu_ctx *ctx, const char *name, const float *h_x, size_t n,
     if (r && ms < best_d)
       best_d = ms;
   }
-  float *h_y = (float *)malloc(in_len);
+  void *h_y = malloc(in_len);
   uint8_t *h_arc = (uint8_t *)malloc(arc_len);
   CK(cudaMemcpy(h_y, d_out, in_len, cudaMemcpyDeviceToHost));
   CK(cudaMemcpy(h_arc, d_arc, arc_len, cudaMemcpyDeviceToHost));
   fz_archive_info info;
   fz_compare_result cmp;
   fz_archive_inspect(h_arc, arc_len, &info);
-  fz_compare(FZ_F32, h_x, h_y, n, &cmp);
+  fz_compare(t, h_x, h_y, n, &cmp);
   int ok = cmp.nonfinite_mismatches == 0 &&
            (mode == FZ_EB_PWREL ? cmp.max_rel_error <= eb : cmp.max_abs_error <= info.eb_abs);
   if (strcmp(preset, "lossless") == 0)
@@ -144,6 +147,7 @@ int main(int argc, char **argv) {
   size_t min_bytes = (size_t)1 << 30;
   const char *presets = "fast,balanced,lossless", *bounds = "1e-2,1e-3,1e-4";
   fz_eb_mode mode = FZ_EB_REL;
+  fz_dtype type = FZ_F32;
   int i = 1, failed = 0;
   for (; i < argc && argv[i][0] == '-' && strcmp(argv[i], "--gen") != 0; i++) {
     if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -153,6 +157,14 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "-p") && i + 1 < argc) presets = argv[++i];
     else if (!strcmp(argv[i], "-e") && i + 1 < argc) bounds = argv[++i];
     else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_bytes = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
+      ++i;
+      if (strcmp(argv[i], "f32") != 0 && strcmp(argv[i], "f64") != 0) {
+        fprintf(stderr, "bad type '%s': f32 or f64\n", argv[i]);
+        return 2;
+      }
+      type = strcmp(argv[i], "f64") == 0 ? FZ_F64 : FZ_F32;
+    }
     else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
       if (fz_eb_mode_parse(argv[++i], &mode) != 0) {
         fprintf(stderr, "bad mode '%s'\n", argv[i]);
@@ -191,21 +203,30 @@ int main(int argc, char **argv) {
       }
     }
     size_t total;
-    float *big = replicate(x, n, min_bytes, &total);
+    const int f64 = type == FZ_F64;
+    float *big = replicate(x, n, f64 ? min_bytes / 2 : min_bytes, &total);
     free(x);
+    void *in = big;
+    if (f64) {
+      double *y = (double *)malloc(total * sizeof *y);
+      for (size_t k = 0; k < total; k++)
+        y[k] = (double)big[k];
+      free(big);
+      in = y;
+    }
     char shortname[11];
-    snprintf(shortname, sizeof shortname, "%s", name);
+    snprintf(shortname, sizeof shortname, "%s%s", f64 ? "f64:" : "", name);
     char pbuf[256], ebuf[256];
     snprintf(pbuf, sizeof pbuf, "%s", presets);
     for (char *sp, *pr = strtok_r(pbuf, ",", &sp); pr; pr = strtok_r(NULL, ",", &sp)) {
       snprintf(ebuf, sizeof ebuf, "%s", bounds);
       for (char *se, *e = strtok_r(ebuf, ",", &se); e; e = strtok_r(NULL, ",", &se)) {
-        failed |= bench(ctx, shortname, big, total, pr, atof(e), mode, repeat);
+        failed |= bench(ctx, shortname, type, in, total, pr, atof(e), mode, repeat);
         if (!strcmp(pr, "lossless"))
           break;
       }
     }
-    free(big);
+    free(in);
   }
   fz_gpu_ctx_destroy(ctx);
   return failed;
