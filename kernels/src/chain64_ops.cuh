@@ -1,12 +1,14 @@
 /*
  * chain64_ops.cuh - the device code of the chunk kernels for chains on
  * 8-byte words (f64, and u64 / i64 without quant) of the form
- * [quant] [diff] bitshuffle | rze: f64 `balanced`, `lossless` on 8-byte
- * words, and the chains users spell of that shape (quant | bitshuffle |
- * rze, diff(map=negabinary) | bitshuffle | rze(levels=2), ...).
- * chain64.cu builds two kernels per direction ahead of time; the run-time
- * code generation builds the others from this header, which NVRTC compiles
- * (device code only, as chain32_ops.cuh, whose helpers it shares).
+ * [quant] [diff] coder, the coder bitshuffle | rze, bitpack or rze on the
+ * words' bytes: f64 `balanced`, `fast`, `lossless` on 8-byte words, and
+ * the chains users spell of those shapes (quant | diff | bitpack,
+ * quant | bitshuffle | rze, diff | rze, ...).  chain64.cu builds the
+ * bitshuffle | rze kernels ahead of time (the others only when asked); the
+ * run-time code generation builds the rest from this header, which NVRTC
+ * compiles (device code only, as chain32_ops.cuh, whose helpers it
+ * shares).
  *
  * The layout is the 4-byte word kernels' (chain32_ops.cuh), with two
  * 32-bit halves per word.  One block owns one chunk; warp w takes the
@@ -16,7 +18,10 @@
  * halves are planes 0..31 and those of the high halves planes 32..63: two
  * 32x32 transposes per block, lane p then holding four bytes of plane p and
  * four of plane 32 + p.  The stream is 64 * ceil(n/8) bytes, no more than
- * the chunk, as the 4-byte word stream is; rze levels, the look-back that
+ * the chunk, as the 4-byte word stream is.  Bitpack's blocks have up to 64
+ * planes of 4 bytes (stage_bitpack.c), those of the low halves first; rze
+ * on the words reads two nibbles of the level-1 bitmap a word.  The rze
+ * levels, the look-back that
  * places a chunk, and the checksums are the 4-byte word kernels' own.  The
  * side list of the quantizer holds 8-byte values (stage_quant.c), and the
  * quantizer is the engine's f64 one (fzo_quant_f64, fzo_pw_quant_f64,
@@ -24,7 +29,8 @@
  * exactly what the CPU decoder accepts.
  *
  * The decoder's running sums of zigzag differences need no transpose
- * first, as in chain32_ops.cuh: plane p >= 1 adds 2^(p-1) times the count
+ * first, as in chain32_ops.cuh (and bitpack after diff keeps the second
+ * running sum's per-warp partial sums in shared memory, as there): plane p >= 1 adds 2^(p-1) times the count
  * of its bits in even words less the count in odd words, and plane 0
  * subtracts its own count; here in 64-bit arithmetic, the high half's
  * planes adding 2^(31+p).
@@ -64,10 +70,10 @@
  * the meanings of chain32_ops.cuh:
  *
  *   QK    fzk_qkind32(d): FZK_Q_NONE, FZK_Q_BINS (ABS, REL), FZK_Q_PW
- *   CK    d.k32: FZK_C32_SHUF_RZE (the only coder on 8-byte words yet)
+ *   CK    d.k32 (FZK_C32_*)
  *   DIFF  d.k32diff (0, 1)
  *   NEGA  d.k32nega (0, 1)
- *   LEV   d.k32lev (1 .. FZE_RZE_MAX_LEVELS)
+ *   LEV   d.k32lev (1 .. FZE_RZE_MAX_LEVELS; 0 for bitpack)
  *
  * Any of them but CK may be FZK_RT, read from the descriptor at run time
  * (chain64.cu's kernels read three or four); fzk_c64_valid says which
