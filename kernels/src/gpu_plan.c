@@ -92,16 +92,19 @@ void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
   }
   /* Chains on 4-byte words of the form [quant] [diff] coder, the coder
    * bitpack, bitshuffle rze or rze, have kernels of their own
-   * (chain32.cu). */
+   * (chain32.cu), and so do those on 8-byte words with the coders this
+   * build has (chain64.cu: bitshuffle rze, and maybe the others). */
   unsigned j = d->has_quant, n = h->chain.n;
   unsigned diff = j < n && d->id[j] == FZE_STAGE_DIFF, k = j + diff;
-  if (d->w == 4 && k < n) {
+  if ((d->w == 4 || d->w == 8) && k < n) {
     if (n == k + 1 && d->id[k] == FZE_STAGE_BITPACK)
       d->k32 = 1;
     else if (n == k + 1 && d->id[k] == FZE_STAGE_RZE)
       d->k32 = 3;
     else if (n == k + 2 && d->id[k] == FZE_STAGE_BITSHUFFLE && d->id[k + 1] == FZE_STAGE_RZE)
       d->k32 = 2;
+    if (d->w == 8 && !((fzk_chain64_coders() >> d->k32) & 1u))
+      d->k32 = 0;
   }
   if (d->k32) {
     d->k32diff = (uint8_t)diff;
