@@ -9,13 +9,18 @@
  * its map and rze's levels from the descriptor.  The other chains, diff
  * before bitpack and rze on the words, have one kernel per direction and
  * coder that reads the quantizer too, so that the build grows by four
- * kernels only; a generated kernel fixes every constant.
+ * kernels only; a generated kernel fixes every constant.  The launchers
+ * and the layout hand a descriptor of 8-byte words to chain64.cu.
  */
 #include <cuda_runtime.h>
 
 #include "chain32_ops.cuh"
 
 extern "C" void fzk_desc_layout32(fzk_desc *d) {
+  if (d->w == 8) {
+    fzk_desc_layout64(d);
+    return;
+  }
   uint32_t cb = d->cb, nbm = 4 * nbmax32(cb);
   uint32_t tb = 0, len = cb / 8;
   for (unsigned l = 1; l <= FZE_RZE_MAX_LEVELS; l++, len = (len + 7) / 8)
@@ -111,6 +116,9 @@ extern "C" int fzk_launch_encode32(const fzk_desc *d, const void *d_in, const fz
                                    uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
                                    uint64_t table_off, uint32_t *d_crcs, uint64_t *d_lb,
                                    const uint32_t *d_tab, fz_gpu_stream s) {
+  if (d->w == 8)
+    return fzk_launch_encode64(d, d_in, d_qp, d_out, out_cap, header_len, table_off, d_crcs,
+                               d_lb, d_tab, s);
   if (d->nchunks == 0)
     return 0;
   fzk_enc32_for(d)<<<(unsigned)d->nchunks, FZK_NT, d->smem_e32, s>>>(
@@ -123,6 +131,9 @@ extern "C" int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint
                                    const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
                                    void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                                    const uint32_t *d_tab, fz_gpu_stream s) {
+  if (d->w == 8)
+    return fzk_launch_decode64(d, d_pay, pay_len, d_offs, d_sizes16, qp, d_out, out_vec,
+                               d_status, d_crcs, d_tab, s);
   if (d->nchunks == 0)
     return 0;
   fzk_dec32_for(d)<<<(unsigned)d->nchunks, FZK_NT, d->smem_d32, s>>>(
@@ -132,9 +143,11 @@ extern "C" int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint
 }
 
 /* Enables the largest layout of the chunk size for every kernel built: the
- * rze chains', or for bitpack after diff its own. */
+ * rze chains', or for bitpack after diff its own; and the 8-byte word
+ * kernels' (chain64.cu), whatever the words of d. */
 extern "C" int fzk_kernels32_init(const fzk_desc *d) {
   fzk_desc m = *d;
+  m.w = 4;
   m.k32 = FZK_C32_SHUF_RZE;
   fzk_desc_layout32(&m);
   cudaError_t e = cudaSuccess;
@@ -147,7 +160,7 @@ extern "C" int fzk_kernels32_init(const fzk_desc *d) {
                                  (int)m.smem_d32);
     }
   }
-  fzk_desc bd = *d;
+  fzk_desc bd = m;
   bd.k32 = FZK_C32_BITPACK;
   bd.k32diff = 1;
   fzk_desc_layout32(&bd);
@@ -159,5 +172,7 @@ extern "C" int fzk_kernels32_init(const fzk_desc *d) {
       e = cudaFuncSetAttribute(fzk_dec32u[b], cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)dmax);
   }
+  if (e == cudaSuccess)
+    e = (cudaError_t)fzk_kernels64_init(d);
   return (int)e;
 }

@@ -53,16 +53,19 @@ typedef struct fzk_desc {
   uint8_t fkind;        /* 0: integers, 1: f32, 2: f64 */
   uint8_t has_quant;    /* st[0] is quant */
   uint8_t id[8], mode[8], levels[8];
-  /* The 4-byte word kernels (chain32.cu): 0 none, else the coder the
-   * chain [quant] [diff] coder ends in: 1 bitpack, 2 bitshuffle rze, 3 rze
-   * (FZK_C32_*, chain32_ops.cuh); with diff and its map, and the rze
-   * levels. */
+  /* The word kernels: 0 none, else the coder the chain [quant] [diff]
+   * coder ends in: 1 bitpack, 2 bitshuffle rze, 3 rze (FZK_C32_*,
+   * chain32_ops.cuh); with diff and its map, and the rze levels.  On
+   * 4-byte words (w == 4) they are chain32.cu's kernels, on 8-byte words
+   * (w == 8: f64, u64, i64) chain64.cu's (chain64_ops.cuh), for the
+   * coders fzk_chain64_coders says it built (2 always).  Either way the
+   * chunks are placed by look-back (fzk_launch_encode32). */
   uint8_t k32, k32diff, k32nega, k32lev;
   uint32_t cb;          /* input bytes per chunk */
   uint32_t cap;         /* bytes of each shared stream buffer */
   uint32_t tcap;        /* bytes of the shared bitmap / table area */
   uint32_t smem;        /* dynamic shared memory of the chunk kernels */
-  uint32_t smem_e32, smem_d32; /* of the 4-byte word kernels */
+  uint32_t smem_e32, smem_d32; /* of the word kernels (4- or 8-byte words) */
   uint64_t raw_bytes, nchunks;
 } fzk_desc;
 
@@ -167,13 +170,17 @@ typedef struct fzk_kern {
 void fzk_crc_tables(uint32_t *tab);
 /* Shared memory the chunk kernels need for a chunk size (d->k32 set). */
 void fzk_desc_layout(fzk_desc *d);
-void fzk_desc_layout32(fzk_desc *d);
+void fzk_desc_layout32(fzk_desc *d); /* the word kernels' (chain64's for w == 8) */
+void fzk_desc_layout64(fzk_desc *d);
 /* Raises the kernels' dynamic shared memory limits to what d needs. */
 int fzk_kernels_init(const fzk_desc *d);
 /* cudaSuccess (0) when this build's kernels can run on the current device,
  * else the runtime's error (cudaErrorNoKernelImageForDevice...). */
 int fzk_kernels_probe(void);
-int fzk_kernels32_init(const fzk_desc *d);
+int fzk_kernels32_init(const fzk_desc *d); /* both word sizes' */
+int fzk_kernels64_init(const fzk_desc *d);
+/* The coders chain64.cu has kernels for: bit k set for k32 == k. */
+unsigned fzk_chain64_coders(void);
 
 /* The first kernel of a compression (fzk_prep above). */
 int fzk_launch_prep(const fzk_kern *k, const fzk_desc *d, const fzk_prep *p, fz_gpu_stream s);
@@ -185,13 +192,18 @@ int fzk_launch_prep(const fzk_kern *k, const fzk_desc *d, const fzk_prep *p, fz_
 int fzk_launch_encode(const fzk_desc *d, void *jit_fn, const void *d_in, int in_vec,
                       const fzk_qparams *d_qp, uint8_t *d_stage, uint32_t *d_sizes,
                       fz_gpu_stream s);
-/* The chains of d->k32 on 4-byte words, in one pass: each block codes its
+/* The chains of d->k32 on 4-byte words (on 8-byte words when d->w is 8:
+ * the 64 variants, which these call), in one pass: each block codes its
  * chunk, finds the chunk's offset by a look-back over the chunks before it
  * and writes it straight into the archive (header_len + offset; nothing at
  * or beyond out_cap), with its table entry (at table_off) and its CRC-32C
  * (d_crcs).  d_lb holds nchunks + 2 words, zeroed before the launch; the
  * payload's length is left in d_lb[nchunks]. */
 int fzk_launch_encode32(const fzk_desc *d, const void *d_in, const fzk_qparams *d_qp,
+                        uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
+                        uint64_t table_off, uint32_t *d_crcs, uint64_t *d_lb,
+                        const uint32_t *d_tab, fz_gpu_stream s);
+int fzk_launch_encode64(const fzk_desc *d, const void *d_in, const fzk_qparams *d_qp,
                         uint8_t *d_out, uint64_t out_cap, uint64_t header_len,
                         uint64_t table_off, uint32_t *d_crcs, uint64_t *d_lb,
                         const uint32_t *d_tab, fz_gpu_stream s);
@@ -232,12 +244,17 @@ int fzk_launch_seal(const fzk_kern *k, const fzk_seal *p, const uint32_t *d_tab,
 /* One block per chunk decodes the payload (d_pay, pay_len bytes; chunk i at
  * d_offs[i], d_sizes16 the archive's table) into d_out; any corruption sets
  * *d_status to 1.  The 32 variant runs the chains of d->k32 and also
- * writes each chunk's CRC-32C to d_crcs, as the check kernel does. */
+ * writes each chunk's CRC-32C to d_crcs, as the check kernel does (the 64
+ * variant for d->w == 8, which it calls). */
 int fzk_launch_decode(const fzk_desc *d, void *jit_fn, const uint8_t *d_pay,
                       uint64_t pay_len, const uint64_t *d_offs,
                       const uint8_t *d_sizes16, fzk_qparams qp,
                       void *d_out, int out_vec, uint32_t *d_status, fz_gpu_stream s);
 int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
+                        const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                        void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
+                        const uint32_t *d_tab, fz_gpu_stream s);
+int fzk_launch_decode64(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
                         const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
                         void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                         const uint32_t *d_tab, fz_gpu_stream s);

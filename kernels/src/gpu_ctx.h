@@ -42,8 +42,17 @@ struct fzk_desc;
 /* Workspace buffers start on 256-byte boundaries (gpu_plan.c, gpu_decode.c). */
 static inline size_t fzk_up256(size_t v) { return (v + 255) & ~(size_t)255; }
 
-/* The kernels' description of an archive's shape and chain (gpu_plan.c). */
+/* The kernels' description of an archive's shape and chain (gpu_plan.c),
+ * for the built-in kernels: the 8-byte word coders chain64.cu built only. */
 void fzk_desc_from_header(struct fzk_desc *d, const struct fze_header *h);
+/* The same for generated kernels: every 8-byte word coder. */
+void fzk_desc_from_header_jit(struct fzk_desc *d, const struct fze_header *h);
+/* The descriptor and kernel of a plan (dir FZK_JIT_ENCODE) or a decoder
+ * (FZK_JIT_DECODE) of h: *fn the generated kernel, or NULL for the
+ * built-in one, which then exists for *d; an error where neither runs
+ * (a context of generated kernels only whose compile failed). */
+int fzk_desc_kernel(fz_gpu_ctx *ctx, const struct fze_header *h, int dir, struct fzk_desc *d,
+                    void **fn, char *why, size_t why_len);
 /* Enables the kernels' shared memory for d's chunk size, once per size and
  * context, from any thread (gpu_plan.c). */
 int fzk_kernels_ready(fz_gpu_ctx *ctx, const struct fzk_desc *d, char *why, size_t why_len);

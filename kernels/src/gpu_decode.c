@@ -164,15 +164,11 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
     return rc;
   }
   fzk_desc d;
-  fzk_desc_from_header(&d, h);
+  void *jit_dec = NULL;
+  if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_DECODE, &d, &jit_dec, why, why_len)) < 0)
+    return rc;
   if ((rc = fzk_kernels_ready(ctx, &d, why, why_len)) < 0)
     return rc;
-  void *jit_dec = NULL;
-  if ((ctx->kern != NULL || fzk_jit_preferred(&d)) &&
-      (rc = fzk_jit_kernel(ctx->jit, &d, FZK_JIT_DECODE, &jit_dec)) < 0)
-    return rc;
-  if (jit_dec == NULL && ctx->kern != NULL)
-    return fzk_jit_unavailable(ctx, why, why_len);
   fzk_qparams qp = {0};
   if (d.has_quant) {
     qp.eb_abs = h->chain.st[0].eb_abs;

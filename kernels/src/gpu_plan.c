@@ -79,7 +79,8 @@ static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len,
   w->bytes = o;
 }
 
-void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
+/* coders64: the 8-byte word coders with a kernel (bit k: k32 == k). */
+static void desc_select(fzk_desc *d, const fze_header *h, unsigned coders64) {
   memset(d, 0, sizeof *d);
   d->nst = (uint8_t)h->chain.n;
   d->w = (uint8_t)fz_dtype_size(h->dtype);
@@ -92,16 +93,20 @@ void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
   }
   /* Chains on 4-byte words of the form [quant] [diff] coder, the coder
    * bitpack, bitshuffle rze or rze, have kernels of their own
-   * (chain32.cu). */
+   * (chain32.cu), and so do those on 8-byte words with the coders in
+   * coders64 (chain64.cu built bitshuffle rze, and maybe the others; the
+   * code generation has every one). */
   unsigned j = d->has_quant, n = h->chain.n;
   unsigned diff = j < n && d->id[j] == FZE_STAGE_DIFF, k = j + diff;
-  if (d->w == 4 && k < n) {
+  if ((d->w == 4 || d->w == 8) && k < n) {
     if (n == k + 1 && d->id[k] == FZE_STAGE_BITPACK)
       d->k32 = 1;
     else if (n == k + 1 && d->id[k] == FZE_STAGE_RZE)
       d->k32 = 3;
     else if (n == k + 2 && d->id[k] == FZE_STAGE_BITSHUFFLE && d->id[k + 1] == FZE_STAGE_RZE)
       d->k32 = 2;
+    if (d->w == 8 && !((coders64 >> d->k32) & 1u))
+      d->k32 = 0;
   }
   if (d->k32) {
     d->k32diff = (uint8_t)diff;
@@ -112,6 +117,41 @@ void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
   d->raw_bytes = h->raw_bytes;
   d->nchunks = h->nchunks;
   fzk_desc_layout(d);
+}
+
+void fzk_desc_from_header(fzk_desc *d, const fze_header *h) {
+  desc_select(d, h, fzk_chain64_coders());
+}
+
+#define FZK_C64_EVERY (1u << 1 | 1u << 2 | 1u << 3) /* FZK_C32_BITPACK .. FZK_C32_RZE */
+void fzk_desc_from_header_jit(fzk_desc *d, const fze_header *h) {
+  desc_select(d, h, FZK_C64_EVERY);
+}
+
+int fzk_desc_kernel(fz_gpu_ctx *ctx, const fze_header *h, int dir, fzk_desc *d, void **fn,
+                    char *why, size_t why_len) {
+  *fn = NULL;
+  /* First every coder the generator has; when that kernel is not generated
+   * (JIT off, not preferred, or its compile failed) and the built-in
+   * kernels lack its coder, the descriptor they have (the generic chunk
+   * family), generated or built in: never a kernel this build lacks. */
+  fzk_desc_from_header_jit(d, h);
+  for (int pass = 0; pass < 2; pass++) {
+    int rc;
+    if ((ctx->kern != NULL || fzk_jit_preferred(d)) &&
+        (rc = fzk_jit_kernel(ctx->jit, d, (fzk_jit_dir)dir, fn)) < 0)
+      return rc;
+    if (*fn != NULL || pass == 1)
+      break;
+    fzk_desc b;
+    fzk_desc_from_header(&b, h);
+    if (b.k32 == d->k32)
+      break;
+    *d = b;
+  }
+  if (*fn == NULL && ctx->kern != NULL)
+    return fzk_jit_unavailable(ctx, why, why_len);
+  return 0;
 }
 
 /* Enables the kernels' shared memory once per chunk size.  Plans are made
@@ -178,7 +218,12 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     rc = FZ_ENOSYS;
     goto fail;
   }
-  fzk_desc_from_header(&pl->desc, h);
+  /* The generated kernel where it compiles; a failure leaves the
+   * ahead-of-time one (and its text in the context), and the descriptor
+   * that kernel has. */
+  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_ENCODE, &pl->desc, &pl->jit_enc, why, why_len)) < 0)
+    goto fail;
   layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32);
   pl->table_off = h->header_len - 4 - 2 * (size_t)h->nchunks;
   pl->q_off = pl->desc.has_quant ? 19 + 8 * (size_t)h->ndims : 0;
@@ -197,19 +242,9 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   th.payload_crc = 0;
   fze_header_write(&th, tpl);
 
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
   rc = fzk_kernels_ready(ctx, &pl->desc, why, why_len);
   if (rc < 0)
     goto fail;
-  /* The generated kernel where it compiles; a failure leaves the
-   * ahead-of-time one (and its text in the context). */
-  if ((ctx->kern != NULL || fzk_jit_preferred(&pl->desc)) &&
-      (rc = fzk_jit_kernel(ctx->jit, &pl->desc, FZK_JIT_ENCODE, &pl->jit_enc)) < 0)
-    goto fail;
-  if (pl->jit_enc == NULL && ctx->kern != NULL) {
-    rc = fzk_jit_unavailable(ctx, why, why_len);
-    goto fail;
-  }
   /* The prep and seal kernels' tickets (fzk_last_block) follow the template,
    * zeroed once: each launch leaves them zero. */
   FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->tick_off + 8), fail);

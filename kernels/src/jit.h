@@ -6,7 +6,8 @@
  *
  * A generated kernel is one source per (chain, dtype, chunk size,
  * direction): a small extern "C" entry that runs the chain's device ops
- * (chain_body.cuh, or chain32_ops.cuh for the 4-byte word chains) with
+ * (chain_body.cuh, or the word kernels' chain32_ops.cuh on 4-byte words
+ * and chain64_ops.cuh on 8-byte words, for d->k32) with
  * every fixed parameter a constant.  Its CUBIN comes
  * from the module cache (jit_cache.h: memory, then disk, else one compile
  * for all concurrent callers); the context loads each module once.  When
@@ -61,19 +62,22 @@ typedef enum fzk_jit_dir { FZK_JIT_ENCODE = 0, FZK_JIT_DECODE = 1 } fzk_jit_dir;
 #define FZK_JIT_ENTRY_DECODE "fzk_gen_decode"
 
 /* Whether the generator has a kernel for d's chain in direction dir: the
- * generic chunk family (chain_body.cuh) and the 4-byte word chains
- * (d->k32, chain32_ops.cuh). */
+ * generic chunk family (chain_body.cuh) and the word chains (d->k32:
+ * chain32_ops.cuh on 4-byte words, chain64_ops.cuh on 8-byte words, every
+ * coder). */
 int fzk_jit_supported(const fzk_desc *d, fzk_jit_dir dir);
 /* Whether a plan of d's chain should take the generated kernels where the
  * built-in ones run too: not where the built-in kernel is as specialised
- * and measured faster. */
+ * and measured faster, nor on 8-byte words where chain64.cu built the
+ * coder (measured at the f32 presets' speed); yes for an 8-byte word coder
+ * it did not build (d from fzk_desc_from_header_jit). */
 int fzk_jit_preferred(const fzk_desc *d);
 /* The source of the kernel for d in direction dir, malloc'd (NULL when out
  * of memory).  Its entry has the ahead-of-time kernel's parameters. */
 char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir);
 
-/* The generated 4-byte word kernels, launched with the arguments of
- * fzk_launch_encode32 and fzk_launch_decode32 (fzk.h). */
+/* The generated word kernels (4- or 8-byte words), launched with the
+ * arguments of fzk_launch_encode32 and fzk_launch_decode32 (fzk.h). */
 int fzk_jit_launch_encode32(void *fn, const fzk_desc *d, const void *d_in,
                             const fzk_qparams *d_qp, uint8_t *d_out, uint64_t out_cap,
                             uint64_t header_len, uint64_t table_off, uint32_t *d_crcs,

@@ -4,9 +4,11 @@
  * chain's stages called in a straight line (in place of the interpreter's
  * switch) and the descriptor's fixed fields as constants, so NVRTC folds
  * the element width, the maps, the rze levels and the buffer layout into
- * the code.  The chains on 4-byte words that chain32.cu serves (d->k32)
- * get chain32_ops.cuh's templates instead, instantiated with every chain
- * constant fixed (the ahead-of-time ones read some at run time).  Only the
+ * the code.  The chains of the word kernels (d->k32) get their templates
+ * instead, instantiated with every chain constant fixed (the ahead-of-time
+ * ones read some at run time): chain32_ops.cuh's on 4-byte words,
+ * chain64_ops.cuh's on 8-byte words (every coder, also those chain64.cu
+ * does not build ahead of time).  Only the
  * glue is generated; the ops are the hand-written ones the ahead-of-time
  * kernels run, which is why the bytes are the same.
  *
@@ -59,10 +61,18 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
 
 int fzk_jit_supported(const fzk_desc *d, fzk_jit_dir dir) {
   (void)dir;
-  return d->nst >= 1 && d->nst <= FZE_MAX_STAGES && d->k32 <= 3;
+  return d->nst >= 1 && d->nst <= FZE_MAX_STAGES && d->k32 <= 3 &&
+         (!d->k32 || d->w == 4 || d->w == 8);
 }
 
 int fzk_jit_preferred(const fzk_desc *d) {
+  /* On 8-byte words the ahead-of-time kernels chain64.cu has (bitshuffle
+   * | rze always, every coder with FZ_CHAIN64_ALL) measured at the f32
+   * presets' speed (docs/benchmarks.md, "8-byte words"); the generated
+   * ones serve the coders it lacks, which would otherwise run the generic
+   * chunk family at half that. */
+  if (d->w == 8 && d->k32)
+    return !((fzk_chain64_coders() >> d->k32) & 1u);
   /* chain32.cu's kernels for [quant] | bitpack (the `fast` preset) fix
    * every constant a generated one would but the chunk size, and measured
    * faster on the H200 (docs/benchmarks.md, "JIT kernels"). */
@@ -155,27 +165,28 @@ static void put_inverse(text *t, const fzk_desc *d) {
          "}\n");
 }
 
-/* The 4-byte word chains (chain32_ops.cuh): its templates with every
- * chain constant fixed. */
-static void put_word32(text *t, const fzk_desc *d, fzk_jit_dir dir) {
+/* The word chains: chain32_ops.cuh's templates with every chain constant
+ * fixed, or chain64_ops.cuh's for 8-byte words (the same arguments). */
+static void put_word(text *t, const fzk_desc *d, fzk_jit_dir dir) {
+  const unsigned bits = d->w == 8 ? 64 : 32;
   const char *qk = !d->has_quant ? "FZK_Q_NONE" : d->mode[0] == FZK_EB_PWREL ? "FZK_Q_PW"
                                                                               : "FZK_Q_BINS";
   char consts[96];
   snprintf(consts, sizeof consts, "%s, %u, %u, %u, %u", qk, d->k32, d->k32diff, d->k32nega,
            d->k32 == 1 ? 0u : d->k32lev);
   if (dir == FZK_JIT_ENCODE)
-    put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT, FZK_ENC32_BLOCKS)\n"
+    put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT, FZK_ENC%u_BLOCKS)\n"
            FZK_JIT_ENTRY_ENCODE "(fzk_desc p, const uint8_t *__restrict__ d_in,\n"
            "    const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out,\n"
            "    uint64_t out_cap, uint64_t header_len, uint64_t table_off,\n"
            "    uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,\n"
            "    const uint32_t *__restrict__ d_tab) {\n"
            "  const fzk_desc d = fzk_gen_desc(p);\n"
-           "  fzk_enc32_body<%s>(d, d_in, d_qp, d_out, out_cap, header_len, table_off,\n"
+           "  fzk_enc%u_body<%s>(d, d_in, d_qp, d_out, out_cap, header_len, table_off,\n"
            "                     d_crcs, lb, d_tab);\n"
-           "}\n", consts);
+           "}\n", bits, bits, consts);
   else
-    put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)\n"
+    put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT, FZK_DEC%u_BLOCKS)\n"
            FZK_JIT_ENTRY_DECODE "(fzk_desc p, const uint8_t *__restrict__ d_pay,\n"
            "    uint64_t pay_len,\n"
            "    const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,\n"
@@ -183,9 +194,9 @@ static void put_word32(text *t, const fzk_desc *d, fzk_jit_dir dir) {
            "    uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,\n"
            "    const uint32_t *__restrict__ d_tab) {\n"
            "  const fzk_desc d = fzk_gen_desc(p);\n"
-           "  fzk_dec32_body<%s>(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec,\n"
+           "  fzk_dec%u_body<%s>(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec,\n"
            "                     d_status, d_crcs, d_tab);\n"
-           "}\n", consts);
+           "}\n", bits, bits, consts);
 }
 
 char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir) {
@@ -195,10 +206,12 @@ char *fzk_jit_source(const fzk_desc *d, fzk_jit_dir dir) {
     put(&t, "%s %s", i ? " |" : "", stage_name(d->id[i]));
   put(&t, " on %u-byte %s, chunks of %u bytes */\n", d->w,
       d->fkind == 1 ? "f32" : d->fkind == 2 ? "f64" : "integers", d->cb);
-  put(&t, "#include \"%s\"\n\n", d->k32 ? "chain32_ops.cuh" : "chain_body.cuh");
+  put(&t, "#include \"%s\"\n\n", !d->k32 ? "chain_body.cuh"
+                                 : d->w == 8 ? "chain64_ops.cuh"
+                                             : "chain32_ops.cuh");
   put_desc(&t, d);
   if (d->k32)
-    put_word32(&t, d, dir);
+    put_word(&t, d, dir);
   else if (dir == FZK_JIT_ENCODE)
     put_forward(&t, d);
   else

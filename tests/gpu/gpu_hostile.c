@@ -125,10 +125,10 @@ static uint8_t *make_archive32(const char *chain, fz_dtype t, size_t n, size_t *
   p.chunk_bytes = 4096;
   fz_plan *pl;
   cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0, "%s", chain);
-  void *x = gen_data(t, n, t == FZ_F32 ? GEN_SPECIAL : GEN_SMOOTH, 5);
+  void *x = gen_data(t, n, t == FZ_F32 || t == FZ_F64 ? GEN_SPECIAL : GEN_SMOOTH, 5);
   size_t bound = fz_plan_compress_bound(pl);
   uint8_t *a = malloc(bound);
-  cr_assert_eq(fz_plan_compress(pl, x, n * 4, a, bound, len), 0);
+  cr_assert_eq(fz_plan_compress(pl, x, n * fz_dtype_size(t), a, bound, len), 0);
   cr_assert_eq(fze_header_parse(a, *len, h), 0);
   fz_plan_destroy(pl);
   free(x);
@@ -199,6 +199,102 @@ Test(hostile, user_chains32_moved_boundaries) {
           both(b, len - d, n * 4);
         }
       }
+    free(b);
+    free(a);
+  }
+}
+
+/* The same for the chains of the 8-byte word kernels (chain64.cu), on f64
+ * with outliers and on i64: the side list's 8-byte values, the 64 planes,
+ * every rze level's checks. */
+static const char *const hostile64[] = {
+    "balanced", "quant | diff(map=negabinary) | bitshuffle | rze(levels=1)",
+    "quant | bitshuffle | rze(levels=6)", "lossless", "diff | bitshuffle | rze(levels=2)",
+    /* On the 8-byte word kernels when the build has them (FZ_CHAIN64_ALL). */
+    "fast", "quant | diff | bitpack", "quant | diff(map=negabinary) | rze(levels=6)",
+    "quant | rze(levels=1)", "diff | bitpack", "rze(levels=2)",
+};
+
+static fz_dtype hostile64_type(const char *chain) {
+  return strncmp(chain, "quant", 5) == 0 || strcmp(chain, "balanced") == 0 ||
+                 strcmp(chain, "fast") == 0
+             ? FZ_F64
+             : FZ_I64;
+}
+
+Test(hostile, chains64_coded_bytes) {
+  const size_t n = 5 * 512 + 333;
+  for (size_t c = 0; c < sizeof hostile64 / sizeof hostile64[0]; c++) {
+    fz_dtype t = hostile64_type(hostile64[c]);
+    fze_header h;
+    size_t len;
+    uint8_t *a = make_archive32(hostile64[c], t, n, &len, &h);
+    uint8_t *b = malloc(len);
+    uint64_t s = 4321 + c;
+    for (int k = 0; k < 60; k++) {
+      memcpy(b, a, len);
+      size_t at = h.header_len + (size_t)(rng_next(&s) % (len - h.header_len));
+      unsigned runs = k < 40 ? 1 : 1 + (unsigned)(rng_next(&s) % 16);
+      for (unsigned r = 0; r < runs && at + r < len; r++)
+        b[at + r] ^= (uint8_t)(1 + rng_next(&s) % 255);
+      archive_fix_checksums(b, len, &h);
+      both(b, len, n * 8);
+    }
+    free(b);
+    free(a);
+  }
+}
+
+Test(hostile, chains64_moved_boundaries) {
+  const size_t n = 5 * 512 + 333;
+  for (size_t c = 0; c < sizeof hostile64 / sizeof hostile64[0]; c++) {
+    fz_dtype t = hostile64_type(hostile64[c]);
+    fze_header h;
+    size_t len;
+    uint8_t *a = make_archive32(hostile64[c], t, n, &len, &h);
+    uint8_t *b = malloc(len);
+    for (uint64_t i = 0; i + 1 < h.nchunks; i++)
+      for (unsigned d = 1; d <= 9; d += 4) {
+        memcpy(b, a, len);
+        unsigned l0 = chunk_len(a, &h, i), l1 = chunk_len(a, &h, i + 1);
+        if (l0 > d) {
+          set_chunk_len(b, &h, i, l0 - d);
+          set_chunk_len(b, &h, i + 1, l1 + d);
+          archive_fix_checksums(b, len, &h);
+          both(b, len, n * 8);
+        }
+        memcpy(b, a, len);
+        if (l0 > d) {
+          size_t at = h.header_len;
+          for (uint64_t j = 0; j < i; j++)
+            at += chunk_len(a, &h, j);
+          memmove(b + at + l0 - d, b + at + l0, len - (at + l0));
+          set_chunk_len(b, &h, i, l0 - d);
+          archive_fix_checksums(b, len - d, &h);
+          both(b, len - d, n * 8);
+        }
+      }
+    free(b);
+    free(a);
+  }
+}
+
+/* Truncations and plain byte flips (checksums left wrong) of f64 archives. */
+Test(hostile, chains64_truncations_and_flips) {
+  for (size_t c = 0; c < sizeof hostile64 / sizeof hostile64[0]; c++) {
+    fz_dtype t = hostile64_type(hostile64[c]);
+    fze_header h;
+    size_t len, n = 3000;
+    uint8_t *a = make_archive32(hostile64[c], t, n, &len, &h);
+    for (size_t cut = 0; cut < len; cut += 1 + cut / 3)
+      both(a, cut, n * 8);
+    uint64_t s = 77 + c;
+    uint8_t *b = malloc(len);
+    for (int k = 0; k < 40; k++) {
+      memcpy(b, a, len);
+      b[(size_t)(rng_next(&s) % len)] ^= (uint8_t)(1 + rng_next(&s) % 255);
+      both(b, len, n * 8);
+    }
     free(b);
     free(a);
   }

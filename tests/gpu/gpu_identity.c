@@ -135,6 +135,110 @@ Test(identity, user_chains32_bounds) {
   free(z);
 }
 
+/* The 8-byte word kernels (chain64.cu): every chain [quant] [diff]
+ * bitshuffle | rze on f64, u64 and i64, both maps, rze levels 1 to 6,
+ * every mode, sizes around the chunk and block boundaries (one element,
+ * partial 32-word blocks and planes of fewer than 4 bytes), constant
+ * fields, noise, and data with NaN payloads, Inf, -0.0 and denormals; and
+ * the same for bitpack and rze on the words, which run on those kernels
+ * when the build has them (FZ_CHAIN64_ALL), else on the generic ones. */
+static const char *const quant_chains64[] = {
+    "balanced",
+    "quant | diff(map=negabinary) | bitshuffle | rze(levels=1)",
+    "quant | bitshuffle | rze",
+    "quant | diff | bitshuffle | rze(levels=2)",
+    "quant | diff(map=negabinary) | bitshuffle | rze(levels=6)",
+};
+static const char *const lossless_chains64[] = {
+    "lossless", "diff(map=negabinary) | bitshuffle | rze(levels=3)", "bitshuffle | rze(levels=1)",
+};
+static const char *const quant_coders64[] = {
+    "fast",
+    "quant | diff | bitpack",
+    "quant | diff(map=negabinary) | bitpack",
+    "quant | diff | rze",
+    "quant | rze(levels=1)",
+    "quant | diff(map=negabinary) | rze(levels=6)",
+};
+static const char *const lossless_coders64[] = {
+    "bitpack", "diff | bitpack", "diff(map=negabinary) | rze(levels=2)", "rze",
+};
+
+static void sweep64(unsigned chunk, const char *const *qc, size_t nq, const char *const *lc,
+                    size_t nl) {
+  const gen_kind all[] = {GEN_SMOOTH, GEN_NOISE, GEN_SPECIAL, GEN_CONST};
+  size_t per_chunk = (chunk ? chunk : FZ_CHUNK_DEFAULT) / 8;
+  size_t sizes[] = {1, 7, 33, 257, per_chunk - 1, per_chunk, per_chunk + 1, 3 * per_chunk + 5};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+    for (size_t ki = 0; ki < 4; ki++) {
+      void *x = gen_data(FZ_F64, sizes[si], all[ki], si * 13 + ki);
+      for (size_t c = 0; c < nq; c++)
+        for (size_t mi = 0; mi < 3; mi++)
+          check_identity(FZ_F64, qc[c], modes[mi], mi == 1 ? 1e-3 : 1e-2, chunk, x, sizes[si], 0);
+      for (size_t c = 0; c < nl; c++)
+        check_identity(FZ_F64, lc[c], FZ_EB_REL, 1e-3, chunk, x, sizes[si], 0);
+      free(x);
+      const fz_dtype ints[] = {FZ_U64, FZ_I64};
+      for (size_t ti = 0; ti < 2; ti++) {
+        void *y = gen_data(ints[ti], sizes[si], all[ki], si * 17 + ki + ti);
+        for (size_t c = 0; c < nl; c++)
+          check_identity(ints[ti], lc[c], FZ_EB_REL, 1e-3, chunk, y, sizes[si], 0);
+        free(y);
+      }
+    }
+}
+
+#define N64(a) (sizeof(a) / sizeof((a)[0]))
+static void sweep_chains64(unsigned chunk) {
+  sweep64(chunk, quant_chains64, N64(quant_chains64), lossless_chains64, N64(lossless_chains64));
+}
+static void sweep_coders64(unsigned chunk) {
+  sweep64(chunk, quant_coders64, N64(quant_coders64), lossless_coders64, N64(lossless_coders64));
+}
+
+/* A few shapes of each, small enough for the sanitizers. */
+Test(identity, word64_small) {
+  const size_t sizes[] = {1, 33, 2048 + 77, 3 * 2048 + 5};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    void *x = gen_data(FZ_F64, sizes[si], GEN_SPECIAL, si);
+    for (size_t c = 0; c < N64(quant_chains64); c++)
+      check_identity(FZ_F64, quant_chains64[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    for (size_t c = 0; c < N64(quant_coders64); c++)
+      check_identity(FZ_F64, quant_coders64[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    for (size_t c = 0; c < N64(lossless_chains64); c++)
+      check_identity(FZ_I64, lossless_chains64[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    for (size_t c = 0; c < N64(lossless_coders64); c++)
+      check_identity(FZ_I64, lossless_coders64[c], FZ_EB_REL, 1e-3, 0, x, sizes[si], 0);
+    free(x);
+  }
+}
+
+Test(identity, chains64) { sweep_chains64(0); }
+Test(identity, chains64_chunk4k) { sweep_chains64(4096); }
+Test(identity, chains64_chunk32k) { sweep_chains64(32768); }
+Test(identity, coders64) { sweep_coders64(0); }
+Test(identity, coders64_chunk4k) { sweep_coders64(4096); }
+Test(identity, coders64_chunk32k) { sweep_coders64(32768); }
+
+/* Tight and loose bounds (every value an outlier, so raw chunks; few
+ * codes), huge magnitudes, and long inputs of many chunks placed by the
+ * look-back, with the preallocated workspace too. */
+Test(identity, chains64_bounds) {
+  void *x = gen_data(FZ_F64, 300001, GEN_SMOOTH, 9);
+  void *z = gen_data(FZ_F64, 300001, GEN_SPECIAL, 10);
+  for (size_t c = 0; c < N64(quant_chains64) + N64(quant_coders64); c++) {
+    const char *ch = c < N64(quant_chains64) ? quant_chains64[c]
+                                             : quant_coders64[c - N64(quant_chains64)];
+    check_identity(FZ_F64, ch, FZ_EB_ABS, 1e-13, 0, x, 300001, 0);
+    check_identity(FZ_F64, ch, FZ_EB_ABS, 1e-300, 0, x, 300001, 0);
+    check_identity(FZ_F64, ch, FZ_EB_REL, 0.5, 0, x, 300001, 0);
+    check_identity(FZ_F64, ch, FZ_EB_PWREL, 1e-9, 0, z, 300001, 0);
+    check_identity(FZ_F64, ch, FZ_EB_REL, 1e-6, 0, z, 300001, FZ_GPU_PREALLOC);
+  }
+  free(x);
+  free(z);
+}
+
 Test(identity, lossless_every_dtype) {
   const fz_dtype types[] = {FZ_U8, FZ_I8, FZ_U16, FZ_I16, FZ_U32, FZ_I32,
                             FZ_U64, FZ_I64, FZ_F32, FZ_F64};

@@ -1,16 +1,18 @@
 /*
  * gpu_jit.c - kernels generated at run time on a real GPU: for every chain
- * shape of the generic chunk family and of the 4-byte word family, dtype
- * and error mode, on smooth, noisy and special-value
+ * shape of the generic chunk family and of the 4- and 8-byte word
+ * families, dtype and error mode, on smooth, noisy and special-value
  * data, the generated kernels' archives are byte for byte the CPU
  * engine's, decode bit for bit, and the plan and the decoder say "jit";
  * with the JIT off they say "aot" and the bytes are the same.  A second
  * plan of a chain compiles and loads nothing; a missing NVRTC leaves the
- * ahead-of-time kernels, and its text is handed out once.
+ * ahead-of-time kernels (for an 8-byte word coder chain64.cu did not
+ * build, the generic family's), and its text is handed out once.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
+#include "fzk.h"
 #include "gpu_util.h"
 
 typedef struct chain_case {
@@ -33,13 +35,32 @@ static const chain_case chains[] = {
     {"bitshuffle | rze(levels=2)", FZ_U8},
     {"balanced", FZ_F32},
     {"fast", FZ_F32},
+    {"quant | diff | bitpack", FZ_F64},
+    {"diff | rze", FZ_U64},
+    {"lossless", FZ_I64},
 };
 #define NCHAINS (sizeof chains / sizeof chains[0])
 
+/* The coder of an 8-byte word chain of the word family (FZK_C32_*), or 0. */
+static unsigned coder64(const chain_case *c) {
+  if (fz_dtype_size(c->dtype) != 8)
+    return 0;
+  if (strcmp(c->chain, "fast") == 0 || strstr(c->chain, "bitpack") != NULL)
+    return 1;
+  if (strstr(c->chain, "bitshuffle") != NULL || strcmp(c->chain, "balanced") == 0 ||
+      strcmp(c->chain, "lossless") == 0)
+    return 2;
+  return 3;
+}
+
 /* The path a plan of the chain takes with the JIT on: the built-in kernel
- * where it is as specialised as a generated one (fzk_jit_preferred). */
+ * where it is as specialised as a generated one, or on 8-byte words where
+ * chain64.cu built the coder (fzk_jit_preferred). */
 static const char *expected_path(const chain_case *c) {
-  return c->dtype == FZ_F32 && strcmp(c->chain, "fast") == 0 ? "aot" : "jit";
+  if (c->dtype == FZ_F32 && strcmp(c->chain, "fast") == 0)
+    return "aot";
+  unsigned k = coder64(c);
+  return k && ((fzk_chain64_coders() >> k) & 1u) ? "aot" : "jit";
 }
 
 static fz_gpu_ctx *ctx_with_jit(int enabled) {
@@ -148,7 +169,11 @@ static void triple(fz_gpu_ctx *jit, fz_gpu_ctx *aot, const chain_case *c, fz_eb_
 
 static void sweep(unsigned idx) {
   const chain_case *c = &chains[idx];
-  fz_gpu_ctx *jit = ctx_with_jit(1), *aot = ctx_with_jit(0);
+  /* An 8-byte word chain the built-in kernels serve with the JIT on is
+   * swept with every kernel generated, so that its generated kernel is
+   * checked against the built-in one too. */
+  const int only = coder64(c) && strcmp(expected_path(c), "aot") == 0;
+  fz_gpu_ctx *jit = ctx_with_jit(only ? FZ_GPU_JIT_ONLY : 1), *aot = ctx_with_jit(0);
   size_t per_chunk = FZ_CHUNK_DEFAULT / fz_dtype_size(c->dtype);
   const size_t sizes[] = {1, per_chunk - 1, per_chunk, 3 * per_chunk + 5, 100003};
   const gen_kind kinds[] = {GEN_SMOOTH, GEN_NOISE, GEN_SPECIAL};
@@ -161,20 +186,24 @@ static void sweep(unsigned idx) {
         triple(jit, aot, c, modes[mi], mi == 2 ? 1e-2 : 1e-3, x, sizes[si], &seen);
       free(x);
     }
-  /* Every chain but `fast` on f32 runs its generated kernels. */
+  /* Every chain but `fast` on f32 and the 8-byte word chains chain64.cu
+   * built runs its generated kernels. */
+  fz_gpu_ctx *dflt = only ? ctx_with_jit(1) : jit;
   fz_params p;
   fzt_params_1d(&p, c->dtype, 1000, c->chain);
   p.eb = c->dtype == FZ_F32 || c->dtype == FZ_F64 ? 1e-3 : 0;
   fz_gpu_plan *gp;
   char why[256] = "";
-  cr_assert_eq(fz_gpu_plan_create(jit, &p, 0, &gp, why, sizeof why), 0, "%s", why);
+  cr_assert_eq(fz_gpu_plan_create(dflt, &p, 0, &gp, why, sizeof why), 0, "%s", why);
   cr_assert_str_eq(fz_gpu_plan_path(gp), expected_path(c), "%s on %s", c->chain,
                    fz_dtype_name(c->dtype));
   fz_gpu_plan_destroy(gp);
-  cr_assert_eq(seen, strcmp(expected_path(c), "jit") == 0, "%s on %s ran generated kernels",
-               c->chain, fz_dtype_name(c->dtype));
+  cr_assert_eq(seen, only || strcmp(expected_path(c), "jit") == 0,
+               "%s on %s ran generated kernels", c->chain, fz_dtype_name(c->dtype));
   char fail[2048] = "";
   cr_assert_eq(fz_gpu_ctx_jit_failure(jit, fail, sizeof fail), 0, "no JIT failure: %s", fail);
+  if (dflt != jit)
+    fz_gpu_ctx_destroy(dflt);
   fz_gpu_ctx_destroy(jit);
   fz_gpu_ctx_destroy(aot);
 }
@@ -195,8 +224,11 @@ CHAIN_TEST(10)
 CHAIN_TEST(11)
 CHAIN_TEST(12)
 CHAIN_TEST(13)
+CHAIN_TEST(14)
+CHAIN_TEST(15)
+CHAIN_TEST(16)
 
-Test(gpu_jit, every_chain_has_a_test) { cr_assert_eq(NCHAINS, 14); }
+Test(gpu_jit, every_chain_has_a_test) { cr_assert_eq(NCHAINS, 17); }
 
 /* The second plan of a chain (another shape) neither compiles nor loads;
  * another chain does both. */
@@ -275,6 +307,21 @@ Test(gpu_jit, missing_nvrtc_falls_back) {
   const chain_case c = {"quant | diff | rze", FZ_F32};
   triple(ctx, aot, &c, FZ_EB_REL, 1e-3, x, n, &seen);
   cr_assert_eq(seen, 0, "no generated kernel without NVRTC");
+  /* 8-byte word chains whose coder chain64.cu may lack: the kernel that
+   * runs is one the build has (the bytes would differ otherwise). */
+  void *y = gen_data(FZ_F64, n, GEN_SMOOTH, 6);
+  const chain_case c64[] = {{"fast", FZ_F64}, {"quant | diff | rze", FZ_F64},
+                            {"balanced", FZ_F64}};
+  for (unsigned k = 0; k < 3; k++) {
+    triple(ctx, aot, &c64[k], FZ_EB_REL, 1e-3, y, n, &seen);
+    cr_assert_eq(seen, 0, "%s: no generated kernel without NVRTC", c64[k].chain);
+  }
+  free(y);
+  void *z = gen_data(FZ_U64, n, GEN_NOISE, 7);
+  const chain_case cu = {"diff | rze", FZ_U64};
+  triple(ctx, aot, &cu, FZ_EB_REL, 0, z, n, &seen);
+  cr_assert_eq(seen, 0);
+  free(z);
   char fail[2048] = "";
   cr_assert_eq(fz_gpu_ctx_jit_failure(ctx, fail, sizeof fail), 1);
   cr_assert_not_null(strstr(fail, "NVRTC not found"), "%s", fail);

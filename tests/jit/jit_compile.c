@@ -3,8 +3,11 @@
  * shape, dtype and quantizer mode, the source generated for each
  * direction runs the chain's stages in a straight line (no interpreter)
  * and NVRTC compiles it to a CUBIN for sm_80 and sm_90, as it does the
- * helper kernels' module; a broken source reports NVRTC's log, and a
- * missing NVRTC says so.
+ * helper kernels' module; every chain of the 8-byte word kernels (f64,
+ * u64, i64, each coder, quantizer and diff map) instantiates the 64-bit
+ * bodies of chain64_ops.cuh and compiles; which descriptor and path a plan
+ * takes when its kernel is not generated; a broken source reports NVRTC's
+ * log, and a missing NVRTC says so.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -43,11 +46,12 @@ static const jcase cases[] = {
     {"diff | bitpack", FZ_U16, FZ_EB_REL},
     {"diff | bitshuffle | rze", FZ_I64, FZ_EB_REL},
     {"bitshuffle | rze(levels=1)", FZ_U8, FZ_EB_REL},
+    {"quant | diff | diff | rze", FZ_F64, FZ_EB_REL},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
-/* The descriptor of a case, as a GPU plan makes it. */
-static void desc_of(const jcase *c, fzk_desc *d) {
+/* The header of a case's plan (*plan to destroy). */
+static const fze_header *header_of(const jcase *c, fz_plan **plan) {
   fz_params p;
   fz_params_init(&p);
   p.dtype = c->dtype;
@@ -58,29 +62,47 @@ static void desc_of(const jcase *c, fzk_desc *d) {
   p.eb_mode = c->mode;
   if (fze_dtype_is_float(c->dtype) == 0)
     p.eb = 0;
-  fz_plan *plan = NULL;
   char why[256] = "";
-  int rc = fz_plan_create(&p, &plan, why, sizeof why);
+  *plan = NULL;
+  int rc = fz_plan_create(&p, plan, why, sizeof why);
   cr_assert_eq(rc, 0, "%s on %s: %s", c->chain, fz_dtype_name(c->dtype), why);
-  fzk_desc_from_header(d, fze_plan_header(plan));
-  fz_plan_destroy(plan);
+  return fze_plan_header(*plan);
 }
 
+/* The descriptor of a case as the code generation gets it (every 8-byte
+ * word coder), or (aot) as the built-in kernels do. */
+static void desc_for(const jcase *c, fzk_desc *d, int aot) {
+  fz_plan *plan;
+  const fze_header *h = header_of(c, &plan);
+  if (aot)
+    fzk_desc_from_header(d, h);
+  else
+    fzk_desc_from_header_jit(d, h);
+  fz_plan_destroy(plan);
+}
+static void desc_of(const jcase *c, fzk_desc *d) { desc_for(c, d, 0); }
+
 /* Each stage after the quantizer appears as its step, in order (the
- * inverse: last stage first); a 4-byte word chain instantiates the word
- * kernels' template with every chain constant fixed. */
+ * inverse: last stage first); a word chain instantiates the word kernels'
+ * template of its word size with every chain constant fixed. */
 static void check_straight_line(const fzk_desc *d, const char *src, fzk_jit_dir dir) {
   cr_assert_null(strstr(src, "interp"), "no interpreter in\n%s", src);
   cr_assert_null(strstr(src, "switch"), "no switch in\n%s", src);
   cr_assert_null(strstr(src, "FZK_RT"), "nothing read at run time in\n%s", src);
   if (d->k32) {
-    char inst[96];
+    char inst[96], other[32], inc[40];
     const char *qk = !d->has_quant ? "FZK_Q_NONE" : d->mode[0] == FZ_EB_PWREL ? "FZK_Q_PW"
                                                                                : "FZK_Q_BINS";
-    snprintf(inst, sizeof inst, "fzk_%s32_body<%s, %u, %u, %u, %u>(",
-             dir == FZK_JIT_ENCODE ? "enc" : "dec", qk, d->k32, d->k32diff, d->k32nega,
+    const unsigned bits = d->w == 8 ? 64 : 32;
+    cr_assert(d->w == 4 || d->w == 8, "word kernels on %u-byte words", d->w);
+    snprintf(inst, sizeof inst, "fzk_%s%u_body<%s, %u, %u, %u, %u>(",
+             dir == FZK_JIT_ENCODE ? "enc" : "dec", bits, qk, d->k32, d->k32diff, d->k32nega,
              d->k32 == 1 ? 0u : d->k32lev);
     cr_assert_not_null(strstr(src, inst), "%s in\n%s", inst, src);
+    snprintf(other, sizeof other, "%u_body", bits == 64 ? 32u : 64u);
+    cr_assert_null(strstr(src, other), "no %s in\n%s", other, src);
+    snprintf(inc, sizeof inc, "#include \"chain%u_ops.cuh\"", bits);
+    cr_assert_not_null(strstr(src, inc), "%s in\n%s", inc, src);
     return;
   }
   const char *at = src;
@@ -152,17 +174,171 @@ CASE_TESTS(14)
 CASE_TESTS(15)
 CASE_TESTS(16)
 CASE_TESTS(17)
+CASE_TESTS(18)
 
 Test(jit_compile, every_case_has_a_test) {
-  cr_assert_eq(NCASES, 18, "one CASE_TESTS line per case");
+  cr_assert_eq(NCASES, 19, "one CASE_TESTS line per case");
 }
 
-/* Both families have generated kernels; which family a chain is in. */
+/* ---- every chain of the 8-byte word kernels ---- */
+
+static const char *const w8_coders[] = {"bitshuffle | rze", "bitpack", "rze"};
+static const unsigned w8_k32[] = {2, 1, 3}; /* FZK_C32_SHUF_RZE, _BITPACK, _RZE */
+static const char *const w8_diffs[] = {"", "diff | ", "diff(map=negabinary) | "};
+static const fz_eb_mode w8_modes[] = {FZ_EB_ABS, FZ_EB_REL, FZ_EB_PWREL};
+
+/* Every chain of one coder on one 8-byte dtype, each quantizer (on f64:
+ * none, ABS, REL, PWREL) and diff map (none, zigzag, negabinary): the
+ * word family's descriptor, the 64-bit bodies with its constants, and a
+ * CUBIN for each direction. */
+static void w8_shapes(fz_dtype t, unsigned coder, unsigned arch) {
+  const unsigned nq = t == FZ_F64 ? 4 : 1;
+  unsigned built = 0;
+  for (unsigned q = 0; q < nq; q++)
+    for (unsigned df = 0; df < 3; df++) {
+      char chain[96];
+      snprintf(chain, sizeof chain, "%s%s%s", q ? "quant | " : "", w8_diffs[df],
+               w8_coders[coder]);
+      const jcase c = {chain, t, q ? w8_modes[q - 1] : FZ_EB_REL};
+      fzk_desc d;
+      desc_of(&c, &d);
+      cr_assert_eq(d.w, 8, "%s on %s", chain, fz_dtype_name(t));
+      cr_assert_eq(d.k32, w8_k32[coder], "%s on %s: the word family", chain, fz_dtype_name(t));
+      cr_assert_eq(d.has_quant, q != 0, "%s", chain);
+      cr_assert_eq(d.k32diff, df != 0, "%s", chain);
+      cr_assert_eq(d.k32nega, df == 2, "%s", chain);
+      for (int dir = FZK_JIT_ENCODE; dir <= FZK_JIT_DECODE; dir++) {
+        cr_assert(fzk_jit_supported(&d, (fzk_jit_dir)dir), "%s", chain);
+        char *src = fzk_jit_source(&d, (fzk_jit_dir)dir);
+        cr_assert_not_null(src);
+        check_straight_line(&d, src, (fzk_jit_dir)dir);
+        char what[160];
+        snprintf(what, sizeof what, "%s of %s on %s (%s)", dir ? "decode" : "encode", chain,
+                 fz_dtype_name(t), fz_eb_mode_name(c.mode));
+        compile_ok(src, arch, what);
+        free(src);
+        built++;
+      }
+    }
+  cr_assert_eq(built, 2 * 3 * nq);
+}
+
+#define W8_TESTS(name, t, k)                                                   \
+  Test(jit_compile, w8_##name##_sm80, .timeout = 600) { w8_shapes(t, k, 80); } \
+  Test(jit_compile, w8_##name##_sm90, .timeout = 600) { w8_shapes(t, k, 90); }
+W8_TESTS(f64_shuf_rze, FZ_F64, 0)
+W8_TESTS(f64_bitpack, FZ_F64, 1)
+W8_TESTS(f64_rze, FZ_F64, 2)
+W8_TESTS(u64_shuf_rze, FZ_U64, 0)
+W8_TESTS(u64_bitpack, FZ_U64, 1)
+W8_TESTS(u64_rze, FZ_U64, 2)
+W8_TESTS(i64_shuf_rze, FZ_I64, 0)
+W8_TESTS(i64_bitpack, FZ_I64, 1)
+W8_TESTS(i64_rze, FZ_I64, 2)
+
+/* A plan of 8-byte words generates the 64-bit bodies, with the descriptor
+ * the built-in kernels have too (f64 balanced: chain64.cu always builds
+ * bitshuffle | rze), never the 4-byte word ones. */
+Test(jit_compile, w8_source_names_the_64_bit_bodies) {
+  static const jcase w8[] = {{"balanced", FZ_F64, FZ_EB_REL},
+                             {"lossless", FZ_I64, FZ_EB_REL},
+                             {"fast", FZ_F64, FZ_EB_ABS},
+                             {"diff | rze", FZ_U64, FZ_EB_REL}};
+  for (unsigned i = 0; i < sizeof w8 / sizeof w8[0]; i++)
+    for (int aot = 0; aot < 2; aot++) {
+      fzk_desc d;
+      desc_for(&w8[i], &d, aot);
+      if (!d.k32) /* the built-in descriptor of a coder chain64.cu lacks */
+        continue;
+      for (int dir = FZK_JIT_ENCODE; dir <= FZK_JIT_DECODE; dir++) {
+        char *src = fzk_jit_source(&d, (fzk_jit_dir)dir);
+        const char *body = dir == FZK_JIT_ENCODE ? "fzk_enc64_body<" : "fzk_dec64_body<";
+        const char *blocks = dir == FZK_JIT_ENCODE ? "FZK_ENC64_BLOCKS" : "FZK_DEC64_BLOCKS";
+        cr_assert_not_null(strstr(src, body), "%s on %s: %s in\n%s", w8[i].chain,
+                           fz_dtype_name(w8[i].dtype), body, src);
+        cr_assert_not_null(strstr(src, blocks), "%s in\n%s", blocks, src);
+        cr_assert_not_null(strstr(src, "#include \"chain64_ops.cuh\""), "%s", src);
+        cr_assert_not_null(strstr(src, "d.w = 8u;"), "%s", src);
+        cr_assert_null(strstr(src, "32_body"), "no 4-byte word body in\n%s", src);
+        cr_assert_null(strstr(src, "chain32_ops.cuh"), "%s", src);
+        free(src);
+      }
+    }
+}
+
+/* The descriptors of the two paths: the generated kernels get the word
+ * family for every 8-byte coder, the built-in ones only for the coders
+ * chain64.cu has (else the generic chunk family); 4-byte words the same
+ * either way. */
+Test(jit_compile, w8_descriptors_of_the_two_paths) {
+  const unsigned built = fzk_chain64_coders();
+  cr_assert(built & (1u << 2), "bitshuffle | rze is always built");
+  for (unsigned t = 0; t < 3; t++)
+    for (unsigned k = 0; k < 3; k++) {
+      const fz_dtype dt = t == 0 ? FZ_F64 : t == 1 ? FZ_U64 : FZ_I64;
+      char chain[64];
+      snprintf(chain, sizeof chain, "%sdiff | %s", dt == FZ_F64 ? "quant | " : "", w8_coders[k]);
+      const jcase c = {chain, dt, FZ_EB_REL};
+      fzk_desc g, a;
+      desc_for(&c, &g, 0);
+      desc_for(&c, &a, 1);
+      cr_assert_eq(g.k32, w8_k32[k], "%s", chain);
+      cr_assert_eq(a.k32, (built >> w8_k32[k]) & 1u ? w8_k32[k] : 0u, "%s", chain);
+      /* The generic family's layout is the same in both. */
+      cr_assert_eq(g.smem, a.smem);
+    }
+  for (unsigned i = 0; i < NCASES; i++) {
+    if (fz_dtype_size(cases[i].dtype) == 8)
+      continue;
+    fzk_desc g, a;
+    desc_for(&cases[i], &g, 0);
+    desc_for(&cases[i], &a, 1);
+    cr_assert(memcmp(&g, &a, sizeof g) == 0, "%s", cases[i].chain);
+  }
+}
+
+/* Where the kernel is not generated (here: no JIT, as in a context whose
+ * JIT is off or whose NVRTC failed), a plan and a decoder get the
+ * descriptor of a kernel this build has: the generic family for an
+ * 8-byte word coder chain64.cu lacks, never an unbuilt one. */
+Test(jit_compile, fallback_takes_a_built_kernel) {
+  struct fz_gpu_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  const unsigned built = fzk_chain64_coders();
+  static const jcase some[] = {{"fast", FZ_F64, FZ_EB_ABS},
+                               {"quant | diff | bitpack", FZ_F64, FZ_EB_REL},
+                               {"quant | diff | rze", FZ_F64, FZ_EB_PWREL},
+                               {"diff | rze", FZ_U64, FZ_EB_REL},
+                               {"lossless", FZ_I64, FZ_EB_REL},
+                               {"balanced", FZ_F64, FZ_EB_REL},
+                               {"quant | diff | rze", FZ_F32, FZ_EB_REL}};
+  for (unsigned i = 0; i < sizeof some / sizeof some[0]; i++)
+    for (int dir = FZK_JIT_ENCODE; dir <= FZK_JIT_DECODE; dir++) {
+      fz_plan *plan;
+      const fze_header *h = header_of(&some[i], &plan);
+      fzk_desc d, a;
+      void *fn = (void *)1;
+      char why[256] = "";
+      cr_assert_eq(fzk_desc_kernel(&ctx, h, dir, &d, &fn, why, sizeof why), 0, "%s", why);
+      cr_assert_null(fn);
+      fzk_desc_from_header(&a, h);
+      cr_assert(memcmp(&d, &a, sizeof d) == 0, "%s: the built-in kernels' descriptor",
+                some[i].chain);
+      if (d.w == 8)
+        cr_assert(d.k32 == 0 || ((built >> d.k32) & 1u), "%s: a coder chain64.cu built",
+                  some[i].chain);
+      fz_plan_destroy(plan);
+    }
+}
+
+/* Both families have generated kernels; which family a chain is in (the
+ * 8-byte word chains of the form [quant] [diff] coder in the word family,
+ * whichever coders the built-in kernels have). */
 Test(jit_compile, both_families_are_generated) {
   static const struct {
     unsigned idx, k32;
-  } want[] = {{0, 2}, {1, 1}, {2, 2}, {3, 3}, {4, 1}, {5, 3}, {6, 2}, {7, 0}, {8, 0}, {9, 0},
-              {13, 0}, {15, 0}};
+  } want[] = {{0, 2}, {1, 1}, {2, 2}, {3, 3}, {4, 1}, {5, 3}, {6, 2}, {7, 2}, {8, 1}, {9, 3},
+              {13, 0}, {15, 0}, {16, 2}, {18, 0}};
   for (unsigned k = 0; k < sizeof want / sizeof want[0]; k++) {
     fzk_desc d;
     desc_of(&cases[want[k].idx], &d);
@@ -174,16 +350,22 @@ Test(jit_compile, both_families_are_generated) {
 }
 
 /* The built-in kernel stays where it is as specialised as a generated
- * one (`fast` on f32), not elsewhere. */
+ * one (`fast` on f32) or measured as fast (the 8-byte word coders
+ * chain64.cu built), not elsewhere. */
 Test(jit_compile, preference) {
   fzk_desc d;
   desc_of(&cases[1], &d);
   cr_assert_not(fzk_jit_preferred(&d), "fast on f32");
+  desc_of(&cases[7], &d);
+  cr_assert_not(fzk_jit_preferred(&d), "balanced on f64: chain64.cu always has bitshuffle rze");
+  const unsigned built = fzk_chain64_coders();
   for (unsigned i = 0; i < NCASES; i++) {
-    if (i == 1)
+    if (i == 1 || i == 7)
       continue;
     desc_of(&cases[i], &d);
-    cr_assert(fzk_jit_preferred(&d) || (d.k32 == 1 && !d.k32diff), "%s", cases[i].chain);
+    int aot64 = d.w == 8 && d.k32 && ((built >> d.k32) & 1u);
+    cr_assert_eq(fzk_jit_preferred(&d), !aot64 && !(d.k32 == 1 && !d.k32diff && d.w == 4),
+                 "%s on %s", cases[i].chain, fz_dtype_name(cases[i].dtype));
   }
   desc_of(&cases[4], &d); /* quant | diff | bitpack: diff is the generated kernel's */
   cr_assert(fzk_jit_preferred(&d));
@@ -242,9 +424,11 @@ Test(jit_compile, headers_are_embedded) {
     cr_assert_gt(strlen(fzk_embedded_headers[i].text), 100);
     found += strcmp(fzk_embedded_headers[i].name, "chain_body.cuh") == 0 ||
              strcmp(fzk_embedded_headers[i].name, "chunk_ops.cuh") == 0 ||
-             strcmp(fzk_embedded_headers[i].name, "ops.h") == 0;
+             strcmp(fzk_embedded_headers[i].name, "ops.h") == 0 ||
+             strcmp(fzk_embedded_headers[i].name, "chain32_ops.cuh") == 0 ||
+             strcmp(fzk_embedded_headers[i].name, "chain64_ops.cuh") == 0;
   }
-  cr_assert_eq(found, 3);
+  cr_assert_eq(found, 5);
 }
 
 /* Criterion runs each test in its own process, so this one's NVRTC is the
