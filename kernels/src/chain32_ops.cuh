@@ -33,7 +33,7 @@
  * knows every warp's total.  It decodes its blocks two at a time, with the
  * words in the lanes in an order (fzk_transpose32_pair) that gives each
  * lane two consecutive words, so that both sums take one warp scan per two
- * blocks.
+ * blocks, and a whole chunk is written two words a lane.
  *
  * How a kernel is made of it.  The encoder and the decoder are the
  * __device__ templates fzk_enc32_body and fzk_dec32_body; each kernel is a
@@ -1219,6 +1219,21 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
     return x;
   };
 
+  /* The stored value of outlier word i: its entry in the side list, by
+   * bisection of the ascending indices. */
+  auto outlier = [&](uint32_t i) -> uint32_t {
+    uint32_t lo = 0, hi = m;
+    while (lo < hi) {
+      uint32_t mid = (lo + hi) / 2;
+      uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
+      if (im < i)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
+  };
+
   /* Built for whole chunks written to an aligned buffer (every chunk but
    * maybe the last), without bounds checks, and for any chunk; each with
    * the quantizer on, or passing words through (a step of 0). */
@@ -1335,6 +1350,26 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       for (unsigned w = 0; w < warp; w++)
         run2 += s.wt[16 + w];
     }
+    if (ddiff && FULL) {
+      /* Whole chunks, to a 16-byte aligned buffer: two words a lane, as
+       * the running sums left them. */
+      uint2 *gp = (uint2 *)gout + 16 * b0 + lane;
+      for (uint32_t b = b0; b < b1; b += 2, gp += 32) {
+        const uint32_t i = 32 * b + 2 * lane;
+        const uint2 p = *(const uint2 *)(s.e + i);
+        const uint32_t fl = quant && m ? s.obm[i >> 5] >> (i & 31) : 0u;
+        uint2 v;
+        v.x = fzk_dq32<QON>(p.x + run2, q);
+        v.y = fzk_dq32<QON>(p.y + run2, q);
+        if (fl & 1u)
+          v.x = outlier(i);
+        if (fl & 2u)
+          v.y = outlier(i + 1);
+        *gp = v;
+      }
+      crc();
+      return;
+    }
     const bool al = out_vec != 0;
     uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
     wpos = wpos0;
@@ -1362,18 +1397,8 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       if (!FULL && i >= n)
         continue;
       uint32_t val = fzk_dq32<QON>(code, q);
-      if ((fl >> lane) & 1u) {
-        uint32_t lo = 0, hi = m;
-        while (lo < hi) {
-          uint32_t mid = (lo + hi) / 2;
-          uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
-          if (im < i)
-            lo = mid + 1;
-          else
-            hi = mid;
-        }
-        val = fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
-      }
+      if ((fl >> lane) & 1u)
+        val = outlier(i);
       if (FULL)
         *gw = val;
       else
