@@ -30,7 +30,10 @@
  * bitpack makes two running sums of the decoder: the diff stage's words
  * from bitpack's differences, then the words from those; each warp keeps
  * the second's partial sums in shared memory (fzk_d32.e) until the block
- * knows every warp's total.
+ * knows every warp's total.  It decodes its blocks two at a time, with the
+ * words in the lanes in an order (fzk_transpose32_pair) that gives each
+ * lane two consecutive words, so that both sums take one warp scan per two
+ * blocks, and a whole chunk is written two words a lane.
  *
  * How a kernel is made of it.  The encoder and the decoder are the
  * __device__ templates fzk_enc32_body and fzk_dec32_body; each kernel is a
@@ -858,6 +861,41 @@ __device__ __forceinline__ void fzk_put32(uint8_t *g, uint32_t i, uint32_t v, bo
   }
 }
 
+/* fzk_transpose32 with the block's words in the lanes in another order:
+ * when lane p holds plane rotl5(p) (the lane index rotated left by one bit
+ * in 5), lane l gets word rotl5(l) of the block, that is word 2l for
+ * l < 16 and 2(l - 16) + 1 above.  Each step pairs lane bit a with bit
+ * a + 1 (mod 5) of the bit position where fzk_transpose32 pairs it with
+ * bit a, at the same cost (a rotate, a shuffle and a select).  Then one
+ * shuffle over 16 lanes of two such blocks leaves lane l with words 2l
+ * and 2l + 1 of the 64, and a running sum over both blocks is one warp
+ * scan instead of two. */
+__device__ __forceinline__ fzk_tp fzk_tp_pair_init() {
+  const unsigned lane = threadIdx.x & 31;
+  /* Step k (lanes 16 >> k apart): the bits of position bit c(k) = 0, 4,
+   * 3, 2, 1 clear, and 2^c(k). */
+  const uint32_t masks[5] = {0x55555555u, 0x0000ffffu, 0x00ff00ffu, 0x0f0f0f0fu, 0x33333333u};
+  const uint32_t sh[5] = {1u, 16u, 8u, 4u, 2u};
+  fzk_tp t;
+#pragma unroll
+  for (int k = 0; k < 5; k++) {
+    const bool up = (lane & (16u >> k)) != 0;
+    t.keep[k] = up ? ~masks[k] : masks[k];
+    t.rot[k] = up ? sh[k] : 32u - sh[k]; /* 16 either way for k = 1 */
+  }
+  return t;
+}
+
+__device__ __forceinline__ uint32_t fzk_transpose32_pair(uint32_t x, const fzk_tp &t) {
+#pragma unroll
+  for (int k = 0; k < 5; k++) {
+    const uint32_t rt = k == 1 ? 16u : t.rot[k];
+    const uint32_t o = __shfl_xor_sync(FZK_FULL, __funnelshift_l(x, x, rt), 16u >> k);
+    x = fzk_blend(x, o, t.keep[k]);
+  }
+  return x;
+}
+
 /* One block decodes one chunk, and its last warp XORs the chunk's CRC-32C
  * into d_crcs (zeroed by the caller; left as it is for a chunk that fails
  * to decode, which sets *d_status anyway), which the caller checks against
@@ -1137,8 +1175,11 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
     }
     ko = st + pos1;
   }
-  /* Lane k: the outliers among the words of the warp's block b0 + k. */
-  const uint32_t my_obm = quant && m && lane < K && b0 + lane < b1 ? s.obm[b0 + lane] : 0;
+  /* Lane k: the outliers among the words of the warp's block b0 + k
+   * (bitpack after diff reads them from s.obm instead: one register fewer
+   * through its two running sums). */
+  const uint32_t my_obm =
+      quant && m && !ddiff && lane < K && b0 + lane < b1 ? s.obm[b0 + lane] : 0;
 
   /* Words from planes: bitpack planes (in order, from wpos on), or four
    * bytes of each shuffle plane, the latter straight from the kept bytes
@@ -1176,6 +1217,21 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
     }
     return x;
+  };
+
+  /* The stored value of outlier word i: its entry in the side list, by
+   * bisection of the ascending indices. */
+  auto outlier = [&](uint32_t i) -> uint32_t {
+    uint32_t lo = 0, hi = m;
+    while (lo < hi) {
+      uint32_t mid = (lo + hi) / 2;
+      uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
+      if (im < i)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    return fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
   };
 
   /* Built for whole chunks written to an aligned buffer (every chunk but
@@ -1239,27 +1295,80 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
      * adds the warps' base once the block knows it. */
     uint32_t run2 = 0;
     if (ddiff) {
+      /* Two blocks at a time (fzk_transpose32_pair): lane l holds words
+       * i = 32b + 2l and i + 1, so each of the two running sums is one
+       * warp scan of the pair's sums and one shuffle for its carry per two
+       * blocks.  The second block of a warp's odd last one is another
+       * warp's, or none: its planes are not read and its words count 0. */
+      const fzk_tp tq = fzk_tp_pair_init();
+      const bool upper = lane >= 16;
+      const uint32_t pl = ((lane << 1) | (lane >> 4)) & 31u; /* the plane lane reads */
       uint32_t r = run, pc = 0;
       wpos = wpos0;
-      for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
-        const uint32_t i = 32 * b + lane;
-        uint32_t z = fzo_unzigzag32(fzk_transpose32(planes(b, k, whole), tp));
-        if (!FULL && i >= n)
-          z = 0;
-        const uint32_t x = fzk_warp_incl(z) + r;
-        r = __shfl_sync(FZK_FULL, x, 31);
-        uint32_t e = nega ? fzo_unnega32(x) : fzo_unzigzag32(x);
-        if (!FULL && i >= n)
-          e = 0;
-        const uint32_t p = fzk_warp_incl(e) + pc;
-        pc = __shfl_sync(FZK_FULL, p, 31);
-        s.e[i] = p;
+      for (uint32_t b = b0, k = 0; b < b1; b += 2, k += 2) {
+        /* A whole chunk (4 to 32 KiB) gives every warp an even K. */
+        const bool two = FULL || b + 1 < b1;
+        uint32_t xa = 0, xb = 0;
+        const uint32_t na = __shfl_sync(FZK_FULL, my_nb, k);
+        if (pl < na)
+          xa = fzk_ld32u(s.c, wpos + 4 * pl);
+        wpos += 4 * na;
+        uint32_t nbb = __shfl_sync(FZK_FULL, my_nb, k + 1); /* lane (k + 1) % 32 */
+        nbb = two ? nbb : 0u;
+        if (pl < nbb)
+          xb = fzk_ld32u(s.c, wpos + 4 * pl);
+        wpos += 4 * nbb;
+        xa = fzk_transpose32_pair(xa, tq);
+        xb = fzk_transpose32_pair(xb, tq);
+        const uint32_t got = __shfl_xor_sync(FZK_FULL, upper ? xa : xb, 16);
+        /* 0 past the chunk's words (their bits were checked zero) and in
+         * a second block that is not the warp's (its planes not read). */
+        const uint32_t zl = fzo_unzigzag32(upper ? got : xa);
+        const uint32_t zh = fzo_unzigzag32(upper ? xb : got);
+        const uint32_t xh = fzk_warp_incl(zl + zh) + r, xl = xh - zh;
+        r = __shfl_sync(FZK_FULL, xh, 31);
+        uint32_t el = nega ? fzo_unnega32(xl) : fzo_unzigzag32(xl);
+        uint32_t eh = nega ? fzo_unnega32(xh) : fzo_unzigzag32(xh);
+        if (!FULL) {
+          /* The warp's words of the pair, from 32b: 1 .. 64. */
+          const uint32_t rem = n - 32 * b, lim = two || rem < 32 ? rem : 32u;
+          el = 2 * lane < lim ? el : 0u;
+          eh = 2 * lane + 1 < lim ? eh : 0u;
+        }
+        const uint32_t ph = fzk_warp_incl(el + eh) + pc;
+        pc = __shfl_sync(FZK_FULL, ph, 31);
+        if (two || !upper) {
+          uint2 v;
+          v.x = ph - eh;
+          v.y = ph;
+          *(uint2 *)(s.e + 32 * b + 2 * lane) = v;
+        }
       }
       if (lane == 0)
         s.wt[16 + warp] = pc;
       __syncthreads();
       for (unsigned w = 0; w < warp; w++)
         run2 += s.wt[16 + w];
+    }
+    if (ddiff && FULL) {
+      /* Whole chunks, to a 16-byte aligned buffer: two words a lane, as
+       * the running sums left them. */
+      uint2 *gp = (uint2 *)gout + 16 * b0 + lane;
+      for (uint32_t b = b0; b < b1; b += 2, gp += 32) {
+        const uint32_t i = 32 * b + 2 * lane;
+        const uint2 p = *(const uint2 *)(s.e + i);
+        const uint32_t fl = quant && m ? s.obm[i >> 5] >> (i & 31) : 0u;
+        uint2 v;
+        v.x = fzk_dq32<QON>(p.x + run2, q);
+        v.y = fzk_dq32<QON>(p.y + run2, q);
+        if (fl & 1u)
+          v.x = outlier(i);
+        if (fl & 2u)
+          v.y = outlier(i + 1);
+        *gp = v;
+      }
+      crc();
+      return;
     }
     const bool al = out_vec != 0;
     uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
@@ -1282,22 +1391,14 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
           run = __shfl_sync(FZK_FULL, code, 31);
         }
       }
-      const uint32_t fl = quant && m ? __shfl_sync(FZK_FULL, my_obm, k) : 0;
+      const uint32_t fl = !(quant && m) ? 0u
+                          : ddiff       ? s.obm[b]
+                                        : __shfl_sync(FZK_FULL, my_obm, k);
       if (!FULL && i >= n)
         continue;
       uint32_t val = fzk_dq32<QON>(code, q);
-      if ((fl >> lane) & 1u) {
-        uint32_t lo = 0, hi = m;
-        while (lo < hi) {
-          uint32_t mid = (lo + hi) / 2;
-          uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
-          if (im < i)
-            lo = mid + 1;
-          else
-            hi = mid;
-        }
-        val = fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
-      }
+      if ((fl >> lane) & 1u)
+        val = outlier(i);
       if (FULL)
         *gw = val;
       else
