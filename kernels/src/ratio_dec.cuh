@@ -95,9 +95,11 @@ typedef struct fzr_state {
   /* rze */
   const uint8_t *cur; /* rze's input */
   uint64_t clen, hlen, pos;
-  const uint8_t *bm1; /* level 1's bitmap */
-  uint64_t bm1_len;
-  uint64_t base[FZR_NT]; /* each thread's first kept byte, level 1 */
+  uint64_t rl[FZR_MAX_LEVELS + 1]; /* rze: bytes of each level */
+  const uint8_t *bm;   /* the bitmap of the level being rebuilt */
+  const uint8_t *kept; /* its kept bytes */
+  uint8_t *lv[2];      /* rebuilt bitmaps of levels >= 2 */
+  uint64_t base[FZR_NT]; /* each thread's first kept byte */
   /* huffman */
   uint32_t e, nsym;
   uint64_t lane_beg[FZR_LANES], lane_end[FZR_LANES];
@@ -149,20 +151,6 @@ static inline FZR_HD uint64_t fzr_popcount(const uint8_t *p, uint64_t n) {
 
 static inline FZR_HD int fzr_tail_ok(const uint8_t *bm, uint64_t n) {
   return n % 8 == 0 || (bm[n / 8] >> (n % 8)) == 0;
-}
-
-/* Rebuilds level l-1 of rze (n bytes) from bitmap bm and kept bytes: a
- * byte is the kept one where its bit is set, else the byte before. */
-static inline FZR_HD void fzr_repeat_restore(const uint8_t *bm, const uint8_t *kept, uint64_t n,
-                                             uint8_t *out) {
-  uint64_t k = 0;
-  uint8_t prev = 0;
-  for (uint64_t i = 0; i < n; i++) {
-    unsigned on = (bm[i / 8] >> (i % 8)) & 1u;
-    prev = on ? kept[k] : prev;
-    k += on;
-    out[i] = prev;
-  }
 }
 
 /* ---- phase 0 (thread 0): the chunk's framing, rze's upper levels ---- */
@@ -218,33 +206,17 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c) 
   S->cur = in + k;
   S->clen = len - k;
   {
-    /* rze, levels L down to 2 (their bitmaps are at most 1/8 of the
-     * stream); level 1 is spread over the block. */
-    const uint8_t *cur = S->cur;
-    uint64_t clen = S->clen, lens[FZR_MAX_LEVELS + 1];
+    /* rze's top bitmap: its length and its padding bits. */
     unsigned L = J->levels;
-    lens[0] = hlen;
+    S->rl[0] = hlen;
     for (unsigned l = 1; l <= L; l++)
-      lens[l] = fzr_bm(lens[l - 1]);
-    if (clen < lens[L] || !fzr_tail_ok(cur, lens[L - 1]))
+      S->rl[l] = fzr_bm(S->rl[l - 1]);
+    if (S->clen < S->rl[L] || !fzr_tail_ok(S->cur, S->rl[L - 1]))
       goto bad;
-    const uint8_t *bm = cur;
-    uint64_t pos = lens[L];
-    uint8_t *buf[2] = {S->t, S->t + fzr_up(fzr_bm(J->cb) + 16, 256)};
-    for (unsigned l = L; l >= 2; l--) {
-      uint64_t cnt = fzr_popcount(bm, lens[l]);
-      if (cnt > clen - pos)
-        goto bad;
-      uint8_t *dst = buf[l & 1];
-      fzr_repeat_restore(bm, cur + pos, lens[l - 1], dst);
-      if (!fzr_tail_ok(dst, lens[l - 2]))
-        goto bad;
-      pos += cnt;
-      bm = dst;
-    }
-    S->bm1 = bm;
-    S->bm1_len = lens[1];
-    S->pos = pos;
+    S->bm = S->cur;
+    S->pos = S->rl[L];
+    S->lv[0] = S->t;
+    S->lv[1] = S->t + fzr_up(fzr_bm(J->cb) + 16, 256);
   }
   return;
 bad:
@@ -252,7 +224,7 @@ bad:
   S->done = 1;
 }
 
-/* ---- rze level 1, over the block ---- */
+/* ---- rze, level by level from the top, over the block ---- */
 
 static inline FZR_HD void fzr_share(uint64_t n, unsigned t, unsigned nt, uint64_t *lo,
                                     uint64_t *hi) {
@@ -261,39 +233,68 @@ static inline FZR_HD void fzr_share(uint64_t n, unsigned t, unsigned nt, uint64_
   *hi = per * (t + 1) < n ? per * (t + 1) : n;
 }
 
-static inline FZR_HD void fzr_l1_count(fzr_state *S, unsigned t, unsigned nt) {
+/* Each thread's share of level l's bitmap: its popcount. */
+static inline FZR_HD void fzr_lv_count(fzr_state *S, unsigned l, unsigned t, unsigned nt) {
   uint64_t lo, hi;
-  fzr_share(S->bm1_len, t, nt, &lo, &hi);
-  S->base[t] = fzr_popcount(S->bm1 + lo, hi - lo);
+  fzr_share(S->rl[l], t, nt, &lo, &hi);
+  S->base[t] = fzr_popcount(S->bm + lo, hi - lo);
 }
 
-static inline FZR_HD void fzr_l1_scan(fzr_state *S, unsigned nt) {
+/* Thread 0: the shares' first kept bytes; the kept bytes must be there
+ * (and, after level 1, nothing else). */
+static inline FZR_HD void fzr_lv_scan(fzr_state *S, unsigned l, unsigned nt) {
   uint64_t sum = 0;
   for (unsigned t = 0; t < nt; t++) {
     uint64_t v = S->base[t];
     S->base[t] = sum;
     sum += v;
   }
-  if (sum > S->clen - S->pos || S->pos + sum != S->clen) {
+  if (sum > S->clen - S->pos || (l == 1 && S->pos + sum != S->clen)) {
     S->err = 1;
     S->done = 1;
+    return;
   }
+  S->kept = S->cur + S->pos;
+  S->pos += sum;
 }
 
-static inline FZR_HD void fzr_l1_restore(fzr_state *S, unsigned t, unsigned nt) {
-  uint64_t lo, hi;
-  fzr_share(S->bm1_len, t, nt, &lo, &hi);
-  const uint8_t *kept = S->cur + S->pos;
+/* Level l - 1 rebuilt from level l's bitmap: at level 1 a byte is the next
+ * kept one where its bit is set, else 0 (into the huffman stream); above,
+ * else the byte before, which for a share's first byte is the last kept
+ * byte before the share (0 when none). */
+static inline FZR_HD void fzr_lv_restore(fzr_state *S, unsigned l, unsigned t, unsigned nt) {
+  uint64_t lo, hi, n = S->rl[l - 1];
+  fzr_share(S->rl[l], t, nt, &lo, &hi);
+  const uint8_t *kept = S->kept;
   uint64_t k = S->base[t];
+  uint8_t *dst = l == 1 ? S->b : S->lv[l & 1];
+  uint8_t prev = k > 0 ? kept[k - 1] : 0;
   for (uint64_t g = lo; g < hi; g++) {
-    unsigned m = S->bm1[g];
-    uint64_t end = 8 * g + 8 < S->hlen ? 8 * g + 8 : S->hlen;
+    unsigned m = S->bm[g];
+    uint64_t end = 8 * g + 8 < n ? 8 * g + 8 : n;
     for (uint64_t i = 8 * g; i < end; i++) {
       unsigned on = (m >> (i % 8)) & 1u;
-      S->b[i] = on ? kept[k] : 0;
+      if (l == 1) {
+        dst[i] = on ? kept[k] : 0;
+      } else {
+        prev = on ? kept[k] : prev;
+        dst[i] = prev;
+      }
       k += on;
     }
   }
+}
+
+/* Thread 0, above level 1: the rebuilt bitmap's padding bits are 0; it is
+ * the next level's bitmap. */
+static inline FZR_HD void fzr_lv_next(fzr_state *S, unsigned l) {
+  uint8_t *dst = S->lv[l & 1];
+  if (!fzr_tail_ok(dst, S->rl[l - 2])) {
+    S->err = 1;
+    S->done = 1;
+    return;
+  }
+  S->bm = dst;
 }
 
 /* ---- huffman ---- */
@@ -755,14 +756,22 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c) 
   FZR_SYNC();
   if (S->done)
     goto finish;
-  FZR_ALL(fzr_l1_count(S, t, nt));
-  FZR_SYNC();
-  FZR_ONE(fzr_l1_scan(S, nt));
-  FZR_SYNC();
-  if (S->done)
-    goto finish;
-  FZR_ALL(fzr_l1_restore(S, t, nt));
-  FZR_SYNC();
+  for (unsigned l = J->levels; l >= 1; l--) {
+    FZR_ALL(fzr_lv_count(S, l, t, nt));
+    FZR_SYNC();
+    FZR_ONE(fzr_lv_scan(S, l, nt));
+    FZR_SYNC();
+    if (S->done)
+      goto finish;
+    FZR_ALL(fzr_lv_restore(S, l, t, nt));
+    FZR_SYNC();
+    if (l >= 2) {
+      FZR_ONE(fzr_lv_next(S, l));
+      FZR_SYNC();
+      if (S->done)
+        goto finish;
+    }
+  }
   FZR_ONE(fzr_huff_head(S));
   FZR_SYNC();
   if (S->done)
