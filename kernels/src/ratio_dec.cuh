@@ -65,6 +65,14 @@ typedef struct fzr_job {
   const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */
 } fzr_job;
 
+/* Marks the chunk corrupt from any thread (an atomic on the device, so
+ * that racecheck sees no two plain writes of the flag). */
+#ifdef __CUDA_ARCH__
+#define FZR_BAD(S) atomicOr(&(S)->err, 1)
+#else
+#define FZR_BAD(S) ((S)->err = 1)
+#endif
+
 static inline FZR_HD uint64_t fzr_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 static inline FZR_HD uint64_t fzr_bm(uint64_t n) { return (n + 7) / 8; }
 
@@ -453,7 +461,7 @@ static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
     goto bad;
   return;
 bad:
-  S->err = 1;
+  FZR_BAD(S);
 }
 
 /* ---- values ---- */
@@ -495,7 +503,7 @@ static inline FZR_HD void fzr_outliers(fzr_state *S, const fzr_job *J, unsigned 
   for (uint64_t j = t; j < S->m; j += nt) {
     uint64_t i = fzr_index(S->idx + iw * j, iw);
     if ((j > 0 && i <= fzr_index(S->idx + iw * (j - 1), iw)) || i >= S->n) {
-      S->err = 1;
+      FZR_BAD(S);
       continue;
     }
     for (unsigned b = 0; b < w; b++)
