@@ -117,6 +117,10 @@ typedef struct fzr_state {
   /* interp */
   uint64_t ext[3], str[3], lo[3], hi[3];
   uint32_t part[FZR_NT]; /* CRC parts */
+  /* lorenzo, per row: each share's rebuild as a map w -> c w + a of the
+   * word before it, and the word before each share */
+  uint64_t lz_a[FZR_NT], lz_in[FZR_NT];
+  uint8_t lz_c[FZR_NT];
 } fzr_state;
 
 static inline FZR_HD uint32_t fzr_ld32(const uint8_t *p) {
@@ -620,41 +624,99 @@ static inline FZR_HD unsigned fzr_top_bit(unsigned m) {
   return b;
 }
 
-/* Thread 0: the words rebuilt in place, in order (stage_lorenzo.c). */
-#define FZR_LORENZO(NAME, T)                                                             \
-  static inline FZR_HD void NAME(T *v, const uint64_t *ext, uint64_t n, uint64_t first) { \
-    uint64_t Y = ext[1], X = ext[2], sy = X, sz = X * Y;                                 \
-    for (uint64_t i = 0; i < n; i++) {                                                   \
-      uint64_t g = first + i, x = g % X, r = g / X, y = r % Y, z = r / Y;                \
-      unsigned m = (x > 0 ? 1u : 0u) | (y > 0 ? 2u : 0u) | (z > 0 ? 4u : 0u);            \
-      while (m && fzr_corner(m, sy, sz) > i)                                             \
-        m &= ~(1u << fzr_top_bit(m));                                                    \
-      T p;                                                                               \
-      switch (m) {                                                                       \
-      case 0: p = 0; break;                                                              \
-      case 1: p = v[i - 1]; break;                                                       \
-      case 2: p = v[i - sy]; break;                                                      \
-      case 4: p = v[i - sz]; break;                                                      \
-      case 3: p = (T)(v[i - 1] + v[i - sy] - v[i - 1 - sy]); break;                      \
-      case 5: p = (T)(v[i - 1] + v[i - sz] - v[i - 1 - sz]); break;                      \
-      case 6: p = (T)(v[i - sy] + v[i - sz] - v[i - sy - sz]); break;                    \
-      default:                                                                           \
-        p = (T)(v[i - 1] + v[i - sy] + v[i - sz] - v[i - 1 - sy] - v[i - 1 - sz] -       \
-                v[i - sy - sz] + v[i - 1 - sy - sz]);                                    \
-      }                                                                                  \
-      T z0 = v[i];                                                                       \
-      T d = (T)((T)(z0 >> 1) ^ (T)(0 - (T)(z0 & 1)));                                    \
-      v[i] = (T)(d + p);                                                                 \
-    }                                                                                    \
-  }
-FZR_LORENZO(fzr_lorenzo32, uint32_t)
-FZR_LORENZO(fzr_lorenzo64, uint64_t)
+/* Lorenzo's words rebuilt row by row (stage_lorenzo.c's prediction,
+ * with the chunk's own axis dropping).  Within a row of x, the prediction
+ * splits into the word before (along x, when the element keeps the x axis)
+ * and terms of the rows before, already rebuilt:
+ *   w[i] = c w[i-1] + a,  c = [x kept],
+ *   a = r + sum over nonempty S of the kept y, z: (-1)^(|S|+1)
+ *       (w[i - off(S)] - c w[i - 1 - off(S)])   (modulo 2^bits),
+ * so the row is a chain of affine maps: each thread composes its share's,
+ * thread 0 chains the shares, each thread applies its share.  A row's first
+ * element never keeps x (x = 0, or the chunk's first element), so every
+ * row starts from nothing. */
 
-static inline FZR_HD void fzr_lorenzo(fzr_state *S, const fzr_job *J) {
-  if (J->w == 4)
-    fzr_lorenzo32((uint32_t *)S->a, J->ext[S->pk - 1], S->n, S->first);
-  else
-    fzr_lorenzo64((uint64_t *)S->a, J->ext[S->pk - 1], S->n, S->first);
+/* The axes element i (x along its row) is predicted from. */
+static inline FZR_HD unsigned fzr_lz_axes(uint64_t i, uint64_t x, unsigned ax, uint64_t sy,
+                                          uint64_t sz) {
+  unsigned m = (x > 0 ? 1u : 0u) | ax;
+  while (m && fzr_corner(m, sy, sz) > i)
+    m &= ~(1u << fzr_top_bit(m));
+  return m;
+}
+
+static inline FZR_HD uint64_t fzr_lz_ld(const uint8_t *a, unsigned w, uint64_t i) {
+  return w == 4 ? ((const uint32_t *)a)[i] : ((const uint64_t *)a)[i];
+}
+
+/* Row r's share for thread t: elements [*g0, *g1) of the array. */
+static inline FZR_HD void fzr_lz_share(const fzr_state *S, uint64_t X, uint64_t r, unsigned t,
+                                       unsigned nt, uint64_t *g0, uint64_t *g1) {
+  uint64_t R = r * X, end = S->first + S->n;
+  uint64_t lo = R > S->first ? R : S->first, hi = R + X < end ? R + X : end;
+  uint64_t per = (hi - lo + nt - 1) / nt;
+  if (per < 16)
+    per = 16;
+  *g0 = lo + per * t < hi ? lo + per * t : hi;
+  *g1 = *g0 + per < hi ? *g0 + per : hi;
+}
+
+static inline FZR_HD void fzr_lz_local(fzr_state *S, const fzr_job *J, uint64_t r, unsigned t,
+                                       unsigned nt) {
+  const uint64_t *ext = J->ext[S->pk - 1];
+  uint64_t X = ext[2], Y = ext[1], sy = X, sz = X * Y, g0, g1;
+  unsigned w = J->w;
+  uint64_t mask = w == 4 ? 0xffffffffull : ~0ull;
+  fzr_lz_share(S, X, r, t, nt, &g0, &g1);
+  unsigned ax = (r % Y > 0 ? 2u : 0u) | (r / Y > 0 ? 4u : 0u);
+  uint64_t C = 1, A = 0;
+  uint8_t *v = S->a;
+  for (uint64_t g = g0; g < g1; g++) {
+    uint64_t i = g - S->first;
+    unsigned m = fzr_lz_axes(i, g - r * X, ax, sy, sz);
+    uint64_t c = m & 1u, z0 = fzr_lz_ld(v, w, i);
+    uint64_t a = w == 4 ? fzo_unzigzag32((uint32_t)z0) : fzo_unzigzag64(z0);
+    /* The terms one step back along x only where x is kept: elsewhere
+     * they may lie before the chunk. */
+    if (m & 2u)
+      a += fzr_lz_ld(v, w, i - sy) - (c ? fzr_lz_ld(v, w, i - 1 - sy) : 0);
+    if (m & 4u)
+      a += fzr_lz_ld(v, w, i - sz) - (c ? fzr_lz_ld(v, w, i - 1 - sz) : 0);
+    if ((m & 6u) == 6u)
+      a -= fzr_lz_ld(v, w, i - sy - sz) - (c ? fzr_lz_ld(v, w, i - 1 - sy - sz) : 0);
+    a &= mask;
+    fzr_store(v, w, i, a);
+    A = (c * A + a) & mask;
+    C &= c;
+  }
+  S->lz_c[t] = (uint8_t)C;
+  S->lz_a[t] = A;
+}
+
+static inline FZR_HD void fzr_lz_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
+  uint64_t mask = J->w == 4 ? 0xffffffffull : ~0ull, wv = 0;
+  for (unsigned t = 0; t < nt; t++) {
+    S->lz_in[t] = wv;
+    wv = ((uint64_t)S->lz_c[t] * wv + S->lz_a[t]) & mask;
+  }
+}
+
+static inline FZR_HD void fzr_lz_apply(fzr_state *S, const fzr_job *J, uint64_t r, unsigned t,
+                                       unsigned nt) {
+  const uint64_t *ext = J->ext[S->pk - 1];
+  uint64_t X = ext[2], Y = ext[1], sy = X, sz = X * Y, g0, g1;
+  unsigned w = J->w;
+  uint64_t mask = w == 4 ? 0xffffffffull : ~0ull;
+  fzr_lz_share(S, X, r, t, nt, &g0, &g1);
+  unsigned ax = (r % Y > 0 ? 2u : 0u) | (r / Y > 0 ? 4u : 0u);
+  uint64_t wv = S->lz_in[t];
+  uint8_t *v = S->a;
+  for (uint64_t g = g0; g < g1; g++) {
+    uint64_t i = g - S->first;
+    uint64_t c = fzr_lz_axes(i, g - r * X, ax, sy, sz) & 1u;
+    wv = (c * wv + fzr_lz_ld(v, w, i)) & mask;
+    fzr_store(v, w, i, wv);
+  }
 }
 
 /* quant's decoding of the words (or their copy, lossless). */
@@ -809,8 +871,17 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c) 
         FZR_SYNC();
       }
   } else {
-    FZR_ONE(if (S->pk != 0) fzr_lorenzo(S, J));
-    FZR_SYNC();
+    if (S->pk != 0) {
+      uint64_t X = J->ext[S->pk - 1][2], end = S->first + S->n;
+      for (uint64_t r = S->first / X; r * X < end; r++) {
+        FZR_ALL(fzr_lz_local(S, J, r, t, nt));
+        FZR_SYNC();
+        FZR_ONE(fzr_lz_chain(S, J, nt));
+        FZR_SYNC();
+        FZR_ALL(fzr_lz_apply(S, J, r, t, nt));
+        FZR_SYNC();
+      }
+    }
     FZR_ALL(fzr_dequant(S, J, t, nt));
     FZR_SYNC();
     FZR_ALL(fzr_outliers(S, J, t, nt, 0));
