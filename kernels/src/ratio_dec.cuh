@@ -56,8 +56,9 @@ typedef struct fzr_job {
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
-  uint8_t *scratch;        /* stride bytes per chunk (fzr_stride) */
+  uint8_t *scratch;        /* stride bytes per chunk of the launch (fzr_stride) */
   uint64_t stride;
+  uint64_t c0;             /* the launch's first chunk (its scratch comes first) */
   uint8_t *out;            /* the decoded array */
   uint32_t out_aligned;    /* out is aligned for the element type */
   uint32_t *status;        /* bit 0: a chunk is corrupt */
@@ -178,7 +179,7 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c) 
   S->first = c * (J->cb / J->w);
   uint64_t len = J->sizes[c], off = J->offs[c];
   S->len = len;
-  uint8_t *base = J->scratch + c * J->stride;
+  uint8_t *base = J->scratch + (c - J->c0) * J->stride;
   S->a = base;
   S->b = base + fzr_off_b(J->cb);
   S->t = base + fzr_off_t(J->cb);

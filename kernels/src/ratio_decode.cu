@@ -18,11 +18,20 @@
 
 extern "C" __global__ void __launch_bounds__(FZR_NT) fzr_decode_kernel(fzr_job J) {
   __shared__ fzr_state S;
-  fzr_chunk(&S, &J, blockIdx.x);
+  fzr_chunk(&S, &J, J.c0 + blockIdx.x);
+}
+
+/* Chunks decoded by one launch: all of them up to FZR_SCRATCH_MAX bytes of
+ * scratch (a 1 GiB array of 256 KiB chunks in one launch), so that a huge
+ * array does not need several times its size in scratch. */
+#define FZR_SCRATCH_MAX (UINT64_C(4) << 30)
+static uint64_t batch_chunks(uint32_t cb, uint64_t nchunks) {
+  uint64_t b = FZR_SCRATCH_MAX / fzr_stride(cb);
+  return nchunks < b ? nchunks : b > 0 ? b : 1;
 }
 
 extern "C" uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t nchunks) {
-  return fzr_stride(cb) * nchunks;
+  return fzr_stride(cb) * batch_chunks(cb, nchunks);
 }
 
 extern "C" int fzr_launch_decode(const fzr_params *p, cudaStream_t s) {
@@ -50,6 +59,15 @@ extern "C" int fzr_launch_decode(const fzr_params *p, cudaStream_t s) {
   J.status = p->status;
   J.crcs = p->crcs;
   J.crc_tab = p->crc_tab;
-  fzr_decode_kernel<<<(unsigned)p->nchunks, FZR_NT, 0, s>>>(J);
-  return (int)cudaGetLastError();
+  /* Launches on one stream run in order, so each reuses the scratch. */
+  uint64_t b = batch_chunks(p->cb, p->nchunks);
+  for (uint64_t c0 = 0; c0 < p->nchunks; c0 += b) {
+    J.c0 = c0;
+    unsigned grid = (unsigned)(p->nchunks - c0 < b ? p->nchunks - c0 : b);
+    fzr_decode_kernel<<<grid, FZR_NT, 0, s>>>(J);
+    int e = (int)cudaGetLastError();
+    if (e != 0)
+      return e;
+  }
+  return 0;
 }

@@ -30,7 +30,8 @@ typedef struct fzr_params {
   const uint32_t *crc_tab;
 } fzr_params;
 
-/* Device scratch of a decode: a few times the chunk size per chunk. */
+/* Device scratch of a decode: about 3.5 times the chunk size per chunk,
+ * for at most 4 GiB worth of chunks (launched in turn beyond that). */
 uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t nchunks);
 int fzr_launch_decode(const fzr_params *p, cudaStream_t s);
 
