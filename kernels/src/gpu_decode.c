@@ -26,6 +26,7 @@
 #include "gpu_ctx.h"
 #include "gpu_err.h"
 #include "jit.h"
+#include "ratio_gpu.h"
 
 struct fz_gpu_decoder {
   fz_gpu_ctx *ctx;
@@ -40,6 +41,7 @@ struct fz_gpu_decoder {
   fze_header h;
   size_t table_pos;
   int opened;
+  int ratio;        /* the archive is the ratio preset's (ratio_decode.cu) */
   const char *path; /* of the last run: "jit", "aot" */
 };
 
@@ -74,6 +76,8 @@ void fz_gpu_decoder_destroy(fz_gpu_decoder *dec) {
   cudaGetLastError();
   free(dec);
 }
+
+static int ratio_chain(const fze_header *h);
 
 /* Copies the first n bytes of the archive to dec->h_hdr and waits. */
 static int to_host(fz_gpu_decoder *dec, size_t n, cudaStream_t s, char *why, size_t why_len) {
@@ -123,16 +127,92 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
             "decodes this archive");
     return FZ_ENOSYS;
   }
+  dec->ratio = 0;
   if (dec->h.version >= FZE_FORMAT_VERSION_RATIO) {
-    fze_why(why, why_len, "the GPU kernels cannot read format version 3 (lorenzo, "
-            "huffman, chunks above 32 KiB) yet: the CPU engine decodes this archive");
-    return FZ_ENOSYS;
+    if (!ratio_chain(&dec->h) || dec->ctx->kern != NULL) {
+      fze_why(why, why_len, "the GPU kernels read only the ratio preset's chains of format "
+              "version 3 (quant | interp | huffman | rze, ahead-of-time kernels): the CPU "
+              "engine decodes this archive");
+      return FZ_ENOSYS;
+    }
+    dec->ratio = 1;
   }
   if (info != NULL)
     fze_header_info(&dec->h, arc_len, info);
   dec->opened = 1;
   return 0;
 fail:
+  return rc;
+}
+
+/* The chains ratio_decode.cu decodes: quant | interp | huffman | rze on
+ * f32 or f64 (without a fill value, refused before). */
+static int ratio_chain(const fze_header *h) {
+  const fze_chain *c = &h->chain;
+  return (h->dtype == FZ_F32 || h->dtype == FZ_F64) && c->n == 4 &&
+         c->st[0].id == FZE_STAGE_QUANT && c->st[1].id == FZE_STAGE_INTERP &&
+         c->st[2].id == FZE_STAGE_HUFFMAN && c->st[3].id == FZE_STAGE_RZE &&
+         c->st[3].levels >= 1 && c->st[3].levels <= 6 && c->st[1].pdims >= 1 &&
+         c->st[1].pdims <= 3;
+}
+
+/* The ratio preset's decode: the header's CRC and the u32 table's scan as
+ * for the other chains, then one block per chunk (ratio_decode.cu), which
+ * also checksums each chunk, then the payload's CRC. */
+static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why,
+                     size_t why_len) {
+  fz_gpu_ctx *ctx = dec->ctx;
+  const fze_header *h = &dec->h;
+  int rc = 0;
+  uint64_t nc = h->nchunks;
+  const uint8_t *arc = dec->d_arc, *tab = arc + dec->table_pos;
+  const uint64_t hcrc_len = dec->table_pos + 4 * nc, parts = fzk_crc_parts(hcrc_len);
+  size_t o_offs = 0, o_bsum = fzk_up256(8 * (nc + 1));
+  size_t o_crcs = o_bsum + fzk_up256(8 * (fzk_scan_blocks(nc) + 1));
+  size_t o_tab = o_crcs + fzk_up256(4 * nc + 4);
+  size_t o_parts = o_tab + fzk_up256(4 * nc);
+  size_t o_scr = o_parts + fzk_up256(4 * (parts > fzk_crc_parts(4 * nc) ? parts
+                                                                        : fzk_crc_parts(4 * nc)));
+  size_t bytes = o_scr + fzr_scratch_bytes(h->chunk_bytes, nc);
+  if (dec->ws_cap < bytes) {
+    if (dec->d_ws != NULL)
+      FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
+    dec->d_ws = NULL;
+    dec->ws_cap = 0;
+    FZK_CHECK(cudaMallocFromPoolAsync((void **)&dec->d_ws, bytes, ctx->pool, s), out);
+    dec->ws_cap = bytes;
+  }
+  uint8_t *ws = dec->d_ws;
+  uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
+  uint32_t *cparts = (uint32_t *)(ws + o_parts), *tab32 = (uint32_t *)(ws + o_tab);
+  uint64_t *offs = (uint64_t *)(ws + o_offs);
+  const uint8_t *pay = arc + h->header_len;
+  const uint64_t pay_len = dec->arc_len - h->header_len;
+  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
+  const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
+  FZK_CHECK(fzk_launch_crc(NULL, arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  /* The table has any alignment in the archive; the kernels read words. */
+  if (nc)
+    FZK_CHECK(cudaMemcpyAsync(tab32, tab, 4 * nc, cudaMemcpyDeviceToDevice, s), out);
+  const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
+  FZK_CHECK(fzk_launch_scan(NULL, nc, tab32, NULL, (uint64_t *)(ws + o_bsum), offs, &chk, s),
+            out);
+  const fze_stage *q = &h->chain.st[0], *ip = &h->chain.st[1];
+  fzr_params p = {.pay = pay, .pay_len = pay_len, .offs = offs, .sizes = tab32,
+                  .raw_bytes = h->raw_bytes, .nchunks = nc, .cb = h->chunk_bytes,
+                  .w = (uint32_t)fz_dtype_size(h->dtype), .levels = h->chain.st[3].levels,
+                  .pdims = ip->pdims, .pwrel = q->mode == FZ_EB_PWREL, .step = q->step,
+                  .scratch = ws + o_scr, .out = d_out, .status = status, .crcs = crcs,
+                  .crc_tab = ctx->d_tab};
+  memcpy(p.ext, ip->ext, sizeof p.ext);
+  FZK_CHECK(fzr_launch_decode(&p, s), out);
+  const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
+  FZK_CHECK(fzk_launch_crc(NULL, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s),
+            out);
+  FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
+  FZK_CHECK(cudaStreamSynchronize(s), out);
+  dec->path = "aot";
+out:
   return rc;
 }
 
@@ -162,6 +242,14 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
     if ((rc = full_header_error(dec, s, why, why_len)) == 0)
       rc = out_cap < h->raw_bytes ? FZ_ENOSPC : FZ_EINVAL;
     return rc;
+  }
+  if (dec->ratio) {
+    if ((rc = ratio_run(dec, d_out, s, why, why_len)) < 0)
+      return rc;
+    if ((rc = status_error(dec->h_word[0])) < 0)
+      return rc;
+    *out_len = (size_t)h->raw_bytes;
+    return 0;
   }
   fzk_desc d;
   void *jit_dec = NULL;

@@ -63,7 +63,7 @@ run_ctest() {
 }
 
 # The suites that start fzd on the GPU (the service part below).
-service_suites='^test_gpu_(service|device_memory|client_device|warm)$'
+service_suites='^test_gpu_(service|device_memory|client_device|warm|ratio)$'
 
 step configure and build
 # A profile maps samples to source lines (-lineinfo changes no code).
@@ -73,7 +73,7 @@ cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_FLAGS="$cuda_flags" \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
-  test_gpu_large test_gpu_jit fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
+  test_gpu_large test_gpu_jit test_gpu_ratio fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
 echo "built"
 
 if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
@@ -99,7 +99,11 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
          >> "$logs/sanitizer-$tool.log" 2>&1 &&
        compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
          "$build/tests/gpu/test_gpu_jit" --filter 'gpu_jit/chain4' -j1 \
-         >> "$logs/sanitizer-$tool.log" 2>&1; then
+         >> "$logs/sanitizer-$tool.log" 2>&1 &&
+       { [ ! -x "$build/tests/gpu/test_gpu_ratio" ] ||
+         compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
+           "$build/tests/gpu/test_gpu_ratio" --filter 'ratio/sanitizer_small' -j1 \
+           >> "$logs/sanitizer-$tool.log" 2>&1; }; then
       summary+=("compute-sanitizer $tool: clean")
     else
       summary+=("compute-sanitizer $tool: ERRORS (see sanitizer-$tool.log)")
@@ -176,7 +180,7 @@ service=${FZ_GPU_RUN_SERVICE:-0}
 if [ "$service" != 0 ]; then
   step service on the GPU
   cmake --build "$build" -j16 --target fzd fzctl test_gpu_service test_gpu_device_memory \
-    test_gpu_client_device test_gpu_warm \
+    test_gpu_client_device test_gpu_warm test_gpu_ratio \
     > "$logs/build-service.log" 2>&1 || { tail -40 "$logs/build-service.log"; exit 1; }
   if [ "$service" != bench ]; then
     run_ctest "ctest GPU service" ctest-service.log -R "$service_suites"

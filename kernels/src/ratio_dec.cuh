@@ -1,0 +1,910 @@
+/*
+ * ratio_dec.cuh - the decoder of the ratio preset's chunks (format version
+ * 3: quant | interp | huffman | rze), written once for the device and for
+ * a host model of it.
+ *
+ * One block decodes one chunk in phases; between two phases every thread
+ * of the block waits (the kernel's __syncthreads()), so a phase may read
+ * anything an earlier phase wrote.  A phase is a function of the thread's
+ * index and the block's thread count that touches only its own share of
+ * the work, which is what lets the host model run the very same code one
+ * "thread" after another (tests compile this header without CUDA and
+ * compare it with the engine's decoder).  The checks are the CPU
+ * decoder's (codec.c, stage_quant.c, stage_interp.c, stage_huffman.c,
+ * stage_rze.c), each failure marking the chunk corrupt; the CPU reports
+ * every one of them as ECORRUPT, so which fails first does not matter,
+ * only that a chunk fails exactly when the CPU's fails.  Every read stays
+ * inside the chunk's bytes and every write inside the chunk's output and
+ * scratch, whatever the bytes say.
+ *
+ * The arithmetic is the engine's (ops.h and the same operations in the
+ * same order: the interpolation's predictions in binary64, the value
+ * rebuilt as (T)(p + q * step)), compiled without FMA contraction, so the
+ * values are the CPU's bit for bit.
+ */
+#ifndef FZK_RATIO_DEC_CUH
+#define FZK_RATIO_DEC_CUH
+
+#include "ops.h"
+
+#ifdef __CUDACC__
+#define FZR_HD __host__ __device__
+#else
+#define FZR_HD
+#endif
+
+#define FZR_LANES 32u
+#define FZR_MAX_LEN 12u
+#define FZR_MAX_SYMS 4096u
+#define FZR_RUNS 15u
+#define FZR_MAX_DIRECT (FZR_MAX_SYMS - 1u - FZR_RUNS)
+#define FZR_NT 256u
+#define FZR_TOP 16u
+#define FZR_MAX_LEVELS 6u
+
+/* The job, the same for every chunk. */
+typedef struct fzr_job {
+  const uint8_t *pay;      /* the payload */
+  uint64_t pay_len;
+  const uint64_t *offs;    /* chunk offsets in the payload (the scan's) */
+  const uint32_t *sizes;   /* the chunk table, 4-byte aligned */
+  uint64_t raw_bytes;
+  uint32_t cb;             /* input bytes per chunk */
+  uint32_t w;              /* 4 (f32) or 8 (f64) */
+  uint32_t levels;         /* rze's */
+  uint32_t pdims;          /* interp's D */
+  uint32_t pwrel;          /* quant's mode is pwrel */
+  double step;             /* 0: lossless */
+  uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
+  uint8_t *scratch;        /* stride bytes per chunk of the launch (fzr_stride) */
+  uint64_t stride;
+  uint64_t c0;             /* the launch's first chunk (its scratch comes first) */
+  uint8_t *out;            /* the decoded array */
+  uint32_t out_aligned;    /* out is aligned for the element type */
+  uint32_t *status;        /* bit 0: a chunk is corrupt */
+  uint32_t *crcs;          /* each chunk's CRC-32C */
+  const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */
+} fzr_job;
+
+/* Marks the chunk corrupt from any thread (an atomic on the device, so
+ * that racecheck sees no two plain writes of the flag). */
+#ifdef __CUDA_ARCH__
+#define FZR_BAD(S) atomicOr(&(S)->err, 1)
+#else
+#define FZR_BAD(S) ((S)->err = 1)
+#endif
+
+static inline FZR_HD uint64_t fzr_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+static inline FZR_HD uint64_t fzr_bm(uint64_t n) { return (n + 7) / 8; }
+
+/* Scratch of one chunk: the words (cb), the huffman stream (cb), rze's
+ * two bitmap buffers, the outlier flags (cb / w), the values when out is
+ * not aligned for them (cb). */
+static inline FZR_HD uint64_t fzr_off_b(uint32_t cb) { return fzr_up(cb, 256); }
+static inline FZR_HD uint64_t fzr_off_t(uint32_t cb) { return 2 * fzr_up(cb, 256); }
+static inline FZR_HD uint64_t fzr_off_x(uint32_t cb) {
+  return fzr_off_t(cb) + 2 * fzr_up(fzr_bm(cb) + 16, 256);
+}
+static inline FZR_HD uint64_t fzr_off_v(uint32_t cb) { return fzr_off_x(cb) + fzr_up(cb / 4, 256); }
+static inline FZR_HD uint64_t fzr_stride(uint32_t cb) { return fzr_off_v(cb) + fzr_up(cb, 256); }
+
+/* What the phases of one chunk share (the block's shared memory). */
+typedef struct fzr_state {
+  int err;        /* the chunk is corrupt */
+  int done;       /* nothing left to decode (raw, corrupt, table bad) */
+  int skip_crc;   /* the table entry is unusable: the CRC is 0 */
+  int pk;         /* the chunk's predictor byte */
+  uint64_t c, first, n, raw, len;
+  const uint8_t *in;   /* the chunk's stored bytes */
+  uint8_t *a, *b, *t, *x, *v; /* scratch: words, stream, bitmaps, flags, values */
+  /* side list */
+  uint64_t m;
+  const uint8_t *idx, *vals;
+  uint32_t iw;
+  /* rze */
+  const uint8_t *cur; /* rze's input */
+  uint64_t clen, hlen, pos;
+  uint64_t rl[FZR_MAX_LEVELS + 1]; /* rze: bytes of each level */
+  const uint8_t *bm;   /* the bitmap of the level being rebuilt */
+  const uint8_t *kept; /* its kept bytes */
+  uint8_t *lv[2];      /* rebuilt bitmaps of levels >= 2 */
+  uint64_t base[FZR_NT]; /* each thread's first kept byte */
+  /* huffman */
+  uint32_t e, nsym;
+  uint64_t lane_beg[FZR_LANES], lane_end[FZR_LANES];
+  uint8_t lens[FZR_MAX_SYMS];
+  uint16_t code[FZR_MAX_SYMS];
+  uint32_t lut[1u << FZR_MAX_LEN];
+  /* interp */
+  uint64_t ext[3], str[3], lo[3], hi[3];
+  uint32_t part[FZR_NT]; /* CRC parts */
+  /* lorenzo, per row: each share's rebuild as a map w -> c w + a of the
+   * word before it, and the word before each share */
+  uint64_t lz_a[FZR_NT], lz_in[FZR_NT];
+  uint8_t lz_c[FZR_NT];
+} fzr_state;
+
+static inline FZR_HD uint32_t fzr_ld32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline FZR_HD uint64_t fzr_index(const uint8_t *p, uint32_t iw) {
+  uint64_t v = (uint64_t)p[0] | (uint64_t)p[1] << 8;
+  if (iw == 4)
+    v |= (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+  return v;
+}
+
+static inline FZR_HD int fzr_varint(const uint8_t *p, uint64_t len, uint64_t *k, uint64_t *out) {
+  uint64_t v = 0;
+  for (unsigned shift = 0;; shift += 7) {
+    if (*k >= len || shift > 28)
+      return 0;
+    uint8_t b = p[(*k)++];
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      break;
+  }
+  *out = v;
+  return 1;
+}
+
+static inline FZR_HD unsigned fzr_popc8(unsigned b) {
+  b = b - ((b >> 1) & 0x55);
+  b = (b & 0x33) + ((b >> 2) & 0x33);
+  return (b + (b >> 4)) & 0x0f;
+}
+
+static inline FZR_HD uint64_t fzr_popcount(const uint8_t *p, uint64_t n) {
+  uint64_t c = 0;
+  for (uint64_t i = 0; i < n; i++)
+    c += fzr_popc8(p[i]);
+  return c;
+}
+
+static inline FZR_HD int fzr_tail_ok(const uint8_t *bm, uint64_t n) {
+  return n % 8 == 0 || (bm[n / 8] >> (n % 8)) == 0;
+}
+
+/* ---- phase 0 (thread 0): the chunk's framing, rze's upper levels ---- */
+
+static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c) {
+  S->err = 0;
+  S->done = 0;
+  S->skip_crc = 0;
+  S->c = c;
+  uint64_t raw = J->raw_bytes - c * J->cb < J->cb ? J->raw_bytes - c * J->cb : J->cb;
+  S->raw = raw;
+  S->n = raw / J->w;
+  S->first = c * (J->cb / J->w);
+  uint64_t len = J->sizes[c], off = J->offs[c];
+  S->len = len;
+  uint8_t *base = J->scratch + (c - J->c0) * J->stride;
+  S->a = base;
+  S->b = base + fzr_off_b(J->cb);
+  S->t = base + fzr_off_t(J->cb);
+  S->x = base + fzr_off_x(J->cb);
+  S->v = base + fzr_off_v(J->cb);
+  if (len == 0 || len > raw || off > J->pay_len || len > J->pay_len - off) {
+    /* The table's scan reports it (as the CPU's header parser does). */
+    S->done = 1;
+    S->skip_crc = 1;
+    return;
+  }
+  const uint8_t *in = J->pay + off;
+  S->in = in;
+  if (len == raw) {
+    S->done = 1; /* stored raw: copied by fzr_copy_raw */
+    return;
+  }
+  uint64_t n = S->n, w = J->w;
+  uint32_t iw = n < 65536 ? 2u : 4u;
+  S->iw = iw;
+  /* The side list (no fill: such archives do not come here). */
+  uint64_t k = 0, m;
+  if (!fzr_varint(in, len, &k, &m) || m > n || (len - k) / (iw + w) < m)
+    goto bad;
+  S->m = m;
+  S->idx = in + k;
+  S->vals = in + k + iw * m;
+  k += m * (iw + w);
+  /* interp's predictor byte, then the huffman stream's length. */
+  if (k >= len || in[k] > J->pdims)
+    goto bad;
+  S->pk = in[k++];
+  uint64_t hlen;
+  if (!fzr_varint(in, len, &k, &hlen) || hlen == 0 || hlen >= raw)
+    goto bad;
+  S->hlen = hlen;
+  S->cur = in + k;
+  S->clen = len - k;
+  {
+    /* rze's top bitmap: its length and its padding bits. */
+    unsigned L = J->levels;
+    S->rl[0] = hlen;
+    for (unsigned l = 1; l <= L; l++)
+      S->rl[l] = fzr_bm(S->rl[l - 1]);
+    if (S->clen < S->rl[L] || !fzr_tail_ok(S->cur, S->rl[L - 1]))
+      goto bad;
+    S->bm = S->cur;
+    S->pos = S->rl[L];
+    S->lv[0] = S->t;
+    S->lv[1] = S->t + fzr_up(fzr_bm(J->cb) + 16, 256);
+  }
+  return;
+bad:
+  S->err = 1;
+  S->done = 1;
+}
+
+/* ---- rze, level by level from the top, over the block ---- */
+
+static inline FZR_HD void fzr_share(uint64_t n, unsigned t, unsigned nt, uint64_t *lo,
+                                    uint64_t *hi) {
+  uint64_t per = (n + nt - 1) / nt;
+  *lo = per * t < n ? per * t : n;
+  *hi = per * (t + 1) < n ? per * (t + 1) : n;
+}
+
+/* Each thread's share of level l's bitmap: its popcount. */
+static inline FZR_HD void fzr_lv_count(fzr_state *S, unsigned l, unsigned t, unsigned nt) {
+  uint64_t lo, hi;
+  fzr_share(S->rl[l], t, nt, &lo, &hi);
+  S->base[t] = fzr_popcount(S->bm + lo, hi - lo);
+}
+
+/* Thread 0: the shares' first kept bytes; the kept bytes must be there
+ * (and, after level 1, nothing else). */
+static inline FZR_HD void fzr_lv_scan(fzr_state *S, unsigned l, unsigned nt) {
+  uint64_t sum = 0;
+  for (unsigned t = 0; t < nt; t++) {
+    uint64_t v = S->base[t];
+    S->base[t] = sum;
+    sum += v;
+  }
+  if (sum > S->clen - S->pos || (l == 1 && S->pos + sum != S->clen)) {
+    S->err = 1;
+    S->done = 1;
+    return;
+  }
+  S->kept = S->cur + S->pos;
+  S->pos += sum;
+}
+
+/* Level l - 1 rebuilt from level l's bitmap: at level 1 a byte is the next
+ * kept one where its bit is set, else 0 (into the huffman stream); above,
+ * else the byte before, which for a share's first byte is the last kept
+ * byte before the share (0 when none). */
+static inline FZR_HD void fzr_lv_restore(fzr_state *S, unsigned l, unsigned t, unsigned nt) {
+  uint64_t lo, hi, n = S->rl[l - 1];
+  fzr_share(S->rl[l], t, nt, &lo, &hi);
+  const uint8_t *kept = S->kept;
+  uint64_t k = S->base[t];
+  uint8_t *dst = l == 1 ? S->b : S->lv[l & 1];
+  uint8_t prev = k > 0 ? kept[k - 1] : 0;
+  for (uint64_t g = lo; g < hi; g++) {
+    unsigned m = S->bm[g];
+    uint64_t end = 8 * g + 8 < n ? 8 * g + 8 : n;
+    for (uint64_t i = 8 * g; i < end; i++) {
+      unsigned on = (m >> (i % 8)) & 1u;
+      if (l == 1) {
+        dst[i] = on ? kept[k] : 0;
+      } else {
+        prev = on ? kept[k] : prev;
+        dst[i] = prev;
+      }
+      k += on;
+    }
+  }
+}
+
+/* Thread 0, above level 1: the rebuilt bitmap's padding bits are 0; it is
+ * the next level's bitmap. */
+static inline FZR_HD void fzr_lv_next(fzr_state *S, unsigned l) {
+  uint8_t *dst = S->lv[l & 1];
+  if (!fzr_tail_ok(dst, S->rl[l - 2])) {
+    S->err = 1;
+    S->done = 1;
+    return;
+  }
+  S->bm = dst;
+}
+
+/* ---- huffman ---- */
+
+/* Thread 0: the stream's header, the canonical codes. */
+static inline FZR_HD void fzr_huff_head(fzr_state *S) {
+  const uint8_t *in = S->b;
+  uint64_t in_len = S->hlen;
+  if (in_len < 2)
+    goto bad;
+  {
+    unsigned e = (unsigned)in[0] | (unsigned)in[1] << 8, nsym = e + 1 + FZR_RUNS;
+    if (e < 1 || e > FZR_MAX_DIRECT)
+      goto bad;
+    uint64_t head = 2 + (nsym + 1) / 2 + 4 * FZR_LANES;
+    if (in_len < head)
+      goto bad;
+    uint32_t kraft = 0;
+    for (unsigned s = 0; s < nsym; s++) {
+      unsigned l = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
+      S->lens[s] = (uint8_t)l;
+      if (l > FZR_MAX_LEN)
+        goto bad;
+      if (l)
+        kraft += 1u << (FZR_MAX_LEN - l);
+    }
+    if (kraft == 0 || kraft > (1u << FZR_MAX_LEN) || ((nsym & 1) && (in[2 + nsym / 2] >> 4)))
+      goto bad;
+    uint64_t pos = head;
+    for (unsigned l = 0; l < FZR_LANES; l++) {
+      uint64_t bytes = fzr_ld32(in + 2 + (nsym + 1) / 2 + 4 * l);
+      if (bytes > in_len - pos)
+        goto bad;
+      S->lane_beg[l] = pos;
+      S->lane_end[l] = pos + bytes;
+      pos += bytes;
+    }
+    if (pos != in_len)
+      goto bad;
+    S->e = e;
+    S->nsym = nsym;
+    unsigned count[FZR_MAX_LEN + 1] = {0}, next[FZR_MAX_LEN + 2];
+    for (unsigned s = 0; s < nsym; s++)
+      count[S->lens[s]]++;
+    count[0] = 0;
+    unsigned c = 0;
+    for (unsigned l = 1; l <= FZR_MAX_LEN; l++) {
+      c = (c + count[l - 1]) << 1;
+      next[l] = c;
+    }
+    for (unsigned s = 0; s < nsym; s++) {
+      unsigned l = S->lens[s];
+      if (l == 0)
+        continue;
+      unsigned v = next[l]++, r = 0;
+      for (unsigned j = 0; j < l; j++)
+        r |= ((v >> j) & 1u) << (l - 1 - j);
+      S->code[s] = (uint16_t)r;
+    }
+  }
+  return;
+bad:
+  S->err = 1;
+  S->done = 1;
+}
+
+static inline FZR_HD void fzr_lut_clear(fzr_state *S, unsigned t, unsigned nt) {
+  for (unsigned x = t; x < (1u << FZR_MAX_LEN); x += nt)
+    S->lut[x] = 0;
+}
+
+/* Each symbol's entries; a complete or incomplete prefix code gives every
+ * window at most one symbol, so threads never write the same entry. */
+static inline FZR_HD void fzr_lut_fill(fzr_state *S, unsigned t, unsigned nt) {
+  for (unsigned s = t; s < S->nsym; s += nt) {
+    unsigned l = S->lens[s];
+    if (l)
+      for (uint32_t x = S->code[s]; x < (1u << FZR_MAX_LEN); x += 1u << l)
+        S->lut[x] = (uint32_t)l << 16 | s;
+  }
+}
+
+typedef struct fzr_reader {
+  uint64_t acc;
+  unsigned nb;
+  const uint8_t *p, *end;
+} fzr_reader;
+
+static inline FZR_HD void fzr_refill(fzr_reader *r) {
+  if (r->nb <= 32 && r->end - r->p >= 4) {
+    r->acc |= (uint64_t)fzr_ld32(r->p) << r->nb;
+    r->nb += 32;
+    r->p += 4;
+    return;
+  }
+  while (r->nb <= 56 && r->p < r->end) {
+    r->acc |= (uint64_t)*r->p++ << r->nb;
+    r->nb += 8;
+  }
+}
+
+static inline FZR_HD int fzr_take(fzr_reader *r, unsigned n, uint64_t *v) {
+  fzr_refill(r);
+  if (r->nb < n)
+    return 0;
+  *v = r->acc & ((UINT64_C(1) << n) - 1);
+  r->acc >>= n;
+  r->nb -= n;
+  return 1;
+}
+
+static inline FZR_HD void fzr_store(uint8_t *a, unsigned w, uint64_t j, uint64_t v) {
+  if (w == 4)
+    ((uint32_t *)a)[j] = (uint32_t)v;
+  else
+    ((uint64_t *)a)[j] = v;
+}
+
+/* Lane l (< 32) decodes its sub-stream into the words. */
+static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
+  if (l >= FZR_LANES)
+    return;
+  uint64_t n = S->n, lcap = (n + FZR_LANES - 1) / FZR_LANES, lo = l * lcap;
+  uint64_t cnt = lo < n ? (lo + lcap < n ? lcap : n - lo) : 0;
+  fzr_reader r = {0, 0, S->b + S->lane_beg[l], S->b + S->lane_end[l]};
+  unsigned e = S->e;
+  uint8_t *a = S->a;
+  for (uint64_t j = 0; j < cnt;) {
+    if (r.nb < FZR_MAX_LEN)
+      fzr_refill(&r);
+    uint32_t ent = S->lut[r.acc & ((1u << FZR_MAX_LEN) - 1)];
+    unsigned ls = ent >> 16, s = ent & 0xffffu;
+    if (ls == 0 || ls > r.nb)
+      goto bad;
+    r.acc >>= ls;
+    r.nb -= ls;
+    if (s > e) {
+      uint64_t run = (uint64_t)1 << (s - e);
+      if (run > cnt - j)
+        goto bad;
+      for (uint64_t k = 0; k < run; k++, j++)
+        fzr_store(a, w, lo + j, 0);
+      continue;
+    }
+    uint64_t v = s;
+    if (s == e) {
+      uint64_t x, hi = 0;
+      if (!fzr_take(&r, w == 8 ? 32 : 8 * w, &x) || (w == 8 && !fzr_take(&r, 32, &hi)))
+        goto bad;
+      v = x | hi << 32;
+    }
+    fzr_store(a, w, lo + j, v);
+    j++;
+  }
+  if (r.p != r.end || r.nb >= 8 || r.acc != 0)
+    goto bad;
+  return;
+bad:
+  FZR_BAD(S);
+}
+
+/* ---- values ---- */
+
+static inline FZR_HD uint8_t *fzr_vals(fzr_state *S, const fzr_job *J) {
+  return J->out_aligned ? J->out + S->c * J->cb : S->v;
+}
+
+/* The interpolation's walk: the folded extents, strides and the chunk's
+ * bounding box (stage_interp.c's walk_init); thread 0. */
+static inline FZR_HD void fzr_walk_init(fzr_state *S, const fzr_job *J) {
+  const uint64_t *ext = J->ext[J->pdims - 1];
+  for (unsigned d = 0; d < 3; d++)
+    S->ext[d] = ext[d];
+  S->str[2] = 1;
+  S->str[1] = ext[2];
+  S->str[0] = ext[2] * ext[1];
+  uint64_t s = S->first, e = s + S->n - 1;
+  S->lo[0] = s / S->str[0];
+  S->hi[0] = e / S->str[0];
+  for (unsigned d = 1; d < 3; d++) {
+    int same = s / S->str[d - 1] == e / S->str[d - 1];
+    S->lo[d] = same ? (s / S->str[d]) % S->ext[d] : 0;
+    S->hi[d] = same ? (e / S->str[d]) % S->ext[d] : S->ext[d] - 1;
+  }
+}
+
+static inline FZR_HD void fzr_flags_clear(fzr_state *S, unsigned t, unsigned nt) {
+  for (uint64_t i = t; i < S->n; i += nt)
+    S->x[i] = 0;
+}
+
+/* The outliers into the values (and their flags): indices strictly
+ * ascending and inside the chunk, each checked against the one before. */
+static inline FZR_HD void fzr_outliers(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt,
+                                       int flags) {
+  uint8_t *out = fzr_vals(S, J);
+  unsigned w = J->w, iw = S->iw;
+  for (uint64_t j = t; j < S->m; j += nt) {
+    uint64_t i = fzr_index(S->idx + iw * j, iw);
+    if ((j > 0 && i <= fzr_index(S->idx + iw * (j - 1), iw)) || i >= S->n) {
+      FZR_BAD(S);
+      continue;
+    }
+    for (unsigned b = 0; b < w; b++)
+      out[i * w + b] = S->vals[j * w + b];
+    if (flags)
+      S->x[i] = 1;
+  }
+}
+
+static inline FZR_HD double fzr_fin0(double v) { return isfinite(v) ? v : 0.0; }
+
+/* The value a prediction reads at i. */
+static inline FZR_HD double fzr_pv(const fzr_state *S, const uint8_t *out, unsigned w,
+                                   uint64_t i) {
+  double v = w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
+  return S->x[i] ? fzr_fin0(v) : v;
+}
+
+static inline FZR_HD int fzr_near(const fzr_state *S, const uint8_t *out, unsigned w,
+                                  const uint64_t *c, unsigned d, int64_t off, double *v) {
+  int64_t cd = (int64_t)c[d] + off;
+  if (cd < 0 || cd >= (int64_t)S->ext[d])
+    return 0;
+  uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
+  g = (uint64_t)((int64_t)g + off * (int64_t)S->str[d]);
+  if (g < S->first || g - S->first >= S->n)
+    return 0;
+  *v = fzr_pv(S, out, w, g - S->first);
+  return 1;
+}
+
+static inline FZR_HD double fzr_predict(const fzr_state *S, const uint8_t *out, unsigned w,
+                                        const uint64_t *c, unsigned d, uint64_t h) {
+  double a = 0, b = 0, cc = 0, e = 0;
+  int64_t sh = (int64_t)h;
+  int hb = fzr_near(S, out, w, c, d, -sh, &b), hc = fzr_near(S, out, w, c, d, sh, &cc);
+  if (hb && hc) {
+    if (fzr_near(S, out, w, c, d, -3 * sh, &a) && fzr_near(S, out, w, c, d, 3 * sh, &e))
+      return (-a + 9.0 * b + 9.0 * cc - e) * 0.0625;
+    return (b + cc) * 0.5;
+  }
+  return hb ? b : hc ? cc : 0.0;
+}
+
+/* One point rebuilt from its prediction (stage_interp.c's point()). */
+static inline FZR_HD void fzr_point(fzr_state *S, const fzr_job *J, uint8_t *out, uint64_t i,
+                                    double p) {
+  if (S->x[i])
+    return;
+  if (J->w == 4) {
+    int32_t q = (int32_t)fzo_unzigzag32(((const uint32_t *)S->a)[i]);
+    ((float *)out)[i] = (float)(p + (double)q * J->step);
+  } else {
+    int64_t q = (int64_t)fzo_unzigzag64(((const uint64_t *)S->a)[i]);
+    ((double *)out)[i] = p + (double)q * J->step;
+  }
+}
+
+static inline FZR_HD uint64_t fzr_first_at(uint64_t lo, uint64_t m, uint64_t r) {
+  uint64_t q = lo <= r ? 0 : (lo - r + m - 1) / m;
+  return q * m + r;
+}
+
+/* Thread 0: the anchors, each predicted by the one before in the chunk. */
+static inline FZR_HD void fzr_anchors(fzr_state *S, const fzr_job *J) {
+  uint8_t *out = fzr_vals(S, J);
+  uint64_t c[3], s = S->first, e = s + S->n - 1;
+  double prev = 0;
+  for (c[0] = fzr_first_at(S->lo[0], FZR_TOP, 0); c[0] <= S->hi[0]; c[0] += FZR_TOP)
+    for (c[1] = fzr_first_at(S->lo[1], FZR_TOP, 0); c[1] <= S->hi[1]; c[1] += FZR_TOP)
+      for (c[2] = fzr_first_at(S->lo[2], FZR_TOP, 0); c[2] <= S->hi[2]; c[2] += FZR_TOP) {
+        uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
+        if (g < s || g > e)
+          continue;
+        fzr_point(S, J, out, g - s, prev);
+        prev = fzr_pv(S, out, J->w, g - s);
+      }
+}
+
+/* One level (h, d) of the walk: its points depend only on coarser levels
+ * and earlier axes, so the block shares them out. */
+static inline FZR_HD void fzr_level(fzr_state *S, const fzr_job *J, uint64_t h, unsigned d,
+                                    unsigned t, unsigned nt) {
+  uint8_t *out = fzr_vals(S, J);
+  uint64_t stp[3], start[3], cnt[3];
+  for (unsigned j = 0; j < 3; j++) {
+    stp[j] = j == d ? 2 * h : j < d ? h : 2 * h;
+    start[j] = fzr_first_at(S->lo[j], stp[j], j == d ? h : 0);
+    cnt[j] = start[j] <= S->hi[j] ? (S->hi[j] - start[j]) / stp[j] + 1 : 0;
+  }
+  uint64_t total = cnt[0] * cnt[1] * cnt[2], s = S->first, e = s + S->n - 1;
+  for (uint64_t k = t; k < total; k += nt) {
+    uint64_t c[3];
+    c[2] = start[2] + (k % cnt[2]) * stp[2];
+    c[1] = start[1] + (k / cnt[2] % cnt[1]) * stp[1];
+    c[0] = start[0] + (k / cnt[2] / cnt[1]) * stp[0];
+    uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
+    if (g < s || g > e)
+      continue;
+    fzr_point(S, J, out, g - s, fzr_predict(S, out, J->w, c, d, h));
+  }
+}
+
+/* ---- the lorenzo predictor (k >= 1) and quant's own words ---- */
+
+static inline FZR_HD uint64_t fzr_corner(unsigned m, uint64_t sy, uint64_t sz) {
+  return (m & 1u) + ((m & 2u) ? sy : 0) + ((m & 4u) ? sz : 0);
+}
+
+static inline FZR_HD unsigned fzr_top_bit(unsigned m) {
+  unsigned b = 0;
+  while (m >> (b + 1))
+    b++;
+  return b;
+}
+
+/* Lorenzo's words rebuilt row by row (stage_lorenzo.c's prediction,
+ * with the chunk's own axis dropping).  Within a row of x, the prediction
+ * splits into the word before (along x, when the element keeps the x axis)
+ * and terms of the rows before, already rebuilt:
+ *   w[i] = c w[i-1] + a,  c = [x kept],
+ *   a = r + sum over nonempty S of the kept y, z: (-1)^(|S|+1)
+ *       (w[i - off(S)] - c w[i - 1 - off(S)])   (modulo 2^bits),
+ * so the row is a chain of affine maps: each thread composes its share's,
+ * thread 0 chains the shares, each thread applies its share.  A row's first
+ * element never keeps x (x = 0, or the chunk's first element), so every
+ * row starts from nothing. */
+
+/* The axes element i (x along its row) is predicted from. */
+static inline FZR_HD unsigned fzr_lz_axes(uint64_t i, uint64_t x, unsigned ax, uint64_t sy,
+                                          uint64_t sz) {
+  unsigned m = (x > 0 ? 1u : 0u) | ax;
+  while (m && fzr_corner(m, sy, sz) > i)
+    m &= ~(1u << fzr_top_bit(m));
+  return m;
+}
+
+static inline FZR_HD uint64_t fzr_lz_ld(const uint8_t *a, unsigned w, uint64_t i) {
+  return w == 4 ? ((const uint32_t *)a)[i] : ((const uint64_t *)a)[i];
+}
+
+/* Row r's share for thread t: elements [*g0, *g1) of the array. */
+static inline FZR_HD void fzr_lz_share(const fzr_state *S, uint64_t X, uint64_t r, unsigned t,
+                                       unsigned nt, uint64_t *g0, uint64_t *g1) {
+  uint64_t R = r * X, end = S->first + S->n;
+  uint64_t lo = R > S->first ? R : S->first, hi = R + X < end ? R + X : end;
+  uint64_t per = (hi - lo + nt - 1) / nt;
+  if (per < 16)
+    per = 16;
+  *g0 = lo + per * t < hi ? lo + per * t : hi;
+  *g1 = *g0 + per < hi ? *g0 + per : hi;
+}
+
+static inline FZR_HD void fzr_lz_local(fzr_state *S, const fzr_job *J, uint64_t r, unsigned t,
+                                       unsigned nt) {
+  const uint64_t *ext = J->ext[S->pk - 1];
+  uint64_t X = ext[2], Y = ext[1], sy = X, sz = X * Y, g0, g1;
+  unsigned w = J->w;
+  uint64_t mask = w == 4 ? 0xffffffffull : ~0ull;
+  fzr_lz_share(S, X, r, t, nt, &g0, &g1);
+  unsigned ax = (r % Y > 0 ? 2u : 0u) | (r / Y > 0 ? 4u : 0u);
+  uint64_t C = 1, A = 0;
+  uint8_t *v = S->a;
+  for (uint64_t g = g0; g < g1; g++) {
+    uint64_t i = g - S->first;
+    unsigned m = fzr_lz_axes(i, g - r * X, ax, sy, sz);
+    uint64_t c = m & 1u, z0 = fzr_lz_ld(v, w, i);
+    uint64_t a = w == 4 ? fzo_unzigzag32((uint32_t)z0) : fzo_unzigzag64(z0);
+    /* The terms one step back along x only where x is kept: elsewhere
+     * they may lie before the chunk. */
+    if (m & 2u)
+      a += fzr_lz_ld(v, w, i - sy) - (c ? fzr_lz_ld(v, w, i - 1 - sy) : 0);
+    if (m & 4u)
+      a += fzr_lz_ld(v, w, i - sz) - (c ? fzr_lz_ld(v, w, i - 1 - sz) : 0);
+    if ((m & 6u) == 6u)
+      a -= fzr_lz_ld(v, w, i - sy - sz) - (c ? fzr_lz_ld(v, w, i - 1 - sy - sz) : 0);
+    a &= mask;
+    fzr_store(v, w, i, a);
+    A = (c * A + a) & mask;
+    C &= c;
+  }
+  S->lz_c[t] = (uint8_t)C;
+  S->lz_a[t] = A;
+}
+
+static inline FZR_HD void fzr_lz_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
+  uint64_t mask = J->w == 4 ? 0xffffffffull : ~0ull, wv = 0;
+  for (unsigned t = 0; t < nt; t++) {
+    S->lz_in[t] = wv;
+    wv = ((uint64_t)S->lz_c[t] * wv + S->lz_a[t]) & mask;
+  }
+}
+
+static inline FZR_HD void fzr_lz_apply(fzr_state *S, const fzr_job *J, uint64_t r, unsigned t,
+                                       unsigned nt) {
+  const uint64_t *ext = J->ext[S->pk - 1];
+  uint64_t X = ext[2], Y = ext[1], sy = X, sz = X * Y, g0, g1;
+  unsigned w = J->w;
+  uint64_t mask = w == 4 ? 0xffffffffull : ~0ull;
+  fzr_lz_share(S, X, r, t, nt, &g0, &g1);
+  unsigned ax = (r % Y > 0 ? 2u : 0u) | (r / Y > 0 ? 4u : 0u);
+  uint64_t wv = S->lz_in[t];
+  uint8_t *v = S->a;
+  for (uint64_t g = g0; g < g1; g++) {
+    uint64_t i = g - S->first;
+    uint64_t c = fzr_lz_axes(i, g - r * X, ax, sy, sz) & 1u;
+    wv = (c * wv + fzr_lz_ld(v, w, i)) & mask;
+    fzr_store(v, w, i, wv);
+  }
+}
+
+/* quant's decoding of the words (or their copy, lossless). */
+static inline FZR_HD void fzr_dequant(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
+  uint8_t *out = fzr_vals(S, J);
+  for (uint64_t i = t; i < S->n; i += nt) {
+    if (J->w == 4) {
+      uint32_t c = ((const uint32_t *)S->a)[i];
+      ((float *)out)[i] = J->step == 0 ? fzo_bits_f32(c)
+                          : J->pwrel   ? fzo_pw_dequant_f32(c, (uint32_t)J->step)
+                                       : fzo_dequant_f32(c, J->step);
+    } else {
+      uint64_t c = ((const uint64_t *)S->a)[i];
+      ((double *)out)[i] = J->step == 0 ? fzo_bits_f64(c)
+                           : J->pwrel   ? fzo_pw_dequant_f64(c, (uint64_t)J->step)
+                                        : fzo_dequant_f64(c, J->step);
+    }
+  }
+}
+
+/* ---- the chunk's CRC-32C and raw chunks ---- */
+
+#define FZR_POLY 0x82f63b78u
+
+/* a * b modulo the polynomial, bit-reflected (bit 31 is x^0). */
+static inline FZR_HD uint32_t fzr_gf_mul(uint32_t a, uint32_t b) {
+  uint32_t p = 0;
+  for (unsigned i = 0; i < 32; i++) {
+    if (a & (0x80000000u >> i))
+      p ^= b;
+    b = (b & 1u) ? (b >> 1) ^ FZR_POLY : b >> 1;
+  }
+  return p;
+}
+
+/* x^(8 n) modulo the polynomial: what n zero bytes multiply a CRC by. */
+static inline FZR_HD uint32_t fzr_xpow8(uint64_t n) {
+  uint32_t r = 0x80000000u, b = 0x00800000u; /* 1, x^8 */
+  for (; n; n >>= 1) {
+    if (n & 1)
+      r = fzr_gf_mul(r, b);
+    b = fzr_gf_mul(b, b);
+  }
+  return r;
+}
+
+/* Each thread's share of the chunk's bytes, as a CRC from 0 without the
+ * final inversion (linear, so the parts combine). */
+static inline FZR_HD void fzr_crc_part(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
+  uint64_t lo, hi;
+  fzr_share(S->len, t, nt, &lo, &hi);
+  uint32_t r = 0;
+  for (uint64_t i = lo; i < hi; i++)
+    r = J->crc_tab[(r ^ S->in[i]) & 0xffu] ^ (r >> 8);
+  S->part[t] = r;
+}
+
+static inline FZR_HD uint32_t fzr_crc_finish(fzr_state *S, unsigned nt) {
+  uint64_t per = (S->len + nt - 1) / nt;
+  uint32_t fac = fzr_xpow8(per), r = 0;
+  for (unsigned t = 0; t < nt; t++) {
+    uint64_t lo, hi;
+    fzr_share(S->len, t, nt, &lo, &hi);
+    if (hi == lo)
+      break;
+    r = fzr_gf_mul(r, hi - lo == per ? fac : fzr_xpow8(hi - lo)) ^ S->part[t];
+  }
+  return r ^ fzr_gf_mul(0xffffffffu, fzr_xpow8(S->len)) ^ 0xffffffffu;
+}
+
+static inline FZR_HD void fzr_copy_raw(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
+  uint8_t *out = fzr_vals(S, J);
+  for (uint64_t i = t; i < S->raw; i += nt)
+    out[i] = S->in[i];
+}
+
+/* When out is not aligned for the values they were rebuilt in scratch. */
+static inline FZR_HD void fzr_copy_out(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
+  uint8_t *out = J->out + S->c * J->cb;
+  for (uint64_t i = t; i < S->raw; i += nt)
+    out[i] = S->v[i];
+}
+
+/* ---- one chunk, phase by phase ---- */
+
+#ifdef __CUDA_ARCH__
+#define FZR_ALL(stmt) { stmt; }
+#define FZR_ONE(stmt) if (t == 0) { stmt; }
+#define FZR_SYNC() __syncthreads()
+#define FZR_T0 const unsigned t = threadIdx.x, nt = blockDim.x
+static __device__ inline void fzr_flag(uint32_t *st) { atomicOr(st, 1u); }
+#else
+#define FZR_ALL(stmt) for (unsigned t = 0; t < nt; t++) { stmt; }
+#define FZR_ONE(stmt) { const unsigned t = 0; (void)t; stmt; }
+#define FZR_SYNC() do { } while (0)
+#define FZR_T0 const unsigned nt = FZR_NT
+static inline void fzr_flag(uint32_t *st) { *st |= 1u; }
+#endif
+
+/* Every thread of the block calls it (the host model: once, running each
+ * phase for every thread in turn); S is the block's shared state.  The
+ * branches all read S after a barrier, so the block takes them as one. */
+static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c) {
+  FZR_T0;
+  FZR_ONE(fzr_begin(S, J, c));
+  FZR_ALL(fzr_lut_clear(S, t, nt));
+  FZR_SYNC();
+  if (S->done)
+    goto finish;
+  for (unsigned l = J->levels; l >= 1; l--) {
+    FZR_ALL(fzr_lv_count(S, l, t, nt));
+    FZR_SYNC();
+    FZR_ONE(fzr_lv_scan(S, l, nt));
+    FZR_SYNC();
+    if (S->done)
+      goto finish;
+    FZR_ALL(fzr_lv_restore(S, l, t, nt));
+    FZR_SYNC();
+    if (l >= 2) {
+      FZR_ONE(fzr_lv_next(S, l));
+      FZR_SYNC();
+      if (S->done)
+        goto finish;
+    }
+  }
+  FZR_ONE(fzr_huff_head(S));
+  FZR_SYNC();
+  if (S->done)
+    goto finish;
+  FZR_ALL(fzr_lut_fill(S, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzr_huff_lane(S, t, J->w));
+  FZR_SYNC();
+  /* pwrel chunks must name lorenzo; a lossless one has no outliers. */
+  FZR_ONE(if ((J->pwrel && S->pk == 0) || (J->step == 0 && S->m != 0)) S->err = 1);
+  FZR_SYNC();
+  if (S->err)
+    goto finish;
+  if (S->pk == 0 && J->step != 0) {
+    FZR_ALL(fzr_flags_clear(S, t, nt));
+    FZR_ONE(fzr_walk_init(S, J));
+    FZR_SYNC();
+    FZR_ALL(fzr_outliers(S, J, t, nt, 1));
+    FZR_SYNC();
+    if (S->err)
+      goto finish;
+    FZR_ONE(fzr_anchors(S, J));
+    FZR_SYNC();
+    for (uint64_t h = FZR_TOP / 2; h >= 1; h /= 2)
+      for (unsigned d = 0; d < 3; d++) {
+        FZR_ALL(fzr_level(S, J, h, d, t, nt));
+        FZR_SYNC();
+      }
+  } else {
+    if (S->pk != 0) {
+      uint64_t X = J->ext[S->pk - 1][2], end = S->first + S->n;
+      for (uint64_t r = S->first / X; r * X < end; r++) {
+        FZR_ALL(fzr_lz_local(S, J, r, t, nt));
+        FZR_SYNC();
+        FZR_ONE(fzr_lz_chain(S, J, nt));
+        FZR_SYNC();
+        FZR_ALL(fzr_lz_apply(S, J, r, t, nt));
+        FZR_SYNC();
+      }
+    }
+    FZR_ALL(fzr_dequant(S, J, t, nt));
+    FZR_SYNC();
+    FZR_ALL(fzr_outliers(S, J, t, nt, 0));
+    FZR_SYNC();
+  }
+  if (!J->out_aligned)
+    FZR_ALL(fzr_copy_out(S, J, t, nt));
+finish:
+  FZR_SYNC();
+  if (S->skip_crc) {
+    FZR_ONE(J->crcs[c] = 0);
+    return;
+  }
+  if (!S->err && S->len == S->raw) {
+    FZR_ALL(fzr_copy_raw(S, J, t, nt));
+    FZR_SYNC();
+    if (!J->out_aligned)
+      FZR_ALL(fzr_copy_out(S, J, t, nt));
+  }
+  FZR_ALL(fzr_crc_part(S, J, t, nt));
+  FZR_SYNC();
+  FZR_ONE(J->crcs[c] = fzr_crc_finish(S, nt); if (S->err) fzr_flag(J->status));
+}
+
+#endif

@@ -1,0 +1,356 @@
+/*
+ * gpu_ratio.c - the ratio preset's archives (format version 3) decoded on
+ * the GPU: the CPU encoder's archives of f32 and f64 fields, 1-D to 4-D
+ * with odd extents, extents of 1 and partial chunks, smooth, noisy,
+ * constant and full of NaN, Inf, -0.0 and denormals, under ABS, REL (1e-2
+ * to 1e-5) and PWREL bounds, must decode to the CPU decoder's bytes, into
+ * aligned and unaligned output; hostile archives (bytes flipped with every
+ * CRC recomputed, truncations) must give the CPU decoder's error, never a
+ * crash (run.sh runs the small case under compute-sanitizer memcheck);
+ * chains the kernels do not take still answer ENOSYS, so a daemon hands
+ * them to the CPU engine; and through a GPU fzd a device-buffer
+ * decompression of a ratio archive gives the CPU engine's output.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+
+#include "archive.h"
+#include "engine.h"
+#include "fzclient.h"
+#include "fzd_harness.h"
+#include "gpu_fzd.h"
+#include "gpu_util.h"
+
+typedef struct shape {
+  unsigned ndims;
+  uint64_t dims[4];
+} shape;
+
+static uint64_t count(const shape *s) {
+  uint64_t n = 1;
+  for (unsigned i = 0; i < s->ndims; i++)
+    n *= s->dims[i];
+  return n;
+}
+
+/* A field smooth along every axis, or one of gpu_util.h's kinds. */
+static void *field(const shape *s, fz_dtype t, gen_kind k, uint64_t seed) {
+  size_t n = (size_t)count(s);
+  void *x = gen_data(t, n, k, seed);
+  if (k == GEN_SMOOTH) {
+    uint64_t X = s->dims[s->ndims - 1], Y = s->ndims > 1 ? s->dims[s->ndims - 2] : 1;
+    for (size_t i = 0; i < n; i++) {
+      double xx = (double)(i % X), yy = (double)((i / X) % Y), zz = (double)(i / X / Y);
+      double v = sin(xx * 0.05) * cos(yy * 0.07) * 50 + zz * 0.3 + xx * 0.01;
+      if (t == FZ_F32)
+        ((float *)x)[i] = (float)v;
+      else
+        ((double *)x)[i] = v;
+    }
+  }
+  return x;
+}
+
+static uint8_t *cpu_archive(const shape *s, fz_dtype t, const void *x, const char *pipe,
+                            fz_eb_mode mode, double eb, unsigned chunk, size_t *len) {
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = t;
+  p.ndims = s->ndims;
+  memcpy(p.dims, s->dims, sizeof s->dims);
+  p.pipeline = pipe;
+  p.eb = eb;
+  p.eb_mode = mode;
+  p.chunk_bytes = chunk;
+  p.threads = 2;
+  fz_plan *pl = NULL;
+  char why[256] = "";
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s: %s", pipe, why);
+  size_t cap = fz_plan_compress_bound(pl);
+  uint8_t *a = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, x, fz_plan_input_bytes(pl), a, cap, len), 0);
+  fz_plan_destroy(pl);
+  return a;
+}
+
+/* Decodes a on both backends (the GPU's output off by `off` bytes from an
+ * allocation's start): the same code, and on success the same bytes. */
+static int both(const uint8_t *a, size_t len, size_t raw, size_t off, const char *what) {
+  fz_gpu_ctx *ctx = test_ctx();
+  uint8_t *o_cpu = malloc(raw + 1), *o_gpu = malloc(raw + 1);
+  size_t ol = 0;
+  int rc_cpu = fz_decompress(a, len, o_cpu, raw, &ol, 2);
+  void *d_arc = to_device(a, len);
+  uint8_t *d_out = NULL;
+  CUDA_OK(cudaMalloc((void **)&d_out, raw + off + 1));
+  char why[256] = "";
+  int rc_gpu = fz_gpu_decompress(ctx, d_arc, len, d_out + off, raw, &ol, NULL, why, sizeof why);
+  cr_assert_eq(rc_gpu, rc_cpu, "%s: gpu %s (%s), cpu %s", what, fz_err_name(rc_gpu), why,
+               fz_err_name(rc_cpu));
+  if (rc_cpu == 0) {
+    cr_assert_eq(ol, raw);
+    CUDA_OK(cudaMemcpy(o_gpu, d_out + off, raw, cudaMemcpyDeviceToHost));
+    size_t first = 0;
+    while (first < raw && o_cpu[first] == o_gpu[first])
+      first++;
+    cr_assert_eq(first, raw, "%s: outputs differ at byte %zu of %zu", what, first, raw);
+  }
+  CUDA_OK(cudaFree(d_arc));
+  CUDA_OK(cudaFree(d_out));
+  free(o_cpu);
+  free(o_gpu);
+  return rc_cpu;
+}
+
+static const shape shapes[] = {
+    {1, {1}},          {1, {70001}},        {2, {1, 9}},          {2, {37, 61}},
+    {2, {300, 301}},   {3, {1, 1, 7}},      {3, {9, 1, 33}},      {3, {17, 23, 29}},
+    {3, {5, 64, 130}}, {4, {2, 3, 17, 19}}, {4, {1, 7, 1, 40}},   {4, {3, 5, 31, 33}},
+};
+
+static const struct {
+  fz_eb_mode m;
+  double eb;
+} bounds[] = {{FZ_EB_REL, 1e-2}, {FZ_EB_REL, 1e-3}, {FZ_EB_REL, 1e-4}, {FZ_EB_REL, 1e-5},
+              {FZ_EB_ABS, 1e-3}, {FZ_EB_PWREL, 1e-3}};
+
+static void sweep(fz_dtype t, unsigned chunk) {
+  const gen_kind kinds[] = {GEN_SMOOTH, GEN_NOISE, GEN_CONST, GEN_SPECIAL};
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+    for (size_t k = 0; k < 4; k++) {
+      const shape *s = &shapes[si];
+      void *x = field(s, t, kinds[k], si * 31 + k);
+      size_t raw = (size_t)count(s) * fz_dtype_size(t);
+      for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++) {
+        size_t len;
+        uint8_t *a = cpu_archive(s, t, x, "ratio", bounds[b].m, bounds[b].eb, chunk, &len);
+        char what[160];
+        snprintf(what, sizeof what, "%s shape %zu kind %zu %s %g chunk %u", fz_dtype_name(t),
+                 si, k, fz_eb_mode_name(bounds[b].m), bounds[b].eb, chunk);
+        cr_assert_eq(both(a, len, raw, 0, what), 0, "%s", what);
+        /* Output off the element alignment: rebuilt aside, then copied. */
+        if (b == 1)
+          both(a, len, raw, 1, what);
+        free(a);
+      }
+      free(x);
+    }
+}
+
+Test(ratio, f32_default_chunks, .timeout = 600) { sweep(FZ_F32, 0); }
+Test(ratio, f32_small_chunks, .timeout = 600) { sweep(FZ_F32, 4096); }
+Test(ratio, f64_default_chunks, .timeout = 600) { sweep(FZ_F64, 0); }
+Test(ratio, f64_small_chunks, .timeout = 600) { sweep(FZ_F64, 8192); }
+
+/* The interpolation in fewer dimensions than the shape, fewer rze levels,
+ * and lossless chunks (a bound below what the type resolves). */
+Test(ratio, other_parameters) {
+  shape s = {3, {17, 23, 29}};
+  size_t raw = (size_t)count(&s) * 4, len;
+  void *x = field(&s, FZ_F32, GEN_SMOOTH, 2);
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, "quant | interp(dims=1) | huffman | rze(levels=2)",
+                           FZ_EB_REL, 1e-3, 4096, &len);
+  both(a, len, raw, 0, "interp(dims=1) rze(levels=2)");
+  free(a);
+  free(x);
+  x = field(&s, FZ_F32, GEN_SPECIAL, 4);
+  a = cpu_archive(&s, FZ_F32, x, "ratio", FZ_EB_ABS, 1e-45, 4096, &len);
+  both(a, len, raw, 0, "lossless");
+  free(a);
+  free(x);
+}
+
+/* Version-3 chains the kernels do not take: ENOSYS, for the CPU engine. */
+Test(ratio, other_chains_are_left_to_the_cpu) {
+  shape s = {2, {37, 61}};
+  void *x = field(&s, FZ_F32, GEN_SMOOTH, 2);
+  size_t len;
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, "quant | lorenzo | huffman | rze", FZ_EB_REL, 1e-3,
+                           4096, &len);
+  void *d_arc = to_device(a, len), *d_out = NULL;
+  CUDA_OK(cudaMalloc(&d_out, count(&s) * 4));
+  size_t ol;
+  char why[256] = "";
+  int rc = fz_gpu_decompress(test_ctx(), d_arc, len, d_out, count(&s) * 4, &ol, NULL, why,
+                             sizeof why);
+  cr_assert_eq(rc, FZ_ENOSYS, "%s: %s", fz_err_name(rc), why);
+  CUDA_OK(cudaFree(d_arc));
+  CUDA_OK(cudaFree(d_out));
+  free(a);
+  free(x);
+}
+
+/* Every CRC of an edited archive recomputed, so the chunk's own checks are
+ * what must catch the edit. */
+static void reseal(uint8_t *a, size_t len) {
+  fze_header h;
+  size_t tp;
+  cr_assert_eq(fze_header_parse_prefix(a, len, &h, &tp), 0);
+  uint32_t pc = 0;
+  uint64_t off = h.header_len;
+  for (uint64_t c = 0; c < h.nchunks; c++) {
+    const uint8_t *p = a + tp + 4 * c;
+    uint32_t sz = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                  (uint32_t)p[3] << 24;
+    uint32_t cc = fze_crc32c(0, a + off, sz);
+    uint8_t le[4];
+    for (int k = 0; k < 4; k++)
+      le[k] = (uint8_t)(cc >> (8 * k));
+    pc = fze_crc32c(pc, le, 4);
+    off += sz;
+  }
+  for (int k = 0; k < 4; k++)
+    a[tp - 4 + k] = (uint8_t)(pc >> (8 * k));
+  size_t hl = tp + 4 * h.nchunks;
+  uint32_t hc = fze_crc32c(0, a, hl);
+  for (int k = 0; k < 4; k++)
+    a[hl + k] = (uint8_t)(hc >> (8 * k));
+}
+
+/* Bytes of the payload flipped (every stride-th, three ways), the CRCs
+ * recomputed; and cuts. */
+static void hostile(const uint8_t *a, size_t len, size_t raw, size_t stride, const char *what) {
+  fze_header h;
+  cr_assert_eq(fze_header_parse(a, len, &h), 0);
+  uint8_t *b = malloc(len);
+  size_t refused = 0;
+  for (size_t at = h.header_len; at < len; at += stride)
+    for (int flip = 0; flip < 3; flip++) {
+      memcpy(b, a, len);
+      b[at] = flip == 0 ? (uint8_t)~b[at] : flip == 1 ? 0 : (uint8_t)(b[at] ^ 1);
+      if (b[at] == a[at])
+        continue;
+      reseal(b, len);
+      char w[160];
+      snprintf(w, sizeof w, "%s: byte %zu flip %d", what, at, flip);
+      refused += both(b, len, raw, 0, w) < 0;
+    }
+  cr_assert_gt(refused, 0, "%s: no edit refused", what);
+  for (size_t cut = 0; cut < len; cut += 1 + cut / 3) {
+    char w[160];
+    snprintf(w, sizeof w, "%s: cut at %zu", what, cut);
+    both(a, cut, raw, 0, w);
+  }
+  free(b);
+}
+
+/* Small enough for compute-sanitizer (run.sh). */
+Test(ratio, hostile_small) {
+  shape s = {3, {6, 20, 30}};
+  void *x = field(&s, FZ_F32, GEN_SPECIAL, 9);
+  size_t len;
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, &len);
+  hostile(a, len, 3600 * 4, 7, "f32 rel");
+  free(a);
+  free(x);
+  /* pwrel codes nothing of that field (every chunk is stored raw), so its
+   * case takes a smooth one. */
+  x = field(&s, FZ_F32, GEN_SMOOTH, 9);
+  a = cpu_archive(&s, FZ_F32, x, "ratio", FZ_EB_PWREL, 1e-2, 4096, &len);
+  hostile(a, len, 3600 * 4, 7, "f32 pwrel");
+  free(a);
+  free(x);
+}
+
+/* One archive and a few edits: the case run.sh runs under memcheck. */
+Test(ratio, sanitizer_small) {
+  shape s = {2, {37, 61}};
+  void *x = field(&s, FZ_F32, GEN_SPECIAL, 9);
+  size_t len;
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, &len);
+  cr_assert_eq(both(a, len, 37 * 61 * 4, 0, "valid"), 0);
+  both(a, len, 37 * 61 * 4, 1, "valid, unaligned output");
+  uint8_t *b = malloc(len);
+  for (size_t at = len / 3; at < len; at += len / 5) {
+    memcpy(b, a, len);
+    b[at] ^= 0x5a;
+    reseal(b, len);
+    both(b, len, 37 * 61 * 4, 0, "edited");
+  }
+  free(b);
+  free(a);
+  free(x);
+}
+
+Test(ratio, hostile_every_byte, .timeout = 600) {
+  shape s = {3, {6, 20, 30}};
+  void *x = field(&s, FZ_F64, GEN_SMOOTH, 3);
+  size_t len;
+  uint8_t *a = cpu_archive(&s, FZ_F64, x, "ratio", FZ_EB_ABS, 1e-4, 8192, &len);
+  hostile(a, len, 3600 * 8, 1, "f64 abs");
+  free(a);
+  free(x);
+}
+
+/* A huffman stream's code lengths over-subscribed, its sub-stream lengths
+ * off, the stream cut: built by hand in a chunk of one archive. */
+Test(ratio, hostile_code_lengths) {
+  shape s = {2, {64, 64}};
+  void *x = field(&s, FZ_F32, GEN_NOISE, 5);
+  size_t len;
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, "quant | interp | huffman | rze(levels=1)",
+                           FZ_EB_ABS, 1e-2, 0, &len);
+  fze_header h;
+  cr_assert_eq(fze_header_parse(a, len, &h), 0);
+  uint8_t *b = malloc(len);
+  /* Set nibbles of the code lengths to 0xf (above 12) or 1 (over-subscribed). */
+  for (size_t at = h.header_len; at < len && at < h.header_len + 400; at++) {
+    static const uint8_t vals[] = {0xff, 0x11, 0x00};
+    for (size_t v = 0; v < sizeof vals; v++) {
+      memcpy(b, a, len);
+      b[at] = vals[v];
+      reseal(b, len);
+      both(b, len, 4096 * 4, 0, "code lengths");
+    }
+  }
+  free(b);
+  free(a);
+  free(x);
+}
+
+/* Through a GPU fzd: the archive in device memory (CUDA IPC), the output
+ * too; the CPU engine's bytes. */
+Test(ratio, fzd_device_buffers, .timeout = 300) {
+  fzd_harness *hz = start_gpu_fzd("\"workers\": 2");
+  fz_client *c = connect_gpu(hz);
+  CUDA_OK(cudaSetDevice(0));
+  char uuid[64];
+  struct cudaDeviceProp prop;
+  CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+  const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+  snprintf(uuid, sizeof uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+           u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+           u[14], u[15]);
+  shape s = {3, {20, 130, 170}};
+  size_t raw = (size_t)count(&s) * 4, len;
+  void *x = field(&s, FZ_F32, GEN_SMOOTH, 1);
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-4, 0, &len);
+  uint8_t *ref = malloc(raw), *got = malloc(raw);
+  size_t ol;
+  cr_assert_eq(fz_decompress(a, len, ref, raw, &ol, 2), 0);
+  void *d_arc = to_device(a, len), *d_back = NULL;
+  CUDA_OK(cudaMalloc(&d_back, raw));
+  cudaIpcMemHandle_t h_arc, h_back;
+  CUDA_OK(cudaIpcGetMemHandle(&h_arc, d_arc));
+  CUDA_OK(cudaIpcGetMemHandle(&h_back, d_back));
+  fz_job d;
+  fz_job_init(&d);
+  d.in_ipc = &h_arc;
+  d.in_length = len;
+  d.out_ipc = &h_back;
+  d.out_length = raw;
+  d.device = uuid;
+  fz_result r;
+  cr_assert_eq(fz_client_decompress(c, &d, &r), 0, "%s", r.message);
+  CUDA_OK(cudaMemcpy(got, d_back, raw, cudaMemcpyDeviceToHost));
+  cr_assert(memcmp(ref, got, raw) == 0, "the daemon's output differs from the CPU engine's");
+  CUDA_OK(cudaFree(d_arc));
+  CUDA_OK(cudaFree(d_back));
+  fz_client_close(c);
+  stop_fzd(hz);
+  free(ref);
+  free(got);
+  free(a);
+  free(x);
+}

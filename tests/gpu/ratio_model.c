@@ -1,0 +1,325 @@
+/*
+ * ratio_model.c - the GPU decoder of the ratio preset (ratio_dec.cuh), run
+ * on the CPU: the very phases the kernel runs, each for every thread of a
+ * block in turn, decode the CPU encoder's archives and must give the CPU
+ * decoder's bytes, and every hostile archive the CPU decoder refuses must
+ * be refused (and none that it takes).  It needs no GPU, so CI checks the
+ * decoder's logic and its checks on every run (and the ci-asan build that
+ * it reads and writes nothing out of bounds); test_gpu_ratio checks the
+ * kernel itself on a GPU against the same archives.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "archive.h"
+#include "engine.h"
+#include "fz.h"
+#include "ratio_dec.cuh"
+
+static uint32_t crc_tab[256];
+
+static void setup(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++)
+      c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
+    crc_tab[i] = c;
+  }
+}
+
+/* The model of gpu_decode.c's ratio path: the header on the host, then
+ * the kernel's phases per chunk, then the payload CRC.  out_off shifts the
+ * output off the element alignment.  Returns 1 when the chain is not one
+ * the kernel takes. */
+static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_off) {
+  fze_header h;
+  int rc = fze_header_parse(a, len, &h);
+  if (rc < 0)
+    return rc;
+  const fze_chain *ch = &h.chain;
+  if (!((h.dtype == FZ_F32 || h.dtype == FZ_F64) && ch->n == 4 &&
+        ch->st[0].id == FZE_STAGE_QUANT && !ch->st[0].has_fill &&
+        ch->st[1].id == FZE_STAGE_INTERP && ch->st[2].id == FZE_STAGE_HUFFMAN &&
+        ch->st[3].id == FZE_STAGE_RZE))
+    return 1;
+  uint64_t nc = h.nchunks;
+  uint64_t *offs = malloc(8 * (nc + 1));
+  uint32_t *sizes = malloc(4 * nc + 4), *crcs = malloc(4 * nc + 4), status = 0;
+  uint64_t run = 0;
+  for (uint64_t c = 0; c < nc; c++) {
+    const uint8_t *p = h.sizes + 4 * c;
+    sizes[c] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+               (uint32_t)p[3] << 24;
+    offs[c] = run;
+    run += sizes[c];
+  }
+  uint64_t stride = fzr_stride(h.chunk_bytes);
+  /* In batches of 3 chunks, as the launcher cuts a huge array (the
+   * scratch of the batch's first chunk first), when out_off is 3. */
+  uint64_t batch = out_off == 3 && nc > 3 ? 3 : nc ? nc : 1;
+  uint8_t *scratch = malloc(stride * batch);
+  fzr_state *S = malloc(sizeof *S);
+  cr_assert(offs && sizes && crcs && scratch && S);
+  fzr_job J = {.pay = a + h.header_len, .pay_len = len - h.header_len, .offs = offs,
+               .sizes = sizes, .raw_bytes = h.raw_bytes, .cb = h.chunk_bytes,
+               .w = (uint32_t)fz_dtype_size(h.dtype), .levels = ch->st[3].levels,
+               .pdims = ch->st[1].pdims, .pwrel = ch->st[0].mode == FZ_EB_PWREL,
+               .step = ch->st[0].step, .scratch = scratch, .stride = stride,
+               .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,
+               .status = &status, .crcs = crcs, .crc_tab = crc_tab};
+  memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
+  for (uint64_t c = 0; c < nc; c++) {
+    J.c0 = c / batch * batch;
+    fzr_chunk(S, &J, c);
+  }
+  uint8_t le[4];
+  uint32_t pc = 0;
+  for (uint64_t c = 0; c < nc; c++) {
+    for (int k = 0; k < 4; k++)
+      le[k] = (uint8_t)(crcs[c] >> (8 * k));
+    pc = fze_crc32c(pc, le, 4);
+  }
+  rc = status || pc != h.payload_crc ? FZ_ECORRUPT : 0;
+  free(S);
+  free(scratch);
+  free(crcs);
+  free(sizes);
+  free(offs);
+  return rc;
+}
+
+typedef struct shape {
+  unsigned ndims;
+  uint64_t dims[4];
+} shape;
+
+static uint64_t count(const shape *s) {
+  uint64_t n = 1;
+  for (unsigned i = 0; i < s->ndims; i++)
+    n *= s->dims[i];
+  return n;
+}
+
+static uint64_t rnd(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  uint64_t x = *s;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  return x ^ (x >> 29);
+}
+
+enum kind { SMOOTH, NOISE, CONSTANT, SPECIAL, KINDS };
+
+static void *field(const shape *s, int f32, enum kind k, uint64_t seed) {
+  size_t n = (size_t)count(s), w = f32 ? 4 : 8;
+  uint8_t *x = malloc(n * w + 8);
+  uint64_t X = s->dims[s->ndims - 1], Y = s->ndims > 1 ? s->dims[s->ndims - 2] : 1;
+  for (size_t i = 0; i < n; i++) {
+    double xx = (double)(i % X), yy = (double)((i / X) % Y), zz = (double)(i / X / Y);
+    double v = sin(xx * 0.05) * cos(yy * 0.07) * 50 + zz * 0.3 + xx * 0.01;
+    uint64_t r = rnd(&seed);
+    if (k == NOISE)
+      v = (double)(r >> 11) * 0x1p-53 * 2 - 1;
+    else if (k == CONSTANT)
+      v = 3.25;
+    else if (k == SPECIAL) {
+      switch (r % 16) {
+      case 0: v = NAN; break;
+      case 1: v = INFINITY; break;
+      case 2: v = -INFINITY; break;
+      case 3: v = -0.0; break;
+      case 4: v = f32 ? 1e-40 : 1e-310; break;
+      case 5: v = 1e6 * (double)(r >> 40); break;
+      default: break;
+      }
+    }
+    if (f32)
+      ((float *)x)[i] = (float)v;
+    else
+      ((double *)x)[i] = v;
+  }
+  return x;
+}
+
+static uint8_t *compress(const shape *s, fz_dtype t, const void *x, const char *pipe,
+                         fz_eb_mode mode, double eb, unsigned chunk, size_t *len) {
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = t;
+  p.ndims = s->ndims;
+  memcpy(p.dims, s->dims, sizeof s->dims);
+  p.pipeline = pipe;
+  p.eb = eb;
+  p.eb_mode = mode;
+  p.chunk_bytes = chunk;
+  fz_plan *pl = NULL;
+  char why[256] = "";
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s: %s", pipe, why);
+  size_t cap = fz_plan_compress_bound(pl);
+  uint8_t *a = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, x, fz_plan_input_bytes(pl), a, cap, len), 0);
+  fz_plan_destroy(pl);
+  return a;
+}
+
+/* The model's bytes equal the CPU decoder's, aligned and not. */
+static void same(const uint8_t *a, size_t len, size_t raw, const char *what) {
+  uint8_t *ref = malloc(raw + 1), *got = malloc(raw + 9);
+  size_t out_len = 0;
+  cr_assert_eq(fz_decompress(a, len, ref, raw + 1, &out_len, 1), 0, "%s", what);
+  for (size_t off = 0; off < 2; off++) {
+    memset(got, 0xa5, raw + 9);
+    int rc = model_decode(a, len, got, off ? 3 : 0);
+    cr_assert_eq(rc, 0, "%s: model %s", what, fz_err_name(rc));
+    cr_assert(memcmp(ref, got + (off ? 3 : 0), raw) == 0, "%s: bytes differ (off %zu)", what,
+              off);
+  }
+  free(ref);
+  free(got);
+}
+
+static const shape shapes[] = {
+    {1, {1}},          {1, {70001}},        {2, {1, 9}},          {2, {37, 61}},
+    {2, {300, 301}},   {3, {1, 1, 7}},      {3, {9, 1, 33}},      {3, {17, 23, 29}},
+    {3, {5, 64, 130}}, {4, {2, 3, 17, 19}}, {4, {1, 7, 1, 40}},   {4, {3, 5, 31, 33}},
+};
+
+TestSuite(ratio_model, .init = setup);
+
+Test(ratio_model, decodes_like_the_cpu) {
+  static const char *const pipes[] = {"ratio", "quant | interp(dims=1) | huffman | rze(levels=2)"};
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+    for (int f32 = 0; f32 < 2; f32++)
+      for (int k = 0; k < KINDS; k++) {
+        const shape *s = &shapes[si];
+        fz_dtype t = f32 ? FZ_F32 : FZ_F64;
+        void *x = field(s, f32, (enum kind)k, si * 31 + (uint64_t)k);
+        size_t raw = (size_t)count(s) * (f32 ? 4 : 8);
+        static const struct { fz_eb_mode m; double eb; } bounds[] = {
+            {FZ_EB_REL, 1e-2}, {FZ_EB_REL, 1e-5}, {FZ_EB_ABS, 1e-3}, {FZ_EB_PWREL, 1e-3}};
+        for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++)
+          for (size_t pi = 0; pi < 2; pi++)
+            for (unsigned chunk = 4096; chunk <= 262144; chunk *= 64) {
+              size_t len;
+              uint8_t *a = compress(s, t, x, pipes[pi], bounds[b].m, bounds[b].eb, chunk, &len);
+              char what[160];
+              snprintf(what, sizeof what, "shape %zu %s kind %d bound %zu pipe %zu chunk %u", si,
+                       f32 ? "f32" : "f64", k, b, pi, chunk);
+              same(a, len, raw, what);
+              free(a);
+            }
+        free(x);
+      }
+}
+
+/* Lossless (a bound below what the type resolves): quant's raw words. */
+Test(ratio_model, lossless_chunks) {
+  shape s = {2, {40, 50}};
+  void *x = field(&s, 1, SPECIAL, 5);
+  size_t len;
+  uint8_t *a = compress(&s, FZ_F32, x, "ratio", FZ_EB_ABS, 1e-45, 4096, &len);
+  same(a, len, 8000, "lossless");
+  free(a);
+  free(x);
+}
+
+/* The CRCs of an edited payload recomputed, so the chunk's own checks
+ * are what must catch it. */
+static void reseal(uint8_t *a, size_t len) {
+  fze_header h;
+  size_t tp;
+  cr_assert_eq(fze_header_parse_prefix(a, len, &h, &tp), 0);
+  uint32_t pc = 0;
+  uint64_t off = h.header_len;
+  for (uint64_t c = 0; c < h.nchunks; c++) {
+    const uint8_t *p = a + tp + 4 * c;
+    uint32_t sz = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                  (uint32_t)p[3] << 24;
+    uint32_t cc = fze_crc32c(0, a + off, sz);
+    uint8_t le[4];
+    for (int k = 0; k < 4; k++)
+      le[k] = (uint8_t)(cc >> (8 * k));
+    pc = fze_crc32c(pc, le, 4);
+    off += sz;
+  }
+  /* The payload CRC sits right before the table. */
+  for (int k = 0; k < 4; k++)
+    a[tp - 4 + k] = (uint8_t)(pc >> (8 * k));
+  size_t hl = tp + 4 * h.nchunks;
+  uint32_t hc = fze_crc32c(0, a, hl);
+  for (int k = 0; k < 4; k++)
+    a[hl + k] = (uint8_t)(hc >> (8 * k));
+}
+
+static void hostile(const uint8_t *a, size_t len, size_t raw, const char *what) {
+  fze_header h;
+  cr_assert_eq(fze_header_parse(a, len, &h), 0);
+  uint8_t *b = malloc(len), *ref = malloc(raw + 1), *got = malloc(raw + 8);
+  size_t n_bad = 0;
+  for (size_t at = h.header_len; at < len; at++)
+    for (int flip = 0; flip < 3; flip++) {
+      memcpy(b, a, len);
+      b[at] = flip == 0 ? (uint8_t)~b[at] : flip == 1 ? 0 : (uint8_t)(b[at] ^ 1);
+      if (b[at] == a[at])
+        continue;
+      reseal(b, len);
+      size_t out_len;
+      int cpu = fz_decompress(b, len, ref, raw + 1, &out_len, 1);
+      int gpu = model_decode(b, len, got, 0);
+      cr_assert_eq(gpu, cpu, "%s: byte %zu flip %d: cpu %s model %s", what, at, flip,
+                   fz_err_name(cpu), fz_err_name(gpu));
+      if (cpu == 0)
+        cr_assert(memcmp(ref, got, raw) == 0, "%s: byte %zu flip %d: bytes", what, at, flip);
+      n_bad += cpu < 0;
+    }
+  cr_assert_gt(n_bad, 0, "%s: no mutation refused", what);
+  /* Truncated archives: the header's checks (the kernel is not reached). */
+  for (size_t cut = 0; cut < len; cut += 1 + cut / 4) {
+    size_t out_len;
+    cr_assert_eq(model_decode(a, cut, got, 0), fz_decompress(a, cut, ref, raw + 1, &out_len, 1),
+                 "%s: cut %zu", what, cut);
+  }
+  free(b);
+  free(ref);
+  free(got);
+}
+
+Test(ratio_model, hostile_chunks_give_the_cpu_error) {
+  shape s = {3, {6, 20, 30}};
+  void *x = field(&s, 1, SPECIAL, 9);
+  size_t len;
+  uint8_t *a = compress(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, &len);
+  hostile(a, len, 3600 * 4, "f32 rel");
+  free(a);
+  a = compress(&s, FZ_F32, x, "ratio", FZ_EB_PWREL, 1e-2, 4096, &len);
+  hostile(a, len, 3600 * 4, "f32 pwrel");
+  free(a);
+  free(x);
+  x = field(&s, 0, SMOOTH, 3);
+  a = compress(&s, FZ_F64, x, "ratio", FZ_EB_ABS, 1e-4, 8192, &len);
+  hostile(a, len, 3600 * 8, "f64 abs");
+  free(a);
+  free(x);
+}
+
+/* The chunk CRC's combination of parts against the engine's CRC-32C. */
+Test(ratio_model, crc_parts_combine) {
+  static uint8_t buf[70000];
+  uint64_t seed = 1;
+  for (size_t i = 0; i < sizeof buf; i++)
+    buf[i] = (uint8_t)rnd(&seed);
+  static const size_t lens[] = {1, 2, 255, 256, 257, 1000, 4096, 69999, 70000};
+  fzr_state *S = malloc(sizeof *S);
+  fzr_job J = {.crc_tab = crc_tab};
+  for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+    S->in = buf;
+    S->len = lens[i];
+    for (unsigned t = 0; t < FZR_NT; t++)
+      fzr_crc_part(S, &J, t, FZR_NT);
+    cr_assert_eq(fzr_crc_finish(S, FZR_NT), fze_crc32c(0, buf, lens[i]), "len %zu", lens[i]);
+  }
+  free(S);
+}
