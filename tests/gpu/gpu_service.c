@@ -419,11 +419,12 @@ Test(service, idle_workers_give_device_memory_back, .timeout = 300) {
   free(v);
 }
 
-/* A job the kernels do not take (fill values; the ratio preset's stages)
- * goes through the CPU engine on a GPU fzd: from host memory and from
- * device memory it gets the CPU engine's bytes, and a device-to-device
- * decompression gives the values back within the bound (fill cells
- * bit-exact). */
+/* A compression the kernels do not do (fill values; the ratio preset's
+ * stages) goes through the CPU engine on a GPU fzd: from host memory and
+ * from device memory it gets the CPU engine's bytes, and a device-to-device
+ * decompression (on the GPU for the ratio preset, whose decoder the kernels
+ * have; through the CPU engine for fill values) gives the values back
+ * within the bound (fill cells bit-exact). */
 static void through_the_cpu_engine(const char *pipeline, int has_fill, float fill,
                                    size_t rows, size_t cols) {
   fzd_harness *h = start_gpu_fzd("\"workers\": 2");
