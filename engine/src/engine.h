@@ -190,6 +190,10 @@ void fze_lorenzo_encode(const fze_stage *st, unsigned k, unsigned w, const void 
 void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void *in,
                         void *out, size_t n, uint64_t first);
 uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n);
+/* fze_lorenzo_cost() of fze_lorenzo_encode()'s residuals in k dims, from
+ * the words, making only the residuals the price samples. */
+uint64_t fze_lorenzo_price(const fze_stage *st, unsigned k, unsigned w, const void *words,
+                           size_t n, uint64_t first);
 /* huffman (stage_huffman.c): at most out_cap bytes; returns the length, or
  * SIZE_MAX when the code would not fit (the chunk is then stored raw).
  * tmp: FZE_HUFFMAN_TMP bytes plus 4 bytes a word. */
