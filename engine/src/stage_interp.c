@@ -192,17 +192,48 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
         for (c[1] = start[1]; c[1] <= k.hi[1]; c[1] += step[1]) {
           uint64_t row = c[0] * k.stride[0] + c[1] * k.stride[1];
           bool axis_in = d == 2 || (c[d] >= 3 * h && c[d] + 3 * h < k.ext[d]);
-          for (c[2] = start[2]; c[2] <= k.hi[2]; c[2] += step[2]) {
-            uint64_t g = row + c[2];
-            if (g < s || g > e)
+          /* The row's stretch [fa, fb) of x where every point takes the
+           * cubic by offset: g in the chunk, span inside it on both sides,
+           * and for d = 2 the x neighbours in the array. */
+          int64_t fa = (int64_t)s - (int64_t)row + (int64_t)span;
+          int64_t fb = (int64_t)s + (int64_t)n - (int64_t)span - (int64_t)row;
+          if (d == 2) {
+            fa = fa > (int64_t)(3 * h) ? fa : (int64_t)(3 * h);
+            int64_t xb = (int64_t)k.ext[2] - (int64_t)(3 * h);
+            fb = fb < xb ? fb : xb;
+          }
+          if (!axis_in)
+            fb = fa;
+          if (fb > (int64_t)k.hi[2] + 1)
+            fb = (int64_t)k.hi[2] + 1;
+          c[2] = start[2];
+          for (int pass = 0; pass < 3; pass++) {
+            /* Before the stretch and after it, each point checked. */
+            uint64_t stop = k.hi[2] + 1;
+            if (pass == 0 && fb > fa)
+              stop = fa < 0 ? 0 : (uint64_t)fa < stop ? (uint64_t)fa : stop;
+            if (pass == 1) {
+              const double *pv = o->pv;
+              for (; (int64_t)c[2] < fb; c[2] += step[2]) {
+                size_t i = (size_t)(row + c[2] - s);
+                double p = (-pv[i - span] + 9.0 * pv[i - off] + 9.0 * pv[i + off] -
+                            pv[i + span]) * 0.0625;
+                point(o, i, p, dec, f32);
+              }
               continue;
-            size_t i = (size_t)(g - s);
-            bool fast = axis_in && i >= span && i + span < n &&
-                        (d != 2 || (c[2] >= 3 * h && c[2] + 3 * h < k.ext[2]));
-            double p = fast ? (-o->pv[i - span] + 9.0 * o->pv[i - off] + 9.0 * o->pv[i + off] -
-                               o->pv[i + span]) * 0.0625
-                            : predict(&k, c, d, h);
-            point(o, i, p, dec, f32);
+            }
+            for (; c[2] < stop; c[2] += step[2]) {
+              uint64_t g = row + c[2];
+              if (g < s || g > e)
+                continue;
+              size_t i = (size_t)(g - s);
+              bool fast = axis_in && i >= span && i + span < n &&
+                          (d != 2 || (c[2] >= 3 * h && c[2] + 3 * h < k.ext[2]));
+              double p = fast ? (-o->pv[i - span] + 9.0 * o->pv[i - off] +
+                                 9.0 * o->pv[i + off] - o->pv[i + span]) * 0.0625
+                              : predict(&k, c, d, h);
+              point(o, i, p, dec, f32);
+            }
           }
         }
     }
