@@ -318,3 +318,71 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     run(&o, ip, first, n, 1, false);
   return 0;
 }
+
+/* The encoder's shortcut past a chunk the interpolation would lose: each
+ * sampled value (every FZE_GUESS_STEP-th in each row) predicted as the walk
+ * predicts it, at its level and along its axis, but from the values
+ * themselves rather than the rebuilt ones (non-finite ones read as 0), its
+ * bin zigzag-mapped; the anchors are left out.  Only a guess (integers and
+ * binary64, the same operations on every backend): the caller runs the
+ * interpolation in full unless lorenzo beats the guess by a margin. */
+static inline double guess_at(const void *in, size_t i, bool f32) {
+  double u = f32 ? (double)((const float *)in)[i] : ((const double *)in)[i];
+  return finite_or_0(u);
+}
+
+uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
+                          size_t n, uint64_t first, void *words, size_t *outl) {
+  const uint64_t *ext = ip->ext[ip->pdims - 1];
+  uint64_t Y = ext[1], X = ext[2], st[3] = {X * Y, X, 1};
+  double inv = 1.0 / q->step, qmax = t == FZ_F32 ? FZO_QMAX_F32 : FZO_QMAX_F64;
+  bool f32 = t == FZ_F32;
+  unsigned top = (unsigned)__builtin_ctzll(FZE_INTERP_TOP);
+  size_t m = 0, bad = 0;
+  uint64_t end = first + n;
+  for (uint64_t r = first / X; r * X < end; r++) {
+    uint64_t R = r * X, c[3] = {r / Y, r % Y, 0};
+    uint64_t lo = R > first ? R : first, hi = R + X < end ? R + X : end;
+    size_t i = (size_t)(lo - first), stop = (size_t)(hi - first);
+    i = (i + FZE_GUESS_STEP - 1) / FZE_GUESS_STEP * FZE_GUESS_STEP;
+    for (; i < stop; i += FZE_GUESS_STEP) {
+      c[2] = first + i - R;
+      uint64_t u = c[0] | c[1] | c[2];
+      unsigned lb = u ? (unsigned)__builtin_ctzll(u) : 64u;
+      if (lb >= top)
+        continue; /* an anchor */
+      uint64_t h = (uint64_t)1 << lb;
+      unsigned d = (c[2] >> lb & 1u) ? 2u : (c[1] >> lb & 1u) ? 1u : 0u;
+      double v[4];
+      bool have[4];
+      static const int mul[4] = {-3, -1, 1, 3};
+      for (unsigned j = 0; j < 4; j++) {
+        int64_t cd = (int64_t)c[d] + mul[j] * (int64_t)h;
+        int64_t ii = (int64_t)i + mul[j] * (int64_t)(h * st[d]);
+        have[j] = cd >= 0 && cd < (int64_t)ext[d] && ii >= 0 && ii < (int64_t)n;
+        v[j] = have[j] ? guess_at(in, (size_t)ii, f32) : 0.0;
+      }
+      double p = have[1] && have[2]
+                     ? (have[0] && have[3] ? (-v[0] + 9.0 * v[1] + 9.0 * v[2] - v[3]) * 0.0625
+                                           : (v[1] + v[2]) * 0.5)
+                 : have[1] ? v[1]
+                 : have[2] ? v[2]
+                           : 0.0;
+      double x = f32 ? (double)((const float *)in)[i] : ((const double *)in)[i];
+      double tq = (x - p) * inv;
+      bool fits = fabs(tq) <= qmax; /* false for NaN */
+      double rq = fzo_rint(fits ? tq : 0.0);
+      bad += !fits;
+      if (f32) {
+        uint32_t cw = fzo_zigzag32((uint32_t)(int32_t)rq);
+        memcpy((uint8_t *)words + 4 * m, &cw, 4);
+      } else {
+        uint64_t cw = fzo_zigzag64((uint64_t)(int64_t)rq);
+        memcpy((uint8_t *)words + 8 * m, &cw, 8);
+      }
+      m++;
+    }
+  }
+  *outl = bad;
+  return fze_words_cost(f32 ? 4u : 8u, words, m);
+}

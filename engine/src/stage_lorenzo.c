@@ -220,11 +220,11 @@ void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void 
   run(st, k, w, in, out, n, first, 1);
 }
 
-uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
+static uint64_t cost_every(unsigned w, const void *res, size_t n, size_t step) {
   cost_hist ch;
   memset(&ch, 0, sizeof ch);
   const uint8_t *p = res;
-  for (size_t i = 0; i < n; i += COST_STEP) {
+  for (size_t i = 0; i < n; i += step) {
     uint64_t v;
     switch (w) {
     case 1: v = p[i]; break;
@@ -252,4 +252,12 @@ uint64_t fze_lorenzo_price(const fze_stage *st, unsigned k, unsigned w, const vo
   default: price64(ext, words, n, first, &ch); break;
   }
   return cost_bits(&ch);
+}
+
+uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
+  return cost_every(w, res, n, COST_STEP);
+}
+
+uint64_t fze_words_cost(unsigned w, const void *words, size_t n) {
+  return cost_every(w, words, n, 1);
 }
