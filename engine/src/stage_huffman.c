@@ -260,6 +260,16 @@ tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, uint16_t *t, uint32_t *h
       continue;
     }
     size_t r = j;
+    /* Zero runs (most of a chunk at coarse bounds) eight words a step. */
+    for (; j + 8 <= cnt; j += 8) {
+      uint64_t any = 0, x;
+      for (unsigned b = 0; b < w; b++) {
+        memcpy(&x, p + j * w + 8 * b, 8);
+        any |= x;
+      }
+      if (any)
+        break;
+    }
     while (j < cnt && load_word(p + j * w, w) == 0)
       j++;
     k = end_run(t, k, j - r, runs);
@@ -480,8 +490,8 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
         size_t run = (size_t)1 << (s - e);
         if (run > cnt - j)
           return FZ_ECORRUPT;
-        for (size_t k = 0; k < run; k++, j++)
-          store_word(out + (l * lcap + j) * w, w, 0);
+        memset(out + (l * lcap + j) * w, 0, run * w);
+        j += run;
         continue;
       }
       uint64_t v = s;
