@@ -426,6 +426,40 @@ static inline bool take_bits(lane_reader *r, unsigned n, uint64_t *v) {
   return true;
 }
 
+/* One lane's cnt words into o; inlined with a constant width at each
+ * call. */
+static inline __attribute__((always_inline)) int
+decode_lane(lane_reader *r, uint8_t *o, size_t cnt, unsigned w, const uint32_t *lut, unsigned e) {
+  for (size_t j = 0; j < cnt;) {
+    if (r->nb < MAX_LEN)
+      refill(r);
+    uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
+    unsigned len_s = ent >> 16, s = ent & 0xffffu;
+    if (len_s == 0 || len_s > r->nb)
+      return FZ_ECORRUPT;
+    r->acc >>= len_s;
+    r->nb -= len_s;
+    if (s > e) { /* a run of zero words, inside the lane */
+      size_t run = (size_t)1 << (s - e);
+      if (run > cnt - j)
+        return FZ_ECORRUPT;
+      memset(o + j * w, 0, run * w);
+      j += run;
+      continue;
+    }
+    uint64_t v = s;
+    if (s == e) {
+      uint64_t lo, hi = 0;
+      if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
+        return FZ_ECORRUPT;
+      v = lo | hi << 32;
+    }
+    store_word(o + j * w, w, v);
+    j++;
+  }
+  return 0;
+}
+
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp) {
   uint8_t *out = words;
@@ -475,35 +509,17 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
         lut[x] = (uint32_t)len[s] << 16 | s;
 
   for (unsigned l = 0; l < LANES; l++) {
-    lane_reader *r = &rd[l];
-    size_t cnt = lane_count(n, l), lcap = lane_cap(n);
-    for (size_t j = 0; j < cnt;) {
-      if (r->nb < MAX_LEN)
-        refill(r);
-      uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
-      unsigned len_s = ent >> 16, s = ent & 0xffffu;
-      if (len_s == 0 || len_s > r->nb)
-        return FZ_ECORRUPT;
-      r->acc >>= len_s;
-      r->nb -= len_s;
-      if (s > e) { /* a run of zero words, inside the lane */
-        size_t run = (size_t)1 << (s - e);
-        if (run > cnt - j)
-          return FZ_ECORRUPT;
-        memset(out + (l * lcap + j) * w, 0, run * w);
-        j += run;
-        continue;
-      }
-      uint64_t v = s;
-      if (s == e) {
-        uint64_t lo, hi = 0;
-        if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
-          return FZ_ECORRUPT;
-        v = lo | hi << 32;
-      }
-      store_word(out + (l * lcap + j) * w, w, v);
-      j++;
+    uint8_t *o = out + (size_t)l * lane_cap(n) * w;
+    size_t cnt = lane_count(n, l);
+    int rc;
+    switch (w) {
+    case 1: rc = decode_lane(&rd[l], o, cnt, 1, lut, e); break;
+    case 2: rc = decode_lane(&rd[l], o, cnt, 2, lut, e); break;
+    case 4: rc = decode_lane(&rd[l], o, cnt, 4, lut, e); break;
+    default: rc = decode_lane(&rd[l], o, cnt, 8, lut, e); break;
     }
+    if (rc < 0)
+      return rc;
   }
   /* Every sub-stream read to its end, with nothing but zero padding. */
   for (unsigned l = 0; l < LANES; l++)
