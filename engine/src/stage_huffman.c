@@ -231,11 +231,13 @@ static size_t lane_count(size_t n, unsigned l) {
  * length from the highest down (2^k zeros, k >= 1), then a lone 0 when
  * the length is odd; counts them in runs (runs[0]: the lone zeros). */
 static inline size_t end_run(uint16_t *tok, size_t k, size_t run, uint32_t *runs) {
-  for (unsigned bit = RUNS; run > 1 && bit >= 1; bit--)
-    if (run >> bit & 1u) {
-      tok[k++] = (uint16_t)(TOK_BIG + bit);
-      runs[bit]++;
-    }
+  /* A lane holds at most 2^RUNS words, so bits 1..RUNS are all there is. */
+  for (size_t m = run >> 1; m;) {
+    unsigned bit = 63u - (unsigned)__builtin_clzll((unsigned long long)m);
+    tok[k++] = (uint16_t)(TOK_BIG + bit + 1);
+    runs[bit + 1]++;
+    m &= ~((size_t)1 << bit);
+  }
   if (run & 1u) {
     tok[k++] = 0;
     runs[0]++;
