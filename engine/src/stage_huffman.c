@@ -428,38 +428,63 @@ static inline bool take_bits(lane_reader *r, unsigned n, uint64_t *v) {
   return true;
 }
 
-/* One lane's cnt words into o; inlined with a constant width at each
- * call. */
+/* One symbol of a lane whose next word is o[*j] (of cnt); inlined with a
+ * constant width at each call.  0, or FZ_ECORRUPT. */
 static inline __attribute__((always_inline)) int
-decode_lane(lane_reader *r, uint8_t *o, size_t cnt, unsigned w, const uint32_t *lut, unsigned e) {
-  for (size_t j = 0; j < cnt;) {
-    if (r->nb < MAX_LEN)
-      refill(r);
-    uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
-    unsigned len_s = ent >> 16, s = ent & 0xffffu;
-    if (len_s == 0 || len_s > r->nb)
+decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, const uint32_t *lut,
+            unsigned e) {
+  size_t j = *jp;
+  if (r->nb < MAX_LEN)
+    refill(r);
+  uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
+  unsigned len_s = ent >> 16, s = ent & 0xffffu;
+  if (len_s == 0 || len_s > r->nb)
+    return FZ_ECORRUPT;
+  r->acc >>= len_s;
+  r->nb -= len_s;
+  if (s > e) { /* a run of zero words, inside the lane */
+    size_t run = (size_t)1 << (s - e);
+    if (run > cnt - j)
       return FZ_ECORRUPT;
-    r->acc >>= len_s;
-    r->nb -= len_s;
-    if (s > e) { /* a run of zero words, inside the lane */
-      size_t run = (size_t)1 << (s - e);
-      if (run > cnt - j)
-        return FZ_ECORRUPT;
-      memset(o + j * w, 0, run * w);
-      j += run;
-      continue;
-    }
-    uint64_t v = s;
-    if (s == e) {
-      uint64_t lo, hi = 0;
-      if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
-        return FZ_ECORRUPT;
-      v = lo | hi << 32;
-    }
-    store_word(o + j * w, w, v);
-    j++;
+    memset(o + j * w, 0, run * w);
+    *jp = j + run;
+    return 0;
   }
+  uint64_t v = s;
+  if (s == e) {
+    uint64_t lo, hi = 0;
+    if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
+      return FZ_ECORRUPT;
+    v = lo | hi << 32;
+  }
+  store_word(o + j * w, w, v);
+  *jp = j + 1;
   return 0;
+}
+
+/* Four lanes (l0 .. l0+3) side by side, so that each look-up's wait on
+ * the one before it overlaps with the other lanes', then each to its
+ * end. */
+static inline __attribute__((always_inline)) int
+decode_lanes(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
+             const uint32_t *lut, unsigned e) {
+  size_t j[4] = {0, 0, 0, 0}, c[4];
+  uint8_t *o[4];
+  for (unsigned u = 0; u < 4; u++) {
+    c[u] = lane_count(n, l0 + u);
+    o[u] = out + (size_t)(l0 + u) * lane_cap(n) * w;
+  }
+  int rc = 0;
+  while (rc == 0 && j[0] < c[0] && j[1] < c[1] && j[2] < c[2] && j[3] < c[3]) {
+    rc |= decode_step(&rd[l0], o[0], &j[0], c[0], w, lut, e);
+    rc |= decode_step(&rd[l0 + 1], o[1], &j[1], c[1], w, lut, e);
+    rc |= decode_step(&rd[l0 + 2], o[2], &j[2], c[2], w, lut, e);
+    rc |= decode_step(&rd[l0 + 3], o[3], &j[3], c[3], w, lut, e);
+  }
+  for (unsigned u = 0; u < 4 && rc == 0; u++)
+    while (rc == 0 && j[u] < c[u])
+      rc = decode_step(&rd[l0 + u], o[u], &j[u], c[u], w, lut, e);
+  return rc < 0 ? FZ_ECORRUPT : 0;
 }
 
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
@@ -510,15 +535,13 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
       for (uint32_t x = code[s]; x < (1u << MAX_LEN); x += 1u << len[s])
         lut[x] = (uint32_t)len[s] << 16 | s;
 
-  for (unsigned l = 0; l < LANES; l++) {
-    uint8_t *o = out + (size_t)l * lane_cap(n) * w;
-    size_t cnt = lane_count(n, l);
+  for (unsigned l = 0; l < LANES; l += 4) {
     int rc;
     switch (w) {
-    case 1: rc = decode_lane(&rd[l], o, cnt, 1, lut, e); break;
-    case 2: rc = decode_lane(&rd[l], o, cnt, 2, lut, e); break;
-    case 4: rc = decode_lane(&rd[l], o, cnt, 4, lut, e); break;
-    default: rc = decode_lane(&rd[l], o, cnt, 8, lut, e); break;
+    case 1: rc = decode_lanes(rd, out, n, l, 1, lut, e); break;
+    case 2: rc = decode_lanes(rd, out, n, l, 2, lut, e); break;
+    case 4: rc = decode_lanes(rd, out, n, l, 4, lut, e); break;
+    default: rc = decode_lanes(rd, out, n, l, 8, lut, e); break;
     }
     if (rc < 0)
       return rc;
