@@ -142,16 +142,42 @@ static uint64_t cost_bits(const cost_hist *ch) {
         else                                                                   \
           out[i] = zz##W((T)(in[i] - p));                                      \
       }                                                                        \
-      if (dec)                                                                 \
-        for (; i < stop; i++)                                                  \
-          out[i] = (T)(unzz##W(in[i]) + pred##W(out, i, full, sy, sz));        \
-      else if (full == 7)                                                      \
+      if (dec && i < stop) {                                                   \
+        /* The word before, carried in a register rather than read back   \
+         * from the store just made; the rest of the prediction is from    \
+         * rows already done (the same sum, modulo the width). */           \
+        T prev = out[i - 1];                                                   \
+        if (full == 7)                                                         \
+          for (; i < stop; i++) {                                              \
+            T rest = (T)(out[i - sy] + out[i - sz] - out[i - 1 - sy] -            \
+                      out[i - 1 - sz] - out[i - sy - sz] + out[i - 1 - sy - sz]); \
+            prev = (T)(unzz##W(in[i]) + (T)(prev + rest));                        \
+            out[i] = prev;                                                     \
+          }                                                                    \
+        else if (full == 3)                                                    \
+          for (; i < stop; i++) {                                              \
+            T rest = (T)(out[i - sy] - out[i - 1 - sy]);                          \
+            prev = (T)(unzz##W(in[i]) + (T)(prev + rest));                        \
+            out[i] = prev;                                                     \
+          }                                                                    \
+        else if (full == 5)                                                    \
+          for (; i < stop; i++) {                                              \
+            T rest = (T)(out[i - sz] - out[i - 1 - sz]);                          \
+            prev = (T)(unzz##W(in[i]) + (T)(prev + rest));                        \
+            out[i] = prev;                                                     \
+          }                                                                    \
+        else                                                                   \
+          for (; i < stop; i++) {                                              \
+            prev = (T)(unzz##W(in[i]) + prev);                                 \
+            out[i] = prev;                                                     \
+          }                                                                    \
+      } else if (!dec && full == 7)                                            \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, 7, sy, sz)));             \
-      else if (full == 3)                                                      \
+      else if (!dec && full == 3)                                              \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, 3, sy, sz)));             \
-      else                                                                     \
+      else if (!dec)                                                           \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, full, sy, sz)));          \
     }                                                                          \
