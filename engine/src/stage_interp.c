@@ -108,10 +108,12 @@ static inline double finite_or_0(double v) { return isfinite(v) ? v : 0.0; }
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-/* dec and f32 are constants at every call (run's four copies). */
+/* dec and f32 are constants at every call (run's six copies): dec 0
+ * encodes, 1 decodes, 2 decodes a chunk without outliers or fill (no
+ * value to look up in exact). */
 static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32) {
   if (dec) {
-    if (o->exact[i]) {
+    if (dec == 1 && o->exact[i]) {
       o->pv[i] = finite_or_0(f32 ? (double)((const float *)o->out)[i]
                                  : ((const double *)o->out)[i]);
       return;
@@ -312,8 +314,13 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
   }
   coder o = {.t = t, .step = q->step, .codes = (uint8_t *)codes, .out = out,
              .exact = exact, .pv = pv, .dec = 1};
-  if (t == FZ_F32)
+  bool none = sv.m == 0 && sv.r == 0;
+  if (t == FZ_F32 && none)
+    run(&o, ip, first, n, 2, true);
+  else if (t == FZ_F32)
     run(&o, ip, first, n, 1, true);
+  else if (none)
+    run(&o, ip, first, n, 2, false);
   else
     run(&o, ip, first, n, 1, false);
   return 0;
