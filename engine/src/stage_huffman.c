@@ -403,6 +403,15 @@ typedef struct lane_reader {
 } lane_reader;
 
 static inline void refill(lane_reader *r) {
+  if (r->end - r->p >= 8) {
+    /* Whole bytes up to 56 bits or more, from one 8-byte load. */
+    uint64_t x;
+    memcpy(&x, r->p, 8);
+    r->acc |= x << r->nb;
+    r->p += (63u - r->nb) >> 3;
+    r->nb |= 56u;
+    return;
+  }
   if (r->nb <= 32 && r->end - r->p >= 4) {
     uint32_t x;
     memcpy(&x, r->p, 4);
