@@ -285,7 +285,8 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     return FZ_ECORRUPT;
   uint8_t *exact = work;
   double *pv = (double *)(((uintptr_t)(exact + n) + 7) & ~(uintptr_t)7);
-  memset(exact, 0, n);
+  if (sv.r || sv.m) /* else never read (run's dec 2) */
+    memset(exact, 0, n);
   /* Fill runs and outliers first, checked as quant checks them: the walk
    * reads them as rebuilt values. */
   if (sv.r) {
