@@ -447,7 +447,7 @@ decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, cons
     refill(r);
   uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
   unsigned len_s = ent >> 16, s = ent & 0xffffu;
-  if (len_s == 0 || len_s > r->nb)
+  if (len_s - 1u >= r->nb) /* no code here (len 0), or past the end */
     return FZ_ECORRUPT;
   r->acc >>= len_s;
   r->nb -= len_s;
