@@ -67,26 +67,21 @@ static bool get_len(const uint8_t *p, size_t avail, size_t *k, size_t *out) {
   return true;
 }
 
-/* Lorenzo in every k = 1..pdims from words into dst (scratch room `spare`
- * for the trials); the cheapest kept (the lowest k of equals) ends in dst.
- * Returns its price. */
-static uint64_t best_lorenzo(const fze_stage *st, unsigned w, const uint8_t *words, size_t n,
-                             uint64_t first, uint8_t *dst, uint8_t *spare, uint8_t *pk) {
+/* The cheapest k = 1..pdims for lorenzo on words (the lowest k of
+ * equals), priced from samples of the residuals; its price in *cost. */
+static uint8_t best_lorenzo_k(const fze_stage *st, unsigned w, const uint8_t *words, size_t n,
+                              uint64_t first, uint64_t *cost) {
   uint64_t best = UINT64_MAX;
-  uint8_t *to = dst, *kept = dst;
+  uint8_t bk = 1;
   for (unsigned k = 1; k <= st->pdims; k++) {
-    fze_lorenzo_encode(st, k, w, words, to, n, first);
-    uint64_t cost = fze_lorenzo_cost(w, to, n);
-    if (cost < best) {
-      best = cost;
-      *pk = (uint8_t)k;
-      kept = to;
-      to = to == dst ? spare : dst;
+    uint64_t c = fze_lorenzo_price(st, k, w, words, n, first);
+    if (c < best) {
+      best = c;
+      bk = (uint8_t)k;
     }
   }
-  if (kept != dst)
-    memcpy(dst, kept, n * w);
-  return best;
+  *cost = best;
+  return bk;
 }
 
 /* quant | interp: per chunk the interpolation, or, where it prices
@@ -94,7 +89,17 @@ static uint64_t best_lorenzo(const fze_stage *st, unsigned w, const uint8_t *wor
  * (predictor byte k; 0 for the interpolation).  Prices (16.16 bits):
  * the residuals' plus 8 bits a side-list byte; the lower
  * wins, the interpolation on a tie.  The words end in s->a, the side list
- * in s->side; tmp holds the other candidate meanwhile. */
+ * in s->side; tmp holds quant's words and side list meanwhile, lorenzo
+ * run in full only when it wins. */
+/* Lorenzo is taken without running the interpolation where its price is
+ * below 49/50 of the guess at the interpolation's (fze_interp_guess); the
+ * guess reads the values, not the rebuilt ones, and comes out at or below
+ * the interpolation's own price on the benchmark fields, where every chunk
+ * the interpolation wins has lorenzo's price at 1.003 of the guess or
+ * more: the same choices, without the interpolation in most chunks
+ * lorenzo wins. */
+#define GUESS_MARGIN_NUM 50
+#define GUESS_MARGIN_DEN 49
 static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, size_t n,
                                uint64_t first, fze_scratch *s, uint8_t *pk) {
   unsigned w = (unsigned)fz_dtype_size(t);
@@ -103,19 +108,31 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
   /* pwrel bins are a value's own bit pattern: no difference to bin, so
    * such chunks always take lorenzo. */
   bool pw = q->mode == FZ_EB_PWREL;
-  size_t side_i = pw ? 0 : fze_interp_encode(q, ip, t, in, n, first, s->a, s->side, s->qwork);
-  uint64_t cost_i = pw ? UINT64_MAX
-                       : fze_lorenzo_cost(w, s->a, n) + ((8 * (uint64_t)side_i) << 16);
-  uint8_t *words = s->tmp, *side = s->tmp + raw, *spare = side + 2 * raw + 256;
+  uint8_t *words = s->tmp, *side = s->tmp + raw;
   size_t side_l = fze_quant_encode(q, t, in, n, words, side, s->qwork);
-  uint8_t k = 0;
-  uint64_t cost_l = best_lorenzo(ip, w, words, n, first, s->b, spare, &k) +
-                    ((8 * (uint64_t)side_l) << 16);
+  uint64_t cost_l;
+  uint8_t k = best_lorenzo_k(ip, w, words, n, first, &cost_l);
+  cost_l += (8 * (uint64_t)side_l) << 16;
+  bool skip = pw;
+  if (!pw && !q->has_fill && q->step != 0) {
+    /* The sampled values' outliers priced as their side-list entries. */
+    size_t outl = 0;
+    uint64_t g = fze_interp_guess(q, ip, t, in, n, first, s->b, &outl);
+    g = g / 5 * FZE_GUESS_STEP; /* priced as lorenzo's every fifth */
+    g += (8 * (uint64_t)FZE_GUESS_STEP * outl * (w + fze_side_index_width(n))) << 16;
+    skip = cost_l * GUESS_MARGIN_NUM < g * GUESS_MARGIN_DEN;
+  }
+  size_t side_i = 0;
+  uint64_t cost_i = UINT64_MAX;
+  if (!skip) {
+    side_i = fze_interp_encode(q, ip, t, in, n, first, s->a, s->side, s->qwork);
+    cost_i = fze_lorenzo_cost(w, s->a, n) + ((8 * (uint64_t)side_i) << 16);
+  }
   *pk = 0;
   if (cost_l >= cost_i)
     return side_i;
   *pk = k;
-  memcpy(s->a, s->b, raw);
+  fze_lorenzo_encode(ip, k, w, words, s->a, n, first);
   memcpy(s->side, side, side_l);
   return side_l;
 }
@@ -146,7 +163,10 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
       fze_diff_encode(st, w, cur, other, n);
       break;
     case FZE_STAGE_LORENZO:
-      best_lorenzo(st, w, cur, n, first, other, s->tmp, &pk);
+      { uint64_t cost;
+        pk = best_lorenzo_k(st, w, cur, n, first, &cost);
+        fze_lorenzo_encode(st, pk, w, cur, other, n, first);
+      }
       has_pk = true;
       break;
     case FZE_STAGE_HUFFMAN:

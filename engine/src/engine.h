@@ -150,6 +150,13 @@ size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx);
 /* quant fused with interp (stage_interp.c): the same side list and words
  * as quant, each word the bin of the value's difference from its
  * interpolation from values already rebuilt. */
+/* A guess at the interpolation's residual price (as fze_lorenzo_cost()
+ * would give it) from the values themselves, for every FZE_GUESS_STEP-th
+ * of them in each row; words: room for n / 5 + 1 words of the dtype's width.  *outl:
+ * how many of the sampled values would be outliers. */
+#define FZE_GUESS_STEP 17
+uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
+                          size_t n, uint64_t first, void *words, size_t *outl);
 size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                          const void *in, size_t n, uint64_t first, void *codes,
                          uint8_t *side, void *work);
@@ -190,6 +197,12 @@ void fze_lorenzo_encode(const fze_stage *st, unsigned k, unsigned w, const void 
 void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void *in,
                         void *out, size_t n, uint64_t first);
 uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n);
+/* fze_lorenzo_cost() of fze_lorenzo_encode()'s residuals in k dims, from
+ * the words, making only the residuals the price samples. */
+uint64_t fze_lorenzo_price(const fze_stage *st, unsigned k, unsigned w, const void *words,
+                           size_t n, uint64_t first);
+/* The same price of every one of n words (not a sample). */
+uint64_t fze_words_cost(unsigned w, const void *words, size_t n);
 /* huffman (stage_huffman.c): at most out_cap bytes; returns the length, or
  * SIZE_MAX when the code would not fit (the chunk is then stored raw).
  * tmp: FZE_HUFFMAN_TMP bytes plus 4 bytes a word. */

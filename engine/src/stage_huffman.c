@@ -221,55 +221,107 @@ static size_t lane_count(size_t n, unsigned l) {
   return hi > lo ? hi - lo : 0;
 }
 
-/* Ends a lane's run of zero words: one run symbol per set bit of its
- * length from the highest down (e + k for 2^k zeros, k >= 1), then symbol
- * 0 when the length is odd. */
-static inline size_t end_run(uint16_t *tok, size_t k, size_t run, unsigned e) {
-  for (unsigned bit = RUNS; run > 1 && bit >= 1; bit--)
-    if (run >> bit & 1u)
-      tok[k++] = (uint16_t)(e + bit);
-  if (run & 1u)
-    tok[k++] = 0;
-  return k;
-}
+/* Tokens, made before the number of direct symbols is known: a nonzero
+ * word below MAX_SYMS is itself, any larger one TOK_BIG, a run of 2^k
+ * zero words TOK_BIG + k, a lone zero word 0.  Once e is chosen a token t
+ * is symbol t below e, the escape e up to TOK_BIG, e + k above it. */
+#define TOK_BIG MAX_SYMS
 
-/* The symbols of one lane's words (cnt of them, from p) into t: a word
- * below e is itself, any other the escape e, a maximal run of zero words
- * its run symbols.  Returns their number (at most cnt).  Inlined with a
- * constant width at each call. */
-static inline __attribute__((always_inline)) size_t
-tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, unsigned e, uint16_t *t) {
-  size_t k = 0, j = 0;
-  while (j < cnt) {
-    uint64_t v = load_word(p + j * w, w);
-    if (v != 0) {
-      t[k++] = (uint16_t)(v < e ? v : e);
-      j++;
-      continue;
-    }
-    size_t r = j;
-    while (j < cnt && load_word(p + j * w, w) == 0)
-      j++;
-    k = end_run(t, k, j - r, e);
+/* Ends a lane's run of zero words: one run token per set bit of its
+ * length from the highest down (2^k zeros, k >= 1), then a lone 0 when
+ * the length is odd; counts them in runs (runs[0]: the lone zeros). */
+static inline size_t end_run(uint16_t *tok, size_t k, size_t run, uint32_t *runs) {
+  /* A lane holds at most 2^RUNS words, so bits 1..RUNS are all there is. */
+  for (size_t m = run >> 1; m;) {
+    unsigned bit = 63u - (unsigned)__builtin_clzll((unsigned long long)m);
+    tok[k++] = (uint16_t)(TOK_BIG + bit + 1);
+    runs[bit + 1]++;
+    m &= ~((size_t)1 << bit);
+  }
+  if (run & 1u) {
+    tok[k++] = 0;
+    runs[0]++;
   }
   return k;
 }
 
-/* The symbols of every lane, each into its own region of tok (cap
- * symbols: no lane has more than it has words). */
-static void tokenize(const uint8_t *in, unsigned w, size_t n, unsigned e, uint16_t *tok,
-                     size_t cap, size_t *count) {
+/* The tokens of one lane's words (cnt of them, from p) into t, the
+ * nonzero words counted in hist (by token); returns their number (at most
+ * cnt).  Inlined with a constant width at each call. */
+static inline __attribute__((always_inline)) size_t
+tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, uint16_t *t, uint32_t *hist,
+              uint32_t *runs) {
+  size_t k = 0, j = 0;
+  while (j < cnt) {
+    uint64_t v = load_word(p + j * w, w);
+    if (v != 0) {
+      uint16_t x = (uint16_t)(v < TOK_BIG ? v : TOK_BIG);
+      t[k++] = x;
+      hist[x]++;
+      j++;
+      continue;
+    }
+    size_t r = j;
+    /* Zero runs (most of a chunk at coarse bounds) eight words a step. */
+    for (; j + 8 <= cnt; j += 8) {
+      uint64_t any = 0, x;
+      for (unsigned b = 0; b < w; b++) {
+        memcpy(&x, p + j * w + 8 * b, 8);
+        any |= x;
+      }
+      if (any)
+        break;
+    }
+    while (j < cnt && load_word(p + j * w, w) == 0)
+      j++;
+    k = end_run(t, k, j - r, runs);
+  }
+  return k;
+}
+
+/* The tokens of every lane, each into its own region of tok (cap tokens:
+ * no lane has more than it has words), in one pass over the words. */
+static void tokenize(const uint8_t *in, unsigned w, size_t n, uint16_t *tok, size_t cap,
+                     size_t *count, uint32_t *hist, uint32_t *runs) {
   for (unsigned l = 0; l < LANES; l++) {
     const uint8_t *p = in + (size_t)l * cap * w;
     size_t cnt = lane_count(n, l);
     uint16_t *t = tok + l * cap;
     switch (w) {
-    case 1: count[l] = tokenize_lane(p, 1, cnt, e, t); break;
-    case 2: count[l] = tokenize_lane(p, 2, cnt, e, t); break;
-    case 4: count[l] = tokenize_lane(p, 4, cnt, e, t); break;
-    default: count[l] = tokenize_lane(p, 8, cnt, e, t); break;
+    case 1: count[l] = tokenize_lane(p, 1, cnt, t, hist, runs); break;
+    case 2: count[l] = tokenize_lane(p, 2, cnt, t, hist, runs); break;
+    case 4: count[l] = tokenize_lane(p, 4, cnt, t, hist, runs); break;
+    default: count[l] = tokenize_lane(p, 8, cnt, t, hist, runs); break;
     }
   }
+}
+
+/* Lane l's tokens coded at x (which must have room); returns the end. */
+static uint8_t *put_lane(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w,
+                         const uint16_t *tcode, const uint8_t *tlen, uint8_t *x) {
+  lane_writer lw = {0, 0, x};
+  size_t j = 0; /* the lane's word the token stands at */
+  for (size_t k = 0; k < cnt; k++) {
+    unsigned tk = t[k];
+    put_bits(&lw, tcode[tk], tlen[tk] & 0x7fu);
+    if (tk > TOK_BIG) {
+      j += (size_t)1 << (tk - TOK_BIG);
+      continue;
+    }
+    if (tlen[tk] & 0x80u) { /* the escape: the raw word follows */
+      uint64_t v = load_word(words + j * w, w);
+      if (w == 8) {
+        put_bits(&lw, v & 0xffffffffu, 32);
+        put_bits(&lw, v >> 32, 32);
+      } else {
+        put_bits(&lw, v, 8 * w);
+      }
+    }
+    j++;
+  }
+  for (unsigned k = 0; k < lw.nb; k += 8)
+    *lw.p++ = (uint8_t)(lw.acc >> k);
+  return lw.p;
 }
 
 size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
@@ -277,54 +329,53 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   const uint8_t *in = words;
   build *b = (build *)tmp;
   uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
-  /* Two histograms (above is free until choose_direct), so that runs of
-   * one word do not wait on their own increments. */
+  uint32_t runs[RUNS + 1] = {0};
   memset(b->hist, 0, sizeof b->hist);
-  memset(b->above, 0, sizeof b->above);
-  size_t i = 0;
-  if (w == 4) {
-    const uint32_t *x = words;
-    for (; i + 2 <= n; i += 2) {
-      uint32_t v0 = x[i], v1 = x[i + 1];
-      b->hist[v0 < MAX_SYMS ? v0 : MAX_SYMS]++;
-      b->above[v1 < MAX_SYMS ? v1 : MAX_SYMS]++;
-    }
-  }
-  for (; i + 2 <= n; i += 2) {
-    uint64_t v0 = load_word(in + i * w, w), v1 = load_word(in + (i + 1) * w, w);
-    b->hist[v0 < MAX_SYMS ? v0 : MAX_SYMS]++;
-    b->above[v1 < MAX_SYMS ? v1 : MAX_SYMS]++;
-  }
-  for (; i < n; i++) {
-    uint64_t v = load_word(in + i * w, w);
-    b->hist[v < MAX_SYMS ? v : MAX_SYMS]++;
-  }
-  for (unsigned s = 0; s <= MAX_SYMS; s++)
-    b->hist[s] += b->above[s];
+  size_t cap = lane_cap(n), count[LANES];
+  tokenize(in, w, n, tok, cap, count, b->hist, runs);
+  /* The symbols' frequencies follow from the tokens' counts. */
   unsigned e = choose_direct(b, w), nsym = e + 1 + RUNS;
   uint32_t freq[MAX_SYMS] = {0};
-  size_t cap = lane_cap(n), count[LANES];
-  tokenize(in, w, n, e, tok, cap, count);
-  for (unsigned l = 0; l < LANES; l++)
-    for (size_t k = 0; k < count[l]; k++)
-      freq[tok[l * cap + k]]++;
+  freq[0] = runs[0];
+  for (unsigned s = 1; s < e; s++)
+    freq[s] = b->hist[s];
+  freq[e] = b->above[e];
+  for (unsigned k = 1; k <= RUNS; k++)
+    freq[e + k] = runs[k];
   uint8_t len[MAX_SYMS];
   uint16_t code[MAX_SYMS];
   code_lengths(b, freq, nsym, len);
   canonical(len, nsym, code);
-
-  size_t head = 2 + (nsym + 1) / 2 + 4 * LANES, total = head;
-  uint32_t bytes[LANES];
-  for (unsigned l = 0; l < LANES; l++) {
-    uint64_t bits = 0;
-    const uint16_t *t = tok + l * cap;
-    for (size_t k = 0; k < count[l]; k++)
-      bits += len[t[k]] + (t[k] == e ? 8u * w : 0u);
-    bytes[l] = (uint32_t)((bits + 7) / 8);
-    total += bytes[l];
+  /* Each token's code and length (the escape's length with 0x80 set). */
+  uint16_t tcode[TOK_BIG + RUNS + 1];
+  uint8_t tlen[TOK_BIG + RUNS + 1];
+  for (unsigned t = 0; t <= TOK_BIG + RUNS; t++) {
+    unsigned sy = t < e ? t : t <= TOK_BIG ? e : e + (t - TOK_BIG);
+    tcode[t] = len[sy] ? code[sy] : 0;
+    tlen[t] = (uint8_t)(len[sy] | (sy == e ? 0x80u : 0u));
   }
-  if (total > out_cap)
+
+  size_t head = 2 + (nsym + 1) / 2 + 4 * LANES;
+  uint64_t bits = (uint64_t)freq[e] * 8u * w;
+  for (unsigned s = 0; s < nsym; s++)
+    bits += (uint64_t)freq[s] * len[s];
+  /* The lanes' bytes are bits / 8 rounded up in all, plus less than one a
+   * lane; only where that leaves the limit in doubt are they counted. */
+  size_t least = head + (size_t)((bits + 7) / 8);
+  if (least > out_cap)
     return SIZE_MAX;
+  if (least + LANES > out_cap) {
+    size_t total = head;
+    for (unsigned l = 0; l < LANES; l++) {
+      uint64_t lb = 0;
+      const uint16_t *t = tok + l * cap;
+      for (size_t k = 0; k < count[l]; k++)
+        lb += (tlen[t[k]] & 0x7fu) + ((tlen[t[k]] & 0x80u) ? 8u * w : 0u);
+      total += (size_t)((lb + 7) / 8);
+    }
+    if (total > out_cap)
+      return SIZE_MAX;
+  }
 
   out[0] = (uint8_t)e;
   out[1] = (uint8_t)(e >> 8);
@@ -333,31 +384,14 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
     out[2 + s / 2] |= (uint8_t)(len[s] << (4 * (s & 1)));
   uint8_t *p = out + head;
   for (unsigned l = 0; l < LANES; l++) {
+    uint8_t *end = put_lane(tok + l * cap, count[l], in + (size_t)l * cap * w, w, tcode, tlen, p);
+    uint32_t bytes = (uint32_t)(end - p);
     uint8_t *q = out + 2 + (nsym + 1) / 2 + 4 * l;
     for (unsigned k = 0; k < 4; k++)
-      q[k] = (uint8_t)(bytes[l] >> (8 * k));
-    lane_writer x = {0, 0, p};
-    size_t j = 0; /* the lane's word the symbol stands at */
-    const uint16_t *t = tok + l * cap;
-    for (size_t k = 0; k < count[l]; k++) {
-      unsigned s = t[k];
-      put_bits(&x, code[s], len[s]);
-      if (s == e) {
-        uint64_t v = load_word(in + (l * cap + j) * w, w);
-        if (w == 8) {
-          put_bits(&x, v & 0xffffffffu, 32);
-          put_bits(&x, v >> 32, 32);
-        } else {
-          put_bits(&x, v, 8 * w);
-        }
-      }
-      j += s > e ? (size_t)1 << (s - e) : 1;
-    }
-    for (unsigned k = 0; k < x.nb; k += 8)
-      *x.p++ = (uint8_t)(x.acc >> k);
-    p += bytes[l];
+      q[k] = (uint8_t)(bytes >> (8 * k));
+    p = end;
   }
-  return total;
+  return (size_t)(p - out);
 }
 
 /* ---- decoding ---- */
@@ -369,6 +403,15 @@ typedef struct lane_reader {
 } lane_reader;
 
 static inline void refill(lane_reader *r) {
+  if (r->end - r->p >= 8) {
+    /* Whole bytes up to 56 bits or more, from one 8-byte load. */
+    uint64_t x;
+    memcpy(&x, r->p, 8);
+    r->acc |= x << r->nb;
+    r->p += (63u - r->nb) >> 3;
+    r->nb |= 56u;
+    return;
+  }
   if (r->nb <= 32 && r->end - r->p >= 4) {
     uint32_t x;
     memcpy(&x, r->p, 4);
@@ -392,6 +435,71 @@ static inline bool take_bits(lane_reader *r, unsigned n, uint64_t *v) {
   r->acc = n == 64 ? 0 : r->acc >> n;
   r->nb -= n;
   return true;
+}
+
+/* One symbol of a lane whose next word is o[*j] (of cnt); inlined with a
+ * constant width at each call.  0, or FZ_ECORRUPT. */
+static inline __attribute__((always_inline)) int
+decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, const uint32_t *lut,
+            unsigned e) {
+  size_t j = *jp;
+  if (r->nb < MAX_LEN)
+    refill(r);
+  uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
+  unsigned len_s = ent >> 16, s = ent & 0xffffu;
+  if (len_s - 1u >= r->nb) /* no code here (len 0), or past the end */
+    return FZ_ECORRUPT;
+  r->acc >>= len_s;
+  r->nb -= len_s;
+  if (s > e) { /* a run of zero words, inside the lane */
+    size_t run = (size_t)1 << (s - e);
+    if (run > cnt - j)
+      return FZ_ECORRUPT;
+    /* Most runs are short: one fixed 64-byte clear (no call) where the
+     * lane has the room; the words past the run are the lane's own,
+     * written later. */
+    if (run * w <= 64 && (cnt - j) * w >= 64)
+      memset(o + j * w, 0, 64);
+    else
+      memset(o + j * w, 0, run * w);
+    *jp = j + run;
+    return 0;
+  }
+  uint64_t v = s;
+  if (s == e) {
+    uint64_t lo, hi = 0;
+    if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
+      return FZ_ECORRUPT;
+    v = lo | hi << 32;
+  }
+  store_word(o + j * w, w, v);
+  *jp = j + 1;
+  return 0;
+}
+
+/* Four lanes (l0 .. l0+3) side by side, so that each look-up's wait on
+ * the one before it overlaps with the other lanes', then each to its
+ * end. */
+static inline __attribute__((always_inline)) int
+decode_lanes(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
+             const uint32_t *lut, unsigned e) {
+  size_t j[4] = {0, 0, 0, 0}, c[4];
+  uint8_t *o[4];
+  for (unsigned u = 0; u < 4; u++) {
+    c[u] = lane_count(n, l0 + u);
+    o[u] = out + (size_t)(l0 + u) * lane_cap(n) * w;
+  }
+  int rc = 0;
+  while (rc == 0 && j[0] < c[0] && j[1] < c[1] && j[2] < c[2] && j[3] < c[3]) {
+    rc |= decode_step(&rd[l0], o[0], &j[0], c[0], w, lut, e);
+    rc |= decode_step(&rd[l0 + 1], o[1], &j[1], c[1], w, lut, e);
+    rc |= decode_step(&rd[l0 + 2], o[2], &j[2], c[2], w, lut, e);
+    rc |= decode_step(&rd[l0 + 3], o[3], &j[3], c[3], w, lut, e);
+  }
+  for (unsigned u = 0; u < 4 && rc == 0; u++)
+    while (rc == 0 && j[u] < c[u])
+      rc = decode_step(&rd[l0 + u], o[u], &j[u], c[u], w, lut, e);
+  return rc < 0 ? FZ_ECORRUPT : 0;
 }
 
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
@@ -442,36 +550,16 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
       for (uint32_t x = code[s]; x < (1u << MAX_LEN); x += 1u << len[s])
         lut[x] = (uint32_t)len[s] << 16 | s;
 
-  for (unsigned l = 0; l < LANES; l++) {
-    lane_reader *r = &rd[l];
-    size_t cnt = lane_count(n, l), lcap = lane_cap(n);
-    for (size_t j = 0; j < cnt;) {
-      if (r->nb < MAX_LEN)
-        refill(r);
-      uint32_t ent = lut[r->acc & ((1u << MAX_LEN) - 1)];
-      unsigned len_s = ent >> 16, s = ent & 0xffffu;
-      if (len_s == 0 || len_s > r->nb)
-        return FZ_ECORRUPT;
-      r->acc >>= len_s;
-      r->nb -= len_s;
-      if (s > e) { /* a run of zero words, inside the lane */
-        size_t run = (size_t)1 << (s - e);
-        if (run > cnt - j)
-          return FZ_ECORRUPT;
-        for (size_t k = 0; k < run; k++, j++)
-          store_word(out + (l * lcap + j) * w, w, 0);
-        continue;
-      }
-      uint64_t v = s;
-      if (s == e) {
-        uint64_t lo, hi = 0;
-        if (!take_bits(r, w == 8 ? 32 : 8 * w, &lo) || (w == 8 && !take_bits(r, 32, &hi)))
-          return FZ_ECORRUPT;
-        v = lo | hi << 32;
-      }
-      store_word(out + (l * lcap + j) * w, w, v);
-      j++;
+  for (unsigned l = 0; l < LANES; l += 4) {
+    int rc;
+    switch (w) {
+    case 1: rc = decode_lanes(rd, out, n, l, 1, lut, e); break;
+    case 2: rc = decode_lanes(rd, out, n, l, 2, lut, e); break;
+    case 4: rc = decode_lanes(rd, out, n, l, 4, lut, e); break;
+    default: rc = decode_lanes(rd, out, n, l, 8, lut, e); break;
     }
+    if (rc < 0)
+      return rc;
   }
   /* Every sub-stream read to its end, with nothing but zero padding. */
   for (unsigned l = 0; l < LANES; l++)

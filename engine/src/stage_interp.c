@@ -108,10 +108,12 @@ static inline double finite_or_0(double v) { return isfinite(v) ? v : 0.0; }
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
-/* dec and f32 are constants at every call (run's four copies). */
+/* dec and f32 are constants at every call (run's six copies): dec 0
+ * encodes, 1 decodes, 2 decodes a chunk without outliers or fill (no
+ * value to look up in exact). */
 static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32) {
   if (dec) {
-    if (o->exact[i]) {
+    if (dec == 1 && o->exact[i]) {
       o->pv[i] = finite_or_0(f32 ? (double)((const float *)o->out)[i]
                                  : ((const double *)o->out)[i]);
       return;
@@ -192,17 +194,48 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
         for (c[1] = start[1]; c[1] <= k.hi[1]; c[1] += step[1]) {
           uint64_t row = c[0] * k.stride[0] + c[1] * k.stride[1];
           bool axis_in = d == 2 || (c[d] >= 3 * h && c[d] + 3 * h < k.ext[d]);
-          for (c[2] = start[2]; c[2] <= k.hi[2]; c[2] += step[2]) {
-            uint64_t g = row + c[2];
-            if (g < s || g > e)
+          /* The row's stretch [fa, fb) of x where every point takes the
+           * cubic by offset: g in the chunk, span inside it on both sides,
+           * and for d = 2 the x neighbours in the array. */
+          int64_t fa = (int64_t)s - (int64_t)row + (int64_t)span;
+          int64_t fb = (int64_t)s + (int64_t)n - (int64_t)span - (int64_t)row;
+          if (d == 2) {
+            fa = fa > (int64_t)(3 * h) ? fa : (int64_t)(3 * h);
+            int64_t xb = (int64_t)k.ext[2] - (int64_t)(3 * h);
+            fb = fb < xb ? fb : xb;
+          }
+          if (!axis_in)
+            fb = fa;
+          if (fb > (int64_t)k.hi[2] + 1)
+            fb = (int64_t)k.hi[2] + 1;
+          c[2] = start[2];
+          for (int pass = 0; pass < 3; pass++) {
+            /* Before the stretch and after it, each point checked. */
+            uint64_t stop = k.hi[2] + 1;
+            if (pass == 0 && fb > fa)
+              stop = fa < 0 ? 0 : (uint64_t)fa < stop ? (uint64_t)fa : stop;
+            if (pass == 1) {
+              const double *pv = o->pv;
+              for (; (int64_t)c[2] < fb; c[2] += step[2]) {
+                size_t i = (size_t)(row + c[2] - s);
+                double p = (-pv[i - span] + 9.0 * pv[i - off] + 9.0 * pv[i + off] -
+                            pv[i + span]) * 0.0625;
+                point(o, i, p, dec, f32);
+              }
               continue;
-            size_t i = (size_t)(g - s);
-            bool fast = axis_in && i >= span && i + span < n &&
-                        (d != 2 || (c[2] >= 3 * h && c[2] + 3 * h < k.ext[2]));
-            double p = fast ? (-o->pv[i - span] + 9.0 * o->pv[i - off] + 9.0 * o->pv[i + off] -
-                               o->pv[i + span]) * 0.0625
-                            : predict(&k, c, d, h);
-            point(o, i, p, dec, f32);
+            }
+            for (; c[2] < stop; c[2] += step[2]) {
+              uint64_t g = row + c[2];
+              if (g < s || g > e)
+                continue;
+              size_t i = (size_t)(g - s);
+              bool fast = axis_in && i >= span && i + span < n &&
+                          (d != 2 || (c[2] >= 3 * h && c[2] + 3 * h < k.ext[2]));
+              double p = fast ? (-o->pv[i - span] + 9.0 * o->pv[i - off] +
+                                 9.0 * o->pv[i + off] - o->pv[i + span]) * 0.0625
+                              : predict(&k, c, d, h);
+              point(o, i, p, dec, f32);
+            }
           }
         }
     }
@@ -252,7 +285,8 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     return FZ_ECORRUPT;
   uint8_t *exact = work;
   double *pv = (double *)(((uintptr_t)(exact + n) + 7) & ~(uintptr_t)7);
-  memset(exact, 0, n);
+  if (sv.r || sv.m) /* else never read (run's dec 2) */
+    memset(exact, 0, n);
   /* Fill runs and outliers first, checked as quant checks them: the walk
    * reads them as rebuilt values. */
   if (sv.r) {
@@ -281,9 +315,82 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
   }
   coder o = {.t = t, .step = q->step, .codes = (uint8_t *)codes, .out = out,
              .exact = exact, .pv = pv, .dec = 1};
-  if (t == FZ_F32)
+  bool none = sv.m == 0 && sv.r == 0;
+  if (t == FZ_F32 && none)
+    run(&o, ip, first, n, 2, true);
+  else if (t == FZ_F32)
     run(&o, ip, first, n, 1, true);
+  else if (none)
+    run(&o, ip, first, n, 2, false);
   else
     run(&o, ip, first, n, 1, false);
   return 0;
+}
+
+/* The encoder's shortcut past a chunk the interpolation would lose: each
+ * sampled value (every FZE_GUESS_STEP-th in each row) predicted as the walk
+ * predicts it, at its level and along its axis, but from the values
+ * themselves rather than the rebuilt ones (non-finite ones read as 0), its
+ * bin zigzag-mapped; the anchors are left out.  Only a guess (integers and
+ * binary64, the same operations on every backend): the caller runs the
+ * interpolation in full unless lorenzo beats the guess by a margin. */
+static inline double guess_at(const void *in, size_t i, bool f32) {
+  double u = f32 ? (double)((const float *)in)[i] : ((const double *)in)[i];
+  return finite_or_0(u);
+}
+
+uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
+                          size_t n, uint64_t first, void *words, size_t *outl) {
+  const uint64_t *ext = ip->ext[ip->pdims - 1];
+  uint64_t Y = ext[1], X = ext[2], st[3] = {X * Y, X, 1};
+  double inv = 1.0 / q->step, qmax = t == FZ_F32 ? FZO_QMAX_F32 : FZO_QMAX_F64;
+  bool f32 = t == FZ_F32;
+  unsigned top = (unsigned)__builtin_ctzll(FZE_INTERP_TOP);
+  size_t m = 0, bad = 0;
+  uint64_t end = first + n;
+  for (uint64_t r = first / X; r * X < end; r++) {
+    uint64_t R = r * X, c[3] = {r / Y, r % Y, 0};
+    uint64_t lo = R > first ? R : first, hi = R + X < end ? R + X : end;
+    size_t i = (size_t)(lo - first), stop = (size_t)(hi - first);
+    i = (i + FZE_GUESS_STEP - 1) / FZE_GUESS_STEP * FZE_GUESS_STEP;
+    for (; i < stop; i += FZE_GUESS_STEP) {
+      c[2] = first + i - R;
+      uint64_t u = c[0] | c[1] | c[2];
+      unsigned lb = u ? (unsigned)__builtin_ctzll(u) : 64u;
+      if (lb >= top)
+        continue; /* an anchor */
+      uint64_t h = (uint64_t)1 << lb;
+      unsigned d = (c[2] >> lb & 1u) ? 2u : (c[1] >> lb & 1u) ? 1u : 0u;
+      double v[4];
+      bool have[4];
+      static const int mul[4] = {-3, -1, 1, 3};
+      for (unsigned j = 0; j < 4; j++) {
+        int64_t cd = (int64_t)c[d] + mul[j] * (int64_t)h;
+        int64_t ii = (int64_t)i + mul[j] * (int64_t)(h * st[d]);
+        have[j] = cd >= 0 && cd < (int64_t)ext[d] && ii >= 0 && ii < (int64_t)n;
+        v[j] = have[j] ? guess_at(in, (size_t)ii, f32) : 0.0;
+      }
+      double p = have[1] && have[2]
+                     ? (have[0] && have[3] ? (-v[0] + 9.0 * v[1] + 9.0 * v[2] - v[3]) * 0.0625
+                                           : (v[1] + v[2]) * 0.5)
+                 : have[1] ? v[1]
+                 : have[2] ? v[2]
+                           : 0.0;
+      double x = f32 ? (double)((const float *)in)[i] : ((const double *)in)[i];
+      double tq = (x - p) * inv;
+      bool fits = fabs(tq) <= qmax; /* false for NaN */
+      double rq = fzo_rint(fits ? tq : 0.0);
+      bad += !fits;
+      if (f32) {
+        uint32_t cw = fzo_zigzag32((uint32_t)(int32_t)rq);
+        memcpy((uint8_t *)words + 4 * m, &cw, 4);
+      } else {
+        uint64_t cw = fzo_zigzag64((uint64_t)(int64_t)rq);
+        memcpy((uint8_t *)words + 8 * m, &cw, 8);
+      }
+      m++;
+    }
+  }
+  *outl = bad;
+  return fze_words_cost(f32 ? 4u : 8u, words, m);
 }

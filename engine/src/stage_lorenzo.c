@@ -38,6 +38,63 @@ static unsigned fit(unsigned m, uint64_t i, uint64_t sy, uint64_t sz) {
   return m;
 }
 
+/* log2(v) in 16.16 fixed point, for v >= 1, by integers only: the
+ * position of the top bit, then 16 bits of the mantissa by squaring. */
+static uint64_t log2_q16(uint64_t v) {
+  unsigned top = 63u - (unsigned)__builtin_clzll(v);
+  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top); /* [2^30, 2^31) */
+  uint64_t y = (uint64_t)top << 16;
+  for (unsigned b = 15;; b--) {
+    m = (m * m) >> 30;
+    if (m >= (UINT64_C(1) << 31)) {
+      m >>= 1;
+      y |= UINT64_C(1) << b;
+    }
+    if (b == 0)
+      break;
+  }
+  return y;
+}
+
+#define COST_STEP 5
+#define COST_DIRECT 64u
+
+/* The bits an order-0 entropy coder would spend on every fifth residual
+ * (i = 0, 5, 10, ...), in 16.16 fixed point.  The stride is odd so that the
+ * sample does not line up with the interpolation's power-of-two levels
+ * (every fourth would, on some extents, and price its coarse points
+ * only).  Residuals below 64 are
+ * symbols of their own, larger ones one symbol per bit length plus their
+ * bits.  Integers only, so every backend picks the same predictor. */
+/* The price's histogram: residuals below COST_DIRECT are symbols of their
+ * own, larger ones one symbol per bit length plus their bits; four
+ * histograms side by side, so that runs of one value (zeros, mostly) do
+ * not wait on their own increments. */
+typedef struct cost_hist {
+  uint32_t h[4][COST_DIRECT + 65];
+  uint64_t extra, cnt;
+} cost_hist;
+
+static inline void cost_add(cost_hist *ch, uint64_t v) {
+  unsigned b = v ? 64u - (unsigned)__builtin_clzll(v) : 0u;
+  unsigned big = v >= COST_DIRECT;
+  ch->h[ch->cnt & 3][big ? COST_DIRECT + b : (unsigned)v]++;
+  ch->extra += big ? b : 0;
+  ch->cnt++;
+}
+
+static uint64_t cost_bits(const cost_hist *ch) {
+  if (ch->cnt == 0)
+    return 0;
+  uint64_t ln = log2_q16(ch->cnt), bits = ch->extra << 16;
+  for (unsigned s = 0; s < COST_DIRECT + 65; s++) {
+    uint64_t c = (uint64_t)ch->h[0][s] + ch->h[1][s] + ch->h[2][s] + ch->h[3][s];
+    if (c)
+      bits += c * (ln - log2_q16(c));
+  }
+  return bits;
+}
+
 #define DEFINE_LORENZO(W, T)                                                   \
   static inline T zz##W(T d) {                                                 \
     return (T)((T)(d << 1) ^ (T)(0 - (T)(d >> (W - 1))));                      \
@@ -85,18 +142,81 @@ static unsigned fit(unsigned m, uint64_t i, uint64_t sy, uint64_t sz) {
         else                                                                   \
           out[i] = zz##W((T)(in[i] - p));                                      \
       }                                                                        \
-      if (dec)                                                                 \
-        for (; i < stop; i++)                                                  \
-          out[i] = (T)(unzz##W(in[i]) + pred##W(out, i, full, sy, sz));        \
-      else if (full == 7)                                                      \
+      if (dec && i < stop) {                                                   \
+        /* The word before, carried in a register rather than read back   \
+         * from the store just made; the rest of the prediction is from    \
+         * rows already done (the same sum, modulo the width). */           \
+        T prev = out[i - 1];                                                   \
+        if (full == 7)                                                         \
+          for (; i < stop; i++) {                                              \
+            T rest = (T)(out[i - sy] + out[i - sz] - out[i - 1 - sy] -            \
+                      out[i - 1 - sz] - out[i - sy - sz] + out[i - 1 - sy - sz]); \
+            prev = (T)(unzz##W(in[i]) + (T)(prev + rest));                        \
+            out[i] = prev;                                                     \
+          }                                                                    \
+        else if (full == 3)                                                    \
+          for (; i < stop; i++) {                                              \
+            T rest = (T)(out[i - sy] - out[i - 1 - sy]);                          \
+            prev = (T)(unzz##W(in[i]) + (T)(prev + rest));                        \
+            out[i] = prev;                                                     \
+          }                                                                    \
+        else if (full == 5)                                                    \
+          for (; i < stop; i++) {                                              \
+            T rest = (T)(out[i - sz] - out[i - 1 - sz]);                          \
+            prev = (T)(unzz##W(in[i]) + (T)(prev + rest));                        \
+            out[i] = prev;                                                     \
+          }                                                                    \
+        else                                                                   \
+          for (; i < stop; i++) {                                              \
+            prev = (T)(unzz##W(in[i]) + prev);                                 \
+            out[i] = prev;                                                     \
+          }                                                                    \
+      } else if (!dec && full == 7)                                            \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, 7, sy, sz)));             \
-      else if (full == 3)                                                      \
+      else if (!dec && full == 3)                                              \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, 3, sy, sz)));             \
-      else                                                                     \
+      else if (!dec)                                                           \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, full, sy, sz)));          \
+    }                                                                          \
+  }                                                                            \
+  /* The residuals run##W would make at i = 0, COST_STEP, 2 COST_STEP, ...  \
+   * (the axes of each as there), into the price's histogram, without       \
+   * making the others. */                                                   \
+  static void price##W(const uint64_t *ext, const T *in, size_t n,            \
+                       uint64_t first, cost_hist *ch) {                       \
+    uint64_t Y = ext[1], X = ext[2];                                           \
+    size_t sy = (size_t)X, sz = (size_t)(X * Y);                               \
+    uint64_t end = first + n;                                                  \
+    for (uint64_t r = first / X; r * X < end; r++) {                           \
+      uint64_t R = r * X, y = r % Y, z = r / Y;                                \
+      uint64_t lo = R > first ? R : first, hi = R + X < end ? R + X : end;     \
+      unsigned ax = (y > 0 ? 2u : 0u) | (z > 0 ? 4u : 0u);                     \
+      unsigned full = 1u | ax;                                                 \
+      size_t i = (size_t)(lo - first), stop = (size_t)(hi - first);            \
+      size_t need = (size_t)corner(full, sy, sz);                              \
+      i = (i + COST_STEP - 1) / COST_STEP * COST_STEP;                         \
+      for (; i < stop; i += COST_STEP) {                                       \
+        uint64_t x = first + i - R;                                            \
+        if (x > 0 && i >= need)                                                \
+          break;                                                               \
+        unsigned m = fit((x > 0 ? 1u : 0u) | ax, i, sy, sz);                   \
+        cost_add(ch, (uint64_t)zz##W((T)(in[i] - pred##W(in, i, m, sy, sz)))); \
+      }                                                                        \
+      if (full == 7)                                                           \
+        for (; i < stop; i += COST_STEP)                                       \
+          cost_add(ch, (uint64_t)zz##W((T)(in[i] - pred##W(in, i, 7, sy, sz)))); \
+      else if (full == 3)                                                      \
+        for (; i < stop; i += COST_STEP)                                       \
+          cost_add(ch, (uint64_t)zz##W((T)(in[i] - pred##W(in, i, 3, sy, sz)))); \
+      else if (full == 1)                                                      \
+        for (; i < stop; i += COST_STEP)                                       \
+          cost_add(ch, (uint64_t)zz##W((T)(in[i] - pred##W(in, i, 1, sy, sz)))); \
+      else                                                                     \
+        for (; i < stop; i += COST_STEP)                                       \
+          cost_add(ch, (uint64_t)zz##W((T)(in[i] - pred##W(in, i, full, sy, sz)))); \
     }                                                                          \
   }
 
@@ -126,55 +246,11 @@ void fze_lorenzo_decode(const fze_stage *st, unsigned k, unsigned w, const void 
   run(st, k, w, in, out, n, first, 1);
 }
 
-/* log2(v) in 16.16 fixed point, for v >= 1, by integers only: the
- * position of the top bit, then 16 bits of the mantissa by squaring. */
-static uint64_t log2_q16(uint64_t v) {
-  unsigned top = 63u - (unsigned)__builtin_clzll(v);
-  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top); /* [2^30, 2^31) */
-  uint64_t y = (uint64_t)top << 16;
-  for (unsigned b = 15;; b--) {
-    m = (m * m) >> 30;
-    if (m >= (UINT64_C(1) << 31)) {
-      m >>= 1;
-      y |= UINT64_C(1) << b;
-    }
-    if (b == 0)
-      break;
-  }
-  return y;
-}
-
-#define COST_STEP 5
-#define COST_DIRECT 64u
-
-/* The bits an order-0 entropy coder would spend on every fifth residual
- * (i = 0, 5, 10, ...), in 16.16 fixed point.  The stride is odd so that the
- * sample does not line up with the interpolation's power-of-two levels
- * (every fourth would, on some extents, and price its coarse points
- * only).  Residuals below 64 are
- * symbols of their own, larger ones one symbol per bit length plus their
- * bits.  Integers only, so every backend picks the same predictor. */
-uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
-  uint32_t h[COST_DIRECT + 65] = {0};
-  uint64_t extra = 0, cnt = 0;
+static uint64_t cost_every(unsigned w, const void *res, size_t n, size_t step) {
+  cost_hist ch;
+  memset(&ch, 0, sizeof ch);
   const uint8_t *p = res;
-  if (w == 4) {
-    /* Four histograms side by side, so that runs of one value (zeros,
-     * mostly) do not wait on their own increments. */
-    uint32_t h4[4][COST_DIRECT + 33];
-    memset(h4, 0, sizeof h4);
-    const uint32_t *r = res;
-    for (size_t i = 0, j = 0; i < n; i += COST_STEP, j++, cnt++) {
-      uint32_t v = r[i];
-      unsigned b = v ? 32u - (unsigned)__builtin_clz(v) : 0u;
-      unsigned big = v >= COST_DIRECT;
-      h4[j & 3][big ? COST_DIRECT + b : v]++;
-      extra += big ? b : 0;
-    }
-    for (unsigned s = 0; s < COST_DIRECT + 33; s++)
-      h[s] = h4[0][s] + h4[1][s] + h4[2][s] + h4[3][s];
-  }
-  for (size_t i = 0; w != 4 && i < n; i += COST_STEP, cnt++) {
+  for (size_t i = 0; i < n; i += step) {
     uint64_t v;
     switch (w) {
     case 1: v = p[i]; break;
@@ -182,19 +258,32 @@ uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
     case 4: { uint32_t x; memcpy(&x, p + 4 * i, 4); v = x; break; }
     default: memcpy(&v, p + 8 * i, 8); break;
     }
-    if (v < COST_DIRECT) {
-      h[v]++;
-    } else {
-      unsigned b = 64u - (unsigned)__builtin_clzll(v);
-      h[COST_DIRECT + b]++;
-      extra += b;
-    }
+    cost_add(&ch, v);
   }
-  if (cnt == 0)
-    return 0;
-  uint64_t ln = log2_q16(cnt), bits = extra << 16;
-  for (unsigned s = 0; s < COST_DIRECT + 65; s++)
-    if (h[s])
-      bits += (uint64_t)h[s] * (ln - log2_q16(h[s]));
-  return bits;
+  return cost_bits(&ch);
+}
+
+/* What fze_lorenzo_cost() would say of fze_lorenzo_encode()'s residuals
+ * in k dims, from the words alone: only the sampled residuals are made, so
+ * pricing every k costs a fraction of encoding one. */
+uint64_t fze_lorenzo_price(const fze_stage *st, unsigned k, unsigned w, const void *words,
+                           size_t n, uint64_t first) {
+  cost_hist ch;
+  memset(&ch, 0, sizeof ch);
+  const uint64_t *ext = st->ext[k - 1];
+  switch (w) {
+  case 1: price8(ext, words, n, first, &ch); break;
+  case 2: price16(ext, words, n, first, &ch); break;
+  case 4: price32(ext, words, n, first, &ch); break;
+  default: price64(ext, words, n, first, &ch); break;
+  }
+  return cost_bits(&ch);
+}
+
+uint64_t fze_lorenzo_cost(unsigned w, const void *res, size_t n) {
+  return cost_every(w, res, n, COST_STEP);
+}
+
+uint64_t fze_words_cost(unsigned w, const void *words, size_t n) {
+  return cost_every(w, words, n, 1);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "archive.h"
+#include "engine.h"
 #include "check.h"
 #include "fz.h"
 #include "gen.h"
@@ -420,4 +421,129 @@ Test(ratio, hostile_huffman_streams) {
   for (size_t cut = 0; cut < len; cut++)
     cr_assert_eq(fze_huffman_decode(4, out, cut, back, n, tmp), FZ_ECORRUPT, "cut %zu", cut);
   cr_assert_eq(fze_huffman_decode(4, out, len, back, n - 1, tmp), FZ_ECORRUPT);
+}
+
+/* The encoder prices lorenzo's dims from the words alone, making only the
+ * sampled residuals (fze_lorenzo_price); it must say what pricing the full
+ * encoding says, on every shape, word width, dims and chunk placement
+ * (chunks that start mid-row and mid-plane, and one-element chunks), or
+ * the choices (and the archives) would drift from the documented rule. */
+Test(ratio, lorenzo_price_matches_its_encoding) {
+  for (size_t si = 0; si < NSHAPES; si++) {
+    const shape *s = &shapes[si];
+    size_t N = (size_t)count(s);
+    fze_chain c;
+    char why[256] = "";
+    cr_assert_eq(fze_chain_parse("lorenzo", &c, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(fze_chain_resolve_shape(&c, s->ndims, s->dims, why, sizeof why), 0, "%s", why);
+    uint8_t *words = malloc(N * 8 + 8), *res = malloc(N * 8 + 8);
+    cr_assert(words && res);
+    uint64_t r = 0x9e3779b97f4a7c15ull ^ si;
+    for (size_t i = 0; i < N; i++) {
+      /* Mostly a slow ramp (small residuals), some large words. */
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      uint64_t v = (r >> 61) == 0 ? r : (uint64_t)(i / 3) + (r >> 62);
+      memcpy(words + 8 * i, &v, 8);
+    }
+    size_t places[][2] = {{0, N}, {N / 3, N - N / 3}, {N / 2, (N + 3) / 4}, {N - 1, 1}};
+    for (unsigned w = 1; w <= 8; w *= 2)
+      for (unsigned k = 1; k <= c.st[0].pdims; k++)
+        for (size_t pl = 0; pl < 4; pl++) {
+          size_t first = places[pl][0], n = places[pl][1];
+          if (n == 0 || first + n > N)
+            continue;
+          const uint8_t *in = words + first * w;
+          fze_lorenzo_encode(&c.st[0], k, w, in, res, n, first);
+          uint64_t want = fze_lorenzo_cost(w, res, n);
+          uint64_t got = fze_lorenzo_price(&c.st[0], k, w, in, n, first);
+          cr_assert_eq(got, want, "shape %zu, w %u, k %u, first %zu, n %zu: %llu, not %llu", si,
+                       w, k, first, n, (unsigned long long)got, (unsigned long long)want);
+        }
+    free(words);
+    free(res);
+  }
+}
+
+/* The choice quant | interp makes per chunk, both predictors run in full
+ * and priced as docs/format.md's encoder note says: 0 for the
+ * interpolation, else lorenzo's cheapest k. */
+static unsigned full_choice(const fze_chain *c, fz_dtype t, const uint8_t *x, size_t n,
+                            uint64_t first) {
+  unsigned w = (unsigned)fz_dtype_size(t);
+  const fze_stage *q = &c->st[0], *ip = &c->st[1];
+  uint8_t *codes = malloc(n * w + 8), *side = malloc(2 * n * w + 256);
+  uint8_t *res = malloc(n * w + 8);
+  void *work = malloc(fze_quant_work_bytes(n));
+  cr_assert(codes && side && res && work);
+  size_t side_i = fze_interp_encode(q, ip, t, x, n, first, codes, side, work);
+  uint64_t cost_i = fze_lorenzo_cost(w, codes, n) + ((8 * (uint64_t)side_i) << 16);
+  size_t side_l = fze_quant_encode(q, t, x, n, codes, side, work);
+  uint64_t best = UINT64_MAX;
+  unsigned bk = 1;
+  for (unsigned k = 1; k <= ip->pdims; k++) {
+    fze_lorenzo_encode(ip, k, w, codes, res, n, first);
+    uint64_t cost = fze_lorenzo_cost(w, res, n);
+    if (cost < best) {
+      best = cost;
+      bk = k;
+    }
+  }
+  best += (8 * (uint64_t)side_l) << 16;
+  free(codes);
+  free(side);
+  free(res);
+  free(work);
+  return best < cost_i ? bk : 0;
+}
+
+/* The encoder skips the interpolation where lorenzo beats a guess at its
+ * price by a margin; on fields where either predictor wins (smooth ones at
+ * coarse bounds, noisy ones, 2-D to 4-D, chunks cut mid-plane) its choice
+ * is the one running both in full makes. */
+Test(ratio, shortcut_keeps_the_full_choice) {
+  static const shape big[] = {{2, {300, 301}}, {3, {17, 23, 29}}, {3, {5, 64, 130}},
+                              {4, {3, 5, 31, 33}}};
+  static const enum gen_kind kinds[] = {GEN_SMOOTH, GEN_NOISE, GEN_RAMP};
+  static const double ebs[] = {1e-1, 1e-2, 1e-4};
+  unsigned seen[2] = {0, 0};
+  for (size_t si = 0; si < sizeof big / sizeof *big; si++)
+    for (size_t ki = 0; ki < 3; ki++)
+      for (size_t ei = 0; ei < 3; ei++)
+        for (int f32 = 0; f32 <= 1; f32++) {
+          const shape *s = &big[si];
+          size_t N = (size_t)count(s);
+          fz_dtype t = f32 ? FZ_F32 : FZ_F64;
+          unsigned w = f32 ? 4 : 8;
+          uint8_t *x = make_field(s, f32, kinds[ki], 7 + si);
+          fze_chain c;
+          char why[256] = "", text[128];
+          snprintf(text, sizeof text, "quant(eb=%g,mode=rel) | interp | huffman | rze", ebs[ei]);
+          cr_assert_eq(fze_chain_parse(text, &c, why, sizeof why), 0, "%s", why);
+          cr_assert_eq(fze_chain_resolve_shape(&c, s->ndims, s->dims, why, sizeof why), 0,
+                       "%s", why);
+          cr_assert_eq(fze_quant_resolve(&c.st[0], t, x, N, why, sizeof why), 0, "%s", why);
+          fze_scratch sc;
+          cr_assert_eq(fze_scratch_init(&sc, N * w), 0);
+          uint8_t *out = malloc(N * w + 8);
+          cr_assert_not_null(out);
+          size_t places[][2] = {{0, N}, {N / 3, N / 2}};
+          for (size_t pl = 0; pl < 2; pl++) {
+            size_t first = places[pl][0], n = places[pl][1];
+            const uint8_t *in = x + first * w;
+            size_t len = fze_chunk_encode(&c, t, in, n, first, out, &sc);
+            if (len == n * w)
+              continue; /* stored raw: no choice byte */
+            long sl = fze_quant_side_len(&c.st[0], out, len, n, w);
+            cr_assert(sl >= 0 && (size_t)sl < len);
+            unsigned want = full_choice(&c, t, in, n, first);
+            cr_assert_eq(out[sl], want, "%s, shape %zu, %s, %s, chunk %zu: predictor %u, not %u",
+                         text, si, gen_names[kinds[ki]], f32 ? "f32" : "f64", pl, out[sl], want);
+            seen[want != 0]++;
+          }
+          free(out);
+          fze_scratch_free(&sc);
+          free(x);
+        }
+  /* Both predictors were chosen somewhere, so both paths were checked. */
+  cr_assert(seen[0] > 0 && seen[1] > 0, "interp %u, lorenzo %u", seen[0], seen[1]);
 }
