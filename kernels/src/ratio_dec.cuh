@@ -200,9 +200,15 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c) 
   uint64_t n = S->n, w = J->w;
   uint32_t iw = n < 65536 ? 2u : 4u;
   S->iw = iw;
-  /* The side list (no fill: such archives do not come here). */
+  /* The side list (no fill: such archives do not come here).  Its count
+   * is read as the CPU's fze_quant_read_side reads it, into 32 bits (a
+   * fifth byte's bits above them are dropped), so that a crafted count
+   * gets the CPU's answer. */
   uint64_t k = 0, m;
-  if (!fzr_varint(in, len, &k, &m) || m > n || (len - k) / (iw + w) < m)
+  if (!fzr_varint(in, len, &k, &m))
+    goto bad;
+  m &= 0xffffffffu;
+  if (m > n || (len - k) / (iw + w) < m)
     goto bad;
   S->m = m;
   S->idx = in + k;
