@@ -11,7 +11,8 @@
 # FZ_GPU_TEST_LARGE_MB (size of the large identity test; 0 skips it),
 # FZ_SKIP_TESTS=1 / FZ_SKIP_BENCH=1 / FZ_SKIP_SANITIZERS=1, FZ_SANITIZER_TOOLS
 # (default "memcheck racecheck"), FZ_GPU_PROFILE=1 (Nsight Compute, below),
-# FZ_GPU_DEVICE_BENCH=1 (device buffers through fzd, below), FZ_GPU_RUN_SERVICE (below),
+# FZ_GPU_DEVICE_BENCH=1 (device buffers through fzd, below), FZ_GPU_JIT_BENCH=1
+# (first, warm and restarted jobs of a chain through fzd, below), FZ_GPU_RUN_SERVICE (below),
 # FZ_GPU_BUILD (build directory), FZ_CUDA_FLAGS (extra nvcc flags, e.g. a
 # -D of a kernel tuning knob).
 set -euo pipefail
@@ -197,6 +198,25 @@ if [ "$service" != 0 ]; then
     fi
     cat "$logs/fzctl-bench.txt"
   fi
+fi
+
+# ---- the JIT through fzd ------------------------------------------------------
+# FZ_GPU_JIT_BENCH=1: tests/bench/jit_bench.sh on the GPU backend: the first
+# job of a chain on a fresh daemon (compile), a warm job, and the first job
+# on a restarted daemon with the module cache on disk ($FZ_JIT_BENCH_PIPELINE,
+# default "quant | diff | rze"; $FZ_JIT_BENCH_ARGS: MIB JOBS, default 64 5).
+if [ "${FZ_GPU_JIT_BENCH:-0}" != 0 ]; then
+  step the JIT through fzd
+  cmake --build "$build" -j16 --target fzd fzctl > "$logs/build-jit.log" 2>&1 ||
+    { tail -40 "$logs/build-jit.log"; exit 1; }
+  if FZD_BACKEND=gpu sh tests/bench/jit_bench.sh "$build" "${FZ_JIT_BENCH_PIPELINE:-quant | diff | rze}" \
+       ${FZ_JIT_BENCH_ARGS:-64 5} > "$logs/jit-bench.txt" 2>&1; then
+    summary+=("JIT bench through fzd: done")
+  else
+    summary+=("JIT bench through fzd: FAILED")
+    status=1
+  fi
+  cat "$logs/jit-bench.txt"
 fi
 
 # ---- device buffers through fzd ------------------------------------------
