@@ -43,30 +43,6 @@ static int inner_huffman(const fze_chain *c) {
   return -1;
 }
 
-static size_t put_len(uint8_t *p, size_t v) {
-  size_t k = 0;
-  while (v >= 0x80) {
-    p[k++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[k++] = (uint8_t)v;
-  return k;
-}
-
-static bool get_len(const uint8_t *p, size_t avail, size_t *k, size_t *out) {
-  size_t v = 0;
-  for (unsigned shift = 0;; shift += 7) {
-    if (*k >= avail || shift > 28)
-      return false;
-    uint8_t b = p[(*k)++];
-    v |= (size_t)(b & 0x7f) << shift;
-    if (!(b & 0x80))
-      break;
-  }
-  *out = v;
-  return true;
-}
-
 /* The cheapest k = 1..pdims for lorenzo on words (the lowest k of
  * equals), priced from samples of the residuals; its price in *cost. */
 static uint8_t best_lorenzo_k(const fze_stage *st, unsigned w, const uint8_t *words, size_t n,
@@ -196,7 +172,7 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
   if (has_pk)
     lenbuf[lk++] = pk;
   if (inner >= 0)
-    lk += put_len(lenbuf + lk, hlen);
+    lk += fze_put_varint(lenbuf + lk, hlen);
   if (side_len + lk + len >= raw)
     goto store_raw;
   memcpy(out, s->side, side_len);
@@ -243,8 +219,10 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
     }
   /* The inner huffman stream is at most the chunk's raw size (the encoder
    * stores the chunk raw otherwise), which the buffers are sized for. */
-  if (inner >= 0 && (!get_len(in, in_len, &hk, &hlen) || hlen == 0 || hlen >= raw))
+  uint64_t hlen64 = 0;
+  if (inner >= 0 && (!fze_get_varint(in, in_len, &hk, &hlen64) || hlen64 == 0 || hlen64 >= raw))
     return FZ_ECORRUPT;
+  hlen = (size_t)hlen64;
   const uint8_t *cur = in + hk;
   size_t len = in_len - hk;
 

@@ -125,6 +125,12 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
 
 /* Stages (stage_*.c).  Word streams are little-endian arrays of `w`-byte
  * words; byte streams are plain bytes. */
+/* The varints of side lists and stream lengths (LEB128: 7 bits a byte, low
+ * bits first, at most 5 bytes).  fze_get_varint reads one at p[*k] (len
+ * bytes in all), advances *k, and refuses one that runs past len or past
+ * 5 bytes; the 5th byte's bits may reach past 32. */
+size_t fze_put_varint(uint8_t *p, uint64_t v);
+bool fze_get_varint(const uint8_t *p, size_t len, size_t *k, uint64_t *out);
 /* Indices in a side list are u16 in chunks of fewer than 65536 elements,
  * u32 from there on (only version-3 chunks are that large). */
 static inline unsigned fze_side_index_width(size_t n) { return n < 65536 ? 2u : 4u; }

@@ -157,7 +157,7 @@ bool fze_quant_params_ok(const fze_stage *st, fz_dtype t) {
   return true;
 }
 
-static size_t put_varint(uint8_t *p, uint32_t v) {
+size_t fze_put_varint(uint8_t *p, uint64_t v) {
   size_t k = 0;
   while (v >= 0x80) {
     p[k++] = (uint8_t)(v | 0x80);
@@ -180,14 +180,14 @@ static size_t put_index(uint8_t *p, uint32_t v, unsigned iw) {
 size_t fze_quant_write_side(uint8_t *side, const uint32_t *idx, size_t m,
                             const uint8_t *in, unsigned w, bool has_fill,
                             const uint32_t (*runs)[2], size_t r, unsigned iw) {
-  size_t k = put_varint(side, (uint32_t)m);
+  size_t k = fze_put_varint(side, m);
   for (size_t j = 0; j < m; j++)
     k += put_index(side + k, idx[j], iw);
   for (size_t j = 0; j < m; j++, k += w)
     memcpy(side + k, in + (size_t)idx[j] * w, w);
   if (!has_fill)
     return k;
-  k += put_varint(side + k, (uint32_t)r);
+  k += fze_put_varint(side + k, r);
   for (size_t j = 0; j < r; j++) {
     k += put_index(side + k, runs[j][0], iw);
     k += put_index(side + k, runs[j][1], iw);
@@ -337,17 +337,27 @@ size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,
 
 typedef fze_side_view side_view;
 
-static bool read_varint(const uint8_t *p, size_t len, size_t *k, uint32_t *out) {
-  uint32_t v = 0;
+bool fze_get_varint(const uint8_t *p, size_t len, size_t *k, uint64_t *out) {
+  uint64_t v = 0;
   for (unsigned shift = 0;; shift += 7) {
     if (*k >= len || shift > 28)
       return false;
     uint8_t b = p[(*k)++];
-    v |= (uint32_t)(b & 0x7f) << shift;
+    v |= (uint64_t)(b & 0x7f) << shift;
     if (!(b & 0x80))
       break;
   }
   *out = v;
+  return true;
+}
+
+/* A side list's count: its varint's low 32 bits, as archives have always
+ * been read (the GPU decoders read it the same way). */
+static bool read_count(const uint8_t *p, size_t len, size_t *k, uint32_t *out) {
+  uint64_t v;
+  if (!fze_get_varint(p, len, k, &v))
+    return false;
+  *out = (uint32_t)v;
   return true;
 }
 
@@ -358,7 +368,7 @@ int fze_quant_read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
   uint32_t v;
   size_t k = 0;
   unsigned iw = fze_side_index_width(n);
-  if (!read_varint(side, len, &k, &v) || v > n || (len - k) / (iw + w) < v)
+  if (!read_count(side, len, &k, &v) || v > n || (len - k) / (iw + w) < v)
     return FZ_ECORRUPT;
   sv->m = v;
   sv->idx = side + k;
@@ -367,7 +377,7 @@ int fze_quant_read_side(const uint8_t *side, size_t len, size_t n, unsigned w,
   sv->r = 0;
   sv->runs = side + k;
   if (has_fill) {
-    if (!read_varint(side, len, &k, &v) || v > n || (len - k) / (2 * iw) < v)
+    if (!read_count(side, len, &k, &v) || v > n || (len - k) / (2 * iw) < v)
       return FZ_ECORRUPT;
     sv->r = v;
     sv->runs = side + k;

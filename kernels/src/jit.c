@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,6 +293,8 @@ struct fzk_jit {
   fzk_kern helpers;   /* with have_helpers: fzk_jit_helpers */
   int have_helpers;
   char failure[2048]; /* failures not fetched yet, one line each */
+  atomic_int pending; /* failure is not empty: read without the lock, so
+                       * callers that ask after every job pay no lock */
 };
 
 int fzk_jit_create(int device, fzk_jit **out, char *why, size_t why_len) {
@@ -340,6 +343,7 @@ static void note_failure(fzk_jit *j, const char *text) {
   size_t o = strlen(j->failure);
   if (o + 2 < sizeof j->failure)
     snprintf(j->failure + o, sizeof j->failure - o, "%s%s", o ? "\n" : "", text);
+  atomic_store(&j->pending, j->failure[0] != 0);
 }
 
 int fzk_jit_config(fzk_jit *j, const char *cache_dir, uint64_t max_disk_bytes, int enabled,
@@ -367,12 +371,15 @@ int fzk_jit_config(fzk_jit *j, const char *cache_dir, uint64_t max_disk_bytes, i
 }
 
 int fzk_jit_failure(fzk_jit *j, char *buf, size_t len) {
+  if (!atomic_load(&j->pending))
+    return 0;
   pthread_mutex_lock(&j->lock);
   int had = j->failure[0] != 0;
   if (had) {
     if (buf != NULL && len > 0)
       snprintf(buf, len, "%s", j->failure);
     j->failure[0] = 0;
+    atomic_store(&j->pending, 0);
   }
   pthread_mutex_unlock(&j->lock);
   return had;
