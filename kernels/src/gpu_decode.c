@@ -43,6 +43,12 @@ struct fz_gpu_decoder {
   int opened;
   int ratio;        /* the archive is the ratio preset's (ratio_decode.cu) */
   const char *path; /* of the last run: "jit", "aot" */
+  /* The kernel chosen for the last archive, by the descriptor its header
+   * gave: a worker's next archive is most often of the same chain and size,
+   * and choosing again would generate the kernel's source to look it up. */
+  fzk_desc memo_key, memo_d;
+  void *memo_fn;
+  int memo_ok;
 };
 
 int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size_t why_len) {
@@ -251,12 +257,24 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
     *out_len = (size_t)h->raw_bytes;
     return 0;
   }
-  fzk_desc d;
+  fzk_desc d, key;
   void *jit_dec = NULL;
-  if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_DECODE, &d, &jit_dec, why, why_len)) < 0)
-    return rc;
-  if ((rc = fzk_kernels_ready(ctx, &d, why, why_len)) < 0)
-    return rc;
+  fzk_desc_from_header_jit(&key, h);
+  if (dec->memo_ok && memcmp(&key, &dec->memo_key, sizeof key) == 0) {
+    /* Chosen and made ready before: a module, once loaded or failed, stays
+     * so for the context's life, and the shared memory set-up only grows. */
+    d = dec->memo_d;
+    jit_dec = dec->memo_fn;
+  } else {
+    if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_DECODE, &d, &jit_dec, why, why_len)) < 0)
+      return rc;
+    if ((rc = fzk_kernels_ready(ctx, &d, why, why_len)) < 0)
+      return rc;
+    dec->memo_key = key;
+    dec->memo_d = d;
+    dec->memo_fn = jit_dec;
+    dec->memo_ok = 1;
+  }
   fzk_qparams qp = {0};
   if (d.has_quant) {
     qp.eb_abs = h->chain.st[0].eb_abs;
