@@ -26,19 +26,13 @@
 #define FZK_RATIO_DEC_CUH
 
 #include "ops.h"
-
-#ifdef __CUDACC__
-#define FZR_HD __host__ __device__
-#else
-#define FZR_HD
-#endif
+#include "ratio_phase.cuh"
 
 #define FZR_LANES 32u
 #define FZR_MAX_LEN 12u
 #define FZR_MAX_SYMS 4096u
 #define FZR_RUNS 15u
 #define FZR_MAX_DIRECT (FZR_MAX_SYMS - 1u - FZR_RUNS)
-#define FZR_NT 256u
 #define FZR_TOP 16u
 #define FZR_MAX_LEVELS 6u
 
@@ -808,20 +802,6 @@ static inline FZR_HD void fzr_copy_out(fzr_state *S, const fzr_job *J, unsigned 
 }
 
 /* ---- one chunk, phase by phase ---- */
-
-#ifdef __CUDA_ARCH__
-#define FZR_ALL(stmt) { stmt; }
-#define FZR_ONE(stmt) if (t == 0) { stmt; }
-#define FZR_SYNC() __syncthreads()
-#define FZR_T0 const unsigned t = threadIdx.x, nt = blockDim.x
-static __device__ inline void fzr_flag(uint32_t *st) { atomicOr(st, 1u); }
-#else
-#define FZR_ALL(stmt) for (unsigned t = 0; t < nt; t++) { stmt; }
-#define FZR_ONE(stmt) { const unsigned t = 0; (void)t; stmt; }
-#define FZR_SYNC() do { } while (0)
-#define FZR_T0 const unsigned nt = FZR_NT
-static inline void fzr_flag(uint32_t *st) { *st |= 1u; }
-#endif
 
 /* Every thread of the block calls it (the host model: once, running each
  * phase for every thread in turn); S is the block's shared state.  The

@@ -1,0 +1,51 @@
+/*
+ * ratio_phase.cuh - how the ratio preset's kernels are written so that the
+ * host can run them: one block of FZR_NT threads per chunk, in phases.
+ *
+ * A phase is a statement every thread runs on its own share of the work,
+ * given its index t and the thread count nt; between two phases the block
+ * waits (FZR_SYNC), so a phase may read anything an earlier one wrote.
+ * FZR_ONE runs a statement on thread 0 only.  Compiled for the device they
+ * are the plain kernel idiom; compiled for the host (tests/gpu/ratio_*.c)
+ * FZR_ALL runs the statement for t = 0 .. nt-1 in turn and FZR_SYNC is
+ * nothing, which is a valid schedule of the same program: the tests run
+ * the very code of the kernels against the CPU engine without a GPU.
+ *
+ * What keeps that true: control flow around a barrier depends only on
+ * state written before the last barrier (the block takes every branch as
+ * one); no warp intrinsics; threads of one phase write disjoint bytes, or
+ * combine through FZR_ATOMIC_* whose result does not depend on the order
+ * (counts, OR, max).
+ */
+#ifndef FZK_RATIO_PHASE_CUH
+#define FZK_RATIO_PHASE_CUH
+
+#ifdef __CUDACC__
+#define FZR_HD __host__ __device__
+#else
+#define FZR_HD
+#endif
+
+#define FZR_NT 256u
+
+#ifdef __CUDA_ARCH__
+#define FZR_ALL(stmt) { stmt; }
+#define FZR_ONE(stmt) if (t == 0) { stmt; }
+#define FZR_SYNC() __syncthreads()
+#define FZR_T0 const unsigned t = threadIdx.x, nt = blockDim.x
+#define FZR_ATOMIC_ADD(p, v) atomicAdd((p), (v))
+#define FZR_ATOMIC_OR(p, v) atomicOr((p), (v))
+#define FZR_ATOMIC_MAX(p, v) atomicMax((p), (v))
+static __device__ inline void fzr_flag(uint32_t *st) { atomicOr(st, 1u); }
+#else
+#define FZR_ALL(stmt) for (unsigned t = 0; t < nt; t++) { stmt; }
+#define FZR_ONE(stmt) { const unsigned t = 0; (void)t; stmt; }
+#define FZR_SYNC() do { } while (0)
+#define FZR_T0 const unsigned nt = FZR_NT
+#define FZR_ATOMIC_ADD(p, v) (*(p) += (v))
+#define FZR_ATOMIC_OR(p, v) (*(p) |= (v))
+#define FZR_ATOMIC_MAX(p, v) (*(p) = *(p) > (v) ? *(p) : (v))
+static inline void fzr_flag(uint32_t *st) { *st |= 1u; }
+#endif
+
+#endif
