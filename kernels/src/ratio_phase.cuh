@@ -48,4 +48,14 @@ static __device__ inline void fzr_flag(uint32_t *st) { atomicOr(st, 1u); }
 static inline void fzr_flag(uint32_t *st) { *st |= 1u; }
 #endif
 
+/* The quantizer's parameters as the encoder's pieces take them: the bin
+ * width (0: lossless, the words are the values' bit patterns), its
+ * inverse as the engine forms it (1.0 / step), the absolute bound every
+ * rebuilt value must meet, and whether the mode is PWREL (step is then
+ * the integer the engine's fzo_pw_quant_* take). */
+typedef struct fzre_q {
+  double step, inv, eb_abs;
+  unsigned pwrel;
+} fzre_q;
+
 #endif
