@@ -504,13 +504,27 @@ static inline FZR_HD double fzre_value(const uint8_t *in, unsigned w, uint64_t i
   return w == 4 ? (double)fzo_bits_f32((uint32_t)b) : fzo_bits_f64(b);
 }
 
-/* Each sampled value (i = 0, 17, 34, ... of the chunk) that is not an
- * anchor: its bin against the prediction from its level's neighbours, the
- * values themselves (non-finite ones as 0), into the histogram. */
+/* The value mul h steps along the sample's axis (coordinate c of extent
+ * e, elements `step` apart), when it lies in the array and the chunk:
+ * non-finite as 0. */
+static inline FZR_HD int fzre_guess_near(const uint8_t *in, unsigned w, uint64_t n, uint64_t i,
+                                         uint64_t c, uint64_t e, uint64_t step, uint64_t h,
+                                         int64_t mul, double *v) {
+  int64_t cd = (int64_t)c + mul * (int64_t)h;
+  int64_t ii = (int64_t)i + mul * (int64_t)(h * step);
+  int have = cd >= 0 && cd < (int64_t)e && ii >= 0 && ii < (int64_t)n;
+  double g = have ? fzre_value(in, w, (uint64_t)ii) : 0.0;
+  *v = isfinite(g) ? g : 0.0;
+  return have;
+}
+
+/* Each sampled value (i = 0, 17, 34, ... of the chunk: the engine's row
+ * loops cover each once) that is not an anchor: its bin against the
+ * prediction from its level's neighbours along its axis, into the
+ * histogram. */
 static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uint64_t ext[3],
                                           const uint8_t *in, unsigned w, uint64_t n,
                                           uint64_t first, unsigned t, unsigned nt) {
-  const uint64_t st[3] = {ext[2] * ext[1], ext[2], 1};
   const double qmax = w == 4 ? FZO_QMAX_F32 : FZO_QMAX_F64;
   const unsigned top = fzre_ctz64(FZRE_TOP);
   const uint64_t d = (uint64_t)nt * FZRE_GUESS_STEP;
@@ -519,31 +533,32 @@ static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uin
   fzre_pos p;
   fzre_pos_init(&p, ext, first + i, d);
   for (; i < n; i += d, fzre_pos_next(&p)) {
-    const uint64_t c[3] = {p.z, p.y, p.x};
-    uint64_t u = c[0] | c[1] | c[2];
+    uint64_t u = p.z | p.y | p.x;
     unsigned lb = u ? fzre_ctz64(u) : 64u;
     if (lb >= top)
-      continue;
+      continue; /* an anchor */
     uint64_t h = (uint64_t)1 << lb;
-    unsigned ax = (c[2] >> lb & 1u) ? 2u : (c[1] >> lb & 1u) ? 1u : 0u;
-    double v[4];
-    int have[4];
-    for (unsigned j = 0; j < 4; j++) {
-      const int64_t mul = j == 0 ? -3 : j == 1 ? -1 : j == 2 ? 1 : 3;
-      int64_t cd = (int64_t)c[ax] + mul * (int64_t)h;
-      int64_t ii = (int64_t)i + mul * (int64_t)(h * st[ax]);
-      have[j] = cd >= 0 && cd < (int64_t)ext[ax] && ii >= 0 && ii < (int64_t)n;
-      double g = have[j] ? fzre_value(in, w, (uint64_t)ii) : 0.0;
-      v[j] = isfinite(g) ? g : 0.0;
+    /* The axis: the fastest whose coordinate is an odd multiple of h. */
+    uint64_t c, e, step;
+    if (p.x >> lb & 1u) {
+      c = p.x, e = ext[2], step = 1;
+    } else if (p.y >> lb & 1u) {
+      c = p.y, e = ext[1], step = ext[2];
+    } else {
+      c = p.z, e = ext[0], step = ext[2] * ext[1];
     }
-    double pr = have[1] && have[2]
-                    ? (have[0] && have[3] ? (-v[0] + 9.0 * v[1] + 9.0 * v[2] - v[3]) * 0.0625
-                                          : (v[1] + v[2]) * 0.5)
-                : have[1] ? v[1]
-                : have[2] ? v[2]
-                          : 0.0;
+    double v0, v1, v2, v3;
+    int h0 = fzre_guess_near(in, w, n, i, c, e, step, h, -3, &v0);
+    int h1 = fzre_guess_near(in, w, n, i, c, e, step, h, -1, &v1);
+    int h2 = fzre_guess_near(in, w, n, i, c, e, step, h, 1, &v2);
+    int h3 = fzre_guess_near(in, w, n, i, c, e, step, h, 3, &v3);
+    double pr = h1 && h2 ? (h0 && h3 ? (-v0 + 9.0 * v1 + 9.0 * v2 - v3) * 0.0625
+                                     : (v1 + v2) * 0.5)
+                : h1     ? v1
+                : h2     ? v2
+                         : 0.0;
     double tq = (fzre_value(in, w, i) - pr) * q->inv;
-    int fits = fabs(tq) <= qmax;
+    int fits = fabs(tq) <= qmax; /* false for NaN */
     double rq = fzo_rint(fits ? tq : 0.0);
     bad += !fits;
     fzre_acc_add(L, &a, w == 4 ? fzo_zigzag32((uint32_t)(int32_t)rq)
