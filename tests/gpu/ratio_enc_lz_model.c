@@ -87,11 +87,20 @@ static void field(uint8_t *out, size_t n, uint64_t X, uint64_t Y, int f32, enum 
   }
 }
 
-/* Buffers off their element alignment by `off` bytes (0 or 3). */
+/* Outputs, with room past their end that must stay 0xa5. */
 static uint8_t *buf(size_t bytes) {
   uint8_t *p = malloc(bytes + 16);
   cr_assert(p);
   memset(p, 0xa5, bytes + 16);
+  return p;
+}
+
+/* Inputs, copied into a buffer of their size exactly (off bytes off
+ * their alignment), so that ASan sees any read past them. */
+static uint8_t *exact(const uint8_t *x, size_t bytes, size_t off) {
+  uint8_t *p = malloc(bytes + off);
+  cr_assert(p);
+  memcpy(p + off, x, bytes);
   return p;
 }
 
@@ -144,12 +153,11 @@ static fzre_lz L;
 static size_t check_quant(const fze_stage *st, fz_dtype t, const uint8_t *x, size_t n,
                           size_t off, const char *what) {
   unsigned w = (unsigned)fz_dtype_size(t);
-  uint8_t *in = buf(n * w), *codes = buf(n * w), *side = buf(n * (w + 4) + 8);
+  uint8_t *in = exact(x, n * w, off), *codes = buf(n * w), *side = buf(n * (w + 4) + 8);
   uint8_t *words = buf(n * w), *bad = buf(n), *mside = buf(n * (w + 4) + 8);
   uint8_t *work = malloc(fze_quant_work_bytes(n));
   uint8_t *scratch = malloc(fzre_lz_scratch(n, w) + 1);
   cr_assert(work && scratch);
-  memcpy(in + off, x, n * w);
   fzre_q q = model_q(st);
   fzre_quant(&L, &q, in + off, n, w, words + off, bad);
   fzre_side_write(&L, bad, in + off, n, w, mside + off, scratch);
@@ -295,10 +303,9 @@ static size_t starts(uint64_t N, uint64_t X, uint64_t XY, uint64_t C, uint64_t *
 static void check_lorenzo(const fze_stage *st, unsigned k, unsigned w, const uint8_t *cw,
                           size_t n, uint64_t first, const char *what) {
   const uint64_t *ext = st->ext[k - 1];
-  uint8_t *words = buf(n * w), *res = buf(n * w), *ref = buf(n * w);
   /* The words off alignment where the chunk is odd, so both paths run. */
   size_t off = (n & 1) ? 3 : 0;
-  memcpy(words + off, cw, n * w);
+  uint8_t *words = exact(cw, n * w, off), *res = buf(n * w), *ref = buf(n * w);
   uint64_t price = fze_lorenzo_price(st, k, w, cw, n, first);
   fzre_lz_price(&L, ext, words + off, w, n, first);
   cr_assert_eq(L.cost, price, "%s: price %llu, the engine's %llu", what,
@@ -367,7 +374,7 @@ Test(ratio_enc_lz, guesses_like_the_engine) {
       uint64_t first[16], len[16];
       size_t nf = starts(N, X, XY, f32 ? 65536 : 32768, first, len);
       for (int k = 0; k < KINDS; k++) {
-        uint8_t *x = buf(N * w), *gw = buf(N * w / 5 + 64), *in = buf(N * w);
+        uint8_t *x = buf(N * w), *gw = buf(N * w / 5 + 64);
         field(x, N, X, XY / X, f32, (enum kind)k, si * 13 + (uint64_t)k);
         double range = range_of(x, N, f32);
         for (size_t fi = 0; fi < nf; fi++)
@@ -382,7 +389,7 @@ Test(ratio_enc_lz, guesses_like_the_engine) {
                 continue; /* the engine guesses only for a quantizer */
               fzre_q mq = model_q(&q);
               size_t off = (fi & 1) ? 3 : 0;
-              memcpy(in + off, cx, n * w);
+              uint8_t *in = exact(cx, n * w, off);
               for (unsigned kk = 1; kk <= pd; kk++) {
                 ip.pdims = (uint8_t)kk;
                 size_t eo = 0;
@@ -397,10 +404,10 @@ Test(ratio_enc_lz, guesses_like_the_engine) {
                 outl += eo;
               }
               ip.pdims = (uint8_t)pd;
+              free(in);
             }
         free(x);
         free(gw);
-        free(in);
       }
     }
   cr_assert(outl > 1000, "only %llu outliers", (unsigned long long)outl);
