@@ -41,7 +41,7 @@
 #define FZRE_TOP 16u
 
 /* What the block functions share, and their results (the block's shared
- * memory: about 1.6 KiB). */
+ * memory: 1608 bytes). */
 typedef struct fzre_lz {
   /* results */
   uint64_t cost;     /* fzre_lz_price, fzre_cost_every, fzre_interp_guess */
@@ -55,6 +55,12 @@ typedef struct fzre_lz {
   uint32_t base[FZR_NT];
   uint64_t m;
 } fzre_lz;
+
+#ifdef __cplusplus
+static_assert(sizeof(fzre_lz) <= 12 * 1024, "fzre_lz fits the block's shared budget");
+#else
+_Static_assert(sizeof(fzre_lz) <= 12 * 1024, "fzre_lz fits the block's shared budget");
+#endif
 
 /* The scratch fzre_side_write takes: none, the scan's counts fit in
  * fzre_lz; kept so that the caller sizes it like the other pieces'. */
@@ -349,7 +355,8 @@ static inline FZR_HD void fzre_hist_terms(fzre_lz *L, unsigned t, unsigned nt) {
 }
 
 static inline FZR_HD void fzre_hist_finish(fzre_lz *L) {
-  L->cost = L->cnt ? (uint64_t)L->bits + ((uint64_t)L->extra << 16) : 0;
+  /* No count: no terms and no extra bits, the engine's 0. */
+  L->cost = (uint64_t)L->bits + ((uint64_t)L->extra << 16);
   L->outl = L->bad;
 }
 

@@ -29,7 +29,6 @@
 
 _Static_assert(FZRE_GUESS_STEP == FZE_GUESS_STEP, "the guess's stride is the engine's");
 _Static_assert(FZRE_TOP == FZE_INTERP_TOP, "the anchors' spacing is the engine's");
-_Static_assert(sizeof(fzre_lz) <= 12 * 1024, "the shared state fits the block's budget");
 
 static uint64_t rnd(uint64_t *s) {
   *s = *s * 6364136223846793005ull + 1442695040888963407ull;
