@@ -1,9 +1,9 @@
 /*
  * ratio_enc_lz.cuh - the ratio preset's GPU encoder, its first half: the
  * quantizer and its side list, the Lorenzo residuals and the prices by
- * which the encoder picks a predictor for a chunk (stage_quant.c,
- * stage_lorenzo.c, stage_interp.c's guess, codec.c's choice), written once
- * for the device and for a host model of it (tests/gpu/ratio_enc_lz_model.c).
+ * which codec.c picks a chunk's predictor (stage_quant.c, stage_lorenzo.c,
+ * stage_interp.c's guess), written once for the device and for a host
+ * model of it (tests/gpu/ratio_enc_lz_model.c).
  *
  * Each export is a block function: every thread of the chunk's block calls
  * it with the same arguments, and its results are in the shared fzre_lz
@@ -33,7 +33,8 @@
 #include "ratio_phase.cuh"
 
 /* The engine's constants (engine.h, stage_lorenzo.c), which this header
- * cannot include; the test checks that they agree. */
+ * cannot include: the test asserts engine.h's, and the prices agreeing
+ * with the engine's check stage_lorenzo.c's. */
 #define FZRE_COST_STEP 5u
 #define FZRE_COST_DIRECT 64u
 #define FZRE_COST_SYMS (FZRE_COST_DIRECT + 65u)
@@ -183,6 +184,9 @@ static inline FZR_HD void fzre_quant_part(const fzre_q *q, const uint8_t *in, ui
     fzre_st(words, w, i, fzre_quant_one(q, fzre_ld(in, w, i), w, &bad[i]));
 }
 
+/* n values at in into n words and n outlier flags (1 for an outlier,
+ * whose word is 0), as fze_quant_encode makes them for a stage without a
+ * fill; L is not used. */
 static inline FZR_HD void fzre_quant(fzre_lz *L, const fzre_q *q, const uint8_t *in, uint64_t n,
                                      unsigned w, uint8_t *words, uint8_t *bad) {
   FZR_T0;
@@ -269,6 +273,9 @@ static inline FZR_HD void fzre_side_put(fzre_lz *L, const uint8_t *bad, const ui
   }
 }
 
+/* The side list of the outliers flagged in bad (their values read from
+ * in) into side, which has room for 5 + n (4 + w) bytes; its length in
+ * L->side_len, the outliers' count in L->m. */
 static inline FZR_HD void fzre_side_write(fzre_lz *L, const uint8_t *bad, const uint8_t *in,
                                           uint64_t n, unsigned w, uint8_t *side,
                                           uint8_t *scratch) {
@@ -461,6 +468,8 @@ static inline FZR_HD void fzre_price_part(fzre_lz *L, const uint64_t ext[3],
   fzre_acc_flush(L, &a);
 }
 
+/* L->cost = fze_lorenzo_price of the chunk's n words (elements first ..
+ * first + n - 1 of the array) in the dims whose folded extents are ext. */
 static inline FZR_HD void fzre_lz_price(fzre_lz *L, const uint64_t ext[3], const uint8_t *words,
                                         unsigned w, uint64_t n, uint64_t first) {
   FZR_T0;
@@ -478,6 +487,8 @@ static inline FZR_HD void fzre_every_part(fzre_lz *L, const uint8_t *words, unsi
   fzre_acc_flush(L, &a);
 }
 
+/* L->cost = the price of words 0, step, 2 step, ... of n: step 5 is
+ * fze_lorenzo_cost, step 1 fze_words_cost. */
 static inline FZR_HD void fzre_cost_every(fzre_lz *L, const uint8_t *words, unsigned w,
                                           uint64_t n, uint64_t step) {
   FZR_T0;
@@ -497,6 +508,8 @@ static inline FZR_HD void fzre_lz_part(const uint64_t ext[3], const uint8_t *wor
     fzre_st(out, w, i, fzre_lz_res(words, w, i, fzre_axes(&p, i, sy, sz), sy, sz));
 }
 
+/* fze_lorenzo_encode's residuals of the chunk's n words into out (not
+ * the words). */
 static inline FZR_HD void fzre_lz_encode(const uint64_t ext[3], const uint8_t *words,
                                          uint8_t *out, unsigned w, uint64_t n, uint64_t first) {
   FZR_T0;
@@ -576,6 +589,9 @@ static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uin
     FZR_ATOMIC_ADD(&L->bad, (unsigned long long)bad);
 }
 
+/* L->cost and L->outl = fze_interp_guess's price and outliers for the
+ * chunk's n values, the interpolation's folded extents ext; q's step is
+ * not 0 (the engine guesses only for a quantizer that bins). */
 static inline FZR_HD void fzre_interp_guess(fzre_lz *L, const fzre_q *q, const uint64_t ext[3],
                                             const uint8_t *in, unsigned w, uint64_t n,
                                             uint64_t first) {
