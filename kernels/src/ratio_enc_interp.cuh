@@ -1,0 +1,293 @@
+/*
+ * ratio_enc_interp.cuh - the interpolating quantizer of the ratio preset's
+ * GPU encoder (stage_interp.c's walk with dec = 0), one block a chunk,
+ * written once for the device and for a host model of it.
+ *
+ * Every value of the chunk is predicted from values already rebuilt, its
+ * difference from the prediction quantized in bins of step, and the value
+ * the decoder will rebuild checked against the bound with the decoder's
+ * arithmetic; a value that fails, and every NaN, Inf, -0.0 and denormal,
+ * is an outlier (word 0, flag 1).  The walk is the engine's: the anchors
+ * (every coordinate a multiple of FZE_INTERP_TOP) form a chain, each
+ * predicted by the rebuilt anchor before it, so thread 0 takes them; after
+ * them each pass (h, d) for h = 8, 4, 2, 1 and d = 0, 1, 2 reads only
+ * points of earlier passes, so the block shares a pass's points out, one
+ * barrier a pass.
+ *
+ * The points of a pass are enumerated exactly, not over the chunk's
+ * bounding box (which for a chunk straddling two planes of large rows is
+ * many times the chunk): a chunk, a run of consecutive elements, is the
+ * union of at most five boxes in (z, y, x) (its first partial row, the
+ * partial plane of whole rows after it, whole planes, the partial plane
+ * before its last row, its last partial row), each a product of ranges, so
+ * a pass's points in a box are a product of three arithmetic progressions
+ * and a thread's point is a few divisions away from its index.  The
+ * tables of every pass and box are built once, one pass a thread, in the
+ * first phase.  Within a box the fastest index runs along x, so
+ * neighbouring threads take neighbouring points.
+ *
+ * The arithmetic is the engine's bit for bit: predictions in binary64,
+ * the same operations in the same order, the value rebuilt as
+ * (T)(p + q * step), compiled without FMA contraction.  A chunk has fewer
+ * than 2^32 - FZR_NT elements (it is 256 KiB), so indices within it are
+ * 32-bit; coordinates along the axis of prediction stay 64-bit.
+ */
+#ifndef FZK_RATIO_ENC_INTERP_CUH
+#define FZK_RATIO_ENC_INTERP_CUH
+
+#include "ops.h"
+#include "ratio_phase.cuh"
+
+#define FZRE_TOP 16u      /* FZE_INTERP_TOP */
+#define FZRE_BOXES 5u
+#define FZRE_PASSES 13u   /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
+
+/* One box's share of a pass: the counts along z, y, x, the chunk index
+ * of its first point and the index steps between points along each axis
+ * (0 where only one point lies), the first point's coordinate along the
+ * axis of prediction. */
+typedef struct fzre_ip_box {
+  uint64_t cd;
+  uint32_t cnt[3], base, si[3];
+} fzre_ip_box;
+
+typedef struct fzre_ip_pass {
+  fzre_ip_box box[FZRE_BOXES];
+  uint32_t end[FZRE_BOXES]; /* points in boxes 0 .. b */
+  uint64_t off;             /* h times the stride of axis d */
+} fzre_ip_pass;
+
+/* The walk's state, shared by the block. */
+typedef struct fzre_ip {
+  uint64_t ext[3];
+  uint32_t n;
+  fzre_ip_pass pass[FZRE_PASSES];
+} fzre_ip;
+
+#ifdef __cplusplus
+static_assert(sizeof(fzre_ip) <= 12288, "fzre_ip must fit in 12 KiB of shared memory");
+#else
+_Static_assert(sizeof(fzre_ip) <= 12288, "fzre_ip must fit in 12 KiB of shared memory");
+#endif
+
+static inline FZR_HD uint64_t fzre_first_at(uint64_t lo, uint64_t m, uint64_t r) {
+  uint64_t q = lo <= r ? 0 : (lo - r + m - 1) / m;
+  return q * m + r;
+}
+
+/* The chunk [s, s + n) as boxes in memory order: lo and hi (inclusive)
+ * per axis; returns how many (n > 0). */
+static inline FZR_HD unsigned fzre_boxes(const uint64_t ext[3], uint64_t s, uint64_t n,
+                                         uint64_t lo[FZRE_BOXES][3],
+                                         uint64_t hi[FZRE_BOXES][3]) {
+  uint64_t Y = ext[1], X = ext[2], e = s + n - 1;
+  uint64_t r0 = s / X, r1 = e / X, x0 = s % X, x1 = e % X;
+  unsigned nb = 0;
+#define FZRE_BOX(z0, z1, y0, y1, xa, xb)                                                        \
+  do {                                                                                         \
+    lo[nb][0] = (z0), hi[nb][0] = (z1), lo[nb][1] = (y0), hi[nb][1] = (y1);                   \
+    lo[nb][2] = (xa), hi[nb][2] = (xb);                                                        \
+    nb++;                                                                                      \
+  } while (0)
+  if (r0 == r1) {
+    FZRE_BOX(r0 / Y, r0 / Y, r0 % Y, r0 % Y, x0, x1);
+    return nb;
+  }
+  FZRE_BOX(r0 / Y, r0 / Y, r0 % Y, r0 % Y, x0, X - 1);
+  if (r1 - r0 >= 2) {
+    uint64_t rs = r0 + 1, re = r1 - 1, zs = rs / Y, ze = re / Y;
+    if (zs == ze) {
+      FZRE_BOX(zs, zs, rs % Y, re % Y, 0, X - 1);
+    } else {
+      FZRE_BOX(zs, zs, rs % Y, Y - 1, 0, X - 1);
+      if (ze - zs >= 2)
+        FZRE_BOX(zs + 1, ze - 1, 0, Y - 1, 0, X - 1);
+      FZRE_BOX(ze, ze, 0, re % Y, 0, X - 1);
+    }
+  }
+  FZRE_BOX(r1 / Y, r1 / Y, r1 % Y, r1 % Y, 0, x1);
+#undef FZRE_BOX
+  return nb;
+}
+
+/* Thread p < FZRE_PASSES builds pass p's table (0: the anchors; 1 + 3 l + d:
+ * h = 8 >> l along axis d), each from its own copy of the boxes. */
+static inline FZR_HD void fzre_ip_plan(fzre_ip *P, const uint64_t ext[3], uint64_t first,
+                                       uint64_t n, unsigned t) {
+  if (t >= FZRE_PASSES)
+    return;
+  uint64_t str[3] = {ext[1] * ext[2], ext[2], 1};
+  if (t == 0) {
+    for (unsigned j = 0; j < 3; j++)
+      P->ext[j] = ext[j];
+    P->n = (uint32_t)n;
+  }
+  fzre_ip_pass *ps = &P->pass[t];
+  uint64_t h = t == 0 ? FZRE_TOP : (uint64_t)(FZRE_TOP / 2) >> ((t - 1) / 3);
+  unsigned d = t == 0 ? 0u : (t - 1) % 3;
+  uint64_t stp[3], res[3];
+  for (unsigned j = 0; j < 3; j++) {
+    stp[j] = t == 0 ? FZRE_TOP : j == d ? 2 * h : j < d ? h : 2 * h;
+    res[j] = t == 0 ? 0 : j == d ? h : 0;
+  }
+  ps->off = h * str[d];
+  uint64_t lo[FZRE_BOXES][3], hi[FZRE_BOXES][3];
+  unsigned nb = n ? fzre_boxes(ext, first, n, lo, hi) : 0;
+  uint32_t total = 0;
+  for (unsigned b = 0; b < FZRE_BOXES; b++) {
+    fzre_ip_box *bx = &ps->box[b];
+    uint64_t start[3], cnt[3];
+    for (unsigned j = 0; j < 3; j++) {
+      start[j] = b < nb ? fzre_first_at(lo[b][j], stp[j], res[j]) : 0;
+      cnt[j] = b < nb && start[j] <= hi[b][j] ? (hi[b][j] - start[j]) / stp[j] + 1 : 0;
+    }
+    uint64_t pts = cnt[0] * cnt[1] * cnt[2];
+    for (unsigned j = 0; j < 3; j++) {
+      bx->cnt[j] = pts ? (uint32_t)cnt[j] : 1u;
+      /* Two points a step apart both lie in the chunk, so the step is
+       * below n where there are two. */
+      bx->si[j] = pts && cnt[j] > 1 ? (uint32_t)(stp[j] * str[j]) : 0u;
+    }
+    bx->base = pts ? (uint32_t)(start[0] * str[0] + start[1] * str[1] + start[2] - first) : 0u;
+    bx->cd = start[d];
+    total += (uint32_t)pts;
+    ps->end[b] = total;
+  }
+}
+
+static inline FZR_HD double fzre_fin0(double v) { return isfinite(v) ? v : 0.0; }
+
+/* The rebuilt value at i.  For f32 pv is a float array: every value the
+ * engine keeps there (as a double) is (double)(float)r or finite_or_0 of a
+ * float, so a float holds it exactly and reads back as the same double. */
+static inline FZR_HD double fzre_pv(const uint8_t *pv, unsigned w, uint32_t i) {
+  return w == 4 ? (double)((const float *)pv)[i] : ((const double *)pv)[i];
+}
+
+/* stage_interp.c's point() encoding: the value at i against prediction p.
+ * in, words and pv are aligned for the element type. */
+static inline FZR_HD void fzre_ip_point(const fzre_q *q, const uint8_t *in, unsigned w,
+                                        uint8_t *words, uint8_t *bad, uint8_t *pv, uint32_t i,
+                                        double p) {
+  if (w == 4) {
+    float x = ((const float *)in)[i];
+    double v = (double)x;
+    bool special = fzo_f32_special(fzo_f32_bits(x));
+    /* Every test made alike, as the engine makes them; q becomes an
+     * integer only when it passed. */
+    double tq = (v - p) * q->inv;
+    bool fits = !special & (fabs(tq) <= FZO_QMAX_F32);
+    double b = fzo_rint(fits ? tq : 0.0);
+    double r = (double)(float)(p + b * q->step);
+    bool ok = fits & (fabs(v - r) <= q->eb_abs);
+    b = ok ? b : 0.0;
+    ((uint32_t *)words)[i] = ok ? fzo_zigzag32((uint32_t)(int32_t)b) : 0u;
+    bad[i] = (uint8_t)!ok;
+    ((float *)pv)[i] = (float)(ok ? r : fzre_fin0(v));
+  } else {
+    double v = ((const double *)in)[i];
+    bool special = fzo_f64_special(fzo_f64_bits(v));
+    double tq = (v - p) * q->inv;
+    bool fits = !special & (fabs(tq) <= FZO_QMAX_F64);
+    double b = fzo_rint(fits ? tq : 0.0);
+    double r = p + b * q->step;
+    bool ok = fits & (fabs(v - r) <= q->eb_abs);
+    b = ok ? b : 0.0;
+    ((uint64_t *)words)[i] = ok ? fzo_zigzag64((uint64_t)(int64_t)b) : 0u;
+    bad[i] = (uint8_t)!ok;
+    ((double *)pv)[i] = ok ? r : fzre_fin0(v);
+  }
+}
+
+/* Thread 0: the anchors in memory order, each predicted by the rebuilt
+ * one before it (the first by 0). */
+static inline FZR_HD void fzre_ip_anchors(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
+                                          unsigned w, uint8_t *words, uint8_t *bad,
+                                          uint8_t *pv) {
+  const fzre_ip_pass *ps = &P->pass[0];
+  double prev = 0;
+  for (unsigned b = 0; b < FZRE_BOXES; b++) {
+    const fzre_ip_box *bx = &ps->box[b];
+    if (ps->end[b] == (b ? ps->end[b - 1] : 0u))
+      continue;
+    for (uint32_t a0 = 0; a0 < bx->cnt[0]; a0++)
+      for (uint32_t a1 = 0; a1 < bx->cnt[1]; a1++)
+        for (uint32_t a2 = 0; a2 < bx->cnt[2]; a2++) {
+          uint32_t i = bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
+          fzre_ip_point(q, in, w, words, bad, pv, i, prev);
+          prev = fzre_pv(pv, w, i);
+        }
+  }
+}
+
+/* One pass (h, d): the prediction from the neighbours along d at -3h,
+ * -h, +h, +3h that lie in the array and the chunk (stage_interp.c's
+ * predict(): the cubic with all four, the mean of the near ones, else the
+ * near one there is, else 0), then the point. */
+static inline FZR_HD void fzre_ip_level(const fzre_ip *P, unsigned pass, const fzre_q *q,
+                                        const uint8_t *in, unsigned w, uint8_t *words,
+                                        uint8_t *bad, uint8_t *pv, unsigned t, unsigned nt) {
+  const fzre_ip_pass *ps = &P->pass[pass];
+  uint64_t h = (uint64_t)(FZRE_TOP / 2) >> ((pass - 1) / 3);
+  unsigned d = (pass - 1) % 3;
+  uint64_t ed = P->ext[d], off = ps->off, n = P->n;
+  uint32_t total = ps->end[FZRE_BOXES - 1];
+  for (uint32_t k = t; k < total; k += nt) {
+    unsigned b = 0;
+    while (k >= ps->end[b])
+      b++;
+    const fzre_ip_box *bx = &ps->box[b];
+    uint32_t kk = k - (b ? ps->end[b - 1] : 0u);
+    uint32_t a2 = kk % bx->cnt[2], rest = kk / bx->cnt[2];
+    uint32_t a1 = rest % bx->cnt[1], a0 = rest / bx->cnt[1];
+    uint32_t i = bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
+    uint64_t ad = d == 0 ? a0 : d == 1 ? a1 : a2;
+    uint64_t cd = bx->cd + ad * 2 * h;
+    /* cd is an odd multiple of h, so the near neighbour before always
+     * lies in the array. */
+    bool hb = i >= off, hc = cd + h < ed && i + off < n;
+    double p;
+    if (hb && hc) {
+      double vb = fzre_pv(pv, w, (uint32_t)(i - off)), vc = fzre_pv(pv, w, (uint32_t)(i + off));
+      if (cd >= 3 * h && i >= 3 * off && cd + 3 * h < ed && i + 3 * off < n) {
+        double va = fzre_pv(pv, w, (uint32_t)(i - 3 * off));
+        double ve = fzre_pv(pv, w, (uint32_t)(i + 3 * off));
+        p = (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625;
+      } else {
+        p = (vb + vc) * 0.5;
+      }
+    } else {
+      p = hb ? fzre_pv(pv, w, (uint32_t)(i - off))
+          : hc ? fzre_pv(pv, w, (uint32_t)(i + off))
+               : 0.0;
+    }
+    fzre_ip_point(q, in, w, words, bad, pv, i, p);
+  }
+}
+
+/* The chunk's codes (each value's zigzagged bin, 0 for an outlier) into
+ * words, its outlier flags into bad, as fze_interp_encode gives them for a
+ * quant stage without fill, step != 0 and not PWREL.  ext: the folded
+ * extents the walk uses (Z, Y, X, slowest first); in: elements first ..
+ * first + n - 1 of the array, w = 4 (f32) or 8 (f64); pv: scratch of n * w
+ * bytes, the rebuilt values.  in, words and pv aligned for the type.
+ * Every thread of the block calls it; valid for all once it returns. */
+static inline FZR_HD void fzre_interp(fzre_ip *P, const fzre_q *q, const uint64_t ext[3],
+                                      const uint8_t *in, unsigned w, uint64_t n, uint64_t first,
+                                      uint8_t *words, uint8_t *bad, uint8_t *pv) {
+  FZR_T0;
+  FZR_ALL(fzre_ip_plan(P, ext, first, n, t));
+  FZR_SYNC();
+  FZR_ONE(fzre_ip_anchors(P, q, in, w, words, bad, pv));
+  FZR_SYNC();
+  for (unsigned pass = 1; pass < FZRE_PASSES; pass++) {
+    /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
+     * barrier; the count was written before the last one. */
+    if (P->pass[pass].end[FZRE_BOXES - 1] == 0)
+      continue;
+    FZR_ALL(fzre_ip_level(P, pass, q, in, w, words, bad, pv, t, nt));
+    FZR_SYNC();
+  }
+}
+
+#endif
