@@ -42,6 +42,15 @@
 #define FZRE_BOXES 5u
 #define FZRE_PASSES 13u   /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
 
+/* The loops are written once for both widths and compiled for each with w
+ * a constant (fzre_ip_level, fzre_ip_anchors), so the device code has no
+ * branch on the type per point. */
+#ifdef __CUDACC__
+#define FZRE_FI static __forceinline__
+#else
+#define FZRE_FI static inline
+#endif
+
 /* One box's share of a pass: the counts along z, y, x, the chunk index
  * of its first point and the index steps between points along each axis
  * (0 where only one point lies), the first point's coordinate along the
@@ -75,39 +84,49 @@ static inline FZR_HD uint64_t fzre_first_at(uint64_t lo, uint64_t m, uint64_t r)
   return q * m + r;
 }
 
-/* The chunk [s, s + n) as boxes in memory order: lo and hi (inclusive)
- * per axis; returns how many (n > 0). */
-static inline FZR_HD unsigned fzre_boxes(const uint64_t ext[3], uint64_t s, uint64_t n,
-                                         uint64_t lo[FZRE_BOXES][3],
-                                         uint64_t hi[FZRE_BOXES][3]) {
+/* Box b of the chunk [s, s + n) (n > 0), the boxes in memory order: its
+ * ranges lo .. hi (inclusive) along z, y, x; 0 where the chunk has no
+ * such box.  0: the first row's part (the whole chunk when it lies in one
+ * row); 1: the whole rows after it in the first row's plane (or up to the
+ * last row's, when the last row is in that plane too); 2: whole planes;
+ * 3: the whole rows of the last row's plane before it; 4: the last row's
+ * part. */
+FZRE_FI FZR_HD int fzre_box(const uint64_t ext[3], uint64_t s, uint64_t n, unsigned b,
+                            uint64_t lo[3], uint64_t hi[3]) {
   uint64_t Y = ext[1], X = ext[2], e = s + n - 1;
-  uint64_t r0 = s / X, r1 = e / X, x0 = s % X, x1 = e % X;
-  unsigned nb = 0;
-#define FZRE_BOX(z0, z1, y0, y1, xa, xb)                                                        \
-  do {                                                                                         \
-    lo[nb][0] = (z0), hi[nb][0] = (z1), lo[nb][1] = (y0), hi[nb][1] = (y1);                   \
-    lo[nb][2] = (xa), hi[nb][2] = (xb);                                                        \
-    nb++;                                                                                      \
-  } while (0)
-  if (r0 == r1) {
-    FZRE_BOX(r0 / Y, r0 / Y, r0 % Y, r0 % Y, x0, x1);
-    return nb;
+  uint64_t r0 = s / X, r1 = e / X;
+  uint64_t rs = r0 + 1, re = r1 - 1, zs = rs / Y, ze = re / Y;
+  int rows = r1 - r0 >= 2, split = rows && zs != ze;
+  uint64_t r = b == 4 ? r1 : r0;
+  lo[0] = hi[0] = r / Y;
+  lo[1] = hi[1] = r % Y;
+  lo[2] = 0;
+  hi[2] = X - 1;
+  switch (b) {
+  case 0:
+    lo[2] = s % X;
+    hi[2] = r0 == r1 ? e % X : X - 1;
+    return 1;
+  case 1:
+    lo[0] = hi[0] = zs;
+    lo[1] = rs % Y;
+    hi[1] = split ? Y - 1 : re % Y;
+    return rows;
+  case 2:
+    lo[0] = zs + 1;
+    hi[0] = ze - 1;
+    lo[1] = 0;
+    hi[1] = Y - 1;
+    return split && ze - zs >= 2;
+  case 3:
+    lo[0] = hi[0] = ze;
+    lo[1] = 0;
+    hi[1] = re % Y;
+    return split;
+  default:
+    hi[2] = e % X;
+    return r0 != r1;
   }
-  FZRE_BOX(r0 / Y, r0 / Y, r0 % Y, r0 % Y, x0, X - 1);
-  if (r1 - r0 >= 2) {
-    uint64_t rs = r0 + 1, re = r1 - 1, zs = rs / Y, ze = re / Y;
-    if (zs == ze) {
-      FZRE_BOX(zs, zs, rs % Y, re % Y, 0, X - 1);
-    } else {
-      FZRE_BOX(zs, zs, rs % Y, Y - 1, 0, X - 1);
-      if (ze - zs >= 2)
-        FZRE_BOX(zs + 1, ze - 1, 0, Y - 1, 0, X - 1);
-      FZRE_BOX(ze, ze, 0, re % Y, 0, X - 1);
-    }
-  }
-  FZRE_BOX(r1 / Y, r1 / Y, r1 % Y, r1 % Y, 0, x1);
-#undef FZRE_BOX
-  return nb;
 }
 
 /* Thread p < FZRE_PASSES builds pass p's table (0: the anchors; 1 + 3 l + d:
@@ -131,15 +150,14 @@ static inline FZR_HD void fzre_ip_plan(fzre_ip *P, const uint64_t ext[3], uint64
     res[j] = t == 0 ? 0 : j == d ? h : 0;
   }
   ps->off = h * str[d];
-  uint64_t lo[FZRE_BOXES][3], hi[FZRE_BOXES][3];
-  unsigned nb = n ? fzre_boxes(ext, first, n, lo, hi) : 0;
   uint32_t total = 0;
   for (unsigned b = 0; b < FZRE_BOXES; b++) {
     fzre_ip_box *bx = &ps->box[b];
-    uint64_t start[3], cnt[3];
+    uint64_t lo[3], hi[3], start[3], cnt[3];
+    int there = n && fzre_box(ext, first, n, b, lo, hi);
     for (unsigned j = 0; j < 3; j++) {
-      start[j] = b < nb ? fzre_first_at(lo[b][j], stp[j], res[j]) : 0;
-      cnt[j] = b < nb && start[j] <= hi[b][j] ? (hi[b][j] - start[j]) / stp[j] + 1 : 0;
+      start[j] = there ? fzre_first_at(lo[j], stp[j], res[j]) : 0;
+      cnt[j] = there && start[j] <= hi[j] ? (hi[j] - start[j]) / stp[j] + 1 : 0;
     }
     uint64_t pts = cnt[0] * cnt[1] * cnt[2];
     for (unsigned j = 0; j < 3; j++) {
@@ -160,19 +178,25 @@ static inline FZR_HD double fzre_fin0(double v) { return isfinite(v) ? v : 0.0; 
 /* The rebuilt value at i.  For f32 pv is a float array: every value the
  * engine keeps there (as a double) is (double)(float)r or finite_or_0 of a
  * float, so a float holds it exactly and reads back as the same double. */
-static inline FZR_HD double fzre_pv(const uint8_t *pv, unsigned w, uint32_t i) {
+FZRE_FI FZR_HD double fzre_pv(const uint8_t *pv, unsigned w, uint32_t i) {
   return w == 4 ? (double)((const float *)pv)[i] : ((const double *)pv)[i];
 }
 
-/* stage_interp.c's point() encoding: the value at i against prediction p.
- * in, words and pv are aligned for the element type. */
-static inline FZR_HD void fzre_ip_point(const fzre_q *q, const uint8_t *in, unsigned w,
-                                        uint8_t *words, uint8_t *bad, uint8_t *pv, uint32_t i,
-                                        double p) {
+/* The value at i as its bits (a float's in the low 32 for f32): the
+ * anchors' chain loads the next one ahead of its turn. */
+FZRE_FI FZR_HD uint64_t fzre_ip_load(const uint8_t *in, unsigned w, uint32_t i) {
+  return w == 4 ? ((const uint32_t *)in)[i] : ((const uint64_t *)in)[i];
+}
+
+/* stage_interp.c's point() encoding: the value at i (bits x) against
+ * prediction p; returns the rebuilt value it leaves in pv.  in, words and
+ * pv are aligned for the element type. */
+FZRE_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, double p,
+                                          uint8_t *words, uint8_t *bad, uint8_t *pv,
+                                          uint32_t i) {
   if (w == 4) {
-    float x = ((const float *)in)[i];
-    double v = (double)x;
-    bool special = fzo_f32_special(fzo_f32_bits(x));
+    double v = (double)fzo_bits_f32((uint32_t)x);
+    bool special = fzo_f32_special((uint32_t)x);
     /* Every test made alike, as the engine makes them; q becomes an
      * integer only when it passed. */
     double tq = (v - p) * q->inv;
@@ -183,40 +207,59 @@ static inline FZR_HD void fzre_ip_point(const fzre_q *q, const uint8_t *in, unsi
     b = ok ? b : 0.0;
     ((uint32_t *)words)[i] = ok ? fzo_zigzag32((uint32_t)(int32_t)b) : 0u;
     bad[i] = (uint8_t)!ok;
-    ((float *)pv)[i] = (float)(ok ? r : fzre_fin0(v));
-  } else {
-    double v = ((const double *)in)[i];
-    bool special = fzo_f64_special(fzo_f64_bits(v));
-    double tq = (v - p) * q->inv;
-    bool fits = !special & (fabs(tq) <= FZO_QMAX_F64);
-    double b = fzo_rint(fits ? tq : 0.0);
-    double r = p + b * q->step;
-    bool ok = fits & (fabs(v - r) <= q->eb_abs);
-    b = ok ? b : 0.0;
-    ((uint64_t *)words)[i] = ok ? fzo_zigzag64((uint64_t)(int64_t)b) : 0u;
-    bad[i] = (uint8_t)!ok;
-    ((double *)pv)[i] = ok ? r : fzre_fin0(v);
+    double kept = ok ? r : fzre_fin0(v);
+    ((float *)pv)[i] = (float)kept;
+    return kept;
   }
+  double v = fzo_bits_f64(x);
+  bool special = fzo_f64_special(x);
+  double tq = (v - p) * q->inv;
+  bool fits = !special & (fabs(tq) <= FZO_QMAX_F64);
+  double b = fzo_rint(fits ? tq : 0.0);
+  double r = p + b * q->step;
+  bool ok = fits & (fabs(v - r) <= q->eb_abs);
+  b = ok ? b : 0.0;
+  ((uint64_t *)words)[i] = ok ? fzo_zigzag64((uint64_t)(int64_t)b) : 0u;
+  bad[i] = (uint8_t)!ok;
+  double kept = ok ? r : fzre_fin0(v);
+  ((double *)pv)[i] = kept;
+  return kept;
 }
 
 /* Thread 0: the anchors in memory order, each predicted by the rebuilt
- * one before it (the first by 0). */
-static inline FZR_HD void fzre_ip_anchors(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
-                                          unsigned w, uint8_t *words, uint8_t *bad,
-                                          uint8_t *pv) {
+ * one before it (the first by 0).  A chunk of a 1-D array has n / 16 of
+ * them, so the chain keeps the rebuilt value in a register and loads each
+ * value one anchor ahead, leaving only the arithmetic on its path. */
+FZRE_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q,
+                                                    const uint8_t *in, unsigned w,
+                                                    uint8_t *words, uint8_t *bad, uint8_t *pv) {
   const fzre_ip_pass *ps = &P->pass[0];
   double prev = 0;
   for (unsigned b = 0; b < FZRE_BOXES; b++) {
     const fzre_ip_box *bx = &ps->box[b];
-    if (ps->end[b] == (b ? ps->end[b - 1] : 0u))
+    uint32_t m = ps->end[b] - (b ? ps->end[b - 1] : 0u);
+    if (m == 0)
       continue;
-    for (uint32_t a0 = 0; a0 < bx->cnt[0]; a0++)
-      for (uint32_t a1 = 0; a1 < bx->cnt[1]; a1++)
-        for (uint32_t a2 = 0; a2 < bx->cnt[2]; a2++) {
-          uint32_t i = bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
-          fzre_ip_point(q, in, w, words, bad, pv, i, prev);
-          prev = fzre_pv(pv, w, i);
+    /* One box's anchors: in 1-D and 2-D one row or plane of them. */
+    uint32_t c2 = bx->cnt[2], c1 = bx->cnt[1];
+    uint32_t a0 = 0, a1 = 0, a2 = 0;
+    uint32_t i = bx->base;
+    uint64_t x = fzre_ip_load(in, w, i);
+    for (uint32_t k = 0; k < m; k++) {
+      uint32_t j = i;
+      uint64_t v = x;
+      if (++a2 == c2) {
+        a2 = 0;
+        if (++a1 == c1) {
+          a1 = 0;
+          a0++;
         }
+      }
+      i = bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
+      if (k + 1 < m)
+        x = fzre_ip_load(in, w, i);
+      prev = fzre_ip_point(q, w, v, prev, words, bad, pv, j);
+    }
   }
 }
 
@@ -224,9 +267,10 @@ static inline FZR_HD void fzre_ip_anchors(const fzre_ip *P, const fzre_q *q, con
  * -h, +h, +3h that lie in the array and the chunk (stage_interp.c's
  * predict(): the cubic with all four, the mean of the near ones, else the
  * near one there is, else 0), then the point. */
-static inline FZR_HD void fzre_ip_level(const fzre_ip *P, unsigned pass, const fzre_q *q,
-                                        const uint8_t *in, unsigned w, uint8_t *words,
-                                        uint8_t *bad, uint8_t *pv, unsigned t, unsigned nt) {
+FZRE_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass,
+                                                  const fzre_q *q, const uint8_t *in, unsigned w,
+                                                  uint8_t *words, uint8_t *bad, uint8_t *pv,
+                                                  unsigned t, unsigned nt) {
   const fzre_ip_pass *ps = &P->pass[pass];
   uint64_t h = (uint64_t)(FZRE_TOP / 2) >> ((pass - 1) / 3);
   unsigned d = (pass - 1) % 3;
@@ -261,8 +305,26 @@ static inline FZR_HD void fzre_ip_level(const fzre_ip *P, unsigned pass, const f
           : hc ? fzre_pv(pv, w, (uint32_t)(i + off))
                : 0.0;
     }
-    fzre_ip_point(q, in, w, words, bad, pv, i, p);
+    fzre_ip_point(q, w, fzre_ip_load(in, w, i), p, words, bad, pv, i);
   }
+}
+
+static inline FZR_HD void fzre_ip_anchors(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
+                                          unsigned w, uint8_t *words, uint8_t *bad,
+                                          uint8_t *pv) {
+  if (w == 4)
+    fzre_ip_anchors_w(P, q, in, 4u, words, bad, pv);
+  else
+    fzre_ip_anchors_w(P, q, in, 8u, words, bad, pv);
+}
+
+static inline FZR_HD void fzre_ip_level(const fzre_ip *P, unsigned pass, const fzre_q *q,
+                                        const uint8_t *in, unsigned w, uint8_t *words,
+                                        uint8_t *bad, uint8_t *pv, unsigned t, unsigned nt) {
+  if (w == 4)
+    fzre_ip_level_w(P, pass, q, in, 4u, words, bad, pv, t, nt);
+  else
+    fzre_ip_level_w(P, pass, q, in, 8u, words, bad, pv, t, nt);
 }
 
 /* The chunk's codes (each value's zigzagged bin, 0 for an outlier) into
