@@ -318,3 +318,33 @@ Test(ratio_enc_interp, extremes) {
     free(x);
   }
 }
+
+/* Shapes, cuts, fields and bounds at random: 1 to 4 dims of 1 to 40 (one
+ * in four a 1), predicted in 1 up to 3 of them. */
+Test(ratio_enc_interp, random) {
+  uint64_t seed = 2026;
+  for (int it = 0; it < 400; it++) {
+    shape s = {1 + (unsigned)(rnd(&seed) % 4), {1, 1, 1, 1}};
+    for (unsigned d = 0; d < s.ndims; d++)
+      s.dims[d] = rnd(&seed) % 4 == 0 ? 1 : 1 + rnd(&seed) % 40;
+    unsigned maxp = s.ndims < 3 ? s.ndims : 3;
+    unsigned pdims = (unsigned)(rnd(&seed) % (maxp + 1)); /* 0: the default */
+    int f32 = (int)(rnd(&seed) & 1);
+    enum kind k = (enum kind)(rnd(&seed) % KINDS);
+    fz_dtype t = f32 ? FZ_F32 : FZ_F64;
+    uint64_t N = count(&s);
+    void *x = field(&s, f32, k, seed);
+    int rel = (int)(rnd(&seed) & 1);
+    double eb = fracs[rnd(&seed) % 4] * (rel ? 1 : 140);
+    fze_stage q, ip;
+    if (stages(&s, pdims, t, rel ? FZ_EB_REL : FZ_EB_ABS, eb, x, &q, &ip)) {
+      uint64_t first = rnd(&seed) % N, n = 1 + rnd(&seed) % (N - first);
+      char what[160];
+      snprintf(what, sizeof what, "random case %d: %s %s, chunk %llu+%llu of %llu", it,
+               f32 ? "f32" : "f64", kind_names[k], (unsigned long long)first,
+               (unsigned long long)n, (unsigned long long)N);
+      same(&q, &ip, t, x, first, (size_t)n, what);
+    }
+    free(x);
+  }
+}
