@@ -47,8 +47,10 @@
  * branch on the type per point. */
 #ifdef __CUDACC__
 #define FZRE_FI static __forceinline__
+#define FZRE_UNROLL _Pragma("unroll")
 #else
 #define FZRE_FI static inline
+#define FZRE_UNROLL
 #endif
 
 /* One box's share of a pass: the counts along z, y, x, the chunk index
@@ -226,39 +228,50 @@ FZRE_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, dou
   return kept;
 }
 
+/* The chunk index of point k of a box's share of a pass (x fastest). */
+FZRE_FI FZR_HD uint32_t fzre_box_at(const fzre_ip_box *bx, uint32_t k) {
+  uint32_t a2 = k % bx->cnt[2], rest = k / bx->cnt[2];
+  uint32_t a1 = rest % bx->cnt[1], a0 = rest / bx->cnt[1];
+  return bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
+}
+
+#define FZRE_AHEAD 4u
+
 /* Thread 0: the anchors in memory order, each predicted by the rebuilt
  * one before it (the first by 0).  A chunk of a 1-D array has n / 16 of
- * them, so the chain keeps the rebuilt value in a register and loads each
- * value one anchor ahead, leaving only the arithmetic on its path. */
-FZRE_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q,
-                                                    const uint8_t *in, unsigned w,
-                                                    uint8_t *words, uint8_t *bad, uint8_t *pv) {
+ * them, and the chain is the arithmetic of one point after another, so
+ * the values are loaded FZRE_AHEAD at a time, one group ahead of the one
+ * the chain works on: the loads' latency falls behind the arithmetic. */
+FZRE_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
+                                      unsigned w, uint8_t *words, uint8_t *bad, uint8_t *pv) {
   const fzre_ip_pass *ps = &P->pass[0];
   double prev = 0;
   for (unsigned b = 0; b < FZRE_BOXES; b++) {
     const fzre_ip_box *bx = &ps->box[b];
     uint32_t m = ps->end[b] - (b ? ps->end[b - 1] : 0u);
-    if (m == 0)
-      continue;
-    /* One box's anchors: in 1-D and 2-D one row or plane of them. */
-    uint32_t c2 = bx->cnt[2], c1 = bx->cnt[1];
-    uint32_t a0 = 0, a1 = 0, a2 = 0;
-    uint32_t i = bx->base;
-    uint64_t x = fzre_ip_load(in, w, i);
-    for (uint32_t k = 0; k < m; k++) {
-      uint32_t j = i;
-      uint64_t v = x;
-      if (++a2 == c2) {
-        a2 = 0;
-        if (++a1 == c1) {
-          a1 = 0;
-          a0++;
-        }
+    uint32_t at[FZRE_AHEAD], nat[FZRE_AHEAD];
+    uint64_t x[FZRE_AHEAD], nx[FZRE_AHEAD];
+    FZRE_UNROLL
+    for (unsigned j = 0; j < FZRE_AHEAD; j++) {
+      at[j] = j < m ? fzre_box_at(bx, j) : 0u;
+      x[j] = j < m ? fzre_ip_load(in, w, at[j]) : 0u;
+    }
+    for (uint32_t g = 0; g < m; g += FZRE_AHEAD) {
+      FZRE_UNROLL
+      for (unsigned j = 0; j < FZRE_AHEAD; j++) {
+        uint32_t k = g + FZRE_AHEAD + j;
+        nat[j] = k < m ? fzre_box_at(bx, k) : 0u;
+        nx[j] = k < m ? fzre_ip_load(in, w, nat[j]) : 0u;
       }
-      i = bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
-      if (k + 1 < m)
-        x = fzre_ip_load(in, w, i);
-      prev = fzre_ip_point(q, w, v, prev, words, bad, pv, j);
+      FZRE_UNROLL
+      for (unsigned j = 0; j < FZRE_AHEAD; j++)
+        if (g + j < m)
+          prev = fzre_ip_point(q, w, x[j], prev, words, bad, pv, at[j]);
+      FZRE_UNROLL
+      for (unsigned j = 0; j < FZRE_AHEAD; j++) {
+        at[j] = nat[j];
+        x[j] = nx[j];
+      }
     }
   }
 }
