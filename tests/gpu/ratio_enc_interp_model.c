@@ -274,8 +274,8 @@ Test(ratio_enc_interp, folded_dims) {
 }
 
 /* Hand-made extremes: an all-outlier chunk, where every prediction reads
- * outliers' values (0 for NaN and Inf), and one whose values sit right at
- * the edges of their bins. */
+ * outliers' values (0 for NaN and Inf), one whose values sit right at
+ * the edges of their bins, one whose predictions overflow. */
 Test(ratio_enc_interp, extremes) {
   static const shape s = {3, {7, 33, 65}};
   size_t N = (size_t)count(&s);
@@ -317,6 +317,21 @@ Test(ratio_enc_interp, extremes) {
     same(&q, &ip, t, x, 77, N - 200, "bin edges, mid-row");
     free(x);
   }
+  /* f64 values near the largest double: sums in the predictions overflow
+   * to Inf (then the value is an outlier), so the order of the operations
+   * shows. */
+  double *y = malloc(N * 8);
+  cr_assert(y);
+  uint64_t seed = 5;
+  for (size_t i = 0; i < N; i++) {
+    uint64_t r = rnd(&seed);
+    y[i] = (r % 3 == 0 ? -1.0 : 1.0) * (1.0 + (double)(r >> 40) * 0x1p-25) * 0x1p1023 * 0.75;
+  }
+  fze_stage q, ip;
+  cr_assert(stages(&s, 0, FZ_F64, FZ_EB_ABS, 1e306, y, &q, &ip));
+  same(&q, &ip, FZ_F64, y, 0, N, "huge");
+  same(&q, &ip, FZ_F64, y, 1000, N - 1000, "huge, mid-plane");
+  free(y);
 }
 
 /* Shapes, cuts, fields and bounds at random: 1 to 4 dims of 1 to 40 (one
