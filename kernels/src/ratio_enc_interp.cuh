@@ -38,9 +38,9 @@
 #include "ops.h"
 #include "ratio_phase.cuh"
 
-#define FZRE_TOP 16u      /* FZE_INTERP_TOP */
+#define FZRE_TOP 16u /* FZE_INTERP_TOP */
 #define FZRE_BOXES 5u
-#define FZRE_PASSES 13u   /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
+#define FZRE_PASSES 13u /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
 
 /* The loops are written once for both widths and compiled for each with w
  * a constant (fzre_ip_level, fzre_ip_anchors), so the device code has no
@@ -194,12 +194,11 @@ FZRE_FI FZR_HD uint64_t fzre_ip_load(const uint8_t *in, unsigned w, uint32_t i) 
  * prediction p; returns the rebuilt value it leaves in pv.  in, words and
  * pv are aligned for the element type. */
 FZRE_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, double p,
-                                          uint8_t *words, uint8_t *bad, uint8_t *pv,
-                                          uint32_t i) {
+                                    uint8_t *words, uint8_t *bad, uint8_t *pv, uint32_t i) {
   if (w == 4) {
     double v = (double)fzo_bits_f32((uint32_t)x);
     bool special = fzo_f32_special((uint32_t)x);
-    /* Every test made alike, as the engine makes them; q becomes an
+    /* Every test made alike, as the engine makes them; the bin becomes an
      * integer only when it passed. */
     double tq = (v - p) * q->inv;
     bool fits = !special & (fabs(tq) <= FZO_QMAX_F32);
@@ -280,10 +279,9 @@ FZRE_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, const u
  * -h, +h, +3h that lie in the array and the chunk (stage_interp.c's
  * predict(): the cubic with all four, the mean of the near ones, else the
  * near one there is, else 0), then the point. */
-FZRE_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass,
-                                                  const fzre_q *q, const uint8_t *in, unsigned w,
-                                                  uint8_t *words, uint8_t *bad, uint8_t *pv,
-                                                  unsigned t, unsigned nt) {
+FZRE_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fzre_q *q,
+                                    const uint8_t *in, unsigned w, uint8_t *words, uint8_t *bad,
+                                    uint8_t *pv, unsigned t, unsigned nt) {
   const fzre_ip_pass *ps = &P->pass[pass];
   uint64_t h = (uint64_t)(FZRE_TOP / 2) >> ((pass - 1) / 3);
   unsigned d = (pass - 1) % 3;
@@ -314,17 +312,14 @@ FZRE_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass,
         p = (vb + vc) * 0.5;
       }
     } else {
-      p = hb ? fzre_pv(pv, w, (uint32_t)(i - off))
-          : hc ? fzre_pv(pv, w, (uint32_t)(i + off))
-               : 0.0;
+      p = hb ? fzre_pv(pv, w, (uint32_t)(i - off)) : hc ? fzre_pv(pv, w, (uint32_t)(i + off)) : 0.0;
     }
     fzre_ip_point(q, w, fzre_ip_load(in, w, i), p, words, bad, pv, i);
   }
 }
 
 static inline FZR_HD void fzre_ip_anchors(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
-                                          unsigned w, uint8_t *words, uint8_t *bad,
-                                          uint8_t *pv) {
+                                          unsigned w, uint8_t *words, uint8_t *bad, uint8_t *pv) {
   if (w == 4)
     fzre_ip_anchors_w(P, q, in, 4u, words, bad, pv);
   else
@@ -332,8 +327,8 @@ static inline FZR_HD void fzre_ip_anchors(const fzre_ip *P, const fzre_q *q, con
 }
 
 static inline FZR_HD void fzre_ip_level(const fzre_ip *P, unsigned pass, const fzre_q *q,
-                                        const uint8_t *in, unsigned w, uint8_t *words,
-                                        uint8_t *bad, uint8_t *pv, unsigned t, unsigned nt) {
+                                        const uint8_t *in, unsigned w, uint8_t *words, uint8_t *bad,
+                                        uint8_t *pv, unsigned t, unsigned nt) {
   if (w == 4)
     fzre_ip_level_w(P, pass, q, in, 4u, words, bad, pv, t, nt);
   else
