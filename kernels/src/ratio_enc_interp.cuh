@@ -151,7 +151,7 @@ static inline FZR_HD void fzre_ip_plan(fzre_ip *P, const uint64_t ext[3], uint64
     stp[j] = t == 0 ? FZRE_TOP : j == d ? 2 * h : j < d ? h : 2 * h;
     res[j] = t == 0 ? 0 : j == d ? h : 0;
   }
-  ps->off = h * str[d];
+  ps->off = h * (d == 0 ? str[0] : d == 1 ? str[1] : 1u);
   uint32_t total = 0;
   for (unsigned b = 0; b < FZRE_BOXES; b++) {
     fzre_ip_box *bx = &ps->box[b];
@@ -169,7 +169,7 @@ static inline FZR_HD void fzre_ip_plan(fzre_ip *P, const uint64_t ext[3], uint64
       bx->si[j] = pts && cnt[j] > 1 ? (uint32_t)(stp[j] * str[j]) : 0u;
     }
     bx->base = pts ? (uint32_t)(start[0] * str[0] + start[1] * str[1] + start[2] - first) : 0u;
-    bx->cd = start[d];
+    bx->cd = d == 0 ? start[0] : d == 1 ? start[1] : start[2];
     total += (uint32_t)pts;
     ps->end[b] = total;
   }
@@ -287,14 +287,37 @@ FZRE_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fzre_
   unsigned d = (pass - 1) % 3;
   uint64_t ed = P->ext[d], off = ps->off, n = P->n;
   uint32_t total = ps->end[FZRE_BOXES - 1];
+  /* The thread's points k = t, t + nt, ... as digits (a0, a1, a2) in its
+   * box, found by division where k enters a box and else stepped on by
+   * nt's digits, with carries, so that a point costs no division. */
+  unsigned b = 0;
+  const fzre_ip_box *bx = ps->box;
+  uint32_t a0 = 0, a1 = 0, a2 = 0, d0 = 0, d1 = 0, d2 = 0;
   for (uint32_t k = t; k < total; k += nt) {
-    unsigned b = 0;
-    while (k >= ps->end[b])
-      b++;
-    const fzre_ip_box *bx = &ps->box[b];
-    uint32_t kk = k - (b ? ps->end[b - 1] : 0u);
-    uint32_t a2 = kk % bx->cnt[2], rest = kk / bx->cnt[2];
-    uint32_t a1 = rest % bx->cnt[1], a0 = rest / bx->cnt[1];
+    if (k >= ps->end[b] || k == t) {
+      while (k >= ps->end[b])
+        b++;
+      bx = &ps->box[b];
+      uint32_t kk = k - (b ? ps->end[b - 1] : 0u), rest = kk / bx->cnt[2], dr = nt / bx->cnt[2];
+      a2 = kk % bx->cnt[2];
+      a1 = rest % bx->cnt[1];
+      a0 = rest / bx->cnt[1];
+      d2 = nt % bx->cnt[2];
+      d1 = dr % bx->cnt[1];
+      d0 = dr / bx->cnt[1];
+    } else {
+      a2 += d2;
+      if (a2 >= bx->cnt[2]) {
+        a2 -= bx->cnt[2];
+        a1++;
+      }
+      a1 += d1;
+      if (a1 >= bx->cnt[1]) {
+        a1 -= bx->cnt[1];
+        a0++;
+      }
+      a0 += d0;
+    }
     uint32_t i = bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
     uint64_t ad = d == 0 ? a0 : d == 1 ? a1 : a2;
     uint64_t cd = bx->cd + ad * 2 * h;
