@@ -38,19 +38,19 @@
 #include "ops.h"
 #include "ratio_phase.cuh"
 
-#define FZRE_TOP 16u /* FZE_INTERP_TOP */
-#define FZRE_BOXES 5u
-#define FZRE_PASSES 13u /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
+#define FZRE_IP_TOP 16u /* FZE_INTERP_TOP */
+#define FZRE_IP_BOXES 5u
+#define FZRE_IP_PASSES 13u /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
 
 /* The loops are written once for both widths and compiled for each with w
  * a constant (fzre_ip_level, fzre_ip_anchors), so the device code has no
  * branch on the type per point. */
 #ifdef __CUDACC__
-#define FZRE_FI static __forceinline__
-#define FZRE_UNROLL _Pragma("unroll")
+#define FZRE_IP_FI static __forceinline__
+#define FZRE_IP_UNROLL _Pragma("unroll")
 #else
-#define FZRE_FI static inline
-#define FZRE_UNROLL
+#define FZRE_IP_FI static inline
+#define FZRE_IP_UNROLL
 #endif
 
 /* One box's share of a pass: the counts along z, y, x, the chunk index
@@ -63,16 +63,16 @@ typedef struct fzre_ip_box {
 } fzre_ip_box;
 
 typedef struct fzre_ip_pass {
-  fzre_ip_box box[FZRE_BOXES];
-  uint32_t end[FZRE_BOXES]; /* points in boxes 0 .. b */
-  uint64_t off;             /* h times the stride of axis d */
+  fzre_ip_box box[FZRE_IP_BOXES];
+  uint32_t end[FZRE_IP_BOXES]; /* points in boxes 0 .. b */
+  uint64_t off;                /* h times the stride of axis d */
 } fzre_ip_pass;
 
 /* The walk's state, shared by the block. */
 typedef struct fzre_ip {
   uint64_t ext[3];
   uint32_t n;
-  fzre_ip_pass pass[FZRE_PASSES];
+  fzre_ip_pass pass[FZRE_IP_PASSES];
 } fzre_ip;
 
 #ifdef __cplusplus
@@ -81,7 +81,7 @@ static_assert(sizeof(fzre_ip) <= 12288, "fzre_ip must fit in 12 KiB of shared me
 _Static_assert(sizeof(fzre_ip) <= 12288, "fzre_ip must fit in 12 KiB of shared memory");
 #endif
 
-static inline FZR_HD uint64_t fzre_first_at(uint64_t lo, uint64_t m, uint64_t r) {
+static inline FZR_HD uint64_t fzre_ip_first_at(uint64_t lo, uint64_t m, uint64_t r) {
   uint64_t q = lo <= r ? 0 : (lo - r + m - 1) / m;
   return q * m + r;
 }
@@ -93,8 +93,8 @@ static inline FZR_HD uint64_t fzre_first_at(uint64_t lo, uint64_t m, uint64_t r)
  * last row's, when the last row is in that plane too); 2: whole planes;
  * 3: the whole rows of the last row's plane before it; 4: the last row's
  * part. */
-FZRE_FI FZR_HD int fzre_box(const uint64_t ext[3], uint64_t s, uint64_t n, unsigned b,
-                            uint64_t lo[3], uint64_t hi[3]) {
+FZRE_IP_FI FZR_HD int fzre_ip_cut(const uint64_t ext[3], uint64_t s, uint64_t n, unsigned b,
+                                  uint64_t lo[3], uint64_t hi[3]) {
   uint64_t Y = ext[1], X = ext[2], e = s + n - 1;
   uint64_t r0 = s / X, r1 = e / X;
   uint64_t rs = r0 + 1, re = r1 - 1, zs = rs / Y, ze = re / Y;
@@ -131,11 +131,11 @@ FZRE_FI FZR_HD int fzre_box(const uint64_t ext[3], uint64_t s, uint64_t n, unsig
   }
 }
 
-/* Thread p < FZRE_PASSES builds pass p's table (0: the anchors; 1 + 3 l + d:
+/* Thread p < FZRE_IP_PASSES builds pass p's table (0: the anchors; 1 + 3 l + d:
  * h = 8 >> l along axis d), each from its own copy of the boxes. */
 static inline FZR_HD void fzre_ip_plan(fzre_ip *P, const uint64_t ext[3], uint64_t first,
                                        uint64_t n, unsigned t) {
-  if (t >= FZRE_PASSES)
+  if (t >= FZRE_IP_PASSES)
     return;
   uint64_t str[3] = {ext[1] * ext[2], ext[2], 1};
   if (t == 0) {
@@ -144,21 +144,21 @@ static inline FZR_HD void fzre_ip_plan(fzre_ip *P, const uint64_t ext[3], uint64
     P->n = (uint32_t)n;
   }
   fzre_ip_pass *ps = &P->pass[t];
-  uint64_t h = t == 0 ? FZRE_TOP : (uint64_t)(FZRE_TOP / 2) >> ((t - 1) / 3);
+  uint64_t h = t == 0 ? FZRE_IP_TOP : (uint64_t)(FZRE_IP_TOP / 2) >> ((t - 1) / 3);
   unsigned d = t == 0 ? 0u : (t - 1) % 3;
   uint64_t stp[3], res[3];
   for (unsigned j = 0; j < 3; j++) {
-    stp[j] = t == 0 ? FZRE_TOP : j == d ? 2 * h : j < d ? h : 2 * h;
+    stp[j] = t == 0 ? FZRE_IP_TOP : j == d ? 2 * h : j < d ? h : 2 * h;
     res[j] = t == 0 ? 0 : j == d ? h : 0;
   }
   ps->off = h * (d == 0 ? str[0] : d == 1 ? str[1] : 1u);
   uint32_t total = 0;
-  for (unsigned b = 0; b < FZRE_BOXES; b++) {
+  for (unsigned b = 0; b < FZRE_IP_BOXES; b++) {
     fzre_ip_box *bx = &ps->box[b];
     uint64_t lo[3], hi[3], start[3], cnt[3];
-    int there = n && fzre_box(ext, first, n, b, lo, hi);
+    int there = n && fzre_ip_cut(ext, first, n, b, lo, hi);
     for (unsigned j = 0; j < 3; j++) {
-      start[j] = there ? fzre_first_at(lo[j], stp[j], res[j]) : 0;
+      start[j] = there ? fzre_ip_first_at(lo[j], stp[j], res[j]) : 0;
       cnt[j] = there && start[j] <= hi[j] ? (hi[j] - start[j]) / stp[j] + 1 : 0;
     }
     uint64_t pts = cnt[0] * cnt[1] * cnt[2];
@@ -175,26 +175,26 @@ static inline FZR_HD void fzre_ip_plan(fzre_ip *P, const uint64_t ext[3], uint64
   }
 }
 
-static inline FZR_HD double fzre_fin0(double v) { return isfinite(v) ? v : 0.0; }
+static inline FZR_HD double fzre_ip_fin0(double v) { return isfinite(v) ? v : 0.0; }
 
 /* The rebuilt value at i.  For f32 pv is a float array: every value the
  * engine keeps there (as a double) is (double)(float)r or finite_or_0 of a
  * float, so a float holds it exactly and reads back as the same double. */
-FZRE_FI FZR_HD double fzre_pv(const uint8_t *pv, unsigned w, uint32_t i) {
+FZRE_IP_FI FZR_HD double fzre_ip_pv(const uint8_t *pv, unsigned w, uint32_t i) {
   return w == 4 ? (double)((const float *)pv)[i] : ((const double *)pv)[i];
 }
 
 /* The value at i as its bits (a float's in the low 32 for f32): the
  * anchors' chain loads the next one ahead of its turn. */
-FZRE_FI FZR_HD uint64_t fzre_ip_load(const uint8_t *in, unsigned w, uint32_t i) {
+FZRE_IP_FI FZR_HD uint64_t fzre_ip_load(const uint8_t *in, unsigned w, uint32_t i) {
   return w == 4 ? ((const uint32_t *)in)[i] : ((const uint64_t *)in)[i];
 }
 
 /* stage_interp.c's point() encoding: the value at i (bits x) against
  * prediction p; returns the rebuilt value it leaves in pv.  in, words and
  * pv are aligned for the element type. */
-FZRE_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, double p,
-                                    uint8_t *words, uint8_t *bad, uint8_t *pv, uint32_t i) {
+FZRE_IP_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, double p,
+                                       uint8_t *words, uint8_t *bad, uint8_t *pv, uint32_t i) {
   if (w == 4) {
     double v = (double)fzo_bits_f32((uint32_t)x);
     bool special = fzo_f32_special((uint32_t)x);
@@ -208,7 +208,7 @@ FZRE_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, dou
     b = ok ? b : 0.0;
     ((uint32_t *)words)[i] = ok ? fzo_zigzag32((uint32_t)(int32_t)b) : 0u;
     bad[i] = (uint8_t)!ok;
-    double kept = ok ? r : fzre_fin0(v);
+    double kept = ok ? r : fzre_ip_fin0(v);
     ((float *)pv)[i] = (float)kept;
     return kept;
   }
@@ -222,52 +222,52 @@ FZRE_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, dou
   b = ok ? b : 0.0;
   ((uint64_t *)words)[i] = ok ? fzo_zigzag64((uint64_t)(int64_t)b) : 0u;
   bad[i] = (uint8_t)!ok;
-  double kept = ok ? r : fzre_fin0(v);
+  double kept = ok ? r : fzre_ip_fin0(v);
   ((double *)pv)[i] = kept;
   return kept;
 }
 
 /* The chunk index of point k of a box's share of a pass (x fastest). */
-FZRE_FI FZR_HD uint32_t fzre_box_at(const fzre_ip_box *bx, uint32_t k) {
+FZRE_IP_FI FZR_HD uint32_t fzre_ip_at(const fzre_ip_box *bx, uint32_t k) {
   uint32_t a2 = k % bx->cnt[2], rest = k / bx->cnt[2];
   uint32_t a1 = rest % bx->cnt[1], a0 = rest / bx->cnt[1];
   return bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
 }
 
-#define FZRE_AHEAD 4u
+#define FZRE_IP_AHEAD 4u
 
 /* Thread 0: the anchors in memory order, each predicted by the rebuilt
  * one before it (the first by 0).  A chunk of a 1-D array has n / 16 of
  * them, and the chain is the arithmetic of one point after another, so
- * the values are loaded FZRE_AHEAD at a time, one group ahead of the one
+ * the values are loaded FZRE_IP_AHEAD at a time, one group ahead of the one
  * the chain works on: the loads' latency falls behind the arithmetic. */
-FZRE_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
-                                      unsigned w, uint8_t *words, uint8_t *bad, uint8_t *pv) {
+FZRE_IP_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
+                                         unsigned w, uint8_t *words, uint8_t *bad, uint8_t *pv) {
   const fzre_ip_pass *ps = &P->pass[0];
   double prev = 0;
-  for (unsigned b = 0; b < FZRE_BOXES; b++) {
+  for (unsigned b = 0; b < FZRE_IP_BOXES; b++) {
     const fzre_ip_box *bx = &ps->box[b];
     uint32_t m = ps->end[b] - (b ? ps->end[b - 1] : 0u);
-    uint32_t at[FZRE_AHEAD], nat[FZRE_AHEAD];
-    uint64_t x[FZRE_AHEAD], nx[FZRE_AHEAD];
-    FZRE_UNROLL
-    for (unsigned j = 0; j < FZRE_AHEAD; j++) {
-      at[j] = j < m ? fzre_box_at(bx, j) : 0u;
+    uint32_t at[FZRE_IP_AHEAD], nat[FZRE_IP_AHEAD];
+    uint64_t x[FZRE_IP_AHEAD], nx[FZRE_IP_AHEAD];
+    FZRE_IP_UNROLL
+    for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
+      at[j] = j < m ? fzre_ip_at(bx, j) : 0u;
       x[j] = j < m ? fzre_ip_load(in, w, at[j]) : 0u;
     }
-    for (uint32_t g = 0; g < m; g += FZRE_AHEAD) {
-      FZRE_UNROLL
-      for (unsigned j = 0; j < FZRE_AHEAD; j++) {
-        uint32_t k = g + FZRE_AHEAD + j;
-        nat[j] = k < m ? fzre_box_at(bx, k) : 0u;
+    for (uint32_t g = 0; g < m; g += FZRE_IP_AHEAD) {
+      FZRE_IP_UNROLL
+      for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
+        uint32_t k = g + FZRE_IP_AHEAD + j;
+        nat[j] = k < m ? fzre_ip_at(bx, k) : 0u;
         nx[j] = k < m ? fzre_ip_load(in, w, nat[j]) : 0u;
       }
-      FZRE_UNROLL
-      for (unsigned j = 0; j < FZRE_AHEAD; j++)
+      FZRE_IP_UNROLL
+      for (unsigned j = 0; j < FZRE_IP_AHEAD; j++)
         if (g + j < m)
           prev = fzre_ip_point(q, w, x[j], prev, words, bad, pv, at[j]);
-      FZRE_UNROLL
-      for (unsigned j = 0; j < FZRE_AHEAD; j++) {
+      FZRE_IP_UNROLL
+      for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
         at[j] = nat[j];
         x[j] = nx[j];
       }
@@ -279,14 +279,14 @@ FZRE_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, const u
  * -h, +h, +3h that lie in the array and the chunk (stage_interp.c's
  * predict(): the cubic with all four, the mean of the near ones, else the
  * near one there is, else 0), then the point. */
-FZRE_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fzre_q *q,
-                                    const uint8_t *in, unsigned w, uint8_t *words, uint8_t *bad,
-                                    uint8_t *pv, unsigned t, unsigned nt) {
+FZRE_IP_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fzre_q *q,
+                                       const uint8_t *in, unsigned w, uint8_t *words, uint8_t *bad,
+                                       uint8_t *pv, unsigned t, unsigned nt) {
   const fzre_ip_pass *ps = &P->pass[pass];
-  uint64_t h = (uint64_t)(FZRE_TOP / 2) >> ((pass - 1) / 3);
+  uint64_t h = (uint64_t)(FZRE_IP_TOP / 2) >> ((pass - 1) / 3);
   unsigned d = (pass - 1) % 3;
   uint64_t ed = P->ext[d], off = ps->off, n = P->n;
-  uint32_t total = ps->end[FZRE_BOXES - 1];
+  uint32_t total = ps->end[FZRE_IP_BOXES - 1];
   /* The thread's points k = t, t + nt, ... as digits (a0, a1, a2) in its
    * box, found by division where k enters a box and else stepped on by
    * nt's digits, with carries, so that a point costs no division. */
@@ -326,16 +326,19 @@ FZRE_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fzre_
     bool hb = i >= off, hc = cd + h < ed && i + off < n;
     double p;
     if (hb && hc) {
-      double vb = fzre_pv(pv, w, (uint32_t)(i - off)), vc = fzre_pv(pv, w, (uint32_t)(i + off));
+      double vb = fzre_ip_pv(pv, w, (uint32_t)(i - off)),
+             vc = fzre_ip_pv(pv, w, (uint32_t)(i + off));
       if (cd >= 3 * h && i >= 3 * off && cd + 3 * h < ed && i + 3 * off < n) {
-        double va = fzre_pv(pv, w, (uint32_t)(i - 3 * off));
-        double ve = fzre_pv(pv, w, (uint32_t)(i + 3 * off));
+        double va = fzre_ip_pv(pv, w, (uint32_t)(i - 3 * off));
+        double ve = fzre_ip_pv(pv, w, (uint32_t)(i + 3 * off));
         p = (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625;
       } else {
         p = (vb + vc) * 0.5;
       }
     } else {
-      p = hb ? fzre_pv(pv, w, (uint32_t)(i - off)) : hc ? fzre_pv(pv, w, (uint32_t)(i + off)) : 0.0;
+      p = hb   ? fzre_ip_pv(pv, w, (uint32_t)(i - off))
+          : hc ? fzre_ip_pv(pv, w, (uint32_t)(i + off))
+               : 0.0;
     }
     fzre_ip_point(q, w, fzre_ip_load(in, w, i), p, words, bad, pv, i);
   }
@@ -373,10 +376,10 @@ static inline FZR_HD void fzre_interp(fzre_ip *P, const fzre_q *q, const uint64_
   FZR_SYNC();
   FZR_ONE(fzre_ip_anchors(P, q, in, w, words, bad, pv));
   FZR_SYNC();
-  for (unsigned pass = 1; pass < FZRE_PASSES; pass++) {
+  for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++) {
     /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
      * barrier; the count was written before the last one. */
-    if (P->pass[pass].end[FZRE_BOXES - 1] == 0)
+    if (P->pass[pass].end[FZRE_IP_BOXES - 1] == 0)
       continue;
     FZR_ALL(fzre_ip_level(P, pass, q, in, w, words, bad, pv, t, nt));
     FZR_SYNC();
