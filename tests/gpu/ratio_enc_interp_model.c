@@ -195,8 +195,22 @@ static size_t cuts(const shape *s, unsigned w, uint64_t seed, cut *c) {
 
 static const double fracs[] = {1e-2, 1e-3, 1e-4, 1e-5};
 
+/* The range of the finite values (1 when there is none or it is 0), for
+ * ABS bounds as fractions of it. */
+static double range(const void *x, size_t n, int f32) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (size_t i = 0; i < n; i++) {
+    double v = f32 ? (double)((const float *)x)[i] : ((const double *)x)[i];
+    if (isfinite(v)) {
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+  }
+  return hi > lo && isfinite(hi - lo) ? hi - lo : 1.0;
+}
+
 /* Every cut of the shape, both types, kinds from kmask, ABS and REL at
- * each fraction of the range. */
+ * each fraction of the range (and ABS at each of 140). */
 static void run_shape(const shape *s, unsigned pdims, unsigned kmask) {
   for (int f32 = 0; f32 < 2; f32++)
     for (int k = 0; k < KINDS; k++) {
@@ -208,10 +222,13 @@ static void run_shape(const shape *s, unsigned pdims, unsigned kmask) {
       void *x = field(s, f32, (enum kind)k, seed);
       cut c[16];
       size_t nc = cuts(s, w, seed, c);
+      double span = range(x, (size_t)count(s), f32);
       for (size_t fi = 0; fi < sizeof fracs / sizeof *fracs; fi++)
-        for (int rel = 0; rel < 2; rel++) {
-          /* ABS in units of the smooth field's range (about 140). */
-          double eb = rel ? fracs[fi] : fracs[fi] * 140;
+        for (int mode = 0; mode < 3; mode++) {
+          /* ABS of the range, REL, and ABS of the smooth field's range
+           * (about 140), which makes outliers of spikes the range hides. */
+          int rel = mode == 1;
+          double eb = fracs[fi] * (mode == 0 ? span : mode == 1 ? 1 : 140);
           fze_stage q, ip;
           if (!stages(s, pdims, t, rel ? FZ_EB_REL : FZ_EB_ABS, eb, x, &q, &ip))
             continue;
@@ -350,7 +367,7 @@ Test(ratio_enc_interp, random) {
     uint64_t N = count(&s);
     void *x = field(&s, f32, k, seed);
     int rel = (int)(rnd(&seed) & 1);
-    double eb = fracs[rnd(&seed) % 4] * (rel ? 1 : 140);
+    double eb = fracs[rnd(&seed) % 4] * (rel ? 1 : range(x, (size_t)N, f32));
     fze_stage q, ip;
     if (stages(&s, pdims, t, rel ? FZ_EB_REL : FZ_EB_ABS, eb, x, &q, &ip)) {
       uint64_t first = rnd(&seed) % N, n = 1 + rnd(&seed) % (N - first);
