@@ -20,11 +20,13 @@
  * union of at most five boxes in (z, y, x) (its first partial row, the
  * partial plane of whole rows after it, whole planes, the partial plane
  * before its last row, its last partial row), each a product of ranges, so
- * a pass's points in a box are a product of three arithmetic progressions
- * and a thread's point is a few divisions away from its index.  The
+ * a pass's points in a box are a product of three arithmetic progressions:
+ * a thread finds its first point in a box by a few divisions and steps to
+ * its next by adding the block's thread count in the box's digits.  The
  * tables of every pass and box are built once, one pass a thread, in the
  * first phase.  Within a box the fastest index runs along x, so
- * neighbouring threads take neighbouring points.
+ * neighbouring threads take neighbouring points.  No scratch beyond the
+ * caller's pv.
  *
  * The arithmetic is the engine's bit for bit: predictions in binary64,
  * the same operations in the same order, the value rebuilt as
@@ -68,7 +70,7 @@ typedef struct fzre_ip_pass {
   uint64_t off;                /* h times the stride of axis d */
 } fzre_ip_pass;
 
-/* The walk's state, shared by the block. */
+/* The walk's state, shared by the block: 3048 bytes (13 passes of 232). */
 typedef struct fzre_ip {
   uint64_t ext[3];
   uint32_t n;
