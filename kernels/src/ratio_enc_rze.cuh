@@ -1,0 +1,157 @@
+/*
+ * ratio_enc_rze.cuh - the ratio preset's last stage on the GPU: recursive
+ * zero-byte elimination, one block per chunk, into the bytes of the
+ * engine's fze_rze_encode (stage_rze.c); written once for the device and
+ * for a host model of it (tests/gpu/ratio_enc_huff_model.c).
+ *
+ * The output is the top bitmap, then the kept bytes of each level from the
+ * top down to level 1, so where level 1's kept bytes go is known only once
+ * every level above has been counted.  Hence two passes: the first builds
+ * every level's bitmap in scratch (each the input of the level above) and
+ * counts each thread's kept bytes; one thread turns the counts into places;
+ * the second pass writes every level's kept bytes straight to the output,
+ * reading the level-1 input again rather than keeping its kept bytes
+ * anywhere.  Each thread takes a contiguous share of a level's bitmap
+ * bytes (eight input bytes each), so that the kept bytes of the shares
+ * follow one another as the scan places them.  From level 2 on a byte is
+ * kept when it differs from the byte before it; for a share's first byte
+ * that is the last input byte of the share before (0 at the start), which
+ * the level below has finished, so the shares need nothing from each other.
+ */
+#ifndef FZK_RATIO_ENC_RZE_CUH
+#define FZK_RATIO_ENC_RZE_CUH
+
+#include "ops.h"
+#include "ratio_phase.cuh"
+
+#define FZRE_RZE_LEVELS 6u /* engine.h's FZE_RZE_MAX_LEVELS */
+
+/* The block's shared state (about 6.2 KiB). */
+typedef struct fzre_rz {
+  uint64_t len;                          /* the result: the stream's bytes */
+  uint64_t rl[FZRE_RZE_LEVELS + 1];      /* level l's input bytes is rl[l-1] */
+  uint64_t at[FZRE_RZE_LEVELS + 1];      /* where level l's kept bytes go */
+  uint32_t base[FZRE_RZE_LEVELS][FZR_NT]; /* a thread's kept bytes, then place */
+} fzre_rz;
+
+_Static_assert(sizeof(fzre_rz) <= 12 * 1024, "fzre_rz fits the shared budget");
+
+static inline FZR_HD uint64_t fzre_rz_up(uint64_t v) { return (v + 255) / 256 * 256; }
+
+/* The bitmaps of levels 1..levels, each 256-byte aligned. */
+static inline FZR_HD uint64_t fzre_rze_scratch(uint64_t n, unsigned levels) {
+  uint64_t s = 0;
+  for (unsigned l = 1; l <= levels && l <= FZRE_RZE_LEVELS; l++) {
+    n = (n + 7) / 8;
+    s += fzre_rz_up(n);
+  }
+  return s;
+}
+
+static inline FZR_HD uint8_t *fzre_rz_bm(const fzre_rz *R, uint8_t *scratch, unsigned l) {
+  uint64_t off = 0;
+  for (unsigned m = 1; m < l; m++)
+    off += fzre_rz_up(R->rl[m]);
+  return scratch + off;
+}
+
+static inline FZR_HD void fzre_rz_share(uint64_t n, unsigned t, unsigned nt, uint64_t *lo,
+                                        uint64_t *hi) {
+  uint64_t per = (n + nt - 1) / nt;
+  *lo = per * t < n ? per * t : n;
+  *hi = per * (t + 1) < n ? per * (t + 1) : n;
+}
+
+static inline FZR_HD unsigned fzre_popc8(unsigned b) {
+  b = b - ((b >> 1) & 0x55u);
+  b = (b & 0x33u) + ((b >> 2) & 0x33u);
+  return (b + (b >> 4)) & 0x0fu;
+}
+
+/* Level l over thread t's share of its bitmap bytes: the bitmap into bm
+ * and the count of kept bytes, or (out set) the kept bytes into out. */
+static inline FZR_HD void fzre_rz_level(fzre_rz *R, unsigned l, const uint8_t *src, uint8_t *bm,
+                                        uint8_t *out, unsigned t, unsigned nt) {
+  uint64_t lo, hi, n = R->rl[l - 1];
+  fzre_rz_share(R->rl[l], t, nt, &lo, &hi);
+  unsigned prev = l >= 2 && lo > 0 ? src[8 * lo - 1] : 0;
+  uint64_t k = 0;
+  uint8_t *dst = out ? out + R->at[l] + R->base[l - 1][t] : 0;
+  for (uint64_t g = lo; g < hi; g++) {
+    uint64_t end = 8 * g + 8 < n ? 8 * g + 8 : n;
+    unsigned m = 0;
+    for (uint64_t i = 8 * g; i < end; i++) {
+      unsigned b = src[i], on = l == 1 ? b != 0 : b != prev;
+      m |= on << (i - 8 * g);
+      if (dst && on)
+        dst[k] = (uint8_t)b;
+      k += on;
+      prev = b;
+    }
+    if (!dst)
+      bm[g] = (uint8_t)m;
+  }
+  if (!dst)
+    R->base[l - 1][t] = (uint32_t)k;
+}
+
+/* Thread 0: each level's place (the top bitmap first, then the kept bytes
+ * from the top level down) and each thread's within it. */
+static inline FZR_HD void fzre_rz_place(fzre_rz *R, unsigned levels, unsigned nt) {
+  uint64_t pos = R->rl[levels];
+  for (unsigned l = levels; l >= 1; l--) {
+    R->at[l] = pos;
+    uint32_t sum = 0;
+    for (unsigned t = 0; t < nt; t++) {
+      uint32_t v = R->base[l - 1][t];
+      R->base[l - 1][t] = sum;
+      sum += v;
+    }
+    pos += sum;
+  }
+  R->len = pos;
+}
+
+static inline FZR_HD void fzre_rz_top(fzre_rz *R, unsigned levels, const uint8_t *bm,
+                                      uint8_t *out, unsigned t, unsigned nt) {
+  for (uint64_t i = t; i < R->rl[levels]; i += nt)
+    out[i] = bm[i];
+}
+
+/* The block function: every thread calls it with the same arguments.
+ * in: n bytes (n < 2^32); out: room for the result (at most the top
+ * bitmap plus n bytes); scratch: fzre_rze_scratch(n, levels) bytes.
+ * R->len is fze_rze_encode's result and out holds its bytes; levels
+ * outside 1..FZRE_RZE_LEVELS are refused with len UINT64_MAX. */
+static inline FZR_HD void fzre_rze(fzre_rz *R, unsigned levels, const uint8_t *in, uint64_t n,
+                                   uint8_t *out, uint8_t *scratch) {
+  FZR_T0;
+  if (levels < 1 || levels > FZRE_RZE_LEVELS) {
+    FZR_ONE(R->len = UINT64_MAX);
+    FZR_SYNC();
+    return;
+  }
+  /* Every thread knows the levels' sizes (they follow from n alone). */
+  FZR_ONE({
+    R->rl[0] = n;
+    for (unsigned l = 1; l <= levels; l++)
+      R->rl[l] = (R->rl[l - 1] + 7) / 8;
+  });
+  FZR_SYNC();
+  for (unsigned l = 1; l <= levels; l++) {
+    const uint8_t *src = l == 1 ? in : fzre_rz_bm(R, scratch, l - 1);
+    uint8_t *bm = fzre_rz_bm(R, scratch, l);
+    FZR_ALL(fzre_rz_level(R, l, src, bm, 0, t, nt));
+    FZR_SYNC();
+  }
+  FZR_ONE(fzre_rz_place(R, levels, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_rz_top(R, levels, fzre_rz_bm(R, scratch, levels), out, t, nt));
+  for (unsigned l = 1; l <= levels; l++) {
+    const uint8_t *src = l == 1 ? in : fzre_rz_bm(R, scratch, l - 1);
+    FZR_ALL(fzre_rz_level(R, l, src, 0, out, t, nt));
+  }
+  FZR_SYNC();
+}
+
+#endif
