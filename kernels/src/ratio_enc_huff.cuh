@@ -64,7 +64,11 @@ typedef struct fzre_hf {
   uint8_t pval[FZRE_UNITS][2], pn[FZRE_UNITS];
 } fzre_hf;
 
+#ifdef __cplusplus
+static_assert(sizeof(fzre_hf) <= 12 * 1024, "fzre_hf fits the shared budget");
+#else
 _Static_assert(sizeof(fzre_hf) <= 12 * 1024, "fzre_hf fits the shared budget");
+#endif
 
 /* ---- scratch: the code's tables, 256-byte aligned ---- */
 

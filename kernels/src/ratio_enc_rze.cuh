@@ -34,7 +34,11 @@ typedef struct fzre_rz {
   uint32_t base[FZRE_RZE_LEVELS][FZR_NT]; /* a thread's kept bytes, then place */
 } fzre_rz;
 
+#ifdef __cplusplus
+static_assert(sizeof(fzre_rz) <= 12 * 1024, "fzre_rz fits the shared budget");
+#else
 _Static_assert(sizeof(fzre_rz) <= 12 * 1024, "fzre_rz fits the shared budget");
+#endif
 
 static inline FZR_HD uint64_t fzre_rz_up(uint64_t v) { return (v + 255) / 256 * 256; }
 

@@ -244,6 +244,23 @@ Test(ratio_enc_huff, zero_runs) {
     }
 }
 
+/* Ties of choose_direct's cost: the direct symbols 1..m (a nibble each)
+ * against c escapes of the value V (8 w + 8 bits each) cost the same for
+ * E = m and E = V + 1 when V = m - 1 + c (2 w + 2); the engine takes the
+ * lower. */
+Test(ratio_enc_huff, direct_ties) {
+  for (unsigned w = 4; w <= 8; w += 4)
+    for (unsigned m = 2; m <= 40; m += 19)
+      for (unsigned c = 1; c <= 3; c++) {
+        uint64_t n = 3000, v = m - 1 + c * (2 * w + 2);
+        uint8_t *p = gen(2, w, n);
+        for (uint64_t i = 0; i < n; i++)
+          put_word(p, w, i, i < c ? v : next() % m);
+        check_huff(w, p, n, 0, 0);
+        free(p);
+      }
+}
+
 /* Lanes of exactly 2^15 zeros (the longest run symbol), and one word. */
 Test(ratio_enc_huff, longest_lanes) {
   uint64_t n = FZRE_HUFF_MAX_N;
