@@ -48,7 +48,7 @@
 /* A lane may hold at most 2^15 words (run symbols end at 2^15). */
 #define FZRE_HUFF_MAX_N ((uint64_t)FZRE_LANES << FZRE_RUNS)
 
-/* The block's shared state of one chunk's coding (about 6.3 KiB). */
+/* The block's shared state of one chunk's coding (about 8.8 KiB). */
 typedef struct fzre_hf {
   uint64_t len;  /* the result: the stream's bytes, or UINT64_MAX */
   uint64_t head; /* bytes before the lanes */
@@ -59,9 +59,12 @@ typedef struct fzre_hf {
   uint32_t lane_bytes[FZRE_LANES];
   uint16_t lead[FZRE_UNITS], trail[FZRE_UNITS]; /* a segment's edge zeros */
   uint16_t hrun[FZRE_UNITS], trun[FZRE_UNITS];  /* its edge runs, joined */
-  uint32_t bits[FZRE_UNITS];       /* its bits, then its bit offset */
+  uint32_t bits[FZRE_UNITS];       /* its bits, then its bit offset (first,
+                                    * choose_direct's range sums) */
   uint32_t pidx[FZRE_UNITS][2];    /* its bytes shared with neighbours */
   uint8_t pval[FZRE_UNITS][2], pn[FZRE_UNITS];
+  uint64_t best[FZRE_UNITS];       /* choose_direct: a range's cheapest */
+  uint16_t best_e[FZRE_UNITS];
 } fzre_hf;
 
 #ifdef __cplusplus
@@ -411,22 +414,75 @@ static inline FZR_HD void fzre_lengths(fzre_htab *b, unsigned nsym) {
   }
 }
 
+/* choose_direct over the block: above[s] (the words at or above s) is a
+ * suffix sum of the histogram, cut into a range a thread (each range's
+ * sum, then one thread's scan of the sums, then each range's own), and
+ * each range's cheapest E, the lowest of equals; thread 0 then takes the
+ * cheapest of the ranges in order, which is the engine's choice. */
+static inline FZR_HD void fzre_h_range(unsigned t, unsigned nt, unsigned *lo, unsigned *hi) {
+  unsigned per = (FZRE_MAX_SYMS + 1 + nt - 1) / nt;
+  *lo = per * t < FZRE_MAX_SYMS + 1 ? per * t : FZRE_MAX_SYMS + 1;
+  *hi = per * (t + 1) < FZRE_MAX_SYMS + 1 ? per * (t + 1) : FZRE_MAX_SYMS + 1;
+}
+
+static inline FZR_HD void fzre_h_sums(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned u = t; u < FZRE_UNITS; u += nt) {
+    unsigned lo, hi;
+    uint32_t sum = 0;
+    fzre_h_range(u, FZRE_UNITS, &lo, &hi);
+    for (unsigned s = lo; s < hi; s++)
+      sum += b.hist[s];
+    H->bits[u] = sum;
+  }
+}
+
+/* Thread 0: each range's words above it. */
+static inline FZR_HD void fzre_h_tails(fzre_hf *H) {
+  uint32_t acc = 0;
+  for (unsigned u = FZRE_UNITS; u-- > 0;) {
+    uint32_t v = H->bits[u];
+    H->bits[u] = acc;
+    acc += v;
+  }
+}
+
+static inline FZR_HD void fzre_h_above(fzre_hf *H, unsigned w, uint8_t *scratch, unsigned t,
+                                       unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned u = t; u < FZRE_UNITS; u += nt) {
+    unsigned lo, hi;
+    fzre_h_range(u, FZRE_UNITS, &lo, &hi);
+    uint32_t acc = H->bits[u];
+    for (unsigned s = hi; s-- > lo;) {
+      acc += b.hist[s];
+      b.above[s] = acc;
+    }
+    uint64_t best = UINT64_MAX;
+    unsigned e = 0;
+    for (unsigned s = lo < 1 ? 1 : lo; s < hi && s <= FZRE_MAX_DIRECT; s++) {
+      uint64_t cost = 4 * (uint64_t)(s + 1) + b.above[s] * (8 * (uint64_t)w + 8);
+      if (cost < best) {
+        best = cost;
+        e = s;
+      }
+    }
+    H->best[u] = best;
+    H->best_e[u] = (uint16_t)e;
+  }
+}
+
 /* Thread 0: the number of direct symbols, the frequencies, the code, and
  * whether the engine's estimate already says it cannot fit. */
 static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, uint8_t *scratch) {
   fzre_htab b = fzre_htab_of(scratch);
-  b.above[FZRE_MAX_SYMS] = b.hist[FZRE_MAX_SYMS];
-  for (unsigned s = FZRE_MAX_SYMS; s-- > 0;)
-    b.above[s] = b.above[s + 1] + b.hist[s];
   uint64_t best = UINT64_MAX;
   unsigned e = 1;
-  for (unsigned s = 1; s <= FZRE_MAX_DIRECT; s++) {
-    uint64_t cost = 4 * (uint64_t)(s + 1) + b.above[s] * (8 * (uint64_t)w + 8);
-    if (cost < best) {
-      best = cost;
-      e = s;
+  for (unsigned u = 0; u < FZRE_UNITS; u++)
+    if (H->best[u] < best) {
+      best = H->best[u];
+      e = H->best_e[u];
     }
-  }
   unsigned nsym = e + 1 + FZRE_RUNS;
   b.freq[0] = H->runs[0];
   for (unsigned s = 1; s < e; s++)
@@ -593,6 +649,12 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_ALL(fzre_h_scan(H, words, w, n, scratch, t, nt));
   FZR_SYNC();
   FZR_ALL(fzre_h_join(H, n, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_sums(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ONE(fzre_h_tails(H));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_above(H, w, scratch, t, nt));
   FZR_SYNC();
   FZR_ONE(fzre_h_code(H, w, out_cap, scratch));
   FZR_SYNC();
