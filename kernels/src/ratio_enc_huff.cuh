@@ -122,9 +122,12 @@ static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
   return b;
 }
 
-/* A word of w (4 or 8) bytes, little-endian; words may be unaligned. */
+/* A word of w (4 or 8) bytes, little-endian; words may be unaligned (the
+ * device then reads bytes). */
 static inline FZR_HD uint64_t fzre_ldw(const uint8_t *p, unsigned w) {
 #ifdef __CUDA_ARCH__
+  if (((uintptr_t)p & (w - 1)) == 0)
+    return w == 4 ? *(const uint32_t *)p : *(const uint64_t *)p;
   uint64_t v = 0;
   for (unsigned b = 0; b < w; b++)
     v |= (uint64_t)p[b] << (8 * b);
@@ -139,6 +142,34 @@ static inline FZR_HD uint64_t fzre_ldw(const uint8_t *p, unsigned w) {
   memcpy(&v, p, 8);
   return v;
 #endif
+}
+
+/* The first word at or after j (before b) that is not zero, or b: zero
+ * runs are most of a chunk at coarse bounds, so they are crossed eight
+ * bytes a load where the words are aligned for it. */
+static inline FZR_HD uint64_t fzre_skip0(const uint8_t *words, unsigned w, uint64_t j, uint64_t b) {
+  uint64_t step = 8 / w;
+#ifdef __CUDA_ARCH__
+  if (((uintptr_t)words & (w - 1)) == 0) {
+    while (j < b && ((uintptr_t)(words + j * w) & 7)) {
+      if (fzre_ldw(words + j * w, w))
+        return j;
+      j++;
+    }
+    for (; j + step <= b && *(const uint64_t *)(words + j * w) == 0; j += step)
+      ;
+  }
+#else
+  for (; j + step <= b; j += step) {
+    uint64_t v;
+    memcpy(&v, words + j * w, 8);
+    if (v)
+      break;
+  }
+#endif
+  while (j < b && fzre_ldw(words + j * w, w) == 0)
+    j++;
+  return j;
 }
 
 /* Segment u's words: [*lo, *hi) of the chunk (u = lane * 8 + segment). */
@@ -252,8 +283,7 @@ static inline FZR_HD void fzre_middle(fzre_tk *k, const uint8_t *words, uint64_t
       continue;
     }
     uint64_t r = j;
-    while (j < b && fzre_ldw(words + j * w, w) == 0)
-      j++;
+    j = fzre_skip0(words, w, j + 1, b);
     fzre_run(k, j - r);
   }
 }
@@ -277,8 +307,7 @@ static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned
   for (unsigned u = t; u < FZRE_UNITS; u += nt) {
     uint64_t lo, hi, a, z;
     fzre_seg(n, u, &lo, &hi);
-    for (a = lo; a < hi && fzre_ldw(words + a * w, w) == 0; a++)
-      ;
+    a = fzre_skip0(words, w, lo, hi);
     for (z = hi; z > a && fzre_ldw(words + (z - 1) * w, w) == 0; z--)
       ;
     H->lead[u] = (uint16_t)(a - lo);

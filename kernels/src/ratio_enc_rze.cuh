@@ -72,30 +72,73 @@ static inline FZR_HD unsigned fzre_popc8(unsigned b) {
   return (b + (b >> 4)) & 0x0fu;
 }
 
-/* Level l over thread t's share of its bitmap bytes: the bitmap into bm
- * and the count of kept bytes, or (out set) the kept bytes into out. */
+/* Eight input bytes of a group as one word (a byte at a time where the
+ * device could not load them aligned), low byte first. */
+static inline FZR_HD uint64_t fzre_rz_ld8(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+  if (((uintptr_t)p & 7) == 0)
+    return *(const uint64_t *)p;
+  uint64_t v = 0;
+  for (unsigned b = 0; b < 8; b++)
+    v |= (uint64_t)p[b] << (8 * b);
+  return v;
+#else
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+#endif
+}
+
+/* Bit i set where byte i of x is not zero. */
+static inline FZR_HD unsigned fzre_rz_mask(uint64_t x) {
+  x |= x >> 4;
+  x |= x >> 2;
+  x |= x >> 1;
+  x &= 0x0101010101010101ull;
+  return (unsigned)((x * 0x0102040810204080ull) >> 56);
+}
+
+/* Level l over thread t's share of its bitmap bytes (each of eight input
+ * bytes): the bitmap into bm and the count of kept bytes, or (write) the
+ * kept bytes into out.  At level 1 a byte is kept when not zero, above
+ * when it differs from the byte before. */
 static inline FZR_HD void fzre_rz_level(fzre_rz *R, unsigned l, const uint8_t *src, uint8_t *bm,
-                                        uint8_t *out, unsigned t, unsigned nt) {
+                                        uint8_t *out, int write, unsigned t, unsigned nt) {
   uint64_t lo, hi, n = R->rl[l - 1];
   fzre_rz_share(R->rl[l], t, nt, &lo, &hi);
   unsigned prev = l >= 2 && lo > 0 ? src[8 * lo - 1] : 0;
   uint64_t k = 0;
-  uint8_t *dst = out ? out + R->at[l] + R->base[l - 1][t] : 0;
+  uint8_t *dst = write ? out + R->at[l] + R->base[l - 1][t] : out;
   for (uint64_t g = lo; g < hi; g++) {
-    uint64_t end = 8 * g + 8 < n ? 8 * g + 8 : n;
-    unsigned m = 0;
-    for (uint64_t i = 8 * g; i < end; i++) {
-      unsigned b = src[i], on = l == 1 ? b != 0 : b != prev;
-      m |= on << (i - 8 * g);
-      if (dst && on)
-        dst[k] = (uint8_t)b;
-      k += on;
-      prev = b;
+    uint64_t v;
+    if (8 * g + 8 <= n) {
+      v = fzre_rz_ld8(src + 8 * g);
+    } else {
+      /* The last group, short: the missing bytes repeat the last one,
+       * so that above level 1 they differ from nothing, and are masked
+       * off at level 1. */
+      v = 0;
+      unsigned last = 0;
+      for (unsigned i = 0; i < 8; i++) {
+        unsigned b = 8 * g + i < n ? src[8 * g + i] : last;
+        v |= (uint64_t)b << (8 * i);
+        last = b;
+      }
     }
-    if (!dst)
+    unsigned m = fzre_rz_mask(l == 1 ? v : v ^ (v << 8 | prev));
+    if (8 * g + 8 > n)
+      m &= (1u << (n - 8 * g)) - 1;
+    prev = (unsigned)(v >> 56);
+    if (write) {
+      for (unsigned i = 0; m >> i; i++)
+        if ((m >> i) & 1u)
+          dst[k++] = (uint8_t)(v >> (8 * i));
+    } else {
       bm[g] = (uint8_t)m;
+      k += fzre_popc8(m);
+    }
   }
-  if (!dst)
+  if (!write)
     R->base[l - 1][t] = (uint32_t)k;
 }
 
@@ -145,7 +188,7 @@ static inline FZR_HD void fzre_rze(fzre_rz *R, unsigned levels, const uint8_t *i
   for (unsigned l = 1; l <= levels; l++) {
     const uint8_t *src = l == 1 ? in : fzre_rz_bm(R, scratch, l - 1);
     uint8_t *bm = fzre_rz_bm(R, scratch, l);
-    FZR_ALL(fzre_rz_level(R, l, src, bm, 0, t, nt));
+    FZR_ALL(fzre_rz_level(R, l, src, bm, 0, 0, t, nt));
     FZR_SYNC();
   }
   FZR_ONE(fzre_rz_place(R, levels, nt));
@@ -153,7 +196,7 @@ static inline FZR_HD void fzre_rze(fzre_rz *R, unsigned levels, const uint8_t *i
   FZR_ALL(fzre_rz_top(R, levels, fzre_rz_bm(R, scratch, levels), out, t, nt));
   for (unsigned l = 1; l <= levels; l++) {
     const uint8_t *src = l == 1 ? in : fzre_rz_bm(R, scratch, l - 1);
-    FZR_ALL(fzre_rz_level(R, l, src, 0, out, t, nt));
+    FZR_ALL(fzre_rz_level(R, l, src, 0, out, 1, t, nt));
   }
   FZR_SYNC();
 }
