@@ -45,10 +45,11 @@
 #define FZRE_MAX_DIRECT (FZRE_MAX_SYMS - 1u - FZRE_RUNS)
 #define FZRE_TOK_BIG FZRE_MAX_SYMS /* a word at or above 4096 */
 #define FZRE_NTOK (FZRE_TOK_BIG + FZRE_RUNS + 1u)
+#define FZRE_SMALL 1024u /* words counted in shared memory */
 /* A lane may hold at most 2^15 words (run symbols end at 2^15). */
 #define FZRE_HUFF_MAX_N ((uint64_t)FZRE_LANES << FZRE_RUNS)
 
-/* The block's shared state of one chunk's coding (about 8.8 KiB). */
+/* The block's shared state of one chunk's coding (about 10.3 KiB). */
 typedef struct fzre_hf {
   uint64_t len;  /* the result: the stream's bytes, or UINT64_MAX */
   uint64_t head; /* bytes before the lanes */
@@ -63,8 +64,16 @@ typedef struct fzre_hf {
                                     * choose_direct's range sums) */
   uint32_t pidx[FZRE_UNITS][2];    /* its bytes shared with neighbours */
   uint8_t pval[FZRE_UNITS][2], pn[FZRE_UNITS];
-  uint64_t best[FZRE_UNITS];       /* choose_direct: a range's cheapest */
-  uint16_t best_e[FZRE_UNITS];
+  /* The histogram of the small words (most of them) is counted here, as
+   * shared-memory atomics are far cheaper than global ones, then moved to
+   * the table; choose_direct's ranges' cheapest take its place. */
+  union {
+    uint32_t small[FZRE_SMALL];
+    struct {
+      uint64_t best[FZRE_UNITS];
+      uint16_t best_e[FZRE_UNITS];
+    } c;
+  } x;
 } fzre_hf;
 
 #ifdef __cplusplus
@@ -227,7 +236,7 @@ enum { FZRE_HIST = 0, FZRE_BITS = 1, FZRE_WRITE = 2 };
 typedef struct fzre_tk {
   int mode;
   unsigned w;
-  uint32_t *hist, *runs;
+  uint32_t *hist, *small, *runs;
   const uint16_t *tcode;
   const uint8_t *tlen;
   uint64_t bits;
@@ -240,6 +249,8 @@ static inline FZR_HD void fzre_token(fzre_tk *k, unsigned tk, uint64_t v) {
       FZR_ATOMIC_ADD(&k->runs[tk - FZRE_TOK_BIG], 1u);
     else if (tk == 0)
       FZR_ATOMIC_ADD(&k->runs[0], 1u);
+    else if (tk < FZRE_SMALL)
+      FZR_ATOMIC_ADD(&k->small[tk], 1u);
     else
       FZR_ATOMIC_ADD(&k->hist[tk], 1u);
     return;
@@ -292,8 +303,10 @@ static inline FZR_HD void fzre_middle(fzre_tk *k, const uint8_t *words, uint64_t
 
 static inline FZR_HD void fzre_h_clear(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  for (unsigned i = t; i <= FZRE_MAX_SYMS; i += nt)
+  for (unsigned i = FZRE_SMALL + t; i <= FZRE_MAX_SYMS; i += nt)
     b.hist[i] = 0;
+  for (unsigned i = t; i < FZRE_SMALL; i += nt)
+    H->x.small[i] = 0;
   for (unsigned i = t; i <= FZRE_RUNS; i += nt)
     H->runs[i] = 0;
   for (unsigned u = t; u < FZRE_UNITS; u += nt)
@@ -312,7 +325,7 @@ static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned
       ;
     H->lead[u] = (uint16_t)(a - lo);
     H->trail[u] = (uint16_t)(a == hi ? hi - lo : hi - z);
-    fzre_tk k = {FZRE_HIST, w, b.hist, H->runs, 0, 0, 0, 0};
+    fzre_tk k = {FZRE_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0};
     fzre_middle(&k, words, a, z);
   }
 }
@@ -324,7 +337,7 @@ static inline FZR_HD void fzre_h_join(fzre_hf *H, uint64_t n, unsigned t, unsign
   for (unsigned l = t; l < FZRE_LANES; l += nt) {
     int open = -1, at_head = 0;
     uint64_t run = 0;
-    fzre_tk k = {FZRE_HIST, 0, 0, H->runs, 0, 0, 0, 0};
+    fzre_tk k = {FZRE_HIST, 0, 0, 0, H->runs, 0, 0, 0, 0};
     for (unsigned s = 0; s <= FZRE_SEGS; s++) {
       unsigned u = l * FZRE_SEGS + s;
       uint64_t lo = 0, hi = 0, len = 0;
@@ -362,6 +375,13 @@ static inline FZR_HD void fzre_h_join(fzre_hf *H, uint64_t n, unsigned t, unsign
       }
     }
   }
+}
+
+/* The small words' counts into the table. */
+static inline FZR_HD void fzre_h_merge(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned i = t; i < FZRE_SMALL; i += nt)
+    b.hist[i] = H->x.small[i];
 }
 
 /* A stable bottom-up merge sort of o (in symbol order) by weight. */
@@ -496,8 +516,8 @@ static inline FZR_HD void fzre_h_above(fzre_hf *H, unsigned w, uint8_t *scratch,
         e = s;
       }
     }
-    H->best[u] = best;
-    H->best_e[u] = (uint16_t)e;
+    H->x.c.best[u] = best;
+    H->x.c.best_e[u] = (uint16_t)e;
   }
 }
 
@@ -508,9 +528,9 @@ static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, 
   uint64_t best = UINT64_MAX;
   unsigned e = 1;
   for (unsigned u = 0; u < FZRE_UNITS; u++)
-    if (H->best[u] < best) {
-      best = H->best[u];
-      e = H->best_e[u];
+    if (H->x.c.best[u] < best) {
+      best = H->x.c.best[u];
+      e = H->x.c.best_e[u];
     }
   unsigned nsym = e + 1 + FZRE_RUNS;
   b.freq[0] = H->runs[0];
@@ -582,7 +602,7 @@ static inline FZR_HD void fzre_h_bits(fzre_hf *H, const uint8_t *words, unsigned
                                       uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   for (unsigned u = t; u < FZRE_UNITS; u += nt) {
-    fzre_tk k = {FZRE_BITS, w, 0, 0, b.tcode, b.tlen, 0, 0};
+    fzre_tk k = {FZRE_BITS, w, 0, 0, 0, b.tcode, b.tlen, 0, 0};
     fzre_seg_tokens(H, &k, words, n, u);
     H->bits[u] = (uint32_t)k.bits;
   }
@@ -629,7 +649,7 @@ static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigne
     uint32_t b0 = H->bits[u];
     fzre_bw bw = {0, b0 % 8, b0 / 8, b0 % 8 ? b0 / 8 : UINT32_MAX,
                   out + H->head + H->lane_off[u / FZRE_SEGS], H, u};
-    fzre_tk k = {FZRE_WRITE, w, 0, 0, b.tcode, b.tlen, 0, &bw};
+    fzre_tk k = {FZRE_WRITE, w, 0, 0, 0, b.tcode, b.tlen, 0, &bw};
     fzre_seg_tokens(H, &k, words, n, u);
     /* The last byte, when the segment ends inside it. */
     if (bw.nb > b0 % 8 || (bw.nb && bw.bi != b0 / 8))
@@ -677,7 +697,7 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_SYNC();
   FZR_ALL(fzre_h_scan(H, words, w, n, scratch, t, nt));
   FZR_SYNC();
-  FZR_ALL(fzre_h_join(H, n, t, nt));
+  FZR_ALL(fzre_h_join(H, n, t, nt); fzre_h_merge(H, scratch, t, nt));
   FZR_SYNC();
   FZR_ALL(fzre_h_sums(H, scratch, t, nt));
   FZR_SYNC();
