@@ -13,11 +13,14 @@
  *    lane joins those across its segments and gives each joined run to the
  *    segment it starts in, so the run tokens (one per set bit of the
  *    length, highest first, then a lone 0 when odd) are the engine's;
- *  - the histogram is counted with atomics (order-free), then one thread
- *    builds the code as the engine does: the number of direct symbols,
- *    the two-queue Huffman construction over the symbols stably sorted by
- *    (weight, symbol), weights halved until no code is longer than 12
- *    bits, the canonical codes;
+ *  - the histogram is counted with atomics (order-free; the small words,
+ *    most of them, in shared memory), the number of direct symbols is
+ *    chosen over the block (suffix sums and a cheapest per range of
+ *    candidates, the lowest of equals as the engine's loop takes it), and
+ *    one thread builds the code as the engine does: the two-queue Huffman
+ *    construction over the symbols stably sorted by (weight, symbol),
+ *    weights halved until no code is longer than 12 bits, the canonical
+ *    codes (O(symbols), and few symbols are used by the chain's words);
  *  - each segment sums its tokens' bits, a scan gives it its bit offset in
  *    its lane, and it writes its bytes; the (at most two) bytes it shares
  *    with a neighbour segment it leaves in shared memory, and a thread per
