@@ -134,51 +134,53 @@ static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
   return b;
 }
 
-/* A word of w (4 or 8) bytes, little-endian; words may be unaligned (the
- * device then reads bytes). */
-static inline FZR_HD uint64_t fzre_ldw(const uint8_t *p, unsigned w) {
+/* Loads from addresses aligned for them (plain loads on the device; the
+ * host model copies, which C's aliasing rules ask). */
+static inline FZR_HD uint32_t fzre_ld32a(const uint8_t *p) {
 #ifdef __CUDA_ARCH__
-  if (((uintptr_t)p & (w - 1)) == 0)
-    return w == 4 ? *(const uint32_t *)p : *(const uint64_t *)p;
-  uint64_t v = 0;
-  for (unsigned b = 0; b < w; b++)
-    v |= (uint64_t)p[b] << (8 * b);
-  return v;
+  return *(const uint32_t *)p;
 #else
-  if (w == 4) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-  }
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+#endif
+}
+
+static inline FZR_HD uint64_t fzre_ld64a(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+  return *(const uint64_t *)p;
+#else
   uint64_t v;
   memcpy(&v, p, 8);
   return v;
 #endif
 }
 
+/* A word of w (4 or 8) bytes, little-endian; words may be unaligned, and
+ * are then read a byte at a time. */
+static inline FZR_HD uint64_t fzre_ldw(const uint8_t *p, unsigned w) {
+  if (((uintptr_t)p & (w - 1)) == 0)
+    return w == 4 ? fzre_ld32a(p) : fzre_ld64a(p);
+  uint64_t v = 0;
+  for (unsigned b = 0; b < w; b++)
+    v |= (uint64_t)p[b] << (8 * b);
+  return v;
+}
+
 /* The first word at or after j (before b) that is not zero, or b: zero
  * runs are most of a chunk at coarse bounds, so they are crossed eight
  * bytes a load where the words are aligned for it. */
 static inline FZR_HD uint64_t fzre_skip0(const uint8_t *words, unsigned w, uint64_t j, uint64_t b) {
-  uint64_t step = 8 / w;
-#ifdef __CUDA_ARCH__
   if (((uintptr_t)words & (w - 1)) == 0) {
+    uint64_t step = 8 / w;
     while (j < b && ((uintptr_t)(words + j * w) & 7)) {
       if (fzre_ldw(words + j * w, w))
         return j;
       j++;
     }
-    for (; j + step <= b && *(const uint64_t *)(words + j * w) == 0; j += step)
+    for (; j + step <= b && fzre_ld64a(words + j * w) == 0; j += step)
       ;
   }
-#else
-  for (; j + step <= b; j += step) {
-    uint64_t v;
-    memcpy(&v, words + j * w, 8);
-    if (v)
-      break;
-  }
-#endif
   while (j < b && fzre_ldw(words + j * w, w) == 0)
     j++;
   return j;

@@ -72,21 +72,22 @@ static inline FZR_HD unsigned fzre_popc8(unsigned b) {
   return (b + (b >> 4)) & 0x0fu;
 }
 
-/* Eight input bytes of a group as one word (a byte at a time where the
- * device could not load them aligned), low byte first. */
+/* Eight input bytes of a group as one word, low byte first: one load
+ * where they are aligned for it (the host model copies, as C's aliasing
+ * rules ask), else a byte at a time. */
 static inline FZR_HD uint64_t fzre_rz_ld8(const uint8_t *p) {
-#ifdef __CUDA_ARCH__
-  if (((uintptr_t)p & 7) == 0)
-    return *(const uint64_t *)p;
   uint64_t v = 0;
+  if (((uintptr_t)p & 7) == 0) {
+#ifdef __CUDA_ARCH__
+    v = *(const uint64_t *)p;
+#else
+    memcpy(&v, p, 8);
+#endif
+    return v;
+  }
   for (unsigned b = 0; b < 8; b++)
     v |= (uint64_t)p[b] << (8 * b);
   return v;
-#else
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-#endif
 }
 
 /* Bit i set where byte i of x is not zero. */
