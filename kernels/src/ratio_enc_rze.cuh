@@ -114,17 +114,10 @@ static inline FZR_HD void fzre_rz_level(fzre_rz *R, unsigned l, const uint8_t *s
     uint64_t v;
     if (8 * g + 8 <= n) {
       v = fzre_rz_ld8(src + 8 * g);
-    } else {
-      /* The last group, short: the missing bytes repeat the last one,
-       * so that above level 1 they differ from nothing, and are masked
-       * off at level 1. */
+    } else { /* the last group, short: its missing bytes' bits cleared */
       v = 0;
-      unsigned last = 0;
-      for (unsigned i = 0; i < 8; i++) {
-        unsigned b = 8 * g + i < n ? src[8 * g + i] : last;
-        v |= (uint64_t)b << (8 * i);
-        last = b;
-      }
+      for (uint64_t i = 8 * g; i < n; i++)
+        v |= (uint64_t)src[i] << (8 * (i - 8 * g));
     }
     unsigned m = fzre_rz_mask(l == 1 ? v : v ^ (v << 8 | prev));
     if (8 * g + 8 > n)
