@@ -262,6 +262,28 @@ Test(ratio_enc_huff, direct_ties) {
       }
 }
 
+/* One run of 2^k - 1, 2^k or 2^k + 1 zeros among ones, starting at a
+ * segment's first word, inside a segment, or ending at a lane's last word
+ * (a lane is 2048 words here, a segment 256). */
+Test(ratio_enc_huff, placed_runs) {
+  uint64_t n = 65536, lane = 2048, seg = 256;
+  uint8_t *p = gen(9, 4, n);
+  for (unsigned k = 1; k <= 11; k++)
+    for (int d = -1; d <= 1; d++) {
+      uint64_t len = ((uint64_t)1 << k) + (uint64_t)(int64_t)d;
+      uint64_t at[3] = {5 * lane + 3 * seg, 9 * lane + 2 * seg + 100, 14 * lane - len};
+      for (unsigned a = 0; a < 3; a++) {
+        for (uint64_t i = at[a]; i < at[a] + len; i++)
+          put_word(p, 4, i, 0);
+        cr_assert_neq(check_huff_cap(4, p, n, 2 * 4 * n), SIZE_MAX);
+        check_huff_cap(4, p, n, 4 * n - 1);
+        for (uint64_t i = at[a]; i < at[a] + len; i++)
+          put_word(p, 4, i, 1);
+      }
+    }
+  free(p);
+}
+
 /* Lanes of exactly 2^15 zeros (the longest run symbol), and one word. */
 Test(ratio_enc_huff, longest_lanes) {
   uint64_t n = FZRE_HUFF_MAX_N;
