@@ -181,6 +181,7 @@ static uint8_t *gen(unsigned kind, unsigned w, uint64_t n) {
     case 7: v = next() % 5000; break;                    /* direct and escapes */
     case 8: v = (next() & 15) == 0 ? geometric(w) : 0; break; /* sparse */
     case 9: v = 1; break;
+    case 10: v = next() % ((uint64_t)1 << (next() % 12)) + 1; break; /* about 1/v: halvings */
     }
     put_word(p, w, i, v);
   }
@@ -192,7 +193,7 @@ static const uint64_t sizes[] = {1, 2, 3, 7, 8, 9, 31, 32, 33, 63, 64, 65, 255, 
 
 Test(ratio_enc_huff, kinds_and_sizes) {
   for (unsigned w = 4; w <= 8; w += 4)
-    for (unsigned kind = 0; kind < 10; kind++)
+    for (unsigned kind = 0; kind < 11; kind++)
       for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
         uint64_t n = sizes[si];
         uint8_t *p = gen(kind, w, n);
@@ -204,9 +205,9 @@ Test(ratio_enc_huff, kinds_and_sizes) {
 Test(ratio_enc_huff, full_chunks) {
   for (unsigned w = 4; w <= 8; w += 4) {
     uint64_t n = 262144 / w;
-    for (unsigned kind = 0; kind < 10; kind++) {
+    for (unsigned kind = 0; kind < 11; kind++) {
       uint8_t *p = gen(kind, w, n);
-      check_huff(w, p, n, (kind % 3) * 4 + (kind == 5), kind == 1 || kind == 6 || kind == 8);
+      check_huff(w, p, n, (kind % 3) * 4 + (kind == 5), kind == 1 || kind == 6 || kind == 8 || kind == 10);
       free(p);
     }
   }
