@@ -16,11 +16,12 @@
  *  - the histogram is counted with atomics (order-free; the small words,
  *    most of them, in shared memory), the number of direct symbols is
  *    chosen over the block (suffix sums and a cheapest per range of
- *    candidates, the lowest of equals as the engine's loop takes it), and
- *    one thread builds the code as the engine does: the two-queue Huffman
- *    construction over the symbols stably sorted by (weight, symbol),
- *    weights halved until no code is longer than 12 bits, the canonical
- *    codes (O(symbols), and few symbols are used by the chain's words);
+ *    candidates, the lowest of equals as the engine's loop takes it), the
+ *    used symbols are sorted by (weight, symbol) over the block (a merge
+ *    sort whose passes place every element by a binary search), and one
+ *    thread builds the code from them as the engine does: the two-queue
+ *    Huffman construction, weights halved until no code is longer than 12
+ *    bits, the canonical codes (O(symbols));
  *  - each segment sums its tokens' bits, a scan gives it its bit offset in
  *    its lane, and it writes its bytes; the (at most two) bytes it shares
  *    with a neighbour segment it leaves in shared memory, and a thread per
@@ -58,6 +59,7 @@ typedef struct fzre_hf {
   uint64_t head; /* bytes before the lanes */
   uint32_t fail; /* nothing to write: len is UINT64_MAX */
   uint32_t e, nsym;
+  uint32_t k, built; /* the code's used symbols; its lengths are made */
   uint32_t runs[FZRE_RUNS + 1];    /* tokens of 2^k zeros (0: lone zeros) */
   uint32_t lane_off[FZRE_LANES];   /* a lane's first byte after head */
   uint32_t lane_bytes[FZRE_LANES];
@@ -101,7 +103,8 @@ static inline FZR_HD uint64_t fzre_up(uint64_t v, uint64_t a) { return (v + a - 
 #define FZRE_H_CODE (FZRE_H_LENS + 4096u)                       /* u16[4096] */
 #define FZRE_H_TCODE (FZRE_H_CODE + 8192u)                      /* u16[4112] */
 #define FZRE_H_TLEN (FZRE_H_TCODE + 8448u)                      /* u8[4112] */
-#define FZRE_H_END (FZRE_H_TLEN + 4352u)
+#define FZRE_H_SYMS (FZRE_H_TLEN + 4352u)                       /* u16[4096] */
+#define FZRE_H_END (FZRE_H_SYMS + 8192u)
 
 /* The tables do not grow with the chunk. */
 static inline FZR_HD uint64_t fzre_huff_scratch(uint64_t n, unsigned w) {
@@ -113,7 +116,7 @@ static inline FZR_HD uint64_t fzre_huff_scratch(uint64_t n, unsigned w) {
 /* The tables (scratch is 256-byte aligned, so every one is aligned). */
 typedef struct fzre_htab {
   uint32_t *hist, *above, *freq, *weight;
-  uint16_t *parent, *order, *spare, *code, *tcode;
+  uint16_t *parent, *order, *spare, *code, *tcode, *syms;
   uint8_t *depth, *lens, *tlen;
 } fzre_htab;
 
@@ -131,6 +134,7 @@ static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
   b.code = (uint16_t *)(s + FZRE_H_CODE);
   b.tcode = (uint16_t *)(s + FZRE_H_TCODE);
   b.tlen = s + FZRE_H_TLEN;
+  b.syms = (uint16_t *)(s + FZRE_H_SYMS);
   return b;
 }
 
@@ -389,82 +393,103 @@ static inline FZR_HD void fzre_h_merge(fzre_hf *H, uint8_t *scratch, unsigned t,
     b.hist[i] = H->x.small[i];
 }
 
-/* A stable bottom-up merge sort of o (in symbol order) by weight. */
-static inline FZR_HD void fzre_sort(uint16_t *o, uint16_t *sp, uint32_t k, const uint32_t *wt) {
-  uint16_t *src = o, *dst = sp;
-  for (uint32_t width = 1; width < k; width *= 2) {
-    for (uint32_t lo = 0; lo < k; lo += 2 * width) {
-      uint32_t mid = lo + width < k ? lo + width : k;
-      uint32_t hi = lo + 2 * width < k ? lo + 2 * width : k;
-      uint32_t i = lo, j = mid, d = lo;
-      while (i < mid && j < hi)
-        dst[d++] = wt[src[j]] < wt[src[i]] ? src[j++] : src[i++];
-      while (i < mid)
-        dst[d++] = src[i++];
-      while (j < hi)
-        dst[d++] = src[j++];
-    }
-    uint16_t *x = src;
-    src = dst;
-    dst = x;
-  }
-  if (src != o)
-    for (uint32_t i = 0; i < k; i++)
-      o[i] = src[i];
+/* The code lengths as the engine's code_lengths makes them, over the
+ * block where it is worth it.  The engine sorts the used symbols (in
+ * symbol order) stably by weight: the order by the unique key (weight,
+ * symbol), which a merge sort makes in passes of independent elements,
+ * each placed by its rank in the other run (a binary search).  Then one
+ * thread builds the tree with two queues, a leaf taken before an internal
+ * node of equal weight, and when a leaf is deeper than 12 halves every
+ * weight (rounding up) for another round. */
+static inline FZR_HD uint64_t fzre_key(const uint32_t *wt, uint16_t s) {
+  return (uint64_t)wt[s] << 16 | s;
 }
 
-/* The engine's code lengths: two queues over the symbols by (weight,
- * symbol), a leaf before an internal node of equal weight, weights
- * halved (rounding up) and the code rebuilt while a leaf is too deep. */
-static inline FZR_HD void fzre_lengths(fzre_htab *b, unsigned nsym) {
+/* Thread 0: the weights, the used symbols in symbol order; one used
+ * symbol gets length 1 (the engine's special case). */
+static inline FZR_HD void fzre_len_init(fzre_hf *H, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
   uint32_t k = 0;
-  for (unsigned s = 0; s < nsym; s++) {
-    b->weight[s] = b->freq[s];
-    b->lens[s] = 0;
-    if (b->freq[s])
-      b->order[k++] = (uint16_t)s;
+  for (unsigned s = 0; s < H->nsym; s++) {
+    b.weight[s] = b.freq[s];
+    b.lens[s] = 0;
+    if (b.freq[s])
+      b.syms[k++] = (uint16_t)s;
   }
-  if (k == 1) {
-    b->lens[b->order[0]] = 1;
+  H->k = k;
+  H->built = k == 1;
+  if (k == 1)
+    b.lens[b.syms[0]] = 1;
+}
+
+static inline FZR_HD void fzre_len_copy(uint16_t *dst, const uint16_t *src, uint32_t k,
+                                        unsigned t, unsigned nt) {
+  for (uint32_t i = t; i < k; i += nt)
+    dst[i] = src[i];
+}
+
+/* One pass of the merge sort: runs of width from src into dst. */
+static inline FZR_HD void fzre_len_merge(fzre_hf *H, uint8_t *scratch, uint32_t width, int odd,
+                                         unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  const uint16_t *src = odd ? b.spare : b.order;
+  uint16_t *dst = odd ? b.order : b.spare;
+  uint32_t k = H->k;
+  for (uint32_t i = t; i < k; i += nt) {
+    uint32_t lo = i / (2 * width) * (2 * width);
+    uint32_t mid = lo + width < k ? lo + width : k, hi = lo + 2 * width < k ? lo + 2 * width : k;
+    uint64_t key = fzre_key(b.weight, src[i]);
+    /* The other run's keys below this one (the keys are unique). */
+    uint32_t a = i < mid ? mid : lo, z = i < mid ? hi : mid, first = a;
+    while (a < z) {
+      uint32_t m = a + (z - a) / 2;
+      if (fzre_key(b.weight, src[m]) < key)
+        a = m + 1;
+      else
+        z = m;
+    }
+    dst[lo + (i < mid ? i - lo : i - mid) + (a - first)] = src[i];
+  }
+}
+
+/* Thread 0: the tree over the sorted symbols, its depths; the lengths if
+ * no leaf is too deep, else the weights halved for another round. */
+static inline FZR_HD void fzre_len_build(fzre_hf *H, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
+  uint32_t k = H->k;
+  uint32_t *nw = b.weight + FZRE_MAX_SYMS; /* the internal nodes' weights */
+  uint32_t li = 0, ii = 0;
+  for (uint32_t made = 0; made < k - 1; made++) {
+    uint32_t pick[2];
+    for (int c = 0; c < 2; c++) {
+      if (li < k && (ii >= made || b.weight[b.order[li]] <= nw[ii]))
+        pick[c] = li++;
+      else
+        pick[c] = k + ii++;
+    }
+    nw[made] = (pick[0] < k ? b.weight[b.order[pick[0]]] : nw[pick[0] - k]) +
+               (pick[1] < k ? b.weight[b.order[pick[1]]] : nw[pick[1] - k]);
+    b.parent[pick[0]] = b.parent[pick[1]] = (uint16_t)(k + made);
+  }
+  /* Node ids: leaves 0..k-1 in sorted order, then the internal ones; a
+   * node's parent is made after it, the root last. */
+  uint32_t root = 2 * k - 2;
+  b.depth[root] = 0;
+  unsigned maxd = 0;
+  for (uint32_t id = root; id-- > 0;) {
+    b.depth[id] = (uint8_t)(b.depth[b.parent[id]] + 1);
+    if (id < k && b.depth[id] > maxd)
+      maxd = b.depth[id];
+  }
+  if (maxd <= FZRE_MAX_LEN) {
+    for (uint32_t i = 0; i < k; i++)
+      b.lens[b.order[i]] = b.depth[i];
+    H->built = 1;
     return;
   }
-  for (;;) {
-    uint32_t j = 0;
-    for (unsigned s = 0; s < nsym; s++)
-      if (b->freq[s])
-        b->order[j++] = (uint16_t)s;
-    fzre_sort(b->order, b->spare, k, b->weight);
-    uint32_t *nw = b->weight + FZRE_MAX_SYMS;
-    uint32_t li = 0, ii = 0;
-    for (uint32_t made = 0; made < k - 1; made++) {
-      uint32_t pick[2];
-      for (int c = 0; c < 2; c++) {
-        if (li < k && (ii >= made || b->weight[b->order[li]] <= nw[ii]))
-          pick[c] = li++;
-        else
-          pick[c] = k + ii++;
-      }
-      nw[made] = (pick[0] < k ? b->weight[b->order[pick[0]]] : nw[pick[0] - k]) +
-                 (pick[1] < k ? b->weight[b->order[pick[1]]] : nw[pick[1] - k]);
-      b->parent[pick[0]] = b->parent[pick[1]] = (uint16_t)(k + made);
-    }
-    uint32_t root = 2 * k - 2;
-    b->depth[root] = 0;
-    unsigned maxd = 0;
-    for (uint32_t id = root; id-- > 0;) {
-      b->depth[id] = (uint8_t)(b->depth[b->parent[id]] + 1);
-      if (id < k && b->depth[id] > maxd)
-        maxd = b->depth[id];
-    }
-    if (maxd <= FZRE_MAX_LEN) {
-      for (uint32_t i = 0; i < k; i++)
-        b->lens[b->order[i]] = b->depth[i];
-      return;
-    }
-    for (uint32_t i = 0; i < k; i++) {
-      uint32_t *wt = &b->weight[b->order[i]];
-      *wt = (*wt >> 1) + (*wt & 1);
-    }
+  for (uint32_t i = 0; i < k; i++) {
+    uint32_t *wt = &b.weight[b.order[i]];
+    *wt = (*wt >> 1) + (*wt & 1);
   }
 }
 
@@ -526,9 +551,9 @@ static inline FZR_HD void fzre_h_above(fzre_hf *H, unsigned w, uint8_t *scratch,
   }
 }
 
-/* Thread 0: the number of direct symbols, the frequencies, the code, and
- * whether the engine's estimate already says it cannot fit. */
-static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, uint8_t *scratch) {
+/* Thread 0: the number of direct symbols (the ranges' cheapest, in
+ * order), the symbols' frequencies, the code lengths' first round. */
+static inline FZR_HD void fzre_h_freq(fzre_hf *H, uint8_t *scratch) {
   fzre_htab b = fzre_htab_of(scratch);
   uint64_t best = UINT64_MAX;
   unsigned e = 1;
@@ -544,7 +569,16 @@ static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, 
   b.freq[e] = b.above[e];
   for (unsigned r = 1; r <= FZRE_RUNS; r++)
     b.freq[e + r] = H->runs[r];
-  fzre_lengths(&b, nsym);
+  H->e = e;
+  H->nsym = nsym;
+  fzre_len_init(H, scratch);
+}
+
+/* Thread 0: the canonical codes, and whether the engine's estimate
+ * already says the stream cannot fit. */
+static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
+  unsigned e = H->e, nsym = H->nsym;
   /* Canonical codes by (length, symbol), stored bit-reversed. */
   unsigned count[FZRE_MAX_LEN + 1], next[FZRE_MAX_LEN + 2];
   for (unsigned l = 0; l <= FZRE_MAX_LEN; l++)
@@ -566,8 +600,6 @@ static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, 
       r |= ((v >> j) & 1u) << (l - 1 - j);
     b.code[s] = (uint16_t)r;
   }
-  H->e = e;
-  H->nsym = nsym;
   H->head = 2 + (nsym + 1) / 2 + 4 * FZRE_LANES;
   uint64_t bits = (uint64_t)b.freq[e] * 8u * w;
   for (unsigned s = 0; s < nsym; s++)
@@ -710,6 +742,23 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_SYNC();
   FZR_ALL(fzre_h_above(H, w, scratch, t, nt));
   FZR_SYNC();
+  FZR_ONE(fzre_h_freq(H, scratch));
+  FZR_SYNC();
+  while (!H->built) {
+    FZR_ALL(fzre_len_copy(fzre_htab_of(scratch).order, fzre_htab_of(scratch).syms, H->k, t, nt));
+    FZR_SYNC();
+    int odd = 0;
+    for (uint32_t width = 1; width < H->k; width *= 2, odd = !odd) {
+      FZR_ALL(fzre_len_merge(H, scratch, width, odd, t, nt));
+      FZR_SYNC();
+    }
+    if (odd) {
+      FZR_ALL(fzre_len_copy(fzre_htab_of(scratch).order, fzre_htab_of(scratch).spare, H->k, t, nt));
+      FZR_SYNC();
+    }
+    FZR_ONE(fzre_len_build(H, scratch));
+    FZR_SYNC();
+  }
   FZR_ONE(fzre_h_code(H, w, out_cap, scratch));
   FZR_SYNC();
   if (H->fail)
