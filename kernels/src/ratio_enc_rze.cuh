@@ -66,7 +66,7 @@ static inline FZR_HD void fzre_rz_share(uint64_t n, unsigned t, unsigned nt, uin
   *hi = per * (t + 1) < n ? per * (t + 1) : n;
 }
 
-static inline FZR_HD unsigned fzre_popc8(unsigned b) {
+static inline FZR_HD unsigned fzre_rz_popc8(unsigned b) {
   b = b - ((b >> 1) & 0x55u);
   b = (b & 0x33u) + ((b >> 2) & 0x33u);
   return (b + (b >> 4)) & 0x0fu;
@@ -129,7 +129,7 @@ static inline FZR_HD void fzre_rz_level(fzre_rz *R, unsigned l, const uint8_t *s
           dst[k++] = (uint8_t)(v >> (8 * i));
     } else {
       bm[g] = (uint8_t)m;
-      k += fzre_popc8(m);
+      k += fzre_rz_popc8(m);
     }
   }
   if (!write)

@@ -36,9 +36,9 @@ static uint64_t next(void) {
 }
 
 static void *scratch_of(uint64_t bytes) {
-  void *p = aligned_alloc(256, bytes ? fzre_up(bytes, 256) : 256);
+  void *p = aligned_alloc(256, bytes ? fzre_h_up(bytes, 256) : 256);
   cr_assert(p);
-  memset(p, 0xcd, bytes ? fzre_up(bytes, 256) : 256);
+  memset(p, 0xcd, bytes ? fzre_h_up(bytes, 256) : 256);
   return p;
 }
 
