@@ -174,7 +174,8 @@ static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
 /* The first word at or after j (before b) that is not zero, or b: zero
  * runs are most of a chunk at coarse bounds, so they are crossed eight
  * bytes a load where the words are aligned for it. */
-static inline FZR_HD uint64_t fzre_h_skip0(const uint8_t *words, unsigned w, uint64_t j, uint64_t b) {
+static inline FZR_HD uint64_t fzre_h_skip0(const uint8_t *words, unsigned w, uint64_t j,
+                                           uint64_t b) {
   if (((uintptr_t)words & (w - 1)) == 0) {
     uint64_t step = 8 / w;
     while (j < b && ((uintptr_t)(words + j * w) & 7)) {
@@ -292,7 +293,8 @@ static inline FZR_HD void fzre_h_run(fzre_h_tk *k, uint64_t r) {
 
 /* The tokens of words [a, b), which start and end with a nonzero word
  * (or are empty): runs inside are whole. */
-static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, uint64_t a, uint64_t b) {
+static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, uint64_t a,
+                                        uint64_t b) {
   unsigned w = k->w;
   uint64_t j = a;
   while (j < b) {
@@ -744,8 +746,9 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_SYNC();
   FZR_ONE(fzre_h_freq(H, scratch));
   FZR_SYNC();
+  fzre_htab tb = fzre_htab_of(scratch);
   while (!H->built) {
-    FZR_ALL(fzre_h_len_copy(fzre_htab_of(scratch).order, fzre_htab_of(scratch).syms, H->k, t, nt));
+    FZR_ALL(fzre_h_len_copy(tb.order, tb.syms, H->k, t, nt));
     FZR_SYNC();
     int odd = 0;
     for (uint32_t width = 1; width < H->k; width *= 2, odd = !odd) {
@@ -753,7 +756,7 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
       FZR_SYNC();
     }
     if (odd) {
-      FZR_ALL(fzre_h_len_copy(fzre_htab_of(scratch).order, fzre_htab_of(scratch).spare, H->k, t, nt));
+      FZR_ALL(fzre_h_len_copy(tb.order, tb.spare, H->k, t, nt));
       FZR_SYNC();
     }
     FZR_ONE(fzre_h_len_build(H, scratch));

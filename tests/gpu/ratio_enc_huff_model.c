@@ -207,7 +207,8 @@ Test(ratio_enc_huff, full_chunks) {
     uint64_t n = 262144 / w;
     for (unsigned kind = 0; kind < 11; kind++) {
       uint8_t *p = gen(kind, w, n);
-      check_huff(w, p, n, (kind % 3) * 4 + (kind == 5), kind == 1 || kind == 6 || kind == 8 || kind == 10);
+      check_huff(w, p, n, (kind % 3) * 4 + (kind == 5),
+                 kind == 1 || kind == 6 || kind == 8 || kind == 10);
       free(p);
     }
   }
@@ -234,7 +235,10 @@ Test(ratio_enc_huff, zero_runs) {
           switch (next() % 4) {
           case 0: at = next() % n; break;
           case 1: at = (next() % 32) * cap; break;              /* a lane's start */
-          case 2: at = (next() % 32 + 1) * cap; at = at > len ? at - len : 0; break; /* to its end */
+          case 2: /* to a lane's end */
+            at = (next() % 32 + 1) * cap;
+            at = at > len ? at - len : 0;
+            break;
           default: at = (next() % 32) * cap + (next() % 8) * ((cap + 7) / 8) - len / 2; break;
           }
           for (uint64_t i = at; i < at + len && i < n; i++)
