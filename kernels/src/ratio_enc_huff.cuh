@@ -720,9 +720,10 @@ static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, uns
 /* The block function: every thread calls it with the same arguments.
  * words: n words of w bytes (4 or 8; others are refused, as are n = 0
  * and n above FZRE_HUFF_MAX_N, with len UINT64_MAX); out: out_cap bytes;
- * scratch: fzre_huff_scratch(n, w) bytes, 256-byte aligned.  H->len is
- * fze_huffman_encode's result (UINT64_MAX for its SIZE_MAX) and out holds
- * its bytes. */
+ * scratch: fzre_huff_scratch(n, w) bytes, 256-byte aligned, free again
+ * on return; the three do not overlap.  H->len is fze_huffman_encode's
+ * result (UINT64_MAX for its SIZE_MAX, and then nothing is written) and
+ * out holds its bytes. */
 static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
                                     uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
   FZR_T0;

@@ -161,7 +161,8 @@ static inline FZR_HD void fzre_rz_top(fzre_rz *R, unsigned levels, const uint8_t
 
 /* The block function: every thread calls it with the same arguments.
  * in: n bytes (n < 2^32); out: room for the result (at most the top
- * bitmap plus n bytes); scratch: fzre_rze_scratch(n, levels) bytes.
+ * bitmap plus n bytes); scratch: fzre_rze_scratch(n, levels) bytes, free
+ * again on return; the three do not overlap.
  * R->len is fze_rze_encode's result and out holds its bytes; levels
  * outside 1..FZRE_RZE_LEVELS are refused with len UINT64_MAX. */
 static inline FZR_HD void fzre_rze(fzre_rz *R, unsigned levels, const uint8_t *in, uint64_t n,
@@ -172,7 +173,7 @@ static inline FZR_HD void fzre_rze(fzre_rz *R, unsigned levels, const uint8_t *i
     FZR_SYNC();
     return;
   }
-  /* Every thread knows the levels' sizes (they follow from n alone). */
+  /* The levels' sizes (they follow from n alone). */
   FZR_ONE({
     R->rl[0] = n;
     for (unsigned l = 1; l <= levels; l++)
