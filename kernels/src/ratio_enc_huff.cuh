@@ -1,0 +1,784 @@
+/*
+ * ratio_enc_huff.cuh - the ratio preset's entropy coder on the GPU: one
+ * block codes one chunk's words into the bytes of the engine's
+ * fze_huffman_encode (stage_huffman.c), written once for the device and
+ * for a host model of it (tests/gpu/ratio_enc_huff_model.c).
+ *
+ * The engine cuts the words into 32 lanes of ceil(n/32) consecutive words,
+ * each its own bit stream.  Here every lane is cut again into 8 segments,
+ * one per thread (32 x 8 = the block's 256 threads), and the lanes' bits
+ * are made exactly as one writer per lane would make them:
+ *  - a segment's zero runs are its own except the one at its start and
+ *    the one at its end, which may go on into its neighbours: a thread per
+ *    lane joins those across its segments and gives each joined run to the
+ *    segment it starts in, so the run tokens (one per set bit of the
+ *    length, highest first, then a lone 0 when odd) are the engine's;
+ *  - the histogram is counted with atomics (order-free; the small words,
+ *    most of them, in shared memory), the number of direct symbols is
+ *    chosen over the block (suffix sums and a cheapest per range of
+ *    candidates, the lowest of equals as the engine's loop takes it), the
+ *    used symbols are sorted by (weight, symbol) over the block (a merge
+ *    sort whose passes place every element by a binary search), and one
+ *    thread builds the code from them as the engine does: the two-queue
+ *    Huffman construction, weights halved until no code is longer than 12
+ *    bits, the canonical codes (O(symbols));
+ *  - each segment sums its tokens' bits, a scan gives it its bit offset in
+ *    its lane, and it writes its bytes; the (at most two) bytes it shares
+ *    with a neighbour segment it leaves in shared memory, and a thread per
+ *    lane ORs those together in a last phase.  So no byte is written by
+ *    two threads, the output need not be aligned or zeroed, and nothing
+ *    outside [out, out + length) is touched.
+ * The engine's size limit is kept: nothing is written when the code would
+ * not fit in out_cap bytes, and the result is then UINT64_MAX (the
+ * engine's SIZE_MAX).  The exact length is always counted, which decides
+ * as the engine's estimate-then-count does (the estimate can be at most
+ * 31 bytes short of it).
+ */
+#ifndef FZK_RATIO_ENC_HUFF_CUH
+#define FZK_RATIO_ENC_HUFF_CUH
+
+#include "ops.h"
+#include "ratio_phase.cuh"
+
+#define FZRE_H_LANES 32u
+#define FZRE_H_SEGS 8u                       /* threads per lane */
+#define FZRE_H_UNITS (FZRE_H_LANES * FZRE_H_SEGS) /* lane segments, one a thread */
+#define FZRE_H_MAX_LEN 12u
+#define FZRE_H_MAX_SYMS 4096u
+#define FZRE_H_RUNS 15u
+#define FZRE_H_MAX_DIRECT (FZRE_H_MAX_SYMS - 1u - FZRE_H_RUNS)
+#define FZRE_H_TOK_BIG FZRE_H_MAX_SYMS /* a word at or above 4096 */
+#define FZRE_H_NTOK (FZRE_H_TOK_BIG + FZRE_H_RUNS + 1u)
+#define FZRE_H_SMALL 1024u /* words counted in shared memory */
+/* A lane may hold at most 2^15 words (run symbols end at 2^15). */
+#define FZRE_HUFF_MAX_N ((uint64_t)FZRE_H_LANES << FZRE_H_RUNS)
+
+/* The block's shared state of one chunk's coding (about 10.3 KiB). */
+typedef struct fzre_hf {
+  uint64_t len;  /* the result: the stream's bytes, or UINT64_MAX */
+  uint64_t head; /* bytes before the lanes */
+  uint32_t fail; /* nothing to write: len is UINT64_MAX */
+  uint32_t e, nsym;
+  uint32_t k, built; /* the code's used symbols; its lengths are made */
+  uint32_t runs[FZRE_H_RUNS + 1];    /* tokens of 2^k zeros (0: lone zeros) */
+  uint32_t lane_off[FZRE_H_LANES];   /* a lane's first byte after head */
+  uint32_t lane_bytes[FZRE_H_LANES];
+  uint16_t lead[FZRE_H_UNITS], trail[FZRE_H_UNITS]; /* a segment's edge zeros */
+  uint16_t hrun[FZRE_H_UNITS], trun[FZRE_H_UNITS];  /* its edge runs, joined */
+  uint32_t bits[FZRE_H_UNITS];       /* its bits, then its bit offset (first,
+                                    * choose_direct's range sums) */
+  uint32_t pidx[FZRE_H_UNITS][2];    /* its bytes shared with neighbours */
+  uint8_t pval[FZRE_H_UNITS][2], pn[FZRE_H_UNITS];
+  /* The histogram of the small words (most of them) is counted here, as
+   * shared-memory atomics are far cheaper than global ones, then moved to
+   * the table; choose_direct's ranges' cheapest take its place. */
+  union {
+    uint32_t small[FZRE_H_SMALL];
+    struct {
+      uint64_t best[FZRE_H_UNITS];
+      uint16_t best_e[FZRE_H_UNITS];
+    } c;
+  } x;
+} fzre_hf;
+
+#ifdef __cplusplus
+static_assert(sizeof(fzre_hf) <= 12 * 1024, "fzre_hf fits the shared budget");
+#else
+_Static_assert(sizeof(fzre_hf) <= 12 * 1024, "fzre_hf fits the shared budget");
+#endif
+
+/* ---- scratch: the code's tables, 256-byte aligned ---- */
+
+static inline FZR_HD uint64_t fzre_h_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+#define FZRE_H_HIST 0u                                          /* u32[4097] */
+#define FZRE_H_ABOVE (FZRE_H_HIST + 16640u)                     /* u32[4097] */
+#define FZRE_H_FREQ (FZRE_H_ABOVE + 16640u)                     /* u32[4096] */
+#define FZRE_H_WEIGHT (FZRE_H_FREQ + 16384u)                    /* u32[8192] */
+#define FZRE_H_PARENT (FZRE_H_WEIGHT + 32768u)                  /* u16[8192] */
+#define FZRE_H_ORDER (FZRE_H_PARENT + 16384u)                   /* u16[4096] */
+#define FZRE_H_SPARE (FZRE_H_ORDER + 8192u)                     /* u16[4096] */
+#define FZRE_H_DEPTH (FZRE_H_SPARE + 8192u)                     /* u8[8192] */
+#define FZRE_H_LENS (FZRE_H_DEPTH + 8192u)                      /* u8[4096] */
+#define FZRE_H_CODE (FZRE_H_LENS + 4096u)                       /* u16[4096] */
+#define FZRE_H_TCODE (FZRE_H_CODE + 8192u)                      /* u16[4112] */
+#define FZRE_H_TLEN (FZRE_H_TCODE + 8448u)                      /* u8[4112] */
+#define FZRE_H_SYMS (FZRE_H_TLEN + 4352u)                       /* u16[4096] */
+#define FZRE_H_END (FZRE_H_SYMS + 8192u)
+
+/* The tables do not grow with the chunk. */
+static inline FZR_HD uint64_t fzre_huff_scratch(uint64_t n, unsigned w) {
+  (void)n;
+  (void)w;
+  return FZRE_H_END;
+}
+
+/* The tables (scratch is 256-byte aligned, so every one is aligned). */
+typedef struct fzre_htab {
+  uint32_t *hist, *above, *freq, *weight;
+  uint16_t *parent, *order, *spare, *code, *tcode, *syms;
+  uint8_t *depth, *lens, *tlen;
+} fzre_htab;
+
+static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
+  fzre_htab b;
+  b.hist = (uint32_t *)(s + FZRE_H_HIST);
+  b.above = (uint32_t *)(s + FZRE_H_ABOVE);
+  b.freq = (uint32_t *)(s + FZRE_H_FREQ);
+  b.weight = (uint32_t *)(s + FZRE_H_WEIGHT);
+  b.parent = (uint16_t *)(s + FZRE_H_PARENT);
+  b.order = (uint16_t *)(s + FZRE_H_ORDER);
+  b.spare = (uint16_t *)(s + FZRE_H_SPARE);
+  b.depth = s + FZRE_H_DEPTH;
+  b.lens = s + FZRE_H_LENS;
+  b.code = (uint16_t *)(s + FZRE_H_CODE);
+  b.tcode = (uint16_t *)(s + FZRE_H_TCODE);
+  b.tlen = s + FZRE_H_TLEN;
+  b.syms = (uint16_t *)(s + FZRE_H_SYMS);
+  return b;
+}
+
+/* Loads from addresses aligned for them (plain loads on the device; the
+ * host model copies, which C's aliasing rules ask). */
+static inline FZR_HD uint32_t fzre_h_ld32a(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+  return *(const uint32_t *)p;
+#else
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+#endif
+}
+
+static inline FZR_HD uint64_t fzre_h_ld64a(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+  return *(const uint64_t *)p;
+#else
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+#endif
+}
+
+/* A word of w (4 or 8) bytes, little-endian; words may be unaligned, and
+ * are then read a byte at a time. */
+static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
+  if (((uintptr_t)p & (w - 1)) == 0)
+    return w == 4 ? fzre_h_ld32a(p) : fzre_h_ld64a(p);
+  uint64_t v = 0;
+  for (unsigned b = 0; b < w; b++)
+    v |= (uint64_t)p[b] << (8 * b);
+  return v;
+}
+
+/* The first word at or after j (before b) that is not zero, or b: zero
+ * runs are most of a chunk at coarse bounds, so they are crossed eight
+ * bytes a load where the words are aligned for it. */
+static inline FZR_HD uint64_t fzre_h_skip0(const uint8_t *words, unsigned w, uint64_t j,
+                                           uint64_t b) {
+  if (((uintptr_t)words & (w - 1)) == 0) {
+    uint64_t step = 8 / w;
+    while (j < b && ((uintptr_t)(words + j * w) & 7)) {
+      if (fzre_h_ldw(words + j * w, w))
+        return j;
+      j++;
+    }
+    for (; j + step <= b && fzre_h_ld64a(words + j * w) == 0; j += step)
+      ;
+  }
+  while (j < b && fzre_h_ldw(words + j * w, w) == 0)
+    j++;
+  return j;
+}
+
+/* Segment u's words: [*lo, *hi) of the chunk (u = lane * 8 + segment). */
+static inline FZR_HD void fzre_h_seg(uint64_t n, unsigned u, uint64_t *lo, uint64_t *hi) {
+  uint64_t cap = (n + FZRE_H_LANES - 1) / FZRE_H_LANES, sc = (cap + FZRE_H_SEGS - 1) / FZRE_H_SEGS;
+  uint64_t l0 = (uint64_t)(u / FZRE_H_SEGS) * cap, l1 = l0 + cap < n ? l0 + cap : n;
+  uint64_t s = u % FZRE_H_SEGS;
+  if (l1 < l0)
+    l1 = l0;
+  *lo = l0 + s * sc < l1 ? l0 + s * sc : l1;
+  *hi = l0 + (s + 1) * sc < l1 ? l0 + (s + 1) * sc : l1;
+}
+
+/* ---- the tokens of a segment, three ways ---- */
+
+/* The writer of one segment's bits, which start at bit b0 of its lane:
+ * bytes wholly its own go to the lane, the one it shares with the segment
+ * before (b0 not on a byte) and the last one it shares with the segment
+ * after go to its slots. */
+typedef struct fzre_h_bw {
+  uint64_t acc;
+  unsigned nb;
+  uint32_t bi, first; /* the byte being filled; the first one, if shared */
+  uint8_t *lane;
+  fzre_hf *H;
+  unsigned u;
+} fzre_h_bw;
+
+static inline FZR_HD void fzre_h_byte(fzre_h_bw *bw, unsigned v, int last) {
+  if (last || bw->bi == bw->first) {
+    unsigned k = bw->H->pn[bw->u]++;
+    bw->H->pidx[bw->u][k] = bw->bi;
+    bw->H->pval[bw->u][k] = (uint8_t)v;
+  } else {
+    bw->lane[bw->bi] = (uint8_t)v;
+  }
+  bw->bi++;
+}
+
+static inline FZR_HD void fzre_h_put(fzre_h_bw *bw, uint64_t v, unsigned n) {
+  bw->acc |= v << bw->nb;
+  bw->nb += n;
+  while (bw->nb >= 8) {
+    fzre_h_byte(bw, (unsigned)(bw->acc & 0xffu), 0);
+    bw->acc >>= 8;
+    bw->nb -= 8;
+  }
+}
+
+/* What a token does in each pass: counted in the histogram (only the
+ * words and runs inside a segment, before the edges are joined), its bits
+ * summed, or written. */
+enum { FZRE_HM_HIST = 0, FZRE_HM_BITS = 1, FZRE_HM_WRITE = 2 };
+
+typedef struct fzre_h_tk {
+  int mode;
+  unsigned w;
+  uint32_t *hist, *small, *runs;
+  const uint16_t *tcode;
+  const uint8_t *tlen;
+  uint64_t bits;
+  fzre_h_bw *bw;
+} fzre_h_tk;
+
+static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
+  if (k->mode == FZRE_HM_HIST) {
+    if (tk > FZRE_H_TOK_BIG)
+      FZR_ATOMIC_ADD(&k->runs[tk - FZRE_H_TOK_BIG], 1u);
+    else if (tk == 0)
+      FZR_ATOMIC_ADD(&k->runs[0], 1u);
+    else if (tk < FZRE_H_SMALL)
+      FZR_ATOMIC_ADD(&k->small[tk], 1u);
+    else
+      FZR_ATOMIC_ADD(&k->hist[tk], 1u);
+    return;
+  }
+  unsigned l = k->tlen[tk];
+  if (k->mode == FZRE_HM_BITS) {
+    k->bits += (l & 0x7fu) + ((l & 0x80u) ? 8u * k->w : 0u);
+    return;
+  }
+  fzre_h_put(k->bw, k->tcode[tk], l & 0x7fu);
+  if (l & 0x80u) { /* the escape: the raw word follows */
+    if (k->w == 8) {
+      fzre_h_put(k->bw, v & 0xffffffffu, 32);
+      fzre_h_put(k->bw, v >> 32, 32);
+    } else {
+      fzre_h_put(k->bw, v, 32);
+    }
+  }
+}
+
+/* A run of r zero words: a token per set bit above bit 0, highest first,
+ * then a lone zero when r is odd. */
+static inline FZR_HD void fzre_h_run(fzre_h_tk *k, uint64_t r) {
+  for (int b = FZRE_H_RUNS; b >= 1; b--)
+    if ((r >> b) & 1u)
+      fzre_h_token(k, FZRE_H_TOK_BIG + (unsigned)b, 0);
+  if (r & 1u)
+    fzre_h_token(k, 0, 0);
+}
+
+/* The tokens of words [a, b), which start and end with a nonzero word
+ * (or are empty): runs inside are whole. */
+static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, uint64_t a,
+                                        uint64_t b) {
+  unsigned w = k->w;
+  uint64_t j = a;
+  while (j < b) {
+    uint64_t v = fzre_h_ldw(words + j * w, w);
+    if (v != 0) {
+      fzre_h_token(k, v < FZRE_H_TOK_BIG ? (unsigned)v : FZRE_H_TOK_BIG, v);
+      j++;
+      continue;
+    }
+    uint64_t r = j;
+    j = fzre_h_skip0(words, w, j + 1, b);
+    fzre_h_run(k, j - r);
+  }
+}
+
+/* ---- the phases ---- */
+
+static inline FZR_HD void fzre_h_clear(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned i = FZRE_H_SMALL + t; i <= FZRE_H_MAX_SYMS; i += nt)
+    b.hist[i] = 0;
+  for (unsigned i = t; i < FZRE_H_SMALL; i += nt)
+    H->x.small[i] = 0;
+  for (unsigned i = t; i <= FZRE_H_RUNS; i += nt)
+    H->runs[i] = 0;
+  for (unsigned u = t; u < FZRE_H_UNITS; u += nt)
+    H->pn[u] = 0;
+}
+
+/* Each segment: its edge zeros, the histogram of the rest. */
+static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
+                                      uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
+    uint64_t lo, hi, a, z;
+    fzre_h_seg(n, u, &lo, &hi);
+    a = fzre_h_skip0(words, w, lo, hi);
+    for (z = hi; z > a && fzre_h_ldw(words + (z - 1) * w, w) == 0; z--)
+      ;
+    H->lead[u] = (uint16_t)(a - lo);
+    H->trail[u] = (uint16_t)(a == hi ? hi - lo : hi - z);
+    fzre_h_tk k = {FZRE_HM_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0};
+    fzre_h_middle(&k, words, a, z);
+  }
+}
+
+/* Lane l: its edge runs joined across segments, each given to the
+ * segment it starts in (hrun when at the segment's first word, trun when
+ * after its last nonzero one), and counted. */
+static inline FZR_HD void fzre_h_join(fzre_hf *H, uint64_t n, unsigned t, unsigned nt) {
+  for (unsigned l = t; l < FZRE_H_LANES; l += nt) {
+    int open = -1, at_head = 0;
+    uint64_t run = 0;
+    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, H->runs, 0, 0, 0, 0};
+    for (unsigned s = 0; s <= FZRE_H_SEGS; s++) {
+      unsigned u = l * FZRE_H_SEGS + s;
+      uint64_t lo = 0, hi = 0, len = 0;
+      if (s < FZRE_H_SEGS) {
+        fzre_h_seg(n, u, &lo, &hi);
+        len = hi - lo;
+        H->hrun[u] = H->trun[u] = 0;
+      }
+      if (len && H->lead[u] == len) { /* all zero: the run goes on */
+        if (open < 0) {
+          open = (int)u;
+          at_head = 1;
+          run = 0;
+        }
+        run += len;
+        continue;
+      }
+      if (open >= 0 && len)
+        run += H->lead[u];
+      if (open >= 0) {
+        if (at_head)
+          H->hrun[open] = (uint16_t)run;
+        else
+          H->trun[open] = (uint16_t)run;
+        fzre_h_run(&k, run);
+        open = -1;
+      } else if (len && H->lead[u]) {
+        H->hrun[u] = H->lead[u];
+        fzre_h_run(&k, H->lead[u]);
+      }
+      if (len && H->trail[u]) {
+        open = (int)u;
+        at_head = 0;
+        run = H->trail[u];
+      }
+    }
+  }
+}
+
+/* The small words' counts into the table. */
+static inline FZR_HD void fzre_h_merge(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned i = t; i < FZRE_H_SMALL; i += nt)
+    b.hist[i] = H->x.small[i];
+}
+
+/* The code lengths as the engine's code_lengths makes them, over the
+ * block where it is worth it.  The engine sorts the used symbols (in
+ * symbol order) stably by weight: the order by the unique key (weight,
+ * symbol), which a merge sort makes in passes of independent elements,
+ * each placed by its rank in the other run (a binary search).  Then one
+ * thread builds the tree with two queues, a leaf taken before an internal
+ * node of equal weight, and when a leaf is deeper than 12 halves every
+ * weight (rounding up) for another round. */
+static inline FZR_HD uint64_t fzre_h_key(const uint32_t *wt, uint16_t s) {
+  return (uint64_t)wt[s] << 16 | s;
+}
+
+/* Thread 0: the weights, the used symbols in symbol order; one used
+ * symbol gets length 1 (the engine's special case). */
+static inline FZR_HD void fzre_h_len_init(fzre_hf *H, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
+  uint32_t k = 0;
+  for (unsigned s = 0; s < H->nsym; s++) {
+    b.weight[s] = b.freq[s];
+    b.lens[s] = 0;
+    if (b.freq[s])
+      b.syms[k++] = (uint16_t)s;
+  }
+  H->k = k;
+  H->built = k == 1;
+  if (k == 1)
+    b.lens[b.syms[0]] = 1;
+}
+
+static inline FZR_HD void fzre_h_len_copy(uint16_t *dst, const uint16_t *src, uint32_t k,
+                                        unsigned t, unsigned nt) {
+  for (uint32_t i = t; i < k; i += nt)
+    dst[i] = src[i];
+}
+
+/* One pass of the merge sort: runs of width from src into dst. */
+static inline FZR_HD void fzre_h_len_merge(fzre_hf *H, uint8_t *scratch, uint32_t width, int odd,
+                                         unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  const uint16_t *src = odd ? b.spare : b.order;
+  uint16_t *dst = odd ? b.order : b.spare;
+  uint32_t k = H->k;
+  for (uint32_t i = t; i < k; i += nt) {
+    uint32_t lo = i / (2 * width) * (2 * width);
+    uint32_t mid = lo + width < k ? lo + width : k, hi = lo + 2 * width < k ? lo + 2 * width : k;
+    uint64_t key = fzre_h_key(b.weight, src[i]);
+    /* The other run's keys below this one (the keys are unique). */
+    uint32_t a = i < mid ? mid : lo, z = i < mid ? hi : mid, first = a;
+    while (a < z) {
+      uint32_t m = a + (z - a) / 2;
+      if (fzre_h_key(b.weight, src[m]) < key)
+        a = m + 1;
+      else
+        z = m;
+    }
+    dst[lo + (i < mid ? i - lo : i - mid) + (a - first)] = src[i];
+  }
+}
+
+/* Thread 0: the tree over the sorted symbols, its depths; the lengths if
+ * no leaf is too deep, else the weights halved for another round. */
+static inline FZR_HD void fzre_h_len_build(fzre_hf *H, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
+  uint32_t k = H->k;
+  uint32_t *nw = b.weight + FZRE_H_MAX_SYMS; /* the internal nodes' weights */
+  uint32_t li = 0, ii = 0;
+  for (uint32_t made = 0; made < k - 1; made++) {
+    uint32_t pick[2];
+    for (int c = 0; c < 2; c++) {
+      if (li < k && (ii >= made || b.weight[b.order[li]] <= nw[ii]))
+        pick[c] = li++;
+      else
+        pick[c] = k + ii++;
+    }
+    nw[made] = (pick[0] < k ? b.weight[b.order[pick[0]]] : nw[pick[0] - k]) +
+               (pick[1] < k ? b.weight[b.order[pick[1]]] : nw[pick[1] - k]);
+    b.parent[pick[0]] = b.parent[pick[1]] = (uint16_t)(k + made);
+  }
+  /* Node ids: leaves 0..k-1 in sorted order, then the internal ones; a
+   * node's parent is made after it, the root last. */
+  uint32_t root = 2 * k - 2;
+  b.depth[root] = 0;
+  unsigned maxd = 0;
+  for (uint32_t id = root; id-- > 0;) {
+    b.depth[id] = (uint8_t)(b.depth[b.parent[id]] + 1);
+    if (id < k && b.depth[id] > maxd)
+      maxd = b.depth[id];
+  }
+  if (maxd <= FZRE_H_MAX_LEN) {
+    for (uint32_t i = 0; i < k; i++)
+      b.lens[b.order[i]] = b.depth[i];
+    H->built = 1;
+    return;
+  }
+  for (uint32_t i = 0; i < k; i++) {
+    uint32_t *wt = &b.weight[b.order[i]];
+    *wt = (*wt >> 1) + (*wt & 1);
+  }
+}
+
+/* choose_direct over the block: above[s] (the words at or above s) is a
+ * suffix sum of the histogram, cut into a range a thread (each range's
+ * sum, then one thread's scan of the sums, then each range's own), and
+ * each range's cheapest E, the lowest of equals; thread 0 then takes the
+ * cheapest of the ranges in order, which is the engine's choice. */
+static inline FZR_HD void fzre_h_range(unsigned t, unsigned nt, unsigned *lo, unsigned *hi) {
+  unsigned per = (FZRE_H_MAX_SYMS + 1 + nt - 1) / nt;
+  *lo = per * t < FZRE_H_MAX_SYMS + 1 ? per * t : FZRE_H_MAX_SYMS + 1;
+  *hi = per * (t + 1) < FZRE_H_MAX_SYMS + 1 ? per * (t + 1) : FZRE_H_MAX_SYMS + 1;
+}
+
+static inline FZR_HD void fzre_h_sums(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
+    unsigned lo, hi;
+    uint32_t sum = 0;
+    fzre_h_range(u, FZRE_H_UNITS, &lo, &hi);
+    for (unsigned s = lo; s < hi; s++)
+      sum += b.hist[s];
+    H->bits[u] = sum;
+  }
+}
+
+/* Thread 0: each range's words above it. */
+static inline FZR_HD void fzre_h_tails(fzre_hf *H) {
+  uint32_t acc = 0;
+  for (unsigned u = FZRE_H_UNITS; u-- > 0;) {
+    uint32_t v = H->bits[u];
+    H->bits[u] = acc;
+    acc += v;
+  }
+}
+
+static inline FZR_HD void fzre_h_above(fzre_hf *H, unsigned w, uint8_t *scratch, unsigned t,
+                                       unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
+    unsigned lo, hi;
+    fzre_h_range(u, FZRE_H_UNITS, &lo, &hi);
+    uint32_t acc = H->bits[u];
+    for (unsigned s = hi; s-- > lo;) {
+      acc += b.hist[s];
+      b.above[s] = acc;
+    }
+    uint64_t best = UINT64_MAX;
+    unsigned e = 0;
+    for (unsigned s = lo < 1 ? 1 : lo; s < hi && s <= FZRE_H_MAX_DIRECT; s++) {
+      uint64_t cost = 4 * (uint64_t)(s + 1) + b.above[s] * (8 * (uint64_t)w + 8);
+      if (cost < best) {
+        best = cost;
+        e = s;
+      }
+    }
+    H->x.c.best[u] = best;
+    H->x.c.best_e[u] = (uint16_t)e;
+  }
+}
+
+/* Thread 0: the number of direct symbols (the ranges' cheapest, in
+ * order), the symbols' frequencies, the code lengths' first round. */
+static inline FZR_HD void fzre_h_freq(fzre_hf *H, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
+  uint64_t best = UINT64_MAX;
+  unsigned e = 1;
+  for (unsigned u = 0; u < FZRE_H_UNITS; u++)
+    if (H->x.c.best[u] < best) {
+      best = H->x.c.best[u];
+      e = H->x.c.best_e[u];
+    }
+  unsigned nsym = e + 1 + FZRE_H_RUNS;
+  b.freq[0] = H->runs[0];
+  for (unsigned s = 1; s < e; s++)
+    b.freq[s] = b.hist[s];
+  b.freq[e] = b.above[e];
+  for (unsigned r = 1; r <= FZRE_H_RUNS; r++)
+    b.freq[e + r] = H->runs[r];
+  H->e = e;
+  H->nsym = nsym;
+  fzre_h_len_init(H, scratch);
+}
+
+/* Thread 0: the canonical codes, and whether the engine's estimate
+ * already says the stream cannot fit. */
+static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
+  unsigned e = H->e, nsym = H->nsym;
+  /* Canonical codes by (length, symbol), stored bit-reversed. */
+  unsigned count[FZRE_H_MAX_LEN + 1], next[FZRE_H_MAX_LEN + 2];
+  for (unsigned l = 0; l <= FZRE_H_MAX_LEN; l++)
+    count[l] = 0;
+  for (unsigned s = 0; s < nsym; s++)
+    count[b.lens[s]]++;
+  count[0] = 0;
+  unsigned c = 0;
+  for (unsigned l = 1; l <= FZRE_H_MAX_LEN; l++) {
+    c = (c + count[l - 1]) << 1;
+    next[l] = c;
+  }
+  for (unsigned s = 0; s < nsym; s++) {
+    unsigned l = b.lens[s];
+    if (l == 0)
+      continue;
+    unsigned v = next[l]++, r = 0;
+    for (unsigned j = 0; j < l; j++)
+      r |= ((v >> j) & 1u) << (l - 1 - j);
+    b.code[s] = (uint16_t)r;
+  }
+  H->head = 2 + (nsym + 1) / 2 + 4 * FZRE_H_LANES;
+  uint64_t bits = (uint64_t)b.freq[e] * 8u * w;
+  for (unsigned s = 0; s < nsym; s++)
+    bits += (uint64_t)b.freq[s] * b.lens[s];
+  if (H->head + (bits + 7) / 8 > out_cap) {
+    H->fail = 1;
+    H->len = UINT64_MAX;
+  }
+}
+
+/* Each token's code and length (the escape's length with 0x80 set). */
+static inline FZR_HD void fzre_h_tokens(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  unsigned e = H->e;
+  for (unsigned tk = t; tk < FZRE_H_NTOK; tk += nt) {
+    unsigned sy = tk < e ? tk : tk <= FZRE_H_TOK_BIG ? e : e + (tk - FZRE_H_TOK_BIG);
+    b.tcode[tk] = b.lens[sy] ? b.code[sy] : 0;
+    b.tlen[tk] = (uint8_t)(b.lens[sy] | (sy == e ? 0x80u : 0u));
+  }
+}
+
+/* The tokens of segment u in order: its head run, its middle, its tail
+ * run. */
+static inline FZR_HD void fzre_h_seg_tokens(fzre_hf *H, fzre_h_tk *k, const uint8_t *words,
+                                          uint64_t n, unsigned u) {
+  uint64_t lo, hi;
+  fzre_h_seg(n, u, &lo, &hi);
+  if (H->hrun[u])
+    fzre_h_run(k, H->hrun[u]);
+  if (hi - lo > H->lead[u])
+    fzre_h_middle(k, words, lo + H->lead[u], hi - H->trail[u]);
+  if (H->trun[u])
+    fzre_h_run(k, H->trun[u]);
+}
+
+static inline FZR_HD void fzre_h_bits(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
+                                      uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
+    fzre_h_tk k = {FZRE_HM_BITS, w, 0, 0, 0, b.tcode, b.tlen, 0, 0};
+    fzre_h_seg_tokens(H, &k, words, n, u);
+    H->bits[u] = (uint32_t)k.bits;
+  }
+}
+
+/* Thread 0: the segments' bit offsets, the lanes' bytes and places, the
+ * exact length against out_cap. */
+static inline FZR_HD void fzre_h_place(fzre_hf *H, uint64_t out_cap) {
+  uint64_t total = H->head;
+  for (unsigned l = 0; l < FZRE_H_LANES; l++) {
+    uint32_t off = 0;
+    for (unsigned s = 0; s < FZRE_H_SEGS; s++) {
+      uint32_t v = H->bits[l * FZRE_H_SEGS + s];
+      H->bits[l * FZRE_H_SEGS + s] = off;
+      off += v;
+    }
+    H->lane_off[l] = (uint32_t)(total - H->head);
+    H->lane_bytes[l] = (off + 7) / 8;
+    total += H->lane_bytes[l];
+  }
+  if (total > out_cap) {
+    H->fail = 1;
+    H->len = UINT64_MAX;
+  } else {
+    H->len = total;
+  }
+}
+
+/* The header (E, the lengths' nibbles, the lanes' byte counts) and every
+ * segment's own bytes. */
+static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
+                                       uint8_t *out, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  unsigned nsym = H->nsym, nib = (nsym + 1) / 2;
+  if (t == 0) {
+    out[0] = (uint8_t)H->e;
+    out[1] = (uint8_t)(H->e >> 8);
+  }
+  for (unsigned i = t; i < nib; i += nt)
+    out[2 + i] = (uint8_t)(b.lens[2 * i] | (2 * i + 1 < nsym ? b.lens[2 * i + 1] << 4 : 0));
+  for (unsigned i = t; i < 4 * FZRE_H_LANES; i += nt)
+    out[2 + nib + i] = (uint8_t)(H->lane_bytes[i / 4] >> (8 * (i % 4)));
+  for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
+    uint32_t b0 = H->bits[u];
+    fzre_h_bw bw = {0, b0 % 8, b0 / 8, b0 % 8 ? b0 / 8 : UINT32_MAX,
+                  out + H->head + H->lane_off[u / FZRE_H_SEGS], H, u};
+    fzre_h_tk k = {FZRE_HM_WRITE, w, 0, 0, 0, b.tcode, b.tlen, 0, &bw};
+    fzre_h_seg_tokens(H, &k, words, n, u);
+    /* The last byte, when the segment ends inside it. */
+    if (bw.nb > b0 % 8 || (bw.nb && bw.bi != b0 / 8))
+      fzre_h_byte(&bw, (unsigned)(bw.acc & 0xffu), 1);
+  }
+}
+
+/* Lane l: the bytes its segments share, ORed together in order. */
+static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, unsigned nt) {
+  for (unsigned l = t; l < FZRE_H_LANES; l += nt) {
+    uint8_t *lane = out + H->head + H->lane_off[l];
+    uint32_t idx = UINT32_MAX;
+    unsigned v = 0;
+    for (unsigned u = l * FZRE_H_SEGS; u < (l + 1) * FZRE_H_SEGS; u++)
+      for (unsigned k = 0; k < H->pn[u]; k++) {
+        if (H->pidx[u][k] != idx) {
+          if (idx != UINT32_MAX)
+            lane[idx] = (uint8_t)v;
+          idx = H->pidx[u][k];
+          v = 0;
+        }
+        v |= H->pval[u][k];
+      }
+    if (idx != UINT32_MAX)
+      lane[idx] = (uint8_t)v;
+  }
+}
+
+/* The block function: every thread calls it with the same arguments.
+ * words: n words of w bytes (4 or 8; others are refused, as are n = 0
+ * and n above FZRE_HUFF_MAX_N, with len UINT64_MAX); out: out_cap bytes;
+ * scratch: fzre_huff_scratch(n, w) bytes, 256-byte aligned, free again
+ * on return; the three do not overlap.  H->len is fze_huffman_encode's
+ * result (UINT64_MAX for its SIZE_MAX, and then nothing is written) and
+ * out holds its bytes. */
+static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
+                                    uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
+  FZR_T0;
+  if ((w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
+    FZR_ONE(H->len = UINT64_MAX; H->fail = 1);
+    FZR_SYNC();
+    return;
+  }
+  FZR_ONE(H->fail = 0);
+  FZR_ALL(fzre_h_clear(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_scan(H, words, w, n, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_join(H, n, t, nt); fzre_h_merge(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_sums(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ONE(fzre_h_tails(H));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_above(H, w, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ONE(fzre_h_freq(H, scratch));
+  FZR_SYNC();
+  fzre_htab tb = fzre_htab_of(scratch);
+  while (!H->built) {
+    FZR_ALL(fzre_h_len_copy(tb.order, tb.syms, H->k, t, nt));
+    FZR_SYNC();
+    int odd = 0;
+    for (uint32_t width = 1; width < H->k; width *= 2, odd = !odd) {
+      FZR_ALL(fzre_h_len_merge(H, scratch, width, odd, t, nt));
+      FZR_SYNC();
+    }
+    if (odd) {
+      FZR_ALL(fzre_h_len_copy(tb.order, tb.spare, H->k, t, nt));
+      FZR_SYNC();
+    }
+    FZR_ONE(fzre_h_len_build(H, scratch));
+    FZR_SYNC();
+  }
+  FZR_ONE(fzre_h_code(H, w, out_cap, scratch));
+  FZR_SYNC();
+  if (H->fail)
+    return;
+  FZR_ALL(fzre_h_tokens(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_bits(H, words, w, n, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ONE(fzre_h_place(H, out_cap));
+  FZR_SYNC();
+  if (H->fail)
+    return;
+  FZR_ALL(fzre_h_write(H, words, w, n, out, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_seams(H, out, t, nt));
+  FZR_SYNC();
+}
+
+#endif
