@@ -10,7 +10,9 @@
  * the checksums and the header are all computed on the device, and the one
  * copy back brings the archive's size and the absolute bound the quantizer
  * enforced, so a caller learns what it reports without reading the archive.
- * Decompression is gpu_decode.c.
+ * Decompression is gpu_decode.c.  The ratio preset's chain has kernels of
+ * its own (ratio_encode.cu): its chunks are staged with their sizes and
+ * checksums, scanned, placed, then sealed like the others.
  */
 #include <cuda_runtime_api.h>
 #include <stddef.h>
@@ -25,6 +27,7 @@
 #include "gpu_ctx.h"
 #include "gpu_err.h"
 #include "jit.h"
+#include "ratio_gpu.h"
 
 _Static_assert(FZK_EB_PWREL == FZ_EB_PWREL, "the kernels' PWREL is the engine's");
 
@@ -40,7 +43,7 @@ _Static_assert(offsetof(plan_back, qp) == 0, "the parameters open the copy");
 
 /* Workspace of one compression: byte offsets of each buffer. */
 typedef struct ws_layout {
-  size_t stage, sizes, crcs, offs, bsum, part, qp, cparts, total, range, bytes;
+  size_t stage, sizes, crcs, offs, bsum, part, qp, cparts, total, range, scr, bytes;
 } ws_layout;
 
 struct fz_gpu_plan {
@@ -58,12 +61,14 @@ struct fz_gpu_plan {
   cudaEvent_t ev0, ev1;
   int have_events;
   void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
+  int ratio;               /* the ratio preset's kernels (ratio_encode.cu) */
 };
 
 /* The staging area, the staged sizes and their scan are for the generic
  * chunk kernels only: the 4-byte word kernels place their chunks
  * themselves, and use offs for the look-back. */
-static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len, int staged) {
+static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len, int staged,
+                   size_t scratch) {
   size_t o = 0;
   w->stage = o; o += staged ? fzk_up256((size_t)nchunks * cb) : 0;
   w->sizes = o; o += staged ? fzk_up256(4 * (size_t)nchunks + 4) : 0;
@@ -76,6 +81,7 @@ static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len,
   w->qp = o; w->total = o + offsetof(plan_back, total); w->range = o + offsetof(plan_back, range);
   o += fzk_up256(sizeof(plan_back));
   w->cparts = o; o += fzk_up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
+  w->scr = o; o += fzk_up256(scratch);
   w->bytes = o;
 }
 
@@ -179,6 +185,29 @@ int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len) {
   return FZ_ECUDA;
 }
 
+/* The chains ratio_encode.cu codes: the preset's shape, quant | interp |
+ * huffman | rze on f32 or f64 values (the decoder takes the same). */
+static int ratio_chain(const fze_header *h) {
+  const fze_chain *c = &h->chain;
+  return (h->dtype == FZ_F32 || h->dtype == FZ_F64) && c->n == 4 &&
+         c->st[0].id == FZE_STAGE_QUANT && c->st[1].id == FZE_STAGE_INTERP &&
+         c->st[2].id == FZE_STAGE_HUFFMAN && c->st[3].id == FZE_STAGE_RZE &&
+         c->st[3].levels >= 1 && c->st[3].levels <= 6 && c->st[1].pdims >= 1 &&
+         c->st[1].pdims <= 3;
+}
+
+/* The descriptor the prep and seal kernels read for a ratio plan. */
+static void desc_ratio(fzk_desc *d, const fze_header *h) {
+  memset(d, 0, sizeof *d);
+  d->nst = (uint8_t)h->chain.n;
+  d->w = (uint8_t)fz_dtype_size(h->dtype);
+  d->fkind = h->dtype == FZ_F32 ? 1 : 2;
+  d->has_quant = 1;
+  d->cb = h->chunk_bytes;
+  d->raw_bytes = h->raw_bytes;
+  d->nchunks = h->nchunks;
+}
+
 int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
                        fz_gpu_plan **out, char *why, size_t why_len) {
   if (ctx == NULL || p == NULL || out == NULL)
@@ -212,20 +241,29 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     rc = FZ_ENOSYS;
     goto fail;
   }
-  if (fze_chain_has_ratio(&h->chain) || h->chunk_bytes > FZ_CHUNK_MAX) {
-    fze_why(why, why_len, "the GPU kernels have no lorenzo or huffman stage and no "
-            "chunks above 32 KiB yet: the CPU engine compresses this chain");
+  pl->ratio = ratio_chain(h) && ctx->kern == NULL;
+  if (!pl->ratio && (fze_chain_has_ratio(&h->chain) || h->chunk_bytes > FZ_CHUNK_MAX)) {
+    fze_why(why, why_len, "the GPU kernels code the ratio preset's chain (quant | interp | "
+            "huffman | rze, ahead-of-time kernels) but no other with a lorenzo, interp or "
+            "huffman stage or chunks above 32 KiB: the CPU engine compresses this chain");
     rc = FZ_ENOSYS;
     goto fail;
   }
-  /* The generated kernel where it compiles; a failure leaves the
-   * ahead-of-time one (and its text in the context), and the descriptor
-   * that kernel has. */
   FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_ENCODE, &pl->desc, &pl->jit_enc, why, why_len)) < 0)
-    goto fail;
-  layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32);
-  pl->table_off = h->header_len - 4 - 2 * (size_t)h->nchunks;
+  if (pl->ratio) {
+    desc_ratio(&pl->desc, h);
+    layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, 1,
+           fzre_scratch_bytes(h->chunk_bytes, pl->desc.w, h->chain.st[3].levels, h->nchunks));
+  } else {
+    /* The generated kernel where it compiles; a failure leaves the
+     * ahead-of-time one (and its text in the context), and the
+     * descriptor that kernel has. */
+    if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_ENCODE, &pl->desc, &pl->jit_enc, why,
+                              why_len)) < 0)
+      goto fail;
+    layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32, 0);
+  }
+  pl->table_off = h->header_len - 4 - (size_t)h->table_w * h->nchunks;
   pl->q_off = pl->desc.has_quant ? 19 + 8 * (size_t)h->ndims : 0;
   pl->tick_off = (pl->table_off + 7) & ~(size_t)7;
   pl->field_shift = fzk_crc_xpow8(h->header_len - pl->table_off);
@@ -234,7 +272,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
    * device copies the part before the table and fills in the rest. */
   rc = FZ_ENOMEM;
   tpl = malloc(h->header_len);
-  zeros = calloc(1, 2 * (size_t)h->nchunks + 1);
+  zeros = calloc(1, (size_t)h->table_w * h->nchunks + 1);
   if (tpl == NULL || zeros == NULL)
     goto fail;
   fze_header th = *h;
@@ -242,7 +280,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   th.payload_crc = 0;
   fze_header_write(&th, tpl);
 
-  rc = fzk_kernels_ready(ctx, &pl->desc, why, why_len);
+  rc = pl->ratio ? 0 : fzk_kernels_ready(ctx, &pl->desc, why, why_len);
   if (rc < 0)
     goto fail;
   /* The prep and seal kernels' tickets (fzk_last_block) follow the template,
@@ -360,7 +398,21 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
       .d_tpl = pl->d_tpl, .tpl_len = pl->table_off, .q_off = pl->q_off, .d_out = out,
       .d_ticket = tickets};
   FZK_CHECK(fzk_launch_prep(ctx->kern, d, &prep, s), fail_ws);
-  if (d->k32) {
+  if (pl->ratio) {
+    const fze_stage *ip = &h->chain.st[1];
+    fzre_params rp = {.in = d_in, .raw_bytes = h->raw_bytes, .nchunks = h->nchunks,
+                      .cb = h->chunk_bytes, .w = d->w, .levels = h->chain.st[3].levels,
+                      .pdims = ip->pdims, .pwrel = q->mode == FZ_EB_PWREL,
+                      .qp = (const double *)qp, .scratch = ws + L->scr,
+                      .stage = ws + L->stage, .sizes = sizes, .crcs = crcs,
+                      .crc_tab = ctx->d_tab};
+    memcpy(rp.ext, ip->ext, sizeof rp.ext);
+    FZK_CHECK(fzre_launch_encode(&rp, s), fail_ws);
+    FZK_CHECK(fzk_launch_scan(NULL, h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs,
+                              NULL, s), fail_ws);
+    FZK_CHECK(fzre_launch_place(ws + L->stage, sizes, offs, h->nchunks, h->chunk_bytes, out,
+                                out_cap, h->header_len, pl->table_off, s), fail_ws);
+  } else if (d->k32) {
     if (pl->jit_enc != NULL)
       FZK_CHECK(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap, h->header_len,
                                         pl->table_off, crcs, offs, ctx->d_tab, s), fail_ws);

@@ -49,9 +49,14 @@
  * branch on the type per point. */
 #ifdef __CUDACC__
 #define FZRE_IP_FI static __forceinline__
-#define FZRE_IP_UNROLL _Pragma("unroll")
 #else
 #define FZRE_IP_FI static inline
+#endif
+/* Only the device pass knows the pragma (nvcc's host pass hands the code
+ * to the host compiler, which warns of it). */
+#ifdef __CUDA_ARCH__
+#define FZRE_IP_UNROLL _Pragma("unroll")
+#else
 #define FZRE_IP_UNROLL
 #endif
 

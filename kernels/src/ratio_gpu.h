@@ -1,8 +1,9 @@
 /*
- * ratio_gpu.h - the host's view of the ratio preset's decoding kernel
- * (ratio_decode.cu): the parameters of one launch and the scratch it
- * needs.  gpu_decode.c fills them from the archive's header after the
- * table's scan has given every chunk its offset.
+ * ratio_gpu.h - the host's view of the ratio preset's kernels: the
+ * decoder (ratio_decode.cu), which gpu_decode.c fills from the archive's
+ * header after the table's scan has given every chunk its offset, and the
+ * encoder (ratio_encode.cu), which gpu_plan.c runs between the prep kernel
+ * (the quantizer's parameters) and the seal (the checksums).
  */
 #ifndef FZK_RATIO_GPU_H
 #define FZK_RATIO_GPU_H
@@ -34,6 +35,29 @@ typedef struct fzr_params {
  * for at most 4 GiB worth of chunks (launched in turn beyond that). */
 uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t nchunks);
 int fzr_launch_decode(const fzr_params *p, cudaStream_t s);
+
+/* The encoder's launch (ratio_encode.cu): chunk i of the array at in is
+ * coded into stage + i * cb, its length into sizes[i], its CRC-32C into
+ * crcs[i]; qp points at the prep kernel's eb_abs and step. */
+typedef struct fzre_params {
+  const uint8_t *in;
+  uint64_t raw_bytes, nchunks;
+  uint32_t cb, w, levels, pdims, pwrel;
+  const double *qp;
+  uint64_t ext[3][3];
+  uint8_t *scratch; /* fzre_scratch_bytes() */
+  uint8_t *stage;   /* nchunks * cb */
+  uint32_t *sizes, *crcs;
+  const uint32_t *crc_tab;
+} fzre_params;
+
+uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels, uint64_t nchunks);
+int fzre_launch_encode(const fzre_params *p, cudaStream_t s);
+/* The staged chunks to the archive at header_len + offs[i] (nothing at or
+ * beyond out_cap), their lengths to the u32 table at table_off. */
+int fzre_launch_place(const uint8_t *stage, const uint32_t *sizes, const uint64_t *offs,
+                      uint64_t nchunks, uint32_t cb, uint8_t *out, uint64_t out_cap,
+                      uint64_t header_len, uint64_t table_off, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -12,8 +12,9 @@
  * "path" says which kernels ran: generated at run time ("jit") or built
  * with the library ("aot"); -j both runs every case both ways, on two
  * contexts, and checks that the archives are the same bytes.  A chain the
- * kernels cannot compress (the ratio preset, FZ_ENOSYS from the plan) is
- * compressed by the CPU engine on every core ("cpu" in path, its GB/s in
+ * kernels cannot compress (FZ_ENOSYS from the plan: a lorenzo chain, or
+ * the ratio preset on a context of generated kernels only) is compressed
+ * by the CPU engine on every core ("cpu" in path, its GB/s in
  * the comp column, no kernel time) and decompressed on the GPU.  A file
  * named like name_AxBxC.f32 is given that shape (repeated along its slowest
  * axis), which the ratio preset predicts in; other inputs are 1-D.

@@ -1,6 +1,8 @@
 /*
- * gpu_ratio.c - the ratio preset's archives (format version 3) decoded on
- * the GPU: the CPU encoder's archives of f32 and f64 fields, 1-D to 4-D
+ * gpu_ratio.c - the ratio preset's archives (format version 3) made and
+ * decoded on the GPU: the GPU encoder's archives must be the CPU
+ * encoder's, byte for byte, and the CPU encoder's archives of f32 and f64
+ * fields, 1-D to 4-D
  * with odd extents, extents of 1 and partial chunks, smooth, noisy,
  * constant and full of NaN, Inf, -0.0 and denormals, under ABS, REL (1e-2
  * to 1e-5) and PWREL bounds, must decode to the CPU decoder's bytes, into
@@ -51,8 +53,8 @@ static void *field(const shape *s, fz_dtype t, gen_kind k, uint64_t seed) {
   return x;
 }
 
-static uint8_t *cpu_archive(const shape *s, fz_dtype t, const void *x, const char *pipe,
-                            fz_eb_mode mode, double eb, unsigned chunk, size_t *len) {
+static fz_params params(const shape *s, fz_dtype t, const char *pipe, fz_eb_mode mode,
+                        double eb, unsigned chunk) {
   fz_params p;
   fz_params_init(&p);
   p.dtype = t;
@@ -63,6 +65,12 @@ static uint8_t *cpu_archive(const shape *s, fz_dtype t, const void *x, const cha
   p.eb_mode = mode;
   p.chunk_bytes = chunk;
   p.threads = 2;
+  return p;
+}
+
+static uint8_t *cpu_archive(const shape *s, fz_dtype t, const void *x, const char *pipe,
+                            fz_eb_mode mode, double eb, unsigned chunk, size_t *len) {
+  fz_params p = params(s, t, pipe, mode, eb, chunk);
   fz_plan *pl = NULL;
   char why[256] = "";
   cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s: %s", pipe, why);
@@ -102,6 +110,37 @@ static int both(const uint8_t *a, size_t len, size_t raw, size_t off, const char
   return rc_cpu;
 }
 
+/* The GPU's archive of x under the parameters the CPU's archive a was made
+ * with: a's bytes.  off > 0 moves the input off by off elements from a
+ * 16-byte boundary and the archive off by off bytes. */
+static void gpu_same(const shape *s, fz_dtype t, const void *x, const char *pipe,
+                     fz_eb_mode mode, double eb, unsigned chunk, const uint8_t *a, size_t len,
+                     size_t off, const char *what) {
+  fz_params p = params(s, t, pipe, mode, eb, chunk);
+  fz_gpu_plan *pl = NULL;
+  char why[256] = "";
+  cr_assert_eq(fz_gpu_plan_create(test_ctx(), &p, 0, &pl, why, sizeof why), 0, "%s: %s", what,
+               why);
+  size_t raw = fz_gpu_plan_input_bytes(pl), cap = fz_gpu_plan_compress_bound(pl), ol = 0;
+  uint8_t *d_in = NULL, *d_out = NULL, *got = malloc(cap);
+  const size_t in_off = off * fz_dtype_size(t);
+  CUDA_OK(cudaMalloc((void **)&d_in, raw + in_off));
+  CUDA_OK(cudaMemcpy(d_in + in_off, x, raw, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc((void **)&d_out, cap + off));
+  int rc = fz_gpu_compress(pl, d_in + in_off, raw, d_out + off, cap, &ol, NULL, why, sizeof why);
+  cr_assert_eq(rc, 0, "%s: %s (%s)", what, fz_err_name(rc), why);
+  cr_assert_eq(ol, len, "%s: the GPU's archive has %zu bytes, the CPU's %zu", what, ol, len);
+  CUDA_OK(cudaMemcpy(got, d_out + off, len, cudaMemcpyDeviceToHost));
+  size_t first = 0;
+  while (first < len && got[first] == a[first])
+    first++;
+  cr_assert_eq(first, len, "%s: archives differ at byte %zu of %zu", what, first, len);
+  CUDA_OK(cudaFree(d_in));
+  CUDA_OK(cudaFree(d_out));
+  free(got);
+  fz_gpu_plan_destroy(pl);
+}
+
 static const shape shapes[] = {
     {1, {1}},          {1, {70001}},        {2, {1, 9}},          {2, {37, 61}},
     {2, {300, 301}},   {3, {1, 1, 7}},      {3, {9, 1, 33}},      {3, {17, 23, 29}},
@@ -128,9 +167,13 @@ static void sweep(fz_dtype t, unsigned chunk) {
         snprintf(what, sizeof what, "%s shape %zu kind %zu %s %g chunk %u", fz_dtype_name(t),
                  si, k, fz_eb_mode_name(bounds[b].m), bounds[b].eb, chunk);
         cr_assert_eq(both(a, len, raw, 0, what), 0, "%s", what);
-        /* Output off the element alignment: rebuilt aside, then copied. */
-        if (b == 1)
+        gpu_same(s, t, x, "ratio", bounds[b].m, bounds[b].eb, chunk, a, len, 0, what);
+        /* Output off the element alignment: rebuilt aside, then copied;
+         * the archive placed at an odd address. */
+        if (b == 1) {
           both(a, len, raw, 1, what);
+          gpu_same(s, t, x, "ratio", bounds[b].m, bounds[b].eb, chunk, a, len, 3, what);
+        }
         free(a);
       }
       free(x);
@@ -148,14 +191,16 @@ Test(ratio, other_parameters) {
   shape s = {3, {17, 23, 29}};
   size_t raw = (size_t)count(&s) * 4, len;
   void *x = field(&s, FZ_F32, GEN_SMOOTH, 2);
-  uint8_t *a = cpu_archive(&s, FZ_F32, x, "quant | interp(dims=1) | huffman | rze(levels=2)",
-                           FZ_EB_REL, 1e-3, 4096, &len);
+  const char *pipe = "quant | interp(dims=1) | huffman | rze(levels=2)";
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, pipe, FZ_EB_REL, 1e-3, 4096, &len);
   both(a, len, raw, 0, "interp(dims=1) rze(levels=2)");
+  gpu_same(&s, FZ_F32, x, pipe, FZ_EB_REL, 1e-3, 4096, a, len, 0, "interp(dims=1)");
   free(a);
   free(x);
   x = field(&s, FZ_F32, GEN_SPECIAL, 4);
   a = cpu_archive(&s, FZ_F32, x, "ratio", FZ_EB_ABS, 1e-45, 4096, &len);
   both(a, len, raw, 0, "lossless");
+  gpu_same(&s, FZ_F32, x, "ratio", FZ_EB_ABS, 1e-45, 4096, a, len, 0, "lossless");
   free(a);
   free(x);
 }
@@ -174,6 +219,12 @@ Test(ratio, other_chains_are_left_to_the_cpu) {
   int rc = fz_gpu_decompress(test_ctx(), d_arc, len, d_out, count(&s) * 4, &ol, NULL, why,
                              sizeof why);
   cr_assert_eq(rc, FZ_ENOSYS, "%s: %s", fz_err_name(rc), why);
+  /* Nor do they make such archives: the daemon's CPU engine does. */
+  fz_params p = params(&s, FZ_F32, "quant | lorenzo | huffman | rze", FZ_EB_REL, 1e-3, 4096);
+  fz_gpu_plan *pl = NULL;
+  rc = fz_gpu_plan_create(test_ctx(), &p, 0, &pl, why, sizeof why);
+  cr_assert_eq(rc, FZ_ENOSYS, "%s: %s", fz_err_name(rc), why);
+  cr_assert_null(pl);
   CUDA_OK(cudaFree(d_arc));
   CUDA_OK(cudaFree(d_out));
   free(a);
@@ -260,6 +311,8 @@ Test(ratio, sanitizer_small) {
   uint8_t *a = cpu_archive(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, &len);
   cr_assert_eq(both(a, len, 37 * 61 * 4, 0, "valid"), 0);
   both(a, len, 37 * 61 * 4, 1, "valid, unaligned output");
+  gpu_same(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, a, len, 0, "encoder");
+  gpu_same(&s, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 4096, a, len, 3, "encoder, odd archive");
   uint8_t *b = malloc(len);
   for (size_t at = len / 3; at < len; at += len / 5) {
     memcpy(b, a, len);

@@ -419,12 +419,12 @@ Test(service, idle_workers_give_device_memory_back, .timeout = 300) {
   free(v);
 }
 
-/* A compression the kernels do not do (fill values; the ratio preset's
- * stages) goes through the CPU engine on a GPU fzd: from host memory and
- * from device memory it gets the CPU engine's bytes, and a device-to-device
- * decompression (on the GPU for the ratio preset, whose decoder the kernels
- * have; through the CPU engine for fill values) gives the values back
- * within the bound (fill cells bit-exact). */
+/* A compression the kernels do not do (fill values) goes through the CPU
+ * engine on a GPU fzd, and one they do with kernels of their own (the
+ * ratio preset) through those: either way, from host memory and from
+ * device memory it gets the CPU engine's bytes, and a device-to-device
+ * decompression gives the values back within the bound (fill cells
+ * bit-exact). */
 static void through_the_cpu_engine(const char *pipeline, int has_fill, float fill,
                                    size_t rows, size_t cols) {
   fzd_harness *h = start_gpu_fzd("\"workers\": 2");
@@ -525,6 +525,6 @@ Test(service, fill_values_through_the_cpu_engine, .timeout = 300) {
   through_the_cpu_engine(NULL, 1, -1e10f, 300, 500);
 }
 
-Test(service, ratio_preset_through_the_cpu_engine, .timeout = 300) {
+Test(service, ratio_preset_on_a_gpu_fzd, .timeout = 300) {
   through_the_cpu_engine("ratio", 0, 0.0f, 700, 500);
 }

@@ -6,7 +6,9 @@
  * be refused (and none that it takes).  It needs no GPU, so CI checks the
  * decoder's logic and its checks on every run (and the ci-asan build that
  * it reads and writes nothing out of bounds); test_gpu_ratio checks the
- * kernel itself on a GPU against the same archives.
+ * kernel itself on a GPU against the same archives.  The encoder
+ * (ratio_enc.cuh) is run the same way: its chunks, their sizes and CRCs
+ * must be the CPU encoder's, byte for byte.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -18,6 +20,7 @@
 #include "engine.h"
 #include "fz.h"
 #include "ratio_dec.cuh"
+#include "ratio_enc.cuh"
 
 static uint32_t crc_tab[256];
 
@@ -89,6 +92,54 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
   free(sizes);
   free(offs);
   return rc;
+}
+
+/* The model of gpu_plan.c's ratio path for the CPU's archive a of x: the
+ * quantizer's parameters as the CPU chose them (the prep kernel's are the
+ * same, as for every chain), the kernel's phases per chunk into the slots
+ * of a staging area, in batches of 3 chunks when there are more (the
+ * launcher cuts a huge array so), over scratch that starts as garbage;
+ * then each slot, size and CRC against the archive's. */
+static void model_encode_same(const uint8_t *a, size_t len, const void *x, const char *what) {
+  fze_header h;
+  cr_assert_eq(fze_header_parse(a, len, &h), 0, "%s", what);
+  const fze_chain *ch = &h.chain;
+  uint32_t w = (uint32_t)fz_dtype_size(h.dtype), cb = h.chunk_bytes;
+  uint64_t nc = h.nchunks;
+  fzre_layout L = fzre_layout_of(cb, w, ch->st[3].levels);
+  uint64_t batch = nc > 3 ? 3 : nc ? nc : 1;
+  uint8_t *scratch = malloc(L.stride * batch), *stage = malloc(nc * cb + 1);
+  uint32_t *sizes = malloc(4 * nc + 4), *crcs = malloc(4 * nc + 4);
+  fzre_state *S = malloc(sizeof *S);
+  cr_assert(scratch && stage && sizes && crcs && S);
+  memset(scratch, 0xa5, L.stride * batch);
+  double qp[2] = {ch->st[0].eb_abs, ch->st[0].step};
+  fzre_job J = {.in = x, .raw_bytes = h.raw_bytes, .cb = cb, .w = w,
+                .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
+                .pwrel = ch->st[0].mode == FZ_EB_PWREL, .qp = qp, .scratch = scratch,
+                .stride = L.stride, .stage = stage, .sizes = sizes, .crcs = crcs,
+                .crc_tab = crc_tab};
+  memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
+  uint64_t off = h.header_len;
+  for (uint64_t c = 0; c < nc; c++) {
+    J.c0 = c / batch * batch;
+    fzre_chunk(S, &J, c);
+    uint64_t want = fze_chunk_size_at(&h, c);
+    cr_assert_eq(sizes[c], want, "%s: chunk %llu of %llu: size %u, the CPU's %llu", what,
+                 (unsigned long long)c, (unsigned long long)nc, sizes[c],
+                 (unsigned long long)want);
+    cr_assert(off + want <= len && memcmp(stage + c * cb, a + off, want) == 0,
+              "%s: chunk %llu: bytes differ", what, (unsigned long long)c);
+    cr_assert_eq(crcs[c], fze_crc32c(0, a + off, want), "%s: chunk %llu: crc", what,
+                 (unsigned long long)c);
+    off += want;
+  }
+  cr_assert_eq(off, len, "%s", what);
+  free(S);
+  free(crcs);
+  free(sizes);
+  free(stage);
+  free(scratch);
 }
 
 typedef struct shape {
@@ -209,6 +260,7 @@ Test(ratio_model, decodes_like_the_cpu) {
               snprintf(what, sizeof what, "shape %zu %s kind %d bound %zu pipe %zu chunk %u", si,
                        f32 ? "f32" : "f64", k, b, pi, chunk);
               same(a, len, raw, what);
+              model_encode_same(a, len, x, what);
               free(a);
             }
         free(x);
@@ -222,6 +274,7 @@ Test(ratio_model, lossless_chunks) {
   size_t len;
   uint8_t *a = compress(&s, FZ_F32, x, "ratio", FZ_EB_ABS, 1e-45, 4096, &len);
   same(a, len, 8000, "lossless");
+  model_encode_same(a, len, x, "lossless");
   free(a);
   free(x);
 }

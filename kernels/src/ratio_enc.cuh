@@ -1,0 +1,284 @@
+/*
+ * ratio_enc.cuh - the encoder of the ratio preset's chunks (format version
+ * 3: quant | interp | huffman | rze), written once for the device and for a
+ * host model of it, as ratio_dec.cuh is written (ratio_phase.cuh says how).
+ *
+ * One block of FZR_NT threads codes one chunk, making the CPU engine's
+ * choices with its arithmetic (codec.c encode_predicted and
+ * fze_chunk_encode): the quantizer's words and side list; the cheapest
+ * Lorenzo k by its sampled price; the guess at the interpolation's price,
+ * which may skip the interpolation; the interpolation and its price; the
+ * lower of the two prices (the interpolation on a tie); then the huffman
+ * stream (not longer than the chunk less one byte), rze over it, and the
+ * chunk as side list, predictor byte, the stream's length and rze's
+ * output, or the values raw where that is not smaller.  The pieces are
+ * ratio_enc_lz.cuh, ratio_enc_interp.cuh, ratio_enc_huff.cuh and
+ * ratio_enc_rze.cuh; each leaves its results in its part of the block's
+ * shared state, which this file copies out before the next piece reuses
+ * the room.  The chunk goes to its slot of the staging area with its size
+ * and CRC-32C; ratio_encode.cu then places the slots in the archive.
+ *
+ * The GPU takes chains without a fill value only (gpu_plan.c leaves the
+ * others to the CPU engine), so the walk never meets fill cells.
+ */
+#ifndef FZK_RATIO_ENC_CUH
+#define FZK_RATIO_ENC_CUH
+
+#include "ratio_dec.cuh"
+#include "ratio_enc_huff.cuh"
+#include "ratio_enc_interp.cuh"
+#include "ratio_enc_lz.cuh"
+#include "ratio_enc_rze.cuh"
+
+/* The job, the same for every chunk. */
+typedef struct fzre_job {
+  const uint8_t *in;       /* the array, aligned for its elements */
+  uint64_t raw_bytes;
+  uint32_t cb;             /* input bytes per chunk */
+  uint32_t w;              /* 4 (f32) or 8 (f64) */
+  uint32_t levels;         /* rze's */
+  uint32_t pdims;          /* interp's D */
+  uint32_t pwrel;          /* quant's mode is PWREL */
+  const double *qp;        /* eb_abs, step (as the prep kernel left them) */
+  uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
+  uint8_t *scratch;        /* stride bytes per chunk of the launch */
+  uint64_t stride;
+  uint64_t c0;             /* the launch's first chunk (its scratch comes first) */
+  uint8_t *stage;          /* chunk c's bytes at stage + c * cb */
+  uint32_t *sizes, *crcs;  /* each chunk's length and CRC-32C */
+  const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */
+} fzre_job;
+
+/* The engine's guess margin and sample stride (codec.c, engine.h). */
+#define FZRE_MARGIN_NUM 50u
+#define FZRE_MARGIN_DEN 49u
+#define FZRE_GUESS_STEP 17u
+#define FZRE_COST_STEP 5u
+
+/* Scratch of one chunk: quant's words (cb), the chosen words (cb), the
+ * outlier flags (cb / w), the two side lists (a count, then an index and
+ * a value per element at most), the rebuilt values (cb), the huffman
+ * stream (cb), rze's output (the stream, its bitmaps and 16 bytes), and
+ * the pieces' own scratch, which they use one after another. */
+static inline FZR_HD uint64_t fzre_side_cap(uint32_t cb, uint32_t w) {
+  uint64_t n = cb / w;
+  return 8 + n * ((n < 65536 ? 2u : 4u) + w);
+}
+static inline FZR_HD uint64_t fzre_rze_cap(uint32_t cb) { return cb + cb / 4 + 64; }
+static inline FZR_HD uint64_t fzre_x_bytes(uint32_t cb, uint32_t w, uint32_t levels) {
+  uint64_t a = fzre_lz_scratch(cb / w, w), b = fzre_huff_scratch(cb / w, w),
+           c = fzre_rze_scratch(cb, levels);
+  uint64_t m = a > b ? a : b;
+  return m > c ? m : c;
+}
+typedef struct fzre_layout {
+  uint64_t a, b, bad, sq, si, pv, h, r, x, stride;
+} fzre_layout;
+static inline FZR_HD fzre_layout fzre_layout_of(uint32_t cb, uint32_t w, uint32_t levels) {
+  fzre_layout L;
+  uint64_t o = 0, side = fzr_up(fzre_side_cap(cb, w), 256);
+  L.a = o; o += fzr_up(cb, 256);
+  L.b = o; o += fzr_up(cb, 256);
+  L.bad = o; o += fzr_up(cb / w, 256);
+  L.sq = o; o += side;
+  L.si = o; o += side;
+  L.pv = o; o += fzr_up(cb, 256);
+  L.h = o; o += fzr_up(cb, 256);
+  L.r = o; o += fzr_up(fzre_rze_cap(cb), 256);
+  L.x = o; o += fzr_up(fzre_x_bytes(cb, w, levels), 256);
+  L.stride = o;
+  return L;
+}
+
+/* What the phases of one chunk share (the block's shared memory). */
+typedef struct fzre_state {
+  uint64_t c, first, n, raw;
+  const uint8_t *in;  /* the chunk's values */
+  uint8_t *out;       /* its slot of the staging area */
+  uint8_t *a, *b, *bad, *sq, *si, *pv, *h, *r, *x;
+  fzre_q q;
+  uint64_t side_l, side_i, best, cost_l, cost_i, hlen, rlen, len;
+  unsigned k, pk, skip, lk;
+  uint8_t lenbuf[16];  /* the predictor byte and the stream's length */
+  uint32_t part[FZR_NT]; /* CRC parts */
+  union {
+    fzre_lz lz;
+    fzre_ip ip;
+    fzre_hf hf;
+    fzre_rz rz;
+  } u;
+} fzre_state;
+
+static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t c) {
+  S->c = c;
+  uint64_t raw = J->raw_bytes - c * J->cb < J->cb ? J->raw_bytes - c * J->cb : J->cb;
+  S->raw = raw;
+  S->n = raw / J->w;
+  S->first = c * (J->cb / J->w);
+  S->in = J->in + c * J->cb;
+  S->out = J->stage + c * J->cb;
+  fzre_layout L = fzre_layout_of(J->cb, J->w, J->levels);
+  uint8_t *base = J->scratch + (c - J->c0) * J->stride;
+  S->a = base + L.a;
+  S->b = base + L.b;
+  S->bad = base + L.bad;
+  S->sq = base + L.sq;
+  S->si = base + L.si;
+  S->pv = base + L.pv;
+  S->h = base + L.h;
+  S->r = base + L.r;
+  S->x = base + L.x;
+  /* The quantizer's parameters as the engine's stage holds them; its
+   * loops and the interpolation divide by step themselves. */
+  S->q.eb_abs = J->qp[0];
+  S->q.step = J->qp[1];
+  S->q.inv = S->q.step != 0 ? 1.0 / S->q.step : 0.0;
+  S->q.pwrel = J->pwrel;
+  S->best = UINT64_MAX;
+  S->k = 1;
+  S->cost_i = UINT64_MAX;
+  S->side_i = 0;
+}
+
+/* Thread 0: the interpolation's guessed price against lorenzo's (codec.c:
+ * priced as lorenzo's every fifth, the sampled outliers as side-list
+ * entries). */
+static inline FZR_HD void fzre_judge(fzre_state *S, const fzre_job *J) {
+  uint64_t iw = S->n < 65536 ? 2u : 4u;
+  uint64_t g = S->u.lz.cost / 5 * FZRE_GUESS_STEP;
+  g += (8 * (uint64_t)FZRE_GUESS_STEP * S->u.lz.outl * (J->w + iw)) << 16;
+  S->skip = S->cost_l * FZRE_MARGIN_NUM < g * FZRE_MARGIN_DEN;
+}
+
+/* Thread 0: the chunk's bytes after the side list: the predictor byte,
+ * then the huffman stream's length as a LEB128 varint; the chunk's length,
+ * or raw when it is not smaller than the values. */
+static inline FZR_HD void fzre_frame(fzre_state *S) {
+  unsigned k = 0;
+  S->lenbuf[k++] = (uint8_t)S->pk;
+  uint64_t v = S->hlen;
+  while (v >= 0x80) {
+    S->lenbuf[k++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  S->lenbuf[k++] = (uint8_t)v;
+  S->lk = k;
+  uint64_t side = S->pk ? S->side_l : S->side_i;
+  uint64_t total = side + k + S->rlen;
+  S->len = total >= S->raw ? S->raw : total;
+}
+
+/* The chunk's bytes into its slot. */
+static inline FZR_HD void fzre_emit(fzre_state *S, unsigned t, unsigned nt) {
+  if (S->len == S->raw) {
+    for (uint64_t i = t; i < S->raw; i += nt)
+      S->out[i] = S->in[i];
+    return;
+  }
+  const uint8_t *side = S->pk ? S->sq : S->si;
+  uint64_t sl = S->pk ? S->side_l : S->side_i;
+  for (uint64_t i = t; i < sl; i += nt)
+    S->out[i] = side[i];
+  if (t < S->lk)
+    S->out[sl + t] = S->lenbuf[t];
+  uint8_t *o = S->out + sl + S->lk;
+  for (uint64_t i = t; i < S->rlen; i += nt)
+    o[i] = S->r[i];
+}
+
+static inline FZR_HD void fzre_crc_part(fzre_state *S, const fzre_job *J, unsigned t,
+                                        unsigned nt) {
+  uint64_t lo, hi;
+  fzr_share(S->len, t, nt, &lo, &hi);
+  uint32_t r = 0;
+  for (uint64_t i = lo; i < hi; i++)
+    r = J->crc_tab[(r ^ S->out[i]) & 0xffu] ^ (r >> 8);
+  S->part[t] = r;
+}
+
+/* The parts joined as fzr_crc_finish joins the decoder's. */
+static inline FZR_HD uint32_t fzre_crc_finish(fzre_state *S, unsigned nt) {
+  uint64_t per = (S->len + nt - 1) / nt;
+  uint32_t fac = fzr_xpow8(per), r = 0;
+  for (unsigned t = 0; t < nt; t++) {
+    uint64_t lo, hi;
+    fzr_share(S->len, t, nt, &lo, &hi);
+    if (hi == lo)
+      break;
+    r = fzr_gf_mul(r, hi - lo == per ? fac : fzr_xpow8(hi - lo)) ^ S->part[t];
+  }
+  return r ^ fzr_gf_mul(0xffffffffu, fzr_xpow8(S->len)) ^ 0xffffffffu;
+}
+
+static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n, unsigned t,
+                                    unsigned nt) {
+  for (uint64_t i = t; i < n; i += nt)
+    dst[i] = src[i];
+}
+
+/* Every thread of the block calls it (the host model: once); S is the
+ * block's shared state.  Each branch reads S after a barrier. */
+static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t c) {
+  FZR_T0;
+  const unsigned w = J->w;
+  FZR_ONE(fzre_begin(S, J, c));
+  FZR_SYNC();
+  const uint64_t n = S->n, first = S->first;
+  /* Quant's words and side list, and lorenzo's best k priced on them. */
+  fzre_quant(&S->u.lz, &S->q, S->in, n, w, S->a, S->bad);
+  fzre_side_write(&S->u.lz, S->bad, S->in, n, w, S->sq, S->x);
+  FZR_ONE(S->side_l = S->u.lz.side_len);
+  FZR_SYNC();
+  for (unsigned k = 1; k <= J->pdims; k++) {
+    fzre_lz_price(&S->u.lz, J->ext[k - 1], S->a, w, n, first);
+    FZR_ONE(if (S->u.lz.cost < S->best) { S->best = S->u.lz.cost; S->k = k; });
+    FZR_SYNC();
+  }
+  FZR_ONE(S->cost_l = S->best + ((8 * S->side_l) << 16); S->skip = J->pwrel != 0);
+  FZR_SYNC();
+  if (!J->pwrel && S->q.step != 0) {
+    fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 1], S->in, w, n, first);
+    FZR_ONE(fzre_judge(S, J));
+    FZR_SYNC();
+  }
+  if (!S->skip) {
+    if (S->q.step == 0) {
+      /* Lossless: the interpolation's words are quant's own (the values'
+       * bits) with an empty side list. */
+      FZR_ALL(fzre_copy(S->b, S->a, S->raw, t, nt));
+      FZR_ONE(S->si[0] = 0; S->side_i = 1);
+    } else {
+      fzre_interp(&S->u.ip, &S->q, J->ext[J->pdims - 1], S->in, w, n, first, S->b, S->bad,
+                  S->pv);
+      fzre_side_write(&S->u.lz, S->bad, S->in, n, w, S->si, S->x);
+      FZR_ONE(S->side_i = S->u.lz.side_len);
+    }
+    FZR_SYNC();
+    fzre_cost_every(&S->u.lz, S->b, w, n, FZRE_COST_STEP);
+    FZR_ONE(S->cost_i = S->u.lz.cost + ((8 * S->side_i) << 16));
+    FZR_SYNC();
+  }
+  FZR_ONE(S->pk = S->cost_l >= S->cost_i ? 0u : S->k);
+  FZR_SYNC();
+  if (S->pk)
+    fzre_lz_encode(J->ext[S->pk - 1], S->a, S->b, w, n, first);
+  FZR_SYNC();
+  /* A code as long as the chunk cannot make it smaller. */
+  fzre_huff(&S->u.hf, S->b, w, n, S->h, S->raw - 1, S->x);
+  FZR_ONE(S->hlen = S->u.hf.len);
+  FZR_SYNC();
+  if (S->hlen == UINT64_MAX) {
+    FZR_ONE(S->len = S->raw);
+  } else {
+    fzre_rze(&S->u.rz, J->levels, S->h, S->hlen, S->r, S->x);
+    FZR_ONE(S->rlen = S->u.rz.len; fzre_frame(S));
+  }
+  FZR_SYNC();
+  FZR_ALL(fzre_emit(S, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_crc_part(S, J, t, nt));
+  FZR_SYNC();
+  FZR_ONE(J->crcs[c] = fzre_crc_finish(S, nt); J->sizes[c] = (uint32_t)S->len);
+}
+
+#endif
