@@ -7,9 +7,10 @@
  * waits (FZR_SYNC), so a phase may read anything an earlier one wrote.
  * FZR_ONE runs a statement on thread 0 only.  Compiled for the device they
  * are the plain kernel idiom; compiled for the host (tests/gpu/ratio_*.c)
- * FZR_ALL runs the statement for t = 0 .. nt-1 in turn and FZR_SYNC is
- * nothing, which is a valid schedule of the same program: the tests run
- * the very code of the kernels against the CPU engine without a GPU.
+ * FZR_ALL runs the statement for t = 0 .. nt-1 in turn (or nt-1 .. 0) and
+ * FZR_SYNC is nothing, which is a valid schedule of the same program: the
+ * tests run the very code of the kernels against the CPU engine without a
+ * GPU, in both orders.
  *
  * What keeps that true: control flow around a barrier depends only on
  * state written before the last barrier (the block takes every branch as
@@ -38,7 +39,16 @@
 #define FZR_ATOMIC_MAX(p, v) atomicMax((p), (v))
 static __device__ inline void fzr_flag(uint32_t *st) { atomicOr(st, 1u); }
 #else
-#define FZR_ALL(stmt) for (unsigned t = 0; t < nt; t++) { stmt; }
+/* The host runs a phase's threads in ascending order, or descending where
+ * a test sets fzr_host_reverse: a phase whose result depends on the order
+ * (a thread reading what another writes in the same phase, which races on
+ * the device) then differs between the two runs. */
+static int fzr_host_reverse;
+#define FZR_ALL(stmt)                                                          \
+  for (unsigned t_ = 0; t_ < nt; t_++) {                                       \
+    const unsigned t = fzr_host_reverse ? nt - 1 - t_ : t_;                    \
+    stmt;                                                                      \
+  }
 #define FZR_ONE(stmt) { const unsigned t = 0; (void)t; stmt; }
 #define FZR_SYNC() do { } while (0)
 #define FZR_T0 const unsigned nt = FZR_NT

@@ -100,7 +100,7 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
  * of a staging area, in batches of 3 chunks when there are more (the
  * launcher cuts a huge array so), over scratch that starts as garbage;
  * then each slot, size and CRC against the archive's. */
-static void model_encode_same(const uint8_t *a, size_t len, const void *x, const char *what) {
+static void model_encode_once(const uint8_t *a, size_t len, const void *x, const char *what) {
   fze_header h;
   cr_assert_eq(fze_header_parse(a, len, &h), 0, "%s", what);
   const fze_chain *ch = &h.chain;
@@ -140,6 +140,13 @@ static void model_encode_same(const uint8_t *a, size_t len, const void *x, const
   free(sizes);
   free(stage);
   free(scratch);
+}
+
+/* In both orders of each phase's threads (ratio_phase.cuh). */
+static void model_encode_same(const uint8_t *a, size_t len, const void *x, const char *what) {
+  for (fzr_host_reverse = 0; fzr_host_reverse < 2; fzr_host_reverse++)
+    model_encode_once(a, len, x, what);
+  fzr_host_reverse = 0;
 }
 
 typedef struct shape {
@@ -222,8 +229,11 @@ static void same(const uint8_t *a, size_t len, size_t raw, const char *what) {
   size_t out_len = 0;
   cr_assert_eq(fz_decompress(a, len, ref, raw + 1, &out_len, 1), 0, "%s", what);
   for (size_t off = 0; off < 2; off++) {
+    /* The aligned case in the reverse order of each phase's threads. */
+    fzr_host_reverse = off == 0;
     memset(got, 0xa5, raw + 9);
     int rc = model_decode(a, len, got, off ? 3 : 0);
+    fzr_host_reverse = 0;
     cr_assert_eq(rc, 0, "%s: model %s", what, fz_err_name(rc));
     cr_assert(memcmp(ref, got + (off ? 3 : 0), raw) == 0, "%s: bytes differ (off %zu)", what,
               off);
