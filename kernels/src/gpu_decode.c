@@ -83,7 +83,6 @@ void fz_gpu_decoder_destroy(fz_gpu_decoder *dec) {
   free(dec);
 }
 
-static int ratio_chain(const fze_header *h);
 
 /* Copies the first n bytes of the archive to dec->h_hdr and waits. */
 static int to_host(fz_gpu_decoder *dec, size_t n, cudaStream_t s, char *why, size_t why_len) {
@@ -135,10 +134,10 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
   }
   dec->ratio = 0;
   if (dec->h.version >= FZE_FORMAT_VERSION_RATIO) {
-    if (!ratio_chain(&dec->h) || dec->ctx->kern != NULL) {
+    if (!fzk_ratio_chain(&dec->h) || dec->ctx->kern != NULL) {
       fze_why(why, why_len, "the GPU kernels read only the ratio preset's chains of format "
-              "version 3 (quant | interp | huffman | rze, ahead-of-time kernels): the CPU "
-              "engine decodes this archive");
+              "version 3 (quant | interp | huffman | rze, or lorenzo in interp's place; "
+              "ahead-of-time kernels): the CPU engine decodes this archive");
       return FZ_ENOSYS;
     }
     dec->ratio = 1;
@@ -151,12 +150,11 @@ fail:
   return rc;
 }
 
-/* The chains ratio_decode.cu decodes: quant | interp | huffman | rze on
- * f32 or f64 (without a fill value, refused before). */
-static int ratio_chain(const fze_header *h) {
+int fzk_ratio_chain(const fze_header *h) {
   const fze_chain *c = &h->chain;
   return (h->dtype == FZ_F32 || h->dtype == FZ_F64) && c->n == 4 &&
-         c->st[0].id == FZE_STAGE_QUANT && c->st[1].id == FZE_STAGE_INTERP &&
+         c->st[0].id == FZE_STAGE_QUANT &&
+         (c->st[1].id == FZE_STAGE_INTERP || c->st[1].id == FZE_STAGE_LORENZO) &&
          c->st[2].id == FZE_STAGE_HUFFMAN && c->st[3].id == FZE_STAGE_RZE &&
          c->st[3].levels >= 1 && c->st[3].levels <= 6 && c->st[1].pdims >= 1 &&
          c->st[1].pdims <= 3;
@@ -207,7 +205,8 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
   fzr_params p = {.pay = pay, .pay_len = pay_len, .offs = offs, .sizes = tab32,
                   .raw_bytes = h->raw_bytes, .nchunks = nc, .cb = h->chunk_bytes,
                   .w = (uint32_t)fz_dtype_size(h->dtype), .levels = h->chain.st[3].levels,
-                  .pdims = ip->pdims, .pwrel = q->mode == FZ_EB_PWREL, .step = q->step,
+                  .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
+                  .pwrel = q->mode == FZ_EB_PWREL, .step = q->step,
                   .scratch = ws + o_scr, .out = d_out, .status = status, .crcs = crcs,
                   .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);

@@ -185,17 +185,6 @@ int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len) {
   return FZ_ECUDA;
 }
 
-/* The chains ratio_encode.cu codes: the preset's shape, quant | interp |
- * huffman | rze on f32 or f64 values (the decoder takes the same). */
-static int ratio_chain(const fze_header *h) {
-  const fze_chain *c = &h->chain;
-  return (h->dtype == FZ_F32 || h->dtype == FZ_F64) && c->n == 4 &&
-         c->st[0].id == FZE_STAGE_QUANT && c->st[1].id == FZE_STAGE_INTERP &&
-         c->st[2].id == FZE_STAGE_HUFFMAN && c->st[3].id == FZE_STAGE_RZE &&
-         c->st[3].levels >= 1 && c->st[3].levels <= 6 && c->st[1].pdims >= 1 &&
-         c->st[1].pdims <= 3;
-}
-
 /* The descriptor the prep and seal kernels read for a ratio plan. */
 static void desc_ratio(fzk_desc *d, const fze_header *h) {
   memset(d, 0, sizeof *d);
@@ -241,11 +230,12 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     rc = FZ_ENOSYS;
     goto fail;
   }
-  pl->ratio = ratio_chain(h) && ctx->kern == NULL;
+  pl->ratio = fzk_ratio_chain(h) && ctx->kern == NULL;
   if (!pl->ratio && (fze_chain_has_ratio(&h->chain) || h->chunk_bytes > FZ_CHUNK_MAX)) {
     fze_why(why, why_len, "the GPU kernels code the ratio preset's chain (quant | interp | "
-            "huffman | rze, ahead-of-time kernels) but no other with a lorenzo, interp or "
-            "huffman stage or chunks above 32 KiB: the CPU engine compresses this chain");
+            "huffman | rze, or lorenzo in interp's place; ahead-of-time kernels) but no "
+            "other with a lorenzo, interp or huffman stage or chunks above 32 KiB: the CPU "
+            "engine compresses this chain");
     rc = FZ_ENOSYS;
     goto fail;
   }
@@ -402,7 +392,8 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
     const fze_stage *ip = &h->chain.st[1];
     fzre_params rp = {.in = d_in, .raw_bytes = h->raw_bytes, .nchunks = h->nchunks,
                       .cb = h->chunk_bytes, .w = d->w, .levels = h->chain.st[3].levels,
-                      .pdims = ip->pdims, .pwrel = q->mode == FZ_EB_PWREL,
+                      .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
+                      .pwrel = q->mode == FZ_EB_PWREL,
                       .qp = (const double *)qp, .scratch = ws + L->scr,
                       .stage = ws + L->stage, .sizes = sizes, .crcs = crcs,
                       .crc_tab = ctx->d_tab};

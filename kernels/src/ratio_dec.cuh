@@ -1,7 +1,7 @@
 /*
  * ratio_dec.cuh - the decoder of the ratio preset's chunks (format version
- * 3: quant | interp | huffman | rze), written once for the device and for
- * a host model of it.
+ * 3: quant | interp | huffman | rze, and the same chain with lorenzo in
+ * interp's place), written once for the device and for a host model of it.
  *
  * One block decodes one chunk in phases; between two phases every thread
  * of the block waits (the kernel's __syncthreads()), so a phase may read
@@ -47,6 +47,7 @@ typedef struct fzr_job {
   uint32_t w;              /* 4 (f32) or 8 (f64) */
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
+  uint32_t lorenzo;        /* stage 1 is lorenzo (its k is 1..D), not interp */
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
@@ -208,8 +209,9 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c) 
   S->idx = in + k;
   S->vals = in + k + iw * m;
   k += m * (iw + w);
-  /* interp's predictor byte, then the huffman stream's length. */
-  if (k >= len || in[k] > J->pdims)
+  /* The predictor byte (interp's 0..D, lorenzo's 1..D), then the
+   * huffman stream's length. */
+  if (k >= len || in[k] > J->pdims || in[k] < J->lorenzo)
     goto bad;
   S->pk = in[k++];
   uint64_t hlen;

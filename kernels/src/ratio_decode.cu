@@ -1,6 +1,7 @@
 /*
  * ratio_decode.cu - the decoding kernel of the ratio preset's archives
- * (format version 3, quant | interp | huffman | rze): one block of FZR_NT
+ * (format version 3, quant | interp | huffman | rze, or lorenzo in interp's
+ * place): one block of FZR_NT
  * threads per chunk runs the phases of ratio_dec.cuh with a barrier
  * between each two, then checksums the chunk's stored bytes.
  *
@@ -47,6 +48,7 @@ extern "C" int fzr_launch_decode(const fzr_params *p, cudaStream_t s) {
   J.w = p->w;
   J.levels = p->levels;
   J.pdims = p->pdims;
+  J.lorenzo = p->lorenzo;
   J.pwrel = p->pwrel;
   J.step = p->step;
   for (unsigned k = 0; k < 3; k++)

@@ -18,8 +18,11 @@
  * the room.  The chunk goes to its slot of the staging area with its size
  * and CRC-32C; ratio_encode.cu then places the slots in the archive.
  *
- * The GPU takes chains without a fill value only (gpu_plan.c leaves the
- * others to the CPU engine), so the walk never meets fill cells.
+ * With lorenzo in interp's place (quant | lorenzo | huffman | rze) the
+ * chunk takes lorenzo's best k, as fze_chunk_encode's lorenzo stage does,
+ * with the same framing.  The GPU takes chains without a fill value only
+ * (gpu_plan.c leaves the others to the CPU engine), so the walk never
+ * meets fill cells.
  */
 #ifndef FZK_RATIO_ENC_CUH
 #define FZK_RATIO_ENC_CUH
@@ -38,6 +41,7 @@ typedef struct fzre_job {
   uint32_t w;              /* 4 (f32) or 8 (f64) */
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
+  uint32_t lorenzo;        /* stage 1 is lorenzo: its best k, no interpolation */
   uint32_t pwrel;          /* quant's mode is PWREL */
   const double *qp;        /* eb_abs, step (as the prep kernel left them) */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
@@ -234,9 +238,10 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
     FZR_ONE(if (S->u.lz.cost < S->best) { S->best = S->u.lz.cost; S->k = k; });
     FZR_SYNC();
   }
-  FZR_ONE(S->cost_l = S->best + ((8 * S->side_l) << 16); S->skip = J->pwrel != 0);
+  FZR_ONE(S->cost_l = S->best + ((8 * S->side_l) << 16);
+          S->skip = J->pwrel != 0 || J->lorenzo != 0);
   FZR_SYNC();
-  if (!J->pwrel && S->q.step != 0) {
+  if (!S->skip && S->q.step != 0) {
     fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 1], S->in, w, n, first);
     FZR_ONE(fzre_judge(S, J));
     FZR_SYNC();
@@ -258,7 +263,7 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
     FZR_ONE(S->cost_i = S->u.lz.cost + ((8 * S->side_i) << 16));
     FZR_SYNC();
   }
-  FZR_ONE(S->pk = S->cost_l >= S->cost_i ? 0u : S->k);
+  FZR_ONE(S->pk = J->lorenzo || S->cost_l < S->cost_i ? S->k : 0u);
   FZR_SYNC();
   if (S->pk)
     fzre_lz_encode(J->ext[S->pk - 1], S->a, S->b, w, n, first);

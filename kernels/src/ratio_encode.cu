@@ -1,6 +1,7 @@
 /*
  * ratio_encode.cu - the encoding kernels of the ratio preset (format
- * version 3, quant | interp | huffman | rze): one block of FZR_NT threads
+ * version 3, quant | interp | huffman | rze, or lorenzo in interp's
+ * place): one block of FZR_NT threads
  * per chunk runs ratio_enc.cuh's phases into the chunk's slot of a staging
  * area, and after the scan of the slots' sizes a second kernel moves each
  * slot to its place in the archive and writes its u32 table entry.
@@ -44,6 +45,7 @@ extern "C" int fzre_launch_encode(const fzre_params *p, cudaStream_t s) {
   J.w = p->w;
   J.levels = p->levels;
   J.pdims = p->pdims;
+  J.lorenzo = p->lorenzo;
   J.pwrel = p->pwrel;
   J.qp = p->qp;
   for (unsigned k = 0; k < 3; k++)

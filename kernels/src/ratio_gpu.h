@@ -22,7 +22,7 @@ typedef struct fzr_params {
   const uint64_t *offs;  /* the scan's chunk offsets */
   const uint32_t *sizes; /* the chunk table, copied to 4-byte alignment */
   uint64_t raw_bytes, nchunks;
-  uint32_t cb, w, levels, pdims, pwrel;
+  uint32_t cb, w, levels, pdims, lorenzo, pwrel;
   double step;
   uint64_t ext[3][3];
   uint8_t *scratch; /* fzr_scratch_bytes() */
@@ -42,7 +42,7 @@ int fzr_launch_decode(const fzr_params *p, cudaStream_t s);
 typedef struct fzre_params {
   const uint8_t *in;
   uint64_t raw_bytes, nchunks;
-  uint32_t cb, w, levels, pdims, pwrel;
+  uint32_t cb, w, levels, pdims, lorenzo, pwrel;
   const double *qp;
   uint64_t ext[3][3];
   uint8_t *scratch; /* fzre_scratch_bytes() */
@@ -50,6 +50,12 @@ typedef struct fzre_params {
   uint32_t *sizes, *crcs;
   const uint32_t *crc_tab;
 } fzre_params;
+
+/* The chains both kernels take: quant | interp | huffman | rze on f32 or
+ * f64 values, or lorenzo in interp's place (a fill value is refused
+ * before; gpu_decode.c). */
+struct fze_header;
+int fzk_ratio_chain(const struct fze_header *h);
 
 uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels, uint64_t nchunks);
 int fzre_launch_encode(const fzre_params *p, cudaStream_t s);

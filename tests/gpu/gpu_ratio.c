@@ -186,7 +186,8 @@ Test(ratio, f64_default_chunks, .timeout = 600) { sweep(FZ_F64, 0); }
 Test(ratio, f64_small_chunks, .timeout = 600) { sweep(FZ_F64, 8192); }
 
 /* The interpolation in fewer dimensions than the shape, fewer rze levels,
- * and lossless chunks (a bound below what the type resolves). */
+ * lossless chunks (a bound below what the type resolves), and lorenzo in
+ * the interpolation's place. */
 Test(ratio, other_parameters) {
   shape s = {3, {17, 23, 29}};
   size_t raw = (size_t)count(&s) * 4, len;
@@ -203,15 +204,28 @@ Test(ratio, other_parameters) {
   gpu_same(&s, FZ_F32, x, "ratio", FZ_EB_ABS, 1e-45, 4096, a, len, 0, "lossless");
   free(a);
   free(x);
+  /* lorenzo in interp's place, in the shape's dims and in fewer. */
+  static const char *const lz[] = {"quant | lorenzo | huffman | rze",
+                                   "quant | lorenzo(dims=2) | huffman | rze(levels=1)"};
+  for (size_t i = 0; i < 2; i++)
+    for (int f64 = 0; f64 < 2; f64++) {
+      fz_dtype t = f64 ? FZ_F64 : FZ_F32;
+      x = field(&s, t, i ? GEN_SPECIAL : GEN_SMOOTH, 7 + i);
+      a = cpu_archive(&s, t, x, lz[i], i ? FZ_EB_PWREL : FZ_EB_REL, 1e-3, 0, &len);
+      both(a, len, (size_t)count(&s) * fz_dtype_size(t), 0, lz[i]);
+      gpu_same(&s, t, x, lz[i], i ? FZ_EB_PWREL : FZ_EB_REL, 1e-3, 0, a, len, 0, lz[i]);
+      free(a);
+      free(x);
+    }
 }
 
-/* Version-3 chains the kernels do not take: ENOSYS, for the CPU engine. */
+/* Version-3 chains the kernels do not take (lorenzo before rze on words):
+ * ENOSYS, for the CPU engine. */
 Test(ratio, other_chains_are_left_to_the_cpu) {
   shape s = {2, {37, 61}};
   void *x = field(&s, FZ_F32, GEN_SMOOTH, 2);
   size_t len;
-  uint8_t *a = cpu_archive(&s, FZ_F32, x, "quant | lorenzo | huffman | rze", FZ_EB_REL, 1e-3,
-                           4096, &len);
+  uint8_t *a = cpu_archive(&s, FZ_F32, x, "quant | lorenzo | rze", FZ_EB_REL, 1e-3, 4096, &len);
   void *d_arc = to_device(a, len), *d_out = NULL;
   CUDA_OK(cudaMalloc(&d_out, count(&s) * 4));
   size_t ol;
@@ -220,7 +234,7 @@ Test(ratio, other_chains_are_left_to_the_cpu) {
                              sizeof why);
   cr_assert_eq(rc, FZ_ENOSYS, "%s: %s", fz_err_name(rc), why);
   /* Nor do they make such archives: the daemon's CPU engine does. */
-  fz_params p = params(&s, FZ_F32, "quant | lorenzo | huffman | rze", FZ_EB_REL, 1e-3, 4096);
+  fz_params p = params(&s, FZ_F32, "quant | lorenzo | rze", FZ_EB_REL, 1e-3, 4096);
   fz_gpu_plan *pl = NULL;
   rc = fz_gpu_plan_create(test_ctx(), &p, 0, &pl, why, sizeof why);
   cr_assert_eq(rc, FZ_ENOSYS, "%s: %s", fz_err_name(rc), why);

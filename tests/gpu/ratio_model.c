@@ -45,7 +45,8 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
   const fze_chain *ch = &h.chain;
   if (!((h.dtype == FZ_F32 || h.dtype == FZ_F64) && ch->n == 4 &&
         ch->st[0].id == FZE_STAGE_QUANT && !ch->st[0].has_fill &&
-        ch->st[1].id == FZE_STAGE_INTERP && ch->st[2].id == FZE_STAGE_HUFFMAN &&
+        (ch->st[1].id == FZE_STAGE_INTERP || ch->st[1].id == FZE_STAGE_LORENZO) &&
+        ch->st[2].id == FZE_STAGE_HUFFMAN &&
         ch->st[3].id == FZE_STAGE_RZE))
     return 1;
   uint64_t nc = h.nchunks;
@@ -69,8 +70,8 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
   fzr_job J = {.pay = a + h.header_len, .pay_len = len - h.header_len, .offs = offs,
                .sizes = sizes, .raw_bytes = h.raw_bytes, .cb = h.chunk_bytes,
                .w = (uint32_t)fz_dtype_size(h.dtype), .levels = ch->st[3].levels,
-               .pdims = ch->st[1].pdims, .pwrel = ch->st[0].mode == FZ_EB_PWREL,
-               .step = ch->st[0].step, .scratch = scratch, .stride = stride,
+               .pdims = ch->st[1].pdims, .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
+               .pwrel = ch->st[0].mode == FZ_EB_PWREL, .step = ch->st[0].step, .scratch = scratch, .stride = stride,
                .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,
                .status = &status, .crcs = crcs, .crc_tab = crc_tab};
   memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
@@ -116,6 +117,7 @@ static void model_encode_once(const uint8_t *a, size_t len, const void *x, const
   double qp[2] = {ch->st[0].eb_abs, ch->st[0].step};
   fzre_job J = {.in = x, .raw_bytes = h.raw_bytes, .cb = cb, .w = w,
                 .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
+                .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
                 .pwrel = ch->st[0].mode == FZ_EB_PWREL, .qp = qp, .scratch = scratch,
                 .stride = L.stride, .stage = stage, .sizes = sizes, .crcs = crcs,
                 .crc_tab = crc_tab};
@@ -251,7 +253,10 @@ static const shape shapes[] = {
 TestSuite(ratio_model, .init = setup);
 
 Test(ratio_model, decodes_like_the_cpu) {
-  static const char *const pipes[] = {"ratio", "quant | interp(dims=1) | huffman | rze(levels=2)"};
+  static const char *const pipes[] = {"ratio", "quant | interp(dims=1) | huffman | rze(levels=2)",
+                                      "quant | lorenzo | huffman | rze",
+                                      "quant | lorenzo(dims=1) | huffman | rze(levels=1)"};
+  const size_t npipes = sizeof pipes / sizeof *pipes;
   for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
     for (int f32 = 0; f32 < 2; f32++)
       for (int k = 0; k < KINDS; k++) {
@@ -262,7 +267,7 @@ Test(ratio_model, decodes_like_the_cpu) {
         static const struct { fz_eb_mode m; double eb; } bounds[] = {
             {FZ_EB_REL, 1e-2}, {FZ_EB_REL, 1e-5}, {FZ_EB_ABS, 1e-3}, {FZ_EB_PWREL, 1e-3}};
         for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++)
-          for (size_t pi = 0; pi < 2; pi++)
+          for (size_t pi = 0; pi < npipes; pi++)
             for (unsigned chunk = 4096; chunk <= 262144; chunk *= 64) {
               size_t len;
               uint8_t *a = compress(s, t, x, pipes[pi], bounds[b].m, bounds[b].eb, chunk, &len);
@@ -359,6 +364,10 @@ Test(ratio_model, hostile_chunks_give_the_cpu_error) {
   free(a);
   a = compress(&s, FZ_F32, x, "ratio", FZ_EB_PWREL, 1e-2, 4096, &len);
   hostile(a, len, 3600 * 4, "f32 pwrel");
+  free(a);
+  /* lorenzo's predictor byte is 1..D: a 0 there is corrupt. */
+  a = compress(&s, FZ_F32, x, "quant | lorenzo | huffman | rze", FZ_EB_REL, 1e-3, 4096, &len);
+  hostile(a, len, 3600 * 4, "f32 lorenzo");
   free(a);
   free(x);
   x = field(&s, 0, SMOOTH, 3);
