@@ -43,7 +43,7 @@
 
 static const char usage[] =
     "usage: fz_gpu_bench [-r REPEAT] [-p PRESETS] [-e BOUNDS] [-m MODE] [-s MIN_BYTES]\n"
-    "                    [-t f32|f64] [-j jit|aot|only|both]\n"
+    "                    [-t f32|f64] [-j jit|aot|only|both] [-k]\n"
     "                    [FILE.f32 ...] [--gen smooth|noise ...]\n"
     "Compresses and decompresses each input on the first GPU (device to device)\n"
     "with each preset and bound and prints a Markdown table of GB/s, ratio and\n"
@@ -57,6 +57,8 @@ static const char usage[] =
     "  -p also takes chains (\"quant|diff|rze\"), -j the kernels: generated at run\n"
     "                time where the plan prefers them (jit, the default), built in\n"
     "                (aot), every kernel generated (only), or jit and aot (both)\n"
+    "  -k            also compress each input with the CPU engine (every core) and\n"
+    "                require the GPU's archive to be the same bytes (exit 1 if not)\n"
     "  -h, --help    this help\n"
     "Exit status: 0 success, 1 a bound was exceeded, 2 usage or CUDA error,\n"
     "77 no usable GPU.\n";
@@ -110,6 +112,8 @@ static unsigned name_shape(const char *name, size_t n, uint64_t *dims) {
 /* The shape of the benchmark's input: the file's, stacked reps times. */
 static unsigned bench_ndims = 1;
 static uint64_t bench_dims[4];
+/* -k: every GPU archive checked against the CPU engine's. */
+static int check_cpu;
 
 /* The CPU engine's archive of a chain the kernels cannot compress, on every
  * core; its GB/s to *gbs.  NULL on failure. */
@@ -225,6 +229,23 @@ static int bench(fz_gpu_ctx *ctx, const char *name, const void *h_x, fz_dtype t,
            (mode == FZ_EB_PWREL ? cmp.max_rel_error <= eb : cmp.max_abs_error <= info.eb_abs);
   if (strcmp(preset, "lossless") == 0 || info.eb_abs == 0)
     ok = memcmp(h_x, h_y, in_len) == 0;
+  if (check_cpu && pl != NULL) {
+    size_t ref_len = 0;
+    double ref_gbs;
+    uint8_t *ref = cpu_compress(&p, h_x, in_len, &ref_len, &ref_gbs);
+    size_t at = 0;
+    while (ref != NULL && at < ref_len && at < arc_len && ref[at] == h_arc[at])
+      at++;
+    if (ref == NULL || ref_len != arc_len || at != arc_len) {
+      fprintf(stderr, "%s %s %g: the GPU's archive (%zu bytes) differs from the CPU "
+              "engine's (%zu bytes) at byte %zu\n", name, preset, eb, arc_len, ref_len, at);
+      ok = 0;
+    } else {
+      fprintf(stderr, "%s %s %g: the GPU's archive is the CPU engine's, %zu bytes\n", name,
+              preset, eb, arc_len);
+    }
+    free(ref);
+  }
   printf("| %-10s | %-8s | %s | %-4s | %-5s %-6g | %8.1f | %8.1f | %8.1f | %7.2f | %-10.3g | "
          "%-10.3g | %s |\n",
          name, preset, fz_dtype_name(t), pl ? fz_gpu_plan_path(pl) : "cpu",
@@ -265,6 +286,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "-p") && i + 1 < argc) presets = argv[++i];
     else if (!strcmp(argv[i], "-e") && i + 1 < argc) bounds = argv[++i];
     else if (!strcmp(argv[i], "-s") && i + 1 < argc) min_bytes = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "-k")) check_cpu = 1;
     else if (!strcmp(argv[i], "-j") && i + 1 < argc) {
       jit = argv[++i];
       if (strcmp(jit, "jit") && strcmp(jit, "aot") && strcmp(jit, "only") && strcmp(jit, "both")) {
