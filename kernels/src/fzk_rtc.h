@@ -17,6 +17,9 @@ typedef short int16_t;
 typedef int int32_t;
 typedef long long int64_t;
 typedef unsigned long uintptr_t;
+#define UINT32_MAX 0xffffffffu
+#define UINT64_MAX 0xffffffffffffffffull
+#define UINT64_C(v) v##ull
 #ifndef NULL
 #define NULL 0
 #endif

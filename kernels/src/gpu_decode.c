@@ -15,6 +15,7 @@
  * output large enough.
  */
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +42,8 @@ struct fz_gpu_decoder {
   fze_header h;
   size_t table_pos;
   int opened;
-  int ratio;        /* the archive is the ratio preset's (ratio_decode.cu) */
+  int ratio;        /* the archive is the ratio preset's (ratio.cu) */
+  const fzk_kern *rk; /* those kernels as NVRTC compiled them, or NULL: built in */
   const char *path; /* of the last run: "jit", "aot" */
   /* The kernel chosen for the last archive, by the descriptor its header
    * gave: a worker's next archive is most often of the same chain and size,
@@ -134,10 +136,21 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
   }
   dec->ratio = 0;
   if (dec->h.version >= FZE_FORMAT_VERSION_RATIO) {
-    if (!fzk_ratio_chain(&dec->h) || dec->ctx->kern != NULL) {
+    if (!fzk_ratio_chain(&dec->h)) {
       fze_why(why, why_len, "the GPU kernels read only the ratio preset's chains of format "
-              "version 3 (quant | interp | huffman | rze, or lorenzo in interp's place; "
-              "ahead-of-time kernels): the CPU engine decodes this archive");
+              "version 3 (quant | interp | huffman | rze, or lorenzo in interp's place): "
+              "the CPU engine decodes this archive");
+      return FZ_ENOSYS;
+    }
+    /* A GPU the built-in kernels cannot run on takes them from NVRTC. */
+    dec->rk = NULL;
+    if (dec->ctx->kern != NULL && (rc = fzk_jit_ratio(dec->ctx->jit, &dec->rk, why, why_len)) < 0) {
+      if (rc == FZ_ENOMEM || rc == FZ_EGPUOOM)
+        return rc;
+      char text[768];
+      snprintf(text, sizeof text, "%s", why != NULL ? why : "");
+      fze_why(why, why_len, "the ratio kernels are not available on %s (%s): the CPU engine "
+              "decodes this archive", dec->ctx->name, text);
       return FZ_ENOSYS;
     }
     dec->ratio = 1;
@@ -161,7 +174,7 @@ int fzk_ratio_chain(const fze_header *h) {
 }
 
 /* The ratio preset's decode: the header's CRC and the u32 table's scan as
- * for the other chains, then one block per chunk (ratio_decode.cu), which
+ * for the other chains, then one block per chunk (ratio.cu), which
  * also checksums each chunk, then the payload's CRC. */
 static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why,
                      size_t why_len) {
@@ -194,13 +207,13 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
   const uint64_t pay_len = dec->arc_len - h->header_len;
   FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
   const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
-  FZK_CHECK(fzk_launch_crc(NULL, arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  FZK_CHECK(fzk_launch_crc(ctx->kern, arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
   /* The table has any alignment in the archive; the kernels read words. */
   if (nc)
     FZK_CHECK(cudaMemcpyAsync(tab32, tab, 4 * nc, cudaMemcpyDeviceToDevice, s), out);
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  FZK_CHECK(fzk_launch_scan(NULL, nc, tab32, NULL, (uint64_t *)(ws + o_bsum), offs, &chk, s),
-            out);
+  FZK_CHECK(fzk_launch_scan(ctx->kern, nc, tab32, NULL, (uint64_t *)(ws + o_bsum), offs, &chk,
+                            s), out);
   const fze_stage *q = &h->chain.st[0], *ip = &h->chain.st[1];
   fzr_params p = {.pay = pay, .pay_len = pay_len, .offs = offs, .sizes = tab32,
                   .raw_bytes = h->raw_bytes, .nchunks = nc, .cb = h->chunk_bytes,
@@ -210,13 +223,13 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
                   .scratch = ws + o_scr, .out = d_out, .status = status, .crcs = crcs,
                   .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);
-  FZK_CHECK(fzr_launch_decode(&p, s), out);
+  FZK_CHECK(fzr_launch_decode(dec->rk, &p, s), out);
   const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
-  FZK_CHECK(fzk_launch_crc(NULL, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s),
-            out);
+  FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
+                           s), out);
   FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
   FZK_CHECK(cudaStreamSynchronize(s), out);
-  dec->path = "aot";
+  dec->path = dec->rk != NULL ? "jit" : "aot";
 out:
   return rc;
 }

@@ -11,11 +11,12 @@
  * copy back brings the archive's size and the absolute bound the quantizer
  * enforced, so a caller learns what it reports without reading the archive.
  * Decompression is gpu_decode.c.  The ratio preset's chain has kernels of
- * its own (ratio_encode.cu): its chunks are staged with their sizes and
+ * its own (ratio.cu): its chunks are staged with their sizes and
  * checksums, scanned, placed, then sealed like the others.
  */
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +62,8 @@ struct fz_gpu_plan {
   cudaEvent_t ev0, ev1;
   int have_events;
   void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
-  int ratio;               /* the ratio preset's kernels (ratio_encode.cu) */
+  int ratio;               /* the ratio preset's kernels (ratio.cu) */
+  const fzk_kern *rk;      /* theirs as NVRTC compiled them, or NULL: built in */
 };
 
 /* The staging area, the staged sizes and their scan are for the generic
@@ -230,16 +232,29 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     rc = FZ_ENOSYS;
     goto fail;
   }
-  pl->ratio = fzk_ratio_chain(h) && ctx->kern == NULL;
+  pl->ratio = fzk_ratio_chain(h);
   if (!pl->ratio && (fze_chain_has_ratio(&h->chain) || h->chunk_bytes > FZ_CHUNK_MAX)) {
     fze_why(why, why_len, "the GPU kernels code the ratio preset's chain (quant | interp | "
-            "huffman | rze, or lorenzo in interp's place; ahead-of-time kernels) but no "
-            "other with a lorenzo, interp or huffman stage or chunks above 32 KiB: the CPU "
-            "engine compresses this chain");
+            "huffman | rze, or lorenzo in interp's place) but no other with a lorenzo, "
+            "interp or huffman stage or chunks above 32 KiB: the CPU engine compresses "
+            "this chain");
     rc = FZ_ENOSYS;
     goto fail;
   }
   FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  /* A GPU the built-in kernels cannot run on takes them from NVRTC; where
+   * they do not compile the CPU engine compresses (the log says why). */
+  if (pl->ratio && ctx->kern != NULL &&
+      (rc = fzk_jit_ratio(ctx->jit, &pl->rk, why, why_len)) < 0) {
+    if (rc != FZ_ENOMEM && rc != FZ_EGPUOOM) {
+      char text[768];
+      snprintf(text, sizeof text, "%s", why != NULL ? why : "");
+      fze_why(why, why_len, "the ratio kernels are not available on %s (%s): the CPU "
+              "engine compresses this chain", ctx->name, text);
+      rc = FZ_ENOSYS;
+    }
+    goto fail;
+  }
   if (pl->ratio) {
     desc_ratio(&pl->desc, h);
     layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, 1,
@@ -325,7 +340,9 @@ size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *pl) {
 }
 size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *pl) { return pl->ws.bytes; }
 const char *fz_gpu_plan_chain(const fz_gpu_plan *pl) { return fz_plan_chain(pl->cpu); }
-const char *fz_gpu_plan_path(const fz_gpu_plan *pl) { return pl->jit_enc ? "jit" : "aot"; }
+const char *fz_gpu_plan_path(const fz_gpu_plan *pl) {
+  return pl->jit_enc || pl->rk ? "jit" : "aot";
+}
 double fz_gpu_plan_eb_abs(const fz_gpu_plan *pl) {
   return pl->desc.has_quant ? pl->h_back->qp.eb_abs : 0.0;
 }
@@ -398,11 +415,11 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                       .stage = ws + L->stage, .sizes = sizes, .crcs = crcs,
                       .crc_tab = ctx->d_tab};
     memcpy(rp.ext, ip->ext, sizeof rp.ext);
-    FZK_CHECK(fzre_launch_encode(&rp, s), fail_ws);
-    FZK_CHECK(fzk_launch_scan(NULL, h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum), offs,
-                              NULL, s), fail_ws);
-    FZK_CHECK(fzre_launch_place(ws + L->stage, sizes, offs, h->nchunks, h->chunk_bytes, out,
-                                out_cap, h->header_len, pl->table_off, s), fail_ws);
+    FZK_CHECK(fzre_launch_encode(pl->rk, &rp, s), fail_ws);
+    FZK_CHECK(fzk_launch_scan(ctx->kern, h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum),
+                              offs, NULL, s), fail_ws);
+    FZK_CHECK(fzre_launch_place(pl->rk, ws + L->stage, sizes, offs, h->nchunks, h->chunk_bytes,
+                                out, out_cap, h->header_len, pl->table_off, s), fail_ws);
   } else if (d->k32) {
     if (pl->jit_enc != NULL)
       FZK_CHECK(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap, h->header_len,

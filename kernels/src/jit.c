@@ -30,6 +30,7 @@
 #include "gpu_err.h"
 #include "jit.h"
 #include "jit_cache.h"
+#include "ratio_gpu.h"
 
 /* ---- NVRTC ---- */
 
@@ -292,6 +293,9 @@ struct fzk_jit {
   int chain_used;     /* a plan or a decoder asked for a chain's kernel */
   fzk_kern helpers;   /* with have_helpers: fzk_jit_helpers */
   int have_helpers;
+  fzk_kern ratio;     /* with have_ratio: fzk_jit_ratio; ratio_failed: its */
+  int have_ratio;     /* compile failed, not tried again */
+  int ratio_failed;
   char failure[2048]; /* failures not fetched yet, one line each */
   atomic_int pending; /* failure is not empty: read without the lock, so
                        * callers that ask after every job pay no lock */
@@ -519,40 +523,57 @@ static const char *const helper_names[FZK_K_COUNT] = {
     "fzk_zero_kernel",  "fzk_place_kernel", "fzk_check_kernel",
     "fzk_crc_parts_kernel", "fzk_crc_finish_kernel", "fzk_seal_kernel"};
 
-int fzk_jit_helpers(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len) {
+/* A module of fixed kernels (the helpers', the ratio chains'), compiled
+ * and loaded once per context: its n functions named in names into *fns,
+ * and *have set, under the lock; a compile that fails leaves *failed set
+ * (when failed is not NULL) and its text for fz_gpu_ctx_jit_failure(). */
+static int fixed_module(fzk_jit *j, const char *source, unsigned n, const char *const *names,
+                        fzk_kern *fns, int *have, int *failed, const fzk_kern **out,
+                        char *why, size_t why_len) {
   pthread_mutex_lock(&j->lock);
-  int have = j->have_helpers;
+  int ready = *have, lost = failed != NULL && *failed;
   pthread_mutex_unlock(&j->lock);
-  if (have) {
-    *out = &j->helpers;
+  if (ready) {
+    *out = fns;
     return 0;
   }
-  char *src = strdup(fzk_jit_helpers_source());
+  if (lost) {
+    fze_why(why, why_len, "their compile failed before");
+    return FZ_ECUDA;
+  }
+  char *src = strdup(source);
   if (src == NULL)
     return FZ_ENOMEM;
   CUmodule mod = NULL;
-  CUfunction fns[FZK_K_COUNT];
-  int rc = load(j, src, FZK_K_COUNT, helper_names, &mod, fns, why, why_len);
+  CUfunction f[FZK_K_COUNT];
+  int rc = load(j, src, n, names, &mod, f, why, why_len);
   if (rc < 0) {
     free(src);
+    /* Out of memory is not the kernels' fault: tried again next time. */
+    if (failed != NULL && rc != FZ_ENOMEM && rc != FZ_EGPUOOM) {
+      pthread_mutex_lock(&j->lock);
+      *failed = 1;
+      note_failure(j, why);
+      pthread_mutex_unlock(&j->lock);
+    }
     return rc;
   }
   pthread_mutex_lock(&j->lock);
-  module *m = j->have_helpers ? NULL : calloc(1, sizeof *m);
+  module *m = *have ? NULL : calloc(1, sizeof *m);
   if (m != NULL) {
-    for (unsigned i = 0; i < FZK_K_COUNT; i++)
-      j->helpers.fn[i] = (void *)fns[i];
-    j->have_helpers = 1;
+    for (unsigned i = 0; i < n; i++)
+      fns->fn[i] = (void *)f[i];
+    *have = 1;
     m->source = src;
     m->mod = mod;
-    m->fn = fns[0];
+    m->fn = f[0];
     m->next = j->mods;
     j->mods = m;
     j->loads++;
     src = NULL;
     mod = NULL;
   }
-  int ok = j->have_helpers;
+  int ok = *have;
   pthread_mutex_unlock(&j->lock);
   /* Another thread's module stands, or there was no memory to record it. */
   if (mod != NULL)
@@ -560,8 +581,23 @@ int fzk_jit_helpers(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len)
   free(src);
   if (!ok)
     return FZ_ENOMEM;
-  *out = &j->helpers;
+  *out = fns;
   return 0;
+}
+
+int fzk_jit_helpers(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len) {
+  return fixed_module(j, fzk_jit_helpers_source(), FZK_K_COUNT, helper_names, &j->helpers,
+                      &j->have_helpers, NULL, out, why, why_len);
+}
+
+/* The ratio kernels' names, in ratio_gpu.h's order (FZR_K_*). */
+static const char *const ratio_names[] = {"fzr_decode_kernel", "fzre_encode_kernel",
+                                          "fzre_place_kernel"};
+_Static_assert(sizeof ratio_names / sizeof *ratio_names == FZR_K_COUNT, "ratio kernels");
+
+int fzk_jit_ratio(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len) {
+  return fixed_module(j, fzk_jit_ratio_source(), FZR_K_COUNT, ratio_names, &j->ratio,
+                      &j->have_ratio, &j->ratio_failed, out, why, why_len);
 }
 
 void fzk_jit_stats(fzk_jit *j, fz_gpu_jit_counts *out) {

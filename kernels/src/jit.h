@@ -87,8 +87,10 @@ int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, u
                             void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                             const uint32_t *d_tab, fz_gpu_stream s);
 
-/* The source of the helper kernels' module (helper_kernels.cuh). */
+/* The source of the helper kernels' module (helper_kernels.cuh), and of
+ * the ratio chains' (ratio_kernels.cuh). */
 const char *fzk_jit_helpers_source(void);
+const char *fzk_jit_ratio_source(void);
 
 /* ---- per context ---- */
 
@@ -110,6 +112,9 @@ void fzk_jit_stats(fzk_jit *j, fz_gpu_jit_counts *out);
 /* Compiles and loads the helper kernels (once per context), for a context
  * that runs no built-in kernel; *out stays valid until destroy. */
 int fzk_jit_helpers(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len);
+/* The same for the ratio chains' kernels (FZR_K_* of ratio_gpu.h), when the
+ * chain asks for them; a compile that failed is not tried again. */
+int fzk_jit_ratio(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len);
 /* The text of failures not fetched yet; see fz_gpu_ctx_jit_failure. */
 int fzk_jit_failure(fzk_jit *j, char *buf, size_t len);
 

@@ -223,3 +223,8 @@ const char *fzk_jit_helpers_source(void) {
   return "/* fzd generated module: the kernels around the chunk coders */\n"
          "#include \"helper_kernels.cuh\"\n";
 }
+
+const char *fzk_jit_ratio_source(void) {
+  return "/* fzd generated module: the kernels of the ratio preset's chains */\n"
+         "#include \"ratio_kernels.cuh\"\n";
+}

@@ -16,7 +16,8 @@
  * ratio_enc_rze.cuh; each leaves its results in its part of the block's
  * shared state, which this file copies out before the next piece reuses
  * the room.  The chunk goes to its slot of the staging area with its size
- * and CRC-32C; ratio_encode.cu then places the slots in the archive.
+ * and CRC-32C; ratio_kernels.cuh's place kernel then moves the slots into
+ * the archive.
  *
  * With lorenzo in interp's place (quant | lorenzo | huffman | rze) the
  * chunk takes lorenzo's best k, as fze_chunk_encode's lorenzo stage does,

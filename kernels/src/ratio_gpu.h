@@ -1,9 +1,10 @@
 /*
- * ratio_gpu.h - the host's view of the ratio preset's kernels: the
- * decoder (ratio_decode.cu), which gpu_decode.c fills from the archive's
- * header after the table's scan has given every chunk its offset, and the
- * encoder (ratio_encode.cu), which gpu_plan.c runs between the prep kernel
- * (the quantizer's parameters) and the seal (the checksums).
+ * ratio_gpu.h - the host's view of the ratio preset's kernels (ratio.cu):
+ * the decoder, which gpu_decode.c fills from the archive's header after the
+ * table's scan has given every chunk its offset, and the encoder, which
+ * gpu_plan.c runs between the prep kernel (the quantizer's parameters) and
+ * the seal (the checksums).  Each launcher takes the kernels' functions as
+ * NVRTC compiled them (fzk_jit_ratio), or NULL for the built-in ones.
  */
 #ifndef FZK_RATIO_GPU_H
 #define FZK_RATIO_GPU_H
@@ -15,6 +16,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+struct fzk_kern;
+/* The kernels' places in the fzk_kern of fzk_jit_ratio. */
+enum { FZR_K_DECODE, FZR_K_ENCODE, FZR_K_PLACE, FZR_K_COUNT };
 
 typedef struct fzr_params {
   const uint8_t *pay;
@@ -34,9 +39,9 @@ typedef struct fzr_params {
 /* Device scratch of a decode: about 3.5 times the chunk size per chunk,
  * for at most 4 GiB worth of chunks (launched in turn beyond that). */
 uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t nchunks);
-int fzr_launch_decode(const fzr_params *p, cudaStream_t s);
+int fzr_launch_decode(const struct fzk_kern *k, const fzr_params *p, cudaStream_t s);
 
-/* The encoder's launch (ratio_encode.cu): chunk i of the array at in is
+/* The encoder's launch: chunk i of the array at in is
  * coded into stage + i * cb, its length into sizes[i], its CRC-32C into
  * crcs[i]; qp points at the prep kernel's eb_abs and step. */
 typedef struct fzre_params {
@@ -58,12 +63,13 @@ struct fze_header;
 int fzk_ratio_chain(const struct fze_header *h);
 
 uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels, uint64_t nchunks);
-int fzre_launch_encode(const fzre_params *p, cudaStream_t s);
+int fzre_launch_encode(const struct fzk_kern *k, const fzre_params *p, cudaStream_t s);
 /* The staged chunks to the archive at header_len + offs[i] (nothing at or
  * beyond out_cap), their lengths to the u32 table at table_off. */
-int fzre_launch_place(const uint8_t *stage, const uint32_t *sizes, const uint64_t *offs,
-                      uint64_t nchunks, uint32_t cb, uint8_t *out, uint64_t out_cap,
-                      uint64_t header_len, uint64_t table_off, cudaStream_t s);
+int fzre_launch_place(const struct fzk_kern *k, const uint8_t *stage, const uint32_t *sizes,
+                      const uint64_t *offs, uint64_t nchunks, uint32_t cb, uint8_t *out,
+                      uint64_t out_cap, uint64_t header_len, uint64_t table_off,
+                      cudaStream_t s);
 
 #ifdef __cplusplus
 }

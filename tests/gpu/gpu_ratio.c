@@ -2,15 +2,16 @@
  * gpu_ratio.c - the ratio preset's archives (format version 3) made and
  * decoded on the GPU: the GPU encoder's archives must be the CPU
  * encoder's, byte for byte, and the CPU encoder's archives of f32 and f64
- * fields, 1-D to 4-D
- * with odd extents, extents of 1 and partial chunks, smooth, noisy,
+ * fields, 1-D to 4-D with odd extents, extents of 1 and partial chunks,
+ * smooth, noisy,
  * constant and full of NaN, Inf, -0.0 and denormals, under ABS, REL (1e-2
  * to 1e-5) and PWREL bounds, must decode to the CPU decoder's bytes, into
  * aligned and unaligned output; hostile archives (bytes flipped with every
  * CRC recomputed, truncations) must give the CPU decoder's error, never a
  * crash (run.sh runs the small case under compute-sanitizer memcheck);
- * chains the kernels do not take still answer ENOSYS, so a daemon hands
- * them to the CPU engine; and through a GPU fzd a device-buffer
+ * the same on a context of generated kernels only (NVRTC's build of the
+ * ratio kernels); chains the kernels do not take still answer ENOSYS, so a
+ * daemon hands them to the CPU engine; and through a GPU fzd a device-buffer
  * decompression of a ratio archive gives the CPU engine's output.
  */
 #include <criterion/criterion.h>
@@ -81,10 +82,15 @@ static uint8_t *cpu_archive(const shape *s, fz_dtype t, const void *x, const cha
   return a;
 }
 
+/* The context the comparisons run on: the tests' own, or one that runs
+ * only generated kernels (NVRTC's build of the ratio kernels). */
+static fz_gpu_ctx *ratio_ctx;
+static fz_gpu_ctx *gpu(void) { return ratio_ctx != NULL ? ratio_ctx : test_ctx(); }
+
 /* Decodes a on both backends (the GPU's output off by `off` bytes from an
  * allocation's start): the same code, and on success the same bytes. */
 static int both(const uint8_t *a, size_t len, size_t raw, size_t off, const char *what) {
-  fz_gpu_ctx *ctx = test_ctx();
+  fz_gpu_ctx *ctx = gpu();
   uint8_t *o_cpu = malloc(raw + 1), *o_gpu = malloc(raw + 1);
   size_t ol = 0;
   int rc_cpu = fz_decompress(a, len, o_cpu, raw, &ol, 2);
@@ -119,8 +125,7 @@ static void gpu_same(const shape *s, fz_dtype t, const void *x, const char *pipe
   fz_params p = params(s, t, pipe, mode, eb, chunk);
   fz_gpu_plan *pl = NULL;
   char why[256] = "";
-  cr_assert_eq(fz_gpu_plan_create(test_ctx(), &p, 0, &pl, why, sizeof why), 0, "%s: %s", what,
-               why);
+  cr_assert_eq(fz_gpu_plan_create(gpu(), &p, 0, &pl, why, sizeof why), 0, "%s: %s", what, why);
   size_t raw = fz_gpu_plan_input_bytes(pl), cap = fz_gpu_plan_compress_bound(pl), ol = 0;
   uint8_t *d_in = NULL, *d_out = NULL, *got = malloc(cap);
   const size_t in_off = off * fz_dtype_size(t);
@@ -217,6 +222,40 @@ Test(ratio, other_parameters) {
       free(a);
       free(x);
     }
+}
+
+/* On a context that runs only generated kernels, as on a GPU the built-in
+ * code cannot run on: NVRTC's build of the same kernels, the same bytes
+ * both ways, and the plan says so. */
+Test(ratio, generated_kernels_only, .timeout = 600) {
+  char why[512] = "";
+  fz_gpu_ctx *ctx = NULL;
+  cr_assert_eq(fz_gpu_ctx_create(NULL, 2, &ctx, why, sizeof why), 0, "%s", why);
+  cr_assert_eq(fz_gpu_ctx_jit_config(ctx, NULL, 0, FZ_GPU_JIT_ONLY, why, sizeof why), 0, "%s",
+               why);
+  ratio_ctx = ctx;
+  static const shape cases[] = {{2, {300, 301}}, {3, {17, 23, 29}}, {1, {70001}}};
+  for (size_t i = 0; i < 3; i++)
+    for (int f64 = 0; f64 < 2; f64++) {
+      fz_dtype t = f64 ? FZ_F64 : FZ_F32;
+      const char *pipe = i == 1 ? "quant | lorenzo | huffman | rze" : "ratio";
+      void *x = field(&cases[i], t, i == 2 ? GEN_SPECIAL : GEN_SMOOTH, 40 + i);
+      size_t len, raw = (size_t)count(&cases[i]) * fz_dtype_size(t);
+      uint8_t *a = cpu_archive(&cases[i], t, x, pipe, FZ_EB_REL, 1e-3, 0, &len);
+      char what[96];
+      snprintf(what, sizeof what, "generated only: case %zu %s", i, fz_dtype_name(t));
+      cr_assert_eq(both(a, len, raw, 0, what), 0, "%s", what);
+      gpu_same(&cases[i], t, x, pipe, FZ_EB_REL, 1e-3, 0, a, len, 3, what);
+      free(a);
+      free(x);
+    }
+  fz_params p = params(&cases[0], FZ_F32, "ratio", FZ_EB_REL, 1e-3, 0);
+  fz_gpu_plan *pl = NULL;
+  cr_assert_eq(fz_gpu_plan_create(ctx, &p, 0, &pl, why, sizeof why), 0, "%s", why);
+  cr_assert_str_eq(fz_gpu_plan_path(pl), "jit");
+  fz_gpu_plan_destroy(pl);
+  ratio_ctx = NULL;
+  fz_gpu_ctx_destroy(ctx);
 }
 
 /* Version-3 chains the kernels do not take (lorenzo before rze on words):

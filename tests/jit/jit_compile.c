@@ -5,7 +5,8 @@
  * and NVRTC compiles it to a CUBIN for sm_80 and sm_90, as it does the
  * helper kernels' module; every chain of the 8-byte word kernels (f64,
  * u64, i64, each coder, quantizer and diff map) instantiates the 64-bit
- * bodies of chain64_ops.cuh and compiles; which descriptor and path a plan
+ * bodies of chain64_ops.cuh and compiles; so do the ratio chains' kernels;
+ * which descriptor and path a plan
  * takes when its kernel is not generated; a broken source reports NVRTC's
  * log, and a missing NVRTC says so.
  */
@@ -400,6 +401,27 @@ static void helpers_for(unsigned arch) {
 }
 Test(jit_compile, helpers_sm80, .timeout = 600) { helpers_for(80); }
 Test(jit_compile, helpers_sm90, .timeout = 600) { helpers_for(90); }
+
+/* The ratio chains' kernels (ratio_kernels.cuh: their decoder, encoder and
+ * place kernel), for such a GPU: the very headers the library's nvcc build
+ * compiles, from the embedded copies. */
+static void ratio_for(unsigned arch) {
+  void *img = NULL;
+  size_t len = 0;
+  char why[4096] = "";
+  int rc = fzk_nvrtc_compile(fzk_jit_ratio_source(), arch, &img, &len, why, sizeof why);
+  cr_assert_eq(rc, 0, "the ratio kernels for sm_%u: %s: %s", arch, fz_err_name(rc), why);
+  cr_assert_eq(memcmp(img, "\177ELF", 4), 0, "a CUBIN is an ELF image");
+  /* Every entry jit.c looks up is in the image's symbols. */
+  static const char *const names[] = {"fzr_decode_kernel", "fzre_encode_kernel",
+                                      "fzre_place_kernel"};
+  for (size_t i = 0; i < 3; i++)
+    cr_assert_not_null(memmem(img, len, names[i], strlen(names[i]) + 1), "%s is missing",
+                       names[i]);
+  free(img);
+}
+Test(jit_compile, ratio_sm80, .timeout = 600) { ratio_for(80); }
+Test(jit_compile, ratio_sm90, .timeout = 600) { ratio_for(90); }
 
 Test(jit_compile, broken_source_reports_the_log) {
   char why[4096] = "";

@@ -1,0 +1,62 @@
+/*
+ * ratio_kernels.cuh - the kernels of the ratio preset's chains, defined once:
+ * nvcc builds them into the library (ratio.cu), and NVRTC compiles the same
+ * text, from the headers embedded in the library, for a GPU the built-in
+ * code cannot run on (jit.c, fzk_jit_ratio), so that such a GPU codes
+ * these chains too.
+ *
+ * fzr_decode_kernel and fzre_encode_kernel: one block of FZR_NT threads
+ * per chunk runs ratio_dec.cuh's or ratio_enc.cuh's phases.
+ * fzre_place_kernel: after the scan of the staged chunks' sizes, one block
+ * per chunk moves its slot (aligned: cb is a multiple of 256) to its place
+ * in the archive, which has any alignment, in 4-byte words funnel-shifted
+ * from two aligned source words, the ragged ends byte by byte, and writes
+ * its u32 table entry.  Nothing is written at or beyond out_cap.
+ */
+#ifndef FZK_RATIO_KERNELS_CUH
+#define FZK_RATIO_KERNELS_CUH
+
+#include "ratio_dec.cuh"
+#include "ratio_enc.cuh"
+
+extern "C" __global__ void __launch_bounds__(FZR_NT) fzr_decode_kernel(fzr_job J) {
+  __shared__ fzr_state S;
+  fzr_chunk(&S, &J, J.c0 + blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(FZR_NT) fzre_encode_kernel(fzre_job J) {
+  __shared__ fzre_state S;
+  fzre_chunk(&S, &J, J.c0 + blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(FZR_NT)
+fzre_place_kernel(const uint8_t *__restrict__ stage, const uint32_t *__restrict__ sizes,
+                  const uint64_t *__restrict__ offs, uint32_t cb, uint8_t *__restrict__ out,
+                  uint64_t out_cap, uint64_t header_len, uint64_t table_off) {
+  const uint64_t c = blockIdx.x;
+  const uint32_t len = sizes[c];
+  const uint8_t *src = stage + c * cb;
+  uint64_t at = header_len + offs[c];
+  uint64_t room = at < out_cap ? out_cap - at : 0;
+  uint32_t lim = len < room ? len : (uint32_t)room;
+  uint8_t *dp = out + at;
+  uint32_t head = (uint32_t)((4 - ((uintptr_t)dp & 3)) & 3);
+  if (head > lim)
+    head = lim;
+  uint32_t nw = (lim - head) / 4;
+  if (threadIdx.x < head)
+    dp[threadIdx.x] = src[threadIdx.x];
+  /* Destination word k holds source bytes head + 4k .. head + 4k + 3. */
+  const uint32_t *s32 = (const uint32_t *)src;
+  const unsigned sh = 8 * head;
+  for (uint32_t k = threadIdx.x; k < nw; k += FZR_NT) {
+    uint32_t lo = s32[k], hi = head ? s32[k + 1] : 0;
+    ((uint32_t *)(dp + head))[k] = head ? __funnelshift_r(lo, hi, sh) : lo;
+  }
+  for (uint32_t i = head + 4 * nw + threadIdx.x; i < lim; i += FZR_NT)
+    dp[i] = src[i];
+  if (threadIdx.x < 4 && table_off + 4 * c + 4 <= out_cap)
+    out[table_off + 4 * c + threadIdx.x] = (uint8_t)(len >> (8 * threadIdx.x));
+}
+
+#endif
