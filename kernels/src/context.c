@@ -120,6 +120,7 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   FZK_CHECK(cudaSetDevice(dev), fail);
   FZK_CHECK(cudaGetDeviceProperties(&prop, dev), fail);
   snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
+  ctx->nsm = prop.multiProcessorCount > 0 ? (unsigned)prop.multiProcessorCount : 1;
   format_uuid((const unsigned char *)prop.uuid.bytes, ctx->uuid, sizeof ctx->uuid);
   if ((rc = fzk_jit_create(dev, &ctx->jit, why, why_len)) < 0)
     goto fail;

@@ -34,6 +34,7 @@ struct fz_gpu_ctx {
    * built-in code cannot run on, or FZ_GPU_JIT_ONLY), else NULL. */
   const struct fzk_kern *kern;
   int aot_ok; /* the built-in kernels run on this GPU */
+  unsigned nsm; /* its multiprocessors */
 };
 
 struct fze_header;

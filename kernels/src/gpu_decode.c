@@ -190,7 +190,8 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
   size_t o_parts = o_tab + fzk_up256(4 * nc);
   size_t o_scr = o_parts + fzk_up256(4 * (parts > fzk_crc_parts(4 * nc) ? parts
                                                                         : fzk_crc_parts(4 * nc)));
-  size_t bytes = o_scr + fzr_scratch_bytes(h->chunk_bytes, nc);
+  const uint64_t slots = fzr_slots(nc, ctx->nsm, FZR_DEC_PER_SM);
+  size_t bytes = o_scr + fzr_scratch_bytes(h->chunk_bytes, slots);
   if (dec->ws_cap < bytes) {
     if (dec->d_ws != NULL)
       FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
@@ -220,7 +221,8 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
                   .w = (uint32_t)fz_dtype_size(h->dtype), .levels = h->chain.st[3].levels,
                   .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
                   .pwrel = q->mode == FZ_EB_PWREL, .step = q->step,
-                  .scratch = ws + o_scr, .out = d_out, .status = status, .crcs = crcs,
+                  .slots = slots, .scratch = ws + o_scr, .out = d_out, .status = status,
+                  .crcs = crcs,
                   .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);
   FZK_CHECK(fzr_launch_decode(dec->rk, &p, s), out);

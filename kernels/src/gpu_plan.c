@@ -64,6 +64,7 @@ struct fz_gpu_plan {
   void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
   int ratio;               /* the ratio preset's kernels (ratio.cu) */
   const fzk_kern *rk;      /* theirs as NVRTC compiled them, or NULL: built in */
+  uint64_t slots;          /* their launch's blocks (fzr_slots) */
 };
 
 /* The staging area, the staged sizes and their scan are for the generic
@@ -257,8 +258,9 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   }
   if (pl->ratio) {
     desc_ratio(&pl->desc, h);
+    pl->slots = fzr_slots(h->nchunks, ctx->nsm, FZRE_ENC_PER_SM);
     layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, 1,
-           fzre_scratch_bytes(h->chunk_bytes, pl->desc.w, h->chain.st[3].levels, h->nchunks));
+           fzre_scratch_bytes(h->chunk_bytes, pl->desc.w, h->chain.st[3].levels, pl->slots));
   } else {
     /* The generated kernel where it compiles; a failure leaves the
      * ahead-of-time one (and its text in the context), and the
@@ -411,7 +413,7 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                       .cb = h->chunk_bytes, .w = d->w, .levels = h->chain.st[3].levels,
                       .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
                       .pwrel = q->mode == FZ_EB_PWREL,
-                      .qp = (const double *)qp, .scratch = ws + L->scr,
+                      .qp = (const double *)qp, .slots = pl->slots, .scratch = ws + L->scr,
                       .stage = ws + L->stage, .sizes = sizes, .crcs = crcs,
                       .crc_tab = ctx->d_tab};
     memcpy(rp.ext, ip->ext, sizeof rp.ext);

@@ -5,11 +5,13 @@
  * the same kernels compiled by NVRTC (fzk_jit_ratio; k is then that
  * module's functions, NULL for the built-in ones).
  *
- * Decoding: one block per chunk; the 32 huffman sub-streams are decoded by
+ * Each launch has as many blocks as the GPU holds at once (fzr_slots), each
+ * with a slot of scratch, coding one chunk after another.
+ * Decoding: a block per chunk in turn; the 32 huffman sub-streams are decoded by
  * the block's first warp, a lane each, rze's level 1 and the
  * interpolation's levels by the whole block, the anchors, rze's small upper
  * levels and the chaining of a lorenzo row's shares by one thread.
- * Encoding: one block per chunk into its slot of a staging area, then,
+ * Encoding: a block per chunk in turn into its place in a staging area, then,
  * after the scan of the slots' sizes, the place kernel.  Staging rather
  * than placing each chunk as it is coded (the word kernels' look-back)
  * keeps the chunk kernel free of any wait on the blocks before it; a chunk
@@ -22,26 +24,17 @@
 #include "ratio_gpu.h"
 #include "ratio_kernels.cuh"
 
-/* Chunks decoded by one launch: all of them up to FZR_SCRATCH_MAX bytes of
- * scratch (a 1 GiB array of 256 KiB chunks in one launch), so that a huge
- * array does not need several times its size in scratch; the encoder's
- * scratch is larger per chunk (about ten times the chunk), and capped at
- * FZRE_SCRATCH_MAX (about 800 chunks of 256 KiB f32 values a launch). */
-#define FZR_SCRATCH_MAX (UINT64_C(4) << 30)
-#define FZRE_SCRATCH_MAX (UINT64_C(2) << 30)
-static uint64_t batch_of(uint64_t stride, uint64_t cap, uint64_t nchunks) {
-  uint64_t b = cap / stride;
-  return nchunks < b ? nchunks : b > 0 ? b : 1;
+extern "C" uint64_t fzr_slots(uint64_t nchunks, unsigned nsm, unsigned per_sm) {
+  uint64_t b = (uint64_t)(nsm ? nsm : 1) * per_sm;
+  return nchunks < b ? nchunks : b;
 }
 
-extern "C" uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t nchunks) {
-  return fzr_stride(cb) * batch_of(fzr_stride(cb), FZR_SCRATCH_MAX, nchunks);
+extern "C" uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t slots) {
+  return fzr_stride(cb) * slots;
 }
 
-extern "C" uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels,
-                                       uint64_t nchunks) {
-  uint64_t stride = fzre_layout_of(cb, w, levels).stride;
-  return stride * batch_of(stride, FZRE_SCRATCH_MAX, nchunks);
+extern "C" uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels, uint64_t slots) {
+  return fzre_layout_of(cb, w, levels).stride * slots;
 }
 
 /* One launch of a chunk kernel taking its job by value. */
@@ -57,8 +50,8 @@ static int launch_job(const fzk_kern *k, unsigned which, void (*aot)(Job), unsig
 }
 
 extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStream_t s) {
-  if (p->nchunks == 0)
-    return 0;
+  if (p->nchunks == 0 || p->slots == 0)
+    return p->nchunks == 0 ? 0 : (int)cudaErrorInvalidValue;
   fzr_job J;
   J.pay = p->pay;
   J.pay_len = p->pay_len;
@@ -82,21 +75,13 @@ extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStr
   J.status = p->status;
   J.crcs = p->crcs;
   J.crc_tab = p->crc_tab;
-  /* Launches on one stream run in order, so each reuses the scratch. */
-  uint64_t b = batch_of(J.stride, FZR_SCRATCH_MAX, p->nchunks);
-  for (uint64_t c0 = 0; c0 < p->nchunks; c0 += b) {
-    J.c0 = c0;
-    unsigned grid = (unsigned)(p->nchunks - c0 < b ? p->nchunks - c0 : b);
-    int e = launch_job(k, FZR_K_DECODE, fzr_decode_kernel, grid, &J, s);
-    if (e != 0)
-      return e;
-  }
-  return 0;
+  J.nchunks = p->nchunks;
+  return launch_job(k, FZR_K_DECODE, fzr_decode_kernel, (unsigned)p->slots, &J, s);
 }
 
 extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaStream_t s) {
-  if (p->nchunks == 0)
-    return 0;
+  if (p->nchunks == 0 || p->slots == 0)
+    return p->nchunks == 0 ? 0 : (int)cudaErrorInvalidValue;
   fzre_job J;
   J.in = p->in;
   J.raw_bytes = p->raw_bytes;
@@ -116,15 +101,8 @@ extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaS
   J.sizes = p->sizes;
   J.crcs = p->crcs;
   J.crc_tab = p->crc_tab;
-  uint64_t b = batch_of(J.stride, FZRE_SCRATCH_MAX, p->nchunks);
-  for (uint64_t c0 = 0; c0 < p->nchunks; c0 += b) {
-    J.c0 = c0;
-    unsigned grid = (unsigned)(p->nchunks - c0 < b ? p->nchunks - c0 : b);
-    int e = launch_job(k, FZR_K_ENCODE, fzre_encode_kernel, grid, &J, s);
-    if (e != 0)
-      return e;
-  }
-  return 0;
+  J.nchunks = p->nchunks;
+  return launch_job(k, FZR_K_ENCODE, fzre_encode_kernel, (unsigned)p->slots, &J, s);
 }
 
 extern "C" int fzre_launch_place(const fzk_kern *k, const uint8_t *stage, const uint32_t *sizes,

@@ -51,9 +51,9 @@ typedef struct fzr_job {
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
-  uint8_t *scratch;        /* stride bytes per chunk of the launch (fzr_stride) */
+  uint8_t *scratch;        /* stride bytes per block of the launch (fzr_stride) */
   uint64_t stride;
-  uint64_t c0;             /* the launch's first chunk (its scratch comes first) */
+  uint64_t nchunks;        /* each block decodes chunks blockIdx.x + k gridDim.x */
   uint8_t *out;            /* the decoded array */
   uint32_t out_aligned;    /* out is aligned for the element type */
   uint32_t *status;        /* bit 0: a chunk is corrupt */
@@ -163,7 +163,8 @@ static inline FZR_HD int fzr_tail_ok(const uint8_t *bm, uint64_t n) {
 
 /* ---- phase 0 (thread 0): the chunk's framing, rze's upper levels ---- */
 
-static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c) {
+static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c,
+                                     uint64_t slot) {
   S->err = 0;
   S->done = 0;
   S->skip_crc = 0;
@@ -174,7 +175,7 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c) 
   S->first = c * (J->cb / J->w);
   uint64_t len = J->sizes[c], off = J->offs[c];
   S->len = len;
-  uint8_t *base = J->scratch + (c - J->c0) * J->stride;
+  uint8_t *base = J->scratch + slot * J->stride;
   S->a = base;
   S->b = base + fzr_off_b(J->cb);
   S->t = base + fzr_off_t(J->cb);
@@ -808,9 +809,9 @@ static inline FZR_HD void fzr_copy_out(fzr_state *S, const fzr_job *J, unsigned 
 /* Every thread of the block calls it (the host model: once, running each
  * phase for every thread in turn); S is the block's shared state.  The
  * branches all read S after a barrier, so the block takes them as one. */
-static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c) {
+static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, uint64_t slot) {
   FZR_T0;
-  FZR_ONE(fzr_begin(S, J, c));
+  FZR_ONE(fzr_begin(S, J, c, slot));
   FZR_ALL(fzr_lut_clear(S, t, nt));
   FZR_SYNC();
   if (S->done)

@@ -46,9 +46,9 @@ typedef struct fzre_job {
   uint32_t pwrel;          /* quant's mode is PWREL */
   const double *qp;        /* eb_abs, step (as the prep kernel left them) */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
-  uint8_t *scratch;        /* stride bytes per chunk of the launch */
+  uint8_t *scratch;        /* stride bytes per block of the launch */
   uint64_t stride;
-  uint64_t c0;             /* the launch's first chunk (its scratch comes first) */
+  uint64_t nchunks;        /* each block codes chunks blockIdx.x + k gridDim.x */
   uint8_t *stage;          /* chunk c's bytes at stage + c * cb */
   uint32_t *sizes, *crcs;  /* each chunk's length and CRC-32C */
   const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */
@@ -114,7 +114,8 @@ typedef struct fzre_state {
   } u;
 } fzre_state;
 
-static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t c) {
+static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t c,
+                                      uint64_t slot) {
   S->c = c;
   uint64_t raw = J->raw_bytes - c * J->cb < J->cb ? J->raw_bytes - c * J->cb : J->cb;
   S->raw = raw;
@@ -123,7 +124,7 @@ static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t 
   S->in = J->in + c * J->cb;
   S->out = J->stage + c * J->cb;
   fzre_layout L = fzre_layout_of(J->cb, J->w, J->levels);
-  uint8_t *base = J->scratch + (c - J->c0) * J->stride;
+  uint8_t *base = J->scratch + slot * J->stride;
   S->a = base + L.a;
   S->b = base + L.b;
   S->bad = base + L.bad;
@@ -223,10 +224,11 @@ static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n
 
 /* Every thread of the block calls it (the host model: once); S is the
  * block's shared state.  Each branch reads S after a barrier. */
-static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t c) {
+static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t c,
+                                      uint64_t slot) {
   FZR_T0;
   const unsigned w = J->w;
-  FZR_ONE(fzre_begin(S, J, c));
+  FZR_ONE(fzre_begin(S, J, c, slot));
   FZR_SYNC();
   const uint64_t n = S->n, first = S->first;
   /* Quant's words and side list, and lorenzo's best k priced on them. */

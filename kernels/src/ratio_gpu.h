@@ -30,15 +30,23 @@ typedef struct fzr_params {
   uint32_t cb, w, levels, pdims, lorenzo, pwrel;
   double step;
   uint64_t ext[3][3];
-  uint8_t *scratch; /* fzr_scratch_bytes() */
+  uint64_t slots;   /* blocks of the launch (fzr_slots) */
+  uint8_t *scratch; /* fzr_scratch_bytes(cb, slots) */
   void *out;
   uint32_t *status, *crcs;
   const uint32_t *crc_tab;
 } fzr_params;
 
-/* Device scratch of a decode: about 3.5 times the chunk size per chunk,
- * for at most 4 GiB worth of chunks (launched in turn beyond that). */
-uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t nchunks);
+/* The blocks of a launch, each looping over the chunks in a slot of
+ * scratch of its own: as many as the GPU holds at once (per_sm on each of
+ * its nsm multiprocessors: FZR_DEC_PER_SM and FZRE_ENC_PER_SM, what the
+ * kernels' registers allow), never more than there are chunks. */
+#define FZR_DEC_PER_SM 4u
+#define FZRE_ENC_PER_SM 3u
+uint64_t fzr_slots(uint64_t nchunks, unsigned nsm, unsigned per_sm);
+
+/* Device scratch of a decode: about 3.5 times the chunk size per slot. */
+uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t slots);
 int fzr_launch_decode(const struct fzk_kern *k, const fzr_params *p, cudaStream_t s);
 
 /* The encoder's launch: chunk i of the array at in is
@@ -50,7 +58,8 @@ typedef struct fzre_params {
   uint32_t cb, w, levels, pdims, lorenzo, pwrel;
   const double *qp;
   uint64_t ext[3][3];
-  uint8_t *scratch; /* fzre_scratch_bytes() */
+  uint64_t slots;   /* blocks of the launch (fzr_slots) */
+  uint8_t *scratch; /* fzre_scratch_bytes(cb, w, levels, slots) */
   uint8_t *stage;   /* nchunks * cb */
   uint32_t *sizes, *crcs;
   const uint32_t *crc_tab;
@@ -62,7 +71,8 @@ typedef struct fzre_params {
 struct fze_header;
 int fzk_ratio_chain(const struct fze_header *h);
 
-uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels, uint64_t nchunks);
+/* Device scratch of an encode: about ten times the chunk size per slot. */
+uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels, uint64_t slots);
 int fzre_launch_encode(const struct fzk_kern *k, const fzre_params *p, cudaStream_t s);
 /* The staged chunks to the archive at header_len + offs[i] (nothing at or
  * beyond out_cap), their lengths to the u32 table at table_off. */

@@ -5,8 +5,13 @@
  * code cannot run on (jit.c, fzk_jit_ratio), so that such a GPU codes
  * these chains too.
  *
- * fzr_decode_kernel and fzre_encode_kernel: one block of FZR_NT threads
- * per chunk runs ratio_dec.cuh's or ratio_enc.cuh's phases.
+ * fzr_decode_kernel and fzre_encode_kernel: a block of FZR_NT threads runs
+ * ratio_dec.cuh's or ratio_enc.cuh's phases for one chunk after another
+ * (blockIdx.x, then gridDim.x further on), in its own slot of the scratch:
+ * the launch has as many blocks as the GPU holds at once, so the scratch
+ * is bounded by the GPU, not by the array.  The barrier before each chunk
+ * keeps a thread still reading the last chunk's state from meeting the next
+ * chunk's.
  * fzre_place_kernel: after the scan of the staged chunks' sizes, one block
  * per chunk moves its slot (aligned: cb is a multiple of 256) to its place
  * in the archive, which has any alignment, in 4-byte words funnel-shifted
@@ -21,12 +26,18 @@
 
 extern "C" __global__ void __launch_bounds__(FZR_NT) fzr_decode_kernel(fzr_job J) {
   __shared__ fzr_state S;
-  fzr_chunk(&S, &J, J.c0 + blockIdx.x);
+  for (uint64_t c = blockIdx.x; c < J.nchunks; c += gridDim.x) {
+    __syncthreads();
+    fzr_chunk(&S, &J, c, blockIdx.x);
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(FZR_NT) fzre_encode_kernel(fzre_job J) {
   __shared__ fzre_state S;
-  fzre_chunk(&S, &J, J.c0 + blockIdx.x);
+  for (uint64_t c = blockIdx.x; c < J.nchunks; c += gridDim.x) {
+    __syncthreads();
+    fzre_chunk(&S, &J, c, blockIdx.x);
+  }
 }
 
 extern "C" __global__ void __launch_bounds__(FZR_NT)

@@ -61,10 +61,11 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
     run += sizes[c];
   }
   uint64_t stride = fzr_stride(h.chunk_bytes);
-  /* In batches of 3 chunks, as the launcher cuts a huge array (the
-   * scratch of the batch's first chunk first), when out_off is 3. */
-  uint64_t batch = out_off == 3 && nc > 3 ? 3 : nc ? nc : 1;
-  uint8_t *scratch = malloc(stride * batch);
+  /* Over 3 slots of scratch when out_off is 3, as a launch of 3 blocks
+   * takes the chunks in turn (block c % 3 decodes chunk c), else a slot
+   * per chunk. */
+  uint64_t slots = out_off == 3 && nc > 3 ? 3 : nc ? nc : 1;
+  uint8_t *scratch = malloc(stride * slots);
   fzr_state *S = malloc(sizeof *S);
   cr_assert(offs && sizes && crcs && scratch && S);
   fzr_job J = {.pay = a + h.header_len, .pay_len = len - h.header_len, .offs = offs,
@@ -73,12 +74,10 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
                .pdims = ch->st[1].pdims, .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
                .pwrel = ch->st[0].mode == FZ_EB_PWREL, .step = ch->st[0].step, .scratch = scratch, .stride = stride,
                .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,
-               .status = &status, .crcs = crcs, .crc_tab = crc_tab};
+               .status = &status, .crcs = crcs, .crc_tab = crc_tab, .nchunks = nc};
   memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
-  for (uint64_t c = 0; c < nc; c++) {
-    J.c0 = c / batch * batch;
-    fzr_chunk(S, &J, c);
-  }
+  for (uint64_t c = 0; c < nc; c++)
+    fzr_chunk(S, &J, c, c % slots);
   uint8_t le[4];
   uint32_t pc = 0;
   for (uint64_t c = 0; c < nc; c++) {
@@ -98,9 +97,9 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
 /* The model of gpu_plan.c's ratio path for the CPU's archive a of x: the
  * quantizer's parameters as the CPU chose them (the prep kernel's are the
  * same, as for every chain), the kernel's phases per chunk into the slots
- * of a staging area, in batches of 3 chunks when there are more (the
- * launcher cuts a huge array so), over scratch that starts as garbage;
- * then each slot, size and CRC against the archive's. */
+ * of a staging area, over 3 slots of scratch when there are more chunks
+ * (as a launch of 3 blocks takes them in turn), scratch that starts as
+ * garbage; then each slot, size and CRC against the archive's. */
 static void model_encode_once(const uint8_t *a, size_t len, const void *x, const char *what) {
   fze_header h;
   cr_assert_eq(fze_header_parse(a, len, &h), 0, "%s", what);
@@ -108,24 +107,23 @@ static void model_encode_once(const uint8_t *a, size_t len, const void *x, const
   uint32_t w = (uint32_t)fz_dtype_size(h.dtype), cb = h.chunk_bytes;
   uint64_t nc = h.nchunks;
   fzre_layout L = fzre_layout_of(cb, w, ch->st[3].levels);
-  uint64_t batch = nc > 3 ? 3 : nc ? nc : 1;
-  uint8_t *scratch = malloc(L.stride * batch), *stage = malloc(nc * cb + 1);
+  uint64_t slots = nc > 3 ? 3 : nc ? nc : 1;
+  uint8_t *scratch = malloc(L.stride * slots), *stage = malloc(nc * cb + 1);
   uint32_t *sizes = malloc(4 * nc + 4), *crcs = malloc(4 * nc + 4);
   fzre_state *S = malloc(sizeof *S);
   cr_assert(scratch && stage && sizes && crcs && S);
-  memset(scratch, 0xa5, L.stride * batch);
+  memset(scratch, 0xa5, L.stride * slots);
   double qp[2] = {ch->st[0].eb_abs, ch->st[0].step};
   fzre_job J = {.in = x, .raw_bytes = h.raw_bytes, .cb = cb, .w = w,
                 .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
                 .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
                 .pwrel = ch->st[0].mode == FZ_EB_PWREL, .qp = qp, .scratch = scratch,
                 .stride = L.stride, .stage = stage, .sizes = sizes, .crcs = crcs,
-                .crc_tab = crc_tab};
+                .crc_tab = crc_tab, .nchunks = nc};
   memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
   uint64_t off = h.header_len;
   for (uint64_t c = 0; c < nc; c++) {
-    J.c0 = c / batch * batch;
-    fzre_chunk(S, &J, c);
+    fzre_chunk(S, &J, c, c % slots);
     uint64_t want = fze_chunk_size_at(&h, c);
     cr_assert_eq(sizes[c], want, "%s: chunk %llu of %llu: size %u, the CPU's %llu", what,
                  (unsigned long long)c, (unsigned long long)nc, sizes[c],
