@@ -190,8 +190,9 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
   size_t o_parts = o_tab + fzk_up256(4 * nc);
   size_t o_scr = o_parts + fzk_up256(4 * (parts > fzk_crc_parts(4 * nc) ? parts
                                                                         : fzk_crc_parts(4 * nc)));
-  const uint64_t slots = fzr_slots(nc, ctx->nsm, FZR_DEC_PER_SM);
-  size_t bytes = o_scr + fzr_scratch_bytes(h->chunk_bytes, slots);
+  const uint64_t slots = fzr_dec_slots(nc, ctx->nsm);
+  size_t o_tick = o_scr + fzk_up256(fzr_scratch_bytes(h->chunk_bytes, slots));
+  size_t bytes = o_tick + 8;
   if (dec->ws_cap < bytes) {
     if (dec->d_ws != NULL)
       FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
@@ -221,7 +222,8 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
                   .w = (uint32_t)fz_dtype_size(h->dtype), .levels = h->chain.st[3].levels,
                   .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
                   .pwrel = q->mode == FZ_EB_PWREL, .step = q->step,
-                  .slots = slots, .scratch = ws + o_scr, .out = d_out, .status = status,
+                  .slots = slots, .scratch = ws + o_scr, .ticket = (uint64_t *)(ws + o_tick),
+                  .out = d_out, .status = status,
                   .crcs = crcs,
                   .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);

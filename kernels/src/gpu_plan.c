@@ -44,7 +44,7 @@ _Static_assert(offsetof(plan_back, qp) == 0, "the parameters open the copy");
 
 /* Workspace of one compression: byte offsets of each buffer. */
 typedef struct ws_layout {
-  size_t stage, sizes, crcs, offs, bsum, part, qp, cparts, total, range, scr, bytes;
+  size_t stage, sizes, crcs, offs, bsum, part, qp, cparts, total, range, scr, tick, bytes;
 } ws_layout;
 
 struct fz_gpu_plan {
@@ -85,6 +85,7 @@ static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len,
   o += fzk_up256(sizeof(plan_back));
   w->cparts = o; o += fzk_up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
   w->scr = o; o += fzk_up256(scratch);
+  w->tick = o; o += scratch ? 256 : 0; /* the ratio kernels' chunk counter */
   w->bytes = o;
 }
 
@@ -258,7 +259,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   }
   if (pl->ratio) {
     desc_ratio(&pl->desc, h);
-    pl->slots = fzr_slots(h->nchunks, ctx->nsm, FZRE_ENC_PER_SM);
+    pl->slots = fzre_enc_slots(h->nchunks, ctx->nsm);
     layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, 1,
            fzre_scratch_bytes(h->chunk_bytes, pl->desc.w, h->chain.st[3].levels, pl->slots));
   } else {
@@ -414,6 +415,7 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                       .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
                       .pwrel = q->mode == FZ_EB_PWREL,
                       .qp = (const double *)qp, .slots = pl->slots, .scratch = ws + L->scr,
+                      .ticket = (uint64_t *)(ws + L->tick),
                       .stage = ws + L->stage, .sizes = sizes, .crcs = crcs,
                       .crc_tab = ctx->d_tab};
     memcpy(rp.ext, ip->ext, sizeof rp.ext);

@@ -6,7 +6,7 @@
  * module's functions, NULL for the built-in ones).
  *
  * Each launch has as many blocks as the GPU holds at once (fzr_slots), each
- * with a slot of scratch, coding one chunk after another.
+ * with a slot of scratch, taking one chunk after another from a counter.
  * Decoding: a block per chunk in turn; the 32 huffman sub-streams are decoded by
  * the block's first warp, a lane each, rze's level 1 and the
  * interpolation's levels by the whole block, the anchors, rze's small upper
@@ -24,9 +24,17 @@
 #include "ratio_gpu.h"
 #include "ratio_kernels.cuh"
 
-extern "C" uint64_t fzr_slots(uint64_t nchunks, unsigned nsm, unsigned per_sm) {
+static uint64_t slots(uint64_t nchunks, unsigned nsm, unsigned per_sm) {
   uint64_t b = (uint64_t)(nsm ? nsm : 1) * per_sm;
   return nchunks < b ? nchunks : b;
+}
+
+extern "C" uint64_t fzr_dec_slots(uint64_t nchunks, unsigned nsm) {
+  return slots(nchunks, nsm, FZR_DEC_PER_SM);
+}
+
+extern "C" uint64_t fzre_enc_slots(uint64_t nchunks, unsigned nsm) {
+  return slots(nchunks, nsm, FZRE_ENC_PER_SM);
 }
 
 extern "C" uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t slots) {
@@ -76,7 +84,9 @@ extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStr
   J.crcs = p->crcs;
   J.crc_tab = p->crc_tab;
   J.nchunks = p->nchunks;
-  return launch_job(k, FZR_K_DECODE, fzr_decode_kernel, (unsigned)p->slots, &J, s);
+  J.ticket = (unsigned long long *)p->ticket;
+  int e = (int)cudaMemsetAsync(p->ticket, 0, sizeof *p->ticket, s);
+  return e ? e : launch_job(k, FZR_K_DECODE, fzr_decode_kernel, (unsigned)p->slots, &J, s);
 }
 
 extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaStream_t s) {
@@ -102,7 +112,9 @@ extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaS
   J.crcs = p->crcs;
   J.crc_tab = p->crc_tab;
   J.nchunks = p->nchunks;
-  return launch_job(k, FZR_K_ENCODE, fzre_encode_kernel, (unsigned)p->slots, &J, s);
+  J.ticket = (unsigned long long *)p->ticket;
+  int e = (int)cudaMemsetAsync(p->ticket, 0, sizeof *p->ticket, s);
+  return e ? e : launch_job(k, FZR_K_ENCODE, fzre_encode_kernel, (unsigned)p->slots, &J, s);
 }
 
 extern "C" int fzre_launch_place(const fzk_kern *k, const uint8_t *stage, const uint32_t *sizes,

@@ -53,7 +53,8 @@ typedef struct fzr_job {
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
   uint8_t *scratch;        /* stride bytes per block of the launch (fzr_stride) */
   uint64_t stride;
-  uint64_t nchunks;        /* each block decodes chunks blockIdx.x + k gridDim.x */
+  uint64_t nchunks;
+  unsigned long long *ticket; /* the next chunk to take, 0 at the launch */
   uint8_t *out;            /* the decoded array */
   uint32_t out_aligned;    /* out is aligned for the element type */
   uint32_t *status;        /* bit 0: a chunk is corrupt */

@@ -48,7 +48,8 @@ typedef struct fzre_job {
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
   uint8_t *scratch;        /* stride bytes per block of the launch */
   uint64_t stride;
-  uint64_t nchunks;        /* each block codes chunks blockIdx.x + k gridDim.x */
+  uint64_t nchunks;
+  unsigned long long *ticket; /* the next chunk to take, 0 at the launch */
   uint8_t *stage;          /* chunk c's bytes at stage + c * cb */
   uint32_t *sizes, *crcs;  /* each chunk's length and CRC-32C */
   const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */

@@ -30,20 +30,19 @@ typedef struct fzr_params {
   uint32_t cb, w, levels, pdims, lorenzo, pwrel;
   double step;
   uint64_t ext[3][3];
-  uint64_t slots;   /* blocks of the launch (fzr_slots) */
+  uint64_t slots;   /* blocks of the launch (fzr_dec_slots, fzre_enc_slots) */
   uint8_t *scratch; /* fzr_scratch_bytes(cb, slots) */
+  uint64_t *ticket; /* 8 bytes of device memory the launch zeroes and counts in */
   void *out;
   uint32_t *status, *crcs;
   const uint32_t *crc_tab;
 } fzr_params;
 
-/* The blocks of a launch, each looping over the chunks in a slot of
- * scratch of its own: as many as the GPU holds at once (per_sm on each of
- * its nsm multiprocessors: FZR_DEC_PER_SM and FZRE_ENC_PER_SM, what the
- * kernels' registers allow), never more than there are chunks. */
-#define FZR_DEC_PER_SM 4u
-#define FZRE_ENC_PER_SM 3u
-uint64_t fzr_slots(uint64_t nchunks, unsigned nsm, unsigned per_sm);
+/* The blocks of a decoding or an encoding launch, each looping over the
+ * chunks in a slot of scratch of its own: as many as a GPU of nsm
+ * multiprocessors holds at once, never more than there are chunks. */
+uint64_t fzr_dec_slots(uint64_t nchunks, unsigned nsm);
+uint64_t fzre_enc_slots(uint64_t nchunks, unsigned nsm);
 
 /* Device scratch of a decode: about 3.5 times the chunk size per slot. */
 uint64_t fzr_scratch_bytes(uint32_t cb, uint64_t slots);
@@ -58,8 +57,9 @@ typedef struct fzre_params {
   uint32_t cb, w, levels, pdims, lorenzo, pwrel;
   const double *qp;
   uint64_t ext[3][3];
-  uint64_t slots;   /* blocks of the launch (fzr_slots) */
+  uint64_t slots;   /* blocks of the launch (fzr_dec_slots, fzre_enc_slots) */
   uint8_t *scratch; /* fzre_scratch_bytes(cb, w, levels, slots) */
+  uint64_t *ticket; /* 8 bytes of device memory the launch zeroes and counts in */
   uint8_t *stage;   /* nchunks * cb */
   uint32_t *sizes, *crcs;
   const uint32_t *crc_tab;

@@ -6,12 +6,14 @@
  * these chains too.
  *
  * fzr_decode_kernel and fzre_encode_kernel: a block of FZR_NT threads runs
- * ratio_dec.cuh's or ratio_enc.cuh's phases for one chunk after another
- * (blockIdx.x, then gridDim.x further on), in its own slot of the scratch:
- * the launch has as many blocks as the GPU holds at once, so the scratch
- * is bounded by the GPU, not by the array.  The barrier before each chunk
- * keeps a thread still reading the last chunk's state from meeting the next
- * chunk's.
+ * ratio_dec.cuh's or ratio_enc.cuh's phases for one chunk after another,
+ * in its own slot of the scratch: the launch has as many blocks as the GPU
+ * holds at once, so the scratch is bounded by the GPU, not by the array.
+ * Each takes its next chunk from a counter (zeroed before the launch), so
+ * that a block held up by a costly chunk leaves the rest to the others, as
+ * the hardware's own block scheduling would.  The barrier before each
+ * ticket keeps a thread still reading the last chunk's state from meeting
+ * the next chunk's.
  * fzre_place_kernel: after the scan of the staged chunks' sizes, one block
  * per chunk moves its slot (aligned: cb is a multiple of 256) to its place
  * in the archive, which has any alignment, in 4-byte words funnel-shifted
@@ -24,20 +26,35 @@
 #include "ratio_dec.cuh"
 #include "ratio_enc.cuh"
 
-extern "C" __global__ void __launch_bounds__(FZR_NT) fzr_decode_kernel(fzr_job J) {
-  __shared__ fzr_state S;
-  for (uint64_t c = blockIdx.x; c < J.nchunks; c += gridDim.x) {
-    __syncthreads();
-    fzr_chunk(&S, &J, c, blockIdx.x);
-  }
+/* The block's next chunk, in every thread. */
+static __device__ __forceinline__ unsigned long long fzr_take(unsigned long long *ticket,
+                                                             unsigned long long *next) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    *next = atomicAdd(ticket, 1ull);
+  __syncthreads();
+  return *next;
 }
 
-extern "C" __global__ void __launch_bounds__(FZR_NT) fzre_encode_kernel(fzre_job J) {
+/* Blocks each multiprocessor holds at once: what the kernels' registers
+ * allow, which __launch_bounds__ makes the compiler keep to. */
+#define FZR_DEC_PER_SM 4u
+#define FZRE_ENC_PER_SM 3u
+
+extern "C" __global__ void __launch_bounds__(FZR_NT, FZR_DEC_PER_SM)
+fzr_decode_kernel(fzr_job J) {
+  __shared__ fzr_state S;
+  __shared__ unsigned long long next;
+  for (unsigned long long c; (c = fzr_take(J.ticket, &next)) < J.nchunks;)
+    fzr_chunk(&S, &J, c, blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(FZR_NT, FZRE_ENC_PER_SM)
+fzre_encode_kernel(fzre_job J) {
   __shared__ fzre_state S;
-  for (uint64_t c = blockIdx.x; c < J.nchunks; c += gridDim.x) {
-    __syncthreads();
+  __shared__ unsigned long long next;
+  for (unsigned long long c; (c = fzr_take(J.ticket, &next)) < J.nchunks;)
     fzre_chunk(&S, &J, c, blockIdx.x);
-  }
 }
 
 extern "C" __global__ void __launch_bounds__(FZR_NT)

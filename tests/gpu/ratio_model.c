@@ -72,7 +72,8 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
                .sizes = sizes, .raw_bytes = h.raw_bytes, .cb = h.chunk_bytes,
                .w = (uint32_t)fz_dtype_size(h.dtype), .levels = ch->st[3].levels,
                .pdims = ch->st[1].pdims, .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
-               .pwrel = ch->st[0].mode == FZ_EB_PWREL, .step = ch->st[0].step, .scratch = scratch, .stride = stride,
+               .pwrel = ch->st[0].mode == FZ_EB_PWREL, .step = ch->st[0].step,
+               .scratch = scratch, .stride = stride,
                .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,
                .status = &status, .crcs = crcs, .crc_tab = crc_tab, .nchunks = nc};
   memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
