@@ -381,12 +381,18 @@ static inline FZR_HD void fzre_interp(fzre_ip *P, const fzre_q *q, const uint64_
   FZR_T0;
   FZR_ALL(fzre_ip_plan(P, ext, first, n, t));
   FZR_SYNC();
+  /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
+   * barrier.  Which they are is taken now, into each thread's own mask:
+   * after the last pass's barrier the caller's next piece may already
+   * reuse P's room (a union), so no thread may read P after it, as a
+   * thread that tested the passes left over there would. */
+  unsigned live = 0;
+  for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++)
+    live |= (P->pass[pass].end[FZRE_IP_BOXES - 1] != 0 ? 1u : 0u) << pass;
   FZR_ONE(fzre_ip_anchors(P, q, in, w, words, bad, pv));
   FZR_SYNC();
   for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++) {
-    /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
-     * barrier; the count was written before the last one. */
-    if (P->pass[pass].end[FZRE_IP_BOXES - 1] == 0)
+    if (!((live >> pass) & 1u))
       continue;
     FZR_ALL(fzre_ip_level(P, pass, q, in, w, words, bad, pv, t, nt));
     FZR_SYNC();

@@ -113,7 +113,10 @@ static void model_encode_once(const uint8_t *a, size_t len, const void *x, const
   uint32_t *sizes = malloc(4 * nc + 4), *crcs = malloc(4 * nc + 4);
   fzre_state *S = malloc(sizeof *S);
   cr_assert(scratch && stage && sizes && crcs && S);
+  /* Shared memory, scratch and the staging area start as garbage on the
+   * device: so here, a different garbage for each chunk's block. */
   memset(scratch, 0xa5, L.stride * slots);
+  memset(stage, 0x5a, nc * cb + 1);
   double qp[2] = {ch->st[0].eb_abs, ch->st[0].step};
   fzre_job J = {.in = x, .raw_bytes = h.raw_bytes, .cb = cb, .w = w,
                 .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
@@ -124,6 +127,7 @@ static void model_encode_once(const uint8_t *a, size_t len, const void *x, const
   memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
   uint64_t off = h.header_len;
   for (uint64_t c = 0; c < nc; c++) {
+    memset(S, c & 1 ? 0x5a : 0xa5, sizeof *S);
     fzre_chunk(S, &J, c, c % slots);
     uint64_t want = fze_chunk_size_at(&h, c);
     cr_assert_eq(sizes[c], want, "%s: chunk %llu of %llu: size %u, the CPU's %llu", what,
