@@ -77,8 +77,12 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
                .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,
                .status = &status, .crcs = crcs, .crc_tab = crc_tab, .nchunks = nc};
   memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
-  for (uint64_t c = 0; c < nc; c++)
+  /* Shared memory and scratch start as garbage on the device. */
+  memset(scratch, 0x5a, stride * slots);
+  for (uint64_t c = 0; c < nc; c++) {
+    memset(S, c & 1 ? 0x5a : 0xa5, sizeof *S);
     fzr_chunk(S, &J, c, c % slots);
+  }
   uint8_t le[4];
   uint32_t pc = 0;
   for (uint64_t c = 0; c < nc; c++) {
