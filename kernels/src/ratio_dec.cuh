@@ -768,28 +768,39 @@ static inline FZR_HD uint32_t fzr_xpow8(uint64_t n) {
   return r;
 }
 
-/* Each thread's share of the chunk's bytes, as a CRC from 0 without the
- * final inversion (linear, so the parts combine). */
-static inline FZR_HD void fzr_crc_part(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
+/* Thread t's share of the len bytes at p, as a CRC from 0 without the
+ * final inversion (linear, so the parts combine); the encoder's chunks are
+ * checksummed the same way. */
+static inline FZR_HD uint32_t fzr_crc_share(const uint8_t *p, uint64_t len, const uint32_t *tab,
+                                            unsigned t, unsigned nt) {
   uint64_t lo, hi;
-  fzr_share(S->len, t, nt, &lo, &hi);
+  fzr_share(len, t, nt, &lo, &hi);
   uint32_t r = 0;
   for (uint64_t i = lo; i < hi; i++)
-    r = J->crc_tab[(r ^ S->in[i]) & 0xffu] ^ (r >> 8);
-  S->part[t] = r;
+    r = tab[(r ^ p[i]) & 0xffu] ^ (r >> 8);
+  return r;
 }
 
-static inline FZR_HD uint32_t fzr_crc_finish(fzr_state *S, unsigned nt) {
-  uint64_t per = (S->len + nt - 1) / nt;
+/* The CRC-32C of the len bytes from the nt threads' shares. */
+static inline FZR_HD uint32_t fzr_crc_join(const uint32_t *part, uint64_t len, unsigned nt) {
+  uint64_t per = (len + nt - 1) / nt;
   uint32_t fac = fzr_xpow8(per), r = 0;
   for (unsigned t = 0; t < nt; t++) {
     uint64_t lo, hi;
-    fzr_share(S->len, t, nt, &lo, &hi);
+    fzr_share(len, t, nt, &lo, &hi);
     if (hi == lo)
       break;
-    r = fzr_gf_mul(r, hi - lo == per ? fac : fzr_xpow8(hi - lo)) ^ S->part[t];
+    r = fzr_gf_mul(r, hi - lo == per ? fac : fzr_xpow8(hi - lo)) ^ part[t];
   }
-  return r ^ fzr_gf_mul(0xffffffffu, fzr_xpow8(S->len)) ^ 0xffffffffu;
+  return r ^ fzr_gf_mul(0xffffffffu, fzr_xpow8(len)) ^ 0xffffffffu;
+}
+
+static inline FZR_HD void fzr_crc_part(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
+  S->part[t] = fzr_crc_share(S->in, S->len, J->crc_tab, t, nt);
+}
+
+static inline FZR_HD uint32_t fzr_crc_finish(fzr_state *S, unsigned nt) {
+  return fzr_crc_join(S->part, S->len, nt);
 }
 
 static inline FZR_HD void fzr_copy_raw(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {

@@ -193,28 +193,10 @@ static inline FZR_HD void fzre_emit(fzre_state *S, unsigned t, unsigned nt) {
     o[i] = S->r[i];
 }
 
+/* The chunk's CRC-32C as the decoder checks it (ratio_dec.cuh). */
 static inline FZR_HD void fzre_crc_part(fzre_state *S, const fzre_job *J, unsigned t,
                                         unsigned nt) {
-  uint64_t lo, hi;
-  fzr_share(S->len, t, nt, &lo, &hi);
-  uint32_t r = 0;
-  for (uint64_t i = lo; i < hi; i++)
-    r = J->crc_tab[(r ^ S->out[i]) & 0xffu] ^ (r >> 8);
-  S->part[t] = r;
-}
-
-/* The parts joined as fzr_crc_finish joins the decoder's. */
-static inline FZR_HD uint32_t fzre_crc_finish(fzre_state *S, unsigned nt) {
-  uint64_t per = (S->len + nt - 1) / nt;
-  uint32_t fac = fzr_xpow8(per), r = 0;
-  for (unsigned t = 0; t < nt; t++) {
-    uint64_t lo, hi;
-    fzr_share(S->len, t, nt, &lo, &hi);
-    if (hi == lo)
-      break;
-    r = fzr_gf_mul(r, hi - lo == per ? fac : fzr_xpow8(hi - lo)) ^ S->part[t];
-  }
-  return r ^ fzr_gf_mul(0xffffffffu, fzr_xpow8(S->len)) ^ 0xffffffffu;
+  S->part[t] = fzr_crc_share(S->out, S->len, J->crc_tab, t, nt);
 }
 
 static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n, unsigned t,
@@ -287,7 +269,7 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
   FZR_SYNC();
   FZR_ALL(fzre_crc_part(S, J, t, nt));
   FZR_SYNC();
-  FZR_ONE(J->crcs[c] = fzre_crc_finish(S, nt); J->sizes[c] = (uint32_t)S->len);
+  FZR_ONE(J->crcs[c] = fzr_crc_join(S->part, S->len, nt); J->sizes[c] = (uint32_t)S->len);
 }
 
 #endif
