@@ -287,4 +287,28 @@ FZ_HD uint64_t fzo_transpose8(uint64_t x) {
   return x;
 }
 
+/* log2(v) in 16.16 fixed point, for v >= 1, by integers only: the
+ * position of the top bit, then 16 bits of the mantissa by squaring.  The
+ * lorenzo and interpolation prices are sums of these, so every backend
+ * picks the same predictor. */
+FZ_HD uint64_t fzo_log2_q16(uint64_t v) {
+#ifdef __CUDA_ARCH__
+  unsigned top = 63u - (unsigned)__clzll((long long)v);
+#else
+  unsigned top = 63u - (unsigned)__builtin_clzll(v);
+#endif
+  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top); /* [2^30, 2^31) */
+  uint64_t y = (uint64_t)top << 16;
+  for (unsigned b = 15;; b--) {
+    m = (m * m) >> 30;
+    if (m >= ((uint64_t)1 << 31)) {
+      m >>= 1;
+      y |= (uint64_t)1 << b;
+    }
+    if (b == 0)
+      break;
+  }
+  return y;
+}
+
 #endif

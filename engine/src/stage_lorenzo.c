@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "ops.h"
 
 /* The offsets (in elements) of the corner a mask of axes needs. */
 static uint64_t corner(unsigned m, uint64_t sy, uint64_t sz) {
@@ -36,24 +37,6 @@ static unsigned fit(unsigned m, uint64_t i, uint64_t sy, uint64_t sz) {
   while (m && corner(m, sy, sz) > i)
     m &= ~(1u << (31 - __builtin_clz(m)));
   return m;
-}
-
-/* log2(v) in 16.16 fixed point, for v >= 1, by integers only: the
- * position of the top bit, then 16 bits of the mantissa by squaring. */
-static uint64_t log2_q16(uint64_t v) {
-  unsigned top = 63u - (unsigned)__builtin_clzll(v);
-  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top); /* [2^30, 2^31) */
-  uint64_t y = (uint64_t)top << 16;
-  for (unsigned b = 15;; b--) {
-    m = (m * m) >> 30;
-    if (m >= (UINT64_C(1) << 31)) {
-      m >>= 1;
-      y |= UINT64_C(1) << b;
-    }
-    if (b == 0)
-      break;
-  }
-  return y;
 }
 
 #define COST_STEP 5
@@ -86,11 +69,11 @@ static inline void cost_add(cost_hist *ch, uint64_t v) {
 static uint64_t cost_bits(const cost_hist *ch) {
   if (ch->cnt == 0)
     return 0;
-  uint64_t ln = log2_q16(ch->cnt), bits = ch->extra << 16;
+  uint64_t ln = fzo_log2_q16(ch->cnt), bits = ch->extra << 16;
   for (unsigned s = 0; s < COST_DIRECT + 65; s++) {
     uint64_t c = (uint64_t)ch->h[0][s] + ch->h[1][s] + ch->h[2][s] + ch->h[3][s];
     if (c)
-      bits += c * (ln - log2_q16(c));
+      bits += c * (ln - fzo_log2_q16(c));
   }
   return bits;
 }

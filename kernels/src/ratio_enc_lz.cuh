@@ -291,24 +291,6 @@ static inline FZR_HD void fzre_side_write(fzre_lz *L, const uint8_t *bad, const 
 
 /* ---- the price (stage_lorenzo.c's cost_hist and cost_bits) ---- */
 
-/* log2(v) in 16.16 fixed point for v >= 1, by integers only (the
- * engine's). */
-static inline FZR_HD uint64_t fzre_log2_q16(uint64_t v) {
-  unsigned top = 63u - fzre_clz64(v);
-  uint64_t m = top >= 30 ? v >> (top - 30) : v << (30 - top);
-  uint64_t y = (uint64_t)top << 16;
-  for (unsigned b = 15;; b--) {
-    m = (m * m) >> 30;
-    if (m >= (UINT64_C(1) << 31)) {
-      m >>= 1;
-      y |= UINT64_C(1) << b;
-    }
-    if (b == 0)
-      break;
-  }
-  return y;
-}
-
 /* One thread's counts on their way to the histogram: the run of equal
  * symbols it is adding, and its sums. */
 typedef struct fzre_acc {
@@ -353,11 +335,11 @@ static inline FZR_HD void fzre_hist_clear(fzre_lz *L, unsigned t, unsigned nt) {
 static inline FZR_HD void fzre_hist_terms(fzre_lz *L, unsigned t, unsigned nt) {
   if (L->cnt == 0)
     return;
-  uint64_t ln = fzre_log2_q16(L->cnt);
+  uint64_t ln = fzo_log2_q16(L->cnt);
   for (unsigned s = t; s < FZRE_COST_SYMS; s += nt) {
     uint64_t c = L->hist[s];
     if (c)
-      FZR_ATOMIC_ADD(&L->bits, (unsigned long long)(c * (ln - fzre_log2_q16(c))));
+      FZR_ATOMIC_ADD(&L->bits, (unsigned long long)(c * (ln - fzo_log2_q16(c))));
   }
 }
 
