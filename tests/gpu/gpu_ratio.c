@@ -23,18 +23,7 @@
 #include "fzd_harness.h"
 #include "gpu_fzd.h"
 #include "gpu_util.h"
-
-typedef struct shape {
-  unsigned ndims;
-  uint64_t dims[4];
-} shape;
-
-static uint64_t count(const shape *s) {
-  uint64_t n = 1;
-  for (unsigned i = 0; i < s->ndims; i++)
-    n *= s->dims[i];
-  return n;
-}
+#include "ratio_shape.h"
 
 /* A field smooth along every axis, or one of gpu_util.h's kinds. */
 static void *field(const shape *s, fz_dtype t, gen_kind k, uint64_t seed) {

@@ -23,28 +23,9 @@
 #include "engine.h"
 #include "fz.h"
 #include "ratio_enc_interp.cuh"
+#include "ratio_shape.h"
 
 #define CHUNK_BYTES 262144u
-
-typedef struct shape {
-  unsigned ndims;
-  uint64_t dims[4];
-} shape;
-
-static uint64_t count(const shape *s) {
-  uint64_t n = 1;
-  for (unsigned i = 0; i < s->ndims; i++)
-    n *= s->dims[i];
-  return n;
-}
-
-static uint64_t rnd(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  uint64_t x = *s;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  return x ^ (x >> 29);
-}
 
 enum kind { SMOOTH, NOISE, CONSTANT, ZERO, LARGE, SPIKES, SPECIAL, STEPS, KINDS };
 static const char *const kind_names[] = {"smooth", "noise", "constant", "zero",

@@ -26,29 +26,10 @@
 #include "engine.h"
 #include "fz.h"
 #include "ratio_enc_lz.cuh"
+#include "ratio_shape.h"
 
 _Static_assert(FZRE_GUESS_STEP == FZE_GUESS_STEP, "the guess's stride is the engine's");
 _Static_assert(FZRE_TOP == FZE_INTERP_TOP, "the anchors' spacing is the engine's");
-
-static uint64_t rnd(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  uint64_t x = *s;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  return x ^ (x >> 29);
-}
-
-typedef struct shape {
-  unsigned ndims;
-  uint64_t dims[4];
-} shape;
-
-static uint64_t count(const shape *s) {
-  uint64_t n = 1;
-  for (unsigned i = 0; i < s->ndims; i++)
-    n *= s->dims[i];
-  return n;
-}
 
 enum kind { SMOOTH, NOISE, CONSTANT, ZEROS, SPECIAL, KINDS };
 

@@ -21,6 +21,7 @@
 #include "fz.h"
 #include "ratio_dec.cuh"
 #include "ratio_enc.cuh"
+#include "ratio_shape.h"
 
 static uint32_t crc_tab[256];
 
@@ -158,26 +159,6 @@ static void model_encode_same(const uint8_t *a, size_t len, const void *x, const
   fzr_host_reverse = reverse;
   model_encode_once(a, len, x, what);
   fzr_host_reverse = 0;
-}
-
-typedef struct shape {
-  unsigned ndims;
-  uint64_t dims[4];
-} shape;
-
-static uint64_t count(const shape *s) {
-  uint64_t n = 1;
-  for (unsigned i = 0; i < s->ndims; i++)
-    n *= s->dims[i];
-  return n;
-}
-
-static uint64_t rnd(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  uint64_t x = *s;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  return x ^ (x >> 29);
 }
 
 enum kind { SMOOTH, NOISE, CONSTANT, SPECIAL, KINDS };
