@@ -64,5 +64,13 @@ void *fzk_driver_entry(const char *name, const char **missing);
 /* The error of a chain whose generated kernel a context that runs no
  * built-in kernel lacks, with the JIT's failure text (gpu_plan.c). */
 int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len);
+/* The ratio kernels for a plan or a decoder of ctx: *rk NULL for the
+ * built-in ones, or those NVRTC compiled for a context that runs no
+ * built-in kernel; FZ_ENOSYS, saying why and that the CPU engine does the
+ * work (`what`: "compresses this chain"...), where they do not compile
+ * (gpu_plan.c). */
+struct fzk_kern;
+int fzk_ratio_kernels(fz_gpu_ctx *ctx, const struct fzk_kern **rk, const char *what, char *why,
+                      size_t why_len);
 
 #endif

@@ -15,7 +15,6 @@
  * output large enough.
  */
 #include <cuda_runtime_api.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,7 +84,6 @@ void fz_gpu_decoder_destroy(fz_gpu_decoder *dec) {
   free(dec);
 }
 
-
 /* Copies the first n bytes of the archive to dec->h_hdr and waits. */
 static int to_host(fz_gpu_decoder *dec, size_t n, cudaStream_t s, char *why, size_t why_len) {
   int rc = 0;
@@ -143,16 +141,8 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
       return FZ_ENOSYS;
     }
     /* A GPU the built-in kernels cannot run on takes them from NVRTC. */
-    dec->rk = NULL;
-    if (dec->ctx->kern != NULL && (rc = fzk_jit_ratio(dec->ctx->jit, &dec->rk, why, why_len)) < 0) {
-      if (rc == FZ_ENOMEM || rc == FZ_EGPUOOM)
-        return rc;
-      char text[768];
-      snprintf(text, sizeof text, "%s", why != NULL ? why : "");
-      fze_why(why, why_len, "the ratio kernels are not available on %s (%s): the CPU engine "
-              "decodes this archive", dec->ctx->name, text);
-      return FZ_ENOSYS;
-    }
+    if ((rc = fzk_ratio_kernels(dec->ctx, &dec->rk, "decodes this archive", why, why_len)) < 0)
+      return rc;
     dec->ratio = 1;
   }
   if (info != NULL)
@@ -223,9 +213,7 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
                   .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
                   .pwrel = q->mode == FZ_EB_PWREL, .step = q->step,
                   .slots = slots, .scratch = ws + o_scr, .ticket = (uint64_t *)(ws + o_tick),
-                  .out = d_out, .status = status,
-                  .crcs = crcs,
-                  .crc_tab = ctx->d_tab};
+                  .out = d_out, .status = status, .crcs = crcs, .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);
   FZK_CHECK(fzr_launch_decode(dec->rk, &p, s), out);
   const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};

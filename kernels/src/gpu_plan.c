@@ -64,7 +64,7 @@ struct fz_gpu_plan {
   void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
   int ratio;               /* the ratio preset's kernels (ratio.cu) */
   const fzk_kern *rk;      /* theirs as NVRTC compiled them, or NULL: built in */
-  uint64_t slots;          /* their launch's blocks (fzr_slots) */
+  uint64_t slots;          /* their launch's blocks (fzre_enc_slots) */
 };
 
 /* The staging area, the staged sizes and their scan are for the generic
@@ -189,6 +189,21 @@ int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len) {
   return FZ_ECUDA;
 }
 
+int fzk_ratio_kernels(fz_gpu_ctx *ctx, const fzk_kern **rk, const char *what, char *why,
+                      size_t why_len) {
+  *rk = NULL;
+  if (ctx->kern == NULL)
+    return 0;
+  int rc = fzk_jit_ratio(ctx->jit, rk, why, why_len);
+  if (rc == 0 || rc == FZ_ENOMEM || rc == FZ_EGPUOOM)
+    return rc;
+  char text[768];
+  snprintf(text, sizeof text, "%s", why != NULL ? why : "");
+  fze_why(why, why_len, "the ratio kernels are not available on %s (%s): the CPU engine %s",
+          ctx->name, text, what);
+  return FZ_ENOSYS;
+}
+
 /* The descriptor the prep and seal kernels read for a ratio plan. */
 static void desc_ratio(fzk_desc *d, const fze_header *h) {
   memset(d, 0, sizeof *d);
@@ -246,17 +261,9 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   FZK_CHECK(cudaSetDevice(ctx->device), fail);
   /* A GPU the built-in kernels cannot run on takes them from NVRTC; where
    * they do not compile the CPU engine compresses (the log says why). */
-  if (pl->ratio && ctx->kern != NULL &&
-      (rc = fzk_jit_ratio(ctx->jit, &pl->rk, why, why_len)) < 0) {
-    if (rc != FZ_ENOMEM && rc != FZ_EGPUOOM) {
-      char text[768];
-      snprintf(text, sizeof text, "%s", why != NULL ? why : "");
-      fze_why(why, why_len, "the ratio kernels are not available on %s (%s): the CPU "
-              "engine compresses this chain", ctx->name, text);
-      rc = FZ_ENOSYS;
-    }
+  if (pl->ratio &&
+      (rc = fzk_ratio_kernels(ctx, &pl->rk, "compresses this chain", why, why_len)) < 0)
     goto fail;
-  }
   if (pl->ratio) {
     desc_ratio(&pl->desc, h);
     pl->slots = fzre_enc_slots(h->nchunks, ctx->nsm);
