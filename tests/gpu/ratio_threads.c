@@ -16,7 +16,10 @@
  * there are two chunks or more, each in its own slot of scratch, so that a
  * write out of a block's slot or chunk races with the other block.  Under
  * ThreadSanitizer (tests/run.sh runs this binary from the ci-tsan build)
- * any such race fails the run; in every build the bytes must be the CPU
+ * any such race fails the run.  In every build the threads of a block
+ * must meet at the same barrier (the device's rule: control flow around a
+ * barrier the same in every thread), a launch must end (one that hangs
+ * fails after FZT_HANG_S), and the bytes must be the CPU
  * engine's: each chunk the encoder stages, its size and CRC, as in the
  * archive fz_plan_compress makes, and the decoder's output as
  * fz_decompress's.  The block's shared state is garbage before each chunk,
@@ -70,14 +73,37 @@ typedef struct fzt_dim {
 } fzt_dim;
 static _Thread_local fzt_dim threadIdx;
 static const fzt_dim blockDim = {FZT_NT};
-/* The barrier of the block the thread belongs to. */
-static _Thread_local pthread_barrier_t *fzt_bar;
-static void fzt_sync(void) { pthread_barrier_wait(fzt_bar); }
+/* A block's barrier, and where each of its threads called it, for two
+ * barriers in turn: a thread reads thread 0's entry after the barrier,
+ * before thread 0 can write that entry again two barriers on. */
+typedef struct fzt_bar {
+  pthread_barrier_t bar;
+  const char *file[2][FZT_NT];
+  int line[2][FZT_NT];
+} fzt_bar;
+static _Thread_local fzt_bar *fzt_my_bar;
+static _Thread_local unsigned fzt_gen;
+
+/* The threads of a block must all meet at the same __syncthreads (the
+ * device's rule); pthread barriers would pair different ones, so a
+ * thread that was not where thread 0 was stops the run. */
+static void fzt_sync(const char *file, int line) {
+  fzt_bar *b = fzt_my_bar;
+  unsigned g = fzt_gen++ & 1u, t = threadIdx.x;
+  b->file[g][t] = file;
+  b->line[g][t] = line;
+  pthread_barrier_wait(&b->bar);
+  if (line != b->line[g][0] || strcmp(file, b->file[g][0]) != 0) {
+    fprintf(stderr, "thread %u at the barrier of %s:%d, thread 0 at %s:%d\n", t, file, line,
+            b->file[g][0], b->line[g][0]);
+    abort();
+  }
+}
 
 #define __CUDA_ARCH__ 900
 #define __device__
 #define __forceinline__ inline
-#define __syncthreads() fzt_sync()
+#define __syncthreads() fzt_sync(__FILE__, __LINE__)
 
 /* CUDA's atomics are relaxed; the barriers order everything else.  Only
  * the overloads CUDA has, so that a call CUDA would refuse fails here. */
@@ -143,7 +169,7 @@ _Static_assert(FZR_NT == FZT_NT, "a block is FZR_NT threads");
 /* ---- the launch: blocks of FZR_NT threads, the kernels' loop ---- */
 
 typedef struct fzt_block {
-  pthread_barrier_t bar;
+  fzt_bar bar;
   void *S;                 /* the block's shared state */
   unsigned long long next; /* the block's chunk (the kernel's __shared__) */
   unsigned id;
@@ -178,7 +204,8 @@ static void *fzt_thread(void *arg) {
   const fzt_arg *a = arg;
   fzt_block *b = a->b;
   threadIdx.x = a->t;
-  fzt_bar = &b->bar;
+  fzt_my_bar = &b->bar;
+  fzt_gen = 0;
   if (b->L->enc) {
     fzre_job J = *(const fzre_job *)b->L->job;
     for (unsigned long long c; (c = fzt_take(b, J.ticket)) < J.nchunks;)
@@ -207,7 +234,7 @@ static void fzt_run(const fzt_launch *L, unsigned blocks, const char *what) {
     cr_assert(blk[k].S);
     blk[k].id = k;
     blk[k].L = L;
-    cr_assert_eq(pthread_barrier_init(&blk[k].bar, NULL, FZT_NT), 0);
+    cr_assert_eq(pthread_barrier_init(&blk[k].bar.bar, NULL, FZT_NT), 0);
   }
   for (unsigned k = 0; k < blocks; k++)
     for (unsigned t = 0; t < FZT_NT; t++) {
@@ -223,7 +250,7 @@ static void fzt_run(const fzt_launch *L, unsigned blocks, const char *what) {
                    "%s: block %u thread %u still running after %d s: the block's threads "
                    "wait at different barriers", what, k, t, FZT_HANG_S);
   for (unsigned k = 0; k < blocks; k++) {
-    pthread_barrier_destroy(&blk[k].bar);
+    pthread_barrier_destroy(&blk[k].bar.bar);
     free(blk[k].S);
   }
 }
