@@ -4,7 +4,8 @@
 # GPU suites report as skipped on a machine without a GPU.  Then the CPU
 # product again under sanitizers: every suite against an ASan + UBSan build,
 # and the suites that start fzd against a ThreadSanitizer fzd, with the
-# engine's threads and the JIT module cache's under ThreadSanitizer too.
+# engine's threads, the JIT module cache's and the ratio kernels' block
+# threads under ThreadSanitizer too.
 set -eu
 cd "$(dirname "$0")/.."
 sh tests/deps.sh
@@ -19,9 +20,10 @@ cmake --preset ci-asan
 cmake --build --preset ci-asan -j "$jobs"
 ctest --preset ci-asan -j "$jobs"
 
-echo "== ThreadSanitizer: fzd serving the daemon and client suites, the engine's threads"
+echo "== ThreadSanitizer: fzd serving the daemon and client suites, the engine's threads, the ratio kernels' block threads"
 cmake --preset ci-tsan
-cmake --build --preset ci-tsan -j "$jobs" --target fzd fz_cpu_bench jit_cache_stress
+cmake --build --preset ci-tsan -j "$jobs" --target fzd fz_cpu_bench jit_cache_stress \
+  test_kernel_ratio_threads
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66"
 tsan_fzd="$PWD/build-ci-tsan/daemon/fzd"
 # Some kernels lay out memory where this ThreadSanitizer cannot start at
@@ -42,3 +44,5 @@ for preset in balanced fast lossless; do
   build-ci-tsan/tests/bench/fz_cpu_bench -t 4 -r 1 -p "$preset" -e 1e-3 --gen smooth 262144
 done
 build-ci-tsan/tests/jit_cache/jit_cache_stress
+# The ratio kernels' device code, each block's 256 threads real threads.
+build-ci-tsan/tests/gpu/test_kernel_ratio_threads
