@@ -21,7 +21,7 @@
 #include "fz.h"
 #include "ratio_dec.cuh"
 #include "ratio_enc.cuh"
-#include "ratio_shape.h"
+#include "ratio_fields.h"
 
 static uint32_t crc_tab[256];
 
@@ -159,60 +159,6 @@ static void model_encode_same(const uint8_t *a, size_t len, const void *x, const
   fzr_host_reverse = reverse;
   model_encode_once(a, len, x, what);
   fzr_host_reverse = 0;
-}
-
-enum kind { SMOOTH, NOISE, CONSTANT, SPECIAL, KINDS };
-
-static void *field(const shape *s, int f32, enum kind k, uint64_t seed) {
-  size_t n = (size_t)count(s), w = f32 ? 4 : 8;
-  uint8_t *x = malloc(n * w + 8);
-  uint64_t X = s->dims[s->ndims - 1], Y = s->ndims > 1 ? s->dims[s->ndims - 2] : 1;
-  for (size_t i = 0; i < n; i++) {
-    double xx = (double)(i % X), yy = (double)((i / X) % Y), zz = (double)(i / X / Y);
-    double v = sin(xx * 0.05) * cos(yy * 0.07) * 50 + zz * 0.3 + xx * 0.01;
-    uint64_t r = rnd(&seed);
-    if (k == NOISE)
-      v = (double)(r >> 11) * 0x1p-53 * 2 - 1;
-    else if (k == CONSTANT)
-      v = 3.25;
-    else if (k == SPECIAL) {
-      switch (r % 16) {
-      case 0: v = NAN; break;
-      case 1: v = INFINITY; break;
-      case 2: v = -INFINITY; break;
-      case 3: v = -0.0; break;
-      case 4: v = f32 ? 1e-40 : 1e-310; break;
-      case 5: v = 1e6 * (double)(r >> 40); break;
-      default: break;
-      }
-    }
-    if (f32)
-      ((float *)x)[i] = (float)v;
-    else
-      ((double *)x)[i] = v;
-  }
-  return x;
-}
-
-static uint8_t *compress(const shape *s, fz_dtype t, const void *x, const char *pipe,
-                         fz_eb_mode mode, double eb, unsigned chunk, size_t *len) {
-  fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = s->ndims;
-  memcpy(p.dims, s->dims, sizeof s->dims);
-  p.pipeline = pipe;
-  p.eb = eb;
-  p.eb_mode = mode;
-  p.chunk_bytes = chunk;
-  fz_plan *pl = NULL;
-  char why[256] = "";
-  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s: %s", pipe, why);
-  size_t cap = fz_plan_compress_bound(pl);
-  uint8_t *a = malloc(cap);
-  cr_assert_eq(fz_plan_compress(pl, x, fz_plan_input_bytes(pl), a, cap, len), 0);
-  fz_plan_destroy(pl);
-  return a;
 }
 
 /* The model's bytes equal the CPU decoder's, aligned and not. */

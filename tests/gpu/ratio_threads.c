@@ -163,6 +163,7 @@ static inline double __hiloint2double(int hi, int lo) {
 #include "ratio_dec.cuh"
 #include "ratio_enc.cuh"
 #pragma GCC diagnostic pop
+#include "ratio_fields.h"
 
 _Static_assert(FZR_NT == FZT_NT, "a block is FZR_NT threads");
 
@@ -266,82 +267,6 @@ static void setup(void) {
       c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
     crc_tab[i] = c;
   }
-}
-
-typedef struct shape {
-  unsigned ndims;
-  uint64_t dims[4];
-} shape;
-
-static uint64_t count(const shape *s) {
-  uint64_t n = 1;
-  for (unsigned i = 0; i < s->ndims; i++)
-    n *= s->dims[i];
-  return n;
-}
-
-static uint64_t rnd(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  uint64_t x = *s;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  return x ^ (x >> 29);
-}
-
-enum kind { SMOOTH, NOISE, SPECIAL, KINDS };
-
-/* Smooth waves, noise, or smooth with NaN, infinities, -0.0, denormals
- * and huge values among them (outliers, side lists, raw chunks). */
-static void *field(const shape *s, int f32, enum kind k, uint64_t seed) {
-  size_t n = (size_t)count(s), w = f32 ? 4 : 8;
-  uint8_t *x = malloc(n * w + 8);
-  cr_assert(x);
-  uint64_t X = s->dims[s->ndims - 1], Y = s->ndims > 1 ? s->dims[s->ndims - 2] : 1;
-  for (size_t i = 0; i < n; i++) {
-    double xx = (double)(i % X), yy = (double)((i / X) % Y), zz = (double)(i / X / Y);
-    double v = sin(xx * 0.05) * cos(yy * 0.07) * 50 + zz * 0.3 + xx * 0.01;
-    uint64_t r = rnd(&seed);
-    if (k == NOISE)
-      v = (double)(r >> 11) * 0x1p-53 * 2 - 1;
-    else if (k == SPECIAL) {
-      switch (r % 16) {
-      case 0: v = NAN; break;
-      case 1: v = INFINITY; break;
-      case 2: v = -INFINITY; break;
-      case 3: v = -0.0; break;
-      case 4: v = f32 ? 1e-40 : 1e-310; break;
-      case 5: v = 1e6 * (double)(r >> 40); break;
-      default: break;
-      }
-    }
-    if (f32)
-      ((float *)x)[i] = (float)v;
-    else
-      ((double *)x)[i] = v;
-  }
-  return x;
-}
-
-static uint8_t *compress(const shape *s, int f32, const void *x, const char *pipe,
-                         fz_eb_mode mode, double eb, unsigned chunk, size_t *len) {
-  fz_params p;
-  fz_params_init(&p);
-  p.dtype = f32 ? FZ_F32 : FZ_F64;
-  p.ndims = s->ndims;
-  memcpy(p.dims, s->dims, sizeof s->dims);
-  p.pipeline = pipe;
-  p.eb = eb;
-  p.eb_mode = mode;
-  p.chunk_bytes = chunk;
-  fz_plan *pl = NULL;
-  char why[256] = "";
-  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s: %s", pipe, why);
-  size_t cap = fz_plan_compress_bound(pl);
-  uint8_t *a = malloc(cap);
-  cr_assert(a);
-  cr_assert_eq(fz_plan_compress(pl, x, fz_plan_input_bytes(pl), a, cap, len), 0, "%s", pipe);
-  fz_plan_destroy(pl);
-  return a;
 }
 
 static unsigned blocks_for(uint64_t nc) { return nc >= 2 ? 2 : 1; }
@@ -492,7 +417,8 @@ static void chain_cases(const char *pipe, unsigned ci, int enc) {
       unsigned chunk = small ? 4096 : 262144;
       unsigned b = (si + 2 * (unsigned)f32 + ci) % NBOUNDS;
       size_t len;
-      uint8_t *a = compress(s, f32, x, pipe, bounds[b].m, bounds[b].eb, chunk, &len);
+      uint8_t *a =
+          compress(s, f32 ? FZ_F32 : FZ_F64, x, pipe, bounds[b].m, bounds[b].eb, chunk, &len);
       char what[200];
       snprintf(what, sizeof what, "%s: %s shape %u %s kind %d bound %u chunk %u", pipe,
                enc ? "encode" : "decode", si, f32 ? "f32" : "f64", (int)k, b, chunk);
@@ -513,8 +439,8 @@ static void lossless_cases(int enc) {
     for (int f32 = 0; f32 < 2; f32++) {
       void *x = field(&ls[si], f32, si ? SMOOTH : SPECIAL, 5 + si);
       size_t len;
-      uint8_t *a = compress(&ls[si], f32, x, "ratio", FZ_EB_ABS, f32 ? 1e-45 : 1e-320, 4096,
-                            &len);
+      uint8_t *a = compress(&ls[si], f32 ? FZ_F32 : FZ_F64, x, "ratio", FZ_EB_ABS,
+                            f32 ? 1e-45 : 1e-320, 4096, &len);
       char what[120];
       snprintf(what, sizeof what, "lossless: %s shape %u %s", enc ? "encode" : "decode", si,
                f32 ? "f32" : "f64");
