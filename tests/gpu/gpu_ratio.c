@@ -23,6 +23,7 @@
 #include "fzd_harness.h"
 #include "gpu_fzd.h"
 #include "gpu_util.h"
+#include "ratio_reseal.h"
 #include "ratio_shape.h"
 
 /* A field smooth along every axis, or one of gpu_util.h's kinds. */
@@ -271,33 +272,6 @@ Test(ratio, other_chains_are_left_to_the_cpu) {
   CUDA_OK(cudaFree(d_out));
   free(a);
   free(x);
-}
-
-/* Every CRC of an edited archive recomputed, so the chunk's own checks are
- * what must catch the edit. */
-static void reseal(uint8_t *a, size_t len) {
-  fze_header h;
-  size_t tp;
-  cr_assert_eq(fze_header_parse_prefix(a, len, &h, &tp), 0);
-  uint32_t pc = 0;
-  uint64_t off = h.header_len;
-  for (uint64_t c = 0; c < h.nchunks; c++) {
-    const uint8_t *p = a + tp + 4 * c;
-    uint32_t sz = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                  (uint32_t)p[3] << 24;
-    uint32_t cc = fze_crc32c(0, a + off, sz);
-    uint8_t le[4];
-    for (int k = 0; k < 4; k++)
-      le[k] = (uint8_t)(cc >> (8 * k));
-    pc = fze_crc32c(pc, le, 4);
-    off += sz;
-  }
-  for (int k = 0; k < 4; k++)
-    a[tp - 4 + k] = (uint8_t)(pc >> (8 * k));
-  size_t hl = tp + 4 * h.nchunks;
-  uint32_t hc = fze_crc32c(0, a, hl);
-  for (int k = 0; k < 4; k++)
-    a[hl + k] = (uint8_t)(hc >> (8 * k));
 }
 
 /* Bytes of the payload flipped (every stride-th, three ways), the CRCs
