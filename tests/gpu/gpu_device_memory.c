@@ -275,7 +275,7 @@ Test(device_memory, vmm_buffers_in_place, .timeout = 300) {
   vmm_alloc(&in, in_off + NBYTES);
   vmm_alloc(&arc, arc_off + arc_cap);
   vmm_alloc(&back, NBYTES);
-  CUDA_OK(cudaMemcpy(vmm_ptr(&in, in_off), v, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(vmm_ptr(&in, in_off), v, NBYTES));
 
   /* VMM in, inline out. */
   fz_job j;
@@ -408,7 +408,7 @@ Test(device_memory, pool_buffers_in_place, .timeout = 300) {
   void *d_in = pool_alloc(pool, in_off + NBYTES, &ex_in);
   void *d_arc = pool_alloc(pool, arc_off + arc_cap, &ex_arc);
   void *d_back = pool_alloc(pool, NBYTES, &ex_back);
-  CUDA_OK(cudaMemcpy((char *)d_in + in_off, v, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd((char *)d_in + in_off, v, NBYTES));
 
   fz_job j;
   job_f32(&j, uuid);
@@ -651,7 +651,7 @@ Test(device_memory, reallocated_address_reaches_the_new_data, .timeout = 300) {
   /* VMM. */
   vmm_buf a, b;
   vmm_alloc(&a, NBYTES);
-  CUDA_OK(cudaMemcpy(vmm_ptr(&a, 0), v1, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(vmm_ptr(&a, 0), v1, NBYTES));
   fz_job j;
   job_f32(&j, uuid);
   j.in_vmm_fd = a.fd;
@@ -666,7 +666,7 @@ Test(device_memory, reallocated_address_reaches_the_new_data, .timeout = 300) {
   vmm_alloc(&b, NBYTES);
   cr_log_info("VMM: new allocation at %s address", b.va == old_va ? "the same" : "another");
   cr_assert_neq(b.id, old_id);
-  CUDA_OK(cudaMemcpy(vmm_ptr(&b, 0), v2, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(vmm_ptr(&b, 0), v2, NBYTES));
   j.in_vmm_fd = b.fd;
   j.in_vmm_size = b.size;
   j.in_buffer_id = b.id;
@@ -678,7 +678,7 @@ Test(device_memory, reallocated_address_reaches_the_new_data, .timeout = 300) {
   /* Legacy IPC (cudaMalloc of the same size, freed in between). */
   void *d1 = NULL, *d2 = NULL;
   CUDA_OK(cudaMalloc(&d1, NBYTES));
-  CUDA_OK(cudaMemcpy(d1, v1, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(d1, v1, NBYTES));
   cudaIpcMemHandle_t h1, h2;
   CUDA_OK(cudaIpcGetMemHandle(&h1, d1));
   job_f32(&j, uuid);
@@ -690,7 +690,7 @@ Test(device_memory, reallocated_address_reaches_the_new_data, .timeout = 300) {
   CUDA_OK(cudaFree(d1));
   CUDA_OK(cudaMalloc(&d2, NBYTES));
   cr_log_info("IPC: new allocation at %s address", d2 == d1 ? "the same" : "another");
-  CUDA_OK(cudaMemcpy(d2, v2, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(d2, v2, NBYTES));
   CUDA_OK(cudaIpcGetMemHandle(&h2, d2));
   cr_log_info("IPC: the new handle's bytes are %s the old one's",
               memcmp(&h1, &h2, sizeof h1) == 0 ? "the same as" : "not");
@@ -808,7 +808,7 @@ Test(device_memory, release_closes_imports, .timeout = 300) {
   const size_t big = (size_t)1 << 30;
   vmm_buf a;
   vmm_alloc(&a, big);
-  CUDA_OK(cudaMemcpy(vmm_ptr(&a, 0), v1, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(vmm_ptr(&a, 0), v1, NBYTES));
   void *arc = wire_compress(&w, 10, uuid, 0, a.fd, a.size, NULL, a.id, &n);
   assert_same(arc, n, cpu1, len1, "VMM archive over the wire");
   free(arc);
@@ -834,7 +834,7 @@ Test(device_memory, release_closes_imports, .timeout = 300) {
   cudaMemPool_t pool = pool_make(&pool_fd);
   struct cudaMemPoolPtrExportData ex1, ex2;
   void *p1 = pool_alloc(pool, NBYTES, &ex1);
-  CUDA_OK(cudaMemcpy(p1, v1, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(p1, v1, NBYTES));
   uint64_t id1 = buffer_id(p1);
   arc = wire_compress(&w, 20, uuid, 1, pool_fd, 0, &ex1, id1, &n);
   assert_same(arc, n, cpu1, len1, "pool archive over the wire");
@@ -846,7 +846,7 @@ Test(device_memory, release_closes_imports, .timeout = 300) {
   cr_log_info("pool: new allocation at %s address, export data %s",
               p2 == p1 ? "the same" : "another",
               memcmp(&ex1, &ex2, sizeof ex1) == 0 ? "the same" : "not the same");
-  CUDA_OK(cudaMemcpy(p2, v2, NBYTES, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(p2, v2, NBYTES));
   uint64_t id2 = buffer_id(p2);
   cr_assert_neq(id2, id1);
   arc = wire_compress(&w, 22, uuid, 1, pool_fd, 0, &ex2, id2, &n);
@@ -969,7 +969,7 @@ static int client_process(const char *sock, int index, int jobs) {
     return 8;
   float *v = field_f32(NVAL, 0.37f * (float)index);
   float *back = malloc(NBYTES);
-  void *arc = malloc(cap);
+  unsigned char *arc = malloc(cap);
   int rc = 0;
   for (int k = 0; k < jobs && rc == 0; k++) {
     /* A slightly different field each job, so a stale or crossed buffer
@@ -991,7 +991,7 @@ static int client_process(const char *sock, int index, int jobs) {
     if (fz_plan_compress(plan, v, NBYTES, cpu, fz_plan_compress_bound(plan), &cpu_len) != 0)
       return 10;
     fz_plan_destroy(plan);
-    if (cudaMemcpy((void *)(uintptr_t)va, v, NBYTES, cudaMemcpyHostToDevice) != cudaSuccess)
+    if (upload_for_fzd((void *)(uintptr_t)va, v, NBYTES) != cudaSuccess)
       return 11;
     fz_job j;
     job_f32(&j, uuid);
@@ -1007,8 +1007,14 @@ static int client_process(const char *sock, int index, int jobs) {
       rc = 12;
     else if (r.bytes_out != cpu_len ||
              cudaMemcpy(arc, d_arc, cpu_len, cudaMemcpyDeviceToHost) != cudaSuccess ||
-             memcmp(arc, cpu, cpu_len) != 0)
+             memcmp(arc, cpu, cpu_len) != 0) {
+      size_t at = 0;
+      while (r.bytes_out == cpu_len && at < cpu_len && arc[at] == ((unsigned char *)cpu)[at])
+        at++;
+      fprintf(stderr, "client %d, job %d: %zu bytes, the CPU's %zu, first difference at %zu\n",
+              index, k, (size_t)r.bytes_out, cpu_len, at);
       rc = 13;
+    }
     fz_job d;
     fz_job_init(&d);
     d.device = uuid;

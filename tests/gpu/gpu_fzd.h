@@ -9,6 +9,7 @@
 #define FZ_TEST_GPU_FZD_H
 
 #include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -16,6 +17,17 @@
 #include "fzd_harness.h"
 
 #define CUDA_OK(call) cr_assert_eq((int)(call), 0, "%s failed", #call)
+
+/* Copies n bytes of host memory to device memory that fzd will read.  A
+ * cudaMemcpy from pageable memory may return before its DMA has reached the
+ * device: this process's later work is ordered after it, another process's
+ * is not.  So the device is synchronised before the caller sends the
+ * buffer's handle, as docs/protocol.md ("Synchronisation") asks of a client
+ * that passes no wait_event. */
+static inline cudaError_t upload_for_fzd(void *dst, const void *src, size_t n) {
+  cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+  return e != cudaSuccess ? e : cudaDeviceSynchronize();
+}
 
 /* fzd on the GPU backend with the given settings (JSON members, or NULL). */
 static inline fzd_harness *start_gpu_fzd(const char *settings) {

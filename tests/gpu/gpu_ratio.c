@@ -120,7 +120,7 @@ static void gpu_same(const shape *s, fz_dtype t, const void *x, const char *pipe
   uint8_t *d_in = NULL, *d_out = NULL, *got = malloc(cap);
   const size_t in_off = off * fz_dtype_size(t);
   CUDA_OK(cudaMalloc((void **)&d_in, raw + in_off));
-  CUDA_OK(cudaMemcpy(d_in + in_off, x, raw, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(d_in + in_off, x, raw));
   CUDA_OK(cudaMalloc((void **)&d_out, cap + off));
   int rc = fz_gpu_compress(pl, d_in + in_off, raw, d_out + off, cap, &ol, NULL, why, sizeof why);
   cr_assert_eq(rc, 0, "%s: %s (%s)", what, fz_err_name(rc), why);

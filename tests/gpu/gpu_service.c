@@ -211,7 +211,7 @@ Test(service, ipc_buffers_in_place, .timeout = 300) {
   CUDA_OK(cudaMalloc(&d_in, in_off + bytes));
   CUDA_OK(cudaMalloc(&d_arc, arc_off + arc_cap));
   CUDA_OK(cudaMalloc(&d_back, bytes));
-  CUDA_OK(cudaMemcpy((char *)d_in + in_off, v, bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd((char *)d_in + in_off, v, bytes));
   cudaIpcMemHandle_t h_in, h_arc, h_back;
   CUDA_OK(cudaIpcGetMemHandle(&h_in, d_in));
   CUDA_OK(cudaIpcGetMemHandle(&h_arc, d_arc));
@@ -376,7 +376,8 @@ Test(service, out_of_gpu_memory_then_next_job, .timeout = 300) {
   free(big);
 }
 
-/* Device memory in use on the GPU, all processes together. */
+/* Device memory in use on the GPU, all processes together: the suite runs
+ * alone (ALONE in CMakeLists.txt), so what changes is this test's fzd. */
 static size_t gpu_used(void) {
   size_t free_b = 0, total = 0;
   CUDA_OK(cudaMemGetInfo(&free_b, &total));
@@ -472,7 +473,7 @@ static void through_the_cpu_engine(const char *pipeline, int has_fill, float fil
   CUDA_OK(cudaMalloc(&d_in, bytes));
   CUDA_OK(cudaMalloc(&d_arc, cap));
   CUDA_OK(cudaMalloc(&d_back, bytes));
-  CUDA_OK(cudaMemcpy(d_in, v, bytes, cudaMemcpyHostToDevice));
+  CUDA_OK(upload_for_fzd(d_in, v, bytes));
   cudaIpcMemHandle_t h_in, h_arc, h_back;
   CUDA_OK(cudaIpcGetMemHandle(&h_in, d_in));
   CUDA_OK(cudaIpcGetMemHandle(&h_arc, d_arc));
