@@ -38,8 +38,12 @@ static __device__ __forceinline__ unsigned long long fzr_take(unsigned long long
 
 /* Blocks each multiprocessor holds at once: what the kernels' registers
  * allow, which __launch_bounds__ makes the compiler keep to. */
+#ifndef FZR_DEC_PER_SM
 #define FZR_DEC_PER_SM 4u
+#endif
+#ifndef FZRE_ENC_PER_SM
 #define FZRE_ENC_PER_SM 3u
+#endif
 
 extern "C" __global__ void __launch_bounds__(FZR_NT, FZR_DEC_PER_SM)
 fzr_decode_kernel(fzr_job J) {
