@@ -531,26 +531,30 @@ static inline FZR_HD double fzr_pv(const fzr_state *S, const uint8_t *out, unsig
   return S->x[i] ? fzr_fin0(v) : v;
 }
 
+/* The value off steps along axis d from element i of the chunk (at
+ * coordinate cd of that axis), where that lies in the array and in the
+ * chunk. */
 static inline FZR_HD int fzr_near(const fzr_state *S, const uint8_t *out, unsigned w,
-                                  const uint64_t *c, unsigned d, int64_t off, double *v) {
-  int64_t cd = (int64_t)c[d] + off;
-  if (cd < 0 || cd >= (int64_t)S->ext[d])
+                                  uint64_t cd, unsigned d, uint64_t i, int64_t off, double *v) {
+  int64_t to = (int64_t)cd + off;
+  if (to < 0 || to >= (int64_t)S->ext[d])
     return 0;
-  uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
-  g = (uint64_t)((int64_t)g + off * (int64_t)S->str[d]);
-  if (g < S->first || g - S->first >= S->n)
+  int64_t j = (int64_t)i + off * (int64_t)S->str[d];
+  if (j < 0 || j >= (int64_t)S->n)
     return 0;
-  *v = fzr_pv(S, out, w, g - S->first);
+  *v = fzr_pv(S, out, w, (uint64_t)j);
   return 1;
 }
 
+/* The prediction of element i of the chunk (coordinate cd along axis d)
+ * from its neighbours h and 3h away along d. */
 static inline FZR_HD double fzr_predict(const fzr_state *S, const uint8_t *out, unsigned w,
-                                        const uint64_t *c, unsigned d, uint64_t h) {
+                                        uint64_t cd, unsigned d, uint64_t i, uint64_t h) {
   double a = 0, b = 0, cc = 0, e = 0;
   int64_t sh = (int64_t)h;
-  int hb = fzr_near(S, out, w, c, d, -sh, &b), hc = fzr_near(S, out, w, c, d, sh, &cc);
+  int hb = fzr_near(S, out, w, cd, d, i, -sh, &b), hc = fzr_near(S, out, w, cd, d, i, sh, &cc);
   if (hb && hc) {
-    if (fzr_near(S, out, w, c, d, -3 * sh, &a) && fzr_near(S, out, w, c, d, 3 * sh, &e))
+    if (fzr_near(S, out, w, cd, d, i, -3 * sh, &a) && fzr_near(S, out, w, cd, d, i, 3 * sh, &e))
       return (-a + 9.0 * b + 9.0 * cc - e) * 0.0625;
     return (b + cc) * 0.5;
   }
@@ -604,15 +608,26 @@ static inline FZR_HD void fzr_level(fzr_state *S, const fzr_job *J, uint64_t h, 
     cnt[j] = start[j] <= S->hi[j] ? (S->hi[j] - start[j]) / stp[j] + 1 : 0;
   }
   uint64_t total = cnt[0] * cnt[1] * cnt[2], s = S->first, e = s + S->n - 1;
-  for (uint64_t k = t; k < total; k += nt) {
-    uint64_t c[3];
-    c[2] = start[2] + (k % cnt[2]) * stp[2];
-    c[1] = start[1] + (k / cnt[2] % cnt[1]) * stp[1];
-    c[0] = start[0] + (k / cnt[2] / cnt[1]) * stp[0];
+  if (t >= total)
+    return;
+  /* The thread's points k = t, t + nt, ... (while k < total, that is
+   * a0 < cnt0) as digits (a0, a1, a2) of the radices (cnt0, cnt1, cnt2),
+   * advanced by nt's digits with a carry each: a point costs no division. */
+  uint64_t a2 = t % cnt[2], r = t / cnt[2], a1 = r % cnt[1], a0 = r / cnt[1];
+  uint64_t d2 = nt % cnt[2], dr = nt / cnt[2], d1 = dr % cnt[1], d0 = dr / cnt[1];
+  while (a0 < cnt[0]) {
+    uint64_t c[3] = {start[0] + a0 * stp[0], start[1] + a1 * stp[1], start[2] + a2 * stp[2]};
+    a2 += d2;
+    unsigned cy = a2 >= cnt[2];
+    a2 -= cy ? cnt[2] : 0;
+    a1 += d1 + cy;
+    cy = a1 >= cnt[1];
+    a1 -= cy ? cnt[1] : 0;
+    a0 += d0 + cy;
     uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
     if (g < s || g > e)
       continue;
-    fzr_point(S, J, out, g - s, fzr_predict(S, out, J->w, c, d, h));
+    fzr_point(S, J, out, g - s, fzr_predict(S, out, J->w, c[d], d, g - s, h));
   }
 }
 

@@ -896,14 +896,13 @@ static int send_fds(int sock, int fd, unsigned n, unsigned char byte) {
   return sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == 1 ? 0 : -errno;
 }
 
-/* A compress of 1024 floats from one memfd into another, on w; returns the
- * reply's code. */
-static int fd_job(wire *w, uint32_t msgid) {
-  float x[1024];
-  wire_field_f32(x, 1024, 9);
-  int fds[2] = {memfd_create("in", MFD_CLOEXEC), memfd_create("out", MFD_CLOEXEC)};
+/* Sends a compress of the 1024 floats x from a new memfd into another
+ * (fds[0] and fds[1], which the caller closes), on w. */
+static void send_fd_job(wire *w, uint32_t msgid, const float *x, int fds[2]) {
+  fds[0] = memfd_create("in", MFD_CLOEXEC);
+  fds[1] = memfd_create("out", MFD_CLOEXEC);
   cr_assert(fds[0] >= 0 && fds[1] >= 0);
-  cr_assert_eq(write(fds[0], x, sizeof x), (ssize_t)sizeof x);
+  cr_assert_eq(write(fds[0], x, 1024 * sizeof *x), (ssize_t)(1024 * sizeof *x));
   msgpack_packer *pk = wire_begin(w, msgid, "compress", 6);
   fzp_pack_key(pk, "dtype");
   fzp_pack_key(pk, "f32");
@@ -919,6 +918,15 @@ static int fd_job(wire *w, uint32_t msgid) {
   fzp_pack_key(pk, "out_fd");
   msgpack_pack_uint64(pk, 1);
   cr_assert_eq(wire_send(w, fds, 2), 0);
+}
+
+/* A compress of 1024 floats from one memfd into another, on w; returns the
+ * reply's code. */
+static int fd_job(wire *w, uint32_t msgid) {
+  float x[1024];
+  wire_field_f32(x, 1024, 9);
+  int fds[2];
+  send_fd_job(w, msgid, x, fds);
   fzp_message m;
   cr_assert_eq(wire_recv(w, &m, 10000), 0);
   cr_assert_eq(m.msgid, msgid);
@@ -993,27 +1001,8 @@ HOSTILE_CASE(pipelined_descriptor_jobs_all_answered, NULL, {
   int fds[JOBS][2];
   wire_open(&bad, h, false);
   cr_assert_eq(wire_hello(&bad, NULL), 0);
-  for (int i = 0; i < JOBS; i++) {
-    fds[i][0] = memfd_create("in", MFD_CLOEXEC);
-    fds[i][1] = memfd_create("out", MFD_CLOEXEC);
-    cr_assert(fds[i][0] >= 0 && fds[i][1] >= 0);
-    cr_assert_eq(write(fds[i][0], x, sizeof x), (ssize_t)sizeof x);
-    msgpack_packer *pk = wire_begin(&bad, 200 + (uint32_t)i, "compress", 6);
-    fzp_pack_key(pk, "dtype");
-    fzp_pack_key(pk, "f32");
-    fzp_pack_key(pk, "shape");
-    msgpack_pack_array(pk, 1);
-    msgpack_pack_uint64(pk, 1024);
-    fzp_pack_key(pk, "eb");
-    msgpack_pack_double(pk, 1e-3);
-    fzp_pack_key(pk, "nfds");
-    msgpack_pack_uint64(pk, 2);
-    fzp_pack_key(pk, "in_fd");
-    msgpack_pack_uint64(pk, 0);
-    fzp_pack_key(pk, "out_fd");
-    msgpack_pack_uint64(pk, 1);
-    cr_assert_eq(wire_send(&bad, fds[i], 2), 0);
-  }
+  for (int i = 0; i < JOBS; i++)
+    send_fd_job(&bad, 200 + (uint32_t)i, x, fds[i]);
   for (int i = 0; i < JOBS; i++) {
     fzp_message m;
     cr_assert_eq(wire_recv(&bad, &m, 30000), 0, "reply %d of %d missing", i, JOBS);
