@@ -580,10 +580,56 @@ static inline FZR_HD uint64_t fzr_first_at(uint64_t lo, uint64_t m, uint64_t r) 
   return q * m + r;
 }
 
-/* Thread 0: the anchors, each predicted by the one before in the chunk. */
-static inline FZR_HD void fzr_anchors(fzr_state *S, const fzr_job *J) {
+#define FZR_AHEAD 4u
+
+/* Anchors idx[0..m) of the chain, each predicted by the rebuilt one before
+ * (prev, then each in turn), as fzr_point() and fzr_pv() rebuild and read
+ * them.  What the chain does not change (each anchor's flag, its word, an
+ * outlier's value) is loaded for the whole group first, so that the loads'
+ * latency is paid once a group and not once an anchor.  Returns the last
+ * one's value as the next prediction. */
+static inline FZR_HD double fzr_anchor_group(fzr_state *S, const fzr_job *J, uint8_t *out,
+                                             const uint64_t *idx, unsigned m, double prev) {
+  uint8_t x[FZR_AHEAD];
+  uint64_t q[FZR_AHEAD];
+  double o[FZR_AHEAD];
+  const unsigned w = J->w;
+  FZR_UNROLL
+  for (unsigned k = 0; k < FZR_AHEAD; k++) {
+    if (k >= m)
+      break;
+    uint64_t i = idx[k];
+    x[k] = S->x[i];
+    q[k] = w == 4 ? ((const uint32_t *)S->a)[i] : ((const uint64_t *)S->a)[i];
+    o[k] = !x[k] ? 0.0 : w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
+  }
+  FZR_UNROLL
+  for (unsigned k = 0; k < FZR_AHEAD; k++) {
+    if (k >= m)
+      break;
+    if (x[k]) {
+      prev = fzr_fin0(o[k]);
+    } else if (w == 4) {
+      int32_t v = (int32_t)fzo_unzigzag32((uint32_t)q[k]);
+      float r = (float)(prev + (double)v * J->step);
+      ((float *)out)[idx[k]] = r;
+      prev = (double)r;
+    } else {
+      int64_t v = (int64_t)fzo_unzigzag64(q[k]);
+      double r = prev + (double)v * J->step;
+      ((double *)out)[idx[k]] = r;
+      prev = r;
+    }
+  }
+  return prev;
+}
+
+/* Thread 0: the anchors, each predicted by the one before in the chunk,
+ * FZR_AHEAD at a time. */
+static FZR_COLD FZR_HD void fzr_anchors(fzr_state *S, const fzr_job *J) {
   uint8_t *out = fzr_vals(S, J);
-  uint64_t c[3], s = S->first, e = s + S->n - 1;
+  uint64_t c[3], s = S->first, e = s + S->n - 1, idx[FZR_AHEAD];
+  unsigned m = 0;
   double prev = 0;
   for (c[0] = fzr_first_at(S->lo[0], FZR_TOP, 0); c[0] <= S->hi[0]; c[0] += FZR_TOP)
     for (c[1] = fzr_first_at(S->lo[1], FZR_TOP, 0); c[1] <= S->hi[1]; c[1] += FZR_TOP)
@@ -591,9 +637,14 @@ static inline FZR_HD void fzr_anchors(fzr_state *S, const fzr_job *J) {
         uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
         if (g < s || g > e)
           continue;
-        fzr_point(S, J, out, g - s, prev);
-        prev = fzr_pv(S, out, J->w, g - s);
+        idx[m++] = g - s;
+        if (m == FZR_AHEAD) {
+          prev = fzr_anchor_group(S, J, out, idx, m, prev);
+          m = 0;
+        }
       }
+  if (m)
+    fzr_anchor_group(S, J, out, idx, m, prev);
 }
 
 /* One level (h, d) of the walk: its points depend only on coarser levels

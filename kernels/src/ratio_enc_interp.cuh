@@ -52,14 +52,6 @@
 #else
 #define FZRE_IP_FI static inline
 #endif
-/* Only the device pass knows the pragma (nvcc's host pass hands the code
- * to the host compiler, which warns of it). */
-#ifdef __CUDA_ARCH__
-#define FZRE_IP_UNROLL _Pragma("unroll")
-#else
-#define FZRE_IP_UNROLL
-#endif
-
 /* One box's share of a pass: the counts along z, y, x, the chunk index
  * of its first point and the index steps between points along each axis
  * (0 where only one point lies), the first point's coordinate along the
@@ -257,23 +249,23 @@ FZRE_IP_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, cons
     uint32_t m = ps->end[b] - (b ? ps->end[b - 1] : 0u);
     uint32_t at[FZRE_IP_AHEAD], nat[FZRE_IP_AHEAD];
     uint64_t x[FZRE_IP_AHEAD], nx[FZRE_IP_AHEAD];
-    FZRE_IP_UNROLL
+    FZR_UNROLL
     for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
       at[j] = j < m ? fzre_ip_at(bx, j) : 0u;
       x[j] = j < m ? fzre_ip_load(in, w, at[j]) : 0u;
     }
     for (uint32_t g = 0; g < m; g += FZRE_IP_AHEAD) {
-      FZRE_IP_UNROLL
+      FZR_UNROLL
       for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
         uint32_t k = g + FZRE_IP_AHEAD + j;
         nat[j] = k < m ? fzre_ip_at(bx, k) : 0u;
         nx[j] = k < m ? fzre_ip_load(in, w, nat[j]) : 0u;
       }
-      FZRE_IP_UNROLL
+      FZR_UNROLL
       for (unsigned j = 0; j < FZRE_IP_AHEAD; j++)
         if (g + j < m)
           prev = fzre_ip_point(q, w, x[j], prev, words, bad, pv, at[j]);
-      FZRE_IP_UNROLL
+      FZR_UNROLL
       for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
         at[j] = nat[j];
         x[j] = nx[j];
