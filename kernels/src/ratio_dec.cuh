@@ -366,10 +366,7 @@ static inline FZR_HD void fzr_huff_head(fzr_state *S) {
       unsigned l = S->lens[s];
       if (l == 0)
         continue;
-      unsigned v = next[l]++, r = 0;
-      for (unsigned j = 0; j < l; j++)
-        r |= ((v >> j) & 1u) << (l - 1 - j);
-      S->code[s] = (uint16_t)r;
+      S->code[s] = (uint16_t)fzr_rev(next[l]++, l);
     }
   }
   return;

@@ -597,10 +597,7 @@ static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, 
     unsigned l = b.lens[s];
     if (l == 0)
       continue;
-    unsigned v = next[l]++, r = 0;
-    for (unsigned j = 0; j < l; j++)
-      r |= ((v >> j) & 1u) << (l - 1 - j);
-    b.code[s] = (uint16_t)r;
+    b.code[s] = (uint16_t)fzr_rev(next[l]++, l);
   }
   H->head = 2 + (nsym + 1) / 2 + 4 * FZRE_H_LANES;
   uint64_t bits = (uint64_t)b.freq[e] * 8u * w;

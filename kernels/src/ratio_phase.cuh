@@ -76,6 +76,19 @@ static int fzr_host_reverse;
 static inline void fzr_flag(uint32_t *st) { *st |= 1u; }
 #endif
 
+/* The low l bits of v (1 <= l <= 32) in reverse order: a canonical
+ * code as the bit readers take it, least significant bit first. */
+static inline FZR_HD unsigned fzr_rev(unsigned v, unsigned l) {
+#ifdef __CUDA_ARCH__
+  return __brev(v) >> (32u - l);
+#else
+  unsigned r = 0;
+  for (unsigned j = 0; j < l; j++)
+    r |= ((v >> j) & 1u) << (l - 1 - j);
+  return r;
+#endif
+}
+
 /* The quantizer's parameters as the encoder's pieces take them: the bin
  * width (0: lossless, the words are the values' bit patterns), its
  * inverse as the engine forms it (1.0 / step), the absolute bound every

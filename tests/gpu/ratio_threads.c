@@ -143,6 +143,12 @@ FZT_MAX(fzt_max_ull, unsigned long long)
       (p), (v))
 
 /* The intrinsics the headers' device branches take. */
+static inline unsigned __brev(unsigned v) {
+  unsigned r = 0;
+  for (unsigned j = 0; j < 32; j++)
+    r |= ((v >> j) & 1u) << (31 - j);
+  return r;
+}
 static inline int __clzll(long long v) { return v ? __builtin_clzll((unsigned long long)v) : 64; }
 static inline int __ffsll(long long v) { return __builtin_ffsll(v); }
 static inline int __double2loint(double x) {
