@@ -163,9 +163,13 @@ if [ "${FZ_GPU_PROFILE:-0}" != 0 ] && command -v ncu > /dev/null; then
       ncu -i "$logs/ncu.ncu-rep" "${opts[@]}" > "$logs/ncu-$view.txt" 2>&1 ||
         { summary+=("ncu export $view: FAILED"); status=1; }
     done
-    # The hottest CUDA source lines of each kernel, ranked by stall samples.
-    python3 tests/gpu/ncu_hot.py "$logs/ncu-source-cuda.txt" 40 > "$logs/ncu-hot.txt" ||
-      { summary+=("ncu hot lines: FAILED"); status=1; }
+    # The hottest CUDA source lines and SASS instructions of each kernel,
+    # ranked by stall samples (small files: the exports can be too large to
+    # bring back from a device machine).
+    for view in cuda sass; do
+      python3 tests/gpu/ncu_hot.py "$logs/ncu-source-$view.txt" 60 > "$logs/ncu-hot-$view.txt" ||
+        { summary+=("ncu hot $view lines: FAILED"); status=1; }
+    done
   else
     ncu --clock-control none --kernel-name regex:fzk_ \
       --section SpeedOfLight --section Occupancy --section LaunchStats \
