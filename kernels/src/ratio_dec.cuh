@@ -558,18 +558,32 @@ static inline FZR_HD double fzr_predict(const fzr_state *S, const uint8_t *out, 
   return hb ? b : hc ? cc : 0.0;
 }
 
-/* One point rebuilt from its prediction (stage_interp.c's point()). */
+/* Element i's word (its quantized residual, zigzagged). */
+static inline FZR_HD uint64_t fzr_word(const fzr_state *S, unsigned w, uint64_t i) {
+  return w == 4 ? ((const uint32_t *)S->a)[i] : ((const uint64_t *)S->a)[i];
+}
+
+/* Point i rebuilt from its prediction p and its word z (stage_interp.c's
+ * point()); returns the value as stored, widened. */
+static inline FZR_HD double fzr_rebuild(const fzr_job *J, uint8_t *out, uint64_t i, uint64_t z,
+                                        double p) {
+  if (J->w == 4) {
+    int32_t q = (int32_t)fzo_unzigzag32((uint32_t)z);
+    float r = (float)(p + (double)q * J->step);
+    ((float *)out)[i] = r;
+    return (double)r;
+  }
+  int64_t q = (int64_t)fzo_unzigzag64(z);
+  double r = p + (double)q * J->step;
+  ((double *)out)[i] = r;
+  return r;
+}
+
+/* One point rebuilt from its prediction, unless it is an outlier. */
 static inline FZR_HD void fzr_point(fzr_state *S, const fzr_job *J, uint8_t *out, uint64_t i,
                                     double p) {
-  if (S->x[i])
-    return;
-  if (J->w == 4) {
-    int32_t q = (int32_t)fzo_unzigzag32(((const uint32_t *)S->a)[i]);
-    ((float *)out)[i] = (float)(p + (double)q * J->step);
-  } else {
-    int64_t q = (int64_t)fzo_unzigzag64(((const uint64_t *)S->a)[i]);
-    ((double *)out)[i] = p + (double)q * J->step;
-  }
+  if (!S->x[i])
+    fzr_rebuild(J, out, i, fzr_word(S, J->w, i), p);
 }
 
 static inline FZR_HD uint64_t fzr_first_at(uint64_t lo, uint64_t m, uint64_t r) {
@@ -597,26 +611,14 @@ static inline FZR_HD double fzr_anchor_group(fzr_state *S, const fzr_job *J, uin
       break;
     uint64_t i = idx[k];
     x[k] = S->x[i];
-    q[k] = w == 4 ? ((const uint32_t *)S->a)[i] : ((const uint64_t *)S->a)[i];
+    q[k] = fzr_word(S, w, i);
     o[k] = !x[k] ? 0.0 : w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
   }
   FZR_UNROLL
   for (unsigned k = 0; k < FZR_AHEAD; k++) {
     if (k >= m)
       break;
-    if (x[k]) {
-      prev = fzr_fin0(o[k]);
-    } else if (w == 4) {
-      int32_t v = (int32_t)fzo_unzigzag32((uint32_t)q[k]);
-      float r = (float)(prev + (double)v * J->step);
-      ((float *)out)[idx[k]] = r;
-      prev = (double)r;
-    } else {
-      int64_t v = (int64_t)fzo_unzigzag64(q[k]);
-      double r = prev + (double)v * J->step;
-      ((double *)out)[idx[k]] = r;
-      prev = r;
-    }
+    prev = x[k] ? fzr_fin0(o[k]) : fzr_rebuild(J, out, idx[k], q[k], prev);
   }
   return prev;
 }
