@@ -110,8 +110,19 @@ typedef struct fzr_state {
   uint64_t lane_beg[FZR_LANES], lane_end[FZR_LANES];
   uint8_t lens[FZR_MAX_SYMS];
   uint16_t code[FZR_MAX_SYMS];
-  uint32_t lut[1u << FZR_MAX_LEN];
+  union {
+    uint32_t lut[1u << FZR_MAX_LEN];
+    /* interp, after huffman: a batch of anchors staged for thread 0's
+     * chain (fzr_anchor_gather), in the walk's order */
+    struct {
+      uint64_t q[FZR_NT]; /* the word */
+      double o[FZR_NT];   /* an outlier's value */
+      uint32_t i[FZR_NT]; /* the chunk index; FZR_NO_ANCHOR for none */
+      uint8_t x[FZR_NT];  /* the outlier flag */
+    } anc;
+  };
   /* interp */
+  double anc_prev; /* the chain's last rebuilt anchor */
   uint64_t ext[3], str[3], lo[3], hi[3];
   uint32_t part[FZR_NT]; /* CRC parts */
   /* lorenzo, per row: each share's rebuild as a map w -> c w + a of the
@@ -591,59 +602,55 @@ static inline FZR_HD uint64_t fzr_first_at(uint64_t lo, uint64_t m, uint64_t r) 
   return q * m + r;
 }
 
-#define FZR_AHEAD 4u
-
-/* Anchors idx[0..m) of the chain, each predicted by the rebuilt one before
- * (prev, then each in turn), as fzr_point() and fzr_pv() rebuild and read
- * them.  What the chain does not change (each anchor's flag, its word, an
- * outlier's value) is loaded for the whole group first, so that the loads'
- * latency is paid once a group and not once an anchor.  Returns the last
- * one's value as the next prediction. */
-static inline FZR_HD double fzr_anchor_group(fzr_state *S, const fzr_job *J, uint8_t *out,
-                                             const uint64_t *idx, unsigned m, double prev) {
-  uint8_t x[FZR_AHEAD];
-  uint64_t q[FZR_AHEAD];
-  double o[FZR_AHEAD];
-  const unsigned w = J->w;
-  FZR_UNROLL
-  for (unsigned k = 0; k < FZR_AHEAD; k++) {
-    if (k >= m)
-      break;
-    uint64_t i = idx[k];
-    x[k] = S->x[i];
-    q[k] = fzr_word(S, w, i);
-    o[k] = !x[k] ? 0.0 : w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
+/* The anchors' lattice (every FZR_TOP-th coordinate along each axis) over
+ * the chunk's box: its first coordinates, its counts, and its size. */
+static inline FZR_HD uint64_t fzr_anchor_box(const fzr_state *S, uint64_t start[3],
+                                             uint64_t cnt[3]) {
+  for (unsigned j = 0; j < 3; j++) {
+    start[j] = fzr_first_at(S->lo[j], FZR_TOP, 0);
+    cnt[j] = start[j] <= S->hi[j] ? (S->hi[j] - start[j]) / FZR_TOP + 1 : 0;
   }
-  FZR_UNROLL
-  for (unsigned k = 0; k < FZR_AHEAD; k++) {
-    if (k >= m)
-      break;
-    prev = x[k] ? fzr_fin0(o[k]) : fzr_rebuild(J, out, idx[k], q[k], prev);
-  }
-  return prev;
+  return cnt[0] * cnt[1] * cnt[2];
 }
 
-/* Thread 0: the anchors, each predicted by the one before in the chunk,
- * FZR_AHEAD at a time. */
-static FZR_COLD FZR_HD void fzr_anchors(fzr_state *S, const fzr_job *J) {
+#define FZR_NO_ANCHOR UINT32_MAX
+
+/* Lattice point k = b nt + t of batch b, in the walk's order (x fastest):
+ * its chunk index, flag, word and (an outlier's) value, which the chain
+ * does not change, staged for thread 0; FZR_NO_ANCHOR where k is past the
+ * lattice or its point outside the chunk. */
+static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint64_t b,
+                                            unsigned t, unsigned nt) {
+  uint64_t start[3], cnt[3], total = fzr_anchor_box(S, start, cnt), k = b * nt + t;
+  S->anc.i[t] = FZR_NO_ANCHOR;
+  if (k >= total)
+    return;
+  uint64_t a2 = k % cnt[2], r = k / cnt[2], a1 = r % cnt[1], a0 = r / cnt[1];
+  uint64_t g = (start[0] + a0 * FZR_TOP) * S->str[0] + (start[1] + a1 * FZR_TOP) * S->str[1] +
+               start[2] + a2 * FZR_TOP;
+  if (g < S->first || g - S->first >= S->n)
+    return;
+  uint64_t i = g - S->first;
+  const uint8_t *out = fzr_vals(S, J);
+  uint8_t x = S->x[i];
+  S->anc.i[t] = (uint32_t)i;
+  S->anc.x[t] = x;
+  S->anc.q[t] = fzr_word(S, J->w, i);
+  S->anc.o[t] = !x ? 0.0 : J->w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
+}
+
+/* Thread 0: the staged anchors, each predicted by the rebuilt one before
+ * (the first of the chunk by 0), as fzr_point() rebuilds them and fzr_pv()
+ * reads them back. */
+static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
-  uint64_t c[3], s = S->first, e = s + S->n - 1, idx[FZR_AHEAD];
-  unsigned m = 0;
-  double prev = 0;
-  for (c[0] = fzr_first_at(S->lo[0], FZR_TOP, 0); c[0] <= S->hi[0]; c[0] += FZR_TOP)
-    for (c[1] = fzr_first_at(S->lo[1], FZR_TOP, 0); c[1] <= S->hi[1]; c[1] += FZR_TOP)
-      for (c[2] = fzr_first_at(S->lo[2], FZR_TOP, 0); c[2] <= S->hi[2]; c[2] += FZR_TOP) {
-        uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
-        if (g < s || g > e)
-          continue;
-        idx[m++] = g - s;
-        if (m == FZR_AHEAD) {
-          prev = fzr_anchor_group(S, J, out, idx, m, prev);
-          m = 0;
-        }
-      }
-  if (m)
-    fzr_anchor_group(S, J, out, idx, m, prev);
+  double prev = S->anc_prev;
+  for (unsigned j = 0; j < nt; j++) {
+    uint32_t i = S->anc.i[j];
+    if (i != FZR_NO_ANCHOR)
+      prev = S->anc.x[j] ? fzr_fin0(S->anc.o[j]) : fzr_rebuild(J, out, i, S->anc.q[j], prev);
+  }
+  S->anc_prev = prev;
 }
 
 /* One level (h, d) of the walk: its points depend only on coarser levels
@@ -930,8 +937,18 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     FZR_SYNC();
     if (S->err)
       goto finish;
-    FZR_ONE(fzr_anchors(S, J));
-    FZR_SYNC();
+    /* The anchors are a chain: the block stages a batch of them, thread
+     * 0 runs through it. */
+    FZR_ONE(S->anc_prev = 0);
+    {
+      uint64_t start[3], cnt[3], batches = (fzr_anchor_box(S, start, cnt) + nt - 1) / nt;
+      for (uint64_t b = 0; b < batches; b++) {
+        FZR_ALL(fzr_anchor_gather(S, J, b, t, nt));
+        FZR_SYNC();
+        FZR_ONE(fzr_anchor_chain(S, J, nt));
+        FZR_SYNC();
+      }
+    }
     for (uint64_t h = FZR_TOP / 2; h >= 1; h /= 2)
       for (unsigned d = 0; d < 3; d++) {
         FZR_ALL(fzr_level(S, J, h, d, t, nt));

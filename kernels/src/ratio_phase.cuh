@@ -38,15 +38,6 @@
 #define FZR_UNROLL
 #endif
 
-/* A serial part that one thread runs once a chunk, kept out of line on the
- * device: its registers are then its own, and the rest of the kernel pays
- * for them only around the call. */
-#ifdef __CUDA_ARCH__
-#define FZR_COLD __noinline__
-#else
-#define FZR_COLD
-#endif
-
 #ifdef __CUDA_ARCH__
 #define FZR_ALL(stmt) { stmt; }
 #define FZR_ONE(stmt) if (t == 0) { stmt; }

@@ -103,7 +103,6 @@ static void fzt_sync(const char *file, int line) {
 #define __CUDA_ARCH__ 900
 #define __device__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
 #define __syncthreads() fzt_sync(__FILE__, __LINE__)
 
 /* CUDA's atomics are relaxed; the barriers order everything else.  Only
