@@ -23,17 +23,11 @@
 #include "ratio_enc.cuh"
 #include "ratio_fields.h"
 #include "ratio_reseal.h"
+#include "ratio_stage.h"
 
 static uint32_t crc_tab[256];
 
-static void setup(void) {
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++)
-      c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
-    crc_tab[i] = c;
-  }
-}
+static void setup(void) { ratio_crc_table(crc_tab); }
 
 /* The model of gpu_decode.c's ratio path: the header on the host, then
  * the kernel's phases per chunk, then the payload CRC.  out_off shifts the
@@ -108,49 +102,19 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
  * (as a launch of 3 blocks takes them in turn), scratch that starts as
  * garbage; then each slot, size and CRC against the archive's. */
 static void model_encode_once(const uint8_t *a, size_t len, const void *x, const char *what) {
-  fze_header h;
-  cr_assert_eq(fze_header_parse(a, len, &h), 0, "%s", what);
-  const fze_chain *ch = &h.chain;
-  uint32_t w = (uint32_t)fz_dtype_size(h.dtype), cb = h.chunk_bytes;
-  uint64_t nc = h.nchunks;
-  fzre_layout L = fzre_layout_of(cb, w, ch->st[3].levels);
-  uint64_t slots = nc > 3 ? 3 : nc ? nc : 1;
-  uint8_t *scratch = malloc(L.stride * slots), *stage = malloc(nc * cb + 1);
-  uint32_t *sizes = malloc(4 * nc + 4), *crcs = malloc(4 * nc + 4);
+  ratio_stage R;
+  ratio_stage_open(&R, a, len, x, 3, crc_tab, what);
   fzre_state *S = malloc(sizeof *S);
-  cr_assert(scratch && stage && sizes && crcs && S);
-  /* Shared memory, scratch and the staging area start as garbage on the
-   * device: so here, a different garbage for each chunk's block. */
-  memset(scratch, 0xa5, L.stride * slots);
-  memset(stage, 0x5a, nc * cb + 1);
-  double qp[2] = {ch->st[0].eb_abs, ch->st[0].step};
-  fzre_job J = {.in = x, .raw_bytes = h.raw_bytes, .cb = cb, .w = w,
-                .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
-                .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
-                .pwrel = ch->st[0].mode == FZ_EB_PWREL, .qp = qp, .scratch = scratch,
-                .stride = L.stride, .stage = stage, .sizes = sizes, .crcs = crcs,
-                .crc_tab = crc_tab, .nchunks = nc};
-  memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
-  uint64_t off = h.header_len;
-  for (uint64_t c = 0; c < nc; c++) {
+  cr_assert(S);
+  /* Shared memory starts as garbage on the device: so here, a different
+   * garbage for each chunk's block. */
+  for (uint64_t c = 0; c < R.nc; c++) {
     memset(S, c & 1 ? 0x5a : 0xa5, sizeof *S);
-    fzre_chunk(S, &J, c, c % slots);
-    uint64_t want = fze_chunk_size_at(&h, c);
-    cr_assert_eq(sizes[c], want, "%s: chunk %llu of %llu: size %u, the CPU's %llu", what,
-                 (unsigned long long)c, (unsigned long long)nc, sizes[c],
-                 (unsigned long long)want);
-    cr_assert(off + want <= len && memcmp(stage + c * cb, a + off, want) == 0,
-              "%s: chunk %llu: bytes differ", what, (unsigned long long)c);
-    cr_assert_eq(crcs[c], fze_crc32c(0, a + off, want), "%s: chunk %llu: crc", what,
-                 (unsigned long long)c);
-    off += want;
+    fzre_chunk(S, &R.J, c, c % R.slots);
   }
-  cr_assert_eq(off, len, "%s", what);
+  ratio_stage_check(&R, a, len, what);
   free(S);
-  free(crcs);
-  free(sizes);
-  free(stage);
-  free(scratch);
+  ratio_stage_close(&R);
 }
 
 /* With each phase's threads in ascending order, or descending when

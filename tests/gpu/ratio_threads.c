@@ -170,6 +170,7 @@ static inline double __hiloint2double(int hi, int lo) {
 #include "ratio_enc.cuh"
 #pragma GCC diagnostic pop
 #include "ratio_fields.h"
+#include "ratio_stage.h"
 
 _Static_assert(FZR_NT == FZT_NT, "a block is FZR_NT threads");
 
@@ -266,66 +267,30 @@ static void fzt_run(const fzt_launch *L, unsigned blocks, const char *what) {
 
 static uint32_t crc_tab[256];
 
-static void setup(void) {
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++)
-      c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1u)));
-    crc_tab[i] = c;
-  }
-}
+static void setup(void) { ratio_crc_table(crc_tab); }
 
-static unsigned blocks_for(uint64_t nc) { return nc >= 2 ? 2 : 1; }
+/* Blocks side by side: two, where there are two chunks for them. */
+#define MAX_BLOCKS 2u
+static unsigned blocks_for(uint64_t nc) {
+  return nc >= MAX_BLOCKS ? MAX_BLOCKS : nc ? (unsigned)nc : 1u;
+}
 
 /* gpu_plan.c's encode of the CPU's archive a of x (ratio_model.c's
  * model_encode_once): the quantizer's parameters as the CPU chose them,
  * each chunk staged in its slot; then each slot, size and CRC against
  * the archive's. */
 static void encode(const uint8_t *a, size_t len, const void *x, const char *what) {
-  fze_header h;
-  cr_assert_eq(fze_header_parse(a, len, &h), 0, "%s", what);
-  const fze_chain *ch = &h.chain;
-  uint32_t w = (uint32_t)fz_dtype_size(h.dtype), cb = h.chunk_bytes;
-  uint64_t nc = h.nchunks;
-  unsigned blocks = blocks_for(nc);
-  fzre_layout L = fzre_layout_of(cb, w, ch->st[3].levels);
-  uint8_t *scratch = malloc(L.stride * blocks), *stage = malloc(nc * cb + 1);
-  uint32_t *sizes = malloc(4 * nc + 4), *crcs = malloc(4 * nc + 4);
-  cr_assert(scratch && stage && sizes && crcs);
-  memset(scratch, 0xa5, L.stride * blocks);
-  memset(stage, 0x5a, nc * cb + 1);
-  memset(sizes, 0x5a, 4 * nc + 4);
-  memset(crcs, 0x5a, 4 * nc + 4);
-  double qp[2] = {ch->st[0].eb_abs, ch->st[0].step};
+  ratio_stage R;
+  ratio_stage_open(&R, a, len, x, MAX_BLOCKS, crc_tab, what);
+  unsigned blocks = (unsigned)R.slots;
   unsigned long long ticket = 0;
-  fzre_job J = {.in = x, .raw_bytes = h.raw_bytes, .cb = cb, .w = w,
-                .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
-                .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
-                .pwrel = ch->st[0].mode == FZ_EB_PWREL, .qp = qp, .scratch = scratch,
-                .stride = L.stride, .nchunks = nc, .ticket = &ticket, .stage = stage,
-                .sizes = sizes, .crcs = crcs, .crc_tab = crc_tab};
-  memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
-  fzt_launch run = {.enc = 1, .job = &J, .state_bytes = sizeof(fzre_state),
+  R.J.ticket = &ticket;
+  fzt_launch run = {.enc = 1, .job = &R.J, .state_bytes = sizeof(fzre_state),
                     .seed = (unsigned)len};
   fzt_run(&run, blocks, what);
-  cr_assert_eq(ticket, nc + blocks, "%s: tickets", what);
-  uint64_t off = h.header_len;
-  for (uint64_t c = 0; c < nc; c++) {
-    uint64_t want = fze_chunk_size_at(&h, c);
-    cr_assert_eq(sizes[c], want, "%s: chunk %llu of %llu: size %u, the CPU's %llu", what,
-                 (unsigned long long)c, (unsigned long long)nc, sizes[c],
-                 (unsigned long long)want);
-    cr_assert(off + want <= len && memcmp(stage + c * cb, a + off, want) == 0,
-              "%s: chunk %llu: bytes differ", what, (unsigned long long)c);
-    cr_assert_eq(crcs[c], fze_crc32c(0, a + off, want), "%s: chunk %llu: crc", what,
-                 (unsigned long long)c);
-    off += want;
-  }
-  cr_assert_eq(off, len, "%s", what);
-  free(crcs);
-  free(sizes);
-  free(stage);
-  free(scratch);
+  cr_assert_eq(ticket, R.nc + blocks, "%s: tickets", what);
+  ratio_stage_check(&R, a, len, what);
+  ratio_stage_close(&R);
 }
 
 /* gpu_decode.c's ratio path (ratio_model.c's model_decode): the header on
