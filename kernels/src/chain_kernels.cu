@@ -183,15 +183,23 @@ extern "C" int fzk_launch_crc(const fzk_kern *k, const uint8_t *d_p, uint64_t le
                               uint32_t *d_parts, const uint32_t *d_tab, fzk_crc_use use,
                               fz_gpu_stream s) {
   uint64_t np = fzk_crc_np(len);
+  unsigned g = np ? (unsigned)np : 1u;
   if (k != NULL) {
-    void *pa[] = {&d_p, &len, &d_tab, &d_parts};
-    void *fa[] = {&d_p, &len, &d_parts, &np, &d_tab, &use};
-    int e = np ? fzk_jit_launch(k->fn[FZK_K_CRC_PARTS], (unsigned)np, FZK_NT, 0, s, pa) : 0;
-    return e ? e : fzk_jit_launch(k->fn[FZK_K_CRC_FINISH], 1, 32, 0, s, fa);
+    void *args[] = {&d_p, &len, &d_parts, &d_tab, &use};
+    return fzk_jit_launch(k->fn[FZK_K_CRC], g, FZK_NT, 0, s, args);
   }
-  if (np)
-    fzk_crc_parts_kernel<<<(unsigned)np, FZK_NT, 0, s>>>(d_p, len, d_tab, d_parts);
-  fzk_crc_finish_kernel<<<1, 32, 0, s>>>(d_p, len, d_parts, np, d_tab, use);
+  fzk_crc_kernel<<<g, FZK_NT, 0, s>>>(d_p, len, d_parts, d_tab, use);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int fzk_launch_dec_head(const fzk_kern *k, const fzk_dec_head *p,
+                                   const uint32_t *d_tab, fz_gpu_stream s) {
+  fzk_dec_head pv = *p;
+  if (k != NULL) {
+    void *args[] = {&pv, &d_tab};
+    return fzk_jit_launch(k->fn[FZK_K_DEC_HEAD], 1, FZK_NT, 0, s, args);
+  }
+  fzk_dec_head_kernel<<<1, FZK_NT, 0, s>>>(pv, d_tab);
   return (int)cudaGetLastError();
 }
 

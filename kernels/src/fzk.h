@@ -122,27 +122,47 @@ typedef struct fzk_table_check {
   uint64_t raw_bytes, pay_len;
 } fzk_table_check;
 
-/* What becomes of a CRC-32C computed on the device (fzk_launch_crc), each
- * part when its pointer is not NULL: it goes, little-endian, to dst_le; a
+/* What becomes of a CRC-32C computed on the device (fzk_launch_crc): a
  * result other than `expect` (or the little-endian word at expect_le) sets
- * `bit` in *status; and *total = *end + add. */
+ * `bit` in *status, and the status word that results is written to *host
+ * when that is not NULL (pinned host memory: the caller reads it after its
+ * stream's synchronisation, with no copy back).  *ticket is a word that is
+ * 0 before the launch, and again after it. */
 typedef struct fzk_crc_use {
-  uint8_t *dst_le;
   uint32_t *status;
   uint32_t expect;
   const uint8_t *expect_le;
   uint32_t bit;
-  uint64_t *total;
-  const uint64_t *end;
-  uint64_t add;
+  uint32_t *ticket, *host;
 } fzk_crc_use;
+
+/* A decompression's first kernel where the chunk table is one scan tile
+ * (fzk_scan_blocks(nchunks) <= 1), in one block: it zeroes the chunk CRCs,
+ * the status word and the CRC ticket after them (d_crcs[0 .. nchunks + 2)),
+ * scans the table (tw-byte little-endian sizes at d_table, any alignment;
+ * copied as words to d_sizes32 when that is not NULL) into d_offs with the
+ * checks of fzk_launch_scan (chk), and checks the header's CRC, of its
+ * first hcrc_len bytes, against the word after them (FZK_ST_HCRC).  It
+ * takes the place of a memset, the scan's three launches and the header
+ * CRC's. */
+typedef struct fzk_dec_head {
+  const uint8_t *d_arc, *d_table;
+  uint64_t hcrc_len, nchunks;
+  uint32_t tw;
+  uint32_t *d_crcs, *d_sizes32;
+  uint64_t *d_offs;
+  fzk_table_check chk;
+} fzk_dec_head;
 
 /* The last kernel of a compression (one launch): the payload's CRC (of
  * the nchunks chunk CRCs at d_crcs) into its field, which ends at
  * table_off; the header's CRC (of its first header_len - 4 bytes, with the
  * payload-CRC field zero until then) into the last 4; *d_total = *d_end +
  * header_len.  field_shift is fzk_crc_xpow8(header_len - table_off);
- * d_parts holds fzk_seal_parts() words; *d_ticket is 0 before and after. */
+ * d_parts holds fzk_seal_parts() words; *d_ticket is 0 before and after.
+ * Then the back_words 8-byte words at d_back (which d_total is one of) go
+ * to h_back, pinned host memory, so the caller reads them after its
+ * stream's synchronisation with no copy back. */
 typedef struct fzk_seal {
   const uint32_t *d_crcs;
   uint64_t nchunks;
@@ -152,6 +172,9 @@ typedef struct fzk_seal {
   const uint64_t *d_end;
   uint64_t *d_total;
   uint32_t *d_parts, *d_ticket;
+  const uint64_t *d_back;
+  uint64_t *h_back;
+  uint32_t back_words;
 } fzk_seal;
 
 /* The helper kernels (helper_kernels.cuh) of a context whose GPU runs no
@@ -159,7 +182,7 @@ typedef struct fzk_seal {
  * Launchers given NULL run the built-in kernels. */
 enum {
   FZK_K_PREP, FZK_K_SCAN, FZK_K_SCAN_TOP, FZK_K_ZERO, FZK_K_PLACE, FZK_K_CHECK,
-  FZK_K_CRC_PARTS, FZK_K_CRC_FINISH, FZK_K_SEAL, FZK_K_COUNT
+  FZK_K_CRC, FZK_K_SEAL, FZK_K_DEC_HEAD, FZK_K_COUNT
 };
 typedef struct fzk_kern {
   void *fn[FZK_K_COUNT];
@@ -232,10 +255,16 @@ int fzk_launch_check(const fzk_kern *k, const fzk_desc *d, const uint8_t *d_pay,
                      const uint64_t *d_offs, const uint8_t *d_sizes16, const uint32_t *d_tab,
                      uint32_t *d_crcs, fz_gpu_stream s);
 
-/* CRC-32C of len bytes at d_p.  d_parts holds fzk_crc_parts(len) words. */
+/* CRC-32C of len bytes at d_p, in one launch (the block that ends last
+ * folds the parts).  d_parts holds fzk_crc_parts(len) words. */
 uint64_t fzk_crc_parts(uint64_t len);
 int fzk_launch_crc(const fzk_kern *k, const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
                    const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s);
+
+/* A decompression's first kernel for a table of one scan tile (fzk_dec_head
+ * above). */
+int fzk_launch_dec_head(const fzk_kern *k, const fzk_dec_head *p, const uint32_t *d_tab,
+                        fz_gpu_stream s);
 
 /* The last kernel of a compression (fzk_seal above). */
 uint64_t fzk_seal_parts(uint64_t nchunks, uint64_t header_len);

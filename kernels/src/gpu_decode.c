@@ -32,7 +32,8 @@ struct fz_gpu_decoder {
   fz_gpu_ctx *ctx;
   uint8_t *h_hdr;  /* pinned: the header prefix, or the whole header */
   size_t h_hdr_cap;
-  uint32_t *h_word; /* pinned: the device's status word */
+  uint32_t *h_word; /* pinned: the device's status word, which the last kernel */
+  uint32_t *d_word; /* writes through this mapping of it */
   uint8_t *d_ws;    /* the device workspace, kept from call to call */
   size_t ws_cap;
   /* The archive opened by fz_gpu_decoder_open(), until the next open. */
@@ -66,6 +67,7 @@ int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size
   FZK_CHECK(cudaMallocHost((void **)&dec->h_hdr, FZE_PREFIX_MAX), fail);
   dec->h_hdr_cap = FZE_PREFIX_MAX;
   FZK_CHECK(cudaMallocHost((void **)&dec->h_word, 64), fail);
+  FZK_CHECK(cudaHostGetDevicePointer((void **)&dec->d_word, dec->h_word, 0), fail);
   *out = dec;
   return 0;
 fail:
@@ -163,6 +165,73 @@ int fzk_ratio_chain(const fze_header *h) {
          c->st[1].pdims <= 3;
 }
 
+/* The decoder's device workspace, grown to bytes (it stays: the steady
+ * state allocates nothing). */
+static int workspace(fz_gpu_decoder *dec, size_t bytes, cudaStream_t s, char *why,
+                     size_t why_len) {
+  int rc = 0;
+  if (dec->ws_cap >= bytes)
+    return 0;
+  if (dec->d_ws != NULL)
+    FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
+  dec->d_ws = NULL;
+  dec->ws_cap = 0;
+  FZK_CHECK(cudaMallocFromPoolAsync((void **)&dec->d_ws, bytes, dec->ctx->pool, s), out);
+  dec->ws_cap = bytes;
+out:
+  return rc;
+}
+
+/* The checks of the header's rest before the chunks are decoded: the
+ * chunk CRCs, the status word and the CRC ticket after them zeroed, the
+ * header's CRC, the table's prefix sums into offs with their checks (chk)
+ * and, where sizes32 is given, the table as words there.  A table of one
+ * scan tile takes one kernel; a longer one a memset, the CRC and the
+ * scan's three. */
+static int head(fz_gpu_decoder *dec, const uint8_t *tab, uint64_t hcrc_len, uint32_t tw,
+                uint32_t *sizes32, uint32_t *crcs, uint64_t *offs, uint64_t *bsum,
+                uint32_t *cparts, const fzk_table_check *chk, cudaStream_t s, char *why,
+                size_t why_len) {
+  fz_gpu_ctx *ctx = dec->ctx;
+  const uint64_t nc = dec->h.nchunks;
+  int rc = 0;
+  if (fzk_scan_blocks(nc) <= 1) {
+    const fzk_dec_head hd = {.d_arc = dec->d_arc, .d_table = tab, .hcrc_len = hcrc_len,
+                             .nchunks = nc, .tw = tw, .d_crcs = crcs, .d_sizes32 = sizes32,
+                             .d_offs = offs, .chk = *chk};
+    FZK_CHECK(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s), out);
+    return 0;
+  }
+  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 8, s), out);
+  const fzk_crc_use hdr = {.status = chk->d_status, .expect_le = dec->d_arc + hcrc_len,
+                           .bit = FZK_ST_HCRC, .ticket = crcs + nc + 1};
+  FZK_CHECK(fzk_launch_crc(ctx->kern, dec->d_arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  /* The table has any alignment in the archive; the kernels read words. */
+  if (sizes32 != NULL)
+    FZK_CHECK(cudaMemcpyAsync(sizes32, tab, 4 * nc, cudaMemcpyDeviceToDevice, s), out);
+  FZK_CHECK(fzk_launch_scan(ctx->kern, nc, sizes32, sizes32 ? NULL : tab, bsum, offs, chk, s),
+            out);
+out:
+  return rc;
+}
+
+/* The payload's CRC (of the chunk CRCs) against the header's, which also
+ * writes the status word to the pinned word h_word, then the one wait for
+ * the stream. */
+static int tail(fz_gpu_decoder *dec, uint32_t *crcs, uint64_t nc, uint32_t *cparts,
+                cudaStream_t s, char *why, size_t why_len) {
+  fz_gpu_ctx *ctx = dec->ctx;
+  int rc = 0;
+  const fzk_crc_use payc = {.status = crcs + nc, .expect = dec->h.payload_crc,
+                            .bit = FZK_ST_CORRUPT, .ticket = crcs + nc + 1,
+                            .host = dec->d_word};
+  FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
+                           s), out);
+  FZK_CHECK(cudaStreamSynchronize(s), out);
+out:
+  return rc;
+}
+
 /* The ratio preset's decode: the header's CRC and the u32 table's scan as
  * for the other chains, then one block per chunk (ratio.cu), which
  * also checksums each chunk, then the payload's CRC. */
@@ -176,36 +245,25 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
   const uint64_t hcrc_len = dec->table_pos + 4 * nc, parts = fzk_crc_parts(hcrc_len);
   size_t o_offs = 0, o_bsum = fzk_up256(8 * (nc + 1));
   size_t o_crcs = o_bsum + fzk_up256(8 * (fzk_scan_blocks(nc) + 1));
-  size_t o_tab = o_crcs + fzk_up256(4 * nc + 4);
+  size_t o_tab = o_crcs + fzk_up256(4 * nc + 8);
   size_t o_parts = o_tab + fzk_up256(4 * nc);
   size_t o_scr = o_parts + fzk_up256(4 * (parts > fzk_crc_parts(4 * nc) ? parts
                                                                         : fzk_crc_parts(4 * nc)));
   const uint64_t slots = fzr_dec_slots(nc, ctx->nsm);
   size_t o_tick = o_scr + fzk_up256(fzr_scratch_bytes(h->chunk_bytes, slots));
   size_t bytes = o_tick + 8;
-  if (dec->ws_cap < bytes) {
-    if (dec->d_ws != NULL)
-      FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
-    dec->d_ws = NULL;
-    dec->ws_cap = 0;
-    FZK_CHECK(cudaMallocFromPoolAsync((void **)&dec->d_ws, bytes, ctx->pool, s), out);
-    dec->ws_cap = bytes;
-  }
+  if ((rc = workspace(dec, bytes, s, why, why_len)) < 0)
+    goto out;
   uint8_t *ws = dec->d_ws;
   uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
   uint32_t *cparts = (uint32_t *)(ws + o_parts), *tab32 = (uint32_t *)(ws + o_tab);
   uint64_t *offs = (uint64_t *)(ws + o_offs);
   const uint8_t *pay = arc + h->header_len;
   const uint64_t pay_len = dec->arc_len - h->header_len;
-  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
-  const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
-  FZK_CHECK(fzk_launch_crc(ctx->kern, arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
-  /* The table has any alignment in the archive; the kernels read words. */
-  if (nc)
-    FZK_CHECK(cudaMemcpyAsync(tab32, tab, 4 * nc, cudaMemcpyDeviceToDevice, s), out);
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  FZK_CHECK(fzk_launch_scan(ctx->kern, nc, tab32, NULL, (uint64_t *)(ws + o_bsum), offs, &chk,
-                            s), out);
+  if ((rc = head(dec, tab, hcrc_len, 4, tab32, crcs, offs, (uint64_t *)(ws + o_bsum), cparts, &chk,
+                 s, why, why_len)) < 0)
+    goto out;
   const fze_stage *q = &h->chain.st[0], *ip = &h->chain.st[1];
   fzr_params p = {.pay = pay, .pay_len = pay_len, .offs = offs, .sizes = tab32,
                   .raw_bytes = h->raw_bytes, .nchunks = nc, .cb = h->chunk_bytes,
@@ -216,11 +274,8 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
                   .out = d_out, .status = status, .crcs = crcs, .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);
   FZK_CHECK(fzr_launch_decode(dec->rk, &p, s), out);
-  const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
-  FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
-                           s), out);
-  FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
-  FZK_CHECK(cudaStreamSynchronize(s), out);
+  if ((rc = tail(dec, crcs, nc, cparts, s, why, why_len)) < 0)
+    goto out;
   dec->path = dec->rk != NULL ? "jit" : "aot";
 out:
   return rc;
@@ -290,31 +345,22 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   const uint64_t hcrc_len = dec->table_pos + 2 * nc, parts = fzk_crc_parts(hcrc_len);
   size_t o_offs = 0, o_bsum = fzk_up256(8 * (nc + 1));
   size_t o_crcs = o_bsum + fzk_up256(8 * (fzk_scan_blocks(nc) + 1));
-  size_t o_parts = o_crcs + fzk_up256(4 * nc + 4); /* the chunk CRCs, then the status */
+  /* the chunk CRCs, the status word, the CRC ticket */
+  size_t o_parts = o_crcs + fzk_up256(4 * nc + 8);
   size_t bytes = o_parts + 4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc));
-  /* The workspace grows to the largest archive seen and stays: the steady
-   * state allocates nothing. */
-  if (dec->ws_cap < bytes) {
-    if (dec->d_ws != NULL)
-      FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
-    dec->d_ws = NULL;
-    dec->ws_cap = 0;
-    FZK_CHECK(cudaMallocFromPoolAsync((void **)&dec->d_ws, bytes, ctx->pool, s), out);
-    dec->ws_cap = bytes;
-  }
+  if ((rc = workspace(dec, bytes, s, why, why_len)) < 0)
+    goto out;
   ws = dec->d_ws;
   uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
   uint32_t *cparts = (uint32_t *)(ws + o_parts);
-  const uint64_t *offs = (const uint64_t *)(ws + o_offs);
+  uint64_t *offs = (uint64_t *)(ws + o_offs);
   const uint8_t *pay = arc + h->header_len;
   const uint64_t pay_len = dec->arc_len - h->header_len;
-  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 4, s), out);
-  /* The rest of the header on the device: its CRC, then the table. */
-  const fzk_crc_use hdr = {.status = status, .expect_le = arc + hcrc_len, .bit = FZK_ST_HCRC};
-  FZK_CHECK(fzk_launch_crc(ctx->kern, arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  /* The rest of the header on the device: its CRC and the table. */
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  FZK_CHECK(fzk_launch_scan(ctx->kern, nc, NULL, tab, (uint64_t *)(ws + o_bsum),
-                            (uint64_t *)offs, &chk, s), out);
+  if ((rc = head(dec, tab, hcrc_len, 2, NULL, crcs, offs, (uint64_t *)(ws + o_bsum), cparts, &chk,
+                 s, why, why_len)) < 0)
+    goto out;
   int out_vec = (uintptr_t)d_out % 16 == 0;
   if (d.k32) {
     if (jit_dec != NULL)
@@ -328,11 +374,8 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
     FZK_CHECK(fzk_launch_decode(&d, jit_dec, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
                                 s), out);
   }
-  const fzk_crc_use payc = {.status = status, .expect = h->payload_crc, .bit = FZK_ST_CORRUPT};
-  FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
-                           s), out);
-  FZK_CHECK(cudaMemcpyAsync(dec->h_word, status, 4, cudaMemcpyDeviceToHost, s), out);
-  FZK_CHECK(cudaStreamSynchronize(s), out);
+  if ((rc = tail(dec, crcs, nc, cparts, s, why, why_len)) < 0)
+    goto out;
   dec->path = jit_dec == NULL ? "aot" : "jit";
   if ((rc = status_error(dec->h_word[0])) < 0)
     goto out;

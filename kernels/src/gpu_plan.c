@@ -7,9 +7,10 @@
  * CPU backend does and knows the header layout.  Compression never waits for
  * the device except once, at the end, for the archive's size; the range of
  * the data, the quantizer's parameters, the chunk table, the prefix sums,
- * the checksums and the header are all computed on the device, and the one
- * copy back brings the archive's size and the absolute bound the quantizer
- * enforced, so a caller learns what it reports without reading the archive.
+ * the checksums and the header are all computed on the device, and the
+ * seal kernel writes the archive's size and the absolute bound the quantizer
+ * enforced to pinned host memory, so a caller learns what it reports
+ * without reading the archive, and with no copy back.
  * Decompression is gpu_decode.c.  The ratio preset's chain has kernels of
  * its own (ratio.cu): its chunks are staged with their sizes and
  * checksums, scanned, placed, then sealed like the others.
@@ -32,15 +33,16 @@
 
 _Static_assert(FZK_EB_PWREL == FZ_EB_PWREL, "the kernels' PWREL is the engine's");
 
-/* What a compression copies back, in one copy: the quantizer's parameters
- * (eb_abs is the bound to report), the archive's size and the data's range,
- * as they lie in the workspace. */
+/* What a compression brings back, as the seal kernel writes it to pinned
+ * memory: the quantizer's parameters (eb_abs is the bound to report), the
+ * archive's size and the data's range, as they lie in the workspace. */
 typedef struct plan_back {
   fzk_qparams qp;
   uint64_t total;
   double range[2]; /* the range the parameters came from, for the REL check */
 } plan_back;
 _Static_assert(offsetof(plan_back, qp) == 0, "the parameters open the copy");
+_Static_assert(sizeof(plan_back) % 8 == 0, "the seal kernel copies 8-byte words");
 
 /* Workspace of one compression: byte offsets of each buffer. */
 typedef struct ws_layout {
@@ -58,7 +60,8 @@ struct fz_gpu_plan {
   uint8_t *d_tpl;          /* the header up to the chunk table, then tickets */
   size_t table_off, q_off, tick_off;
   uint32_t field_shift;    /* moves the payload CRC to the header's end */
-  plan_back *h_back;       /* pinned: what the last compression's copy back brought */
+  plan_back *h_back;       /* pinned: what the last compression's seal kernel wrote */
+  uint64_t *d_back;        /* the device's mapping of h_back */
   cudaEvent_t ev0, ev1;
   int have_events;
   void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
@@ -304,6 +307,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   FZK_CHECK(cudaMemset(pl->d_tpl, 0, pl->tick_off + 8), fail);
   FZK_CHECK(cudaMemcpy(pl->d_tpl, tpl, pl->table_off, cudaMemcpyHostToDevice), fail);
   FZK_CHECK(cudaMallocHost((void **)&pl->h_back, sizeof *pl->h_back), fail);
+  FZK_CHECK(cudaHostGetDevicePointer((void **)&pl->d_back, pl->h_back, 0), fail);
   if (flags & FZ_GPU_PREALLOC) {
     FZK_CHECK(cudaMallocFromPoolAsync((void **)&pl->d_ws, pl->ws.bytes, ctx->pool,
                                       ctx->streams[0]), fail);
@@ -451,12 +455,12 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   const fzk_seal seal = {.d_crcs = crcs, .nchunks = h->nchunks, .d_out = out,
                          .header_len = h->header_len, .table_off = pl->table_off,
                          .field_shift = pl->field_shift, .d_end = offs + h->nchunks,
-                         .d_total = total, .d_parts = cparts, .d_ticket = tickets + 1};
+                         .d_total = total, .d_parts = cparts, .d_ticket = tickets + 1,
+                         .d_back = (const uint64_t *)qp, .h_back = pl->d_back,
+                         .back_words = sizeof *pl->h_back / 8};
   FZK_CHECK(fzk_launch_seal(ctx->kern, &seal, ctx->d_tab, s), fail_ws);
   if (pl->have_events)
     FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
-  FZK_CHECK(cudaMemcpyAsync(pl->h_back, qp, sizeof *pl->h_back, cudaMemcpyDeviceToHost, s),
-            fail_ws);
   if (pl->d_ws == NULL)
     FZK_CHECK(cudaFreeAsync(ws, s), fail);
   FZK_CHECK(cudaStreamSynchronize(s), fail);

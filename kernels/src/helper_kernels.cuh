@@ -366,34 +366,37 @@ __device__ static uint32_t fzk_crc_fold(const uint32_t *d_parts, uint64_t np,
   return ~r;
 }
 
-extern "C" __global__ void __launch_bounds__(FZK_NT)
-fzk_crc_parts_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
-                     const uint32_t *__restrict__ d_tab, uint32_t *__restrict__ d_parts) {
-  __shared__ fzk_crc_smem sm;
-  uint32_t c = fzk_crc_part(d_p, len, gridDim.x, blockIdx.x, d_tab, sm);
-  if (threadIdx.x == 0)
-    d_parts[blockIdx.x] = c;
+/* What a CRC's result does (fzk_crc_use), by thread 0. */
+__device__ static void fzk_crc_apply(uint32_t crc, const fzk_crc_use &use) {
+  uint32_t want = use.expect;
+  if (use.expect_le)
+    want = (uint32_t)use.expect_le[0] | (uint32_t)use.expect_le[1] << 8 |
+           (uint32_t)use.expect_le[2] << 16 | (uint32_t)use.expect_le[3] << 24;
+  const uint32_t bit = crc != want ? use.bit : 0u;
+  /* An OR of nothing reads the word as the kernels before left it. */
+  const uint32_t st = atomicOr(use.status, bit) | bit;
+  if (use.host)
+    *(volatile uint32_t *)use.host = st;
 }
 
-extern "C" __global__ void fzk_crc_finish_kernel(const uint8_t *__restrict__ d_p, uint64_t len,
-                                      const uint32_t *__restrict__ d_parts, uint64_t np,
-                                      const uint32_t *__restrict__ d_tab, fzk_crc_use use) {
-  uint32_t crc = fzk_crc_fold(d_parts, np, d_p, len, d_tab);
-  if (threadIdx.x != 0)
-    return;
-  if (use.dst_le)
-    for (int k = 0; k < 4; k++)
-      use.dst_le[k] = (uint8_t)(crc >> (8 * k));
-  if (use.status) {
-    uint32_t want = use.expect;
-    if (use.expect_le)
-      want = (uint32_t)use.expect_le[0] | (uint32_t)use.expect_le[1] << 8 |
-             (uint32_t)use.expect_le[2] << 16 | (uint32_t)use.expect_le[3] << 24;
-    if (crc != want)
-      atomicOr(use.status, use.bit);
+/* The CRC-32C of len bytes at d_p in one launch of max(np, 1) blocks:
+ * each block its part, the last to finish folds them (fzk_last_block on
+ * use.ticket) and applies the result. */
+extern "C" __global__ void __launch_bounds__(FZK_NT)
+fzk_crc_kernel(const uint8_t *__restrict__ d_p, uint64_t len, uint32_t *__restrict__ d_parts,
+               const uint32_t *__restrict__ d_tab, fzk_crc_use use) {
+  __shared__ fzk_crc_smem sm;
+  const uint64_t np = fzk_crc_np(len);
+  if (np) {
+    uint32_t c = fzk_crc_part(d_p, len, np, blockIdx.x, d_tab, sm);
+    if (threadIdx.x == 0)
+      d_parts[blockIdx.x] = c;
   }
-  if (use.total)
-    *use.total = *use.end + use.add;
+  if (!fzk_last_block(use.ticket) || threadIdx.x >= 32)
+    return;
+  uint32_t crc = fzk_crc_fold(d_parts, np, d_p, len, d_tab);
+  if (threadIdx.x == 0)
+    fzk_crc_apply(crc, use);
 }
 
 /* The last kernel of a compression: the parts of the payload's CRC (the
@@ -420,8 +423,86 @@ fzk_seal_kernel(fzk_seal p, const uint32_t *__restrict__ d_tab) {
     p.d_out[p.table_off - 4 + threadIdx.x] = (uint8_t)(pay >> (8 * threadIdx.x));
     p.d_out[p.header_len - 4 + threadIdx.x] = (uint8_t)(hdr >> (8 * threadIdx.x));
   }
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     *p.d_total = *p.d_end + p.header_len;
+    for (uint32_t k = 0; k < p.back_words; k++)
+      ((volatile uint64_t *)p.h_back)[k] = __ldcg(p.d_back + k);
+  }
+}
+
+/* ---- a decompression's first kernel, for a table of one scan tile ---- */
+
+/* Size i of a table of tw-byte little-endian sizes at any alignment. */
+__device__ static uint32_t fzk_size_le(const uint8_t *__restrict__ t, uint32_t tw, uint64_t i) {
+  const uint8_t *e = t + tw * i;
+  uint32_t v = 0;
+  for (uint32_t b = 0; b < tw; b++)
+    v |= (uint32_t)e[b] << (8 * b);
+  return v;
+}
+
+/* fzk_dec_head of fzk.h: fzk_scan_kernel's two passes over its one tile at
+ * once, then the header's CRC part by part in this block. */
+extern "C" __global__ void __launch_bounds__(FZK_NT)
+fzk_dec_head_kernel(fzk_dec_head p, const uint32_t *__restrict__ d_tab) {
+  __shared__ fzk_crc_smem sm;
+  __shared__ fzk_u64 red[FZK_NW + 2];
+  const uint64_t n = p.nchunks;
+  uint32_t *status = p.chk.d_status;
+  for (uint64_t i = threadIdx.x; i < n + 2; i += FZK_NT)
+    p.d_crcs[i] = 0;
+  __syncthreads(); /* the status word is 0 before any bit is set */
+  const uint64_t lo = (uint64_t)threadIdx.x * FZK_SCAN_PER;
+  uint32_t sz[FZK_SCAN_PER];
+  fzk_u64 v = 0;
+  bool bad = false;
+#pragma unroll
+  for (uint32_t k = 0; k < FZK_SCAN_PER; k++) {
+    sz[k] = 0;
+    if (lo + k < n) {
+      sz[k] = fzk_size_le(p.d_table, p.tw, lo + k);
+      const uint64_t raw = lo + k + 1 < n ? p.chk.cb : p.chk.raw_bytes - (lo + k) * p.chk.cb;
+      bad |= sz[k] == 0 || sz[k] > raw;
+      v += sz[k];
+      if (p.d_sizes32)
+        p.d_sizes32[lo + k] = sz[k];
+    }
+  }
+  if (bad)
+    atomicOr(status, FZK_ST_SIZE);
+  fzk_u64 tot, run = fzk_exscan(v, &tot, red);
+#pragma unroll
+  for (uint32_t k = 0; k < FZK_SCAN_PER; k++)
+    if (lo + k < n) {
+      p.d_offs[lo + k] = run;
+      run += sz[k];
+    }
+  /* The thread of the last size (thread 0 of an empty table) ends it. */
+  if (threadIdx.x == (n ? (n - 1) / FZK_SCAN_PER : 0)) {
+    p.d_offs[n] = run;
+    if (run != p.chk.pay_len)
+      atomicOr(status, run > p.chk.pay_len ? FZK_ST_LONG : FZK_ST_SHORT);
+  }
+  const uint64_t np = fzk_crc_np(p.hcrc_len);
+  uint32_t x = 0;
+  for (uint64_t b = 0; b < np; b++) {
+    x ^= fzk_crc_part(p.d_arc, p.hcrc_len, np, b, d_tab, sm);
+    __syncthreads(); /* the next part reuses sm */
+  }
+  if (threadIdx.x == 0) {
+    uint32_t crc = ~x;
+    if (np == 0) { /* below 4 bytes (a parser refuses such a header first) */
+      uint32_t r = 0xffffffffu;
+      for (uint64_t j = 0; j < p.hcrc_len; j++)
+        r = (r >> 8) ^ d_tab[(r ^ p.d_arc[j]) & 0xffu];
+      crc = ~r;
+    }
+    const uint8_t *w = p.d_arc + p.hcrc_len;
+    const uint32_t want = (uint32_t)w[0] | (uint32_t)w[1] << 8 | (uint32_t)w[2] << 16 |
+                          (uint32_t)w[3] << 24;
+    if (crc != want)
+      atomicOr(status, FZK_ST_HCRC);
+  }
 }
 
 #endif

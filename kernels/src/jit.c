@@ -521,7 +521,7 @@ int fzk_jit_kernel(fzk_jit *j, const fzk_desc *d, fzk_jit_dir dir, void **fn) {
 static const char *const helper_names[FZK_K_COUNT] = {
     "fzk_prep_kernel",  "fzk_scan_kernel",  "fzk_scan_top_kernel",
     "fzk_zero_kernel",  "fzk_place_kernel", "fzk_check_kernel",
-    "fzk_crc_parts_kernel", "fzk_crc_finish_kernel", "fzk_seal_kernel"};
+    "fzk_crc_kernel",   "fzk_seal_kernel",  "fzk_dec_head_kernel"};
 
 /* A module of fixed kernels (the helpers', the ratio chains'), compiled
  * and loaded once per context: its n functions named in names into *fns,

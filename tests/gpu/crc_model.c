@@ -55,7 +55,7 @@ static uint32_t share(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0, u
 }
 
 /* The raw register of one span, as a chunk kernel or one block of
- * fzk_crc_parts_kernel XORs it together. */
+ * fzk_crc_kernel XORs it together. */
 static uint32_t span(const uint8_t *p, uint32_t L, uint32_t seg, uint64_t g0) {
   uint32_t x = 0;
   for (unsigned t = 0; t < FZK_NT; t++)
@@ -91,7 +91,7 @@ Test(kernel_crc, chunk_segments) {
 
 /* A long buffer: spans of FZK_CRC_SPAN bytes, the first one short so that
  * the last ends the buffer, each shifted to the end by the products of the
- * x^(8 * SPAN * k) factors, as fzk_crc_parts_kernel and the finish kernel
+ * x^(8 * SPAN * k) factors, as the blocks of fzk_crc_kernel and the last of them
  * combine them. */
 Test(kernel_crc, long_buffers) {
   const uint64_t lens[] = {4, 100, FZK_CRC_SPAN - 1, FZK_CRC_SPAN, FZK_CRC_SPAN + 1,
