@@ -1037,12 +1037,15 @@ static int gpu_run(fzd_gpu_worker *w, fzd_job *job) {
     trim(w);
   }
   /* Every path of a job ends with its stream waited for, so the output is
-   * written (or the job failed) when the event completes; it is recorded
-   * before the reply leaves, so a client that waits on it after the reply
-   * waits for this record. */
+   * written (or the job failed) when the event completes; it is recorded,
+   * and waited for, before the reply leaves: when the reply arrives the
+   * event is complete, and a client that waits on it waits for nothing
+   * more. */
   if (done != NULL) {
     char why[sizeof(job->why)];
     int rerr = fz_gpu_event_record(done->ev, w->stream, why, sizeof why);
+    if (rerr == 0)
+      rerr = fz_gpu_sync(w->g->ctx, w->stream, why, sizeof why);
     if (rerr < 0 && err >= 0) {
       snprintf(job->why, sizeof(job->why), "%s", why);
       err = rerr;
