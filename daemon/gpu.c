@@ -925,10 +925,45 @@ out:
   return job_end(w, job, ein, eout, err);
 }
 
+/* A decompression from a client's device buffer into another: one call of
+ * the decoder (fz_gpu_decoder_decompress).  Where the archive is one the
+ * GPU kernels do not decode, the CPU engine does, as in gpu_decompress. */
+static int ipc_to_ipc_decompress(fzd_gpu_worker *w, fzd_job *job, void *d_arc, ipc_entry *ein,
+                                 uint64_t t0) {
+  ipc_entry *eout = NULL;
+  void *d_out;
+  size_t out_len = 0;
+  int err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job, &d_out,
+                        &eout);
+  if (err < 0)
+    goto out;
+  err = fz_gpu_decoder_decompress(w->dec, d_arc, job->in_len, d_out, (size_t)job->out_cap,
+                                  &out_len, &job->info, w->stream, job->why, sizeof(job->why));
+  jit_log_failures(w->g);
+  if (err == FZ_ENOSYS) {
+    job_end(w, job, ein, eout, 0);
+    job->why[0] = '\0';
+    return cpu_decompress(w, job, false);
+  }
+  if (err == FZ_ENOSPC)
+    snprintf(job->why, sizeof(job->why),
+             "the decompressed data needs %llu bytes; out_length is %llu",
+             (unsigned long long)job->info.raw_bytes, (unsigned long long)job->out_cap);
+  if (err < 0)
+    goto out;
+  job->time_us = fzd_notify_monotonic_usec() - t0;
+  job->out_len = out_len;
+out:
+  return job_end(w, job, ein, eout, err);
+}
+
 /* Decompression.  The decoder reads the header's prefix off the archive
  * wherever it is (one small copy), which says the raw size before any
  * output is chosen; an archive in a client's device buffer never crosses to
- * the host, and nothing is written to a client's buffer that is too small. */
+ * the host, and nothing is written to a client's buffer that is too small.
+ * Into a client's device buffer, whose size the job gives, the decoder
+ * takes both steps in one call, which waits once for an archive of the
+ * series its last ones belong to. */
 static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   ipc_entry *ein = NULL, *eout = NULL;
   fz_archive_info *info = &job->info;
@@ -940,6 +975,8 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
                       &d_arc, &ein);
     if (err < 0)
       goto out;
+    if (job->out_ipc)
+      return ipc_to_ipc_decompress(w, job, d_arc, ein, t0);
   } else {
     if ((err = host_ensure(w, &w->h_in, job->in_len, job)) < 0 ||
         (err = fzd_job_read_into(job, w->h_in.p)) < 0 ||

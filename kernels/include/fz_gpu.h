@@ -194,14 +194,35 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
 int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t *out_len,
                        fz_gpu_stream stream, char *why, size_t why_len);
 
+/* Both steps in one call, for a caller that knows where the output goes
+ * (out_cap bytes at d_out), with one wait on `stream` where it can: when
+ * the last two archives this decoder opened had the same header prefix
+ * but for the quantizer's bounds and step and the payload's checksum (a
+ * series of arrays of one shape and chain: the bound is the same, or a
+ * relative bound that the data's range changes), it decodes at once as if
+ * this one had it too, and the device compares the prefix first; where it
+ * differs the chunk kernels stand down, nothing is written to d_out, and
+ * the call goes on as open and run do.  info (when not NULL) is this
+ * archive's, filled in on FZ_ENOSPC too, which comes before anything is
+ * written.  Errors are those of the two steps. */
+int fz_gpu_decoder_decompress(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                              void *d_out, size_t out_cap, size_t *out_len,
+                              fz_archive_info *info, fz_gpu_stream stream, char *why,
+                              size_t why_len);
+
+/* How many times the decoder waited for its stream since its last
+ * fz_gpu_decoder_open() or fz_gpu_decoder_decompress() began: 1 for a
+ * decompress of a series' archive, 2 for open and run. */
+unsigned fz_gpu_decoder_waits(const fz_gpu_decoder *dec);
+
 /* Which kernels the decoder's last fz_gpu_decoder_run() ran: "jit" or
  * "aot" ("" before the first). */
 const char *fz_gpu_decoder_path(const fz_gpu_decoder *dec);
 
 /* Decompresses the archive in device memory d_arc into device memory d_out
  * (out_cap >= the raw size), on `stream` (NULL: the default stream),
- * which it waits for: fz_gpu_decoder_open() and fz_gpu_decoder_run() with
- * the context's decoder, under its lock. */
+ * which it waits for: fz_gpu_decoder_decompress() with the context's
+ * decoder, under its lock. */
 int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len,
                       void *d_out, size_t out_cap, size_t *out_len,
                       fz_gpu_stream stream, char *why, size_t why_len);

@@ -48,12 +48,12 @@ template <int QK, int CK>
 __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)
 fzk_dec32_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                  const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-                 fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+                 const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
                  uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
                  const uint32_t *__restrict__ d_tab) {
   constexpr bool bp = CK == FZK_C32_BITPACK;
   fzk_dec32_body<QK, CK, bp ? 0 : FZK_RT, bp ? 0 : FZK_RT, bp ? 0 : FZK_RT>(
-      d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status, d_crcs, d_tab);
+      d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out, out_vec, d_status, d_crcs, d_tab);
 }
 
 /* The user chains' kernels: everything but the coder read at run time. */
@@ -72,12 +72,12 @@ template <int CK>
 __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)
 fzk_dec32_any(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
               const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-              fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+              const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
               uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
               const uint32_t *__restrict__ d_tab) {
   constexpr bool bp = CK == FZK_C32_BITPACK;
   fzk_dec32_body<FZK_RT, CK, bp ? 1 : FZK_RT, FZK_RT, bp ? 0 : FZK_RT>(
-      d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status, d_crcs, d_tab);
+      d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out, out_vec, d_status, d_crcs, d_tab);
 }
 
 /* The kernels built: the presets' [quantizer kind][bitpack], then diff
@@ -85,7 +85,7 @@ fzk_dec32_any(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
 typedef void (*fzk_enc32_fn)(fzk_desc, const uint8_t *, const fzk_qparams *, uint8_t *, uint64_t,
                              uint64_t, uint64_t, uint32_t *, fzk_u64 *, const uint32_t *);
 typedef void (*fzk_dec32_fn)(fzk_desc, const uint8_t *, uint64_t, const uint64_t *,
-                             const uint8_t *, fzk_qparams, uint8_t *, int, uint32_t *,
+                             const uint8_t *, const fzk_qparams *, uint8_t *, int, uint32_t *,
                              uint32_t *, const uint32_t *);
 static const fzk_enc32_fn fzk_enc32[3][2] = {
     {fzk_enc32_kernel<FZK_Q_NONE, FZK_C32_SHUF_RZE>, fzk_enc32_kernel<FZK_Q_NONE, FZK_C32_BITPACK>},
@@ -128,16 +128,16 @@ extern "C" int fzk_launch_encode32(const fzk_desc *d, const void *d_in, const fz
 }
 
 extern "C" int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                                   const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                                   const uint64_t *d_offs, const uint8_t *d_sizes16, const fzk_qparams *d_qp,
                                    void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                                    const uint32_t *d_tab, fz_gpu_stream s) {
   if (d->w == 8)
-    return fzk_launch_decode64(d, d_pay, pay_len, d_offs, d_sizes16, qp, d_out, out_vec,
+    return fzk_launch_decode64(d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out, out_vec,
                                d_status, d_crcs, d_tab, s);
   if (d->nchunks == 0)
     return 0;
   fzk_dec32_for(d)<<<(unsigned)d->nchunks, FZK_NT, d->smem_d32, s>>>(
-      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status, d_crcs,
+      *d, d_pay, pay_len, d_offs, d_sizes16, d_qp, (uint8_t *)d_out, out_vec, d_status, d_crcs,
       d_tab);
   return (int)cudaGetLastError();
 }

@@ -51,7 +51,7 @@
  *   extern "C" __global__ void __launch_bounds__(FZK_NT, FZK_DEC32_BLOCKS)
  *   fzk_dec32_gen(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
  *                 const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
- *                 fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+ *                 const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
  *                 uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
  *                 const uint32_t *__restrict__ d_tab) {
  *     fzk_dec32_body<QK, CK, DIFF, NEGA, LEV>(d, d_pay, pay_len, d_offs, d_sizes16, q,
@@ -904,10 +904,13 @@ template <int QK, int CK, int DIFF, int NEGA, int LEV>
 __device__ __forceinline__ void
 fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-               const fzk_qparams &q, uint8_t *__restrict__ d_out, int out_vec,
+               const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
                uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
                const uint32_t *__restrict__ d_tab) {
   FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV);
+  fzk_qparams q;
+  if (!fzk_dec_begin(d_qp, d_status, &q))
+    return;
   extern __shared__ __align__(16) uint8_t fzk_sh32[];
   fzk_d32 s = fzk_carve_d32(d, fzk_sh32);
   const uint64_t c = blockIdx.x;

@@ -58,17 +58,17 @@ template <int QK, int CK>
 __global__ void __launch_bounds__(FZK_NT, FZK_DEC64_BLOCKS)
 fzk_dec64_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
               const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-              fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+              const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
               uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
               const uint32_t *__restrict__ d_tab) {
   fzk_dec64_body<QK, CK, FZK_RT, FZK_RT, CK == FZK_C32_BITPACK ? 0 : FZK_RT>(
-      d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status, d_crcs, d_tab);
+      d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out, out_vec, d_status, d_crcs, d_tab);
 }
 
 typedef void (*fzk_enc64_fn)(fzk_desc, const uint8_t *, const fzk_qparams *, uint8_t *, uint64_t,
                              uint64_t, uint64_t, uint32_t *, fzk_u64 *, const uint32_t *);
 typedef void (*fzk_dec64_fn)(fzk_desc, const uint8_t *, uint64_t, const uint64_t *,
-                             const uint8_t *, fzk_qparams, uint8_t *, int, uint32_t *,
+                             const uint8_t *, const fzk_qparams *, uint8_t *, int, uint32_t *,
                              uint32_t *, const uint32_t *);
 /* bitshuffle | rze with [0] uniform bins, [1] any quantizer; then
  * (FZK_CHAIN64_ALL) [2] bitpack, [3] rze, any quantizer. */
@@ -111,13 +111,13 @@ extern "C" int fzk_launch_encode64(const fzk_desc *d, const void *d_in, const fz
 }
 
 extern "C" int fzk_launch_decode64(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                                   const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                                   const uint64_t *d_offs, const uint8_t *d_sizes16, const fzk_qparams *d_qp,
                                    void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                                    const uint32_t *d_tab, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
   fzk_dec64[fzk_kernel64_for(d)]<<<(unsigned)d->nchunks, FZK_NT, d->smem_d32, s>>>(
-      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status, d_crcs,
+      *d, d_pay, pay_len, d_offs, d_sizes16, d_qp, (uint8_t *)d_out, out_vec, d_status, d_crcs,
       d_tab);
   return (int)cudaGetLastError();
 }

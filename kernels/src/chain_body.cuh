@@ -344,8 +344,11 @@ template <class Inv>
 __device__ __forceinline__ void
 fzk_decode_chunk(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                  const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-                 const fzk_qparams &q, uint8_t *__restrict__ d_out, int out_vec,
+                 const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
                  uint32_t *__restrict__ d_status, const Inv &inv) {
+  fzk_qparams q;
+  if (!fzk_dec_begin(d_qp, d_status, &q))
+    return;
   extern __shared__ __align__(16) uint8_t fzk_shared[];
   fzk_smem s = fzk_carve(d, fzk_shared);
   const uint64_t c = blockIdx.x;

@@ -75,27 +75,27 @@ extern "C" int fzk_launch_encode(const fzk_desc *d, void *jit_fn, const void *d_
 __global__ void __launch_bounds__(FZK_NT)
 fzk_decode_kernel(fzk_desc d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
                   const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-                  fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,
+                  const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
                   uint32_t *__restrict__ d_status) {
-  fzk_decode_chunk(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status,
+  fzk_decode_chunk(d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out, out_vec, d_status,
                    fzk_inv_interp());
 }
 
 
 extern "C" int fzk_launch_decode(const fzk_desc *d, void *jit_fn, const uint8_t *d_pay,
                                  uint64_t pay_len, const uint64_t *d_offs,
-                                 const uint8_t *d_sizes16, fzk_qparams qp, void *d_out,
+                                 const uint8_t *d_sizes16, const fzk_qparams *d_qp, void *d_out,
                                  int out_vec, uint32_t *d_status, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
   if (jit_fn != NULL) {
     fzk_desc dv = *d;
     uint8_t *out = (uint8_t *)d_out;
-    void *args[] = {&dv, &d_pay, &pay_len, &d_offs, &d_sizes16, &qp, &out, &out_vec, &d_status};
+    void *args[] = {&dv, &d_pay, &pay_len, &d_offs, &d_sizes16, &d_qp, &out, &out_vec, &d_status};
     return fzk_jit_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
   }
   fzk_decode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
-      *d, d_pay, pay_len, d_offs, d_sizes16, qp, (uint8_t *)d_out, out_vec, d_status);
+      *d, d_pay, pay_len, d_offs, d_sizes16, d_qp, (uint8_t *)d_out, out_vec, d_status);
   return (int)cudaGetLastError();
 }
 

@@ -113,6 +113,10 @@ typedef struct fzk_prep {
 #define FZK_ST_SIZE 4u
 #define FZK_ST_LONG 8u
 #define FZK_ST_SHORT 16u
+/* The header's prefix is not the one the launches were made for (a
+ * decoder that reused the last archive's, fz_gpu_decoder_decompress): the
+ * chunk kernels stand down, and the host decodes it anew. */
+#define FZK_ST_STALE 32u
 
 /* What the scan of a chunk table checks (fzk_launch_scan): the chunks'
  * sizes against cb and raw_bytes, their total against pay_len. */
@@ -136,22 +140,37 @@ typedef struct fzk_crc_use {
   uint32_t *ticket, *host;
 } fzk_crc_use;
 
-/* A decompression's first kernel where the chunk table is one scan tile
- * (fzk_scan_blocks(nchunks) <= 1), in one block: it zeroes the chunk CRCs,
- * the status word and the CRC ticket after them (d_crcs[0 .. nchunks + 2)),
- * scans the table (tw-byte little-endian sizes at d_table, any alignment;
- * copied as words to d_sizes32 when that is not NULL) into d_offs with the
- * checks of fzk_launch_scan (chk), and checks the header's CRC, of its
- * first hcrc_len bytes, against the word after them (FZK_ST_HCRC).  It
- * takes the place of a memset, the scan's three launches and the header
- * CRC's. */
+/* The longest header prefix (up to the chunk table) the kernels compare:
+ * the engine's FZE_PREFIX_MAX, which gpu_decode.c checks fits. */
+#define FZK_PREFIX_CAP 320u
+
+/* A decompression's first kernel, one block.  It compares the archive's
+ * header prefix (its first prefix_len bytes, up to the chunk table) with
+ * the bytes the launches were made for, but for the quantizer's three
+ * doubles (bound, absolute bound, step: at q_off + 1 .. q_off + 25, q_off
+ * the quantizer's mode byte, 0 without one) and the payload's CRC (the
+ * prefix's last 4 bytes), which may differ from archive to archive; a
+ * difference, or a quantizer's doubles that fze_quant_params_ok refuses
+ * (q_pwrel, q_f64: its mode and words), sets FZK_ST_STALE.  It writes the
+ * quantizer's parameters, as the decoders take them, to d_qp.  With
+ * table set (where fzk_scan_blocks(nchunks) <= 1) it also zeroes the
+ * chunk CRCs, the status word and the CRC ticket after them (d_crcs[0 ..
+ * nchunks + 2)), scans the table (tw-byte little-endian sizes at d_table,
+ * any alignment; copied as words to d_sizes32 when that is not NULL) into
+ * d_offs with the checks of fzk_launch_scan (chk), and checks the header's
+ * CRC, of its first hcrc_len bytes, against the word after them
+ * (FZK_ST_HCRC): in place of a memset, the scan's three launches and the
+ * header CRC's.  Without table, the status word is zeroed before it. */
 typedef struct fzk_dec_head {
   const uint8_t *d_arc, *d_table;
   uint64_t hcrc_len, nchunks;
-  uint32_t tw;
+  uint32_t tw, table;
   uint32_t *d_crcs, *d_sizes32;
   uint64_t *d_offs;
   fzk_table_check chk;
+  fzk_qparams *d_qp;
+  uint32_t q_off, q_pwrel, q_f64, prefix_len;
+  uint8_t prefix[FZK_PREFIX_CAP];
 } fzk_dec_head;
 
 /* The last kernel of a compression (one launch): the payload's CRC (of
@@ -261,8 +280,7 @@ uint64_t fzk_crc_parts(uint64_t len);
 int fzk_launch_crc(const fzk_kern *k, const uint8_t *d_p, uint64_t len, uint32_t *d_parts,
                    const uint32_t *d_tab, fzk_crc_use use, fz_gpu_stream s);
 
-/* A decompression's first kernel for a table of one scan tile (fzk_dec_head
- * above). */
+/* A decompression's first kernel (fzk_dec_head above). */
 int fzk_launch_dec_head(const fzk_kern *k, const fzk_dec_head *p, const uint32_t *d_tab,
                         fz_gpu_stream s);
 
@@ -277,14 +295,14 @@ int fzk_launch_seal(const fzk_kern *k, const fzk_seal *p, const uint32_t *d_tab,
  * variant for d->w == 8, which it calls). */
 int fzk_launch_decode(const fzk_desc *d, void *jit_fn, const uint8_t *d_pay,
                       uint64_t pay_len, const uint64_t *d_offs,
-                      const uint8_t *d_sizes16, fzk_qparams qp,
+                      const uint8_t *d_sizes16, const fzk_qparams *d_qp,
                       void *d_out, int out_vec, uint32_t *d_status, fz_gpu_stream s);
 int fzk_launch_decode32(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                        const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                        const uint64_t *d_offs, const uint8_t *d_sizes16, const fzk_qparams *d_qp,
                         void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                         const uint32_t *d_tab, fz_gpu_stream s);
 int fzk_launch_decode64(const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                        const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                        const uint64_t *d_offs, const uint8_t *d_sizes16, const fzk_qparams *d_qp,
                         void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                         const uint32_t *d_tab, fz_gpu_stream s);
 #endif /* __CUDACC_RTC__ */

@@ -51,7 +51,19 @@ struct fz_gpu_decoder {
   fzk_desc memo_key, memo_d;
   void *memo_fn;
   int memo_ok;
+  /* The prefix of the last archive opened (a word chain's; the ratio
+   * preset's and those left to the CPU reset it), parsed, and how many
+   * archives in a row had it but for what varies from one to the next
+   * (same_series): from two on, fz_gpu_decoder_decompress() decodes the
+   * next archive with this header at once, and the device checks. */
+  uint8_t series[FZE_PREFIX_MAX];
+  fze_header series_h;
+  size_t series_tpos;
+  unsigned series_runs;
+  unsigned waits; /* host waits since the last open or decompress began */
 };
+
+_Static_assert(FZE_PREFIX_MAX <= FZK_PREFIX_CAP, "the head kernel compares the whole prefix");
 
 int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size_t why_len) {
   if (ctx == NULL || out == NULL)
@@ -99,6 +111,7 @@ static int to_host(fz_gpu_decoder *dec, size_t n, cudaStream_t s, char *why, siz
   if (n)
     FZK_CHECK(cudaMemcpyAsync(dec->h_hdr, dec->d_arc, n, cudaMemcpyDeviceToHost, s), fail);
   FZK_CHECK(cudaStreamSynchronize(s), fail);
+  dec->waits++;
   return 0;
 fail:
   return rc;
@@ -114,12 +127,44 @@ static int full_header_error(fz_gpu_decoder *dec, cudaStream_t s, char *why, siz
   return rc < 0 ? rc : fze_header_parse(dec->h_hdr, dec->arc_len, &h);
 }
 
-int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
-                        fz_archive_info *info, fz_gpu_stream stream, char *why,
-                        size_t why_len) {
-  if (dec == NULL || (d_arc == NULL && arc_len))
-    return FZ_EINVAL;
+/* Where the quantizer's mode byte lies in a header's prefix (the first
+ * stage's, after the dims and the stage count), 0 without one. */
+static uint32_t quant_off(const fze_header *h) {
+  return fze_chain_has_quant(&h->chain) ? (uint32_t)(8 + 8 * h->ndims + 2) : 0;
+}
+
+/* Prefixes (up to the chunk table, tpos bytes) of two archives of one
+ * series: the same bytes but for the quantizer's three doubles and the
+ * payload's CRC, as the head kernel compares them. */
+static int same_series(const uint8_t *a, const uint8_t *b, size_t tpos, uint32_t q_off) {
+  if (q_off == 0)
+    return memcmp(a, b, tpos - 4) == 0;
+  return memcmp(a, b, q_off + 1) == 0 &&
+         memcmp(a + q_off + 25, b + q_off + 25, tpos - 4 - (q_off + 25)) == 0;
+}
+
+/* After a parse of the prefix in dec->h_hdr into dec->h: the series of
+ * runs archives goes on, or starts again with this one (ok), or ends. */
+static void series_note(fz_gpu_decoder *dec, int ok, unsigned runs) {
+  if (!ok) {
+    dec->series_runs = 0;
+    return;
+  }
+  if (runs && dec->series_tpos == dec->table_pos &&
+      same_series(dec->series, dec->h_hdr, dec->table_pos, quant_off(&dec->h)))
+    dec->series_runs = runs + 1;
+  else
+    dec->series_runs = 1;
+  memcpy(dec->series, dec->h_hdr, dec->table_pos);
+  dec->series_h = dec->h;
+  dec->series_tpos = dec->table_pos;
+}
+
+static int open_at(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                   fz_archive_info *info, fz_gpu_stream stream, char *why, size_t why_len) {
   dec->opened = 0;
+  const unsigned runs = dec->series_runs;
+  dec->series_runs = 0; /* until this prefix is parsed */
   dec->d_arc = d_arc;
   dec->arc_len = arc_len;
   int rc = 0;
@@ -147,6 +192,7 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
       return rc;
     dec->ratio = 1;
   }
+  series_note(dec, !dec->ratio, runs);
   if (info != NULL)
     fze_header_info(&dec->h, arc_len, info);
   dec->opened = 1;
@@ -154,6 +200,17 @@ int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
 fail:
   return rc;
 }
+
+int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                        fz_archive_info *info, fz_gpu_stream stream, char *why,
+                        size_t why_len) {
+  if (dec == NULL || (d_arc == NULL && arc_len))
+    return FZ_EINVAL;
+  dec->waits = 0;
+  return open_at(dec, d_arc, arc_len, info, stream, why, why_len);
+}
+
+unsigned fz_gpu_decoder_waits(const fz_gpu_decoder *dec) { return dec ? dec->waits : 0; }
 
 int fzk_ratio_chain(const fze_header *h) {
   const fze_chain *c = &h->chain;
@@ -182,27 +239,38 @@ out:
   return rc;
 }
 
-/* The checks of the header's rest before the chunks are decoded: the
- * chunk CRCs, the status word and the CRC ticket after them zeroed, the
- * header's CRC, the table's prefix sums into offs with their checks (chk)
- * and, where sizes32 is given, the table as words there.  A table of one
- * scan tile takes one kernel; a longer one a memset, the CRC and the
- * scan's three. */
-static int head(fz_gpu_decoder *dec, const uint8_t *tab, uint64_t hcrc_len, uint32_t tw,
-                uint32_t *sizes32, uint32_t *crcs, uint64_t *offs, uint64_t *bsum,
-                uint32_t *cparts, const fzk_table_check *chk, cudaStream_t s, char *why,
-                size_t why_len) {
+/* The device's part of the header before the chunks are decoded: the
+ * prefix against the bytes the launches were made for (prefix: this
+ * archive's as the host read it, or the series' last), the quantizer's
+ * parameters into d_qp, the chunk CRCs, the status word and the CRC ticket
+ * after them zeroed, the header's CRC, the table's prefix sums into offs
+ * with their checks (chk) and, where sizes32 is given, the table as words
+ * there.  A table of one scan tile takes one kernel; a longer one a
+ * memset, the head kernel without the table, the CRC and the scan's
+ * three. */
+static int head(fz_gpu_decoder *dec, const uint8_t *prefix, const uint8_t *tab,
+                uint64_t hcrc_len, uint32_t tw, uint32_t *sizes32, uint32_t *crcs,
+                uint64_t *offs, uint64_t *bsum, uint32_t *cparts, fzk_qparams *d_qp,
+                const fzk_table_check *chk, cudaStream_t s, char *why, size_t why_len) {
   fz_gpu_ctx *ctx = dec->ctx;
-  const uint64_t nc = dec->h.nchunks;
+  const fze_header *h = &dec->h;
+  const uint64_t nc = h->nchunks;
+  const int one_tile = fzk_scan_blocks(nc) <= 1;
   int rc = 0;
-  if (fzk_scan_blocks(nc) <= 1) {
-    const fzk_dec_head hd = {.d_arc = dec->d_arc, .d_table = tab, .hcrc_len = hcrc_len,
-                             .nchunks = nc, .tw = tw, .d_crcs = crcs, .d_sizes32 = sizes32,
-                             .d_offs = offs, .chk = *chk};
+  fzk_dec_head hd = {.d_arc = dec->d_arc, .d_table = tab, .hcrc_len = hcrc_len,
+                     .nchunks = nc, .tw = tw, .table = (uint32_t)one_tile, .d_crcs = crcs,
+                     .d_sizes32 = sizes32, .d_offs = offs, .chk = *chk, .d_qp = d_qp,
+                     .q_off = quant_off(h),
+                     .q_pwrel = fze_chain_has_quant(&h->chain) &&
+                                h->chain.st[0].mode == FZ_EB_PWREL,
+                     .q_f64 = h->dtype == FZ_F64, .prefix_len = (uint32_t)dec->table_pos};
+  memcpy(hd.prefix, prefix, dec->table_pos);
+  if (one_tile) {
     FZK_CHECK(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s), out);
     return 0;
   }
   FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 8, s), out);
+  FZK_CHECK(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s), out);
   const fzk_crc_use hdr = {.status = chk->d_status, .expect_le = dec->d_arc + hcrc_len,
                            .bit = FZK_ST_HCRC, .ticket = crcs + nc + 1};
   FZK_CHECK(fzk_launch_crc(ctx->kern, dec->d_arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
@@ -222,12 +290,15 @@ static int tail(fz_gpu_decoder *dec, uint32_t *crcs, uint64_t nc, uint32_t *cpar
                 cudaStream_t s, char *why, size_t why_len) {
   fz_gpu_ctx *ctx = dec->ctx;
   int rc = 0;
-  const fzk_crc_use payc = {.status = crcs + nc, .expect = dec->h.payload_crc,
+  /* The payload's CRC as this archive's prefix holds it (the last of its
+   * bytes), which the header the launches were made for may not. */
+  const fzk_crc_use payc = {.status = crcs + nc, .expect_le = dec->d_arc + dec->table_pos - 4,
                             .bit = FZK_ST_CORRUPT, .ticket = crcs + nc + 1,
                             .host = dec->d_word};
   FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
                            s), out);
   FZK_CHECK(cudaStreamSynchronize(s), out);
+  dec->waits++;
 out:
   return rc;
 }
@@ -235,8 +306,8 @@ out:
 /* The ratio preset's decode: the header's CRC and the u32 table's scan as
  * for the other chains, then one block per chunk (ratio.cu), which
  * also checksums each chunk, then the payload's CRC. */
-static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why,
-                     size_t why_len) {
+static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cudaStream_t s,
+                     char *why, size_t why_len) {
   fz_gpu_ctx *ctx = dec->ctx;
   const fze_header *h = &dec->h;
   int rc = 0;
@@ -251,7 +322,7 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
                                                                         : fzk_crc_parts(4 * nc)));
   const uint64_t slots = fzr_dec_slots(nc, ctx->nsm);
   size_t o_tick = o_scr + fzk_up256(fzr_scratch_bytes(h->chunk_bytes, slots));
-  size_t bytes = o_tick + 8;
+  size_t o_qp = o_tick + 256, bytes = o_qp + sizeof(fzk_qparams);
   if ((rc = workspace(dec, bytes, s, why, why_len)) < 0)
     goto out;
   uint8_t *ws = dec->d_ws;
@@ -261,8 +332,8 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, cudaStream_t s, char *why
   const uint8_t *pay = arc + h->header_len;
   const uint64_t pay_len = dec->arc_len - h->header_len;
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  if ((rc = head(dec, tab, hcrc_len, 4, tab32, crcs, offs, (uint64_t *)(ws + o_bsum), cparts, &chk,
-                 s, why, why_len)) < 0)
+  if ((rc = head(dec, prefix, tab, hcrc_len, 4, tab32, crcs, offs, (uint64_t *)(ws + o_bsum),
+                 cparts, (fzk_qparams *)(ws + o_qp), &chk, s, why, why_len)) < 0)
     goto out;
   const fze_stage *q = &h->chain.st[0], *ip = &h->chain.st[1];
   fzr_params p = {.pay = pay, .pay_len = pay_len, .offs = offs, .sizes = tab32,
@@ -291,31 +362,17 @@ static int status_error(uint32_t st) {
   return st ? FZ_ECORRUPT : 0;
 }
 
-int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t *out_len,
-                       fz_gpu_stream stream, char *why, size_t why_len) {
-  if (dec == NULL || out_len == NULL || !dec->opened)
-    return FZ_EINVAL;
-  dec->opened = 0;
+/* The decode of the header in dec->h, made for the prefix bytes given
+ * (dec->h_hdr's, or the series' last), into d_out (which holds the raw
+ * size), with the one wait; the device's status word is left in
+ * dec->h_word[0]. */
+static int decode(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cudaStream_t s,
+                  char *why, size_t why_len) {
   fz_gpu_ctx *ctx = dec->ctx;
   const fze_header *h = &dec->h;
-  cudaStream_t s = stream;
   int rc = 0;
-  uint8_t *ws;
-  FZK_CHECK(cudaSetDevice(ctx->device), out);
-  if (out_cap < h->raw_bytes || (h->raw_bytes && d_out == NULL)) {
-    /* A header error comes first, as on the CPU. */
-    if ((rc = full_header_error(dec, s, why, why_len)) == 0)
-      rc = out_cap < h->raw_bytes ? FZ_ENOSPC : FZ_EINVAL;
-    return rc;
-  }
-  if (dec->ratio) {
-    if ((rc = ratio_run(dec, d_out, s, why, why_len)) < 0)
-      return rc;
-    if ((rc = status_error(dec->h_word[0])) < 0)
-      return rc;
-    *out_len = (size_t)h->raw_bytes;
-    return 0;
-  }
+  if (dec->ratio)
+    return ratio_run(dec, d_out, prefix, s, why, why_len);
   fzk_desc d, key;
   void *jit_dec = NULL;
   fzk_desc_from_header_jit(&key, h);
@@ -334,33 +391,28 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
     dec->memo_fn = jit_dec;
     dec->memo_ok = 1;
   }
-  fzk_qparams qp = {0};
-  if (d.has_quant) {
-    qp.eb_abs = h->chain.st[0].eb_abs;
-    qp.step = h->chain.st[0].step;
-    qp.inv = qp.step != 0 ? 1.0 / qp.step : 0;
-  }
   uint64_t nc = h->nchunks;
   const uint8_t *arc = dec->d_arc, *tab = arc + dec->table_pos;
   const uint64_t hcrc_len = dec->table_pos + 2 * nc, parts = fzk_crc_parts(hcrc_len);
   size_t o_offs = 0, o_bsum = fzk_up256(8 * (nc + 1));
   size_t o_crcs = o_bsum + fzk_up256(8 * (fzk_scan_blocks(nc) + 1));
   /* the chunk CRCs, the status word, the CRC ticket */
-  size_t o_parts = o_crcs + fzk_up256(4 * nc + 8);
+  size_t o_qp = o_crcs + fzk_up256(4 * nc + 8);
+  size_t o_parts = o_qp + 256;
   size_t bytes = o_parts + 4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc));
   if ((rc = workspace(dec, bytes, s, why, why_len)) < 0)
-    goto out;
-  ws = dec->d_ws;
+    return rc;
+  uint8_t *ws = dec->d_ws;
   uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
   uint32_t *cparts = (uint32_t *)(ws + o_parts);
   uint64_t *offs = (uint64_t *)(ws + o_offs);
+  const fzk_qparams *qp = (const fzk_qparams *)(ws + o_qp);
   const uint8_t *pay = arc + h->header_len;
   const uint64_t pay_len = dec->arc_len - h->header_len;
-  /* The rest of the header on the device: its CRC and the table. */
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  if ((rc = head(dec, tab, hcrc_len, 2, NULL, crcs, offs, (uint64_t *)(ws + o_bsum), cparts, &chk,
-                 s, why, why_len)) < 0)
-    goto out;
+  if ((rc = head(dec, prefix, tab, hcrc_len, 2, NULL, crcs, offs, (uint64_t *)(ws + o_bsum),
+                 cparts, (fzk_qparams *)qp, &chk, s, why, why_len)) < 0)
+    return rc;
   int out_vec = (uintptr_t)d_out % 16 == 0;
   if (d.k32) {
     if (jit_dec != NULL)
@@ -375,13 +427,91 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
                                 s), out);
   }
   if ((rc = tail(dec, crcs, nc, cparts, s, why, why_len)) < 0)
-    goto out;
+    return rc;
   dec->path = jit_dec == NULL ? "aot" : "jit";
+out:
+  return rc;
+}
+
+int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t *out_len,
+                       fz_gpu_stream stream, char *why, size_t why_len) {
+  if (dec == NULL || out_len == NULL || !dec->opened)
+    return FZ_EINVAL;
+  dec->opened = 0;
+  const fze_header *h = &dec->h;
+  cudaStream_t s = stream;
+  int rc = 0;
+  FZK_CHECK(cudaSetDevice(dec->ctx->device), out);
+  if (out_cap < h->raw_bytes || (h->raw_bytes && d_out == NULL)) {
+    /* A header error comes first, as on the CPU. */
+    if ((rc = full_header_error(dec, s, why, why_len)) == 0)
+      rc = out_cap < h->raw_bytes ? FZ_ENOSPC : FZ_EINVAL;
+    return rc;
+  }
+  if ((rc = decode(dec, d_out, dec->h_hdr, s, why, why_len)) < 0)
+    return rc;
   if ((rc = status_error(dec->h_word[0])) < 0)
-    goto out;
+    return rc;
   *out_len = (size_t)h->raw_bytes;
 out:
   return rc;
+}
+
+/* The series' next archive decoded with the series' header at once: 1 when
+ * the device found its prefix another (nothing was written to d_out), else
+ * what the decode gives.  Its own prefix comes back to dec->h_hdr in the
+ * same wait; parsed there, it says what the archive holds. */
+static int decode_series(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len, void *d_out,
+                         size_t *out_len, fz_archive_info *info, cudaStream_t s, char *why,
+                         size_t why_len) {
+  const unsigned runs = dec->series_runs;
+  int rc = 0;
+  dec->opened = 0;
+  dec->series_runs = 0;
+  dec->d_arc = d_arc;
+  dec->arc_len = arc_len;
+  dec->h = dec->series_h;
+  dec->table_pos = dec->series_tpos;
+  dec->ratio = 0;
+  FZK_CHECK(cudaSetDevice(dec->ctx->device), out);
+  FZK_CHECK(cudaMemcpyAsync(dec->h_hdr, d_arc, dec->table_pos, cudaMemcpyDeviceToHost, s), out);
+  if ((rc = decode(dec, d_out, dec->series, s, why, why_len)) < 0)
+    return rc;
+  const uint32_t st = dec->h_word[0];
+  size_t tpos = 0;
+  /* The device compared the bytes that the parse reads but the quantizer's
+   * doubles, which it checked as the parser does: they agree. */
+  if ((st & FZK_ST_STALE) ||
+      fze_header_parse_prefix(dec->h_hdr, arc_len, &dec->h, &tpos) < 0 || tpos != dec->table_pos)
+    return 1;
+  series_note(dec, 1, runs);
+  if (info != NULL)
+    fze_header_info(&dec->h, arc_len, info);
+  if ((rc = status_error(st)) < 0)
+    return rc;
+  *out_len = (size_t)dec->h.raw_bytes;
+out:
+  return rc;
+}
+
+int fz_gpu_decoder_decompress(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                              void *d_out, size_t out_cap, size_t *out_len,
+                              fz_archive_info *info, fz_gpu_stream stream, char *why,
+                              size_t why_len) {
+  if (dec == NULL || out_len == NULL || (d_arc == NULL && arc_len))
+    return FZ_EINVAL;
+  dec->waits = 0;
+  const fze_header *sh = &dec->series_h;
+  /* The series' header fits this archive's length as the parser requires. */
+  if (dec->series_runs >= 2 && sh->raw_bytes <= out_cap && (d_out != NULL || !sh->raw_bytes) &&
+      arc_len >= dec->series_tpos + 4 &&
+      sh->nchunks <= (arc_len - dec->series_tpos - 4) / sh->table_w) {
+    int rc = decode_series(dec, d_arc, arc_len, d_out, out_len, info, stream, why, why_len);
+    if (rc <= 0)
+      return rc;
+  }
+  int rc = open_at(dec, d_arc, arc_len, info, stream, why, why_len);
+  return rc < 0 ? rc : fz_gpu_decoder_run(dec, d_out, out_cap, out_len, stream, why, why_len);
 }
 
 const char *fz_gpu_decoder_path(const fz_gpu_decoder *dec) { return dec->path; }
@@ -397,9 +527,8 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *
   if (ctx->dec == NULL)
     rc = fz_gpu_decoder_create(ctx, &ctx->dec, why, why_len);
   if (rc == 0)
-    rc = fz_gpu_decoder_open(ctx->dec, d_arc, arc_len, NULL, stream, why, why_len);
-  if (rc == 0)
-    rc = fz_gpu_decoder_run(ctx->dec, d_out, out_cap, out_len, stream, why, why_len);
+    rc = fz_gpu_decoder_decompress(ctx->dec, d_arc, arc_len, d_out, out_cap, out_len, NULL,
+                                   stream, why, why_len);
   pthread_mutex_unlock(&ctx->lock);
   return rc;
 }

@@ -441,17 +441,63 @@ __device__ static uint32_t fzk_size_le(const uint8_t *__restrict__ t, uint32_t t
   return v;
 }
 
-/* fzk_dec_head of fzk.h: fzk_scan_kernel's two passes over its one tile at
- * once, then the header's CRC part by part in this block. */
+/* A little-endian double at any alignment. */
+__device__ static double fzk_f64_le(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int b = 0; b < 8; b++)
+    v |= (uint64_t)p[b] << (8 * b);
+  return __longlong_as_double((long long)v);
+}
+
+/* fze_quant_params_ok of the engine (stage_quant.c) for a quantizer
+ * without a fill value, which is all the GPU decodes. */
+__device__ static bool fzk_quant_ok(double eb, double eb_abs, double step, bool pwrel, bool f64) {
+  if (!(eb > 0) || !isfinite(eb) || !(eb_abs >= 0) || !isfinite(eb_abs))
+    return false;
+  if (step == 0)
+    return true;
+  if (!(step > 0) || !isfinite(step))
+    return false;
+  if (pwrel)
+    return step >= 2 && step <= (f64 ? 0x1p53 : 0x1p24) && step == floor(step);
+  return true;
+}
+
+/* fzk_dec_head of fzk.h: the prefix and the quantizer, then (table) the
+ * scan kernel's two passes over its one tile at once and the header's CRC
+ * part by part in this block. */
 extern "C" __global__ void __launch_bounds__(FZK_NT)
 fzk_dec_head_kernel(fzk_dec_head p, const uint32_t *__restrict__ d_tab) {
   __shared__ fzk_crc_smem sm;
   __shared__ fzk_u64 red[FZK_NW + 2];
   const uint64_t n = p.nchunks;
   uint32_t *status = p.chk.d_status;
-  for (uint64_t i = threadIdx.x; i < n + 2; i += FZK_NT)
-    p.d_crcs[i] = 0;
-  __syncthreads(); /* the status word is 0 before any bit is set */
+  if (p.table) {
+    for (uint64_t i = threadIdx.x; i < n + 2; i += FZK_NT)
+      p.d_crcs[i] = 0;
+    __syncthreads(); /* the status word is 0 before any bit is set */
+  }
+  /* Every byte but the quantizer's doubles and the payload's CRC. */
+  const uint32_t qlo = p.q_off ? p.q_off + 1 : 0, qhi = p.q_off ? p.q_off + 25 : 0;
+  bool stale = false;
+  for (uint32_t i = threadIdx.x; i + 4 < p.prefix_len; i += FZK_NT)
+    if (i < qlo || i >= qhi)
+      stale |= p.d_arc[i] != p.prefix[i];
+  if (threadIdx.x == 0) {
+    fzk_qparams q = {0, 0, 0};
+    if (p.q_off) {
+      const double eb = fzk_f64_le(p.d_arc + p.q_off + 1);
+      q.eb_abs = fzk_f64_le(p.d_arc + p.q_off + 9);
+      q.step = fzk_f64_le(p.d_arc + p.q_off + 17);
+      q.inv = q.step != 0 ? 1.0 / q.step : 0;
+      stale |= !fzk_quant_ok(eb, q.eb_abs, q.step, p.q_pwrel != 0, p.q_f64 != 0);
+    }
+    *p.d_qp = q;
+  }
+  if (stale)
+    atomicOr(status, FZK_ST_STALE);
+  if (!p.table)
+    return;
   const uint64_t lo = (uint64_t)threadIdx.x * FZK_SCAN_PER;
   uint32_t sz[FZK_SCAN_PER];
   fzk_u64 v = 0;

@@ -259,13 +259,13 @@ int fzk_jit_launch_encode32(void *fn, const fzk_desc *d, const void *d_in,
 }
 
 int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                            const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                            const uint64_t *d_offs, const uint8_t *d_sizes16, const fzk_qparams *d_qp,
                             void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                             const uint32_t *d_tab, fz_gpu_stream s) {
   if (d->nchunks == 0)
     return 0;
   fzk_desc dv = *d;
-  void *args[] = {&dv,  &d_pay,    &pay_len,  &d_offs,  &d_sizes16, &qp,
+  void *args[] = {&dv,  &d_pay,    &pay_len,  &d_offs,  &d_sizes16, &d_qp,
                   &d_out, &out_vec, &d_status, &d_crcs, &d_tab};
   return fzk_jit_launch(fn, (unsigned)d->nchunks, FZK_NT, d->smem_d32, s, args);
 }

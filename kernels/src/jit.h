@@ -83,7 +83,7 @@ int fzk_jit_launch_encode32(void *fn, const fzk_desc *d, const void *d_in,
                             uint64_t header_len, uint64_t table_off, uint32_t *d_crcs,
                             uint64_t *d_lb, const uint32_t *d_tab, fz_gpu_stream s);
 int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
-                            const uint64_t *d_offs, const uint8_t *d_sizes16, fzk_qparams qp,
+                            const uint64_t *d_offs, const uint8_t *d_sizes16, const fzk_qparams *d_qp,
                             void *d_out, int out_vec, uint32_t *d_status, uint32_t *d_crcs,
                             const uint32_t *d_tab, fz_gpu_stream s);
 

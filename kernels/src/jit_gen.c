@@ -157,10 +157,10 @@ static void put_inverse(text *t, const fzk_desc *d) {
   put(t, "extern \"C\" __global__ void __launch_bounds__(FZK_NT)\n"
          FZK_JIT_ENTRY_DECODE "(fzk_desc p, const uint8_t *__restrict__ d_pay, uint64_t pay_len,\n"
          "    const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,\n"
-         "    fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,\n"
+         "    const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,\n"
          "    uint32_t *__restrict__ d_status) {\n"
          "  const fzk_desc d = fzk_gen_desc(p);\n"
-         "  fzk_decode_chunk(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec, d_status,\n"
+         "  fzk_decode_chunk(d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out, out_vec, d_status,\n"
          "                   fzk_gen_chain());\n"
          "}\n");
 }
@@ -190,11 +190,11 @@ static void put_word(text *t, const fzk_desc *d, fzk_jit_dir dir) {
            FZK_JIT_ENTRY_DECODE "(fzk_desc p, const uint8_t *__restrict__ d_pay,\n"
            "    uint64_t pay_len,\n"
            "    const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,\n"
-           "    fzk_qparams q, uint8_t *__restrict__ d_out, int out_vec,\n"
+           "    const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,\n"
            "    uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,\n"
            "    const uint32_t *__restrict__ d_tab) {\n"
            "  const fzk_desc d = fzk_gen_desc(p);\n"
-           "  fzk_dec%u_body<%s>(d, d_pay, pay_len, d_offs, d_sizes16, q, d_out, out_vec,\n"
+           "  fzk_dec%u_body<%s>(d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out, out_vec,\n"
            "                     d_status, d_crcs, d_tab);\n"
            "}\n", bits, bits, consts);
 }

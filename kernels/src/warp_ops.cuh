@@ -21,6 +21,21 @@
 #include "fzk.h"
 #include "fzk_crc.h"
 
+/* A decoder's start, in every thread of a block: the quantizer's
+ * parameters as the decompression's first kernel read them from the
+ * archive (fzk_dec_head), or false where that kernel found the header's
+ * prefix not the one the launches were made for (FZK_ST_STALE): then the
+ * block writes nothing at all. */
+__device__ __forceinline__ bool fzk_dec_begin(const fzk_qparams *d_qp, const uint32_t *d_status,
+                                              fzk_qparams *q) {
+  if (__ldcg(d_status) & FZK_ST_STALE)
+    return false;
+  q->eb_abs = __ldcg(&d_qp->eb_abs);
+  q->step = __ldcg(&d_qp->step);
+  q->inv = __ldcg(&d_qp->inv);
+  return true;
+}
+
 #define FZK_FULL 0xffffffffu
 
 /* The 64-bit type of the device atomics and shuffles. */

@@ -8,7 +8,7 @@
  * Each field is repeated whole to 1 GiB and 64 MiB (and cut to 1 MiB).  For
  * each size and preset (REL bound EB, default 1e-3) the input lies in
  * cudaMalloc memory of this process; the in-process figure is the wall time
- * of fz_gpu_compress() / a decoder's open and run on a plan made here, the
+ * of fz_gpu_compress() / fz_gpu_decoder_decompress() on a plan made here, the
  * fzd figure the wall time of fz_client_compress() / _decompress() with
  * legacy IPC handles for input and output, from submit to answer: what a
  * client sees.  Medians of REPEAT runs after eight warm-up runs (the first
@@ -192,9 +192,8 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
   }
   for (unsigned r = 0; r <= n; r++) {
     double t0 = now();
-    rc = fz_gpu_decoder_open(dec, d_arc_here, arc_len, NULL, s, why, sizeof why);
-    if (rc == 0)
-      rc = fz_gpu_decoder_run(dec, d_out_here, in_len, &out_len, s, why, sizeof why);
+    rc = fz_gpu_decoder_decompress(dec, d_arc_here, arc_len, d_out_here, in_len, &out_len, NULL,
+                                   s, why, sizeof why);
     double t1 = now();
     if (rc < 0) {
       fprintf(stderr, "decompress here: %s %s\n", fz_err_name(rc), why);

@@ -5,6 +5,7 @@
  * for byte the same, and decoding on either backend bit for bit the same.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 
 #include "gpu_util.h"
 
@@ -352,4 +353,147 @@ Test(identity, rel_bound_beyond_the_range_is_refused) {
   fz_plan_destroy(cpu);
   free(arc);
   free(x);
+}
+
+/* ---- a decoder's series: one wait for an archive like the last ones ---- */
+
+/* The CPU engine's archive of n values of x scaled by s, REL 1e-3 (each
+ * scale a range of its own, so a bound and step of its own). */
+static uint8_t *series_archive(fz_dtype t, const char *preset, const void *x, size_t n,
+                               double s, size_t *len) {
+  const size_t w = fz_dtype_size(t);
+  uint8_t *y = malloc(n * w);
+  for (size_t i = 0; i < n; i++) {
+    if (t == FZ_F32) {
+      float v;
+      memcpy(&v, (const uint8_t *)x + 4 * i, 4);
+      v = (float)(v * s);
+      memcpy(y + 4 * i, &v, 4);
+    } else {
+      double v;
+      memcpy(&v, (const uint8_t *)x + 8 * i, 8);
+      v *= s;
+      memcpy(y + 8 * i, &v, 8);
+    }
+  }
+  fz_params p;
+  fzt_params_1d(&p, t, n, preset);
+  p.eb = 1e-3;
+  p.eb_mode = FZ_EB_REL;
+  p.threads = 8;
+  char why[256] = "";
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s", why);
+  size_t cap = fz_plan_compress_bound(pl);
+  uint8_t *arc = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, y, n * w, arc, cap, len), 0);
+  fz_plan_destroy(pl);
+  free(y);
+  return arc;
+}
+
+/* The archive decoded by dec (from device memory, into out_cap bytes of
+ * device memory filled with 0xab first) against the CPU decoder: the same
+ * result code and, on success, the same bytes; on failure not one byte of
+ * the output written.  Returns the decoder's waits. */
+static unsigned series_check(fz_gpu_decoder *dec, const uint8_t *arc, size_t len, size_t out_cap,
+                             int want_rc, const char *what) {
+  uint8_t *h_out = malloc(out_cap + 1), *c_out = malloc(out_cap + 1);
+  size_t c_len = 0, g_len = 0;
+  int crc = fz_decompress(arc, len, c_out, out_cap, &c_len, 4);
+  cr_assert_eq(crc, want_rc, "%s: the CPU decoder gives %s", what, fz_err_name(crc));
+  void *d_arc = to_device(arc, len), *d_out = NULL;
+  CUDA_OK(cudaMalloc(&d_out, out_cap));
+  CUDA_OK(cudaMemset(d_out, 0xab, out_cap));
+  fz_archive_info info;
+  char why[256] = "";
+  int grc = fz_gpu_decoder_decompress(dec, d_arc, len, d_out, out_cap, &g_len, &info, NULL, why,
+                                      sizeof why);
+  cr_assert_eq(grc, crc, "%s: GPU %s (%s), CPU %s", what, fz_err_name(grc), why,
+               fz_err_name(crc));
+  CUDA_OK(cudaMemcpy(h_out, d_out, out_cap, cudaMemcpyDeviceToHost));
+  if (crc == 0) {
+    cr_assert_eq(g_len, c_len, "%s", what);
+    cr_assert(memcmp(h_out, c_out, c_len) == 0, "%s: decoded bytes differ", what);
+    fz_archive_info ci;
+    cr_assert_eq(fz_archive_inspect(arc, len, &ci), 0);
+    cr_assert_eq(info.raw_bytes, ci.raw_bytes, "%s", what);
+    cr_assert_eq(info.eb_abs, ci.eb_abs, "%s: info of another archive", what);
+  } else if (crc == FZ_ENOSPC) {
+    size_t k = 0;
+    while (k < out_cap && h_out[k] == 0xab)
+      k++;
+    cr_assert_eq(k, out_cap, "%s: byte %zu of a too small output written", what, k);
+  }
+  unsigned waits = fz_gpu_decoder_waits(dec);
+  cudaFree(d_arc);
+  cudaFree(d_out);
+  free(h_out);
+  free(c_out);
+  return waits;
+}
+
+static void series_of(fz_dtype t, const char *preset, size_t n) {
+  fz_gpu_decoder *dec;
+  char why[256] = "";
+  cr_assert_eq(fz_gpu_decoder_create(test_ctx(), &dec, why, sizeof why), 0, "%s", why);
+  const size_t w = fz_dtype_size(t), raw = n * w;
+  void *x = gen_data(t, n, GEN_SMOOTH, 11);
+  char what[160];
+  /* Five arrays of one shape and chain, each of its own range: from the
+   * third on, one wait each, and the bound and step the archive's own. */
+  for (int k = 0; k < 5; k++) {
+    size_t len;
+    uint8_t *arc = series_archive(t, preset, x, n, 1.0 + 0.37 * k, &len);
+    snprintf(what, sizeof what, "%s %s n=%zu, archive %d of a series", fz_dtype_name(t), preset,
+             n, k);
+    unsigned waits = series_check(dec, arc, len, raw, 0, what);
+    cr_assert_eq(waits, k < 2 ? 2u : 1u, "%s: %u waits", what, waits);
+    free(arc);
+  }
+  /* A longer array into the same output: refused, the output untouched. */
+  size_t len;
+  void *x2 = gen_data(t, n + 4096, GEN_SMOOTH, 12);
+  uint8_t *arc = series_archive(t, preset, x2, n + 4096, 1.0, &len);
+  snprintf(what, sizeof what, "%s %s n=%zu after the series", fz_dtype_name(t), preset, n + 4096);
+  series_check(dec, arc, len, raw, FZ_ENOSPC, what);
+  free(arc);
+  /* The series again, then an archive of it with one byte of its prefix
+   * changed in turn: in the dims, the mode, each quantizer double, the
+   * payload's CRC: the CPU decoder's error, every time. */
+  for (int k = 0; k < 3; k++) {
+    uint8_t *a = series_archive(t, preset, x, n, 2.0 + k, &len);
+    series_check(dec, a, len, raw, 0, "the series again");
+    free(a);
+  }
+  const size_t q_off = 8 + 8 + 2; /* 1-D: the quantizer's mode byte */
+  const size_t at[] = {9, q_off, q_off + 3, q_off + 12, q_off + 20, q_off + 25 + 1};
+  for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+    uint8_t *a = series_archive(t, preset, x, n, 3.0, &len);
+    uint8_t *b = series_archive(t, preset, x, n, 3.5, &len);
+    series_check(dec, a, len, raw, 0, "a member");
+    series_check(dec, a, len, raw, 0, "a member");
+    b[at[i]] ^= 0x10;
+    size_t c_len;
+    uint8_t *c_out = malloc(raw);
+    int want = fz_decompress(b, len, c_out, raw, &c_len, 4);
+    free(c_out);
+    snprintf(what, sizeof what, "%s %s: byte %zu of the prefix changed", fz_dtype_name(t), preset,
+             at[i]);
+    cr_assert_neq(want, 0, "%s: the CPU decodes it", what);
+    series_check(dec, b, len, raw, want, what);
+    free(a);
+    free(b);
+  }
+  free(x);
+  free(x2);
+  fz_gpu_decoder_destroy(dec);
+}
+
+/* Tables of one scan tile (the one-kernel head) and of several. */
+Test(identity, decoder_series) {
+  series_of(FZ_F32, "fast", 300000);
+  series_of(FZ_F32, "balanced", 300000);
+  series_of(FZ_F64, "fast", 150000);
+  series_of(FZ_F32, "balanced", 4100 * 4096);
 }
