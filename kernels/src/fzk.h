@@ -160,7 +160,9 @@ typedef struct fzk_crc_use {
  * d_offs with the checks of fzk_launch_scan (chk), and checks the header's
  * CRC, of its first hcrc_len bytes, against the word after them
  * (FZK_ST_HCRC): in place of a memset, the scan's three launches and the
- * header CRC's.  Without table, the status word is zeroed before it. */
+ * header CRC's.  Without table, the status word is zeroed before it.
+ * Where h_prefix is not NULL (pinned host memory) the archive's prefix
+ * bytes go there too, so that the host reads them after its one wait. */
 typedef struct fzk_dec_head {
   const uint8_t *d_arc, *d_table;
   uint64_t hcrc_len, nchunks;
@@ -170,6 +172,7 @@ typedef struct fzk_dec_head {
   fzk_table_check chk;
   fzk_qparams *d_qp;
   uint32_t q_off, q_pwrel, q_f64, prefix_len;
+  uint8_t *h_prefix;
   uint8_t prefix[FZK_PREFIX_CAP];
 } fzk_dec_head;
 

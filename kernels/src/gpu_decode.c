@@ -32,6 +32,8 @@ struct fz_gpu_decoder {
   fz_gpu_ctx *ctx;
   uint8_t *h_hdr;  /* pinned: the header prefix, or the whole header */
   size_t h_hdr_cap;
+  uint8_t *h_pre;  /* pinned: the prefix as the head kernel writes it */
+  uint8_t *d_pre;  /* through this mapping, for a series' archive */
   uint32_t *h_word; /* pinned: the device's status word, which the last kernel */
   uint32_t *d_word; /* writes through this mapping of it */
   uint8_t *d_ws;    /* the device workspace, kept from call to call */
@@ -78,6 +80,8 @@ int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size
   FZK_CHECK(cudaSetDevice(ctx->device), fail);
   FZK_CHECK(cudaMallocHost((void **)&dec->h_hdr, FZE_PREFIX_MAX), fail);
   dec->h_hdr_cap = FZE_PREFIX_MAX;
+  FZK_CHECK(cudaMallocHost((void **)&dec->h_pre, FZE_PREFIX_MAX), fail);
+  FZK_CHECK(cudaHostGetDevicePointer((void **)&dec->d_pre, dec->h_pre, 0), fail);
   FZK_CHECK(cudaMallocHost((void **)&dec->h_word, 64), fail);
   FZK_CHECK(cudaHostGetDevicePointer((void **)&dec->d_word, dec->h_word, 0), fail);
   *out = dec;
@@ -92,6 +96,7 @@ void fz_gpu_decoder_destroy(fz_gpu_decoder *dec) {
     return;
   cudaSetDevice(dec->ctx->device);
   cudaFreeHost(dec->h_hdr);
+  cudaFreeHost(dec->h_pre);
   cudaFreeHost(dec->h_word);
   cudaFree(dec->d_ws);
   cudaGetLastError();
@@ -248,7 +253,7 @@ out:
  * there.  A table of one scan tile takes one kernel; a longer one a
  * memset, the head kernel without the table, the CRC and the scan's
  * three. */
-static int head(fz_gpu_decoder *dec, const uint8_t *prefix, const uint8_t *tab,
+static int head(fz_gpu_decoder *dec, const uint8_t *prefix, uint8_t *h_prefix, const uint8_t *tab,
                 uint64_t hcrc_len, uint32_t tw, uint32_t *sizes32, uint32_t *crcs,
                 uint64_t *offs, uint64_t *bsum, uint32_t *cparts, fzk_qparams *d_qp,
                 const fzk_table_check *chk, cudaStream_t s, char *why, size_t why_len) {
@@ -263,7 +268,8 @@ static int head(fz_gpu_decoder *dec, const uint8_t *prefix, const uint8_t *tab,
                      .q_off = quant_off(h),
                      .q_pwrel = fze_chain_has_quant(&h->chain) &&
                                 h->chain.st[0].mode == FZ_EB_PWREL,
-                     .q_f64 = h->dtype == FZ_F64, .prefix_len = (uint32_t)dec->table_pos};
+                     .q_f64 = h->dtype == FZ_F64, .prefix_len = (uint32_t)dec->table_pos,
+                     .h_prefix = h_prefix};
   memcpy(hd.prefix, prefix, dec->table_pos);
   if (one_tile) {
     FZK_CHECK(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s), out);
@@ -332,7 +338,7 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
   const uint8_t *pay = arc + h->header_len;
   const uint64_t pay_len = dec->arc_len - h->header_len;
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  if ((rc = head(dec, prefix, tab, hcrc_len, 4, tab32, crcs, offs, (uint64_t *)(ws + o_bsum),
+  if ((rc = head(dec, prefix, NULL, tab, hcrc_len, 4, tab32, crcs, offs, (uint64_t *)(ws + o_bsum),
                  cparts, (fzk_qparams *)(ws + o_qp), &chk, s, why, why_len)) < 0)
     goto out;
   const fze_stage *q = &h->chain.st[0], *ip = &h->chain.st[1];
@@ -365,9 +371,10 @@ static int status_error(uint32_t st) {
 /* The decode of the header in dec->h, made for the prefix bytes given
  * (dec->h_hdr's, or the series' last), into d_out (which holds the raw
  * size), with the one wait; the device's status word is left in
- * dec->h_word[0]. */
-static int decode(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cudaStream_t s,
-                  char *why, size_t why_len) {
+ * dec->h_word[0], and the archive's prefix in h_prefix's host memory
+ * where that is given (a word chain's head kernel writes it). */
+static int decode(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, uint8_t *h_prefix,
+                  cudaStream_t s, char *why, size_t why_len) {
   fz_gpu_ctx *ctx = dec->ctx;
   const fze_header *h = &dec->h;
   int rc = 0;
@@ -410,7 +417,7 @@ static int decode(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cudaS
   const uint8_t *pay = arc + h->header_len;
   const uint64_t pay_len = dec->arc_len - h->header_len;
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  if ((rc = head(dec, prefix, tab, hcrc_len, 2, NULL, crcs, offs, (uint64_t *)(ws + o_bsum),
+  if ((rc = head(dec, prefix, h_prefix, tab, hcrc_len, 2, NULL, crcs, offs, (uint64_t *)(ws + o_bsum),
                  cparts, (fzk_qparams *)qp, &chk, s, why, why_len)) < 0)
     return rc;
   int out_vec = (uintptr_t)d_out % 16 == 0;
@@ -448,7 +455,7 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
       rc = out_cap < h->raw_bytes ? FZ_ENOSPC : FZ_EINVAL;
     return rc;
   }
-  if ((rc = decode(dec, d_out, dec->h_hdr, s, why, why_len)) < 0)
+  if ((rc = decode(dec, d_out, dec->h_hdr, NULL, s, why, why_len)) < 0)
     return rc;
   if ((rc = status_error(dec->h_word[0])) < 0)
     return rc;
@@ -459,8 +466,9 @@ out:
 
 /* The series' next archive decoded with the series' header at once: 1 when
  * the device found its prefix another (nothing was written to d_out), else
- * what the decode gives.  Its own prefix comes back to dec->h_hdr in the
- * same wait; parsed there, it says what the archive holds. */
+ * what the decode gives.  Its own prefix comes back (the head kernel
+ * writes it to dec->h_pre) in the same wait; parsed, it says what the
+ * archive holds. */
 static int decode_series(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len, void *d_out,
                          size_t *out_len, fz_archive_info *info, cudaStream_t s, char *why,
                          size_t why_len) {
@@ -474,10 +482,10 @@ static int decode_series(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
   dec->table_pos = dec->series_tpos;
   dec->ratio = 0;
   FZK_CHECK(cudaSetDevice(dec->ctx->device), out);
-  FZK_CHECK(cudaMemcpyAsync(dec->h_hdr, d_arc, dec->table_pos, cudaMemcpyDeviceToHost, s), out);
-  if ((rc = decode(dec, d_out, dec->series, s, why, why_len)) < 0)
+  if ((rc = decode(dec, d_out, dec->series, dec->d_pre, s, why, why_len)) < 0)
     return rc;
   const uint32_t st = dec->h_word[0];
+  memcpy(dec->h_hdr, dec->h_pre, dec->table_pos);
   size_t tpos = 0;
   /* The device compared the bytes that the parse reads but the quantizer's
    * doubles, which it checked as the parser does: they agree. */

@@ -480,9 +480,13 @@ fzk_dec_head_kernel(fzk_dec_head p, const uint32_t *__restrict__ d_tab) {
   /* Every byte but the quantizer's doubles and the payload's CRC. */
   const uint32_t qlo = p.q_off ? p.q_off + 1 : 0, qhi = p.q_off ? p.q_off + 25 : 0;
   bool stale = false;
-  for (uint32_t i = threadIdx.x; i + 4 < p.prefix_len; i += FZK_NT)
-    if (i < qlo || i >= qhi)
-      stale |= p.d_arc[i] != p.prefix[i];
+  for (uint32_t i = threadIdx.x; i < p.prefix_len; i += FZK_NT) {
+    const uint8_t c = p.d_arc[i];
+    if (p.h_prefix)
+      p.h_prefix[i] = c;
+    if (i + 4 < p.prefix_len && (i < qlo || i >= qhi))
+      stale |= c != p.prefix[i];
+  }
   if (threadIdx.x == 0) {
     fzk_qparams q = {0, 0, 0};
     if (p.q_off) {
