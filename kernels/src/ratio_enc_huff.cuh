@@ -52,14 +52,8 @@
 #define FZRE_H_SMALL 1024u /* words counted in shared memory */
 /* A lane may hold at most 2^15 words (run symbols end at 2^15). */
 #define FZRE_HUFF_MAX_N ((uint64_t)FZRE_H_LANES << FZRE_H_RUNS)
-/* The map of the chunk's groups of 64 words that hold a word other than
- * zero, a bit each, for chunks of up to FZRE_H_NZ_MAX words (1 MiB of
- * 4-byte words): the passes over the words cross a group without one at
- * a step, and only the words of the others one by one. */
-#define FZRE_H_NZ_WORDS 128u
-#define FZRE_H_NZ_MAX ((uint64_t)FZRE_H_NZ_WORDS * 32u * 64u)
 
-/* The block's shared state of one chunk's coding (about 10.8 KiB). */
+/* The block's shared state of one chunk's coding (about 10.3 KiB). */
 typedef struct fzre_hf {
   uint64_t len;  /* the result: the stream's bytes, or UINT64_MAX */
   uint64_t head; /* bytes before the lanes */
@@ -75,7 +69,6 @@ typedef struct fzre_hf {
                                     * choose_direct's range sums) */
   uint32_t pidx[FZRE_H_UNITS][2];    /* its bytes shared with neighbours */
   uint8_t pval[FZRE_H_UNITS][2], pn[FZRE_H_UNITS];
-  uint32_t nz[FZRE_H_NZ_WORDS];      /* the groups with a word not zero */
   /* The histogram of the small words (most of them) is counted here, as
    * shared-memory atomics are far cheaper than global ones, then moved to
    * the table; choose_direct's ranges' cheapest take its place. */
@@ -181,8 +174,8 @@ static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
 /* The first word at or after j (before b) that is not zero, or b: zero
  * runs are most of a chunk at coarse bounds, so they are crossed eight
  * bytes a load where the words are aligned for it. */
-static inline FZR_HD uint64_t fzre_h_skip0w(const uint8_t *words, unsigned w, uint64_t j,
-                                            uint64_t b) {
+static inline FZR_HD uint64_t fzre_h_skip0(const uint8_t *words, unsigned w, uint64_t j,
+                                           uint64_t b) {
   if (((uintptr_t)words & (w - 1)) == 0) {
     uint64_t step = 8 / w;
     while (j < b && ((uintptr_t)(words + j * w) & 7)) {
@@ -196,47 +189,6 @@ static inline FZR_HD uint64_t fzre_h_skip0w(const uint8_t *words, unsigned w, ui
   while (j < b && fzre_h_ldw(words + j * w, w) == 0)
     j++;
   return j;
-}
-
-/* True where the group of 64 words from word j (a multiple of 64) is all
- * zeros, by the map nz. */
-static inline FZR_HD int fzre_h_empty(const uint32_t *nz, uint64_t j) {
-  return !((nz[j >> 11] >> ((j >> 6) & 31u)) & 1u);
-}
-
-/* fzre_h_skip0w, a group without a word other than zero at a step where
- * nz (the map, or NULL) says so. */
-static inline FZR_HD uint64_t fzre_h_skip0(const uint8_t *words, unsigned w, uint64_t j,
-                                           uint64_t b, const uint32_t *nz) {
-  if (nz == NULL)
-    return fzre_h_skip0w(words, w, j, b);
-  while (j < b) {
-    if ((j & 63u) == 0)
-      while (j + 64 <= b && fzre_h_empty(nz, j))
-        j += 64;
-    uint64_t e = (j | 63u) + 1 < b ? (j | 63u) + 1 : b; /* this group's end */
-    uint64_t r = fzre_h_skip0w(words, w, j, e);
-    if (r < e)
-      return r;
-    j = e;
-  }
-  return j;
-}
-
-/* The end of words [a, z) without its trailing zeros, by the map nz (or
- * NULL) as fzre_h_skip0 goes forward. */
-static inline FZR_HD uint64_t fzre_h_trim0(const uint8_t *words, unsigned w, uint64_t a,
-                                           uint64_t z, const uint32_t *nz) {
-  while (z > a) {
-    if (nz != NULL && (z & 63u) == 0 && z - a >= 64 && fzre_h_empty(nz, z - 64)) {
-      z -= 64;
-      continue;
-    }
-    if (fzre_h_ldw(words + (z - 1) * w, w) != 0)
-      break;
-    z--;
-  }
-  return z;
 }
 
 /* Segment u's words: [*lo, *hi) of the chunk (u = lane * 8 + segment). */
@@ -299,7 +251,6 @@ typedef struct fzre_h_tk {
   const uint8_t *tlen;
   uint64_t bits;
   fzre_h_bw *bw;
-  const uint32_t *nz; /* the map of groups with a word not zero, or NULL */
 } fzre_h_tk;
 
 static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
@@ -354,7 +305,7 @@ static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, uint
       continue;
     }
     uint64_t r = j;
-    j = fzre_h_skip0(words, w, j + 1, b, k->nz);
+    j = fzre_h_skip0(words, w, j + 1, b);
     fzre_h_run(k, j - r);
   }
 }
@@ -371,25 +322,6 @@ static inline FZR_HD void fzre_h_clear(fzre_hf *H, uint8_t *scratch, unsigned t,
     H->runs[i] = 0;
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt)
     H->pn[u] = 0;
-  for (unsigned i = t; i < FZRE_H_NZ_WORDS; i += nt)
-    H->nz[i] = 0;
-}
-
-/* The map of groups of 64 words with a word other than zero, a word per
- * thread in turn (a warp reads consecutive words); the bits are ORed, so
- * the order does not matter.  None for chunks above FZRE_H_NZ_MAX words. */
-static inline FZR_HD void fzre_h_nzmap(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
-                                       unsigned t, unsigned nt) {
-  if (n > FZRE_H_NZ_MAX)
-    return;
-  for (uint64_t i = t; i < n; i += nt)
-    if (fzre_h_ldw(words + i * w, w) != 0)
-      FZR_ATOMIC_OR(&H->nz[i >> 11], 1u << ((i >> 6) & 31u));
-}
-
-/* The map, where the chunk has one. */
-static inline FZR_HD const uint32_t *fzre_h_map(const fzre_hf *H, uint64_t n) {
-  return n <= FZRE_H_NZ_MAX ? H->nz : (const uint32_t *)0;
 }
 
 /* Each segment: its edge zeros, the histogram of the rest. */
@@ -399,11 +331,12 @@ static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
     uint64_t lo, hi, a, z;
     fzre_h_seg(n, u, &lo, &hi);
-    a = fzre_h_skip0(words, w, lo, hi, fzre_h_map(H, n));
-    z = fzre_h_trim0(words, w, a, hi, fzre_h_map(H, n));
+    a = fzre_h_skip0(words, w, lo, hi);
+    for (z = hi; z > a && fzre_h_ldw(words + (z - 1) * w, w) == 0; z--)
+      ;
     H->lead[u] = (uint16_t)(a - lo);
     H->trail[u] = (uint16_t)(a == hi ? hi - lo : hi - z);
-    fzre_h_tk k = {FZRE_HM_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0, fzre_h_map(H, n)};
+    fzre_h_tk k = {FZRE_HM_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0};
     fzre_h_middle(&k, words, a, z);
   }
 }
@@ -415,7 +348,7 @@ static inline FZR_HD void fzre_h_join(fzre_hf *H, uint64_t n, unsigned t, unsign
   for (unsigned l = t; l < FZRE_H_LANES; l += nt) {
     int open = -1, at_head = 0;
     uint64_t run = 0;
-    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, H->runs, 0, 0, 0, 0, 0};
+    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, H->runs, 0, 0, 0, 0};
     for (unsigned s = 0; s <= FZRE_H_SEGS; s++) {
       unsigned u = l * FZRE_H_SEGS + s;
       uint64_t lo = 0, hi = 0, len = 0;
@@ -705,7 +638,7 @@ static inline FZR_HD void fzre_h_bits(fzre_hf *H, const uint8_t *words, unsigned
                                       uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
-    fzre_h_tk k = {FZRE_HM_BITS, w, 0, 0, 0, b.tcode, b.tlen, 0, 0, fzre_h_map(H, n)};
+    fzre_h_tk k = {FZRE_HM_BITS, w, 0, 0, 0, b.tcode, b.tlen, 0, 0};
     fzre_h_seg_tokens(H, &k, words, n, u);
     H->bits[u] = (uint32_t)k.bits;
   }
@@ -752,7 +685,7 @@ static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigne
     uint32_t b0 = H->bits[u];
     fzre_h_bw bw = {0, b0 % 8, b0 / 8, b0 % 8 ? b0 / 8 : UINT32_MAX,
                   out + H->head + H->lane_off[u / FZRE_H_SEGS], H, u};
-    fzre_h_tk k = {FZRE_HM_WRITE, w, 0, 0, 0, b.tcode, b.tlen, 0, &bw, fzre_h_map(H, n)};
+    fzre_h_tk k = {FZRE_HM_WRITE, w, 0, 0, 0, b.tcode, b.tlen, 0, &bw};
     fzre_h_seg_tokens(H, &k, words, n, u);
     /* The last byte, when the segment ends inside it. */
     if (bw.nb > b0 % 8 || (bw.nb && bw.bi != b0 / 8))
@@ -798,8 +731,6 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   }
   FZR_ONE(H->fail = 0);
   FZR_ALL(fzre_h_clear(H, scratch, t, nt));
-  FZR_SYNC();
-  FZR_ALL(fzre_h_nzmap(H, words, w, n, t, nt));
   FZR_SYNC();
   FZR_ALL(fzre_h_scan(H, words, w, n, scratch, t, nt));
   FZR_SYNC();
