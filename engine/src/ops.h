@@ -258,6 +258,23 @@ FZ_HD void fzo_quant_params(unsigned mode, double eb, double lo, double hi,
   *step = s;
 }
 
+/* The quantizer's parameters as an archive may hold them (without a fill
+ * value): a bound, an absolute bound that the decoder's step serves, and
+ * for PWREL (pwrel) an integer step of at least 2 and at most 2^24 (2^53
+ * beyond f32).  The parser (fze_quant_params_ok) and the GPU decoder's
+ * check of an archive's own header both ask this. */
+FZ_HD bool fzo_quant_params_ok(double eb, double eb_abs, double step, bool pwrel, bool f32) {
+  if (!(eb > 0) || !isfinite(eb) || !(eb_abs >= 0) || !isfinite(eb_abs))
+    return false;
+  if (step == 0)
+    return true;
+  if (!(step > 0) || !isfinite(step))
+    return false;
+  if (pwrel)
+    return step >= 2 && step <= (f32 ? 0x1p24 : 0x1p53) && step == floor(step);
+  return true;
+}
+
 /* ---- residual maps ---- */
 
 FZ_HD uint32_t fzo_zigzag32(uint32_t d) { return (d << 1) ^ (0u - (d >> 31)); }

@@ -142,19 +142,9 @@ int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
 /* The decoder converts step to an integer for PWREL and multiplies by it
  * otherwise; archive.c refuses any other stage as corrupt. */
 bool fze_quant_params_ok(const fze_stage *st, fz_dtype t) {
-  if (!(st->eb > 0) || !isfinite(st->eb) || !(st->eb_abs >= 0) ||
-      !isfinite(st->eb_abs))
-    return false;
   if (st->has_fill && (t == FZ_F32 ? !(fabs(st->fill) < FZE_F32_FILL_LIMIT) : !isfinite(st->fill)))
     return false;
-  if (st->step == 0)
-    return true;
-  if (!(st->step > 0) || !isfinite(st->step))
-    return false;
-  if (st->mode == FZ_EB_PWREL)
-    return st->step >= 2 && st->step <= (t == FZ_F32 ? 0x1p24 : 0x1p53) &&
-           st->step == floor(st->step);
-  return true;
+  return fzo_quant_params_ok(st->eb, st->eb_abs, st->step, st->mode == FZ_EB_PWREL, t == FZ_F32);
 }
 
 size_t fze_put_varint(uint8_t *p, uint64_t v) {

@@ -178,6 +178,20 @@ __device__ static uint32_t fzk_size_at(const uint32_t *s32, const uint8_t *s16, 
   return s32 ? s32[i] : (uint32_t)s16[2 * i] | (uint32_t)s16[2 * i + 1] << 8;
 }
 
+/* A size the table may not hold for chunk i of n: 0, or above the
+ * chunk's raw bytes. */
+__device__ static bool fzk_size_bad(uint32_t sz, uint64_t i, uint64_t n,
+                                    const fzk_table_check &chk) {
+  const uint64_t raw = i + 1 < n ? chk.cb : chk.raw_bytes - i * chk.cb;
+  return sz == 0 || sz > raw;
+}
+
+/* The sizes' total against the payload's length. */
+__device__ static void fzk_table_end(fzk_u64 total, const fzk_table_check &chk) {
+  if (chk.d_status && total != chk.pay_len)
+    atomicOr(chk.d_status, total > chk.pay_len ? FZK_ST_LONG : FZK_ST_SHORT);
+}
+
 extern "C" __global__ void __launch_bounds__(FZK_NT)
 fzk_scan_kernel(uint64_t n, const uint32_t *__restrict__ s32, const uint8_t *__restrict__ s16,
                 uint64_t *__restrict__ d_bsum, uint64_t *__restrict__ d_offs, int apply,
@@ -189,8 +203,7 @@ fzk_scan_kernel(uint64_t n, const uint32_t *__restrict__ s32, const uint8_t *__r
   for (uint32_t k = 0; k < FZK_SCAN_PER; k++) {
     if (lo + k < n) {
       const uint32_t sz = fzk_size_at(s32, s16, lo + k);
-      const uint64_t raw = lo + k + 1 < n ? chk.cb : chk.raw_bytes - (lo + k) * chk.cb;
-      bad |= sz == 0 || sz > raw;
+      bad |= fzk_size_bad(sz, lo + k, n, chk);
       v += sz;
     }
   }
@@ -209,8 +222,7 @@ fzk_scan_kernel(uint64_t n, const uint32_t *__restrict__ s32, const uint8_t *__r
   }
   if (lo < n && lo + FZK_SCAN_PER >= n) {
     d_offs[n] = run;
-    if (chk.d_status && run != chk.pay_len)
-      atomicOr(chk.d_status, run > chk.pay_len ? FZK_ST_LONG : FZK_ST_SHORT);
+    fzk_table_end(run, chk);
   }
 }
 
@@ -449,20 +461,6 @@ __device__ static double fzk_f64_le(const uint8_t *p) {
   return __longlong_as_double((long long)v);
 }
 
-/* fze_quant_params_ok of the engine (stage_quant.c) for a quantizer
- * without a fill value, which is all the GPU decodes. */
-__device__ static bool fzk_quant_ok(double eb, double eb_abs, double step, bool pwrel, bool f64) {
-  if (!(eb > 0) || !isfinite(eb) || !(eb_abs >= 0) || !isfinite(eb_abs))
-    return false;
-  if (step == 0)
-    return true;
-  if (!(step > 0) || !isfinite(step))
-    return false;
-  if (pwrel)
-    return step >= 2 && step <= (f64 ? 0x1p53 : 0x1p24) && step == floor(step);
-  return true;
-}
-
 /* fzk_dec_head of fzk.h: the prefix and the quantizer, then (table) the
  * scan kernel's two passes over its one tile at once and the header's CRC
  * part by part in this block. */
@@ -494,7 +492,7 @@ fzk_dec_head_kernel(fzk_dec_head p, const uint32_t *__restrict__ d_tab) {
       q.eb_abs = fzk_f64_le(p.d_arc + p.q_off + 9);
       q.step = fzk_f64_le(p.d_arc + p.q_off + 17);
       q.inv = q.step != 0 ? 1.0 / q.step : 0;
-      stale |= !fzk_quant_ok(eb, q.eb_abs, q.step, p.q_pwrel != 0, p.q_f64 != 0);
+      stale |= !fzo_quant_params_ok(eb, q.eb_abs, q.step, p.q_pwrel != 0, p.q_f64 == 0);
     }
     *p.d_qp = q;
   }
@@ -511,8 +509,7 @@ fzk_dec_head_kernel(fzk_dec_head p, const uint32_t *__restrict__ d_tab) {
     sz[k] = 0;
     if (lo + k < n) {
       sz[k] = fzk_size_le(p.d_table, p.tw, lo + k);
-      const uint64_t raw = lo + k + 1 < n ? p.chk.cb : p.chk.raw_bytes - (lo + k) * p.chk.cb;
-      bad |= sz[k] == 0 || sz[k] > raw;
+      bad |= fzk_size_bad(sz[k], lo + k, n, p.chk);
       v += sz[k];
       if (p.d_sizes32)
         p.d_sizes32[lo + k] = sz[k];
@@ -530,8 +527,7 @@ fzk_dec_head_kernel(fzk_dec_head p, const uint32_t *__restrict__ d_tab) {
   /* The thread of the last size (thread 0 of an empty table) ends it. */
   if (threadIdx.x == (n ? (n - 1) / FZK_SCAN_PER : 0)) {
     p.d_offs[n] = run;
-    if (run != p.chk.pay_len)
-      atomicOr(status, run > p.chk.pay_len ? FZK_ST_LONG : FZK_ST_SHORT);
+    fzk_table_end(run, p.chk);
   }
   const uint64_t np = fzk_crc_np(p.hcrc_len);
   uint32_t x = 0;
