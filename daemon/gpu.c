@@ -925,6 +925,13 @@ out:
   return job_end(w, job, ein, eout, err);
 }
 
+/* A client's device buffer too small for the decompressed data. */
+static int out_too_small(fzd_job *job, uint64_t raw) {
+  snprintf(job->why, sizeof(job->why), "the decompressed data needs %llu bytes; out_length is %llu",
+           (unsigned long long)raw, (unsigned long long)job->out_cap);
+  return FZ_ENOSPC;
+}
+
 /* A decompression from a client's device buffer into another: one call of
  * the decoder (fz_gpu_decoder_decompress).  Where the archive is one the
  * GPU kernels do not decode, the CPU engine does, as in gpu_decompress. */
@@ -946,9 +953,7 @@ static int ipc_to_ipc_decompress(fzd_gpu_worker *w, fzd_job *job, void *d_arc, i
     return cpu_decompress(w, job, false);
   }
   if (err == FZ_ENOSPC)
-    snprintf(job->why, sizeof(job->why),
-             "the decompressed data needs %llu bytes; out_length is %llu",
-             (unsigned long long)job->info.raw_bytes, (unsigned long long)job->out_cap);
+    err = out_too_small(job, job->info.raw_bytes);
   if (err < 0)
     goto out;
   job->time_us = fzd_notify_monotonic_usec() - t0;
@@ -1001,10 +1006,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   size_t raw = (size_t)info->raw_bytes, cap = raw;
   if (job->out_ipc) {
     if (raw > job->out_cap) {
-      snprintf(job->why, sizeof(job->why),
-               "the decompressed data needs %zu bytes; out_length is %llu", raw,
-               (unsigned long long)job->out_cap);
-      err = FZ_ENOSPC;
+      err = out_too_small(job, raw);
       goto out;
     }
     cap = (size_t)job->out_cap;
