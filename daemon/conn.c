@@ -52,6 +52,7 @@ struct fzd_conn {
   int fd;
   uint64_t id;
   uint64_t born_ms; /* loop time of the accept */
+  uint64_t read_ns; /* uv_hrtime() as the last readable event began */
   bool tcp, greeted, closing, close_after_flush, eof;
   bool half_closed; /* the peer shut its sending side; it may still read */
   int events; /* what the poll handle watches now; -1 when stopped */
@@ -471,6 +472,12 @@ static void conn_read(fzd_conn *c) {
     }
     c->in_len += (size_t)n;
     budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
+    /* Less than asked for: the socket had no more just now (or the next
+     * bytes carry descriptors, which a read does not run into).  The poll
+     * is level-triggered, so whatever is left is read on the next turn of
+     * the loop; not asking again saves a system call per message. */
+    if ((size_t)n < want)
+      break;
   }
 }
 
@@ -508,6 +515,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   if (events & UV_WRITABLE)
     conn_flush(c);
   if ((events & UV_READABLE) && !c->closing) {
+    c->read_ns = uv_hrtime();
     conn_read(c);
   } else if ((events & UV_DISCONNECT) && !c->closing) {
     /* The peer hung up while we were not reading it (its in-flight cap is
@@ -569,6 +577,8 @@ static void conn_close(fzd_conn *c) {
   uv_close((uv_handle_t *)&c->poll, on_closed);
 }
 
+uint64_t fzd_conn_read_ns(const fzd_conn *c) { return c->read_ns; }
+
 void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job) {
   job->conn = c;
   c->refs++;
@@ -613,6 +623,9 @@ void fzd_conn_job_done(fzd_job *job, void *arg) {
                            job->why[0] ? job->why : fz_strerror(job->err));
   if (!c->closing) {
     fzd_job_reply(c, job);
+    conn_flush(c);
+    if (job->err == 0)
+      fzd_stats_stages(&srv->stats, job, uv_hrtime());
     conn_process(c);
     conn_flush(c);
   }

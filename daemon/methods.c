@@ -306,13 +306,13 @@ static int opt_bin(const msgpack_object *p, const char *key, const void **v, uin
  * mean anything.  1 when given (d filled), 0 when absent, or the error. */
 static int parse_device_buffer(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
                                const char *side, fzd_job *job, fzd_devbuf *d, bad *b) {
-  char k_ipc[24], k_vfd[24], k_vsize[24], k_pfd[24], k_pptr[24], k_id[24];
-  snprintf(k_ipc, sizeof k_ipc, "%s_ipc", side);
-  snprintf(k_vfd, sizeof k_vfd, "%s_vmm_fd", side);
-  snprintf(k_vsize, sizeof k_vsize, "%s_vmm_size", side);
-  snprintf(k_pfd, sizeof k_pfd, "%s_pool_fd", side);
-  snprintf(k_pptr, sizeof k_pptr, "%s_pool_ptr", side);
-  snprintf(k_id, sizeof k_id, "%s_buffer_id", side);
+  static const char *const keys[2][6] = {
+      {"in_ipc", "in_vmm_fd", "in_vmm_size", "in_pool_fd", "in_pool_ptr", "in_buffer_id"},
+      {"out_ipc", "out_vmm_fd", "out_vmm_size", "out_pool_fd", "out_pool_ptr",
+       "out_buffer_id"}};
+  const char *const *k = keys[strcmp(side, "in") != 0];
+  const char *k_ipc = k[0], *k_vfd = k[1], *k_vsize = k[2], *k_pfd = k[3], *k_pptr = k[4],
+             *k_id = k[5];
   const void *ipc = NULL, *pptr = NULL;
   uint32_t ipc_len = 0, pptr_len = 0;
   uint64_t vfd = 0, vsize = 0, pfd = 0, id = 0;
@@ -732,6 +732,8 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
     /* The worker never dereferences job->conn, and the reply can only be
      * handled by this thread, so the accounting may follow the submit. */
     job->conn = c;
+    job->t_read = fzd_conn_read_ns(c);
+    job->t_queued = uv_hrtime();
     err = fzd_pool_submit(srv->pool, job, srv->cfg.queue_capacity);
     if (err == 0) {
       fzd_conn_job_accepted(c, job);

@@ -104,6 +104,10 @@ typedef struct fzd_job {
   void *out_data; /* inline result or NULL */
   size_t out_len;
   uint64_t time_us;
+  /* The job's way through fzd, monotonic nanoseconds (the stats' stages):
+   * the read that completed its message, its submission to the pool, and
+   * the start and end of its run on a worker. */
+  uint64_t t_read, t_queued, t_start, t_end;
   double eb_abs;
   double max_error;
   double max_rel_error; /* with max_error: max |x-x'|/|x|, for PWREL */
@@ -143,8 +147,15 @@ void fzd_job_free(fzd_job *job);
 
 /* ---- statistics (stats.c) ------------------------------------------------ */
 
+/* Per direction: the jobs done, their bytes, the time the backends report
+ * (time_us), and the sums of each stage of their way through fzd in
+ * nanoseconds: parse (the read of the message to its submission), queue
+ * (to a worker's start), worker (the worker's whole run: imports, events,
+ * the backend, its waits) and reply (the end of the run to the reply's
+ * write on the socket). */
 typedef struct fzd_op_stats {
   uint64_t count, bytes_in, bytes_out, time_us;
+  uint64_t parse_ns, queue_ns, worker_ns, reply_ns;
 } fzd_op_stats;
 
 typedef struct fzd_stats {
@@ -155,6 +166,8 @@ typedef struct fzd_stats {
 } fzd_stats;
 
 void fzd_stats_job(fzd_stats *st, const fzd_job *job);
+/* The stages of a job answered at t_reply (ns), after its reply went out. */
+void fzd_stats_stages(fzd_stats *st, const fzd_job *job, uint64_t t_reply);
 void fzd_stats_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid);
 void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid);
 /* The three pairs that name this fzd in hello and status replies: server
@@ -254,6 +267,9 @@ void fzd_conn_set_greeted(fzd_conn *c);
 /* Takes n descriptors from the front of the connection's queue into fds;
  * FZ_EPROTO when fewer than n have arrived. */
 int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds);
+/* When the read that brought the message being dispatched began (uv_hrtime
+ * nanoseconds, CLOCK_MONOTONIC). */
+uint64_t fzd_conn_read_ns(const fzd_conn *c);
 /* Counts a job accepted for c (the connection is kept alive until done). */
 void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job);
 /* The connection asks to be closed once its output is flushed. */

@@ -27,6 +27,19 @@ void fzd_stats_job(fzd_stats *st, const fzd_job *job) {
   op->time_us += job->time_us;
 }
 
+/* b - a, or 0 where a stage's stamps are missing or out of order. */
+static uint64_t span(uint64_t a, uint64_t b) { return a != 0 && b > a ? b - a : 0; }
+
+void fzd_stats_stages(fzd_stats *st, const fzd_job *job, uint64_t t_reply) {
+  if (job->kind == FZD_JOB_WARM)
+    return;
+  fzd_op_stats *op = job->kind == FZD_JOB_COMPRESS ? &st->compress : &st->decompress;
+  op->parse_ns += span(job->t_read, job->t_queued);
+  op->queue_ns += span(job->t_queued, job->t_start);
+  op->worker_ns += span(job->t_start, job->t_end);
+  op->reply_ns += span(job->t_end, t_reply);
+}
+
 static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v) {
   fzp_pack_key(pk, key);
   msgpack_pack_uint64(pk, v);
@@ -34,11 +47,15 @@ static void pack_u64(msgpack_packer *pk, const char *key, uint64_t v) {
 
 static void pack_op(msgpack_packer *pk, const char *key, const fzd_op_stats *op) {
   fzp_pack_key(pk, key);
-  msgpack_pack_map(pk, 4);
+  msgpack_pack_map(pk, 8);
   pack_u64(pk, "count", op->count);
   pack_u64(pk, "bytes_in", op->bytes_in);
   pack_u64(pk, "bytes_out", op->bytes_out);
   pack_u64(pk, "time_us", op->time_us);
+  pack_u64(pk, "parse_us", op->parse_ns / 1000u);
+  pack_u64(pk, "queue_us", op->queue_ns / 1000u);
+  pack_u64(pk, "worker_us", op->worker_ns / 1000u);
+  pack_u64(pk, "reply_us", op->reply_ns / 1000u);
 }
 
 void fzd_stats_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {

@@ -95,8 +95,10 @@ int ctl_cmd_status(const ctl_global *g, int argc, char **argv) {
 
 static void print_op_json(const char *name, const fz_op_stats *s) {
   printf(",\"%s\":{\"count\":%" PRIu64 ",\"bytes_in\":%" PRIu64
-         ",\"bytes_out\":%" PRIu64 ",\"time_us\":%" PRIu64 "}",
-         name, s->count, s->bytes_in, s->bytes_out, s->time_us);
+         ",\"bytes_out\":%" PRIu64 ",\"time_us\":%" PRIu64 ",\"parse_us\":%" PRIu64
+         ",\"queue_us\":%" PRIu64 ",\"worker_us\":%" PRIu64 ",\"reply_us\":%" PRIu64 "}",
+         name, s->count, s->bytes_in, s->bytes_out, s->time_us, s->parse_us, s->queue_us,
+         s->worker_us, s->reply_us);
 }
 
 /* Throughput counts the original (raw) bytes in both directions: what went
@@ -107,6 +109,12 @@ static void print_op_text(const char *name, const fz_op_stats *s, bool raw_is_ou
   double mbs = s->time_us ? (double)raw / (double)s->time_us : 0;
   printf("%-11s  %" PRIu64 " jobs, %" PRIu64 " -> %" PRIu64 " bytes, %.1f MB/s\n",
          name, s->count, s->bytes_in, s->bytes_out, mbs);
+  if (s->count == 0)
+    return;
+  const double n = (double)s->count;
+  printf("%-11s  per job: parse %.1f us, queue %.1f us, worker %.1f us (backend %.1f us), "
+         "reply %.1f us\n", "", (double)s->parse_us / n, (double)s->queue_us / n,
+         (double)s->worker_us / n, (double)s->time_us / n, (double)s->reply_us / n);
 }
 
 int ctl_cmd_stats(const ctl_global *g, int argc, char **argv) {

@@ -78,7 +78,16 @@ typedef struct fz_client_opts {
   const char *name;        /* client name sent in the handshake; NULL: "libfzclient" */
   int timeout_ms;          /* limit for connecting and for each synchronous
                               call; 0 or negative: no limit */
+  int spin_us;             /* how long a call that waits for an answer looks
+                              at the socket without sleeping first, in
+                              microseconds (a GPU daemon answers a small job
+                              in tens of them, and waking a sleeping thread
+                              costs several); 0: $FZD_CLIENT_SPIN_US, else
+                              FZ_CLIENT_SPIN_US_DEFAULT; negative: never */
 } fz_client_opts;
+
+/* The spin of fz_client_opts when neither it nor $FZD_CLIENT_SPIN_US says. */
+#define FZ_CLIENT_SPIN_US_DEFAULT 0
 
 /* Fills o with the defaults (all NULL, no time limit). */
 FZCLIENT_API void fz_client_opts_init(fz_client_opts *o);
@@ -450,6 +459,17 @@ typedef struct fz_op_stats {
   uint64_t bytes_in;
   uint64_t bytes_out;
   uint64_t time_us;
+  /* Where the jobs' time went inside the daemon, summed over them in
+   * microseconds: parse (the read of a request to its queueing), queue
+   * (waiting for a worker), worker (the worker's whole run, of which
+   * time_us is the backend's part) and reply (the run's end to the reply's
+   * write).  Divided by count, and set beside a client's own round trips,
+   * they say how much of a job is the daemon's and how much the socket's.
+   * 0 from a daemon that does not say. */
+  uint64_t parse_us;
+  uint64_t queue_us;
+  uint64_t worker_us;
+  uint64_t reply_us;
 } fz_op_stats;
 
 typedef struct fz_server_stats {

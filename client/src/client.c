@@ -181,6 +181,19 @@ static int handshake(fz_client *c, const fz_client_opts *opts) {
   return 0;
 }
 
+/* fz_client_opts.spin_us, then $FZD_CLIENT_SPIN_US (digits only, at most
+ * a second), then the default. */
+static int resolve_spin(const fz_client_opts *opts) {
+  int v = opts ? opts->spin_us : 0;
+  if (v == 0) {
+    v = FZ_CLIENT_SPIN_US_DEFAULT;
+    const char *env = getenv("FZD_CLIENT_SPIN_US");
+    if (env && *env && strspn(env, "0123456789") == strlen(env) && strlen(env) <= 7)
+      v = atoi(env);
+  }
+  return v < 0 ? 0 : v > 1000000 ? 1000000 : v;
+}
+
 int fz_client_connect(fz_client **out, const char *address,
                       const fz_client_opts *opts, char *errmsg,
                       size_t errmsg_len) {
@@ -211,6 +224,7 @@ int fz_client_connect(fz_client **out, const char *address,
   for (int i = 0; i < FZC_SHM_SLOTS; i++)
     c->shm[i].fd = -1;
   c->timeout_ms = opts ? opts->timeout_ms : 0;
+  c->spin_us = resolve_spin(opts);
   fzp_limits_default(&c->limits);
   rc = fzc_dial(address, c->timeout_ms, &c->fd, &c->transport, errmsg, errmsg_len);
   if (rc < 0)

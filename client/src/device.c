@@ -386,7 +386,9 @@ static int await_answer(fz_client *c, struct fzc_device *d, uint32_t msgid, fz_r
     struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = d->kick[0], .events = POLLIN}};
     int ms = deadline < 0 ? -1 : (int)(deadline - now_ms);
     pthread_mutex_unlock(&d->mu);
-    int n = poll(p, 2, ms);
+    /* Looking without sleeping first leaves the kick unread: another
+     * thread's bytes are taken on the next turn, after the lock. */
+    int n = fzc_spin_readable(c->fd, c->spin_us, deadline) ? 0 : poll(p, 2, ms);
     if (n > 0 && (p[1].revents & POLLIN)) {
       char buf[64];
       while (read(d->kick[0], buf, sizeof buf) > 0) {

@@ -63,6 +63,7 @@ struct fz_client {
   int fd;
   fz_transport transport;
   int timeout_ms;
+  int spin_us;            /* fz_client_opts.spin_us as resolved; 0: none */
   int broken;             /* 0, or the code that made the connection unusable */
   uint32_t next_msgid;
   fzp_limits limits;      /* what we accept from the server */
@@ -107,6 +108,9 @@ int fzc_send(fz_client *c, const struct iovec *iov, int iovcnt, const int *fds,
  * message may point into the receive buffer: it is valid until the next
  * fzc_recv() or fzc_send() on the handle. */
 int fzc_recv(fz_client *c, int64_t deadline, fzp_message *msg);
+/* Looks at fd for up to spin_us microseconds without sleeping (never past
+ * deadline); true as soon as it is readable or has hung up. */
+bool fzc_spin_readable(int fd, int spin_us, int64_t deadline);
 /* Marks the connection unusable and completes every job in flight with err. */
 void fzc_break(fz_client *c, int err, const char *what);
 

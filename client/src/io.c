@@ -162,6 +162,26 @@ int fzc_send(fz_client *c, const struct iovec *iov_in, int iovcnt,
   return 0;
 }
 
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+bool fzc_spin_readable(int fd, int spin_us, int64_t deadline) {
+  if (spin_us <= 0)
+    return false;
+  int64_t until = mono_us() + spin_us;
+  if (deadline >= 0 && until > deadline * 1000)
+    until = deadline * 1000;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  do {
+    if (poll(&p, 1, 0) > 0)
+      return true;
+  } while (mono_us() < until);
+  return false;
+}
+
 int fzc_recv(fz_client *c, int64_t deadline, fzp_message *msg) {
   if (c->rx_held) {
     memmove(c->rx, c->rx + c->rx_held, c->rx_len - c->rx_held);
@@ -201,6 +221,8 @@ int fzc_recv(fz_client *c, int64_t deadline, fzp_message *msg) {
     int ms = remaining_ms(deadline);
     if (ms == 0)
       return 0;
+    if (fzc_spin_readable(c->fd, c->spin_us, deadline))
+      continue;
     int n = poll(&p, 1, ms);
     if (n < 0 && errno != EINTR)
       return fzc_fail(c, FZ_EIO, "poll: %s", strerror(errno));

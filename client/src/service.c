@@ -54,6 +54,10 @@ static void get_op_stats(const msgpack_object *m, const char *key, fz_op_stats *
   fzp_get_u64(o, "bytes_in", &s->bytes_in);
   fzp_get_u64(o, "bytes_out", &s->bytes_out);
   fzp_get_u64(o, "time_us", &s->time_us);
+  fzp_get_u64(o, "parse_us", &s->parse_us);
+  fzp_get_u64(o, "queue_us", &s->queue_us);
+  fzp_get_u64(o, "worker_us", &s->worker_us);
+  fzp_get_u64(o, "reply_us", &s->reply_us);
 }
 
 int fz_client_stats(fz_client *c, fz_server_stats *st) {

@@ -150,6 +150,37 @@ static int run_job(fz_client *c, fz_op op, const fz_job *j, fz_result *r) {
   return rc;
 }
 
+static void stats_or_die(fz_client *c, fz_server_stats *st) {
+  if (fz_client_stats(c, st) < 0) {
+    fprintf(stderr, "stats: %s\n", fz_client_errmsg(c));
+    exit(2);
+  }
+}
+
+/* Means per job of fzd's stages between two stats replies, against the mean
+ * of the client's own round trips t[0..n) over the same jobs: the rest is
+ * the socket and the client's side. */
+static void print_stages(const char *name, const char *preset, const char *dir,
+                         const fz_op_stats *a, const fz_op_stats *b, const double *t,
+                         unsigned n) {
+  const double k = (double)(b->count - a->count);
+  if (k <= 0)
+    return;
+  double mean = 0;
+  for (unsigned i = 0; i < n; i++)
+    mean += t[i];
+  mean = 1e6 * mean / n;
+  const double parse = (double)(b->parse_us - a->parse_us) / k;
+  const double queue = (double)(b->queue_us - a->queue_us) / k;
+  const double work = (double)(b->worker_us - a->worker_us) / k;
+  const double be = (double)(b->time_us - a->time_us) / k;
+  const double reply = (double)(b->reply_us - a->reply_us) / k;
+  fprintf(stderr, "%s %s 1 MiB %s, means of %.0f jobs: round trip %.1f us = fzd parse %.1f + "
+          "queue %.1f + worker %.1f (backend %.1f) + reply %.1f + outside fzd %.1f us\n",
+          name, preset, dir, k, mean, parse, queue, work, be, reply,
+          mean - parse - queue - work - reply);
+}
+
 /* One size and preset: the in-process and through-fzd figures, and the
  * checks of what fzd wrote. */
 static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const char *name,
@@ -234,7 +265,10 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
   fz_job cj, dj;
   jobs_for(&b, preset, eb, &cj, &dj);
   fz_result res;
+  fz_server_stats c0, c1, d0, d1; /* fzd's stages around the timed jobs */
   for (unsigned r = 0; r < warm + n; r++) {
+    if (r == warm)
+      stats_or_die(c, &c0);
     double t0 = now();
     run_job(c, FZ_OP_COMPRESS, &cj, &res);
     double t1 = now();
@@ -245,9 +279,12 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
       sc[r - warm] = 1e-6 * (double)res.time_us;
     }
   }
+  stats_or_die(c, &c1);
   size_t fzd_len = (size_t)res.bytes_out;
   dj.in_length = fzd_len;
   for (unsigned r = 0; r < warm + n; r++) {
+    if (r == warm)
+      stats_or_die(c, &d0);
     double t0 = now();
     run_job(c, FZ_OP_DECOMPRESS, &dj, &res);
     double t1 = now();
@@ -258,6 +295,7 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
       sd[r - warm] = 1e-6 * (double)res.time_us;
     }
   }
+  stats_or_die(c, &d1);
 
   /* What fzd wrote: the archive made here and the CPU engine's, byte for
    * byte; the data within the bound. */
@@ -294,6 +332,8 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
     fprintf(stderr, "%s %s 1 MiB p50: GPU round trip %.1f us, decoder open %.1f us, "
             "ping %.1f us\n", name, preset, 1e6 * quantile(trt, n, 0.5),
             1e6 * quantile(top, n, 0.5), 1e6 * quantile(tpg, n, 0.5));
+    print_stages(name, preset, "compress", &c0.compress, &c1.compress, fc, n);
+    print_stages(name, preset, "decompress", &d0.decompress, &d1.decompress, fd, n);
   } else {
     double ic = gb / quantile(tc, n, 0.5), id = gb / quantile(td, n, 0.5);
     double zc = gb / quantile(fc, n, 0.5), zd = gb / quantile(fd, n, 0.5);
@@ -403,7 +443,8 @@ static float *replicate(const float *x, size_t n, size_t bytes) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: fz_device_bench -S ADDRESS [-r REPEAT] [-p PRESETS] [-e EB] "
-             "[-c CLIENTS] [-j JOBS] [-z MIB,...] FILE.f32 ...\n"
+             "[-c CLIENTS] [-j JOBS] [-s MIB,...] [-z MIB,...] FILE.f32 ...\n"
+             "  -s: job sizes of the one-client runs (default 1024,64,1)\n"
              "  -z: job sizes of the clients-at-once runs (default 4,256); each client\n"
              "      runs at least JOBS jobs and at least 256 MiB\n");
 }
@@ -412,7 +453,7 @@ int main(int argc, char **argv) {
   const char *presets = "fast,balanced";
   double eb = 1e-3;
   unsigned clients = 4, jobs = 8;
-  const char *csizes = "4,256";
+  const char *csizes = "4,256", *osizes = "1024,64,1";
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
     if (!strcmp(argv[i], "-S") && i + 1 < argc) address = argv[++i];
@@ -422,6 +463,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "-c") && i + 1 < argc) clients = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "-j") && i + 1 < argc) jobs = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "-z") && i + 1 < argc) csizes = argv[++i];
+    else if (!strcmp(argv[i], "-s") && i + 1 < argc) osizes = argv[++i];
     else if (!strcmp(argv[i], "--help")) {
       usage(stdout);
       return 0;
@@ -449,7 +491,18 @@ int main(int argc, char **argv) {
   printf("| field | preset | size | in-process comp GB/s | decomp | fzd comp GB/s | decomp | "
          "share | first job through fzd comp / decomp | archives identical | bound |\n"
          "|---|---|---|---|---|---|---|---|---|---|---|\n");
-  static const size_t sizes[] = {(size_t)1 << 30, 64 * MIB, MIB};
+  size_t sizes[8], nsizes = 0;
+  char sbuf[128];
+  snprintf(sbuf, sizeof sbuf, "%s", osizes);
+  for (char *sp, *z = strtok_r(sbuf, ",", &sp); z && nsizes < 8; z = strtok_r(NULL, ",", &sp)) {
+    size_t mib = strtoul(z, NULL, 10);
+    if (mib == 0 || mib > 1024) {
+      usage(stderr);
+      return 2;
+    }
+    sizes[nsizes++] = mib * MIB;
+  }
+
   for (int f = i; f < argc; f++) {
     size_t n = 0;
     float *x = bench_load(argv[f], &n);
@@ -460,11 +513,11 @@ int main(int argc, char **argv) {
     const char *base = strrchr(argv[f], '/');
     char name[11];
     snprintf(name, sizeof name, "%s", base ? base + 1 : argv[f]);
-    float *big = replicate(x, n, sizes[0]);
+    float *big = replicate(x, n, (size_t)1 << 30);
     char pbuf[256];
     snprintf(pbuf, sizeof pbuf, "%s", presets);
     for (char *sp, *pr = strtok_r(pbuf, ",", &sp); pr; pr = strtok_r(NULL, ",", &sp))
-      for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++)
+      for (size_t k = 0; k < nsizes; k++)
         bench_size(ctx, dec, c, name, big, sizes[k], pr, eb);
     if (f == i && clients > 1) {
       printf("\n| field | preset | jobs | GB/s comp / decomp | | scaling |\n|---|---|---|---|---|---|\n");

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1050,6 +1051,51 @@ Test(libfzclient, stats_count_the_plan_cache) {
   cr_assert_eq(st.plan_budget, 2147483648u);
   cr_assert_eq(st.plans_transient, 0);
   cr_assert_eq(st.has_jit, 0, "the CPU backend reports a JIT");
+  fz_client_close(c);
+  free(v);
+  tu_stop(h);
+}
+
+static uint64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The stages "stats" reports for a direction: each job's parse, queue,
+ * worker and reply times add up to less than the client waited for it, and
+ * the worker's whole run holds the backend's own time.  Decompressions are
+ * counted apart from compressions. */
+Test(libfzclient, stats_split_the_daemons_time_into_stages) {
+  fzd_harness *h = tu_start("\"workers\": 2");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 256, cols = 1024;
+  float *v = tu_field_f32(rows, cols, 0.3f);
+  fz_job j;
+  fz_result r;
+  job_f32(&j, v, rows, cols, 1e-3);
+  const unsigned jobs = 20;
+  uint64_t waited = 0;
+  for (unsigned i = 0; i < jobs; i++) {
+    uint64_t t0 = mono_us();
+    cr_assert_eq(fz_client_compress(c, &j, &r), 0, "job %u: %s", i, r.message);
+    waited += mono_us() - t0;
+    fz_client_free(r.data);
+  }
+  fz_server_stats st;
+  cr_assert_eq(fz_client_stats(c, &st), 0);
+  const fz_op_stats *op = &st.compress;
+  cr_assert_eq(op->count, jobs);
+  cr_assert_gt(op->worker_us, 0);
+  cr_assert_geq(op->worker_us, op->time_us, "worker %llu us, backend %llu us",
+                (unsigned long long)op->worker_us, (unsigned long long)op->time_us);
+  uint64_t inside = op->parse_us + op->queue_us + op->worker_us + op->reply_us;
+  cr_assert_leq(inside, waited, "stages %llu us, client waited %llu us",
+                (unsigned long long)inside, (unsigned long long)waited);
+  cr_assert_eq(st.decompress.count, 0);
+  cr_assert_eq(st.decompress.worker_us + st.decompress.parse_us + st.decompress.queue_us +
+                   st.decompress.reply_us, 0);
   fz_client_close(c);
   free(v);
   tu_stop(h);
