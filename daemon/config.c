@@ -154,6 +154,12 @@ static const setting settings[] = {
     {"cpu_affinity", T_BOOL, OFF(cpu_affinity), 0, 1, "false", false, NULL,
      "pin each worker thread to a core of its own (both backends): for dedicated nodes; "
      "on shared machines pinned workers queue behind other processes"},
+    {"busy_poll_us", T_UINT, OFF(busy_poll_us), 0, 1000000, "0", false, NULL,
+     "how long a worker looks at the queue, and the loop at its sockets, without "
+     "sleeping after a job (a small job's answer and its client's next request come "
+     "within tens of microseconds; waking a thread costs several); each spinning "
+     "thread keeps a core busy meanwhile.  0 means the backend's choice: 250 us for the "
+     "workers and 300 us for the loop on the GPU, none on the CPU"},
     {"jit", T_BOOL, OFF(jit), 0, 1, "true", false, NULL,
      "compile fused kernels for each plan's chain at run time (NVRTC; GPU backend); false "
      "runs the ahead-of-time kernels only"},

@@ -66,6 +66,7 @@ typedef struct fzd_config {
   uint64_t plan_cache_entries;
   uint64_t plan_cache_bytes; /* 0: no byte bound */
   bool cpu_affinity;
+  uint64_t busy_poll_us;
   bool jit;
   /* jit_cache_dir: derived at start (fzd_config_jit_dir) when null in the
    * file or absent; "" keeps the JIT's modules in memory only. */

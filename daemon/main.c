@@ -132,25 +132,35 @@ static void on_watchdog(uv_timer_t *t) {
 
 /* ---- the hot loop ------------------------------------------------------------ */
 
-/* How long the loop keeps polling after the last job came back: about the
- * time a client takes to send its next request. */
-#define HOT_TAIL_NS 300000u
+/* How long the loop keeps polling after the last job came back on the GPU
+ * backend by default: about the time a client takes to send its next
+ * request; and how long a GPU worker looks at the queue. */
+#define HOT_TAIL_US_GPU 300u
+#define WORKER_SPIN_US_GPU 250u
 
+/* Every turn of the hot loop: finished jobs are collected here, without
+ * the async handle's wake-up (fzd_pool_set_hot). */
 static void on_hot(uv_idle_t *h) {
   fzd_server *srv = h->data;
+  if (srv->pool != NULL)
+    fzd_pool_collect(srv->pool);
   if (srv->inflight == 0 && uv_hrtime() > srv->hot_until_ns) {
     uv_idle_stop(h);
     srv->hot_on = false;
+    if (srv->pool != NULL)
+      fzd_pool_set_hot(srv->pool, false);
   }
 }
 
 void fzd_server_busy(fzd_server *srv) {
-  if (srv->gpu == NULL || !srv->hot_init)
+  if (srv->hot_tail_ns == 0 || !srv->hot_init)
     return;
-  srv->hot_until_ns = uv_hrtime() + HOT_TAIL_NS;
+  srv->hot_until_ns = uv_hrtime() + srv->hot_tail_ns;
   if (!srv->hot_on) {
     uv_idle_start(&srv->hot, on_hot);
     srv->hot_on = true;
+    if (srv->pool != NULL)
+      fzd_pool_set_hot(srv->pool, true);
   }
 }
 
@@ -360,6 +370,9 @@ static int start(fzd_server *srv) {
   /* Both backends: pinning helps a node that runs nothing else and hurts
    * one shared with other work, so it is the operator's choice. */
   be.pin_cores = srv->cfg.cpu_affinity;
+  uint64_t busy = srv->cfg.busy_poll_us;
+  be.spin_us = busy ? (unsigned)busy : srv->gpu != NULL ? WORKER_SPIN_US_GPU : 0;
+  srv->hot_tail_ns = 1000u * (busy ? busy : srv->gpu != NULL ? HOT_TAIL_US_GPU : 0);
   /* On the GPU backend this warms every worker up before READY=1. */
   err = fzd_pool_start(&srv->pool, srv->loop, srv->workers, &be, fzd_conn_job_done, srv);
   if (err < 0) {

@@ -50,6 +50,8 @@ struct fzd_pool {
   size_t depth;
   _Atomic size_t queued; /* depth, for workers that look without the lock */
   _Atomic bool spinning;  /* a worker looks at the queue without sleeping */
+  _Atomic bool hot;       /* the loop polls without sleeping (fzd_pool_set_hot) */
+  _Atomic size_t ndone;   /* jobs on the done list, changed under mu */
   bool stop;
   fzd_job *done_head, *done_tail;
   uv_async_t async;
@@ -174,9 +176,13 @@ static void *worker_main(void *arg) {
     else
       pool->done_head = job;
     pool->done_tail = job;
+    atomic_fetch_add(&pool->ndone, 1);
     bool empty = pool->head == NULL;
     pthread_mutex_unlock(&pool->mu);
-    uv_async_send(&pool->async);
+    /* The count went up before hot is read, and the loop clears hot before
+     * it reads the count (fzd_pool_set_hot): one of the two sees the other. */
+    if (!atomic_load(&pool->hot))
+      uv_async_send(&pool->async);
     idled = false;
     if (empty && pool->be.idle != NULL && pool->be.idle_ms == 0) {
       pool->be.idle(w->state);
@@ -186,11 +192,11 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-static void on_async(uv_async_t *h) {
-  fzd_pool *pool = h->data;
+static void collect(fzd_pool *pool) {
   pthread_mutex_lock(&pool->mu);
   fzd_job *list = pool->done_head;
   pool->done_head = pool->done_tail = NULL;
+  atomic_store(&pool->ndone, 0);
   pthread_mutex_unlock(&pool->mu);
   while (list != NULL) {
     fzd_job *next = list->next;
@@ -200,6 +206,19 @@ static void on_async(uv_async_t *h) {
   }
 }
 
+static void on_async(uv_async_t *h) { collect(h->data); }
+
+void fzd_pool_collect(fzd_pool *pool) {
+  if (atomic_load(&pool->ndone) != 0)
+    collect(pool);
+}
+
+void fzd_pool_set_hot(fzd_pool *pool, bool hot) {
+  atomic_store(&pool->hot, hot);
+  if (!hot)
+    fzd_pool_collect(pool);
+}
+
 int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n, const fzd_backend_ops *be,
                    void (*done)(fzd_job *job, void *arg), void *arg) {
   fzd_pool *pool = calloc(1, sizeof(*pool));
@@ -207,6 +226,8 @@ int fzd_pool_start(fzd_pool **out, uv_loop_t *loop, unsigned n, const fzd_backen
     return FZ_ENOMEM;
   pool->be = *be;
   atomic_init(&pool->spinning, false);
+  atomic_init(&pool->hot, false);
+  atomic_init(&pool->ndone, 0);
   pool->done = done;
   pool->done_arg = arg;
   pool->workers = calloc(n, sizeof(worker));
@@ -371,6 +392,6 @@ void fzd_pool_stop(fzd_pool *pool) {
   if (pool->be.destroy != NULL)
     pool->be.destroy(pool->be.state);
   /* Jobs that finished after the last async wake-up still get their reply. */
-  on_async(&pool->async);
+  collect(pool);
   uv_close((uv_handle_t *)&pool->async, on_async_closed);
 }

@@ -132,6 +132,15 @@ int fzd_pool_submit(fzd_pool *pool, fzd_job *job, uint64_t capacity);
 void fzd_pool_run(fzd_pool *pool, fzd_job **jobs, unsigned n);
 /* Takes back the jobs of conn that no worker has picked up yet. */
 void fzd_pool_cancel(fzd_pool *pool, const fzd_conn *conn);
+/* Whether the loop polls without sleeping (main.c's hot loop).  While it
+ * does, a worker hands a finished job back without waking it (no write to
+ * the async handle's eventfd) and the loop collects finished jobs itself
+ * with fzd_pool_collect() on every turn; on the way out of that state the
+ * loop collects once more, so no job is left for a wake-up that never
+ * comes. */
+void fzd_pool_set_hot(fzd_pool *pool, bool hot);
+/* Runs done() for the finished jobs, if any (loop thread). */
+void fzd_pool_collect(fzd_pool *pool);
 size_t fzd_pool_depth(fzd_pool *pool);
 /* The backend's plan cache counters (plans.h). */
 struct fzd_plan_counts;
@@ -225,12 +234,14 @@ struct fzd_server {
   uv_timer_t watchdog, drain_timer;
   uv_timer_t sweep; /* handshake_timeout_ms, run by conn.c while a connection is new */
   bool watchdog_on, drain_timer_on, sweep_on;
-  /* On the GPU backend the loop polls without sleeping while jobs are in
-   * flight and a moment after (fzd_server_busy), so that neither a
-   * finished job nor the client's next request waits for it to wake. */
+  /* With busy_poll_us (by default on the GPU backend) the loop polls
+   * without sleeping while jobs are in flight and a moment after
+   * (fzd_server_busy), so that neither a finished job nor the client's next
+   * request waits for it to wake. */
   uv_idle_t hot;
   bool hot_init, hot_on;
   uint64_t hot_until_ns;
+  uint64_t hot_tail_ns; /* how long it polls after the last job; 0: never */
 };
 
 /* listener.c */

@@ -1101,6 +1101,50 @@ Test(libfzclient, stats_split_the_daemons_time_into_stages) {
   tu_stop(h);
 }
 
+/* A daemon that polls without sleeping (busy_poll_us, the GPU backend's
+ * default, here on the CPU backend): one job at a time, answered while the
+ * loop polls and the finished jobs are collected without a wake-up; a burst
+ * that queues behind the one spinning worker and must spread over the
+ * others; and a job after the polling stopped, whose answer needs the
+ * wake-up again. */
+Test(libfzclient, busy_polling_daemon_answers_every_job) {
+  fzd_harness *h = tu_start("\"workers\": 3, \"busy_poll_us\": 2000");
+  char addr[160];
+  fz_client *c = connect_ok(tu_unix_addr(h, addr, sizeof addr), NULL);
+  size_t rows = 64, cols = 256;
+  float *v = tu_field_f32(rows, cols, 0.7f);
+  fz_job j;
+  fz_result r;
+  job_f32(&j, v, rows, cols, 1e-3);
+  for (int i = 0; i < 40; i++) {
+    cr_assert_eq(fz_client_compress(c, &j, &r), 0, "job %d: %s", i, r.message);
+    if (i % 8 == 0)
+      check_roundtrip_f32(c, v, rows, cols, r.data, r.data_len, 1e-3);
+    fz_client_free(r.data);
+  }
+  enum { BURST = 16 };
+  for (int i = 0; i < BURST; i++)
+    cr_assert_eq(fz_client_submit(c, FZ_OP_COMPRESS, &j, NULL, NULL, NULL), 0, "submit %d", i);
+  for (int i = 0; i < BURST; i++) {
+    fz_completion done;
+    cr_assert_eq(fz_client_wait(c, 30000, &done), 1, "completion %d of the burst", i);
+    cr_assert_eq(done.result.status, 0, "%s", done.result.message);
+    fz_client_free(done.result.data);
+  }
+  struct timespec pause = {.tv_sec = 0, .tv_nsec = 20 * 1000 * 1000};
+  nanosleep(&pause, NULL); /* ten times busy_poll_us: the loop sleeps again */
+  cr_assert_eq(fz_client_compress(c, &j, &r), 0, "after a pause: %s", r.message);
+  check_roundtrip_f32(c, v, rows, cols, r.data, r.data_len, 1e-3);
+  fz_client_free(r.data);
+  fz_server_stats st;
+  cr_assert_eq(fz_client_stats(c, &st), 0);
+  cr_assert_eq(st.compress.count, 40 + BURST + 1);
+  cr_assert_eq(st.jobs_failed, 0);
+  fz_client_close(c);
+  free(v);
+  tu_stop(h);
+}
+
 /* fz_client_warm(): a new plan is made, a warmed one is cached, a bad plan
  * fails alone with its index, and the first job of a warmed shape finds its
  * plan; the count is checked before anything is sent. */
