@@ -87,7 +87,7 @@ typedef struct fz_client_opts {
 } fz_client_opts;
 
 /* The spin of fz_client_opts when neither it nor $FZD_CLIENT_SPIN_US says. */
-#define FZ_CLIENT_SPIN_US_DEFAULT 0
+#define FZ_CLIENT_SPIN_US_DEFAULT 100
 
 /* Fills o with the defaults (all NULL, no time limit). */
 FZCLIENT_API void fz_client_opts_init(fz_client_opts *o);

@@ -158,27 +158,31 @@ static void stats_or_die(fz_client *c, fz_server_stats *st) {
 }
 
 /* Means per job of fzd's stages between two stats replies, against the mean
- * of the client's own round trips t[0..n) over the same jobs: the rest is
- * the socket and the client's side. */
-static void print_stages(const char *name, const char *preset, const char *dir,
+ * of the client's own round trips t[0..n) over the same jobs (the rest is
+ * the socket and the client's side) and of the in-process calls here[0..n). */
+static void print_stages(const char *name, const char *preset, size_t in_len, const char *dir,
                          const fz_op_stats *a, const fz_op_stats *b, const double *t,
-                         unsigned n) {
+                         const double *here, unsigned n) {
   const double k = (double)(b->count - a->count);
   if (k <= 0)
     return;
-  double mean = 0;
-  for (unsigned i = 0; i < n; i++)
+  double mean = 0, mean_here = 0;
+  for (unsigned i = 0; i < n; i++) {
     mean += t[i];
+    mean_here += here[i];
+  }
   mean = 1e6 * mean / n;
+  mean_here = 1e6 * mean_here / n;
   const double parse = (double)(b->parse_us - a->parse_us) / k;
   const double queue = (double)(b->queue_us - a->queue_us) / k;
   const double work = (double)(b->worker_us - a->worker_us) / k;
   const double be = (double)(b->time_us - a->time_us) / k;
   const double reply = (double)(b->reply_us - a->reply_us) / k;
-  fprintf(stderr, "%s %s 1 MiB %s, means of %.0f jobs: round trip %.1f us = fzd parse %.1f + "
-          "queue %.1f + worker %.1f (backend %.1f) + reply %.1f + outside fzd %.1f us\n",
-          name, preset, dir, k, mean, parse, queue, work, be, reply,
-          mean - parse - queue - work - reply);
+  fprintf(stderr, "%s %s %zu MiB %s, means of %.0f jobs: round trip %.1f us = fzd parse %.1f + "
+          "queue %.1f + worker %.1f (backend %.1f) + reply %.1f + outside fzd %.1f us; "
+          "in-process %.1f us\n",
+          name, preset, in_len / MIB, dir, k, mean, parse, queue, work, be, reply,
+          mean - parse - queue - work - reply, mean_here);
 }
 
 /* One size and preset: the in-process and through-fzd figures, and the
@@ -332,9 +336,10 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
     fprintf(stderr, "%s %s 1 MiB p50: GPU round trip %.1f us, decoder open %.1f us, "
             "ping %.1f us\n", name, preset, 1e6 * quantile(trt, n, 0.5),
             1e6 * quantile(top, n, 0.5), 1e6 * quantile(tpg, n, 0.5));
-    print_stages(name, preset, "compress", &c0.compress, &c1.compress, fc, n);
-    print_stages(name, preset, "decompress", &d0.decompress, &d1.decompress, fd, n);
-  } else {
+  }
+  print_stages(name, preset, in_len, "compress", &c0.compress, &c1.compress, fc, tc, n);
+  print_stages(name, preset, in_len, "decompress", &d0.decompress, &d1.decompress, fd, td, n);
+  if (in_len > MIB) {
     double ic = gb / quantile(tc, n, 0.5), id = gb / quantile(td, n, 0.5);
     double zc = gb / quantile(fc, n, 0.5), zd = gb / quantile(fd, n, 0.5);
     printf("| %-10s | %-8s | %zu MiB | %.1f | %.1f | %.1f | %.1f | %.0f%% / %.0f%% | "
