@@ -968,7 +968,8 @@ out:
  * the host, and nothing is written to a client's buffer that is too small.
  * Into a client's device buffer, whose size the job gives, the decoder
  * takes both steps in one call, which waits once for an archive of the
- * series its last ones belong to. */
+ * series its last ones belong to; so does an output to the host, whose
+ * size the series gives. */
 static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   ipc_entry *ein = NULL, *eout = NULL;
   fz_archive_info *info = &job->info;
@@ -993,6 +994,30 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
     goto out;
     d_arc = w->d_in.p;
   }
+  /* Output to the host, from an archive of the decoder's series: the raw
+   * size is the series', so the output buffers are ready before the
+   * decode, and the copy back joins its one wait.  An archive that turns
+   * out larger (another shape) takes the two steps below. */
+  size_t guess = job->out_ipc ? 0 : fz_gpu_decoder_series_bytes(w->dec);
+  uint64_t host_limit = job->out_fd < 0 ? job->max_inline : job->max_output;
+  if (guess > 0 && guess <= host_limit) {
+    size_t out_len = 0;
+    if ((err = dev_ensure(w, &w->d_out, guess, job)) < 0 ||
+        (err = host_ensure(w, &w->h_out, guess, job)) < 0)
+      goto out;
+    err = fz_gpu_decoder_decompress_host(w->dec, d_arc, job->in_len, w->d_out.p, guess,
+                                         w->h_out.p, &out_len, info, w->stream, job->why,
+                                         sizeof(job->why));
+    jit_log_failures(w->g);
+    if (err == 0) {
+      job->time_us = fzd_notify_monotonic_usec() - t0;
+      err = fzd_job_deliver_copy(job, w->h_out.p, out_len);
+      goto out;
+    }
+    if (err != FZ_ENOSPC && err != FZ_ENOSYS)
+      goto out;
+    job->why[0] = '\0';
+  }
   err = fz_gpu_decoder_open(w->dec, d_arc, job->in_len, info, w->stream, job->why,
                             sizeof(job->why));
   jit_log_failures(w->g);
@@ -1015,11 +1040,10 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
     if (err < 0)
       goto out;
   } else {
-    uint64_t limit = job->out_fd < 0 ? job->max_inline : job->max_output;
-    if (info->raw_bytes > limit) {
+    if (info->raw_bytes > host_limit) {
       snprintf(job->why, sizeof(job->why),
                "decompressed size %llu exceeds the limit of %llu bytes%s",
-               (unsigned long long)info->raw_bytes, (unsigned long long)limit,
+               (unsigned long long)info->raw_bytes, (unsigned long long)host_limit,
                job->out_fd < 0 ? " for inline results; pass out_fd" : "");
       err = FZ_EMSGSIZE;
       goto out;

@@ -210,6 +210,21 @@ int fz_gpu_decoder_decompress(fz_gpu_decoder *dec, const void *d_arc, size_t arc
                               fz_archive_info *info, fz_gpu_stream stream, char *why,
                               size_t why_len);
 
+/* fz_gpu_decoder_decompress() for an output the host wants: the decoded
+ * bytes are also copied to h_out (pinned host memory of at least out_cap
+ * bytes, such as fz_gpu_host_alloc's) on `stream` before each wait, so an
+ * archive of a series still costs one wait.  On success h_out holds
+ * *out_len bytes; after an error its bytes mean nothing. */
+int fz_gpu_decoder_decompress_host(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                                   void *d_out, size_t out_cap, void *h_out, size_t *out_len,
+                                   fz_archive_info *info, fz_gpu_stream stream, char *why,
+                                   size_t why_len);
+
+/* The raw size of the archives of the decoder's series: what the next
+ * fz_gpu_decoder_decompress() of one of them writes, with one wait; 0 when
+ * the decoder is in no series (its next call opens the archive first). */
+size_t fz_gpu_decoder_series_bytes(const fz_gpu_decoder *dec);
+
 /* How many times the decoder waited for its stream since its last
  * fz_gpu_decoder_open() or fz_gpu_decoder_decompress() began: 1 for a
  * decompress of a series' archive, 2 for open and run. */

@@ -63,6 +63,9 @@ struct fz_gpu_decoder {
   size_t series_tpos;
   unsigned series_runs;
   unsigned waits; /* host waits since the last open or decompress began */
+  /* Pinned host memory the decoded bytes are copied to before the wait
+   * (fz_gpu_decoder_decompress_host), or NULL. */
+  void *h_copy;
 };
 
 _Static_assert(FZE_PREFIX_MAX <= FZK_PREFIX_CAP, "the head kernel compares the whole prefix");
@@ -292,8 +295,8 @@ out:
 /* The payload's CRC (of the chunk CRCs) against the header's, which also
  * writes the status word to the pinned word h_word, then the one wait for
  * the stream. */
-static int tail(fz_gpu_decoder *dec, uint32_t *crcs, uint64_t nc, uint32_t *cparts,
-                cudaStream_t s, char *why, size_t why_len) {
+static int tail(fz_gpu_decoder *dec, const void *d_out, uint32_t *crcs, uint64_t nc,
+                uint32_t *cparts, cudaStream_t s, char *why, size_t why_len) {
   fz_gpu_ctx *ctx = dec->ctx;
   int rc = 0;
   /* The payload's CRC as this archive's prefix holds it (the last of its
@@ -303,6 +306,12 @@ static int tail(fz_gpu_decoder *dec, uint32_t *crcs, uint64_t nc, uint32_t *cpar
                             .host = dec->d_word};
   FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
                            s), out);
+  /* Whatever the status turns out to be: on an error, or a series' archive
+   * that was another (the chunk kernels stood down), the copy is of bytes
+   * nobody takes. */
+  if (dec->h_copy != NULL && dec->h.raw_bytes)
+    FZK_CHECK(cudaMemcpyAsync(dec->h_copy, d_out, (size_t)dec->h.raw_bytes,
+                              cudaMemcpyDeviceToHost, s), out);
   FZK_CHECK(cudaStreamSynchronize(s), out);
   dec->waits++;
 out:
@@ -351,7 +360,7 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
                   .out = d_out, .status = status, .crcs = crcs, .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);
   FZK_CHECK(fzr_launch_decode(dec->rk, &p, s), out);
-  if ((rc = tail(dec, crcs, nc, cparts, s, why, why_len)) < 0)
+  if ((rc = tail(dec, d_out, crcs, nc, cparts, s, why, why_len)) < 0)
     goto out;
   dec->path = dec->rk != NULL ? "jit" : "aot";
 out:
@@ -433,7 +442,7 @@ static int decode(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, uint8
     FZK_CHECK(fzk_launch_decode(&d, jit_dec, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
                                 s), out);
   }
-  if ((rc = tail(dec, crcs, nc, cparts, s, why, why_len)) < 0)
+  if ((rc = tail(dec, d_out, crcs, nc, cparts, s, why, why_len)) < 0)
     return rc;
   dec->path = jit_dec == NULL ? "aot" : "jit";
 out:
@@ -520,6 +529,23 @@ int fz_gpu_decoder_decompress(fz_gpu_decoder *dec, const void *d_arc, size_t arc
   }
   int rc = open_at(dec, d_arc, arc_len, info, stream, why, why_len);
   return rc < 0 ? rc : fz_gpu_decoder_run(dec, d_out, out_cap, out_len, stream, why, why_len);
+}
+
+int fz_gpu_decoder_decompress_host(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
+                                   void *d_out, size_t out_cap, void *h_out, size_t *out_len,
+                                   fz_archive_info *info, fz_gpu_stream stream, char *why,
+                                   size_t why_len) {
+  if (dec == NULL || h_out == NULL)
+    return FZ_EINVAL;
+  dec->h_copy = h_out;
+  int rc = fz_gpu_decoder_decompress(dec, d_arc, arc_len, d_out, out_cap, out_len, info, stream,
+                                     why, why_len);
+  dec->h_copy = NULL;
+  return rc;
+}
+
+size_t fz_gpu_decoder_series_bytes(const fz_gpu_decoder *dec) {
+  return dec != NULL && dec->series_runs >= 2 ? (size_t)dec->series_h.raw_bytes : 0;
 }
 
 const char *fz_gpu_decoder_path(const fz_gpu_decoder *dec) { return dec->path; }

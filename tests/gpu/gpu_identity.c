@@ -396,6 +396,10 @@ static uint8_t *series_archive(fz_dtype t, const char *preset, const void *x, si
  * device memory filled with 0xab first) against the CPU decoder: the same
  * result code and, on success, the same bytes; on failure not one byte of
  * the output written.  Returns the decoder's waits. */
+/* With series_host, the decoder's host form (fz_gpu_decoder_decompress_host)
+ * runs instead, and its pinned output holds the CPU decoder's bytes too. */
+static bool series_host;
+
 static unsigned series_check(fz_gpu_decoder *dec, const uint8_t *arc, size_t len, size_t out_cap,
                              int want_rc, const char *what) {
   uint8_t *h_out = malloc(out_cap + 1), *c_out = malloc(out_cap + 1);
@@ -407,14 +411,24 @@ static unsigned series_check(fz_gpu_decoder *dec, const uint8_t *arc, size_t len
   CUDA_OK(cudaMemset(d_out, 0xab, out_cap));
   fz_archive_info info;
   char why[256] = "";
-  int grc = fz_gpu_decoder_decompress(dec, d_arc, len, d_out, out_cap, &g_len, &info, NULL, why,
-                                      sizeof why);
+  uint8_t *pinned = NULL;
+  int grc;
+  if (series_host) {
+    CUDA_OK(cudaMallocHost((void **)&pinned, out_cap));
+    grc = fz_gpu_decoder_decompress_host(dec, d_arc, len, d_out, out_cap, pinned, &g_len, &info,
+                                         NULL, why, sizeof why);
+  } else {
+    grc = fz_gpu_decoder_decompress(dec, d_arc, len, d_out, out_cap, &g_len, &info, NULL, why,
+                                    sizeof why);
+  }
   cr_assert_eq(grc, crc, "%s: GPU %s (%s), CPU %s", what, fz_err_name(grc), why,
                fz_err_name(crc));
   CUDA_OK(cudaMemcpy(h_out, d_out, out_cap, cudaMemcpyDeviceToHost));
   if (crc == 0) {
     cr_assert_eq(g_len, c_len, "%s", what);
     cr_assert(memcmp(h_out, c_out, c_len) == 0, "%s: decoded bytes differ", what);
+    if (pinned != NULL)
+      cr_assert(memcmp(pinned, c_out, c_len) == 0, "%s: the host copy differs", what);
     fz_archive_info ci;
     cr_assert_eq(fz_archive_inspect(arc, len, &ci), 0);
     cr_assert_eq(info.raw_bytes, ci.raw_bytes, "%s", what);
@@ -426,6 +440,7 @@ static unsigned series_check(fz_gpu_decoder *dec, const uint8_t *arc, size_t len
     cr_assert_eq(k, out_cap, "%s: byte %zu of a too small output written", what, k);
   }
   unsigned waits = fz_gpu_decoder_waits(dec);
+  cudaFreeHost(pinned);
   cudaFree(d_arc);
   cudaFree(d_out);
   free(h_out);
@@ -447,6 +462,8 @@ static void series_of(fz_dtype t, const char *preset, size_t n) {
     uint8_t *arc = series_archive(t, preset, x, n, 1.0 + 0.37 * k, &len);
     snprintf(what, sizeof what, "%s %s n=%zu, archive %d of a series", fz_dtype_name(t), preset,
              n, k);
+    size_t predicted = fz_gpu_decoder_series_bytes(dec);
+    cr_assert_eq(predicted, k < 2 ? 0 : raw, "%s: the series' size %zu", what, predicted);
     unsigned waits = series_check(dec, arc, len, raw, 0, what);
     cr_assert_eq(waits, k < 2 ? 2u : 1u, "%s: %u waits", what, waits);
     free(arc);
@@ -497,4 +514,12 @@ Test(identity, decoder_series) {
   series_of(FZ_F32, "balanced", 300000);
   series_of(FZ_F64, "fast", 150000);
   series_of(FZ_F32, "balanced", 4100 * 4096);
+}
+
+/* The same for an output the host wants: the copy joins the one wait. */
+Test(identity, decoder_series_host) {
+  series_host = true;
+  series_of(FZ_F32, "fast", 300000);
+  series_of(FZ_F64, "balanced", 150000);
+  series_host = false;
 }

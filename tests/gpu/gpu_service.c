@@ -168,6 +168,63 @@ Test(service, host_buffers_inline_and_by_fd, .timeout = 300) {
   stop_fzd(h);
 }
 
+/* The CPU decoder's bytes for arc. */
+static void *cpu_decoded(const void *arc, size_t len, size_t *out_len) {
+  fz_archive_info info;
+  cr_assert_eq(fz_archive_inspect(arc, len, &info), 0);
+  void *out = malloc((size_t)info.raw_bytes + 1);
+  cr_assert_eq(fz_decompress(arc, len, out, (size_t)info.raw_bytes, out_len, 4), 0);
+  return out;
+}
+
+/* Decompressions to host outputs on one worker, whose decoder goes into a
+ * series after two archives of a shape and then decodes with one wait:
+ * every answer is the CPU decoder's, inline and by descriptor, across
+ * arrays of one shape but their own ranges, then one of a larger shape
+ * (more than the series' size: the two steps again) and one of a smaller. */
+Test(service, host_outputs_of_a_series, .timeout = 300) {
+  fzd_harness *h = start_gpu_fzd("\"workers\": 1");
+  fz_client *c = connect_gpu(h);
+  const size_t shapes[][2] = {{512, 768}, {512, 768}, {512, 768}, {512, 768}, {512, 768},
+                              {512, 768}, {640, 768}, {256, 768}, {512, 768}};
+  for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+    const size_t rows = shapes[k][0], cols = shapes[k][1], n = rows * cols;
+    float *v = field_f32(rows, cols, 0.1f * (float)k);
+    for (size_t i = 0; i < n; i++)
+      v[i] *= 1.0f + 0.25f * (float)k; /* a range of its own */
+    size_t arc_len, want_len;
+    void *arc = cpu_archive(v, rows, cols, 1e-3, &arc_len);
+    void *want = cpu_decoded(arc, arc_len, &want_len);
+    char what[96];
+    snprintf(what, sizeof what, "archive %zu (%zux%zu)", k, rows, cols);
+    fz_job d;
+    fz_job_init(&d);
+    d.in = arc;
+    d.in_len = arc_len;
+    fz_result r;
+    if (k % 2 == 0) {
+      cr_assert_eq(fz_client_decompress(c, &d, &r), 0, "%s: %s", what, r.message);
+      assert_same(r.data, r.data_len, want, want_len, what);
+      fz_client_free(r.data);
+    } else {
+      int out = memfd_create("fzd-gpu-series", 0);
+      cr_assert_geq(out, 0);
+      d.out_fd = out;
+      cr_assert_eq(fz_client_decompress(c, &d, &r), 0, "%s: %s", what, r.message);
+      size_t got_len;
+      void *got = read_all(out, &got_len);
+      assert_same(got, got_len, want, want_len, what);
+      free(got);
+      close(out);
+    }
+    free(want);
+    free(arc);
+    free(v);
+  }
+  fz_client_close(c);
+  stop_fzd(h);
+}
+
 /* The UUID of device 0 as nvidia-smi prints it. */
 static void device_uuid(char *buf, size_t len) {
   struct cudaDeviceProp prop;
