@@ -83,11 +83,13 @@ typedef struct fz_client_opts {
                               microseconds (a GPU daemon answers a small job
                               in tens of them, and waking a sleeping thread
                               costs several); 0: $FZD_CLIENT_SPIN_US, else
-                              FZ_CLIENT_SPIN_US_DEFAULT; negative: never */
+                              FZ_CLIENT_SPIN_US_DEFAULT against a GPU
+                              daemon and none against a CPU daemon, whose
+                              workers need the cores; negative: never */
 } fz_client_opts;
 
-/* The spin of fz_client_opts when neither it nor $FZD_CLIENT_SPIN_US says:
- * about the time a GPU daemon takes for a 64 MiB job, so a thread that
+/* The spin of fz_client_opts against a GPU daemon when neither it nor
+ * $FZD_CLIENT_SPIN_US says: about the time a GPU daemon takes for a 64 MiB job, so a thread that
  * waits for one is not asleep when its answer comes (a thread that slept
  * longer wakes slower: 21 us of a 64 MiB job's round trip went there on
  * the H200 machine, 6 us with the spin). */

@@ -182,11 +182,13 @@ static int handshake(fz_client *c, const fz_client_opts *opts) {
 }
 
 /* fz_client_opts.spin_us, then $FZD_CLIENT_SPIN_US (digits only, at most
- * a second), then the default. */
-static int resolve_spin(const fz_client_opts *opts) {
+ * a second), then the default: a GPU daemon's answers come within the
+ * spin, and a CPU daemon's workers need the cores a spinning client would
+ * take from them. */
+static int resolve_spin(const fz_client_opts *opts, const fz_server_info *info) {
   int v = opts ? opts->spin_us : 0;
   if (v == 0) {
-    v = FZ_CLIENT_SPIN_US_DEFAULT;
+    v = strcmp(info->backend, "gpu") == 0 ? FZ_CLIENT_SPIN_US_DEFAULT : 0;
     const char *env = getenv("FZD_CLIENT_SPIN_US");
     if (env && *env && strspn(env, "0123456789") == strlen(env) && strlen(env) <= 7)
       v = atoi(env);
@@ -224,7 +226,6 @@ int fz_client_connect(fz_client **out, const char *address,
   for (int i = 0; i < FZC_SHM_SLOTS; i++)
     c->shm[i].fd = -1;
   c->timeout_ms = opts ? opts->timeout_ms : 0;
-  c->spin_us = resolve_spin(opts);
   fzp_limits_default(&c->limits);
   rc = fzc_dial(address, c->timeout_ms, &c->fd, &c->transport, errmsg, errmsg_len);
   if (rc < 0)
@@ -236,6 +237,7 @@ int fz_client_connect(fz_client **out, const char *address,
              c->errmsg[0] ? c->errmsg : fz_strerror(rc));
     goto err_handshake;
   }
+  c->spin_us = resolve_spin(opts, &c->info);
   rc = fzc_device_init(c);
   if (rc < 0) {
     snprintf(errmsg, errmsg_len, "out of memory");
