@@ -1105,8 +1105,8 @@ Test(libfzclient, stats_split_the_daemons_time_into_stages) {
  * default, here on the CPU backend): one job at a time, answered while the
  * loop polls and the finished jobs are collected without a wake-up; a burst
  * that queues behind the one spinning worker and must spread over the
- * others; and a job after the polling stopped, whose answer needs the
- * wake-up again. */
+ * others; and a job after the loop and the workers went back to sleep,
+ * whose request must wake them. */
 Test(libfzclient, busy_polling_daemon_answers_every_job) {
   fzd_harness *h = tu_start("\"workers\": 3, \"busy_poll_us\": 2000");
   char addr[160];
