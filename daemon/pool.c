@@ -15,9 +15,10 @@
  * job about 9 us on the GPU machine.  A job that the spinner will take
  * wakes nobody; one more than it can take wakes a sleeper, and a worker
  * that takes a job and leaves more behind wakes another, so a burst still
- * spreads over the pool.  And a worker gives back what it need not keep once the queue has
- * been empty a while (idle_ms), once per idle stretch, so that a daemon
- * that ran one large job does not keep its memory for ever.
+ * spreads over the pool.  And a worker gives back what it need not keep
+ * once the queue has been empty a while (idle_ms), once per idle stretch,
+ * so that a daemon that ran one large job does not keep its memory for
+ * ever.
  */
 #include <errno.h>
 #include <pthread.h>
