@@ -1315,7 +1315,7 @@ int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s, fzd_backend_ops *be) 
    * their staging and device buffers after a second without work. */
   *be = (fzd_backend_ops){.name = "GPU", .state = g, .worker_create = worker_create,
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
-                      .idle_ms = 1000, .spin_us = 0, .pin_cores = false, .plans = g->plans,
+                      .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .plans = g->plans,
                       .jit_counts = jit_counts, .destroy = NULL};
   return 0;
 }

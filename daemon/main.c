@@ -132,11 +132,10 @@ static void on_watchdog(uv_timer_t *t) {
 
 /* ---- the hot loop ------------------------------------------------------------ */
 
-/* How long the loop keeps polling after the last job came back on the GPU
- * backend by default: about the time a client takes to send its next
- * request; and how long a GPU worker looks at the queue. */
-#define HOT_TAIL_US_GPU 300u
-#define WORKER_SPIN_US_GPU 250u
+/* How long the loop keeps polling after the last job came back, by
+ * default, where the backend's workers look at the queue before they sleep
+ * (the GPU's): about the time a client takes to send its next request. */
+#define HOT_TAIL_US 300u
 
 /* Every turn of the hot loop: finished jobs are collected here, without
  * the async handle's wake-up (fzd_pool_set_hot). */
@@ -370,9 +369,11 @@ static int start(fzd_server *srv) {
   /* Both backends: pinning helps a node that runs nothing else and hurts
    * one shared with other work, so it is the operator's choice. */
   be.pin_cores = srv->cfg.cpu_affinity;
+  /* busy_poll_us, when set, replaces the backend's own spin (backend.h). */
   uint64_t busy = srv->cfg.busy_poll_us;
-  be.spin_us = busy ? (unsigned)busy : srv->gpu != NULL ? WORKER_SPIN_US_GPU : 0;
-  srv->hot_tail_ns = 1000u * (busy ? busy : srv->gpu != NULL ? HOT_TAIL_US_GPU : 0);
+  if (busy)
+    be.spin_us = (unsigned)busy;
+  srv->hot_tail_ns = 1000u * (busy ? busy : be.spin_us ? HOT_TAIL_US : 0);
   /* On the GPU backend this warms every worker up before READY=1. */
   err = fzd_pool_start(&srv->pool, srv->loop, srv->workers, &be, fzd_conn_job_done, srv);
   if (err < 0) {
