@@ -105,7 +105,7 @@ typedef struct fzre_state {
   uint64_t side_l, side_i, best, cost_l, cost_i, hlen, rlen, len;
   unsigned k, pk, skip, lk;
   uint8_t lenbuf[16];  /* the predictor byte and the stream's length */
-  uint32_t part[FZR_NT]; /* CRC parts */
+  uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   union {
     fzre_lz lz;
     fzre_ip ip;
@@ -192,12 +192,6 @@ static inline FZR_HD void fzre_emit(fzre_state *S, unsigned t, unsigned nt) {
     o[i] = S->r[i];
 }
 
-/* The chunk's CRC-32C as the decoder checks it (ratio_dec.cuh). */
-static inline FZR_HD void fzre_crc_part(fzre_state *S, const fzre_job *J, unsigned t,
-                                        unsigned nt) {
-  S->part[t] = fzr_crc_share(S->out, S->len, J->crc_tab, t, nt);
-}
-
 static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n, unsigned t,
                                     unsigned nt) {
   for (uint64_t i = t; i < n; i += nt)
@@ -266,9 +260,9 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
   FZR_SYNC();
   FZR_ALL(fzre_emit(S, t, nt));
   FZR_SYNC();
-  FZR_ALL(fzre_crc_part(S, J, t, nt));
-  FZR_SYNC();
-  FZR_ONE(J->crcs[c] = fzr_crc_join(S->part, S->len, nt); J->sizes[c] = (uint32_t)S->len);
+  /* The chunk's CRC-32C as the decoder checks it. */
+  uint32_t crc = fzr_crc_block(S->part, S->fac, S->out, S->len, J->crc_tab);
+  FZR_ONE(J->crcs[c] = crc; J->sizes[c] = (uint32_t)S->len);
 }
 
 #endif

@@ -28,6 +28,7 @@
 #endif
 
 #define FZR_NT 256u
+#define FZR_LOG_NT 8u /* log2(FZR_NT): FZR_NT must be a power of two */
 
 /* A loop the device compiler unrolls (so that its arrays stay in
  * registers).  Only the device pass knows the pragma: nvcc's host pass
