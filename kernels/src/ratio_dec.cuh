@@ -402,22 +402,67 @@ static inline FZR_HD void fzr_lut_fill(fzr_state *S, unsigned t, unsigned nt) {
   }
 }
 
+/* A lane's bit reader.  The stream lies in the scratch (S->b, 256-byte
+ * aligned, its bytes rounded up to 256), so the reader loads the aligned
+ * words its bytes are in: the first one shifted past the bytes before the
+ * lane, each one masked to the lane's bytes, and each loaded a refill
+ * ahead, so that a lane waits for the memory only where its warp's lanes
+ * all ran out at once.  (Bytes one at a time when a lane's 32 bits ran
+ * low, in a warp of 32 lanes of which one or another always does, made
+ * the warp wait for the memory at nearly every symbol.)  acc holds nb
+ * bits, zeros above them. */
 typedef struct fzr_reader {
   uint64_t acc;
   unsigned nb;
-  const uint8_t *p, *end;
+  const uint8_t *q; /* the next aligned word */
+  uint64_t left;    /* the lane's bytes from q on */
+  uint32_t nxt;     /* the word at q, when left > 0 */
 } fzr_reader;
 
-static inline FZR_HD void fzr_refill(fzr_reader *r) {
-  if (r->nb <= 32 && r->end - r->p >= 4) {
-    r->acc |= (uint64_t)fzr_ld32(r->p) << r->nb;
-    r->nb += 32;
-    r->p += 4;
+static inline FZR_HD uint32_t fzr_ld32a(const uint8_t *p) {
+#ifdef __CUDA_ARCH__
+  return *(const uint32_t *)p;
+#else
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+#endif
+}
+
+/* The low 8 k bits of v (0 <= k <= 4). */
+static inline FZR_HD uint32_t fzr_low_bytes(uint32_t v, unsigned k) {
+  return k >= 4 ? v : v & ((1u << (8 * k)) - 1u);
+}
+
+/* The reader of the bytes [p, end), p at or after the 4-aligned base. */
+static inline FZR_HD void fzr_reader_init(fzr_reader *r, const uint8_t *p, const uint8_t *end) {
+  unsigned mis = (unsigned)((uintptr_t)p & 3u);
+  uint64_t len = (uint64_t)(end - p);
+  r->acc = 0;
+  r->nb = 0;
+  r->q = p - mis;
+  r->left = len;
+  r->nxt = 0;
+  if (len == 0)
     return;
-  }
-  while (r->nb <= 56 && r->p < r->end) {
-    r->acc |= (uint64_t)*r->p++ << r->nb;
-    r->nb += 8;
+  unsigned take = 4 - mis < len ? 4 - mis : (unsigned)len;
+  r->acc = fzr_low_bytes(fzr_ld32a(r->q) >> (8 * mis), take);
+  r->nb = 8 * take;
+  r->q += 4;
+  r->left -= take;
+  r->nxt = r->left ? fzr_ld32a(r->q) : 0u;
+}
+
+/* Up to 32 more bits when 32 or fewer are left: after it nb is above 32
+ * unless the lane's bytes are all taken. */
+static inline FZR_HD void fzr_refill(fzr_reader *r) {
+  if (r->nb <= 32 && r->left) {
+    unsigned take = r->left < 4 ? (unsigned)r->left : 4u;
+    r->acc |= (uint64_t)fzr_low_bytes(r->nxt, take) << r->nb;
+    r->nb += 8 * take;
+    r->q += 4;
+    r->left -= take;
+    r->nxt = r->left ? fzr_ld32a(r->q) : 0u;
   }
 }
 
@@ -462,12 +507,12 @@ static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
     return;
   uint64_t n = S->n, lcap = (n + FZR_LANES - 1) / FZR_LANES, lo = l * lcap;
   uint64_t cnt = lo < n ? (lo + lcap < n ? lcap : n - lo) : 0;
-  fzr_reader r = {0, 0, S->b + S->lane_beg[l], S->b + S->lane_end[l]};
+  fzr_reader r;
+  fzr_reader_init(&r, S->b + S->lane_beg[l], S->b + S->lane_end[l]);
   unsigned e = S->e;
   uint8_t *a = S->a;
   for (uint64_t j = 0; j < cnt;) {
-    if (r.nb < FZR_MAX_LEN)
-      fzr_refill(&r);
+    fzr_refill(&r);
     uint32_t ent = S->lut[r.acc & ((1u << FZR_MAX_LEN) - 1)];
     unsigned ls = ent >> 16, s = ent & 0xffffu;
     if (ls == 0 || ls > r.nb)
@@ -492,7 +537,7 @@ static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
       fzr_store(a, w, lo + j, v);
     j++;
   }
-  if (r.p != r.end || r.nb >= 8 || r.acc != 0)
+  if (r.left != 0 || r.nb >= 8 || r.acc != 0)
     goto bad;
   return;
 bad:
