@@ -653,13 +653,6 @@ static inline FZR_HD double fzr_rebuild(const fzr_job *J, uint8_t *out, uint64_t
   return r;
 }
 
-/* One point rebuilt from its prediction, unless it is an outlier. */
-static inline FZR_HD void fzr_point(fzr_state *S, const fzr_job *J, uint8_t *out, uint64_t i,
-                                    double p) {
-  if (!S->x[i])
-    fzr_rebuild(J, out, i, fzr_word(S, J->w, i), p);
-}
-
 static inline FZR_HD uint64_t fzr_first_at(uint64_t lo, uint64_t m, uint64_t r) {
   uint64_t q = lo <= r ? 0 : (lo - r + m - 1) / m;
   return q * m + r;
@@ -703,7 +696,7 @@ static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint
 }
 
 /* Thread 0: the staged anchors, each predicted by the rebuilt one before
- * (the first of the chunk by 0), as fzr_point() rebuilds them and fzr_pv()
+ * (the first of the chunk by 0), as fzr_level() rebuilds points and fzr_pv()
  * reads them back. */
 static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
@@ -730,6 +723,8 @@ static inline FZR_HD void fzr_level(fzr_state *S, const fzr_job *J, uint64_t h, 
   uint64_t total = cnt[0] * cnt[1] * cnt[2], s = S->first, e = s + S->n - 1;
   if (t >= total)
     return;
+  const unsigned w = J->w;
+  const uint64_t h3 = 3 * h, o1 = h * S->str[d], o3 = 3 * o1;
   /* The thread's points k = t, t + nt, ... (while k < total, that is
    * a0 < cnt0) as digits (a0, a1, a2) of the radices (cnt0, cnt1, cnt2),
    * advanced by nt's digits with a carry each: a point costs no division. */
@@ -747,7 +742,24 @@ static inline FZR_HD void fzr_level(fzr_state *S, const fzr_job *J, uint64_t h, 
     uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
     if (g < s || g > e)
       continue;
-    fzr_point(S, J, out, g - s, fzr_predict(S, out, J->w, c[d], d, g - s, h));
+    uint64_t i = g - s;
+    /* The point's own flag and word, and (nearly everywhere: all four
+     * neighbours in the array and the chunk) its four neighbours, loaded
+     * before any is used, so that the block waits for the memory once a
+     * point; the rest take fzr_predict's checked path, the same
+     * arithmetic. */
+    uint8_t x = S->x[i];
+    uint64_t z = fzr_word(S, w, i);
+    double p;
+    if (c[d] >= h3 && c[d] + h3 < S->ext[d] && i >= o3 && i + o3 < S->n) {
+      double va = fzr_pv(S, out, w, i - o3), vb = fzr_pv(S, out, w, i - o1);
+      double vc = fzr_pv(S, out, w, i + o1), ve = fzr_pv(S, out, w, i + o3);
+      p = (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625;
+    } else {
+      p = fzr_predict(S, out, w, c[d], d, i, h);
+    }
+    if (!x)
+      fzr_rebuild(J, out, i, z, p);
   }
 }
 
