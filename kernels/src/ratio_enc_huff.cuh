@@ -22,6 +22,10 @@
  *    thread builds the code from them as the engine does: the two-queue
  *    Huffman construction, weights halved until no code is longer than 12
  *    bits, the canonical codes (O(symbols));
+ *  - a segment's tokens between its edge runs are made once, while the
+ *    histogram is counted, and kept in the scratch (u16, at the segment's
+ *    first word: never more tokens than words), so that the two passes
+ *    after it read tokens instead of crossing the words again;
  *  - each segment sums its tokens' bits, a scan gives it its bit offset in
  *    its lane, and it writes its bytes; the (at most two) bytes it shares
  *    with a neighbour segment it leaves in shared memory, and a thread per
@@ -67,6 +71,7 @@ typedef struct fzre_hf {
   uint16_t hrun[FZRE_H_UNITS], trun[FZRE_H_UNITS];  /* its edge runs, joined */
   uint32_t bits[FZRE_H_UNITS];       /* its bits, then its bit offset (first,
                                     * choose_direct's range sums) */
+  uint16_t ntok[FZRE_H_UNITS];       /* its middle's tokens (fzre_h_scan) */
   uint32_t pidx[FZRE_H_UNITS][2];    /* its bytes shared with neighbours */
   uint8_t pval[FZRE_H_UNITS][2], pn[FZRE_H_UNITS];
   /* The histogram of the small words (most of them) is counted here, as
@@ -104,19 +109,18 @@ static inline FZR_HD uint64_t fzre_h_up(uint64_t v, uint64_t a) { return (v + a 
 #define FZRE_H_TCODE (FZRE_H_CODE + 8192u)                      /* u16[4112] */
 #define FZRE_H_TLEN (FZRE_H_TCODE + 8448u)                      /* u8[4112] */
 #define FZRE_H_SYMS (FZRE_H_TLEN + 4352u)                       /* u16[4096] */
-#define FZRE_H_END (FZRE_H_SYMS + 8192u)
+#define FZRE_H_TOKS (FZRE_H_SYMS + 8192u)                      /* u16[n] */
 
-/* The tables do not grow with the chunk. */
+/* The tables, then the segments' tokens: a u16 a word. */
 static inline FZR_HD uint64_t fzre_huff_scratch(uint64_t n, unsigned w) {
-  (void)n;
   (void)w;
-  return FZRE_H_END;
+  return FZRE_H_TOKS + fzre_h_up(2 * n, 256);
 }
 
 /* The tables (scratch is 256-byte aligned, so every one is aligned). */
 typedef struct fzre_htab {
   uint32_t *hist, *above, *freq, *weight;
-  uint16_t *parent, *order, *spare, *code, *tcode, *syms;
+  uint16_t *parent, *order, *spare, *code, *tcode, *syms, *toks;
   uint8_t *depth, *lens, *tlen;
 } fzre_htab;
 
@@ -135,6 +139,7 @@ static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
   b.tcode = (uint16_t *)(s + FZRE_H_TCODE);
   b.tlen = s + FZRE_H_TLEN;
   b.syms = (uint16_t *)(s + FZRE_H_SYMS);
+  b.toks = (uint16_t *)(s + FZRE_H_TOKS);
   return b;
 }
 
@@ -162,6 +167,21 @@ static inline FZR_HD uint64_t fzre_h_ld64a(const uint8_t *p) {
 
 /* A word of w (4 or 8) bytes, little-endian; words may be unaligned, and
  * are then read a byte at a time. */
+/* Whether the 16 bytes at p (16-byte aligned) are all zero. */
+static inline FZR_HD int fzre_h_zero16(const uint8_t *p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDACC__)
+  const uint4 v = *(const uint4 *)p;
+  return (v.x | v.y | v.z | v.w) == 0;
+#elif defined(__CUDA_ARCH__)
+  const uint64_t *q = (const uint64_t *)p; /* the threaded harness */
+  return (q[0] | q[1]) == 0;
+#else
+  uint64_t v[2];
+  memcpy(v, p, 16);
+  return (v[0] | v[1]) == 0;
+#endif
+}
+
 static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
   if (((uintptr_t)p & (w - 1)) == 0)
     return w == 4 ? fzre_h_ld32a(p) : fzre_h_ld64a(p);
@@ -172,18 +192,18 @@ static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
 }
 
 /* The first word at or after j (before b) that is not zero, or b: zero
- * runs are most of a chunk at coarse bounds, so they are crossed eight
+ * runs are most of a chunk at coarse bounds, so they are crossed sixteen
  * bytes a load where the words are aligned for it. */
 static inline FZR_HD uint64_t fzre_h_skip0(const uint8_t *words, unsigned w, uint64_t j,
                                            uint64_t b) {
   if (((uintptr_t)words & (w - 1)) == 0) {
-    uint64_t step = 8 / w;
-    while (j < b && ((uintptr_t)(words + j * w) & 7)) {
+    uint64_t step = 16 / w;
+    while (j < b && ((uintptr_t)(words + j * w) & 15)) {
       if (fzre_h_ldw(words + j * w, w))
         return j;
       j++;
     }
-    for (; j + step <= b && fzre_h_ld64a(words + j * w) == 0; j += step)
+    for (; j + step <= b && fzre_h_zero16(words + j * w); j += step)
       ;
   }
   while (j < b && fzre_h_ldw(words + j * w, w) == 0)
@@ -251,10 +271,14 @@ typedef struct fzre_h_tk {
   const uint8_t *tlen;
   uint64_t bits;
   fzre_h_bw *bw;
+  uint16_t *toks; /* FZRE_HM_HIST: where the tokens are kept, when not 0 */
+  unsigned ntok;
 } fzre_h_tk;
 
 static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
   if (k->mode == FZRE_HM_HIST) {
+    if (k->toks)
+      k->toks[k->ntok++] = (uint16_t)tk;
     if (tk > FZRE_H_TOK_BIG)
       FZR_ATOMIC_ADD(&k->runs[tk - FZRE_H_TOK_BIG], 1u);
     else if (tk == 0)
@@ -310,6 +334,21 @@ static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, uint
   }
 }
 
+/* The kept tokens of words from j on, again: a word's token moves on by
+ * one word, a run's by its length; the raw word of a token coded as the
+ * escape (any word from E on) is read again where it is written. */
+static inline FZR_HD void fzre_h_replay(fzre_h_tk *k, const uint16_t *toks, unsigned cnt,
+                                        const uint8_t *words, uint64_t j) {
+  for (unsigned q = 0; q < cnt; q++) {
+    unsigned tk = toks[q];
+    uint64_t v = 0;
+    if (k->mode == FZRE_HM_WRITE && (k->tlen[tk] & 0x80u))
+      v = fzre_h_ldw(words + j * k->w, k->w);
+    fzre_h_token(k, tk, v);
+    j += tk > FZRE_H_TOK_BIG ? (uint64_t)1 << (tk - FZRE_H_TOK_BIG) : 1u;
+  }
+}
+
 /* ---- the phases ---- */
 
 static inline FZR_HD void fzre_h_clear(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
@@ -336,8 +375,9 @@ static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned
       ;
     H->lead[u] = (uint16_t)(a - lo);
     H->trail[u] = (uint16_t)(a == hi ? hi - lo : hi - z);
-    fzre_h_tk k = {FZRE_HM_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0};
+    fzre_h_tk k = {FZRE_HM_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0, b.toks + lo, 0};
     fzre_h_middle(&k, words, a, z);
+    H->ntok[u] = (uint16_t)k.ntok;
   }
 }
 
@@ -348,7 +388,7 @@ static inline FZR_HD void fzre_h_join(fzre_hf *H, uint64_t n, unsigned t, unsign
   for (unsigned l = t; l < FZRE_H_LANES; l += nt) {
     int open = -1, at_head = 0;
     uint64_t run = 0;
-    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, H->runs, 0, 0, 0, 0};
+    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, H->runs, 0, 0, 0, 0, 0, 0};
     for (unsigned s = 0; s <= FZRE_H_SEGS; s++) {
       unsigned u = l * FZRE_H_SEGS + s;
       uint64_t lo = 0, hi = 0, len = 0;
@@ -623,13 +663,13 @@ static inline FZR_HD void fzre_h_tokens(fzre_hf *H, uint8_t *scratch, unsigned t
 /* The tokens of segment u in order: its head run, its middle, its tail
  * run. */
 static inline FZR_HD void fzre_h_seg_tokens(fzre_hf *H, fzre_h_tk *k, const uint8_t *words,
-                                          uint64_t n, unsigned u) {
+                                          const uint16_t *toks, uint64_t n, unsigned u) {
   uint64_t lo, hi;
   fzre_h_seg(n, u, &lo, &hi);
   if (H->hrun[u])
     fzre_h_run(k, H->hrun[u]);
   if (hi - lo > H->lead[u])
-    fzre_h_middle(k, words, lo + H->lead[u], hi - H->trail[u]);
+    fzre_h_replay(k, toks + lo, H->ntok[u], words, lo + H->lead[u]);
   if (H->trun[u])
     fzre_h_run(k, H->trun[u]);
 }
@@ -638,8 +678,8 @@ static inline FZR_HD void fzre_h_bits(fzre_hf *H, const uint8_t *words, unsigned
                                       uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
-    fzre_h_tk k = {FZRE_HM_BITS, w, 0, 0, 0, b.tcode, b.tlen, 0, 0};
-    fzre_h_seg_tokens(H, &k, words, n, u);
+    fzre_h_tk k = {FZRE_HM_BITS, w, 0, 0, 0, b.tcode, b.tlen, 0, 0, 0, 0};
+    fzre_h_seg_tokens(H, &k, words, b.toks, n, u);
     H->bits[u] = (uint32_t)k.bits;
   }
 }
@@ -685,8 +725,8 @@ static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigne
     uint32_t b0 = H->bits[u];
     fzre_h_bw bw = {0, b0 % 8, b0 / 8, b0 % 8 ? b0 / 8 : UINT32_MAX,
                   out + H->head + H->lane_off[u / FZRE_H_SEGS], H, u};
-    fzre_h_tk k = {FZRE_HM_WRITE, w, 0, 0, 0, b.tcode, b.tlen, 0, &bw};
-    fzre_h_seg_tokens(H, &k, words, n, u);
+    fzre_h_tk k = {FZRE_HM_WRITE, w, 0, 0, 0, b.tcode, b.tlen, 0, &bw, 0, 0};
+    fzre_h_seg_tokens(H, &k, words, b.toks, n, u);
     /* The last byte, when the segment ends inside it. */
     if (bw.nb > b0 % 8 || (bw.nb && bw.bi != b0 / 8))
       fzre_h_byte(&bw, (unsigned)(bw.acc & 0xffu), 1);
