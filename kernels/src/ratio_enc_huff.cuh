@@ -22,6 +22,10 @@
  *    thread builds the code from them as the engine does: the two-queue
  *    Huffman construction, weights halved until no code is longer than 12
  *    bits, the canonical codes (O(symbols));
+ *  - a first pass marks the words other than zero in a bitmap (a bit a
+ *    word, 64 words a thread at a time, in 16-byte loads), so that a
+ *    segment finds its edge runs and crosses its zero runs a bitmap word
+ *    at a time and loads only its words other than zero;
  *  - a segment's tokens between its edge runs are made once, while the
  *    histogram is counted, and kept in the scratch (u16, at the segment's
  *    first word: never more tokens than words), so that the two passes
@@ -111,10 +115,13 @@ static inline FZR_HD uint64_t fzre_h_up(uint64_t v, uint64_t a) { return (v + a 
 #define FZRE_H_SYMS (FZRE_H_TLEN + 4352u)                       /* u16[4096] */
 #define FZRE_H_TOKS (FZRE_H_SYMS + 8192u)                      /* u16[n] */
 
-/* The tables, then the segments' tokens: a u16 a word. */
+/* The tables, the segments' tokens (a u16 a word), then the bitmap of
+ * the words other than zero (a u64 per 64 words). */
+static inline FZR_HD uint64_t fzre_h_mask_off(uint64_t n) { return FZRE_H_TOKS + fzre_h_up(2 * n, 256); }
+
 static inline FZR_HD uint64_t fzre_huff_scratch(uint64_t n, unsigned w) {
   (void)w;
-  return FZRE_H_TOKS + fzre_h_up(2 * n, 256);
+  return fzre_h_mask_off(n) + fzre_h_up(8 * ((n + 63) / 64), 256);
 }
 
 /* The tables (scratch is 256-byte aligned, so every one is aligned). */
@@ -143,6 +150,11 @@ static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
   return b;
 }
 
+/* The bitmap of a chunk of n words. */
+static inline FZR_HD uint64_t *fzre_h_mask_of(uint8_t *s, uint64_t n) {
+  return (uint64_t *)(s + fzre_h_mask_off(n));
+}
+
 /* Loads from addresses aligned for them (plain loads on the device; the
  * host model copies, which C's aliasing rules ask). */
 static inline FZR_HD uint32_t fzre_h_ld32a(const uint8_t *p) {
@@ -167,21 +179,6 @@ static inline FZR_HD uint64_t fzre_h_ld64a(const uint8_t *p) {
 
 /* A word of w (4 or 8) bytes, little-endian; words may be unaligned, and
  * are then read a byte at a time. */
-/* Whether the 16 bytes at p (16-byte aligned) are all zero. */
-static inline FZR_HD int fzre_h_zero16(const uint8_t *p) {
-#if defined(__CUDA_ARCH__) && defined(__CUDACC__)
-  const uint4 v = *(const uint4 *)p;
-  return (v.x | v.y | v.z | v.w) == 0;
-#elif defined(__CUDA_ARCH__)
-  const uint64_t *q = (const uint64_t *)p; /* the threaded harness */
-  return (q[0] | q[1]) == 0;
-#else
-  uint64_t v[2];
-  memcpy(v, p, 16);
-  return (v[0] | v[1]) == 0;
-#endif
-}
-
 static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
   if (((uintptr_t)p & (w - 1)) == 0)
     return w == 4 ? fzre_h_ld32a(p) : fzre_h_ld64a(p);
@@ -191,24 +188,84 @@ static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
   return v;
 }
 
-/* The first word at or after j (before b) that is not zero, or b: zero
- * runs are most of a chunk at coarse bounds, so they are crossed sixteen
- * bytes a load where the words are aligned for it. */
-static inline FZR_HD uint64_t fzre_h_skip0(const uint8_t *words, unsigned w, uint64_t j,
-                                           uint64_t b) {
-  if (((uintptr_t)words & (w - 1)) == 0) {
-    uint64_t step = 16 / w;
-    while (j < b && ((uintptr_t)(words + j * w) & 15)) {
-      if (fzre_h_ldw(words + j * w, w))
-        return j;
-      j++;
+/* The bits of the 64 words from p on (cnt of them, 1 <= cnt <= 64): bit
+ * k set where word k is not zero.  A whole group of aligned words is read
+ * in 16-byte loads on the device, all issued before any is tested. */
+static inline FZR_HD uint64_t fzre_h_bits64(const uint8_t *p, unsigned w, unsigned cnt) {
+  uint64_t m = 0;
+#if defined(__CUDA_ARCH__) && defined(__CUDACC__)
+  if (cnt == 64 && ((uintptr_t)p & 15) == 0) {
+    const uint4 *q = (const uint4 *)p;
+    if (w == 4) {
+      FZR_UNROLL
+      for (unsigned k = 0; k < 16; k++) {
+        const uint4 v = q[k];
+        m |= (uint64_t)((v.x != 0) | (v.y != 0) << 1 | (v.z != 0) << 2 | (v.w != 0) << 3) << (4 * k);
+      }
+    } else {
+      FZR_UNROLL
+      for (unsigned k = 0; k < 32; k++) {
+        const uint4 v = q[k];
+        m |= (uint64_t)(((v.x | v.y) != 0) | ((v.z | v.w) != 0) << 1) << (2 * k);
+      }
     }
-    for (; j + step <= b && fzre_h_zero16(words + j * w); j += step)
-      ;
+    return m;
   }
-  while (j < b && fzre_h_ldw(words + j * w, w) == 0)
-    j++;
-  return j;
+#endif
+  for (unsigned k = 0; k < cnt; k++)
+    m |= (uint64_t)(fzre_h_ldw(p + (uint64_t)k * w, w) != 0) << k;
+  return m;
+}
+
+/* The bitmap of the n words, a u64 a thread at a time. */
+static inline FZR_HD void fzre_h_mask(const uint8_t *words, unsigned w, uint64_t n,
+                                      uint64_t *mask, unsigned t, unsigned nt) {
+  for (uint64_t g = t; g < (n + 63) / 64; g += nt) {
+    uint64_t j = 64 * g;
+    mask[g] = fzre_h_bits64(words + j * w, w, n - j < 64 ? (unsigned)(n - j) : 64u);
+  }
+}
+
+static inline FZR_HD unsigned fzre_h_ctz64(uint64_t v) {
+#ifdef __CUDA_ARCH__
+  return (unsigned)__ffsll((long long)v) - 1u;
+#else
+  return (unsigned)__builtin_ctzll(v);
+#endif
+}
+
+static inline FZR_HD unsigned fzre_h_clz64(uint64_t v) {
+#ifdef __CUDA_ARCH__
+  return (unsigned)__clzll((long long)v);
+#else
+  return (unsigned)__builtin_clzll(v);
+#endif
+}
+
+/* The first word in [j, b) other than zero, or b. */
+static inline FZR_HD uint64_t fzre_h_next1(const uint64_t *mask, uint64_t j, uint64_t b) {
+  while (j < b) {
+    uint64_t v = mask[j / 64] >> (j % 64);
+    if (v) {
+      uint64_t r = j + fzre_h_ctz64(v);
+      return r < b ? r : b;
+    }
+    j = (j | 63) + 1;
+  }
+  return b;
+}
+
+/* One past the last word in [a, b) other than zero, or a. */
+static inline FZR_HD uint64_t fzre_h_last1(const uint64_t *mask, uint64_t a, uint64_t b) {
+  while (b > a) {
+    uint64_t j = b - 1, v = mask[j / 64] << (63 - j % 64);
+    if (v) {
+      uint64_t r = j - fzre_h_clz64(v);
+      return r >= a ? r + 1 : a;
+    }
+    b = j - j % 64;
+  }
+  return a;
 }
 
 /* Segment u's words: [*lo, *hi) of the chunk (u = lane * 8 + segment). */
@@ -315,22 +372,19 @@ static inline FZR_HD void fzre_h_run(fzre_h_tk *k, uint64_t r) {
     fzre_h_token(k, 0, 0);
 }
 
-/* The tokens of words [a, b), which start and end with a nonzero word
- * (or are empty): runs inside are whole. */
-static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, uint64_t a,
-                                        uint64_t b) {
+/* The tokens of words [a, b), which start and end with a word other than
+ * zero (or are empty), so that the runs inside are whole: the words other
+ * than zero found in the bitmap, and only they loaded. */
+static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, const uint64_t *mask,
+                                          uint64_t a, uint64_t b) {
   unsigned w = k->w;
-  uint64_t j = a;
-  while (j < b) {
+  for (uint64_t j = a; j < b;) {
     uint64_t v = fzre_h_ldw(words + j * w, w);
-    if (v != 0) {
-      fzre_h_token(k, v < FZRE_H_TOK_BIG ? (unsigned)v : FZRE_H_TOK_BIG, v);
-      j++;
-      continue;
-    }
-    uint64_t r = j;
-    j = fzre_h_skip0(words, w, j + 1, b);
-    fzre_h_run(k, j - r);
+    fzre_h_token(k, v < FZRE_H_TOK_BIG ? (unsigned)v : FZRE_H_TOK_BIG, v);
+    uint64_t nx = fzre_h_next1(mask, ++j, b);
+    if (nx > j)
+      fzre_h_run(k, nx - j);
+    j = nx;
   }
 }
 
@@ -367,16 +421,16 @@ static inline FZR_HD void fzre_h_clear(fzre_hf *H, uint8_t *scratch, unsigned t,
 static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
                                       uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
+  const uint64_t *mask = fzre_h_mask_of(scratch, n);
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
     uint64_t lo, hi, a, z;
     fzre_h_seg(n, u, &lo, &hi);
-    a = fzre_h_skip0(words, w, lo, hi);
-    for (z = hi; z > a && fzre_h_ldw(words + (z - 1) * w, w) == 0; z--)
-      ;
+    a = fzre_h_next1(mask, lo, hi);
+    z = fzre_h_last1(mask, a, hi);
     H->lead[u] = (uint16_t)(a - lo);
     H->trail[u] = (uint16_t)(a == hi ? hi - lo : hi - z);
     fzre_h_tk k = {FZRE_HM_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0, b.toks + lo, 0};
-    fzre_h_middle(&k, words, a, z);
+    fzre_h_middle(&k, words, mask, a, z);
     H->ntok[u] = (uint16_t)k.ntok;
   }
 }
@@ -770,7 +824,7 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
     return;
   }
   FZR_ONE(H->fail = 0);
-  FZR_ALL(fzre_h_clear(H, scratch, t, nt));
+  FZR_ALL(fzre_h_clear(H, scratch, t, nt); fzre_h_mask(words, w, n, fzre_h_mask_of(scratch, n), t, nt));
   FZR_SYNC();
   FZR_ALL(fzre_h_scan(H, words, w, n, scratch, t, nt));
   FZR_SYNC();
