@@ -26,6 +26,7 @@
 #define FZK_RATIO_DEC_CUH
 
 #include "ops.h"
+#include "ratio_enc_interp.cuh"
 #include "ratio_phase.cuh"
 
 #define FZR_LANES 32u
@@ -33,7 +34,6 @@
 #define FZR_MAX_SYMS 4096u
 #define FZR_RUNS 15u
 #define FZR_MAX_DIRECT (FZR_MAX_SYMS - 1u - FZR_RUNS)
-#define FZR_TOP 16u
 #define FZR_MAX_LEVELS 6u
 
 /* The job, the same for every chunk. */
@@ -121,9 +121,9 @@ typedef struct fzr_state {
       uint8_t x[FZR_NT];  /* the outlier flag */
     } anc;
   };
-  /* interp */
+  /* interp: the walk's tables (the encoder's, ratio_enc_interp.cuh) */
   double anc_prev; /* the chain's last rebuilt anchor */
-  uint64_t ext[3], str[3], lo[3], hi[3];
+  fzre_ip ip;
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   /* lorenzo, per row: each share's rebuild as a map w -> c w + a of the
    * word before it, and the word before each share */
@@ -550,25 +550,6 @@ static inline FZR_HD uint8_t *fzr_vals(fzr_state *S, const fzr_job *J) {
   return J->out_aligned ? J->out + S->c * J->cb : S->v;
 }
 
-/* The interpolation's walk: the folded extents, strides and the chunk's
- * bounding box (stage_interp.c's walk_init); thread 0. */
-static inline FZR_HD void fzr_walk_init(fzr_state *S, const fzr_job *J) {
-  const uint64_t *ext = J->ext[J->pdims - 1];
-  for (unsigned d = 0; d < 3; d++)
-    S->ext[d] = ext[d];
-  S->str[2] = 1;
-  S->str[1] = ext[2];
-  S->str[0] = ext[2] * ext[1];
-  uint64_t s = S->first, e = s + S->n - 1;
-  S->lo[0] = s / S->str[0];
-  S->hi[0] = e / S->str[0];
-  for (unsigned d = 1; d < 3; d++) {
-    int same = s / S->str[d - 1] == e / S->str[d - 1];
-    S->lo[d] = same ? (s / S->str[d]) % S->ext[d] : 0;
-    S->hi[d] = same ? (e / S->str[d]) % S->ext[d] : S->ext[d] - 1;
-  }
-}
-
 static inline FZR_HD void fzr_flags_clear(fzr_state *S, unsigned t, unsigned nt) {
   for (uint64_t i = t; i < S->n; i += nt)
     S->x[i] = 0;
@@ -595,43 +576,6 @@ static inline FZR_HD void fzr_outliers(fzr_state *S, const fzr_job *J, unsigned 
 
 static inline FZR_HD double fzr_fin0(double v) { return isfinite(v) ? v : 0.0; }
 
-/* The value a prediction reads at i. */
-static inline FZR_HD double fzr_pv(const fzr_state *S, const uint8_t *out, unsigned w,
-                                   uint64_t i) {
-  double v = w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
-  return S->x[i] ? fzr_fin0(v) : v;
-}
-
-/* The value off steps along axis d from element i of the chunk (at
- * coordinate cd of that axis), where that lies in the array and in the
- * chunk. */
-static inline FZR_HD int fzr_near(const fzr_state *S, const uint8_t *out, unsigned w,
-                                  uint64_t cd, unsigned d, uint64_t i, int64_t off, double *v) {
-  int64_t to = (int64_t)cd + off;
-  if (to < 0 || to >= (int64_t)S->ext[d])
-    return 0;
-  int64_t j = (int64_t)i + off * (int64_t)S->str[d];
-  if (j < 0 || j >= (int64_t)S->n)
-    return 0;
-  *v = fzr_pv(S, out, w, (uint64_t)j);
-  return 1;
-}
-
-/* The prediction of element i of the chunk (coordinate cd along axis d)
- * from its neighbours h and 3h away along d. */
-static inline FZR_HD double fzr_predict(const fzr_state *S, const uint8_t *out, unsigned w,
-                                        uint64_t cd, unsigned d, uint64_t i, uint64_t h) {
-  double a = 0, b = 0, cc = 0, e = 0;
-  int64_t sh = (int64_t)h;
-  int hb = fzr_near(S, out, w, cd, d, i, -sh, &b), hc = fzr_near(S, out, w, cd, d, i, sh, &cc);
-  if (hb && hc) {
-    if (fzr_near(S, out, w, cd, d, i, -3 * sh, &a) && fzr_near(S, out, w, cd, d, i, 3 * sh, &e))
-      return (-a + 9.0 * b + 9.0 * cc - e) * 0.0625;
-    return (b + cc) * 0.5;
-  }
-  return hb ? b : hc ? cc : 0.0;
-}
-
 /* Element i's word (its quantized residual, zigzagged). */
 static inline FZR_HD uint64_t fzr_word(const fzr_state *S, unsigned w, uint64_t i) {
   return w == 4 ? ((const uint32_t *)S->a)[i] : ((const uint64_t *)S->a)[i];
@@ -639,65 +583,52 @@ static inline FZR_HD uint64_t fzr_word(const fzr_state *S, unsigned w, uint64_t 
 
 /* Point i rebuilt from its prediction p and its word z (stage_interp.c's
  * point()); returns the value as stored, widened. */
-static inline FZR_HD double fzr_rebuild(const fzr_job *J, uint8_t *out, uint64_t i, uint64_t z,
-                                        double p) {
-  if (J->w == 4) {
+static inline FZR_HD double fzr_rebuild_w(double step, unsigned w, uint8_t *out, uint64_t i,
+                                          uint64_t z, double p) {
+  if (w == 4) {
     int32_t q = (int32_t)fzo_unzigzag32((uint32_t)z);
-    float r = (float)(p + (double)q * J->step);
+    float r = (float)(p + (double)q * step);
     ((float *)out)[i] = r;
     return (double)r;
   }
   int64_t q = (int64_t)fzo_unzigzag64(z);
-  double r = p + (double)q * J->step;
+  double r = p + (double)q * step;
   ((double *)out)[i] = r;
   return r;
 }
 
-static inline FZR_HD uint64_t fzr_first_at(uint64_t lo, uint64_t m, uint64_t r) {
-  uint64_t q = lo <= r ? 0 : (lo - r + m - 1) / m;
-  return q * m + r;
-}
-
-/* The anchors' lattice (every FZR_TOP-th coordinate along each axis) over
- * the chunk's box: its first coordinates, its counts, and its size. */
-static inline FZR_HD uint64_t fzr_anchor_box(const fzr_state *S, uint64_t start[3],
-                                             uint64_t cnt[3]) {
-  for (unsigned j = 0; j < 3; j++) {
-    start[j] = fzr_first_at(S->lo[j], FZR_TOP, 0);
-    cnt[j] = start[j] <= S->hi[j] ? (S->hi[j] - start[j]) / FZR_TOP + 1 : 0;
-  }
-  return cnt[0] * cnt[1] * cnt[2];
+static inline FZR_HD double fzr_rebuild(const fzr_job *J, uint8_t *out, uint64_t i, uint64_t z,
+                                        double p) {
+  return fzr_rebuild_w(J->step, J->w, out, i, z, p);
 }
 
 #define FZR_NO_ANCHOR UINT32_MAX
 
-/* Lattice point k = b nt + t of batch b, in the walk's order (x fastest):
+/* Anchor k = b nt + t of batch b (the walk's pass 0, in memory order):
  * its chunk index, flag, word and (an outlier's) value, which the chain
- * does not change, staged for thread 0; FZR_NO_ANCHOR where k is past the
- * lattice or its point outside the chunk. */
+ * does not change, staged for thread 0; FZR_NO_ANCHOR past the last. */
 static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint64_t b,
                                             unsigned t, unsigned nt) {
-  uint64_t start[3], cnt[3], total = fzr_anchor_box(S, start, cnt), k = b * nt + t;
+  const fzre_ip_pass *ps = &S->ip.pass[0];
+  uint64_t k = b * nt + t;
   S->anc.i[t] = FZR_NO_ANCHOR;
-  if (k >= total)
+  if (k >= ps->end[FZRE_IP_BOXES - 1])
     return;
-  uint64_t a2 = k % cnt[2], r = k / cnt[2], a1 = r % cnt[1], a0 = r / cnt[1];
-  uint64_t g = (start[0] + a0 * FZR_TOP) * S->str[0] + (start[1] + a1 * FZR_TOP) * S->str[1] +
-               start[2] + a2 * FZR_TOP;
-  if (g < S->first || g - S->first >= S->n)
-    return;
-  uint64_t i = g - S->first;
+  unsigned bi = 0;
+  while (k >= ps->end[bi])
+    bi++;
+  uint32_t i = fzre_ip_at(&ps->box[bi], (uint32_t)k - (bi ? ps->end[bi - 1] : 0u));
   const uint8_t *out = fzr_vals(S, J);
   uint8_t x = S->x[i];
-  S->anc.i[t] = (uint32_t)i;
+  S->anc.i[t] = i;
   S->anc.x[t] = x;
   S->anc.q[t] = fzr_word(S, J->w, i);
   S->anc.o[t] = !x ? 0.0 : J->w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
 }
 
 /* Thread 0: the staged anchors, each predicted by the rebuilt one before
- * (the first of the chunk by 0), as fzr_level() rebuilds points and fzr_pv()
- * reads them back. */
+ * (the first of the chunk by 0), as fzr_level() rebuilds points and
+ * fzre_ip_val() reads them back. */
 static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
   double prev = S->anc_prev;
@@ -709,58 +640,36 @@ static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsig
   S->anc_prev = prev;
 }
 
-/* One level (h, d) of the walk: its points depend only on coarser levels
- * and earlier axes, so the block shares them out. */
-static inline FZR_HD void fzr_level(fzr_state *S, const fzr_job *J, uint64_t h, unsigned d,
-                                    unsigned t, unsigned nt) {
+/* One pass (h, d) of the walk (1 .. 12): its points depend only on
+ * earlier passes, so the block shares them out as the encoder does; an
+ * outlier keeps the value fzr_outliers stored. */
+FZRE_IP_FI FZR_HD void fzr_level_w(fzr_state *S, const fzr_job *J, unsigned pass, unsigned w,
+                                   unsigned t, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
-  uint64_t stp[3], start[3], cnt[3];
-  for (unsigned j = 0; j < 3; j++) {
-    stp[j] = j == d ? 2 * h : j < d ? h : 2 * h;
-    start[j] = fzr_first_at(S->lo[j], stp[j], j == d ? h : 0);
-    cnt[j] = start[j] <= S->hi[j] ? (S->hi[j] - start[j]) / stp[j] + 1 : 0;
-  }
-  uint64_t total = cnt[0] * cnt[1] * cnt[2], s = S->first, e = s + S->n - 1;
-  if (t >= total)
-    return;
-  const unsigned w = J->w;
-  const uint64_t h3 = 3 * h, o1 = h * S->str[d], o3 = 3 * o1;
-  /* The thread's points k = t, t + nt, ... (while k < total, that is
-   * a0 < cnt0) as digits (a0, a1, a2) of the radices (cnt0, cnt1, cnt2),
-   * advanced by nt's digits with a carry each: a point costs no division. */
-  uint64_t a2 = t % cnt[2], r = t / cnt[2], a1 = r % cnt[1], a0 = r / cnt[1];
-  uint64_t d2 = nt % cnt[2], dr = nt / cnt[2], d1 = dr % cnt[1], d0 = dr / cnt[1];
-  while (a0 < cnt[0]) {
-    uint64_t c[3] = {start[0] + a0 * stp[0], start[1] + a1 * stp[1], start[2] + a2 * stp[2]};
-    a2 += d2;
-    unsigned cy = a2 >= cnt[2];
-    a2 -= cy ? cnt[2] : 0;
-    a1 += d1 + cy;
-    cy = a1 >= cnt[1];
-    a1 -= cy ? cnt[1] : 0;
-    a0 += d0 + cy;
-    uint64_t g = c[0] * S->str[0] + c[1] * S->str[1] + c[2];
-    if (g < s || g > e)
-      continue;
-    uint64_t i = g - s;
-    /* The point's own flag and word, and (nearly everywhere: all four
-     * neighbours in the array and the chunk) its four neighbours, loaded
-     * before any is used, so that the block waits for the memory once a
-     * point; the rest take fzr_predict's checked path, the same
-     * arithmetic. */
+  const fzre_ip_pass *ps = &S->ip.pass[pass];
+  uint64_t h = (uint64_t)(FZRE_IP_TOP / 2) >> ((pass - 1) / 3);
+  unsigned d = (pass - 1) % 3;
+  uint64_t ed = S->ip.ext[d], off = ps->off;
+  uint32_t n = S->ip.n, total = ps->end[FZRE_IP_BOXES - 1];
+  const double step = J->step;
+  fzre_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t k = t; k < total; k += nt) {
+    uint64_t cd;
+    uint32_t i = fzre_ip_next(ps, &cur, k, t, nt, d, h, &cd);
     uint8_t x = S->x[i];
     uint64_t z = fzr_word(S, w, i);
-    double p;
-    if (c[d] >= h3 && c[d] + h3 < S->ext[d] && i >= o3 && i + o3 < S->n) {
-      double va = fzr_pv(S, out, w, i - o3), vb = fzr_pv(S, out, w, i - o1);
-      double vc = fzr_pv(S, out, w, i + o1), ve = fzr_pv(S, out, w, i + o3);
-      p = (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625;
-    } else {
-      p = fzr_predict(S, out, w, c[d], d, i, h);
-    }
+    double p = fzre_ip_predict(out, S->x, w, i, cd, h, off, ed, n);
     if (!x)
-      fzr_rebuild(J, out, i, z, p);
+      fzr_rebuild_w(step, w, out, i, z, p);
   }
+}
+
+static inline FZR_HD void fzr_level(fzr_state *S, const fzr_job *J, unsigned pass, unsigned t,
+                                    unsigned nt) {
+  if (J->w == 4)
+    fzr_level_w(S, J, pass, 4u, t, nt);
+  else
+    fzr_level_w(S, J, pass, 8u, t, nt);
 }
 
 /* ---- the lorenzo predictor (k >= 1) and quant's own words ---- */
@@ -1026,8 +935,8 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
   if (S->err)
     goto finish;
   if (S->pk == 0 && J->step != 0) {
-    FZR_ALL(fzr_flags_clear(S, t, nt));
-    FZR_ONE(fzr_walk_init(S, J));
+    FZR_ALL(fzr_flags_clear(S, t, nt);
+            fzre_ip_plan(&S->ip, J->ext[J->pdims - 1], S->first, S->n, t));
     FZR_SYNC();
     FZR_ALL(fzr_outliers(S, J, t, nt, 1));
     FZR_SYNC();
@@ -1037,7 +946,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
      * 0 runs through it. */
     FZR_ONE(S->anc_prev = 0);
     {
-      uint64_t start[3], cnt[3], batches = (fzr_anchor_box(S, start, cnt) + nt - 1) / nt;
+      uint64_t batches = (S->ip.pass[0].end[FZRE_IP_BOXES - 1] + nt - 1) / nt;
       for (uint64_t b = 0; b < batches; b++) {
         FZR_ALL(fzr_anchor_gather(S, J, b, t, nt));
         FZR_SYNC();
@@ -1045,11 +954,14 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
         FZR_SYNC();
       }
     }
-    for (uint64_t h = FZR_TOP / 2; h >= 1; h /= 2)
-      for (unsigned d = 0; d < 3; d++) {
-        FZR_ALL(fzr_level(S, J, h, d, t, nt));
-        FZR_SYNC();
-      }
+    /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
+     * barrier. */
+    for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++) {
+      if (S->ip.pass[pass].end[FZRE_IP_BOXES - 1] == 0)
+        continue;
+      FZR_ALL(fzr_level(S, J, pass, t, nt));
+      FZR_SYNC();
+    }
   } else {
     if (S->pk != 0) {
       uint64_t X = J->ext[S->pk - 1][2], end = S->first + S->n;

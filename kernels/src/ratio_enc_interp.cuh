@@ -274,71 +274,109 @@ FZRE_IP_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, cons
   }
 }
 
-/* One pass (h, d): the prediction from the neighbours along d at -3h,
- * -h, +h, +3h that lie in the array and the chunk (stage_interp.c's
- * predict(): the cubic with all four, the mean of the near ones, else the
- * near one there is, else 0), then the point. */
+/* A thread's walk over the points k = t, t + nt, ... of a pass: the
+ * digits (a0, a1, a2) of its point in box b, found by division where k
+ * enters a box and else stepped on by nt's digits, with carries, so that
+ * a point costs no division.  Shared with the decoder (ratio_dec.cuh),
+ * whose walk is this one. */
+typedef struct fzre_ip_cur {
+  const fzre_ip_box *bx;
+  unsigned b;
+  uint32_t a0, a1, a2, d0, d1, d2;
+} fzre_ip_cur;
+
+/* Point k's chunk index and its coordinate along d (*cd); the first call
+ * has k = t and c at box 0, each later one k + nt. */
+FZRE_IP_FI FZR_HD uint32_t fzre_ip_next(const fzre_ip_pass *ps, fzre_ip_cur *c, uint32_t k,
+                                        unsigned t, unsigned nt, unsigned d, uint64_t h,
+                                        uint64_t *cd) {
+  if (k >= ps->end[c->b] || k == t) {
+    while (k >= ps->end[c->b])
+      c->b++;
+    const fzre_ip_box *bx = c->bx = &ps->box[c->b];
+    uint32_t kk = k - (c->b ? ps->end[c->b - 1] : 0u), rest = kk / bx->cnt[2],
+             dr = nt / bx->cnt[2];
+    c->a2 = kk % bx->cnt[2];
+    c->a1 = rest % bx->cnt[1];
+    c->a0 = rest / bx->cnt[1];
+    c->d2 = nt % bx->cnt[2];
+    c->d1 = dr % bx->cnt[1];
+    c->d0 = dr / bx->cnt[1];
+  } else {
+    const fzre_ip_box *bx = c->bx;
+    c->a2 += c->d2;
+    if (c->a2 >= bx->cnt[2]) {
+      c->a2 -= bx->cnt[2];
+      c->a1++;
+    }
+    c->a1 += c->d1;
+    if (c->a1 >= bx->cnt[1]) {
+      c->a1 -= bx->cnt[1];
+      c->a0++;
+    }
+    c->a0 += c->d0;
+  }
+  const fzre_ip_box *bx = c->bx;
+  uint64_t ad = d == 0 ? c->a0 : d == 1 ? c->a1 : c->a2;
+  *cd = bx->cd + ad * 2 * h;
+  return bx->base + c->a0 * bx->si[0] + c->a1 * bx->si[1] + c->a2 * bx->si[2];
+}
+
+/* The rebuilt value at i as a prediction reads it.  flags: NULL where
+ * vals already holds what the engine keeps (the encoder's pv), or the
+ * outlier flags of values stored as they are (the decoder's output),
+ * where an outlier that is not finite reads as 0; the flag is loaded only
+ * for a value that is not finite, which the engine's kept value of any
+ * other point is. */
+FZRE_IP_FI FZR_HD double fzre_ip_val(const uint8_t *vals, const uint8_t *flags, unsigned w,
+                                     uint32_t i) {
+  double v = w == 4 ? (double)((const float *)vals)[i] : ((const double *)vals)[i];
+  return flags == NULL || isfinite(v) || !flags[i] ? v : 0.0;
+}
+
+/* Pass (h, d)'s prediction of point i (coordinate cd along d) from its
+ * neighbours along d at -3h, -h, +h, +3h that lie in the array and the
+ * chunk (stage_interp.c's predict(): the cubic with all four, the mean of
+ * the near ones, else the near one there is, else 0).  off is h times
+ * the stride of d, ed the extent of d.  The four of the cubic, nearly
+ * every point's, are loaded before any is used, so that a point waits
+ * for the memory once. */
+FZRE_IP_FI FZR_HD double fzre_ip_predict(const uint8_t *vals, const uint8_t *flags, unsigned w,
+                                         uint32_t i, uint64_t cd, uint64_t h, uint64_t off,
+                                         uint64_t ed, uint32_t n) {
+  /* cd is an odd multiple of h, so the near neighbour before always
+   * lies in the array. */
+  bool hb = i >= off, hc = cd + h < ed && i + off < n;
+  if (hb && hc && cd >= 3 * h && i >= 3 * off && cd + 3 * h < ed && i + 3 * off < n) {
+    double va = fzre_ip_val(vals, flags, w, (uint32_t)(i - 3 * off));
+    double vb = fzre_ip_val(vals, flags, w, (uint32_t)(i - off));
+    double vc = fzre_ip_val(vals, flags, w, (uint32_t)(i + off));
+    double ve = fzre_ip_val(vals, flags, w, (uint32_t)(i + 3 * off));
+    return (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625;
+  }
+  if (hb && hc)
+    return (fzre_ip_val(vals, flags, w, (uint32_t)(i - off)) +
+            fzre_ip_val(vals, flags, w, (uint32_t)(i + off))) *
+           0.5;
+  return hb   ? fzre_ip_val(vals, flags, w, (uint32_t)(i - off))
+         : hc ? fzre_ip_val(vals, flags, w, (uint32_t)(i + off))
+              : 0.0;
+}
+
+/* One pass (h, d): each of the thread's points predicted and coded. */
 FZRE_IP_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fzre_q *q,
                                        const uint8_t *in, unsigned w, uint8_t *words, uint8_t *bad,
                                        uint8_t *pv, unsigned t, unsigned nt) {
   const fzre_ip_pass *ps = &P->pass[pass];
   uint64_t h = (uint64_t)(FZRE_IP_TOP / 2) >> ((pass - 1) / 3);
   unsigned d = (pass - 1) % 3;
-  uint64_t ed = P->ext[d], off = ps->off, n = P->n;
-  uint32_t total = ps->end[FZRE_IP_BOXES - 1];
-  /* The thread's points k = t, t + nt, ... as digits (a0, a1, a2) in its
-   * box, found by division where k enters a box and else stepped on by
-   * nt's digits, with carries, so that a point costs no division. */
-  unsigned b = 0;
-  const fzre_ip_box *bx = ps->box;
-  uint32_t a0 = 0, a1 = 0, a2 = 0, d0 = 0, d1 = 0, d2 = 0;
+  uint64_t ed = P->ext[d], off = ps->off;
+  uint32_t n = P->n, total = ps->end[FZRE_IP_BOXES - 1];
+  fzre_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
   for (uint32_t k = t; k < total; k += nt) {
-    if (k >= ps->end[b] || k == t) {
-      while (k >= ps->end[b])
-        b++;
-      bx = &ps->box[b];
-      uint32_t kk = k - (b ? ps->end[b - 1] : 0u), rest = kk / bx->cnt[2], dr = nt / bx->cnt[2];
-      a2 = kk % bx->cnt[2];
-      a1 = rest % bx->cnt[1];
-      a0 = rest / bx->cnt[1];
-      d2 = nt % bx->cnt[2];
-      d1 = dr % bx->cnt[1];
-      d0 = dr / bx->cnt[1];
-    } else {
-      a2 += d2;
-      if (a2 >= bx->cnt[2]) {
-        a2 -= bx->cnt[2];
-        a1++;
-      }
-      a1 += d1;
-      if (a1 >= bx->cnt[1]) {
-        a1 -= bx->cnt[1];
-        a0++;
-      }
-      a0 += d0;
-    }
-    uint32_t i = bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
-    uint64_t ad = d == 0 ? a0 : d == 1 ? a1 : a2;
-    uint64_t cd = bx->cd + ad * 2 * h;
-    /* cd is an odd multiple of h, so the near neighbour before always
-     * lies in the array. */
-    bool hb = i >= off, hc = cd + h < ed && i + off < n;
-    double p;
-    if (hb && hc) {
-      double vb = fzre_ip_pv(pv, w, (uint32_t)(i - off)),
-             vc = fzre_ip_pv(pv, w, (uint32_t)(i + off));
-      if (cd >= 3 * h && i >= 3 * off && cd + 3 * h < ed && i + 3 * off < n) {
-        double va = fzre_ip_pv(pv, w, (uint32_t)(i - 3 * off));
-        double ve = fzre_ip_pv(pv, w, (uint32_t)(i + 3 * off));
-        p = (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625;
-      } else {
-        p = (vb + vc) * 0.5;
-      }
-    } else {
-      p = hb   ? fzre_ip_pv(pv, w, (uint32_t)(i - off))
-          : hc ? fzre_ip_pv(pv, w, (uint32_t)(i + off))
-               : 0.0;
-    }
+    uint64_t cd;
+    uint32_t i = fzre_ip_next(ps, &cur, k, t, nt, d, h, &cd);
+    double p = fzre_ip_predict(pv, NULL, w, i, cd, h, off, ed, n);
     fzre_ip_point(q, w, fzre_ip_load(in, w, i), p, words, bad, pv, i);
   }
 }
