@@ -58,16 +58,28 @@
 #define FZRE_H_TOK_BIG FZRE_H_MAX_SYMS /* a word at or above 4096 */
 #define FZRE_H_NTOK (FZRE_H_TOK_BIG + FZRE_H_RUNS + 1u)
 #define FZRE_H_SMALL 1024u /* words counted in shared memory */
+#define FZRE_H_TREE 1024u  /* used symbols whose tree is built in shared memory */
 /* A lane may hold at most 2^15 words (run symbols end at 2^15). */
 #define FZRE_HUFF_MAX_N ((uint64_t)FZRE_H_LANES << FZRE_H_RUNS)
 
-/* The block's shared state of one chunk's coding (about 10.3 KiB). */
+/* A round's tree (fzre_h_len_build): the leaves' weights in sorted order,
+ * the internal nodes' weights, each node's parent and depth (leaves 0 ..
+ * k - 1, internal nodes k .. 2k - 2).  In shared memory for up to
+ * FZRE_H_TREE used symbols, else in the scratch. */
+typedef struct fzre_htree {
+  uint32_t lw[FZRE_H_TREE], nw[FZRE_H_TREE];
+  uint16_t parent[2 * FZRE_H_TREE];
+  uint8_t depth[2 * FZRE_H_TREE];
+} fzre_htree;
+
+/* The block's shared state of one chunk's coding (about 24 KiB). */
 typedef struct fzre_hf {
   uint64_t len;  /* the result: the stream's bytes, or UINT64_MAX */
   uint64_t head; /* bytes before the lanes */
   uint32_t fail; /* nothing to write: len is UINT64_MAX */
   uint32_t e, nsym;
   uint32_t k, built; /* the code's used symbols; its lengths are made */
+  uint32_t maxd;     /* the round's deepest leaf */
   uint32_t runs[FZRE_H_RUNS + 1];    /* tokens of 2^k zeros (0: lone zeros) */
   uint32_t lane_off[FZRE_H_LANES];   /* a lane's first byte after head */
   uint32_t lane_bytes[FZRE_H_LANES];
@@ -80,9 +92,11 @@ typedef struct fzre_hf {
   uint8_t pval[FZRE_H_UNITS][2], pn[FZRE_H_UNITS];
   /* The histogram of the small words (most of them) is counted here, as
    * shared-memory atomics are far cheaper than global ones, then moved to
-   * the table; choose_direct's ranges' cheapest take its place. */
+   * the table; choose_direct's ranges' cheapest take its place, then
+   * the rounds' tree. */
   union {
     uint32_t small[FZRE_H_SMALL];
+    fzre_htree tree;
     struct {
       uint64_t best[FZRE_H_UNITS];
       uint16_t best_e[FZRE_H_UNITS];
@@ -91,9 +105,9 @@ typedef struct fzre_hf {
 } fzre_hf;
 
 #ifdef __cplusplus
-static_assert(sizeof(fzre_hf) <= 12 * 1024, "fzre_hf fits the shared budget");
+static_assert(sizeof(fzre_hf) <= 24 * 1024, "fzre_hf fits the shared budget");
 #else
-_Static_assert(sizeof(fzre_hf) <= 12 * 1024, "fzre_hf fits the shared budget");
+_Static_assert(sizeof(fzre_hf) <= 24 * 1024, "fzre_hf fits the shared budget");
 #endif
 
 /* ---- scratch: the code's tables, 256-byte aligned ---- */
@@ -113,7 +127,8 @@ static inline FZR_HD uint64_t fzre_h_up(uint64_t v, uint64_t a) { return (v + a 
 #define FZRE_H_TCODE (FZRE_H_CODE + 8192u)                      /* u16[4112] */
 #define FZRE_H_TLEN (FZRE_H_TCODE + 8448u)                      /* u8[4112] */
 #define FZRE_H_SYMS (FZRE_H_TLEN + 4352u)                       /* u16[4096] */
-#define FZRE_H_TOKS (FZRE_H_SYMS + 8192u)                      /* u16[n] */
+#define FZRE_H_LW (FZRE_H_SYMS + 8192u)                         /* u32[4096] */
+#define FZRE_H_TOKS (FZRE_H_LW + 16384u)                        /* u16[n] */
 
 /* The tables, the segments' tokens (a u16 a word), then the bitmap of
  * the words other than zero (a u64 per 64 words). */
@@ -128,6 +143,7 @@ static inline FZR_HD uint64_t fzre_huff_scratch(uint64_t n, unsigned w) {
 typedef struct fzre_htab {
   uint32_t *hist, *above, *freq, *weight;
   uint16_t *parent, *order, *spare, *code, *tcode, *syms, *toks;
+  uint32_t *lw;
   uint8_t *depth, *lens, *tlen;
 } fzre_htab;
 
@@ -147,6 +163,7 @@ static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
   b.tlen = s + FZRE_H_TLEN;
   b.syms = (uint16_t *)(s + FZRE_H_SYMS);
   b.toks = (uint16_t *)(s + FZRE_H_TOKS);
+  b.lw = (uint32_t *)(s + FZRE_H_LW);
   return b;
 }
 
@@ -548,44 +565,99 @@ static inline FZR_HD void fzre_h_len_merge(fzre_hf *H, uint8_t *scratch, uint32_
   }
 }
 
-/* Thread 0: the tree over the sorted symbols, its depths; the lengths if
- * no leaf is too deep, else the weights halved for another round. */
-static inline FZR_HD void fzre_h_len_build(fzre_hf *H, uint8_t *scratch) {
+/* A round's tree arrays: the shared ones where the used symbols fit. */
+typedef struct fzre_htp {
+  uint32_t *lw, *nw;
+  uint16_t *parent;
+  uint8_t *depth;
+} fzre_htp;
+static inline FZR_HD fzre_htp fzre_h_tree_of(fzre_hf *H, uint8_t *scratch) {
+  fzre_htp p;
+  if (H->k <= FZRE_H_TREE) {
+    p.lw = H->x.tree.lw;
+    p.nw = H->x.tree.nw;
+    p.parent = H->x.tree.parent;
+    p.depth = H->x.tree.depth;
+  } else {
+    fzre_htab b = fzre_htab_of(scratch);
+    p.lw = b.lw;
+    p.nw = b.weight + FZRE_H_MAX_SYMS;
+    p.parent = b.parent;
+    p.depth = b.depth;
+  }
+  return p;
+}
+
+/* The leaves' weights in sorted order, for the tree's thread. */
+static inline FZR_HD void fzre_h_len_leaves(fzre_hf *H, uint8_t *scratch, unsigned t,
+                                          unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  uint32_t k = H->k;
-  uint32_t *nw = b.weight + FZRE_H_MAX_SYMS; /* the internal nodes' weights */
-  uint32_t li = 0, ii = 0;
+  fzre_htp p = fzre_h_tree_of(H, scratch);
+  for (uint32_t i = t; i < H->k; i += nt)
+    p.lw[i] = b.weight[b.order[i]];
+}
+
+/* Thread 0: the tree over the sorted symbols (two queues, each head's
+ * weight kept at hand), the internal nodes' depths. */
+static inline FZR_HD void fzre_h_len_build(fzre_hf *H, uint8_t *scratch) {
+  fzre_htp p = fzre_h_tree_of(H, scratch);
+  const uint32_t k = H->k;
+  uint32_t li = 0, ii = 0, wl = p.lw[0], wi = 0;
   for (uint32_t made = 0; made < k - 1; made++) {
-    uint32_t pick[2];
+    uint32_t sum = 0;
     for (int c = 0; c < 2; c++) {
-      if (li < k && (ii >= made || b.weight[b.order[li]] <= nw[ii]))
-        pick[c] = li++;
-      else
-        pick[c] = k + ii++;
+      uint32_t id;
+      if (li < k && (ii >= made || wl <= wi)) {
+        id = li++;
+        sum += wl;
+        wl = li < k ? p.lw[li] : 0u;
+      } else {
+        id = k + ii++;
+        sum += wi;
+        wi = ii < made ? p.nw[ii] : 0u;
+      }
+      p.parent[id] = (uint16_t)(k + made);
     }
-    nw[made] = (pick[0] < k ? b.weight[b.order[pick[0]]] : nw[pick[0] - k]) +
-               (pick[1] < k ? b.weight[b.order[pick[1]]] : nw[pick[1] - k]);
-    b.parent[pick[0]] = b.parent[pick[1]] = (uint16_t)(k + made);
+    p.nw[made] = sum;
+    if (ii == made)
+      wi = sum;
   }
   /* Node ids: leaves 0..k-1 in sorted order, then the internal ones; a
    * node's parent is made after it, the root last. */
   uint32_t root = 2 * k - 2;
-  b.depth[root] = 0;
+  p.depth[root] = 0;
+  for (uint32_t id = root; id-- > k;)
+    p.depth[id] = (uint8_t)(p.depth[p.parent[id]] + 1);
+  H->maxd = 0;
+}
+
+/* The leaves' depths and the deepest. */
+static inline FZR_HD void fzre_h_len_depths(fzre_hf *H, uint8_t *scratch, unsigned t,
+                                          unsigned nt) {
+  fzre_htp p = fzre_h_tree_of(H, scratch);
   unsigned maxd = 0;
-  for (uint32_t id = root; id-- > 0;) {
-    b.depth[id] = (uint8_t)(b.depth[b.parent[id]] + 1);
-    if (id < k && b.depth[id] > maxd)
-      maxd = b.depth[id];
+  for (uint32_t i = t; i < H->k; i += nt) {
+    unsigned d = p.depth[p.parent[i]] + 1u;
+    p.depth[i] = (uint8_t)d;
+    maxd = d > maxd ? d : maxd;
   }
-  if (maxd <= FZRE_H_MAX_LEN) {
-    for (uint32_t i = 0; i < k; i++)
-      b.lens[b.order[i]] = b.depth[i];
-    H->built = 1;
-    return;
-  }
-  for (uint32_t i = 0; i < k; i++) {
-    uint32_t *wt = &b.weight[b.order[i]];
-    *wt = (*wt >> 1) + (*wt & 1);
+  FZR_ATOMIC_MAX(&H->maxd, maxd);
+}
+
+/* The lengths if no leaf is too deep, else the weights halved (rounding
+ * up) for another round. */
+static inline FZR_HD void fzre_h_len_take(fzre_hf *H, uint8_t *scratch, unsigned t,
+                                        unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  fzre_htp p = fzre_h_tree_of(H, scratch);
+  const int ok = H->maxd <= FZRE_H_MAX_LEN;
+  for (uint32_t i = t; i < H->k; i += nt) {
+    if (ok) {
+      b.lens[b.order[i]] = p.depth[i];
+    } else {
+      uint32_t *wt = &b.weight[b.order[i]];
+      *wt = (*wt >> 1) + (*wt & 1);
+    }
   }
 }
 
@@ -851,7 +923,14 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
       FZR_ALL(fzre_h_len_copy(tb.order, tb.spare, H->k, t, nt));
       FZR_SYNC();
     }
+    FZR_ALL(fzre_h_len_leaves(H, scratch, t, nt));
+    FZR_SYNC();
     FZR_ONE(fzre_h_len_build(H, scratch));
+    FZR_SYNC();
+    FZR_ALL(fzre_h_len_depths(H, scratch, t, nt));
+    FZR_SYNC();
+    FZR_ALL(fzre_h_len_take(H, scratch, t, nt));
+    FZR_ONE(H->built = H->maxd <= FZRE_H_MAX_LEN);
     FZR_SYNC();
   }
   FZR_ONE(fzre_h_code(H, w, out_cap, scratch));

@@ -372,12 +372,30 @@ FZRE_IP_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fz
   unsigned d = (pass - 1) % 3;
   uint64_t ed = P->ext[d], off = ps->off;
   uint32_t n = P->n, total = ps->end[FZRE_IP_BOXES - 1];
+  if (t >= total)
+    return;
+  /* Each point's value (from the array: the memory's longest wait) is
+   * loaded a point ahead of its turn. */
   fzre_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
-  for (uint32_t k = t; k < total; k += nt) {
-    uint64_t cd;
-    uint32_t i = fzre_ip_next(ps, &cur, k, t, nt, d, h, &cd);
+  uint64_t cd;
+  uint32_t i = fzre_ip_next(ps, &cur, t, t, nt, d, h, &cd);
+  uint64_t x = fzre_ip_load(in, w, i);
+  for (uint32_t k = t;;) {
+    uint32_t k2 = k + nt, i2 = 0;
+    uint64_t cd2 = 0, x2 = 0;
+    const bool more = k2 < total;
+    if (more) {
+      i2 = fzre_ip_next(ps, &cur, k2, t, nt, d, h, &cd2);
+      x2 = fzre_ip_load(in, w, i2);
+    }
     double p = fzre_ip_predict(pv, NULL, w, i, cd, h, off, ed, n);
-    fzre_ip_point(q, w, fzre_ip_load(in, w, i), p, words, bad, pv, i);
+    fzre_ip_point(q, w, x, p, words, bad, pv, i);
+    if (!more)
+      break;
+    k = k2;
+    i = i2;
+    cd = cd2;
+    x = x2;
   }
 }
 
