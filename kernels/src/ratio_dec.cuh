@@ -501,47 +501,56 @@ static inline FZR_HD void fzr_words_clear(fzr_state *S, unsigned t, unsigned nt,
 }
 
 /* Lane l (< 32) decodes its sub-stream into the words, which
- * fzr_words_clear set to zero. */
-static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
-  if (l >= FZR_LANES)
-    return;
-  uint64_t n = S->n, lcap = (n + FZR_LANES - 1) / FZR_LANES, lo = l * lcap;
-  uint64_t cnt = lo < n ? (lo + lcap < n ? lcap : n - lo) : 0;
+ * fzr_words_clear set to zero.  A lane is one thread of the block's first
+ * warp and the other warps wait for it, so a symbol's few instructions
+ * are the phase's length: counts are 32-bit (a chunk has fewer than 2^30
+ * words), w is a constant, and a run and a word take the same path (the
+ * warp's lanes meet one or the other at random). */
+FZRE_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
+  const uint32_t n = (uint32_t)S->n, lcap = (n + FZR_LANES - 1) / FZR_LANES, lo = l * lcap;
+  const uint32_t cnt = lo < n ? (lcap < n - lo ? lcap : n - lo) : 0;
   fzr_reader r;
   fzr_reader_init(&r, S->b + S->lane_beg[l], S->b + S->lane_end[l]);
-  unsigned e = S->e;
-  uint8_t *a = S->a;
-  for (uint64_t j = 0; j < cnt;) {
+  const unsigned e = S->e;
+  const uint32_t *lut = S->lut;
+  uint8_t *a = S->a + (uint64_t)lo * w;
+  for (uint32_t j = 0; j < cnt;) {
     fzr_refill(&r);
-    uint32_t ent = S->lut[r.acc & ((1u << FZR_MAX_LEN) - 1)];
+    uint32_t ent = lut[(uint32_t)r.acc & ((1u << FZR_MAX_LEN) - 1)];
     unsigned ls = ent >> 16, s = ent & 0xffffu;
-    if (ls == 0 || ls > r.nb)
+    /* ls is 0 for a window no code begins, which wraps past any nb. */
+    if (ls - 1u >= r.nb)
       goto bad;
     r.acc >>= ls;
     r.nb -= ls;
-    if (s > e) {
-      uint64_t run = (uint64_t)1 << (s - e);
-      if (run > cnt - j)
-        goto bad;
-      j += run;
-      continue;
-    }
-    uint64_t v = s;
+    /* A run symbol (e + 1 .. e + FZR_RUNS) stands for 2^(s - e) zeros. */
+    uint32_t adv = s > e ? 1u << ((s - e) & 31u) : 1u;
+    if (adv > cnt - j)
+      goto bad;
     if (s == e) {
       uint64_t x, hi = 0;
       if (!fzr_take(&r, w == 8 ? 32 : 8 * w, &x) || (w == 8 && !fzr_take(&r, 32, &hi)))
         goto bad;
-      v = x | hi << 32;
+      fzr_store(a, w, j, x | hi << 32);
+    } else if (s != 0 && s < e) {
+      fzr_store(a, w, j, s);
     }
-    if (v != 0)
-      fzr_store(a, w, lo + j, v);
-    j++;
+    j += adv;
   }
   if (r.left != 0 || r.nb >= 8 || r.acc != 0)
     goto bad;
   return;
 bad:
   FZR_BAD(S);
+}
+
+static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
+  if (l >= FZR_LANES)
+    return;
+  if (w == 4)
+    fzr_huff_lane_w(S, l, 4u);
+  else
+    fzr_huff_lane_w(S, l, 8u);
 }
 
 /* ---- values ---- */

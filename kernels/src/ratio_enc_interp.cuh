@@ -334,6 +334,22 @@ FZRE_IP_FI FZR_HD double fzre_ip_val(const uint8_t *vals, const uint8_t *flags, 
   return flags == NULL || isfinite(v) || !flags[i] ? v : 0.0;
 }
 
+/* Whether all four neighbours of the cubic lie in the array and the
+ * chunk (cd is an odd multiple of h, off h times the stride of d). */
+FZRE_IP_FI FZR_HD bool fzre_ip_cubic(uint32_t i, uint64_t cd, uint64_t h, uint64_t off,
+                                     uint64_t ed, uint32_t n) {
+  return i >= 3 * off && cd >= 3 * h && cd + 3 * h < ed && i + 3 * off < n;
+}
+
+/* The cubic's four neighbours of i, from values the engine keeps. */
+FZRE_IP_FI FZR_HD void fzre_ip_four(const uint8_t *pv, unsigned w, uint32_t i, uint64_t off,
+                                    double *va, double *vb, double *vc, double *ve) {
+  *va = fzre_ip_val(pv, NULL, w, (uint32_t)(i - 3 * off));
+  *vb = fzre_ip_val(pv, NULL, w, (uint32_t)(i - off));
+  *vc = fzre_ip_val(pv, NULL, w, (uint32_t)(i + off));
+  *ve = fzre_ip_val(pv, NULL, w, (uint32_t)(i + 3 * off));
+}
+
 /* Pass (h, d)'s prediction of point i (coordinate cd along d) from its
  * neighbours along d at -3h, -h, +h, +3h that lie in the array and the
  * chunk (stage_interp.c's predict(): the cubic with all four, the mean of
@@ -374,21 +390,34 @@ FZRE_IP_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fz
   uint32_t n = P->n, total = ps->end[FZRE_IP_BOXES - 1];
   if (t >= total)
     return;
-  /* Each point's value (from the array: the memory's longest wait) is
-   * loaded a point ahead of its turn. */
+  /* Each point's value (from the array: the memory's longest wait) and,
+   * where all four lie in the array and the chunk (nearly everywhere),
+   * its four neighbours are loaded a point ahead of its turn: a point of
+   * a pass is never another's neighbour, so its stores cannot change
+   * them. */
   fzre_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
   uint64_t cd;
   uint32_t i = fzre_ip_next(ps, &cur, t, t, nt, d, h, &cd);
   uint64_t x = fzre_ip_load(in, w, i);
+  bool cub = fzre_ip_cubic(i, cd, h, off, ed, n);
+  double va = 0, vb = 0, vc = 0, ve = 0;
+  if (cub)
+    fzre_ip_four(pv, w, i, off, &va, &vb, &vc, &ve);
   for (uint32_t k = t;;) {
     uint32_t k2 = k + nt, i2 = 0;
     uint64_t cd2 = 0, x2 = 0;
+    double va2 = 0, vb2 = 0, vc2 = 0, ve2 = 0;
     const bool more = k2 < total;
+    bool cub2 = false;
     if (more) {
       i2 = fzre_ip_next(ps, &cur, k2, t, nt, d, h, &cd2);
       x2 = fzre_ip_load(in, w, i2);
+      cub2 = fzre_ip_cubic(i2, cd2, h, off, ed, n);
+      if (cub2)
+        fzre_ip_four(pv, w, i2, off, &va2, &vb2, &vc2, &ve2);
     }
-    double p = fzre_ip_predict(pv, NULL, w, i, cd, h, off, ed, n);
+    double p = cub ? (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625
+                   : fzre_ip_predict(pv, NULL, w, i, cd, h, off, ed, n);
     fzre_ip_point(q, w, x, p, words, bad, pv, i);
     if (!more)
       break;
@@ -396,6 +425,11 @@ FZRE_IP_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fz
     i = i2;
     cd = cd2;
     x = x2;
+    cub = cub2;
+    va = va2;
+    vb = vb2;
+    vc = vc2;
+    ve = ve2;
   }
 }
 
