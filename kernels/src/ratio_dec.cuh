@@ -386,9 +386,13 @@ bad:
   S->done = 1;
 }
 
+/* A window no code begins: length 0 and a symbol past every run, which
+ * the lanes take for a run longer than any lane (fzr_huff_lane_w). */
+#define FZR_LUT_NONE 0xffffu
+
 static inline FZR_HD void fzr_lut_clear(fzr_state *S, unsigned t, unsigned nt) {
   for (unsigned x = t; x < (1u << FZR_MAX_LEN); x += nt)
-    S->lut[x] = 0;
+    S->lut[x] = FZR_LUT_NONE;
 }
 
 /* Each symbol's entries; a complete or incomplete prefix code gives every
@@ -413,7 +417,7 @@ static inline FZR_HD void fzr_lut_fill(fzr_state *S, unsigned t, unsigned nt) {
  * bits, zeros above them. */
 typedef struct fzr_reader {
   uint64_t acc;
-  unsigned nb;
+  int nb;           /* below 0 once more bits were taken than the lane had */
   const uint8_t *q; /* the next aligned word */
   uint64_t left;    /* the lane's bytes from q on */
   uint32_t nxt;     /* the word at q, when left > 0 */
@@ -468,11 +472,11 @@ static inline FZR_HD void fzr_refill(fzr_reader *r) {
 
 static inline FZR_HD int fzr_take(fzr_reader *r, unsigned n, uint64_t *v) {
   fzr_refill(r);
-  if (r->nb < n)
+  if (r->nb < (int)n)
     return 0;
   *v = r->acc & ((UINT64_C(1) << n) - 1);
   r->acc >>= n;
-  r->nb -= n;
+  r->nb -= (int)n;
   return 1;
 }
 
@@ -514,17 +518,21 @@ FZRE_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
   const unsigned e = S->e;
   const uint32_t *lut = S->lut;
   uint8_t *a = S->a + (uint64_t)lo * w;
+  /* Each symbol takes at most FZR_MAX_LEN bits, and the reader holds more
+   * than 32 after a refill while the lane has bytes left, so no symbol
+   * needs a test of its own for bits: a lane that takes more than its
+   * bytes hold reads zeros past them and ends with nb below 0, which the
+   * end's test finds (the engine's decoder fails such a lane at the
+   * symbol; the chunk fails either way).  A window no code begins is a
+   * run no lane can hold. */
   for (uint32_t j = 0; j < cnt;) {
     fzr_refill(&r);
     uint32_t ent = lut[(uint32_t)r.acc & ((1u << FZR_MAX_LEN) - 1)];
     unsigned ls = ent >> 16, s = ent & 0xffffu;
-    /* ls is 0 for a window no code begins, which wraps past any nb. */
-    if (ls - 1u >= r.nb)
-      goto bad;
     r.acc >>= ls;
-    r.nb -= ls;
+    r.nb -= (int)ls;
     /* A run symbol (e + 1 .. e + FZR_RUNS) stands for 2^(s - e) zeros. */
-    uint32_t adv = s > e ? 1u << ((s - e) & 31u) : 1u;
+    uint32_t adv = s > e ? 1u << (s - e < 31u ? s - e : 31u) : 1u;
     if (adv > cnt - j)
       goto bad;
     if (s == e) {
@@ -532,12 +540,13 @@ FZRE_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
       if (!fzr_take(&r, w == 8 ? 32 : 8 * w, &x) || (w == 8 && !fzr_take(&r, 32, &hi)))
         goto bad;
       fzr_store(a, w, j, x | hi << 32);
-    } else if (s != 0 && s < e) {
+    } else if (s - 1u < e - 1u) {
+      /* 1 .. e - 1: a word other than zero */
       fzr_store(a, w, j, s);
     }
     j += adv;
   }
-  if (r.left != 0 || r.nb >= 8 || r.acc != 0)
+  if (r.left != 0 || r.nb < 0 || r.nb >= 8 || r.acc != 0)
     goto bad;
   return;
 bad:
@@ -559,9 +568,13 @@ static inline FZR_HD uint8_t *fzr_vals(fzr_state *S, const fzr_job *J) {
   return J->out_aligned ? J->out + S->c * J->cb : S->v;
 }
 
+/* The outlier flags set to zero in coalesced 8-byte stores: they start
+ * 256-byte aligned in the scratch, in a region of cb / 4 bytes (rounded
+ * up to 256), which holds n rounded up to 8. */
 static inline FZR_HD void fzr_flags_clear(fzr_state *S, unsigned t, unsigned nt) {
-  for (uint64_t i = t; i < S->n; i += nt)
-    S->x[i] = 0;
+  uint64_t *x8 = (uint64_t *)S->x;
+  for (uint64_t i = t; i < (S->n + 7) / 8; i += nt)
+    x8[i] = 0;
 }
 
 /* The outliers into the values (and their flags): indices strictly
