@@ -40,6 +40,43 @@
 
 #define MIB ((size_t)1 << 20)
 
+/* -D: jobs carry the field's shape (from its file name, as fz_gpu_bench
+ * takes it), cut to whole planes of it, so that a preset that predicts
+ * along every axis (ratio) sees the array a user would send. */
+static int use_shape;
+static unsigned field_nd;
+static uint64_t field_dims[4];
+
+static uint64_t field_plane(void) {
+  uint64_t plane = 1;
+  for (unsigned d = 1; d < field_nd; d++)
+    plane *= field_dims[d];
+  return plane;
+}
+
+/* A job of about bytes: whole planes of the field where jobs are shaped. */
+static size_t job_bytes(size_t bytes) {
+  if (!use_shape || field_nd < 2)
+    return bytes;
+  size_t unit = 4 * (size_t)field_plane();
+  return bytes / unit > 0 ? bytes / unit * unit : unit;
+}
+
+/* The job's shape for n elements. */
+static unsigned job_shape(size_t n, uint64_t *dims) {
+  if (!use_shape || field_nd < 2 || n % field_plane() != 0) {
+    dims[0] = n;
+    return 1;
+  }
+  dims[0] = n / field_plane();
+  for (unsigned d = 1; d < field_nd; d++)
+    dims[d] = field_dims[d];
+  return field_nd;
+}
+
+/* A size in MiB, rounded (a shaped job is a little below its nominal size). */
+static size_t mib_of(size_t bytes) { return (bytes + MIB / 2) / MIB; }
+
 #define CK(call)                                                                \
   do {                                                                          \
     cudaError_t e_ = (call);                                                    \
@@ -124,8 +161,7 @@ static void dbufs_free(dbufs *b) {
 static void jobs_for(const dbufs *b, const char *preset, double eb, fz_job *cj, fz_job *dj) {
   fz_job_init(cj);
   cj->dtype = "f32";
-  cj->ndims = 1;
-  cj->shape[0] = b->in_len / 4;
+  cj->ndims = job_shape(b->in_len / 4, cj->shape);
   cj->pipeline = preset;
   cj->eb = eb;
   cj->mode = "rel";
@@ -181,7 +217,7 @@ static void print_stages(const char *name, const char *preset, size_t in_len, co
   fprintf(stderr, "%s %s %zu MiB %s, means of %.0f jobs: round trip %.1f us = fzd parse %.1f + "
           "queue %.1f + worker %.1f (backend %.1f) + reply %.1f + outside fzd %.1f us; "
           "in-process %.1f us\n",
-          name, preset, in_len / MIB, dir, k, mean, parse, queue, work, be, reply,
+          name, preset, mib_of(in_len), dir, k, mean, parse, queue, work, be, reply,
           mean - parse - queue - work - reply, mean_here);
 }
 
@@ -191,6 +227,7 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
                        const float *h_x, size_t in_len, const char *preset, double eb) {
   fz_params p;
   fzt_params_1d(&p, FZ_F32, in_len / 4, preset);
+  p.ndims = job_shape(in_len / 4, p.dims);
   p.eb = eb;
   p.eb_mode = FZ_EB_REL;
   char why[256] = "";
@@ -344,7 +381,7 @@ static void bench_size(fz_gpu_ctx *ctx, fz_gpu_decoder *dec, fz_client *c, const
     double zc = gb / quantile(fc, n, 0.5), zd = gb / quantile(fd, n, 0.5);
     printf("| %-10s | %-8s | %zu MiB | %.1f | %.1f | %.1f | %.1f | %.0f%% / %.0f%% | "
            "%.2f / %.2f ms | %s | %s |\n",
-           name, preset, in_len / MIB, ic, id, zc, zd, 100 * zc / ic, 100 * zd / id,
+           name, preset, mib_of(in_len), ic, id, zc, zd, 100 * zc / ic, 100 * zd / id,
            1e3 * first_c, 1e3 * first_d, same ? "yes" : "NO", bound_ok ? "held" : "VIOLATED");
   }
   fflush(stdout);
@@ -429,7 +466,7 @@ static void bench_clients(const char *name, const float *h_x, size_t in_len, con
   double c1 = concurrent(args, 1, FZ_OP_COMPRESS), ck = concurrent(args, k, FZ_OP_COMPRESS);
   double d1 = concurrent(args, 1, FZ_OP_DECOMPRESS), dk = concurrent(args, k, FZ_OP_DECOMPRESS);
   printf("| %-10s | %-8s | %zu MiB x %u jobs | 1 client %.1f / %.1f | %u clients %.1f / %.1f "
-         "| %.2fx / %.2fx |\n", name, preset, in_len / MIB, jobs, c1, d1, k, ck, dk, ck / c1,
+         "| %.2fx / %.2fx |\n", name, preset, mib_of(in_len), jobs, c1, d1, k, ck, dk, ck / c1,
          dk / d1);
   fflush(stdout);
   for (unsigned i = 0; i < k; i++) {
@@ -448,7 +485,9 @@ static float *replicate(const float *x, size_t n, size_t bytes) {
 
 static void usage(FILE *f) {
   fprintf(f, "usage: fz_device_bench -S ADDRESS [-r REPEAT] [-p PRESETS] [-e EB] "
-             "[-c CLIENTS] [-j JOBS] [-s MIB,...] [-z MIB,...] FILE.f32 ...\n"
+             "[-c CLIENTS] [-j JOBS] [-s MIB,...] [-z MIB,...] [-D] FILE.f32 ...\n"
+             "  -D: jobs carry the shape in the file's name (NAME_D0xD1...f32), cut\n"
+             "      to whole planes of it (default: 1-D jobs)\n"
              "  -s: job sizes of the one-client runs (default 1024,64,1)\n"
              "  -z: job sizes of the clients-at-once runs (default 4,256); each client\n"
              "      runs at least JOBS jobs and at least 256 MiB\n");
@@ -469,6 +508,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "-j") && i + 1 < argc) jobs = (unsigned)atoi(argv[++i]);
     else if (!strcmp(argv[i], "-z") && i + 1 < argc) csizes = argv[++i];
     else if (!strcmp(argv[i], "-s") && i + 1 < argc) osizes = argv[++i];
+    else if (!strcmp(argv[i], "-D")) use_shape = 1;
     else if (!strcmp(argv[i], "--help")) {
       usage(stdout);
       return 0;
@@ -518,12 +558,18 @@ int main(int argc, char **argv) {
     const char *base = strrchr(argv[f], '/');
     char name[11];
     snprintf(name, sizeof name, "%s", base ? base + 1 : argv[f]);
+    field_nd = bench_shape(argv[f], field_dims, 4);
+    uint64_t prod = 1;
+    for (unsigned d = 0; d < field_nd; d++)
+      prod *= field_dims[d];
+    if (prod != n)
+      field_nd = 0;
     float *big = replicate(x, n, (size_t)1 << 30);
     char pbuf[256];
     snprintf(pbuf, sizeof pbuf, "%s", presets);
     for (char *sp, *pr = strtok_r(pbuf, ",", &sp); pr; pr = strtok_r(NULL, ",", &sp))
       for (size_t k = 0; k < nsizes; k++)
-        bench_size(ctx, dec, c, name, big, sizes[k], pr, eb);
+        bench_size(ctx, dec, c, name, big, job_bytes(sizes[k]), pr, eb);
     if (f == i && clients > 1) {
       printf("\n| field | preset | jobs | GB/s comp / decomp | | scaling |\n|---|---|---|---|---|---|\n");
       snprintf(pbuf, sizeof pbuf, "%s", presets);
@@ -537,7 +583,7 @@ int main(int argc, char **argv) {
           /* Enough jobs that each client moves 256 MiB: small jobs end
            * within the start-up noise of the threads otherwise. */
           unsigned nj = (unsigned)(256 / mib) > jobs ? (unsigned)(256 / mib) : jobs;
-          bench_clients(name, big, mib * MIB, pr, eb, clients, nj);
+          bench_clients(name, big, job_bytes(mib * MIB), pr, eb, clients, nj);
         }
       }
       printf("\n| field | preset | size | in-process comp GB/s | decomp | fzd comp GB/s | decomp | "
