@@ -108,7 +108,7 @@ typedef struct fzre_state {
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   union {
     fzre_lz lz;
-    fzre_ip ip;
+    fzre_ipe ip;
     fzre_hf hf;
     fzre_rz rz;
   } u;

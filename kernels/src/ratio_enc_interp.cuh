@@ -45,7 +45,7 @@
 #define FZRE_IP_PASSES 13u /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
 
 /* The loops are written once for both widths and compiled for each with w
- * a constant (fzre_ip_level, fzre_ip_anchors), so the device code has no
+ * a constant (fzre_ip_level, fzre_ip_chain), so the device code has no
  * branch on the type per point. */
 #ifdef __CUDACC__
 #define FZRE_IP_FI static __forceinline__
@@ -74,10 +74,20 @@ typedef struct fzre_ip {
   fzre_ip_pass pass[FZRE_IP_PASSES];
 } fzre_ip;
 
+/* The encoder's: the walk's state and a batch of anchors staged for thread
+ * 0's chain (their chunk indices and values' bits, in the walk's order),
+ * with the chain's last rebuilt value. */
+typedef struct fzre_ipe {
+  fzre_ip P;
+  uint64_t ax[FZR_NT];
+  uint32_t ai[FZR_NT];
+  double prev;
+} fzre_ipe;
+
 #ifdef __cplusplus
-static_assert(sizeof(fzre_ip) <= 12288, "fzre_ip must fit in 12 KiB of shared memory");
+static_assert(sizeof(fzre_ipe) <= 12288, "fzre_ipe must fit in 12 KiB of shared memory");
 #else
-_Static_assert(sizeof(fzre_ip) <= 12288, "fzre_ip must fit in 12 KiB of shared memory");
+_Static_assert(sizeof(fzre_ipe) <= 12288, "fzre_ipe must fit in 12 KiB of shared memory");
 #endif
 
 static inline FZR_HD uint64_t fzre_ip_first_at(uint64_t lo, uint64_t m, uint64_t r) {
@@ -233,45 +243,33 @@ FZRE_IP_FI FZR_HD uint32_t fzre_ip_at(const fzre_ip_box *bx, uint32_t k) {
   return bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
 }
 
-#define FZRE_IP_AHEAD 4u
+/* Anchor b + t (the walk's pass 0, in memory order) staged: its chunk
+ * index and its value's bits; past the last, nothing. */
+static inline FZR_HD void fzre_ip_stage(fzre_ipe *E, const uint8_t *in, unsigned w, uint32_t b,
+                                        unsigned t) {
+  const fzre_ip_pass *ps = &E->P.pass[0];
+  uint32_t k = b + t;
+  if (k >= ps->end[FZRE_IP_BOXES - 1])
+    return;
+  unsigned bi = 0;
+  while (k >= ps->end[bi])
+    bi++;
+  uint32_t i = fzre_ip_at(&ps->box[bi], k - (bi ? ps->end[bi - 1] : 0u));
+  E->ai[t] = i;
+  E->ax[t] = fzre_ip_load(in, w, i);
+}
 
-/* Thread 0: the anchors in memory order, each predicted by the rebuilt
- * one before it (the first by 0).  A chunk of a 1-D array has n / 16 of
- * them, and the chain is the arithmetic of one point after another, so
- * the values are loaded FZRE_IP_AHEAD at a time, one group ahead of the one
- * the chain works on: the loads' latency falls behind the arithmetic. */
-FZRE_IP_FI FZR_HD void fzre_ip_anchors_w(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
-                                         unsigned w, uint8_t *words, uint8_t *bad, uint8_t *pv) {
-  const fzre_ip_pass *ps = &P->pass[0];
-  double prev = 0;
-  for (unsigned b = 0; b < FZRE_IP_BOXES; b++) {
-    const fzre_ip_box *bx = &ps->box[b];
-    uint32_t m = ps->end[b] - (b ? ps->end[b - 1] : 0u);
-    uint32_t at[FZRE_IP_AHEAD], nat[FZRE_IP_AHEAD];
-    uint64_t x[FZRE_IP_AHEAD], nx[FZRE_IP_AHEAD];
-    FZR_UNROLL
-    for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
-      at[j] = j < m ? fzre_ip_at(bx, j) : 0u;
-      x[j] = j < m ? fzre_ip_load(in, w, at[j]) : 0u;
-    }
-    for (uint32_t g = 0; g < m; g += FZRE_IP_AHEAD) {
-      FZR_UNROLL
-      for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
-        uint32_t k = g + FZRE_IP_AHEAD + j;
-        nat[j] = k < m ? fzre_ip_at(bx, k) : 0u;
-        nx[j] = k < m ? fzre_ip_load(in, w, nat[j]) : 0u;
-      }
-      FZR_UNROLL
-      for (unsigned j = 0; j < FZRE_IP_AHEAD; j++)
-        if (g + j < m)
-          prev = fzre_ip_point(q, w, x[j], prev, words, bad, pv, at[j]);
-      FZR_UNROLL
-      for (unsigned j = 0; j < FZRE_IP_AHEAD; j++) {
-        at[j] = nat[j];
-        x[j] = nx[j];
-      }
-    }
-  }
+/* Thread 0: m staged anchors, each predicted by the rebuilt one before it
+ * (the chunk's first by 0).  The chain is the arithmetic of one point
+ * after another, so its values wait in shared memory, where the block put
+ * them (a chunk of a 1-D array has n / 16 anchors; thread 0 loading them
+ * from the array itself waited on the memory at every few). */
+FZRE_IP_FI FZR_HD void fzre_ip_chain_w(fzre_ipe *E, const fzre_q *q, unsigned w, uint8_t *words,
+                                       uint8_t *bad, uint8_t *pv, uint32_t m) {
+  double prev = E->prev;
+  for (uint32_t j = 0; j < m; j++)
+    prev = fzre_ip_point(q, w, E->ax[j], prev, words, bad, pv, E->ai[j]);
+  E->prev = prev;
 }
 
 /* A thread's walk over the points k = t, t + nt, ... of a pass: the
@@ -433,12 +431,12 @@ FZRE_IP_FI FZR_HD void fzre_ip_level_w(const fzre_ip *P, unsigned pass, const fz
   }
 }
 
-static inline FZR_HD void fzre_ip_anchors(const fzre_ip *P, const fzre_q *q, const uint8_t *in,
-                                          unsigned w, uint8_t *words, uint8_t *bad, uint8_t *pv) {
+static inline FZR_HD void fzre_ip_chain(fzre_ipe *E, const fzre_q *q, unsigned w, uint8_t *words,
+                                        uint8_t *bad, uint8_t *pv, uint32_t m) {
   if (w == 4)
-    fzre_ip_anchors_w(P, q, in, 4u, words, bad, pv);
+    fzre_ip_chain_w(E, q, 4u, words, bad, pv, m);
   else
-    fzre_ip_anchors_w(P, q, in, 8u, words, bad, pv);
+    fzre_ip_chain_w(E, q, 8u, words, bad, pv, m);
 }
 
 static inline FZR_HD void fzre_ip_level(const fzre_ip *P, unsigned pass, const fzre_q *q,
@@ -457,10 +455,11 @@ static inline FZR_HD void fzre_ip_level(const fzre_ip *P, unsigned pass, const f
  * first + n - 1 of the array, w = 4 (f32) or 8 (f64); pv: scratch of n * w
  * bytes, the rebuilt values.  in, words and pv aligned for the type.
  * Every thread of the block calls it; valid for all once it returns. */
-static inline FZR_HD void fzre_interp(fzre_ip *P, const fzre_q *q, const uint64_t ext[3],
+static inline FZR_HD void fzre_interp(fzre_ipe *E, const fzre_q *q, const uint64_t ext[3],
                                       const uint8_t *in, unsigned w, uint64_t n, uint64_t first,
                                       uint8_t *words, uint8_t *bad, uint8_t *pv) {
   FZR_T0;
+  fzre_ip *P = &E->P;
   FZR_ALL(fzre_ip_plan(P, ext, first, n, t));
   FZR_SYNC();
   /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
@@ -471,8 +470,16 @@ static inline FZR_HD void fzre_interp(fzre_ip *P, const fzre_q *q, const uint64_
   unsigned live = 0;
   for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++)
     live |= (P->pass[pass].end[FZRE_IP_BOXES - 1] != 0 ? 1u : 0u) << pass;
-  FZR_ONE(fzre_ip_anchors(P, q, in, w, words, bad, pv));
-  FZR_SYNC();
+  /* The anchors, a batch of nt at a time: the block stages them, thread 0
+   * chains them. */
+  const uint32_t na = P->pass[0].end[FZRE_IP_BOXES - 1];
+  FZR_ONE(E->prev = 0);
+  for (uint32_t b = 0; b < na; b += nt) {
+    FZR_ALL(fzre_ip_stage(E, in, w, b, t));
+    FZR_SYNC();
+    FZR_ONE(fzre_ip_chain(E, q, w, words, bad, pv, na - b < nt ? na - b : nt));
+    FZR_SYNC();
+  }
   for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++) {
     if (!((live >> pass) & 1u))
       continue;

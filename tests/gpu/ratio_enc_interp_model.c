@@ -103,7 +103,7 @@ static void same(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void
   uint8_t *words = malloc(n * w), *bad = malloc(n), *pv = malloc(n * w);
   uint8_t *mine = malloc(side_cap);
   uint32_t *idx = malloc(4 * n);
-  fzre_ip *P = malloc(sizeof *P);
+  fzre_ipe *P = malloc(sizeof *P);
   cr_assert(codes && side && work && words && bad && pv && mine && idx && P);
   size_t len = fze_interp_encode(q, ip, t, in, n, first, codes, side, work);
 
