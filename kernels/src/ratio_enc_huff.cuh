@@ -72,7 +72,7 @@ typedef struct fzre_htree {
   uint8_t depth[2 * FZRE_H_TREE];
 } fzre_htree;
 
-/* The block's shared state of one chunk's coding (about 24 KiB). */
+/* The block's shared state of one chunk's coding (about 21 KiB). */
 typedef struct fzre_hf {
   uint64_t len;  /* the result: the stream's bytes, or UINT64_MAX */
   uint64_t head; /* bytes before the lanes */

@@ -243,18 +243,24 @@ FZRE_IP_FI FZR_HD uint32_t fzre_ip_at(const fzre_ip_box *bx, uint32_t k) {
   return bx->base + a0 * bx->si[0] + a1 * bx->si[1] + a2 * bx->si[2];
 }
 
-/* Anchor b + t (the walk's pass 0, in memory order) staged: its chunk
- * index and its value's bits; past the last, nothing. */
+/* The chunk index of anchor k (point k of the walk's pass 0, in memory
+ * order; k below the pass's count).  The decoder's anchors too. */
+FZRE_IP_FI FZR_HD uint32_t fzre_ip_anchor(const fzre_ip_pass *ps, uint32_t k) {
+  unsigned bi = 0;
+  while (k >= ps->end[bi])
+    bi++;
+  return fzre_ip_at(&ps->box[bi], k - (bi ? ps->end[bi - 1] : 0u));
+}
+
+/* Anchor b + t staged: its chunk index and its value's bits; past the
+ * last, nothing. */
 static inline FZR_HD void fzre_ip_stage(fzre_ipe *E, const uint8_t *in, unsigned w, uint32_t b,
                                         unsigned t) {
   const fzre_ip_pass *ps = &E->P.pass[0];
   uint32_t k = b + t;
   if (k >= ps->end[FZRE_IP_BOXES - 1])
     return;
-  unsigned bi = 0;
-  while (k >= ps->end[bi])
-    bi++;
-  uint32_t i = fzre_ip_at(&ps->box[bi], k - (bi ? ps->end[bi - 1] : 0u));
+  uint32_t i = fzre_ip_anchor(ps, k);
   E->ai[t] = i;
   E->ax[t] = fzre_ip_load(in, w, i);
 }
