@@ -636,7 +636,10 @@ static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint
   S->anc.i[t] = FZR_NO_ANCHOR;
   if (k >= ps->end[FZRE_IP_BOXES - 1])
     return;
-  uint32_t i = fzre_ip_anchor(ps, (uint32_t)k);
+  unsigned bi = 0;
+  while (k >= ps->end[bi])
+    bi++;
+  uint32_t i = fzre_ip_at(&ps->box[bi], (uint32_t)k - (bi ? ps->end[bi - 1] : 0u));
   const uint8_t *out = fzr_vals(S, J);
   uint8_t x = S->x[i];
   S->anc.i[t] = i;

@@ -244,7 +244,7 @@ FZRE_IP_FI FZR_HD uint32_t fzre_ip_at(const fzre_ip_box *bx, uint32_t k) {
 }
 
 /* The chunk index of anchor k (point k of the walk's pass 0, in memory
- * order; k below the pass's count).  The decoder's anchors too. */
+ * order; k below the pass's count). */
 FZRE_IP_FI FZR_HD uint32_t fzre_ip_anchor(const fzre_ip_pass *ps, uint32_t k) {
   unsigned bi = 0;
   while (k >= ps->end[bi])
