@@ -45,6 +45,28 @@ extern "C" uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels,
   return fzre_layout_of(cb, w, levels).stride * slots;
 }
 
+#ifdef FZR_PHASE_CLOCK
+#include <stdio.h>
+/* A measuring build: each phase's share of the blocks' clock cycles in
+ * the launch just made, on stderr (ratio_phase.cuh, FZR_CLK). */
+static void phase_report(const char *what, cudaStream_t s) {
+  unsigned long long sum[FZR_CLK_PHASES], zero[FZR_CLK_PHASES] = {0}, all = 0;
+  cudaStreamSynchronize(s);
+  cudaMemcpyFromSymbol(sum, fzr_clk_sum, sizeof sum);
+  cudaMemcpyToSymbol(fzr_clk_sum, zero, sizeof zero);
+  for (unsigned k = 0; k < FZR_CLK_PHASES; k++)
+    all += sum[k];
+  fprintf(stderr, "phase clock %s: %.3g Gcycles", what, all / 1e9);
+  for (unsigned k = 0; k < FZR_CLK_PHASES; k++)
+    if (sum[k])
+      fprintf(stderr, " %u:%.1f%%", k, 100.0 * sum[k] / (all ? all : 1));
+  fprintf(stderr, "\n");
+}
+#define PHASE_REPORT(what, s) phase_report(what, s)
+#else
+#define PHASE_REPORT(what, s) ((void)0)
+#endif
+
 /* One launch of a chunk kernel taking its job by value. */
 template <typename Job>
 static int launch_job(const fzk_kern *k, unsigned which, void (*aot)(Job), unsigned grid,
@@ -54,7 +76,9 @@ static int launch_job(const fzk_kern *k, unsigned which, void (*aot)(Job), unsig
     return fzk_jit_launch(k->fn[which], grid, FZR_NT, 0, s, args);
   }
   aot<<<grid, FZR_NT, 0, s>>>(*J);
-  return (int)cudaGetLastError();
+  int e = (int)cudaGetLastError();
+  PHASE_REPORT(which == FZR_K_DECODE ? "decode" : "encode", s);
+  return e;
 }
 
 extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStream_t s) {

@@ -925,6 +925,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
   FZR_ONE(fzr_begin(S, J, c, slot));
   FZR_ALL(fzr_lut_clear(S, t, nt));
   FZR_SYNC();
+  FZR_CLK(40);
   if (S->done)
     goto finish;
   for (unsigned l = J->levels; l >= 1; l--) {
@@ -943,14 +944,18 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
         goto finish;
     }
   }
+  FZR_CLK(41);
   FZR_ONE(fzr_huff_head(S));
   FZR_SYNC();
+  FZR_CLK(42);
   if (S->done)
     goto finish;
   FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, J->w));
   FZR_SYNC();
+  FZR_CLK(43);
   FZR_ALL(fzr_huff_lane(S, t, J->w));
   FZR_SYNC();
+  FZR_CLK(44);
   /* pwrel chunks must name lorenzo; a lossless one has no outliers. */
   FZR_ONE(if ((J->pwrel && S->pk == 0) || (J->step == 0 && S->m != 0)) S->err = 1);
   FZR_SYNC();
@@ -960,8 +965,10 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     FZR_ALL(fzr_flags_clear(S, t, nt);
             fzre_ip_plan(&S->ip, J->ext[J->pdims - 1], S->first, S->n, t));
     FZR_SYNC();
+    FZR_CLK(45);
     FZR_ALL(fzr_outliers(S, J, t, nt, 1));
     FZR_SYNC();
+    FZR_CLK(46);
     if (S->err)
       goto finish;
     /* The anchors are a chain: the block stages a batch of them, thread
@@ -976,6 +983,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
         FZR_SYNC();
       }
     }
+    FZR_CLK(47);
     /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
      * barrier. */
     for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++) {
@@ -983,6 +991,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
         continue;
       FZR_ALL(fzr_level(S, J, pass, t, nt));
       FZR_SYNC();
+      FZR_CLK(48 + pass);
     }
   } else {
     if (S->pk != 0) {
@@ -1005,6 +1014,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     FZR_ALL(fzr_copy_out(S, J, t, nt));
 finish:
   FZR_SYNC();
+  FZR_CLK(61);
   if (S->skip_crc) {
     FZR_ONE(J->crcs[c] = 0);
     return;
@@ -1017,6 +1027,7 @@ finish:
   }
   uint32_t crc = fzr_crc_block(S->part, S->fac, S->in, S->len, J->crc_tab);
   FZR_ONE(J->crcs[c] = crc; if (S->err) fzr_flag(J->status));
+  FZR_CLK(62);
 }
 
 #endif

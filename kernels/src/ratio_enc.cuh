@@ -206,12 +206,14 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
   const unsigned w = J->w;
   FZR_ONE(fzre_begin(S, J, c, slot));
   FZR_SYNC();
+  FZR_CLK(0);
   const uint64_t n = S->n, first = S->first;
   /* Quant's words and side list, and lorenzo's best k priced on them. */
   fzre_quant(&S->u.lz, &S->q, S->in, n, w, S->a, S->bad);
   fzre_side_write(&S->u.lz, S->bad, S->in, n, w, S->sq, S->x);
   FZR_ONE(S->side_l = S->u.lz.side_len);
   FZR_SYNC();
+  FZR_CLK(1);
   for (unsigned k = 1; k <= J->pdims; k++) {
     fzre_lz_price(&S->u.lz, J->ext[k - 1], S->a, w, n, first);
     FZR_ONE(if (S->u.lz.cost < S->best) { S->best = S->u.lz.cost; S->k = k; });
@@ -220,10 +222,12 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
   FZR_ONE(S->cost_l = S->best + ((8 * S->side_l) << 16);
           S->skip = J->pwrel != 0 || J->lorenzo != 0);
   FZR_SYNC();
+  FZR_CLK(2);
   if (!S->skip && S->q.step != 0) {
     fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 1], S->in, w, n, first);
     FZR_ONE(fzre_judge(S, J));
     FZR_SYNC();
+    FZR_CLK(3);
   }
   if (!S->skip) {
     if (S->q.step == 0) {
@@ -238,19 +242,23 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
       FZR_ONE(S->side_i = S->u.lz.side_len);
     }
     FZR_SYNC();
+    FZR_CLK(7);
     fzre_cost_every(&S->u.lz, S->b, w, n, FZRE_COST_STEP);
     FZR_ONE(S->cost_i = S->u.lz.cost + ((8 * S->side_i) << 16));
     FZR_SYNC();
+    FZR_CLK(8);
   }
   FZR_ONE(S->pk = J->lorenzo || S->cost_l < S->cost_i ? S->k : 0u);
   FZR_SYNC();
   if (S->pk)
     fzre_lz_encode(J->ext[S->pk - 1], S->a, S->b, w, n, first);
   FZR_SYNC();
+  FZR_CLK(9);
   /* A code as long as the chunk cannot make it smaller. */
   fzre_huff(&S->u.hf, S->b, w, n, S->h, S->raw - 1, S->x);
   FZR_ONE(S->hlen = S->u.hf.len);
   FZR_SYNC();
+  FZR_CLK(16);
   if (S->hlen == UINT64_MAX) {
     FZR_ONE(S->len = S->raw);
   } else {
@@ -258,11 +266,14 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
     FZR_ONE(S->rlen = S->u.rz.len; fzre_frame(S));
   }
   FZR_SYNC();
+  FZR_CLK(17);
   FZR_ALL(fzre_emit(S, t, nt));
   FZR_SYNC();
+  FZR_CLK(18);
   /* The chunk's CRC-32C as the decoder checks it. */
   uint32_t crc = fzr_crc_block(S->part, S->fac, S->out, S->len, J->crc_tab);
   FZR_ONE(J->crcs[c] = crc; J->sizes[c] = (uint32_t)S->len);
+  FZR_CLK(19);
 }
 
 #endif

@@ -898,8 +898,10 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_ONE(H->fail = 0);
   FZR_ALL(fzre_h_clear(H, scratch, t, nt); fzre_h_mask(words, w, n, fzre_h_mask_of(scratch, n), t, nt));
   FZR_SYNC();
+  FZR_CLK(10);
   FZR_ALL(fzre_h_scan(H, words, w, n, scratch, t, nt));
   FZR_SYNC();
+  FZR_CLK(11);
   FZR_ALL(fzre_h_join(H, n, t, nt); fzre_h_merge(H, scratch, t, nt));
   FZR_SYNC();
   FZR_ALL(fzre_h_sums(H, scratch, t, nt));
@@ -910,6 +912,7 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_SYNC();
   FZR_ONE(fzre_h_freq(H, scratch));
   FZR_SYNC();
+  FZR_CLK(12);
   fzre_htab tb = fzre_htab_of(scratch);
   while (!H->built) {
     FZR_ALL(fzre_h_len_copy(tb.order, tb.syms, H->k, t, nt));
@@ -935,6 +938,7 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   }
   FZR_ONE(fzre_h_code(H, w, out_cap, scratch));
   FZR_SYNC();
+  FZR_CLK(13);
   if (H->fail)
     return;
   FZR_ALL(fzre_h_tokens(H, scratch, t, nt));
@@ -943,10 +947,12 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_SYNC();
   FZR_ONE(fzre_h_place(H, out_cap));
   FZR_SYNC();
+  FZR_CLK(14);
   if (H->fail)
     return;
   FZR_ALL(fzre_h_write(H, words, w, n, out, scratch, t, nt));
   FZR_SYNC();
+  FZR_CLK(15);
   FZR_ALL(fzre_h_seams(H, out, t, nt));
   FZR_SYNC();
 }

@@ -468,6 +468,7 @@ static inline FZR_HD void fzre_interp(fzre_ipe *E, const fzre_q *q, const uint64
   fzre_ip *P = &E->P;
   FZR_ALL(fzre_ip_plan(P, ext, first, n, t));
   FZR_SYNC();
+  FZR_CLK(4);
   /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
    * barrier.  Which they are is taken now, into each thread's own mask:
    * after the last pass's barrier the caller's next piece may already
@@ -486,11 +487,13 @@ static inline FZR_HD void fzre_interp(fzre_ipe *E, const fzre_q *q, const uint64
     FZR_ONE(fzre_ip_chain(E, q, w, words, bad, pv, na - b < nt ? na - b : nt));
     FZR_SYNC();
   }
+  FZR_CLK(5);
   for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++) {
     if (!((live >> pass) & 1u))
       continue;
     FZR_ALL(fzre_ip_level(P, pass, q, in, w, words, bad, pv, t, nt));
     FZR_SYNC();
+    FZR_CLK(20 + pass);
   }
 }
 

@@ -53,6 +53,7 @@ extern "C" __global__ void __launch_bounds__(FZR_NT, FZR_DEC_PER_SM)
 fzr_decode_kernel(fzr_job J) {
   __shared__ fzr_state S;
   __shared__ unsigned long long next;
+  FZR_CLK_START();
   for (unsigned long long c; (c = fzr_take(J.ticket, &next)) < J.nchunks;)
     fzr_chunk(&S, &J, c, blockIdx.x);
 }
@@ -61,6 +62,7 @@ extern "C" __global__ void __launch_bounds__(FZR_NT, FZRE_ENC_PER_SM)
 fzre_encode_kernel(fzre_job J) {
   __shared__ fzre_state S;
   __shared__ unsigned long long next;
+  FZR_CLK_START();
   for (unsigned long long c; (c = fzr_take(J.ticket, &next)) < J.nchunks;)
     fzre_chunk(&S, &J, c, blockIdx.x);
 }

@@ -68,6 +68,34 @@ static int fzr_host_reverse;
 static inline void fzr_flag(uint32_t *st) { *st |= 1u; }
 #endif
 
+/* FZR_PHASE_CLOCK (a measuring build only, never the product's): thread 0
+ * of each block adds the clock cycles since its last mark to phase k's
+ * sum at FZR_CLK(k), which sits just after a barrier; ratio.cu prints the
+ * sums after each launch.  Elsewhere the marks are nothing. */
+#if defined(__CUDACC__) && defined(FZR_PHASE_CLOCK)
+#define FZR_CLK_PHASES 64
+__device__ unsigned long long fzr_clk_sum[FZR_CLK_PHASES];
+__device__ unsigned long long fzr_clk_mark[2048];
+#endif
+#if defined(__CUDA_ARCH__) && defined(FZR_PHASE_CLOCK)
+#define FZR_CLK_START()                                                        \
+  do {                                                                         \
+    if (threadIdx.x == 0)                                                      \
+      fzr_clk_mark[blockIdx.x] = clock64();                                    \
+  } while (0)
+#define FZR_CLK(k)                                                             \
+  do {                                                                         \
+    if (threadIdx.x == 0) {                                                    \
+      unsigned long long now_ = clock64();                                     \
+      atomicAdd(&fzr_clk_sum[(k)], now_ - fzr_clk_mark[blockIdx.x]);           \
+      fzr_clk_mark[blockIdx.x] = now_;                                         \
+    }                                                                          \
+  } while (0)
+#else
+#define FZR_CLK_START() do { } while (0)
+#define FZR_CLK(k) do { } while (0)
+#endif
+
 /* The low l bits of v (1 <= l <= 32) in reverse order: a canonical
  * code as the bit readers take it, least significant bit first. */
 static inline FZR_HD unsigned fzr_rev(unsigned v, unsigned l) {

@@ -180,6 +180,32 @@ if [ "${FZ_GPU_PROFILE:-0}" != 0 ] && command -v ncu > /dev/null; then
     "$report" | grep -v "^ *---" | head -200
 fi
 
+# ---- the ratio kernels' phases -------------------------------------------
+# FZ_GPU_PHASE_CLOCK=1: a second build with -DFZR_PHASE_CLOCK (its own
+# directory; ratio_phase.cuh), whose ratio kernels sum each phase's clock
+# cycles on thread 0 of every block, and one fz_gpu_bench run of the ratio
+# preset on the first field and on $FZ_PHASE_INPUTS (more fields); each
+# launch prints its phases' shares of the cycles ("phase clock").
+if [ "${FZ_GPU_PHASE_CLOCK:-0}" != 0 ]; then
+  step ratio kernels by phase
+  clk=$build-clock
+  cmake -S . -B "$clk" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_FLAGS="$cuda_flags -DFZR_PHASE_CLOCK" > "$logs/configure-clock.log" 2>&1 &&
+    cmake --build "$clk" -j16 --target fz_gpu_bench > "$logs/build-clock.log" 2>&1 ||
+    { tail -40 "$logs/build-clock.log"; exit 1; }
+  pin=()
+  for f in "$fields"/*.f32; do [ -f "$f" ] && { pin=("$f"); break; }; done
+  # shellcheck disable=SC2206
+  pin+=(${FZ_PHASE_INPUTS:-})
+  for f in "${pin[@]}"; do
+    "$clk/tests/bench/fz_gpu_bench" -r 1 -p ratio -e "${FZ_PHASE_EB:-1e-2,1e-3,1e-4}" "$f" \
+      > "$logs/phase-clock.md" 2> "$logs/phase-clock.err" ||
+      { summary+=("phase clock: FAILED"); status=1; }
+    echo "$f"
+    sed -n "/phase clock/p" "$logs/phase-clock.err"
+  done
+fi
+
 # ---- service on the GPU ---------------------------------------------------
 # FZ_GPU_RUN_SERVICE=1 (or "tests" / "bench" for one half): fzd on the GPU
 # backend (tests/gpu/gpu_service.c), then tests/bench/fzctl_bench.sh with
