@@ -127,7 +127,7 @@ typedef struct fzr_state {
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   /* lorenzo, per row: each share's rebuild as a map w -> c w + a of the
    * word before it, and the word before each share */
-  uint64_t lz_a[FZR_NT], lz_in[FZR_NT];
+  uint64_t lz_a[FZR_NT], lz_in[FZR_NT], lz_wsy;
   uint8_t lz_c[FZR_NT];
 } fzr_state;
 
@@ -707,17 +707,22 @@ static inline FZR_HD unsigned fzr_top_bit(unsigned m) {
   return b;
 }
 
-/* Lorenzo's words rebuilt row by row (stage_lorenzo.c's prediction,
- * with the chunk's own axis dropping).  Within a row of x, the prediction
- * splits into the word before (along x, when the element keeps the x axis)
- * and terms of the rows before, already rebuilt:
- *   w[i] = c w[i-1] + a,  c = [x kept],
- *   a = r + sum over nonempty S of the kept y, z: (-1)^(|S|+1)
- *       (w[i - off(S)] - c w[i - 1 - off(S)])   (modulo 2^bits),
- * so the row is a chain of affine maps: each thread composes its share's,
- * thread 0 chains the shares, each thread applies its share.  A row's first
- * element never keeps x (x = 0, or the chunk's first element), so every
- * row starts from nothing. */
+/* Lorenzo's words rebuilt as prefix sums (stage_lorenzo.c's prediction,
+ * with the chunk's own axis dropping).  Where every element took all the
+ * axes it has neighbours on, with the elements before the chunk read as
+ * zero, the residuals would be the differences of the words along x, y
+ * and z, and the words their prefix sums along x (restarting where x is
+ * 0), then y, then z (modulo 2^bits): each a scan along one stride, whose
+ * lines are independent.  The chunk's dropping differs from that reading
+ * only at a few elements near its start, where an axis is dropped whose
+ * corner holds words of the chunk (element sy, and sz .. sz + sy), and
+ * there the difference is a sum of words at 0 .. sy, which are rebuilt
+ * first (a scan along x and one element).  Those residuals are moved by
+ * their difference, and the three scans rebuild every word.
+ *
+ * The state of a scan: each thread's share of a line summarised as a map
+ * v -> c v + a of the word before it (c 0 where the share restarts),
+ * the shares' maps chained line by line, and the word before each share. */
 
 /* The axes element i (x along its row) is predicted from. */
 static inline FZR_HD unsigned fzr_lz_axes(uint64_t i, uint64_t x, unsigned ax, uint64_t sy,
@@ -732,92 +737,306 @@ static inline FZR_HD uint64_t fzr_lz_ld(const uint8_t *a, unsigned w, uint64_t i
   return w == 4 ? ((const uint32_t *)a)[i] : ((const uint64_t *)a)[i];
 }
 
-/* Row r's share for thread t: elements [*g0, *g1) of the array. */
-static inline FZR_HD void fzr_lz_share(const fzr_state *S, uint64_t X, uint64_t r, unsigned t,
-                                       unsigned nt, uint64_t *g0, uint64_t *g1) {
-  uint64_t R = r * X, end = S->first + S->n;
-  uint64_t lo = R > S->first ? R : S->first, hi = R + X < end ? R + X : end;
-  uint64_t per = (hi - lo + nt - 1) / nt;
-  if (per < 16)
-    per = 16;
-  *g0 = lo + per * t < hi ? lo + per * t : hi;
-  *g1 = *g0 + per < hi ? *g0 + per : hi;
+static inline FZR_HD uint64_t fzr_unzz(uint64_t z, unsigned w) {
+  return w == 4 ? fzo_unzigzag32((uint32_t)z) : fzo_unzigzag64(z);
 }
 
-static inline FZR_HD void fzr_lz_local(fzr_state *S, const fzr_job *J, uint64_t r, unsigned t,
-                                       unsigned nt) {
-  const uint64_t *ext = J->ext[S->pk - 1];
-  uint64_t X = ext[2], Y = ext[1], sy = X, sz = X * Y, g0, g1;
-  unsigned w = J->w;
-  uint64_t mask = w == 4 ? 0xffffffffull : ~0ull;
-  fzr_lz_share(S, X, r, t, nt, &g0, &g1);
-  unsigned ax = (r % Y > 0 ? 2u : 0u) | (r / Y > 0 ? 4u : 0u);
-  uint64_t C = 1, A = 0;
-  uint8_t *v = S->a;
-  for (uint64_t g = g0; g < g1; g++) {
-    uint64_t i = g - S->first;
-    unsigned m = fzr_lz_axes(i, g - r * X, ax, sy, sz);
-    uint64_t c = m & 1u, z0 = fzr_lz_ld(v, w, i);
-    uint64_t a = w == 4 ? fzo_unzigzag32((uint32_t)z0) : fzo_unzigzag64(z0);
-    /* The terms one step back along x only where x is kept: elsewhere
-     * they may lie before the chunk. */
-    if (m & 2u)
-      a += fzr_lz_ld(v, w, i - sy) - (c ? fzr_lz_ld(v, w, i - 1 - sy) : 0);
-    if (m & 4u)
-      a += fzr_lz_ld(v, w, i - sz) - (c ? fzr_lz_ld(v, w, i - 1 - sz) : 0);
-    if ((m & 6u) == 6u)
-      a -= fzr_lz_ld(v, w, i - sy - sz) - (c ? fzr_lz_ld(v, w, i - 1 - sy - sz) : 0);
-    a &= mask;
-    fzr_store(v, w, i, a);
-    A = (c * A + a) & mask;
-    C &= c;
+static inline FZR_HD uint64_t fzr_zz(uint64_t d, unsigned w) {
+  return w == 4 ? fzo_zigzag32((uint32_t)d) : fzo_zigzag64(d);
+}
+
+/* One scan: the elements [lo, hi) of the chunk in lines of stride s
+ * (elements lo + q, lo + q + s, ...), the axis's coordinate of an element
+ * ((first + i) / s) % e; an element adds the word s before it unless that
+ * coordinate is 0 or the word lies before the chunk.  zz: the words in
+ * [lo, hi) are zigzagged residuals.  Lines beyond the thread count are
+ * taken whole by a thread each; fewer lines are cut into pieces, at most
+ * FZR_NT in all. */
+typedef struct fzr_scan {
+  uint64_t lo, hi, s, e;
+  uint32_t nl, np;   /* lines, pieces per line */
+  uint64_t per;      /* positions per piece */
+  unsigned zz;
+} fzr_scan;
+
+static inline FZR_HD fzr_scan fzr_scan_of(uint64_t lo, uint64_t hi, uint64_t s, uint64_t e,
+                                          unsigned zz, unsigned nt) {
+  fzr_scan c;
+  c.lo = lo;
+  c.hi = hi > lo ? hi : lo;
+  c.s = s;
+  c.e = e;
+  c.zz = zz;
+  uint64_t len = c.hi - c.lo, nl = len < s ? len : s;
+  c.nl = (uint32_t)(nl < 0xffffffffull ? nl : 0xffffffffull);
+  c.np = c.nl == 0 || c.nl >= nt ? 1u : nt / c.nl;
+  uint64_t lmax = c.nl ? (len + s - 1) / s : 0;
+  c.per = (lmax + c.np - 1) / c.np;
+  return c;
+}
+
+/* Piece p of line q: its first element, its count, and the axis's
+ * coordinate there. */
+static inline FZR_HD uint64_t fzr_scan_piece(const fzr_scan *c, uint64_t first, uint32_t q,
+                                             uint32_t p, uint64_t *cnt, uint64_t *co) {
+  uint64_t len = c->hi - c->lo, llen = (len - q + c->s - 1) / c->s;
+  uint64_t k0 = (uint64_t)p * c->per, k1 = k0 + c->per < llen ? k0 + c->per : llen;
+  uint64_t i = c->lo + q + k0 * c->s;
+  *cnt = k1 > k0 ? k1 - k0 : 0;
+  *co = ((first + i) / c->s) % c->e;
+  return i;
+}
+
+/* The word at i as the scan adds it. */
+FZRE_IP_FI FZR_HD uint64_t fzr_scan_val(const uint8_t *v, unsigned w, unsigned zz, uint64_t i) {
+  uint64_t z = fzr_lz_ld(v, w, i);
+  return zz ? fzr_unzz(z, w) : z;
+}
+
+/* Thread t's piece summarised (lines cut into pieces only). */
+FZRE_IP_FI FZR_HD void fzr_scan_sum_w(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t) {
+  if (c->np < 2 || t >= c->nl * c->np)
+    return;
+  uint64_t cnt, co, C = 1, A = 0;
+  uint64_t i = fzr_scan_piece(c, S->first, t % c->nl, t / c->nl, &cnt, &co);
+  const uint8_t *v = S->a;
+  for (uint64_t k = 0; k < cnt; k++, i += c->s) {
+    uint64_t x = fzr_scan_val(v, w, c->zz, i);
+    if (co == 0 || i < c->s) {
+      C = 0;
+      A = x;
+    } else {
+      A += x;
+    }
+    co = co + 1 == c->e ? 0 : co + 1;
   }
   S->lz_c[t] = (uint8_t)C;
   S->lz_a[t] = A;
 }
 
-static inline FZR_HD void fzr_lz_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
-  uint64_t mask = J->w == 4 ? 0xffffffffull : ~0ull, wv = 0;
-  for (unsigned t = 0; t < nt; t++) {
-    S->lz_in[t] = wv;
-    wv = ((uint64_t)S->lz_c[t] * wv + S->lz_a[t]) & mask;
+/* Line q < nl (a thread each): the word before each of its pieces. */
+static inline FZR_HD void fzr_scan_chain(fzr_state *S, const fzr_scan *c, unsigned w,
+                                         unsigned t) {
+  if (c->np < 2 || t >= c->nl)
+    return;
+  uint64_t i0 = c->lo + t, wv = i0 >= c->s ? fzr_lz_ld(S->a, w, i0 - c->s) : 0;
+  for (uint32_t p = 0; p < c->np; p++) {
+    uint32_t k = p * c->nl + t;
+    S->lz_in[k] = wv;
+    wv = S->lz_c[k] ? wv + S->lz_a[k] : S->lz_a[k];
   }
 }
 
-static inline FZR_HD void fzr_lz_apply(fzr_state *S, const fzr_job *J, uint64_t r, unsigned t,
-                                       unsigned nt) {
+/* The scan of n elements from i on (a line's piece), from the word before
+ * it; four loaded ahead of their sums, since the stores may alias them as
+ * the compiler sees it. */
+FZRE_IP_FI FZR_HD void fzr_scan_run(uint8_t *v, unsigned w, const fzr_scan *c, uint64_t i,
+                                    uint64_t cnt, uint64_t co, uint64_t wv) {
+  const uint64_t s = c->s, mask = w == 4 ? 0xffffffffull : ~0ull;
+  uint64_t k = 0;
+  for (; k + 4 <= cnt; k += 4, i += 4 * s) {
+    uint64_t x[4];
+    FZR_UNROLL
+    for (unsigned j = 0; j < 4; j++)
+      x[j] = fzr_scan_val(v, w, c->zz, i + j * s);
+    FZR_UNROLL
+    for (unsigned j = 0; j < 4; j++) {
+      wv = co == 0 || i + j * s < s ? x[j] : wv + x[j];
+      co = co + 1 == c->e ? 0 : co + 1;
+      fzr_store(v, w, i + j * s, wv & mask);
+    }
+  }
+  for (; k < cnt; k++, i += s) {
+    uint64_t x = fzr_scan_val(v, w, c->zz, i);
+    wv = co == 0 || i < s ? x : wv + x;
+    co = co + 1 == c->e ? 0 : co + 1;
+    fzr_store(v, w, i, wv & mask);
+  }
+}
+
+/* Thread t's pieces rebuilt: its piece from the chained word before it,
+ * or (lines not cut) its whole lines from the word before each. */
+FZRE_IP_FI FZR_HD void fzr_scan_apply_w(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t,
+                                        unsigned nt) {
+  uint64_t cnt, co;
+  if (c->np >= 2) {
+    if (t >= c->nl * c->np)
+      return;
+    uint64_t i = fzr_scan_piece(c, S->first, t % c->nl, t / c->nl, &cnt, &co);
+    fzr_scan_run(S->a, w, c, i, cnt, co, S->lz_in[t]);
+    return;
+  }
+  for (uint64_t q = t; q < c->nl; q += nt) {
+    uint64_t i = fzr_scan_piece(c, S->first, (uint32_t)q, 0, &cnt, &co);
+    fzr_scan_run(S->a, w, c, i, cnt, co, i >= c->s ? fzr_lz_ld(S->a, w, i - c->s) : 0);
+  }
+}
+
+static inline FZR_HD void fzr_scan_sum(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t) {
+  if (w == 4)
+    fzr_scan_sum_w(S, c, 4u, t);
+  else
+    fzr_scan_sum_w(S, c, 8u, t);
+}
+
+static inline FZR_HD void fzr_scan_apply(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t,
+                                         unsigned nt) {
+  if (w == 4)
+    fzr_scan_apply_w(S, c, 4u, t, nt);
+  else
+    fzr_scan_apply_w(S, c, 8u, t, nt);
+}
+
+/* The whole block: one scan, its pieces chained where lines are cut. */
+static inline FZR_HD void fzr_scan_block(fzr_state *S, const fzr_scan *c, unsigned w) {
+  FZR_T0;
+  if (c->nl == 0)
+    return;
+  if (c->np >= 2) {
+    FZR_ALL(fzr_scan_sum(S, c, w, t));
+    FZR_SYNC();
+    FZR_ALL(fzr_scan_chain(S, c, w, t));
+    FZR_SYNC();
+  }
+  FZR_ALL(fzr_scan_apply(S, c, w, t, nt));
+  FZR_SYNC();
+}
+
+/* The chunk's element i: its coordinates' axes (x > 0, y > 0, z > 0 as
+ * bits 1, 2, 4) and the axes the chunk lets it use. */
+static inline FZR_HD unsigned fzr_lz_masks(const fzr_state *S, const uint64_t *ext, uint64_t i,
+                                           unsigned *m) {
+  uint64_t X = ext[2], Y = ext[1], g = S->first + i, r = g / X, x = g - r * X;
+  unsigned ax = (r % Y > 0 ? 2u : 0u) | (r / Y > 0 ? 4u : 0u);
+  *m = fzr_lz_axes(i, x, ax, X, X * Y);
+  return (x > 0 ? 1u : 0u) | ax;
+}
+
+/* A rebuilt word of 0 .. sy (the words before p0 are rebuilt in S->a,
+ * word p0 is S->lz_wsy); 0 before the chunk. */
+static inline FZR_HD uint64_t fzr_lz_early(const fzr_state *S, unsigned w, uint64_t p0,
+                                           uint64_t i, uint64_t off) {
+  if (off > i)
+    return 0;
+  return i - off == p0 ? S->lz_wsy : fzr_lz_ld(S->a, w, i - off);
+}
+
+/* The sum over the axis sets S of mask within `all` with some axis outside
+ * `keep` of (-1)^|S| times the word at i - off(S): what element i's
+ * residual moves by when the axes `all` \ `keep` are taken with the zero
+ * reading (keep = 0, all = the axes kept: minus the prediction). */
+static inline FZR_HD uint64_t fzr_lz_terms(const fzr_state *S, unsigned w, uint64_t p0,
+                                           uint64_t i, unsigned all, unsigned keep,
+                                           uint64_t sy, uint64_t sz) {
+  uint64_t d = 0;
+  for (unsigned set = 1; set < 8; set++) {
+    if ((set & ~all) != 0 || (set & ~keep) == 0)
+      continue;
+    uint64_t v = fzr_lz_early(S, w, p0, i, fzr_corner(set, sy, sz));
+    unsigned odd = (set & 1u) ^ ((set >> 1) & 1u) ^ ((set >> 2) & 1u);
+    d = odd ? d - v : d + v;
+  }
+  return d;
+}
+
+/* Thread 0: word sy rebuilt from the words before it (when both y and z
+ * are there; its own axes are x and y at most). */
+static inline FZR_HD void fzr_lz_wsy(fzr_state *S, const fzr_job *J, uint64_t p0) {
   const uint64_t *ext = J->ext[S->pk - 1];
-  uint64_t X = ext[2], Y = ext[1], sy = X, sz = X * Y, g0, g1;
+  uint64_t sy = ext[2], sz = ext[2] * ext[1];
+  unsigned w = J->w, m;
+  S->lz_wsy = 0;
+  if (ext[1] < 2 || ext[0] < 2 || p0 != sy || sy >= S->n)
+    return;
+  (void)fzr_lz_masks(S, ext, sy, &m);
+  /* The prediction is minus the sum of the terms with the zero reading
+   * of every axis it keeps. */
+  uint64_t p = 0 - fzr_lz_terms(S, w, p0, sy, m, 0, sy, sz);
+  S->lz_wsy = fzr_unzz(fzr_lz_ld(S->a, w, sy), w) + p;
+}
+
+/* The residuals that the zero reading moves: element sy (y there) and
+ * sz .. sz + sy (z there; sz .. sz alone without y), a thread each. */
+static inline FZR_HD void fzr_lz_fix(fzr_state *S, const fzr_job *J, uint64_t p0, unsigned t,
+                                     unsigned nt) {
+  const uint64_t *ext = J->ext[S->pk - 1];
+  uint64_t sy = ext[2], sz = ext[2] * ext[1], n = S->n;
   unsigned w = J->w;
   uint64_t mask = w == 4 ? 0xffffffffull : ~0ull;
-  fzr_lz_share(S, X, r, t, nt, &g0, &g1);
-  unsigned ax = (r % Y > 0 ? 2u : 0u) | (r / Y > 0 ? 4u : 0u);
-  uint64_t wv = S->lz_in[t];
-  uint8_t *v = S->a;
-  for (uint64_t g = g0; g < g1; g++) {
-    uint64_t i = g - S->first;
-    uint64_t c = fzr_lz_axes(i, g - r * X, ax, sy, sz) & 1u;
-    wv = (c * wv + fzr_lz_ld(v, w, i)) & mask;
-    fzr_store(v, w, i, wv);
+  int hy = ext[1] > 1, hz = ext[0] > 1;
+  uint64_t na = hy && sy < n ? 1u : 0u, zhi = sz + (hy ? sy : 0) + 1;
+  uint64_t nb = hz && sz < n ? (zhi < n ? zhi : n) - sz : 0u;
+  for (uint64_t k = t; k < na + nb; k += nt) {
+    uint64_t i = k < na ? sy : sz + (k - na);
+    unsigned m, M = fzr_lz_masks(S, ext, i, &m);
+    if (m == M)
+      continue;
+    uint64_t d = fzr_lz_terms(S, w, p0, i, M, m, sy, sz);
+    uint64_t r = fzr_unzz(fzr_lz_ld(S->a, w, i), w) + d;
+    fzr_store(S->a, w, i, fzr_zz(r & mask, w));
+  }
+}
+
+/* The chunk's words rebuilt from lorenzo's residuals (k = S->pk). */
+static inline FZR_HD void fzr_lorenzo(fzr_state *S, const fzr_job *J) {
+  FZR_T0;
+  const uint64_t *ext = J->ext[S->pk - 1];
+  const uint64_t X = ext[2], Y = ext[1], Z = ext[0], n = S->n;
+  const unsigned w = J->w;
+  const int hy = Y > 1, hz = Z > 1;
+  /* The words before p0 rebuilt along x: all a fix needs, with word sy. */
+  uint64_t p0 = hy && hz ? (X < n ? X : n) : (n < 1 ? n : 1);
+  if (hy || hz) {
+    fzr_scan c0 = fzr_scan_of(0, p0, 1, X, 1, nt);
+    fzr_scan_block(S, &c0, w);
+    FZR_ONE(fzr_lz_wsy(S, J, p0));
+    FZR_SYNC();
+    FZR_ALL(fzr_lz_fix(S, J, p0, t, nt));
+    FZR_SYNC();
+  } else {
+    p0 = 0;
+  }
+  fzr_scan cx = fzr_scan_of(p0, n, 1, X, 1, nt);
+  fzr_scan_block(S, &cx, w);
+  if (hy) {
+    fzr_scan cy = fzr_scan_of(0, n, X, Y, 0, nt);
+    fzr_scan_block(S, &cy, w);
+  }
+  if (hz) {
+    fzr_scan cz = fzr_scan_of(0, n, X * Y, Z, 0, nt);
+    fzr_scan_block(S, &cz, w);
   }
 }
 
 /* quant's decoding of the words (or their copy, lossless). */
+static inline FZR_HD void fzr_dq_one(const fzr_job *J, uint8_t *out, uint64_t i, uint64_t c) {
+  if (J->w == 4)
+    ((float *)out)[i] = J->step == 0 ? fzo_bits_f32((uint32_t)c)
+                        : J->pwrel   ? fzo_pw_dequant_f32((uint32_t)c, (uint32_t)J->step)
+                                     : fzo_dequant_f32((uint32_t)c, J->step);
+  else
+    ((double *)out)[i] = J->step == 0 ? fzo_bits_f64(c)
+                         : J->pwrel   ? fzo_pw_dequant_f64(c, (uint64_t)J->step)
+                                      : fzo_dequant_f64(c, J->step);
+}
+
+/* Four words loaded ahead of their values' stores (which may alias them
+ * as the compiler sees it). */
 static inline FZR_HD void fzr_dequant(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
-  for (uint64_t i = t; i < S->n; i += nt) {
-    if (J->w == 4) {
-      uint32_t c = ((const uint32_t *)S->a)[i];
-      ((float *)out)[i] = J->step == 0 ? fzo_bits_f32(c)
-                          : J->pwrel   ? fzo_pw_dequant_f32(c, (uint32_t)J->step)
-                                       : fzo_dequant_f32(c, J->step);
-    } else {
-      uint64_t c = ((const uint64_t *)S->a)[i];
-      ((double *)out)[i] = J->step == 0 ? fzo_bits_f64(c)
-                           : J->pwrel   ? fzo_pw_dequant_f64(c, (uint64_t)J->step)
-                                        : fzo_dequant_f64(c, J->step);
-    }
+  const uint64_t n = S->n;
+  uint64_t i = t;
+  for (; i + 3 * (uint64_t)nt < n; i += 4 * (uint64_t)nt) {
+    uint64_t c[4];
+    FZR_UNROLL
+    for (unsigned j = 0; j < 4; j++)
+      c[j] = fzr_lz_ld(S->a, J->w, i + j * nt);
+    FZR_UNROLL
+    for (unsigned j = 0; j < 4; j++)
+      fzr_dq_one(J, out, i + j * nt, c[j]);
   }
+  for (; i < n; i += nt)
+    fzr_dq_one(J, out, i, fzr_lz_ld(S->a, J->w, i));
 }
 
 /* ---- the chunk's CRC-32C and raw chunks ---- */
@@ -994,17 +1213,8 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
       FZR_CLK(48 + pass);
     }
   } else {
-    if (S->pk != 0) {
-      uint64_t X = J->ext[S->pk - 1][2], end = S->first + S->n;
-      for (uint64_t r = S->first / X; r * X < end; r++) {
-        FZR_ALL(fzr_lz_local(S, J, r, t, nt));
-        FZR_SYNC();
-        FZR_ONE(fzr_lz_chain(S, J, nt));
-        FZR_SYNC();
-        FZR_ALL(fzr_lz_apply(S, J, r, t, nt));
-        FZR_SYNC();
-      }
-    }
+    if (S->pk != 0)
+      fzr_lorenzo(S, J);
     FZR_ALL(fzr_dequant(S, J, t, nt));
     FZR_SYNC();
     FZR_ALL(fzr_outliers(S, J, t, nt, 0));
