@@ -177,10 +177,24 @@ static inline FZR_HD uint64_t fzre_quant_one(const fzre_q *q, uint64_t bits, uns
   return ok ? (uint64_t)c : 0u;
 }
 
+/* A thread's values are loaded four at a time before any is coded: as
+ * the compiler sees them the words' and flags' stores may alias the
+ * input, so a loop of one load, its coding and its stores would wait for
+ * the memory at every value. */
 static inline FZR_HD void fzre_quant_part(const fzre_q *q, const uint8_t *in, uint64_t n,
                                           unsigned w, uint8_t *words, uint8_t *bad, unsigned t,
                                           unsigned nt) {
-  for (uint64_t i = t; i < n; i += nt)
+  uint64_t i = t;
+  for (; i + 3 * (uint64_t)nt < n; i += 4 * (uint64_t)nt) {
+    uint64_t v[4];
+    FZR_UNROLL
+    for (unsigned j = 0; j < 4; j++)
+      v[j] = fzre_ld(in, w, i + j * nt);
+    FZR_UNROLL
+    for (unsigned j = 0; j < 4; j++)
+      fzre_st(words, w, i + j * nt, fzre_quant_one(q, v[j], w, &bad[i + j * nt]));
+  }
+  for (; i < n; i += nt)
     fzre_st(words, w, i, fzre_quant_one(q, fzre_ld(in, w, i), w, &bad[i]));
 }
 
