@@ -110,8 +110,13 @@ typedef struct fzr_state {
   uint64_t lane_beg[FZR_LANES], lane_end[FZR_LANES];
   uint8_t lens[FZR_MAX_SYMS];
   uint16_t code[FZR_MAX_SYMS];
+  uint32_t hkraft, hbad;          /* the header's Kraft sum; a length too long */
+  uint32_t hnum[FZR_MAX_LEN + 1]; /* symbols of each length */
   union {
     uint32_t lut[1u << FZR_MAX_LEN];
+    /* the header, before the table: each thread's count of each length
+     * among its symbols, then the count before its own */
+    uint16_t hcnt[FZR_NT][FZR_MAX_LEN + 1];
     /* interp, after huffman: a batch of anchors staged for thread 0's
      * chain (fzr_anchor_gather), in the walk's order */
     struct {
@@ -327,10 +332,18 @@ static inline FZR_HD void fzr_lv_next(fzr_state *S, unsigned l) {
 
 /* ---- huffman ---- */
 
-/* Thread 0: the stream's header, the canonical codes. */
-static inline FZR_HD void fzr_huff_head(fzr_state *S) {
+/* The huffman header, over the block: thread 0 frames it (the escape e,
+ * the symbols, the lanes' bytes), each thread takes its share of the
+ * symbols' lengths (their Kraft terms and its count of each length), the
+ * counts before each thread are summed a length a thread, and each thread
+ * gives its symbols their canonical codes (by length, then symbol: the
+ * length's first code plus the symbols of that length before it).  The
+ * checks are the engine's, and fail the chunk alike. */
+static inline FZR_HD void fzr_huff_frame(fzr_state *S) {
   const uint8_t *in = S->b;
   uint64_t in_len = S->hlen;
+  S->hkraft = 0;
+  S->hbad = 0;
   if (in_len < 2)
     goto bad;
   {
@@ -338,18 +351,7 @@ static inline FZR_HD void fzr_huff_head(fzr_state *S) {
     if (e < 1 || e > FZR_MAX_DIRECT)
       goto bad;
     uint64_t head = 2 + (nsym + 1) / 2 + 4 * FZR_LANES;
-    if (in_len < head)
-      goto bad;
-    uint32_t kraft = 0;
-    for (unsigned s = 0; s < nsym; s++) {
-      unsigned l = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
-      S->lens[s] = (uint8_t)l;
-      if (l > FZR_MAX_LEN)
-        goto bad;
-      if (l)
-        kraft += 1u << (FZR_MAX_LEN - l);
-    }
-    if (kraft == 0 || kraft > (1u << FZR_MAX_LEN) || ((nsym & 1) && (in[2 + nsym / 2] >> 4)))
+    if (in_len < head || ((nsym & 1) && (in[2 + nsym / 2] >> 4)))
       goto bad;
     uint64_t pos = head;
     for (unsigned l = 0; l < FZR_LANES; l++) {
@@ -364,26 +366,74 @@ static inline FZR_HD void fzr_huff_head(fzr_state *S) {
       goto bad;
     S->e = e;
     S->nsym = nsym;
-    unsigned count[FZR_MAX_LEN + 1] = {0}, next[FZR_MAX_LEN + 2];
-    for (unsigned s = 0; s < nsym; s++)
-      count[S->lens[s]]++;
-    count[0] = 0;
-    unsigned c = 0;
-    for (unsigned l = 1; l <= FZR_MAX_LEN; l++) {
-      c = (c + count[l - 1]) << 1;
-      next[l] = c;
-    }
-    for (unsigned s = 0; s < nsym; s++) {
-      unsigned l = S->lens[s];
-      if (l == 0)
-        continue;
-      S->code[s] = (uint16_t)fzr_rev(next[l]++, l);
-    }
   }
   return;
 bad:
   S->err = 1;
   S->done = 1;
+}
+
+static inline FZR_HD void fzr_sym_share(unsigned nsym, unsigned t, unsigned nt, unsigned *lo,
+                                        unsigned *hi) {
+  unsigned per = (nsym + nt - 1) / nt;
+  *lo = per * t < nsym ? per * t : nsym;
+  *hi = per * (t + 1) < nsym ? per * (t + 1) : nsym;
+}
+
+static inline FZR_HD void fzr_huff_lens(fzr_state *S, unsigned t, unsigned nt) {
+  const uint8_t *in = S->b;
+  unsigned lo, hi;
+  uint32_t kraft = 0, bad = 0;
+  for (unsigned l = 0; l <= FZR_MAX_LEN; l++)
+    S->hcnt[t][l] = 0;
+  fzr_sym_share(S->nsym, t, nt, &lo, &hi);
+  for (unsigned s = lo; s < hi; s++) {
+    unsigned l = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
+    S->lens[s] = (uint8_t)l;
+    if (l > FZR_MAX_LEN) {
+      bad = 1;
+    } else if (l) {
+      kraft += 1u << (FZR_MAX_LEN - l);
+      S->hcnt[t][l]++;
+    }
+  }
+  if (kraft)
+    FZR_ATOMIC_ADD(&S->hkraft, kraft);
+  if (bad)
+    FZR_ATOMIC_OR(&S->hbad, 1u);
+}
+
+/* Length l = t (1 .. 12): the counts before each thread; thread 0 checks
+ * the Kraft sum. */
+static inline FZR_HD void fzr_huff_sums(fzr_state *S, unsigned t, unsigned nt) {
+  if (t == 0 && (S->hbad || S->hkraft == 0 || S->hkraft > (1u << FZR_MAX_LEN))) {
+    S->err = 1;
+    S->done = 1;
+  }
+  if (t < 1 || t > FZR_MAX_LEN)
+    return;
+  uint32_t sum = 0;
+  for (unsigned u = 0; u < nt; u++) {
+    uint32_t v = S->hcnt[u][t];
+    S->hcnt[u][t] = (uint16_t)sum;
+    sum += v;
+  }
+  S->hnum[t] = sum;
+}
+
+static inline FZR_HD void fzr_huff_codes(fzr_state *S, unsigned t, unsigned nt) {
+  unsigned lo, hi, first[FZR_MAX_LEN + 1], c = 0;
+  first[0] = 0;
+  for (unsigned l = 1; l <= FZR_MAX_LEN; l++) {
+    c = (c + (l > 1 ? S->hnum[l - 1] : 0u)) << 1;
+    first[l] = c + S->hcnt[t][l];
+  }
+  fzr_sym_share(S->nsym, t, nt, &lo, &hi);
+  for (unsigned s = lo; s < hi; s++) {
+    unsigned l = S->lens[s];
+    if (l)
+      S->code[s] = (uint16_t)fzr_rev(first[l]++, l);
+  }
 }
 
 /* A window no code begins: length 0 and a symbol past every run, which
@@ -1142,7 +1192,6 @@ static inline FZR_HD void fzr_copy_out(fzr_state *S, const fzr_job *J, unsigned 
 static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, uint64_t slot) {
   FZR_T0;
   FZR_ONE(fzr_begin(S, J, c, slot));
-  FZR_ALL(fzr_lut_clear(S, t, nt));
   FZR_SYNC();
   FZR_CLK(40);
   if (S->done)
@@ -1164,11 +1213,21 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     }
   }
   FZR_CLK(41);
-  FZR_ONE(fzr_huff_head(S));
+  FZR_ONE(fzr_huff_frame(S));
   FZR_SYNC();
-  FZR_CLK(42);
   if (S->done)
     goto finish;
+  FZR_ALL(fzr_huff_lens(S, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzr_huff_sums(S, t, nt));
+  FZR_SYNC();
+  if (S->done)
+    goto finish;
+  FZR_ALL(fzr_huff_codes(S, t, nt));
+  FZR_SYNC();
+  FZR_CLK(42);
+  FZR_ALL(fzr_lut_clear(S, t, nt));
+  FZR_SYNC();
   FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, J->w));
   FZR_SYNC();
   FZR_CLK(43);
