@@ -80,6 +80,8 @@ typedef struct fzre_hf {
   uint32_t e, nsym;
   uint32_t k, built; /* the code's used symbols; its lengths are made */
   uint32_t maxd;     /* the round's deepest leaf */
+  unsigned long long hbits; /* the stream's bits by the code (fzre_h_code_count) */
+  uint32_t hnum[FZRE_H_MAX_LEN + 1]; /* the symbols of each length */
   uint32_t runs[FZRE_H_RUNS + 1];    /* tokens of 2^k zeros (0: lone zeros) */
   uint32_t lane_off[FZRE_H_LANES];   /* a lane's first byte after head */
   uint32_t lane_bytes[FZRE_H_LANES];
@@ -101,6 +103,9 @@ typedef struct fzre_hf {
       uint64_t best[FZRE_H_UNITS];
       uint16_t best_e[FZRE_H_UNITS];
     } c;
+    /* the canonical codes: each thread's count of each length among its
+     * symbols, then the count before its own */
+    uint16_t cnt[FZR_NT][FZRE_H_MAX_LEN + 1];
   } x;
 } fzre_hf;
 
@@ -518,23 +523,6 @@ static inline FZR_HD uint64_t fzre_h_key(const uint32_t *wt, uint16_t s) {
   return (uint64_t)wt[s] << 16 | s;
 }
 
-/* Thread 0: the weights, the used symbols in symbol order; one used
- * symbol gets length 1 (the engine's special case). */
-static inline FZR_HD void fzre_h_len_init(fzre_hf *H, uint8_t *scratch) {
-  fzre_htab b = fzre_htab_of(scratch);
-  uint32_t k = 0;
-  for (unsigned s = 0; s < H->nsym; s++) {
-    b.weight[s] = b.freq[s];
-    b.lens[s] = 0;
-    if (b.freq[s])
-      b.syms[k++] = (uint16_t)s;
-  }
-  H->k = k;
-  H->built = k == 1;
-  if (k == 1)
-    b.lens[b.syms[0]] = 1;
-}
-
 static inline FZR_HD void fzre_h_len_copy(uint16_t *dst, const uint16_t *src, uint32_t k,
                                         unsigned t, unsigned nt) {
   for (uint32_t i = t; i < k; i += nt)
@@ -719,10 +707,17 @@ static inline FZR_HD void fzre_h_above(fzre_hf *H, unsigned w, uint8_t *scratch,
   }
 }
 
+/* Thread t's share of the nsym symbols: [lo, hi). */
+static inline FZR_HD void fzre_h_syms_share(unsigned nsym, unsigned t, unsigned nt, unsigned *lo,
+                                            unsigned *hi) {
+  unsigned per = (nsym + nt - 1) / nt;
+  *lo = per * t < nsym ? per * t : nsym;
+  *hi = per * (t + 1) < nsym ? per * (t + 1) : nsym;
+}
+
 /* Thread 0: the number of direct symbols (the ranges' cheapest, in
- * order), the symbols' frequencies, the code lengths' first round. */
-static inline FZR_HD void fzre_h_freq(fzre_hf *H, uint8_t *scratch) {
-  fzre_htab b = fzre_htab_of(scratch);
+ * order). */
+static inline FZR_HD void fzre_h_pick(fzre_hf *H) {
   uint64_t best = UINT64_MAX;
   unsigned e = 1;
   for (unsigned u = 0; u < FZRE_H_UNITS; u++)
@@ -730,48 +725,116 @@ static inline FZR_HD void fzre_h_freq(fzre_hf *H, uint8_t *scratch) {
       best = H->x.c.best[u];
       e = H->x.c.best_e[u];
     }
-  unsigned nsym = e + 1 + FZRE_H_RUNS;
-  b.freq[0] = H->runs[0];
-  for (unsigned s = 1; s < e; s++)
-    b.freq[s] = b.hist[s];
-  b.freq[e] = b.above[e];
-  for (unsigned r = 1; r <= FZRE_H_RUNS; r++)
-    b.freq[e + r] = H->runs[r];
   H->e = e;
-  H->nsym = nsym;
-  fzre_h_len_init(H, scratch);
+  H->nsym = e + 1 + FZRE_H_RUNS;
 }
 
-/* Thread 0: the canonical codes, and whether the engine's estimate
- * already says the stream cannot fit. */
-static inline FZR_HD void fzre_h_code(fzre_hf *H, unsigned w, uint64_t out_cap, uint8_t *scratch) {
+/* Thread t's symbols: their frequencies, the first round's weights, no
+ * length yet, and its count of used ones (in bits[t], free until the
+ * lanes' bits). */
+static inline FZR_HD void fzre_h_freqs(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  unsigned e = H->e, nsym = H->nsym;
-  /* Canonical codes by (length, symbol), stored bit-reversed. */
-  unsigned count[FZRE_H_MAX_LEN + 1], next[FZRE_H_MAX_LEN + 2];
+  unsigned e = H->e, lo, hi;
+  uint32_t used = 0;
+  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  for (unsigned s = lo; s < hi; s++) {
+    uint32_t f = s == 0 ? H->runs[0] : s < e ? b.hist[s] : s == e ? b.above[e] : H->runs[s - e];
+    b.freq[s] = f;
+    b.weight[s] = f;
+    b.lens[s] = 0;
+    used += f != 0;
+  }
+  H->bits[t] = used;
+}
+
+/* Thread 0: where each thread's used symbols go. */
+static inline FZR_HD void fzre_h_used(fzre_hf *H, unsigned nt) {
+  uint32_t k = 0;
+  for (unsigned t = 0; t < nt; t++) {
+    uint32_t v = H->bits[t];
+    H->bits[t] = k;
+    k += v;
+  }
+  H->k = k;
+  H->built = k == 1;
+  H->hbits = 0;
+}
+
+/* The used symbols in symbol order; one used symbol gets length 1 (the
+ * engine's special case). */
+static inline FZR_HD void fzre_h_syms(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  unsigned lo, hi;
+  uint32_t k = H->bits[t];
+  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  for (unsigned s = lo; s < hi; s++)
+    if (b.freq[s]) {
+      b.syms[k++] = (uint16_t)s;
+      if (H->k == 1)
+        b.lens[s] = 1;
+    }
+}
+
+/* The canonical codes by (length, symbol), over the block: each thread
+ * counts the lengths among its share of the symbols (and their bits in
+ * the stream), the counts before each thread are summed a length a
+ * thread, and each thread gives its symbols the length's first code plus
+ * the symbols of that length before them. */
+static inline FZR_HD void fzre_h_code_count(fzre_hf *H, uint8_t *scratch, unsigned t,
+                                            unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  unsigned lo, hi;
+  uint64_t bits = 0;
   for (unsigned l = 0; l <= FZRE_H_MAX_LEN; l++)
-    count[l] = 0;
-  for (unsigned s = 0; s < nsym; s++)
-    count[b.lens[s]]++;
-  count[0] = 0;
-  unsigned c = 0;
-  for (unsigned l = 1; l <= FZRE_H_MAX_LEN; l++) {
-    c = (c + count[l - 1]) << 1;
-    next[l] = c;
-  }
-  for (unsigned s = 0; s < nsym; s++) {
+    H->x.cnt[t][l] = 0;
+  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  for (unsigned s = lo; s < hi; s++) {
     unsigned l = b.lens[s];
-    if (l == 0)
-      continue;
-    b.code[s] = (uint16_t)fzr_rev(next[l]++, l);
+    if (l) {
+      H->x.cnt[t][l]++;
+      bits += (uint64_t)b.freq[s] * l;
+    }
   }
-  H->head = 2 + (nsym + 1) / 2 + 4 * FZRE_H_LANES;
-  uint64_t bits = (uint64_t)b.freq[e] * 8u * w;
-  for (unsigned s = 0; s < nsym; s++)
-    bits += (uint64_t)b.freq[s] * b.lens[s];
-  if (H->head + (bits + 7) / 8 > out_cap) {
-    H->fail = 1;
-    H->len = UINT64_MAX;
+  if (bits)
+    FZR_ATOMIC_ADD(&H->hbits, (unsigned long long)bits);
+}
+
+static inline FZR_HD void fzre_h_code_sums(fzre_hf *H, unsigned t, unsigned nt) {
+  if (t < 1 || t > FZRE_H_MAX_LEN)
+    return;
+  uint32_t sum = 0;
+  for (unsigned u = 0; u < nt; u++) {
+    uint32_t v = H->x.cnt[u][t];
+    H->x.cnt[u][t] = (uint16_t)sum;
+    sum += v;
+  }
+  H->hnum[t] = sum;
+}
+
+/* The codes stored bit-reversed; thread 0: whether the engine's estimate
+ * already says the stream cannot fit. */
+static inline FZR_HD void fzre_h_code_put(fzre_hf *H, unsigned w, uint64_t out_cap,
+                                          uint8_t *scratch, unsigned t, unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  unsigned lo, hi, first[FZRE_H_MAX_LEN + 1], c = 0;
+  first[0] = 0;
+  for (unsigned l = 1; l <= FZRE_H_MAX_LEN; l++) {
+    c = (c + (l > 1 ? H->hnum[l - 1] : 0u)) << 1;
+    first[l] = c + H->x.cnt[t][l];
+  }
+  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  for (unsigned s = lo; s < hi; s++) {
+    unsigned l = b.lens[s];
+    if (l)
+      b.code[s] = (uint16_t)fzr_rev(first[l]++, l);
+  }
+  if (t == 0) {
+    H->head = 2 + (H->nsym + 1) / 2 + 4 * FZRE_H_LANES;
+    uint64_t bits = (uint64_t)b.freq[H->e] * 8u * w + H->hbits;
+    if (H->head + (bits + 7) / 8 > out_cap) {
+      H->fail = 1;
+      H->len = UINT64_MAX;
+    }
   }
 }
 
@@ -910,7 +973,13 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_SYNC();
   FZR_ALL(fzre_h_above(H, w, scratch, t, nt));
   FZR_SYNC();
-  FZR_ONE(fzre_h_freq(H, scratch));
+  FZR_ONE(fzre_h_pick(H));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_freqs(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ONE(fzre_h_used(H, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_syms(H, scratch, t, nt));
   FZR_SYNC();
   FZR_CLK(12);
   fzre_htab tb = fzre_htab_of(scratch);
@@ -936,7 +1005,11 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
     FZR_ONE(H->built = H->maxd <= FZRE_H_MAX_LEN);
     FZR_SYNC();
   }
-  FZR_ONE(fzre_h_code(H, w, out_cap, scratch));
+  FZR_ALL(fzre_h_code_count(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_code_sums(H, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_code_put(H, w, out_cap, scratch, t, nt));
   FZR_SYNC();
   FZR_CLK(13);
   if (H->fail)
