@@ -746,6 +746,19 @@ static inline FZR_HD void fzr_level(fzr_state *S, const fzr_job *J, unsigned pas
 
 /* ---- the lorenzo predictor (k >= 1) and quant's own words ---- */
 
+/* quant's decoding of word c into value i of out (or its copy, lossless). */
+static inline FZR_HD void fzr_dq_one(const fzr_job *J, uint8_t *out, uint64_t i, uint64_t c) {
+  if (J->w == 4)
+    ((float *)out)[i] = J->step == 0 ? fzo_bits_f32((uint32_t)c)
+                        : J->pwrel   ? fzo_pw_dequant_f32((uint32_t)c, (uint32_t)J->step)
+                                     : fzo_dequant_f32((uint32_t)c, J->step);
+  else
+    ((double *)out)[i] = J->step == 0 ? fzo_bits_f64(c)
+                         : J->pwrel   ? fzo_pw_dequant_f64(c, (uint64_t)J->step)
+                                      : fzo_dequant_f64(c, J->step);
+}
+
+
 static inline FZR_HD uint64_t fzr_corner(unsigned m, uint64_t sy, uint64_t sz) {
   return (m & 1u) + ((m & 2u) ? sy : 0) + ((m & 4u) ? sz : 0);
 }
@@ -806,7 +819,8 @@ typedef struct fzr_scan {
   uint64_t lo, hi, s, e;
   uint32_t nl, np;   /* lines, pieces per line */
   uint64_t per;      /* positions per piece */
-  unsigned zz;
+  unsigned zz;       /* the words are zigzagged residuals */
+  unsigned dq;       /* the last scan: its words are stored as values */
 } fzr_scan;
 
 static inline FZR_HD fzr_scan fzr_scan_of(uint64_t lo, uint64_t hi, uint64_t s, uint64_t e,
@@ -817,6 +831,7 @@ static inline FZR_HD fzr_scan fzr_scan_of(uint64_t lo, uint64_t hi, uint64_t s, 
   c.s = s;
   c.e = e;
   c.zz = zz;
+  c.dq = 0;
   uint64_t len = c.hi - c.lo, nl = len < s ? len : s;
   c.nl = (uint32_t)(nl < 0xffffffffull ? nl : 0xffffffffull);
   c.np = c.nl == 0 || c.nl >= nt ? 1u : nt / c.nl;
@@ -877,11 +892,22 @@ static inline FZR_HD void fzr_scan_chain(fzr_state *S, const fzr_scan *c, unsign
   }
 }
 
+/* The word rebuilt at i: into the words, or (the last scan) its value
+ * into the output. */
+FZRE_IP_FI FZR_HD void fzr_scan_put(const fzr_job *J, uint8_t *v, uint8_t *out, unsigned w,
+                                    unsigned dq, uint64_t i, uint64_t wv) {
+  if (dq)
+    fzr_dq_one(J, out, i, wv);
+  else
+    fzr_store(v, w, i, wv);
+}
+
 /* The scan of n elements from i on (a line's piece), from the word before
  * it; four loaded ahead of their sums, since the stores may alias them as
  * the compiler sees it. */
-FZRE_IP_FI FZR_HD void fzr_scan_run(uint8_t *v, unsigned w, const fzr_scan *c, uint64_t i,
-                                    uint64_t cnt, uint64_t co, uint64_t wv) {
+FZRE_IP_FI FZR_HD void fzr_scan_run(const fzr_job *J, uint8_t *v, uint8_t *out, unsigned w,
+                                    const fzr_scan *c, uint64_t i, uint64_t cnt, uint64_t co,
+                                    uint64_t wv) {
   const uint64_t s = c->s, mask = w == 4 ? 0xffffffffull : ~0ull;
   uint64_t k = 0;
   for (; k + 4 <= cnt; k += 4, i += 4 * s) {
@@ -893,32 +919,34 @@ FZRE_IP_FI FZR_HD void fzr_scan_run(uint8_t *v, unsigned w, const fzr_scan *c, u
     for (unsigned j = 0; j < 4; j++) {
       wv = co == 0 || i + j * s < s ? x[j] : wv + x[j];
       co = co + 1 == c->e ? 0 : co + 1;
-      fzr_store(v, w, i + j * s, wv & mask);
+      fzr_scan_put(J, v, out, w, c->dq, i + j * s, wv & mask);
     }
   }
   for (; k < cnt; k++, i += s) {
     uint64_t x = fzr_scan_val(v, w, c->zz, i);
     wv = co == 0 || i < s ? x : wv + x;
     co = co + 1 == c->e ? 0 : co + 1;
-    fzr_store(v, w, i, wv & mask);
+    fzr_scan_put(J, v, out, w, c->dq, i, wv & mask);
   }
 }
 
 /* Thread t's pieces rebuilt: its piece from the chained word before it,
  * or (lines not cut) its whole lines from the word before each. */
-FZRE_IP_FI FZR_HD void fzr_scan_apply_w(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t,
-                                        unsigned nt) {
+FZRE_IP_FI FZR_HD void fzr_scan_apply_w(fzr_state *S, const fzr_job *J, const fzr_scan *c,
+                                        unsigned w, unsigned t, unsigned nt) {
+  uint8_t *out = fzr_vals(S, J);
   uint64_t cnt, co;
   if (c->np >= 2) {
     if (t >= c->nl * c->np)
       return;
     uint64_t i = fzr_scan_piece(c, S->first, t % c->nl, t / c->nl, &cnt, &co);
-    fzr_scan_run(S->a, w, c, i, cnt, co, S->lz_in[t]);
+    fzr_scan_run(J, S->a, out, w, c, i, cnt, co, S->lz_in[t]);
     return;
   }
   for (uint64_t q = t; q < c->nl; q += nt) {
     uint64_t i = fzr_scan_piece(c, S->first, (uint32_t)q, 0, &cnt, &co);
-    fzr_scan_run(S->a, w, c, i, cnt, co, i >= c->s ? fzr_lz_ld(S->a, w, i - c->s) : 0);
+    fzr_scan_run(J, S->a, out, w, c, i, cnt, co,
+                 i >= c->s ? fzr_lz_ld(S->a, w, i - c->s) : 0);
   }
 }
 
@@ -929,16 +957,17 @@ static inline FZR_HD void fzr_scan_sum(fzr_state *S, const fzr_scan *c, unsigned
     fzr_scan_sum_w(S, c, 8u, t);
 }
 
-static inline FZR_HD void fzr_scan_apply(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t,
-                                         unsigned nt) {
+static inline FZR_HD void fzr_scan_apply(fzr_state *S, const fzr_job *J, const fzr_scan *c,
+                                         unsigned w, unsigned t, unsigned nt) {
   if (w == 4)
-    fzr_scan_apply_w(S, c, 4u, t, nt);
+    fzr_scan_apply_w(S, J, c, 4u, t, nt);
   else
-    fzr_scan_apply_w(S, c, 8u, t, nt);
+    fzr_scan_apply_w(S, J, c, 8u, t, nt);
 }
 
 /* The whole block: one scan, its pieces chained where lines are cut. */
-static inline FZR_HD void fzr_scan_block(fzr_state *S, const fzr_scan *c, unsigned w) {
+static inline FZR_HD void fzr_scan_block(fzr_state *S, const fzr_job *J, const fzr_scan *c,
+                                         unsigned w) {
   FZR_T0;
   if (c->nl == 0)
     return;
@@ -948,7 +977,7 @@ static inline FZR_HD void fzr_scan_block(fzr_state *S, const fzr_scan *c, unsign
     FZR_ALL(fzr_scan_chain(S, c, w, t));
     FZR_SYNC();
   }
-  FZR_ALL(fzr_scan_apply(S, c, w, t, nt));
+  FZR_ALL(fzr_scan_apply(S, J, c, w, t, nt));
   FZR_SYNC();
 }
 
@@ -1027,7 +1056,8 @@ static inline FZR_HD void fzr_lz_fix(fzr_state *S, const fzr_job *J, uint64_t p0
   }
 }
 
-/* The chunk's words rebuilt from lorenzo's residuals (k = S->pk). */
+/* The chunk's words rebuilt from lorenzo's residuals (k = S->pk), and
+ * their values into the output. */
 static inline FZR_HD void fzr_lorenzo(fzr_state *S, const fzr_job *J) {
   FZR_T0;
   const uint64_t *ext = J->ext[S->pk - 1];
@@ -1038,7 +1068,7 @@ static inline FZR_HD void fzr_lorenzo(fzr_state *S, const fzr_job *J) {
   uint64_t p0 = hy && hz ? (X < n ? X : n) : (n < 1 ? n : 1);
   if (hy || hz) {
     fzr_scan c0 = fzr_scan_of(0, p0, 1, X, 1, nt);
-    fzr_scan_block(S, &c0, w);
+    fzr_scan_block(S, J, &c0, w);
     FZR_ONE(fzr_lz_wsy(S, J, p0));
     FZR_SYNC();
     FZR_ALL(fzr_lz_fix(S, J, p0, t, nt));
@@ -1046,30 +1076,24 @@ static inline FZR_HD void fzr_lorenzo(fzr_state *S, const fzr_job *J) {
   } else {
     p0 = 0;
   }
+  /* The last scan stores the values (quant's decoding) in place of the
+   * words, which nothing reads after it. */
   fzr_scan cx = fzr_scan_of(p0, n, 1, X, 1, nt);
-  fzr_scan_block(S, &cx, w);
+  cx.dq = !hy && !hz;
+  fzr_scan_block(S, J, &cx, w);
   if (hy) {
     fzr_scan cy = fzr_scan_of(0, n, X, Y, 0, nt);
-    fzr_scan_block(S, &cy, w);
+    cy.dq = !hz;
+    fzr_scan_block(S, J, &cy, w);
   }
   if (hz) {
     fzr_scan cz = fzr_scan_of(0, n, X * Y, Z, 0, nt);
-    fzr_scan_block(S, &cz, w);
+    cz.dq = 1;
+    fzr_scan_block(S, J, &cz, w);
   }
 }
 
 /* quant's decoding of the words (or their copy, lossless). */
-static inline FZR_HD void fzr_dq_one(const fzr_job *J, uint8_t *out, uint64_t i, uint64_t c) {
-  if (J->w == 4)
-    ((float *)out)[i] = J->step == 0 ? fzo_bits_f32((uint32_t)c)
-                        : J->pwrel   ? fzo_pw_dequant_f32((uint32_t)c, (uint32_t)J->step)
-                                     : fzo_dequant_f32((uint32_t)c, J->step);
-  else
-    ((double *)out)[i] = J->step == 0 ? fzo_bits_f64(c)
-                         : J->pwrel   ? fzo_pw_dequant_f64(c, (uint64_t)J->step)
-                                      : fzo_dequant_f64(c, J->step);
-}
-
 /* Four words loaded ahead of their values' stores (which may alias them
  * as the compiler sees it). */
 static inline FZR_HD void fzr_dequant(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
@@ -1272,10 +1296,12 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
       FZR_CLK(48 + pass);
     }
   } else {
-    if (S->pk != 0)
+    if (S->pk != 0) {
       fzr_lorenzo(S, J);
-    FZR_ALL(fzr_dequant(S, J, t, nt));
-    FZR_SYNC();
+    } else {
+      FZR_ALL(fzr_dequant(S, J, t, nt));
+      FZR_SYNC();
+    }
     FZR_ALL(fzr_outliers(S, J, t, nt, 0));
     FZR_SYNC();
   }
