@@ -995,15 +995,18 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
       FZR_ALL(fzre_h_len_copy(tb.order, tb.spare, H->k, t, nt));
       FZR_SYNC();
     }
+    FZR_CLK(33);
     FZR_ALL(fzre_h_len_leaves(H, scratch, t, nt));
     FZR_SYNC();
     FZR_ONE(fzre_h_len_build(H, scratch));
     FZR_SYNC();
+    FZR_CLK(34);
     FZR_ALL(fzre_h_len_depths(H, scratch, t, nt));
     FZR_SYNC();
     FZR_ALL(fzre_h_len_take(H, scratch, t, nt));
     FZR_ONE(H->built = H->maxd <= FZRE_H_MAX_LEN);
     FZR_SYNC();
+    FZR_CLK(35);
   }
   FZR_ALL(fzre_h_code_count(H, scratch, t, nt));
   FZR_SYNC();
