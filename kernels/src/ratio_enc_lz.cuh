@@ -456,23 +456,10 @@ static inline FZR_HD void fzre_price_part(fzre_lz *L, const uint64_t ext[3],
                                           const uint8_t *words, unsigned w, uint64_t n,
                                           uint64_t first, unsigned t, unsigned nt) {
   uint64_t sy = ext[2], sz = ext[2] * ext[1], i = (uint64_t)t * FZRE_COST_STEP;
-  const uint64_t d = (uint64_t)nt * FZRE_COST_STEP;
   fzre_acc a = {0, 0, 0, 0};
   fzre_pos p;
-  fzre_pos_init(&p, ext, first + i, d);
-  /* Two residuals made before either is counted: the counts' shared-memory
-   * atomics may alias the words as the compiler sees them, and would
-   * otherwise hold each sample's loads behind the one before. */
-  for (; i + d < n; i += 2 * d) {
-    uint64_t r[2];
-    FZR_UNROLL
-    for (unsigned j = 0; j < 2; j++, fzre_pos_next(&p))
-      r[j] = fzre_lz_res(words, w, i + j * d, fzre_axes(&p, i + j * d, sy, sz), sy, sz);
-    FZR_UNROLL
-    for (unsigned j = 0; j < 2; j++)
-      fzre_acc_add(L, &a, r[j]);
-  }
-  for (; i < n; i += d, fzre_pos_next(&p))
+  fzre_pos_init(&p, ext, first + i, (uint64_t)nt * FZRE_COST_STEP);
+  for (; i < n; i += (uint64_t)nt * FZRE_COST_STEP, fzre_pos_next(&p))
     fzre_acc_add(L, &a, fzre_lz_res(words, w, i, fzre_axes(&p, i, sy, sz), sy, sz));
   fzre_acc_flush(L, &a);
 }
@@ -491,18 +478,7 @@ static inline FZR_HD void fzre_lz_price(fzre_lz *L, const uint64_t ext[3], const
 static inline FZR_HD void fzre_every_part(fzre_lz *L, const uint8_t *words, unsigned w,
                                           uint64_t n, uint64_t step, unsigned t, unsigned nt) {
   fzre_acc a = {0, 0, 0, 0};
-  const uint64_t d = (uint64_t)nt * step;
-  uint64_t i = t * step;
-  for (; i + 3 * d < n; i += 4 * d) {
-    uint64_t v[4];
-    FZR_UNROLL
-    for (unsigned j = 0; j < 4; j++)
-      v[j] = fzre_ld(words, w, i + j * d);
-    FZR_UNROLL
-    for (unsigned j = 0; j < 4; j++)
-      fzre_acc_add(L, &a, v[j]);
-  }
-  for (; i < n; i += d)
+  for (uint64_t i = t * step; i < n; i += nt * step)
     fzre_acc_add(L, &a, fzre_ld(words, w, i));
   fzre_acc_flush(L, &a);
 }
@@ -524,17 +500,6 @@ static inline FZR_HD void fzre_lz_part(const uint64_t ext[3], const uint8_t *wor
   uint64_t sy = ext[2], sz = ext[2] * ext[1], i = t;
   fzre_pos p;
   fzre_pos_init(&p, ext, first + i, nt);
-  /* Two residuals made before either is stored (the stores may alias the
-   * words as the compiler sees them). */
-  for (; i + (uint64_t)nt < n; i += 2 * (uint64_t)nt) {
-    uint64_t r[2];
-    FZR_UNROLL
-    for (unsigned j = 0; j < 2; j++, fzre_pos_next(&p))
-      r[j] = fzre_lz_res(words, w, i + j * nt, fzre_axes(&p, i + j * nt, sy, sz), sy, sz);
-    FZR_UNROLL
-    for (unsigned j = 0; j < 2; j++)
-      fzre_st(out, w, i + j * nt, r[j]);
-  }
   for (; i < n; i += nt, fzre_pos_next(&p))
     fzre_st(out, w, i, fzre_lz_res(words, w, i, fzre_axes(&p, i, sy, sz), sy, sz));
 }
