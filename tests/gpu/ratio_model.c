@@ -149,6 +149,8 @@ static const shape shapes[] = {
     {1, {1}},          {1, {70001}},        {2, {1, 9}},          {2, {37, 61}},
     {2, {300, 301}},   {3, {1, 1, 7}},      {3, {9, 1, 33}},      {3, {17, 23, 29}},
     {3, {5, 64, 130}}, {4, {2, 3, 17, 19}}, {4, {1, 7, 1, 40}},   {4, {3, 5, 31, 33}},
+    /* rows of one element; rows longer than a small chunk */
+    {3, {40, 30, 1}},  {2, {2, 5000}},
 };
 
 /* The encoder's sample strides are the engine's. */
