@@ -30,7 +30,7 @@
 #include "ratio_phase.cuh"
 
 #define FZR_LANES 32u
-#define FZR_MAX_LEN 12u
+#define FZR_MAX_LEN FZR_CODE_MAX_LEN
 #define FZR_MAX_SYMS 4096u
 #define FZR_RUNS 15u
 #define FZR_MAX_DIRECT (FZR_MAX_SYMS - 1u - FZR_RUNS)
@@ -116,7 +116,7 @@ typedef struct fzr_state {
     uint32_t lut[1u << FZR_MAX_LEN];
     /* the header, before the table: each thread's count of each length
      * among its symbols, then the count before its own */
-    uint16_t hcnt[FZR_NT][FZR_MAX_LEN + 1];
+    fzr_canon_row hcnt[FZR_NT];
     /* interp, after huffman: a batch of anchors staged for thread 0's
      * chain (fzr_anchor_gather), in the walk's order */
     struct {
@@ -259,13 +259,6 @@ bad:
 
 /* ---- rze, level by level from the top, over the block ---- */
 
-static inline FZR_HD void fzr_share(uint64_t n, unsigned t, unsigned nt, uint64_t *lo,
-                                    uint64_t *hi) {
-  uint64_t per = (n + nt - 1) / nt;
-  *lo = per * t < n ? per * t : n;
-  *hi = per * (t + 1) < n ? per * (t + 1) : n;
-}
-
 /* Each thread's share of level l's bitmap: its popcount. */
 static inline FZR_HD void fzr_lv_count(fzr_state *S, unsigned l, unsigned t, unsigned nt) {
   uint64_t lo, hi;
@@ -373,20 +366,13 @@ bad:
   S->done = 1;
 }
 
-static inline FZR_HD void fzr_sym_share(unsigned nsym, unsigned t, unsigned nt, unsigned *lo,
-                                        unsigned *hi) {
-  unsigned per = (nsym + nt - 1) / nt;
-  *lo = per * t < nsym ? per * t : nsym;
-  *hi = per * (t + 1) < nsym ? per * (t + 1) : nsym;
-}
-
 static inline FZR_HD void fzr_huff_lens(fzr_state *S, unsigned t, unsigned nt) {
   const uint8_t *in = S->b;
-  unsigned lo, hi;
+  uint64_t lo, hi;
   uint32_t kraft = 0, bad = 0;
   for (unsigned l = 0; l <= FZR_MAX_LEN; l++)
     S->hcnt[t][l] = 0;
-  fzr_sym_share(S->nsym, t, nt, &lo, &hi);
+  fzr_share(S->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
     unsigned l = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
     S->lens[s] = (uint8_t)l;
@@ -403,32 +389,21 @@ static inline FZR_HD void fzr_huff_lens(fzr_state *S, unsigned t, unsigned nt) {
     FZR_ATOMIC_OR(&S->hbad, 1u);
 }
 
-/* Length l = t (1 .. 12): the counts before each thread; thread 0 checks
- * the Kraft sum. */
+/* Thread 0 checks the Kraft sum; the counts before each thread's share,
+ * a length a thread. */
 static inline FZR_HD void fzr_huff_sums(fzr_state *S, unsigned t, unsigned nt) {
   if (t == 0 && (S->hbad || S->hkraft == 0 || S->hkraft > (1u << FZR_MAX_LEN))) {
     S->err = 1;
     S->done = 1;
   }
-  if (t < 1 || t > FZR_MAX_LEN)
-    return;
-  uint32_t sum = 0;
-  for (unsigned u = 0; u < nt; u++) {
-    uint32_t v = S->hcnt[u][t];
-    S->hcnt[u][t] = (uint16_t)sum;
-    sum += v;
-  }
-  S->hnum[t] = sum;
+  fzr_canon_sums(S->hcnt, S->hnum, t, nt);
 }
 
 static inline FZR_HD void fzr_huff_codes(fzr_state *S, unsigned t, unsigned nt) {
-  unsigned lo, hi, first[FZR_MAX_LEN + 1], c = 0;
-  first[0] = 0;
-  for (unsigned l = 1; l <= FZR_MAX_LEN; l++) {
-    c = (c + (l > 1 ? S->hnum[l - 1] : 0u)) << 1;
-    first[l] = c + S->hcnt[t][l];
-  }
-  fzr_sym_share(S->nsym, t, nt, &lo, &hi);
+  uint64_t lo, hi;
+  unsigned first[FZR_MAX_LEN + 1];
+  fzr_canon_first(S->hcnt, S->hnum, t, first);
+  fzr_share(S->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
     unsigned l = S->lens[s];
     if (l)

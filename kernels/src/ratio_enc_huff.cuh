@@ -51,7 +51,7 @@
 #define FZRE_H_LANES 32u
 #define FZRE_H_SEGS 8u                       /* threads per lane */
 #define FZRE_H_UNITS (FZRE_H_LANES * FZRE_H_SEGS) /* lane segments, one a thread */
-#define FZRE_H_MAX_LEN 12u
+#define FZRE_H_MAX_LEN FZR_CODE_MAX_LEN
 #define FZRE_H_MAX_SYMS 4096u
 #define FZRE_H_RUNS 15u
 #define FZRE_H_MAX_DIRECT (FZRE_H_MAX_SYMS - 1u - FZRE_H_RUNS)
@@ -105,7 +105,7 @@ typedef struct fzre_hf {
     } c;
     /* the canonical codes: each thread's count of each length among its
      * symbols, then the count before its own */
-    uint16_t cnt[FZR_NT][FZRE_H_MAX_LEN + 1];
+    fzr_canon_row cnt[FZR_NT];
   } x;
 } fzre_hf;
 
@@ -707,14 +707,6 @@ static inline FZR_HD void fzre_h_above(fzre_hf *H, unsigned w, uint8_t *scratch,
   }
 }
 
-/* Thread t's share of the nsym symbols: [lo, hi). */
-static inline FZR_HD void fzre_h_syms_share(unsigned nsym, unsigned t, unsigned nt, unsigned *lo,
-                                            unsigned *hi) {
-  unsigned per = (nsym + nt - 1) / nt;
-  *lo = per * t < nsym ? per * t : nsym;
-  *hi = per * (t + 1) < nsym ? per * (t + 1) : nsym;
-}
-
 /* Thread 0: the number of direct symbols (the ranges' cheapest, in
  * order). */
 static inline FZR_HD void fzre_h_pick(fzre_hf *H) {
@@ -734,9 +726,10 @@ static inline FZR_HD void fzre_h_pick(fzre_hf *H) {
  * lanes' bits). */
 static inline FZR_HD void fzre_h_freqs(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  unsigned e = H->e, lo, hi;
+  unsigned e = H->e;
+  uint64_t lo, hi;
   uint32_t used = 0;
-  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  fzr_share(H->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
     uint32_t f = s == 0 ? H->runs[0] : s < e ? b.hist[s] : s == e ? b.above[e] : H->runs[s - e];
     b.freq[s] = f;
@@ -764,9 +757,9 @@ static inline FZR_HD void fzre_h_used(fzre_hf *H, unsigned nt) {
  * engine's special case). */
 static inline FZR_HD void fzre_h_syms(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  unsigned lo, hi;
+  uint64_t lo, hi;
   uint32_t k = H->bits[t];
-  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  fzr_share(H->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++)
     if (b.freq[s]) {
       b.syms[k++] = (uint16_t)s;
@@ -783,11 +776,11 @@ static inline FZR_HD void fzre_h_syms(fzre_hf *H, uint8_t *scratch, unsigned t, 
 static inline FZR_HD void fzre_h_code_count(fzre_hf *H, uint8_t *scratch, unsigned t,
                                             unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  unsigned lo, hi;
+  uint64_t lo, hi;
   uint64_t bits = 0;
   for (unsigned l = 0; l <= FZRE_H_MAX_LEN; l++)
     H->x.cnt[t][l] = 0;
-  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  fzr_share(H->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
     unsigned l = b.lens[s];
     if (l) {
@@ -800,15 +793,7 @@ static inline FZR_HD void fzre_h_code_count(fzre_hf *H, uint8_t *scratch, unsign
 }
 
 static inline FZR_HD void fzre_h_code_sums(fzre_hf *H, unsigned t, unsigned nt) {
-  if (t < 1 || t > FZRE_H_MAX_LEN)
-    return;
-  uint32_t sum = 0;
-  for (unsigned u = 0; u < nt; u++) {
-    uint32_t v = H->x.cnt[u][t];
-    H->x.cnt[u][t] = (uint16_t)sum;
-    sum += v;
-  }
-  H->hnum[t] = sum;
+  fzr_canon_sums(H->x.cnt, H->hnum, t, nt);
 }
 
 /* The codes stored bit-reversed; thread 0: whether the engine's estimate
@@ -816,13 +801,10 @@ static inline FZR_HD void fzre_h_code_sums(fzre_hf *H, unsigned t, unsigned nt) 
 static inline FZR_HD void fzre_h_code_put(fzre_hf *H, unsigned w, uint64_t out_cap,
                                           uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  unsigned lo, hi, first[FZRE_H_MAX_LEN + 1], c = 0;
-  first[0] = 0;
-  for (unsigned l = 1; l <= FZRE_H_MAX_LEN; l++) {
-    c = (c + (l > 1 ? H->hnum[l - 1] : 0u)) << 1;
-    first[l] = c + H->x.cnt[t][l];
-  }
-  fzre_h_syms_share(H->nsym, t, nt, &lo, &hi);
+  uint64_t lo, hi;
+  unsigned first[FZRE_H_MAX_LEN + 1];
+  fzr_canon_first(H->x.cnt, H->hnum, t, first);
+  fzr_share(H->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
     unsigned l = b.lens[s];
     if (l)

@@ -109,6 +109,47 @@ static inline FZR_HD unsigned fzr_rev(unsigned v, unsigned l) {
 #endif
 }
 
+/* Thread t's share [lo, hi) of n items, runs of ceil(n / nt) in order. */
+static inline FZR_HD void fzr_share(uint64_t n, unsigned t, unsigned nt, uint64_t *lo,
+                                    uint64_t *hi) {
+  uint64_t per = (n + nt - 1) / nt;
+  *lo = per * t < n ? per * t : n;
+  *hi = per * (t + 1) < n ? per * (t + 1) : n;
+}
+
+/* Canonical huffman codes over a block, as the encoder and the decoder
+ * both make them (by length, then symbol; at most FZR_CODE_MAX_LEN bits):
+ * each thread counts the lengths among its share of the symbols into its
+ * row of cnt; then fzr_canon_sums, a length a thread, turns each column
+ * into the counts before each thread and the length's total; then a
+ * thread's first code of each length is the length's first code plus the
+ * symbols of that length before its share (fzr_canon_first). */
+#define FZR_CODE_MAX_LEN 12u
+typedef uint16_t fzr_canon_row[FZR_CODE_MAX_LEN + 1];
+
+static inline FZR_HD void fzr_canon_sums(fzr_canon_row *cnt, uint32_t *num, unsigned t,
+                                         unsigned nt) {
+  if (t < 1 || t > FZR_CODE_MAX_LEN)
+    return;
+  uint32_t sum = 0;
+  for (unsigned u = 0; u < nt; u++) {
+    uint32_t v = cnt[u][t];
+    cnt[u][t] = (uint16_t)sum;
+    sum += v;
+  }
+  num[t] = sum;
+}
+
+static inline FZR_HD void fzr_canon_first(const fzr_canon_row *cnt, const uint32_t *num,
+                                          unsigned t, unsigned first[FZR_CODE_MAX_LEN + 1]) {
+  unsigned c = 0;
+  first[0] = 0;
+  for (unsigned l = 1; l <= FZR_CODE_MAX_LEN; l++) {
+    c = (c + (l > 1 ? num[l - 1] : 0u)) << 1;
+    first[l] = c + cnt[t][l];
+  }
+}
+
 /* The quantizer's parameters as the encoder's pieces take them: the bin
  * width (0: lossless, the words are the values' bit patterns), its
  * inverse as the engine forms it (1.0 / step), the absolute bound every
