@@ -8,9 +8,9 @@
  * Each launch has as many blocks as the GPU holds at once (fzr_slots), each
  * with a slot of scratch, taking one chunk after another from a counter.
  * Decoding: a block per chunk in turn; the 32 huffman sub-streams are decoded by
- * the block's first warp, a lane each, rze's level 1 and the
- * interpolation's levels by the whole block, the anchors, rze's small upper
- * levels and the chaining of a lorenzo row's shares by one thread.
+ * the block's first warp, a lane each, rze's level 1, the huffman header's
+ * lengths and codes, the interpolation's levels and lorenzo's scans by the
+ * whole block, the anchors and rze's small upper levels by one thread.
  * Encoding: a block per chunk in turn into its place in a staging area, then,
  * after the scan of the slots' sizes, the place kernel.  Staging rather
  * than placing each chunk as it is coded (the word kernels' look-back)

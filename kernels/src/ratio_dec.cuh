@@ -130,8 +130,8 @@ typedef struct fzr_state {
   double anc_prev; /* the chain's last rebuilt anchor */
   fzre_ip ip;
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
-  /* lorenzo, per row: each share's rebuild as a map w -> c w + a of the
-   * word before it, and the word before each share */
+  /* lorenzo's scans: each piece of a line as a map v -> c v + a of the
+   * word before it, the word before each piece; word sy (fzr_lz_wsy) */
   uint64_t lz_a[FZR_NT], lz_in[FZR_NT], lz_wsy;
   uint8_t lz_c[FZR_NT];
 } fzr_state;
