@@ -733,7 +733,6 @@ static inline FZR_HD void fzr_dq_one(const fzr_job *J, uint8_t *out, uint64_t i,
                                       : fzo_dequant_f64(c, J->step);
 }
 
-
 static inline FZR_HD uint64_t fzr_corner(unsigned m, uint64_t sy, uint64_t sz) {
   return (m & 1u) + ((m & 2u) ? sy : 0) + ((m & 4u) ? sz : 0);
 }
@@ -827,6 +826,15 @@ static inline FZR_HD uint64_t fzr_scan_piece(const fzr_scan *c, uint64_t first, 
   return i;
 }
 
+/* Whether element i (its axis coordinate *co) starts its line afresh:
+ * the coordinate is 0 or the word s before lies before the chunk; *co
+ * moves on to the next element's. */
+static inline FZR_HD int fzr_scan_fresh(const fzr_scan *c, uint64_t i, uint64_t *co) {
+  int fresh = *co == 0 || i < c->s;
+  *co = *co + 1 == c->e ? 0 : *co + 1;
+  return fresh;
+}
+
 /* The word at i as the scan adds it. */
 FZRE_IP_FI FZR_HD uint64_t fzr_scan_val(const uint8_t *v, unsigned w, unsigned zz, uint64_t i) {
   uint64_t z = fzr_lz_ld(v, w, i);
@@ -842,13 +850,12 @@ FZRE_IP_FI FZR_HD void fzr_scan_sum_w(fzr_state *S, const fzr_scan *c, unsigned 
   const uint8_t *v = S->a;
   for (uint64_t k = 0; k < cnt; k++, i += c->s) {
     uint64_t x = fzr_scan_val(v, w, c->zz, i);
-    if (co == 0 || i < c->s) {
+    if (fzr_scan_fresh(c, i, &co)) {
       C = 0;
       A = x;
     } else {
       A += x;
     }
-    co = co + 1 == c->e ? 0 : co + 1;
   }
   S->lz_c[t] = (uint8_t)C;
   S->lz_a[t] = A;
@@ -892,15 +899,13 @@ FZRE_IP_FI FZR_HD void fzr_scan_run(const fzr_job *J, uint8_t *v, uint8_t *out, 
       x[j] = fzr_scan_val(v, w, c->zz, i + j * s);
     FZR_UNROLL
     for (unsigned j = 0; j < 4; j++) {
-      wv = co == 0 || i + j * s < s ? x[j] : wv + x[j];
-      co = co + 1 == c->e ? 0 : co + 1;
+      wv = fzr_scan_fresh(c, i + j * s, &co) ? x[j] : wv + x[j];
       fzr_scan_put(J, v, out, w, c->dq, i + j * s, wv & mask);
     }
   }
   for (; k < cnt; k++, i += s) {
     uint64_t x = fzr_scan_val(v, w, c->zz, i);
-    wv = co == 0 || i < s ? x : wv + x;
-    co = co + 1 == c->e ? 0 : co + 1;
+    wv = fzr_scan_fresh(c, i, &co) ? x : wv + x;
     fzr_scan_put(J, v, out, w, c->dq, i, wv & mask);
   }
 }
@@ -1000,7 +1005,7 @@ static inline FZR_HD void fzr_lz_wsy(fzr_state *S, const fzr_job *J, uint64_t p0
   uint64_t sy = ext[2], sz = ext[2] * ext[1];
   unsigned w = J->w, m;
   S->lz_wsy = 0;
-  if (ext[1] < 2 || ext[0] < 2 || p0 != sy || sy >= S->n)
+  if (ext[1] < 2 || ext[0] < 2 || sy >= S->n)
     return;
   (void)fzr_lz_masks(S, ext, sy, &m);
   /* The prediction is minus the sum of the terms with the zero reading
@@ -1068,9 +1073,9 @@ static inline FZR_HD void fzr_lorenzo(fzr_state *S, const fzr_job *J) {
   }
 }
 
-/* quant's decoding of the words (or their copy, lossless). */
-/* Four words loaded ahead of their values' stores (which may alias them
- * as the compiler sees it). */
+/* quant's decoding of the words (or their copy, lossless), four words
+ * loaded ahead of their values' stores (which may alias them as the
+ * compiler sees it). */
 static inline FZR_HD void fzr_dequant(fzr_state *S, const fzr_job *J, unsigned t, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
   const uint64_t n = S->n;
