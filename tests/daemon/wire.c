@@ -35,9 +35,33 @@ msgpack_packer *wire_begin(wire *w, uint32_t msgid, const char *method,
   return &w->pk;
 }
 
+/* Waits until the socket takes more bytes: 0, or -ETIMEDOUT when the daemon
+ * has read nothing for WIRE_SEND_WAIT_MS.  The sends below wait here and
+ * then do not block, so that a test writing while fzd applies backpressure
+ * fails with its assertion's line rather than hanging until ctest kills
+ * it. */
+#define WIRE_SEND_WAIT_MS 60000
+static int wait_writable(int fd) {
+  struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+  for (;;) {
+    int r = poll(&pfd, 1, WIRE_SEND_WAIT_MS);
+    if (r > 0)
+      return 0;
+    if (r == 0)
+      return -ETIMEDOUT;
+    if (errno != EINTR)
+      return -errno;
+  }
+}
+
 int wire_send(wire *w, const int *fds, unsigned nfds) {
   size_t off = 0;
   while (off < w->sb.size) {
+    int err = wait_writable(w->fd);
+    if (err < 0) {
+      msgpack_sbuffer_clear(&w->sb);
+      return err;
+    }
     struct iovec iov = {w->sb.data + off, w->sb.size - off};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
     union {
@@ -54,9 +78,9 @@ int wire_send(wire *w, const int *fds, unsigned nfds) {
       cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
       memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
     }
-    ssize_t n = sendmsg(w->fd, &mh, MSG_NOSIGNAL);
+    ssize_t n = sendmsg(w->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
-      if (errno == EINTR)
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
         continue;
       msgpack_sbuffer_clear(&w->sb);
       return -errno;
@@ -70,9 +94,12 @@ int wire_send(wire *w, const int *fds, unsigned nfds) {
 int wire_send_raw(wire *w, const void *bytes, size_t len) {
   size_t off = 0;
   while (off < len) {
-    ssize_t n = send(w->fd, (const char *)bytes + off, len - off, MSG_NOSIGNAL);
+    int err = wait_writable(w->fd);
+    if (err < 0)
+      return err;
+    ssize_t n = send(w->fd, (const char *)bytes + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
-      if (errno == EINTR)
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
         continue;
       return -errno;
     }

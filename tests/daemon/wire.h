@@ -28,7 +28,8 @@ void wire_close(wire *w);
 /* Starts a request in the send buffer; the caller packs nfields pairs. */
 msgpack_packer *wire_begin(wire *w, uint32_t msgid, const char *method,
                            uint32_t nfields);
-/* Sends the buffered bytes, with descriptors attached to the first chunk. */
+/* Sends the buffered bytes, with descriptors attached to the first chunk:
+ * 0, -ETIMEDOUT when the daemon reads nothing for a minute, or -errno. */
 int wire_send(wire *w, const int *fds, unsigned nfds);
 int wire_send_raw(wire *w, const void *bytes, size_t len);
 
