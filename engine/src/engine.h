@@ -217,6 +217,10 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
                           size_t out_cap, uint8_t *tmp);
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp);
+/* The code lengths fze_huffman_encode gives nsym (at most 4096) symbols of
+ * frequencies freq, at least one of them not 0: at most 12 bits, 0 for an
+ * unused symbol.  tmp: FZE_HUFFMAN_TMP bytes. */
+void fze_huffman_lengths(const uint32_t *freq, unsigned nsym, uint8_t *len, uint8_t *tmp);
 int fze_bitpack_decode(unsigned w, const uint8_t *in, size_t in_len,
                        void *words, size_t n);
 

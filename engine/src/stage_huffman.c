@@ -56,20 +56,24 @@ static void store_word(uint8_t *p, unsigned w, uint64_t v) {
 /* ---- code lengths ---- */
 
 typedef struct build {
-  uint32_t hist[MAX_SYMS + 1];   /* words 0..4095, then all above */
-  uint32_t above[MAX_SYMS + 1];  /* words at or above each value */
-  uint32_t weight[2 * MAX_SYMS]; /* symbols' weights, then internal nodes' */
-  uint16_t parent[2 * MAX_SYMS];
-  uint16_t order[MAX_SYMS];      /* used symbols by (weight, symbol) */
-  uint16_t spare[MAX_SYMS];      /* the merge sort's other half */
-  uint8_t depth[2 * MAX_SYMS];
+  uint32_t hist[MAX_SYMS + 1];  /* words 0..4095, then all above */
+  uint32_t above[MAX_SYMS + 1]; /* words at or above each value */
+  uint32_t tree[MAX_SYMS];      /* a round's tree, in place (build_tree) */
+  uint16_t order[MAX_SYMS];     /* used symbols by (weight, symbol) */
+  uint16_t spare[MAX_SYMS];     /* the merges' other half */
 } build;
 
 _Static_assert(sizeof(build) <= FZE_HUFFMAN_TMP, "huffman work space");
 
-/* A stable bottom-up merge sort of o (in symbol order) by weight: the
- * order by (weight, symbol). */
-static void sort_symbols(uint16_t *o, uint16_t *t, size_t k, const uint32_t *wt) {
+/* A symbol's weight in round r: its frequency halved r times, rounding up
+ * (halving twice rounding up is dividing by 4 rounding up, and so on). */
+static inline uint32_t round_weight(uint32_t f, unsigned r) {
+  return r >= 32 ? (f != 0) : (uint32_t)(((uint64_t)f + ((uint64_t)1 << r) - 1) >> r);
+}
+
+/* A stable bottom-up merge sort of o (in symbol order) by frequency: the
+ * order by (weight, symbol) of the first round. */
+static void sort_symbols(uint16_t *o, uint16_t *t, size_t k, const uint32_t *freq) {
   uint16_t *src = o, *dst = t;
   for (size_t width = 1; width < k; width *= 2) {
     for (size_t lo = 0; lo < k; lo += 2 * width) {
@@ -77,7 +81,7 @@ static void sort_symbols(uint16_t *o, uint16_t *t, size_t k, const uint32_t *wt)
       size_t hi = lo + 2 * width < k ? lo + 2 * width : k;
       size_t i = lo, j = mid, d = lo;
       while (i < mid && j < hi)
-        dst[d++] = wt[src[j]] < wt[src[i]] ? src[j++] : src[i++];
+        dst[d++] = freq[src[j]] < freq[src[i]] ? src[j++] : src[i++];
       while (i < mid)
         dst[d++] = src[i++];
       while (j < hi)
@@ -91,15 +95,95 @@ static void sort_symbols(uint16_t *o, uint16_t *t, size_t k, const uint32_t *wt)
     memcpy(o, src, k * sizeof *o);
 }
 
+/* o in (weight, symbol) order of round r, into that of round r + 1.  The
+ * weights 2m - 1 and 2m both become m, and nothing else does, so each new
+ * run of equal weights is two neighbouring old runs, each in symbol order,
+ * merged by symbol. */
+static void regroup(uint16_t *o, uint16_t *t, size_t k, const uint32_t *freq, unsigned r) {
+  for (size_t i = 0; i < k;) {
+    uint32_t wa = round_weight(freq[o[i]], r);
+    size_t mid = i, hi;
+    while (mid < k && round_weight(freq[o[mid]], r) == wa)
+      mid++;
+    hi = mid;
+    if (wa & 1u)
+      while (hi < k && round_weight(freq[o[hi]], r) == wa + 1)
+        hi++;
+    size_t a = i, b = mid, d = i;
+    while (a < mid && b < hi)
+      t[d++] = o[b] < o[a] ? o[b++] : o[a++];
+    while (a < mid)
+      t[d++] = o[a++];
+    while (b < hi)
+      t[d++] = o[b++];
+    i = hi;
+  }
+  memcpy(o, t, k * sizeof *o);
+}
+
+/* The Huffman tree of the k >= 2 weights in a (ascending), built in a
+ * itself (Moffat and Katajainen's in-place construction): internal node j
+ * is the j-th made and takes slot j, whose leaf is used by then; while it
+ * waits to be taken the slot holds its weight, then its parent's number.
+ * The two queues are the leaves in order and the internal nodes in the
+ * order made, a leaf taken before an internal node of equal weight.  The
+ * deepest leaf is leaf 0 (each queue gives its nodes parents in the order
+ * it gives them out, so depths fall along either queue), the child of
+ * node 0: its depth is walked up from there.  Returns it, or any depth
+ * above MAX_LEN once it is known to be deeper. */
+static unsigned build_tree(uint32_t *a, size_t k) {
+  size_t leaf = 0, root = 0;
+  for (size_t next = 0; next + 1 < k; next++) {
+    uint32_t sum = 0;
+    for (int c = 0; c < 2; c++) {
+      if (leaf < k && (root >= next || a[leaf] <= a[root])) {
+        sum += a[leaf++];
+      } else {
+        sum += a[root];
+        a[root++] = (uint32_t)next;
+      }
+    }
+    a[next] = sum;
+  }
+  size_t p = 0;
+  unsigned d = 1;
+  while (p != k - 2 && d <= MAX_LEN) {
+    p = a[p];
+    d++;
+  }
+  return d;
+}
+
+/* The leaves' depths from build_tree's a, into a (leaf i's at i): the
+ * internal nodes' depths, root first; then, depth by depth, the nodes
+ * there (twice the internal ones a level up) less the internal ones there
+ * are leaves, given to the heaviest leaves not yet given one. */
+static void leaf_depths(uint32_t *a, size_t k) {
+  a[k - 2] = 0;
+  for (size_t j = k - 2; j-- > 0;)
+    a[j] = a[a[j]] + 1;
+  size_t avail = 1, next = k, root = k - 1; /* root: internal nodes k - 2 .. root - 1 left */
+  for (uint32_t d = 0; avail > 0; d++) {
+    size_t used = 0;
+    while (root > 0 && a[root - 1] == d) {
+      used++;
+      root--;
+    }
+    for (; avail > used; avail--)
+      a[--next] = d;
+    avail = 2 * used;
+  }
+}
+
 /* Huffman code lengths of the nsym symbols with frequencies freq (at least
  * one nonzero) into len, at most MAX_LEN: the two-queue construction over
  * the symbols sorted by (weight, symbol), a leaf taken before an internal
  * node of equal weight; when the deepest leaf is too deep, every weight is
- * halved (rounding up, so none becomes 0) and the code rebuilt. */
+ * halved (rounding up, so none becomes 0) and the code rebuilt.  Only the
+ * first round sorts; the others regroup the last round's order. */
 static void code_lengths(build *b, const uint32_t *freq, unsigned nsym, uint8_t *len) {
   size_t k = 0;
   for (unsigned s = 0; s < nsym; s++) {
-    b->weight[s] = freq[s];
     len[s] = 0;
     if (freq[s])
       b->order[k++] = (uint16_t)s;
@@ -108,48 +192,31 @@ static void code_lengths(build *b, const uint32_t *freq, unsigned nsym, uint8_t 
     len[b->order[0]] = 1;
     return;
   }
-  for (;;) {
-    /* Halving can reorder equal weights' neighbours, so every round sorts
-     * the symbols again, from symbol order. */
-    size_t j = 0;
-    for (unsigned s = 0; s < nsym; s++)
-      if (freq[s])
-        b->order[j++] = (uint16_t)s;
-    sort_symbols(b->order, b->spare, k, b->weight);
-    /* Node ids: leaves 0..k-1 in sorted order, internal k..2k-2. */
-    uint32_t *nw = b->weight + MAX_SYMS; /* weights of internal nodes */
-    size_t li = 0, ii = 0, made = 0;
-    for (; made < k - 1; made++) {
-      size_t pick[2];
-      for (int c = 0; c < 2; c++) {
-        if (li < k && (ii >= made || b->weight[b->order[li]] <= nw[ii]))
-          pick[c] = li++;
-        else
-          pick[c] = k + ii++;
-      }
-      nw[made] = (pick[0] < k ? b->weight[b->order[pick[0]]] : nw[pick[0] - k]) +
-                 (pick[1] < k ? b->weight[b->order[pick[1]]] : nw[pick[1] - k]);
-      b->parent[pick[0]] = b->parent[pick[1]] = (uint16_t)(k + made);
-    }
-    /* The root is the last node made; a node's parent is made after it. */
-    size_t root = 2 * k - 2;
-    b->depth[root] = 0;
-    unsigned maxd = 0;
-    for (size_t id = root; id-- > 0;) {
-      b->depth[id] = (uint8_t)(b->depth[b->parent[id]] + 1);
-      if (id < k && b->depth[id] > maxd)
-        maxd = b->depth[id];
-    }
-    if (maxd <= MAX_LEN) {
+  sort_symbols(b->order, b->spare, k, freq);
+  for (unsigned r = 0;; r++) {
+    for (size_t i = 0; i < k; i++)
+      b->tree[i] = round_weight(freq[b->order[i]], r);
+    if (build_tree(b->tree, k) <= MAX_LEN) {
+      leaf_depths(b->tree, k);
       for (size_t i = 0; i < k; i++)
-        len[b->order[i]] = b->depth[i];
+        len[b->order[i]] = (uint8_t)b->tree[i];
       return;
     }
-    for (size_t i = 0; i < k; i++) {
-      uint32_t *wt = &b->weight[b->order[i]];
-      *wt = (*wt >> 1) + (*wt & 1);
-    }
+    regroup(b->order, b->spare, k, freq, r);
   }
+}
+
+void fze_huffman_lengths(const uint32_t *freq, unsigned nsym, uint8_t *len, uint8_t *tmp) {
+  code_lengths((build *)tmp, freq, nsym, len);
+}
+
+/* The low l bits of v (v < 2^16, 1 <= l <= 16) in reverse order. */
+static inline unsigned reverse(unsigned v, unsigned l) {
+  v = ((v >> 1) & 0x5555u) | ((v & 0x5555u) << 1);
+  v = ((v >> 2) & 0x3333u) | ((v & 0x3333u) << 2);
+  v = ((v >> 4) & 0x0f0fu) | ((v & 0x0f0fu) << 4);
+  v = ((v >> 8) & 0x00ffu) | ((v & 0x00ffu) << 8);
+  return v >> (16 - l);
 }
 
 /* Canonical codes from lengths: by (length, symbol), counting up; stored
@@ -168,10 +235,7 @@ static void canonical(const uint8_t *len, unsigned nsym, uint16_t *code) {
     unsigned l = len[s];
     if (l == 0)
       continue;
-    unsigned v = next[l]++, r = 0;
-    for (unsigned j = 0; j < l; j++)
-      r |= ((v >> j) & 1u) << (l - 1 - j);
-    code[s] = (uint16_t)r;
+    code[s] = (uint16_t)reverse(next[l]++, l);
   }
 }
 
