@@ -16,12 +16,15 @@
  *  - the histogram is counted with atomics (order-free; the small words,
  *    most of them, in shared memory), the number of direct symbols is
  *    chosen over the block (suffix sums and a cheapest per range of
- *    candidates, the lowest of equals as the engine's loop takes it), the
- *    used symbols are sorted by (weight, symbol) over the block (a merge
- *    sort whose passes place every element by a binary search), and one
- *    thread builds the code from them as the engine does: the two-queue
- *    Huffman construction, weights halved until no code is longer than 12
- *    bits, the canonical codes (O(symbols));
+ *    candidates, the lowest of equals as the engine's loop takes it);
+ *  - the code lengths are the engine's rounds (the two-queue Huffman
+ *    construction, every weight halved until no code is longer than 12
+ *    bits): each round the block sorts the used symbols by (weight,
+ *    symbol), packed in one u32 a symbol, with a bitonic network in shared
+ *    memory, and one thread builds the tree in that array itself (the
+ *    engine's in-place construction, stage_huffman.c), walking up from the
+ *    deepest leaf to learn whether the round is the last; the canonical
+ *    codes are then made over the block;
  *  - a first pass marks the words other than zero in a bitmap (a bit a
  *    word, 64 words a thread at a time, in 16-byte loads), so that a
  *    segment finds its edge runs and crosses its zero runs a bitmap word
@@ -58,19 +61,12 @@
 #define FZRE_H_TOK_BIG FZRE_H_MAX_SYMS /* a word at or above 4096 */
 #define FZRE_H_NTOK (FZRE_H_TOK_BIG + FZRE_H_RUNS + 1u)
 #define FZRE_H_SMALL 1024u /* words counted in shared memory */
-#define FZRE_H_TREE 1024u  /* used symbols whose tree is built in shared memory */
 /* A lane may hold at most 2^15 words (run symbols end at 2^15). */
 #define FZRE_HUFF_MAX_N ((uint64_t)FZRE_H_LANES << FZRE_H_RUNS)
-
-/* A round's tree (fzre_h_len_build): the leaves' weights in sorted order,
- * the internal nodes' weights, each node's parent and depth (leaves 0 ..
- * k - 1, internal nodes k .. 2k - 2).  In shared memory for up to
- * FZRE_H_TREE used symbols, else in the scratch. */
-typedef struct fzre_htree {
-  uint32_t lw[FZRE_H_TREE], nw[FZRE_H_TREE];
-  uint16_t parent[2 * FZRE_H_TREE];
-  uint8_t depth[2 * FZRE_H_TREE];
-} fzre_htree;
+/* A round's sort key: the weight above the symbol's 12 bits.  With two
+ * used symbols or more no weight reaches n (each takes a token), so a
+ * weight has 20 bits. */
+#define FZRE_H_SYM_BITS 12u
 
 /* The block's shared state of one chunk's coding (about 21 KiB). */
 typedef struct fzre_hf {
@@ -79,7 +75,7 @@ typedef struct fzre_hf {
   uint32_t fail; /* nothing to write: len is UINT64_MAX */
   uint32_t e, nsym;
   uint32_t k, built; /* the code's used symbols; its lengths are made */
-  uint32_t maxd;     /* the round's deepest leaf */
+  uint32_t maxd;     /* the round's deepest leaf, or a depth above 12 */
   unsigned long long hbits; /* the stream's bits by the code (fzre_h_code_count) */
   uint32_t hnum[FZRE_H_MAX_LEN + 1]; /* the symbols of each length */
   uint32_t runs[FZRE_H_RUNS + 1];    /* tokens of 2^k zeros (0: lone zeros) */
@@ -94,11 +90,11 @@ typedef struct fzre_hf {
   uint8_t pval[FZRE_H_UNITS][2], pn[FZRE_H_UNITS];
   /* The histogram of the small words (most of them) is counted here, as
    * shared-memory atomics are far cheaper than global ones, then moved to
-   * the table; choose_direct's ranges' cheapest take its place, then
-   * the rounds' tree. */
+   * the table; choose_direct's ranges' cheapest take its place, then a
+   * round's sort keys, weights and tree (fzre_h_round_*). */
   union {
     uint32_t small[FZRE_H_SMALL];
-    fzre_htree tree;
+    uint32_t tree[FZRE_H_MAX_SYMS];
     struct {
       uint64_t best[FZRE_H_UNITS];
       uint16_t best_e[FZRE_H_UNITS];
@@ -111,8 +107,10 @@ typedef struct fzre_hf {
 
 #ifdef __cplusplus
 static_assert(sizeof(fzre_hf) <= 24 * 1024, "fzre_hf fits the shared budget");
+static_assert(FZRE_HUFF_MAX_N <= (1u << (32 - FZRE_H_SYM_BITS)), "a weight fits a key");
 #else
 _Static_assert(sizeof(fzre_hf) <= 24 * 1024, "fzre_hf fits the shared budget");
+_Static_assert(FZRE_HUFF_MAX_N <= (1u << (32 - FZRE_H_SYM_BITS)), "a weight fits a key");
 #endif
 
 /* ---- scratch: the code's tables, 256-byte aligned ---- */
@@ -122,18 +120,13 @@ static inline FZR_HD uint64_t fzre_h_up(uint64_t v, uint64_t a) { return (v + a 
 #define FZRE_H_HIST 0u                                          /* u32[4097] */
 #define FZRE_H_ABOVE (FZRE_H_HIST + 16640u)                     /* u32[4097] */
 #define FZRE_H_FREQ (FZRE_H_ABOVE + 16640u)                     /* u32[4096] */
-#define FZRE_H_WEIGHT (FZRE_H_FREQ + 16384u)                    /* u32[8192] */
-#define FZRE_H_PARENT (FZRE_H_WEIGHT + 32768u)                  /* u16[8192] */
-#define FZRE_H_ORDER (FZRE_H_PARENT + 16384u)                   /* u16[4096] */
-#define FZRE_H_SPARE (FZRE_H_ORDER + 8192u)                     /* u16[4096] */
-#define FZRE_H_DEPTH (FZRE_H_SPARE + 8192u)                     /* u8[8192] */
-#define FZRE_H_LENS (FZRE_H_DEPTH + 8192u)                      /* u8[4096] */
+#define FZRE_H_ORDER (FZRE_H_FREQ + 16384u)                     /* u16[4096] */
+#define FZRE_H_LENS (FZRE_H_ORDER + 8192u)                      /* u8[4096] */
 #define FZRE_H_CODE (FZRE_H_LENS + 4096u)                       /* u16[4096] */
 #define FZRE_H_TCODE (FZRE_H_CODE + 8192u)                      /* u16[4112] */
 #define FZRE_H_TLEN (FZRE_H_TCODE + 8448u)                      /* u8[4112] */
 #define FZRE_H_SYMS (FZRE_H_TLEN + 4352u)                       /* u16[4096] */
-#define FZRE_H_LW (FZRE_H_SYMS + 8192u)                         /* u32[4096] */
-#define FZRE_H_TOKS (FZRE_H_LW + 16384u)                        /* u16[n] */
+#define FZRE_H_TOKS (FZRE_H_SYMS + 8192u)                       /* u16[n] */
 
 /* The tables, the segments' tokens (a u16 a word), then the bitmap of
  * the words other than zero (a u64 per 64 words). */
@@ -146,10 +139,9 @@ static inline FZR_HD uint64_t fzre_huff_scratch(uint64_t n, unsigned w) {
 
 /* The tables (scratch is 256-byte aligned, so every one is aligned). */
 typedef struct fzre_htab {
-  uint32_t *hist, *above, *freq, *weight;
-  uint16_t *parent, *order, *spare, *code, *tcode, *syms, *toks;
-  uint32_t *lw;
-  uint8_t *depth, *lens, *tlen;
+  uint32_t *hist, *above, *freq;
+  uint16_t *order, *code, *tcode, *syms, *toks;
+  uint8_t *lens, *tlen;
 } fzre_htab;
 
 static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
@@ -157,18 +149,13 @@ static inline FZR_HD fzre_htab fzre_htab_of(uint8_t *s) {
   b.hist = (uint32_t *)(s + FZRE_H_HIST);
   b.above = (uint32_t *)(s + FZRE_H_ABOVE);
   b.freq = (uint32_t *)(s + FZRE_H_FREQ);
-  b.weight = (uint32_t *)(s + FZRE_H_WEIGHT);
-  b.parent = (uint16_t *)(s + FZRE_H_PARENT);
   b.order = (uint16_t *)(s + FZRE_H_ORDER);
-  b.spare = (uint16_t *)(s + FZRE_H_SPARE);
-  b.depth = s + FZRE_H_DEPTH;
   b.lens = s + FZRE_H_LENS;
   b.code = (uint16_t *)(s + FZRE_H_CODE);
   b.tcode = (uint16_t *)(s + FZRE_H_TCODE);
   b.tlen = s + FZRE_H_TLEN;
   b.syms = (uint16_t *)(s + FZRE_H_SYMS);
   b.toks = (uint16_t *)(s + FZRE_H_TOKS);
-  b.lw = (uint32_t *)(s + FZRE_H_LW);
   return b;
 }
 
@@ -511,142 +498,131 @@ static inline FZR_HD void fzre_h_merge(fzre_hf *H, uint8_t *scratch, unsigned t,
     b.hist[i] = H->x.small[i];
 }
 
-/* The code lengths as the engine's code_lengths makes them, over the
- * block where it is worth it.  The engine sorts the used symbols (in
- * symbol order) stably by weight: the order by the unique key (weight,
- * symbol), which a merge sort makes in passes of independent elements,
- * each placed by its rank in the other run (a binary search).  Then one
- * thread builds the tree with two queues, a leaf taken before an internal
- * node of equal weight, and when a leaf is deeper than 12 halves every
- * weight (rounding up) for another round. */
-static inline FZR_HD uint64_t fzre_h_key(const uint32_t *wt, uint16_t s) {
-  return (uint64_t)wt[s] << 16 | s;
+/* The code lengths as the engine's code_lengths makes them: rounds of the
+ * two-queue construction over the used symbols sorted by (weight,
+ * symbol), a leaf taken before an internal node of equal weight, every
+ * weight halved (rounding up) for another round while a leaf is deeper
+ * than 12.  A round's keys, weight above symbol, are sorted in shared
+ * memory by a bitonic network (the keys are unique, so any sort gives
+ * the engine's order), padded to a power of two with keys above any. */
+static inline FZR_HD uint32_t fzre_h_round_weight(uint32_t f, unsigned r) {
+  return r >= 32 ? (f != 0) : (uint32_t)(((uint64_t)f + ((uint64_t)1 << r) - 1) >> r);
 }
 
-static inline FZR_HD void fzre_h_len_copy(uint16_t *dst, const uint16_t *src, uint32_t k,
-                                        unsigned t, unsigned nt) {
-  for (uint32_t i = t; i < k; i += nt)
-    dst[i] = src[i];
-}
-
-/* One pass of the merge sort: runs of width from src into dst. */
-static inline FZR_HD void fzre_h_len_merge(fzre_hf *H, uint8_t *scratch, uint32_t width, int odd,
-                                         unsigned t, unsigned nt) {
-  fzre_htab b = fzre_htab_of(scratch);
-  const uint16_t *src = odd ? b.spare : b.order;
-  uint16_t *dst = odd ? b.order : b.spare;
-  uint32_t k = H->k;
-  for (uint32_t i = t; i < k; i += nt) {
-    uint32_t lo = i / (2 * width) * (2 * width);
-    uint32_t mid = lo + width < k ? lo + width : k, hi = lo + 2 * width < k ? lo + 2 * width : k;
-    uint64_t key = fzre_h_key(b.weight, src[i]);
-    /* The other run's keys below this one (the keys are unique). */
-    uint32_t a = i < mid ? mid : lo, z = i < mid ? hi : mid, first = a;
-    while (a < z) {
-      uint32_t m = a + (z - a) / 2;
-      if (fzre_h_key(b.weight, src[m]) < key)
-        a = m + 1;
-      else
-        z = m;
-    }
-    dst[lo + (i < mid ? i - lo : i - mid) + (a - first)] = src[i];
-  }
-}
-
-/* A round's tree arrays: the shared ones where the used symbols fit. */
-typedef struct fzre_htp {
-  uint32_t *lw, *nw;
-  uint16_t *parent;
-  uint8_t *depth;
-} fzre_htp;
-static inline FZR_HD fzre_htp fzre_h_tree_of(fzre_hf *H, uint8_t *scratch) {
-  fzre_htp p;
-  if (H->k <= FZRE_H_TREE) {
-    p.lw = H->x.tree.lw;
-    p.nw = H->x.tree.nw;
-    p.parent = H->x.tree.parent;
-    p.depth = H->x.tree.depth;
-  } else {
-    fzre_htab b = fzre_htab_of(scratch);
-    p.lw = b.lw;
-    p.nw = b.weight + FZRE_H_MAX_SYMS;
-    p.parent = b.parent;
-    p.depth = b.depth;
-  }
+static inline FZR_HD uint32_t fzre_h_pow2(uint32_t k) {
+  uint32_t p = 2;
+  while (p < k)
+    p *= 2;
   return p;
 }
 
-/* The leaves' weights in sorted order, for the tree's thread. */
-static inline FZR_HD void fzre_h_len_leaves(fzre_hf *H, uint8_t *scratch, unsigned t,
-                                          unsigned nt) {
+/* Round r's keys: the used symbols (in the last round's order, or in
+ * symbol order in the first) with their weights. */
+static inline FZR_HD void fzre_h_round_keys(fzre_hf *H, uint8_t *scratch, unsigned r,
+                                            unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
-  fzre_htp p = fzre_h_tree_of(H, scratch);
-  for (uint32_t i = t; i < H->k; i += nt)
-    p.lw[i] = b.weight[b.order[i]];
+  const uint16_t *src = r ? b.order : b.syms;
+  uint32_t k = H->k, p = fzre_h_pow2(k);
+  for (uint32_t i = t; i < p; i += nt) {
+    uint32_t key = UINT32_MAX;
+    if (i < k) {
+      uint32_t s = src[i];
+      key = fzre_h_round_weight(b.freq[s], r) << FZRE_H_SYM_BITS | s;
+    }
+    H->x.tree[i] = key;
+  }
 }
 
-/* Thread 0: the tree over the sorted symbols (two queues, each head's
- * weight kept at hand), the internal nodes' depths. */
-static inline FZR_HD void fzre_h_len_build(fzre_hf *H, uint8_t *scratch) {
-  fzre_htp p = fzre_h_tree_of(H, scratch);
+/* One pass of the bitonic network: the pairs `stride` apart, each in
+ * its block of `size` ascending or descending. */
+static inline FZR_HD void fzre_h_round_sort(fzre_hf *H, uint32_t size, uint32_t stride,
+                                            unsigned t, unsigned nt) {
+  uint32_t *a = H->x.tree, half = fzre_h_pow2(H->k) / 2;
+  for (uint32_t i = t; i < half; i += nt) {
+    uint32_t lo = i / stride * 2 * stride + i % stride, hi = lo + stride;
+    uint32_t x = a[lo], y = a[hi];
+    if ((x > y) == ((lo & size) == 0)) {
+      a[lo] = y;
+      a[hi] = x;
+    }
+  }
+}
+
+/* The sorted keys into the round's order (for its lengths) and weights
+ * (for its tree). */
+static inline FZR_HD void fzre_h_round_split(fzre_hf *H, uint8_t *scratch, unsigned t,
+                                             unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (uint32_t i = t; i < H->k; i += nt) {
+    uint32_t key = H->x.tree[i];
+    b.order[i] = (uint16_t)(key & ((1u << FZRE_H_SYM_BITS) - 1));
+    H->x.tree[i] = key >> FZRE_H_SYM_BITS;
+  }
+}
+
+/* Thread 0: the round's tree in its array of weights, as the engine's
+ * build_tree makes it (each queue's head weight kept at hand: the leaf's
+ * slot is read before it is written, the internal node's is its weight
+ * until it is taken); the deepest leaf's depth, or a depth above 12 once
+ * it is known to be deeper, in maxd. */
+static inline FZR_HD void fzre_h_round_tree(fzre_hf *H) {
+  uint32_t *a = H->x.tree;
   const uint32_t k = H->k;
-  uint32_t li = 0, ii = 0, wl = p.lw[0], wi = 0;
-  for (uint32_t made = 0; made < k - 1; made++) {
+  uint32_t leaf = 0, root = 0, wl = a[0], wi = 0;
+  for (uint32_t next = 0; next + 1 < k; next++) {
     uint32_t sum = 0;
     for (int c = 0; c < 2; c++) {
-      uint32_t id;
-      if (li < k && (ii >= made || wl <= wi)) {
-        id = li++;
+      if (leaf < k && (root >= next || wl <= wi)) {
         sum += wl;
-        wl = li < k ? p.lw[li] : 0u;
+        leaf++;
+        wl = leaf < k ? a[leaf] : 0u;
       } else {
-        id = k + ii++;
         sum += wi;
-        wi = ii < made ? p.nw[ii] : 0u;
+        a[root++] = next;
+        wi = root < next ? a[root] : 0u;
       }
-      p.parent[id] = (uint16_t)(k + made);
     }
-    p.nw[made] = sum;
-    if (ii == made)
+    a[next] = sum;
+    if (root == next)
       wi = sum;
   }
-  /* Node ids: leaves 0..k-1 in sorted order, then the internal ones; a
-   * node's parent is made after it, the root last. */
-  uint32_t root = 2 * k - 2;
-  p.depth[root] = 0;
-  for (uint32_t id = root; id-- > k;)
-    p.depth[id] = (uint8_t)(p.depth[p.parent[id]] + 1);
-  H->maxd = 0;
-}
-
-/* The leaves' depths and the deepest. */
-static inline FZR_HD void fzre_h_len_depths(fzre_hf *H, uint8_t *scratch, unsigned t,
-                                          unsigned nt) {
-  fzre_htp p = fzre_h_tree_of(H, scratch);
-  unsigned maxd = 0;
-  for (uint32_t i = t; i < H->k; i += nt) {
-    unsigned d = p.depth[p.parent[i]] + 1u;
-    p.depth[i] = (uint8_t)d;
-    maxd = d > maxd ? d : maxd;
+  uint32_t p = 0, d = 1;
+  while (p != k - 2 && d <= FZRE_H_MAX_LEN) {
+    p = a[p];
+    d++;
   }
-  FZR_ATOMIC_MAX(&H->maxd, maxd);
+  H->maxd = d;
+  H->built = d <= FZRE_H_MAX_LEN;
 }
 
-/* The lengths if no leaf is too deep, else the weights halved (rounding
- * up) for another round. */
-static inline FZR_HD void fzre_h_len_take(fzre_hf *H, uint8_t *scratch, unsigned t,
-                                        unsigned nt) {
-  fzre_htab b = fzre_htab_of(scratch);
-  fzre_htp p = fzre_h_tree_of(H, scratch);
-  const int ok = H->maxd <= FZRE_H_MAX_LEN;
-  for (uint32_t i = t; i < H->k; i += nt) {
-    if (ok) {
-      b.lens[b.order[i]] = p.depth[i];
-    } else {
-      uint32_t *wt = &b.weight[b.order[i]];
-      *wt = (*wt >> 1) + (*wt & 1);
+/* Thread 0, the last round: every leaf's depth in its slot (the engine's
+ * leaf_depths: the internal nodes' depths, root first, then the leaves of
+ * each depth given to the heaviest leaves left). */
+static inline FZR_HD void fzre_h_round_depths(fzre_hf *H) {
+  uint32_t *a = H->x.tree;
+  const uint32_t k = H->k;
+  a[k - 2] = 0;
+  for (uint32_t j = k - 2; j-- > 0;)
+    a[j] = a[a[j]] + 1;
+  uint32_t avail = 1, next = k, root = k - 1;
+  for (uint32_t d = 0; avail > 0; d++) {
+    uint32_t used = 0;
+    while (root > 0 && a[root - 1] == d) {
+      used++;
+      root--;
     }
+    for (; avail > used; avail--)
+      a[--next] = d;
+    avail = 2 * used;
   }
+}
+
+/* The last round's lengths to their symbols. */
+static inline FZR_HD void fzre_h_round_take(fzre_hf *H, uint8_t *scratch, unsigned t,
+                                            unsigned nt) {
+  fzre_htab b = fzre_htab_of(scratch);
+  for (uint32_t i = t; i < H->k; i += nt)
+    b.lens[b.order[i]] = (uint8_t)H->x.tree[i];
 }
 
 /* choose_direct over the block: above[s] (the words at or above s) is a
@@ -721,9 +697,8 @@ static inline FZR_HD void fzre_h_pick(fzre_hf *H) {
   H->nsym = e + 1 + FZRE_H_RUNS;
 }
 
-/* Thread t's symbols: their frequencies, the first round's weights, no
- * length yet, and its count of used ones (in bits[t], free until the
- * lanes' bits). */
+/* Thread t's symbols: their frequencies, no length yet, and its count of
+ * used ones (in bits[t], free until the lanes' bits). */
 static inline FZR_HD void fzre_h_freqs(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   unsigned e = H->e;
@@ -733,7 +708,6 @@ static inline FZR_HD void fzre_h_freqs(fzre_hf *H, uint8_t *scratch, unsigned t,
   for (unsigned s = lo; s < hi; s++) {
     uint32_t f = s == 0 ? H->runs[0] : s < e ? b.hist[s] : s == e ? b.above[e] : H->runs[s - e];
     b.freq[s] = f;
-    b.weight[s] = f;
     b.lens[s] = 0;
     used += f != 0;
   }
@@ -964,30 +938,27 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_ALL(fzre_h_syms(H, scratch, t, nt));
   FZR_SYNC();
   FZR_CLK(12);
-  fzre_htab tb = fzre_htab_of(scratch);
-  while (!H->built) {
-    FZR_ALL(fzre_h_len_copy(tb.order, tb.syms, H->k, t, nt));
+  for (unsigned r = 0; !H->built; r++) {
+    FZR_ALL(fzre_h_round_keys(H, scratch, r, t, nt));
     FZR_SYNC();
-    int odd = 0;
-    for (uint32_t width = 1; width < H->k; width *= 2, odd = !odd) {
-      FZR_ALL(fzre_h_len_merge(H, scratch, width, odd, t, nt));
-      FZR_SYNC();
-    }
-    if (odd) {
-      FZR_ALL(fzre_h_len_copy(tb.order, tb.spare, H->k, t, nt));
-      FZR_SYNC();
-    }
+    const uint32_t p = fzre_h_pow2(H->k);
+    for (uint32_t size = 2; size <= p; size *= 2)
+      for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
+        FZR_ALL(fzre_h_round_sort(H, size, stride, t, nt));
+        FZR_SYNC();
+      }
+    FZR_ALL(fzre_h_round_split(H, scratch, t, nt));
+    FZR_SYNC();
     FZR_CLK(33);
-    FZR_ALL(fzre_h_len_leaves(H, scratch, t, nt));
-    FZR_SYNC();
-    FZR_ONE(fzre_h_len_build(H, scratch));
+    FZR_ONE(fzre_h_round_tree(H));
     FZR_SYNC();
     FZR_CLK(34);
-    FZR_ALL(fzre_h_len_depths(H, scratch, t, nt));
-    FZR_SYNC();
-    FZR_ALL(fzre_h_len_take(H, scratch, t, nt));
-    FZR_ONE(H->built = H->maxd <= FZRE_H_MAX_LEN);
-    FZR_SYNC();
+    if (H->built) {
+      FZR_ONE(fzre_h_round_depths(H));
+      FZR_SYNC();
+      FZR_ALL(fzre_h_round_take(H, scratch, t, nt));
+      FZR_SYNC();
+    }
     FZR_CLK(35);
   }
   FZR_ALL(fzre_h_code_count(H, scratch, t, nt));
