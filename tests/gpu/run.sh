@@ -13,6 +13,7 @@
 # (default "memcheck racecheck"), FZ_GPU_PROFILE=1 (Nsight Compute, below),
 # FZ_GPU_DEVICE_BENCH=1 (device buffers through fzd, below), FZ_GPU_JIT_BENCH=1
 # (first, warm and restarted jobs of a chain through fzd, below), FZ_GPU_RUN_SERVICE (below),
+# FZ_GPU_BASELINE (a second source tree benchmarked beside this one, below),
 # FZ_GPU_BUILD (build directory), FZ_CUDA_FLAGS (extra nvcc flags, e.g. a
 # -D of a kernel tuning knob).
 set -euo pipefail
@@ -131,6 +132,28 @@ if [ "${FZ_SKIP_BENCH:-0}" != 1 ]; then
   fi
   cat "$logs/bench.md"
   cat "$logs/bench.err"
+  # FZ_GPU_BASELINE=DIR: another source tree of the project (for example
+  # `git archive OLD | tar -x -C DIR`), built with the same options in its
+  # own directory and benchmarked on the same inputs right after this one,
+  # so that a change is timed against its baseline on one machine in one
+  # call (a device call may get an H100 or an H200).
+  if [ -n "${FZ_GPU_BASELINE:-}" ]; then
+    step baseline benchmark: "$FZ_GPU_BASELINE"
+    base=$build-baseline
+    cmake -S "$FZ_GPU_BASELINE" -B "$base" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_CUDA_FLAGS="$cuda_flags" > "$logs/configure-baseline.log" 2>&1 &&
+      cmake --build "$base" -j16 --target fz_gpu_bench > "$logs/build-baseline.log" 2>&1 ||
+      { tail -40 "$logs/build-baseline.log"; exit 1; }
+    # shellcheck disable=SC2086
+    if "$base/tests/bench/fz_gpu_bench" ${FZ_BENCH_ARGS:-} "${inputs[@]}" \
+         > "$logs/bench-baseline.md" 2> "$logs/bench-baseline.err"; then
+      summary+=("baseline benchmark: every bound held")
+    else
+      summary+=("baseline benchmark: FAILED (exit $?)")
+      status=1
+    fi
+    cat "$logs/bench-baseline.md"
+  fi
 fi
 
 # ---- kernel profile ------------------------------------------------------
