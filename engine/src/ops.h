@@ -328,4 +328,75 @@ FZ_HD uint64_t fzo_log2_q16(uint64_t v) {
   return y;
 }
 
+/* ---- Huffman code lengths (stage_huffman.c, ratio_enc_huff.cuh) ----
+ * A round of the code lengths: the two-queue construction over the used
+ * symbols' weights in ascending order, a leaf taken before an internal
+ * node of equal weight; while the deepest leaf is too deep, every weight
+ * is halved rounding up and the round made again. */
+
+/* A symbol's weight in round r: its frequency halved r times rounding up
+ * (halving twice rounding up is dividing by 4 rounding up, and so on). */
+FZ_HD uint32_t fzo_huff_weight(uint32_t f, unsigned r) {
+  return r >= 32 ? (f != 0) : (uint32_t)(((uint64_t)f + ((uint64_t)1 << r) - 1) >> r);
+}
+
+/* The tree of the k >= 2 ascending weights in a, built in a itself
+ * (Moffat and Katajainen's in-place construction): internal node j is the
+ * j-th made and takes slot j, whose leaf is used by then; while it waits
+ * to be taken the slot holds its weight, then its parent's number.  Each
+ * queue's head weight is kept at hand: a leaf's slot is read before it is
+ * written, an internal node's holds its weight until it is taken.  The
+ * deepest leaf is leaf 0 (each queue gives its nodes parents in the order
+ * it gives them out, so depths fall along either queue), the child of
+ * node 0: returns its depth, walked up from there, or any depth above
+ * max_len once it is known to be deeper. */
+FZ_HD unsigned fzo_huff_tree(uint32_t *a, uint32_t k, unsigned max_len) {
+  uint32_t leaf = 0, root = 0, wl = a[0], wi = 0;
+  for (uint32_t next = 0; next + 1 < k; next++) {
+    uint32_t sum = 0;
+    for (int c = 0; c < 2; c++) {
+      if (leaf < k && (root >= next || wl <= wi)) {
+        sum += wl;
+        leaf++;
+        wl = leaf < k ? a[leaf] : 0u;
+      } else {
+        sum += wi;
+        a[root++] = next;
+        wi = root < next ? a[root] : 0u;
+      }
+    }
+    a[next] = sum;
+    if (root == next)
+      wi = sum;
+  }
+  uint32_t p = 0;
+  unsigned d = 1;
+  while (p != k - 2 && d <= max_len) {
+    p = a[p];
+    d++;
+  }
+  return d;
+}
+
+/* The leaves' depths from fzo_huff_tree's a, into a (leaf i's at i): the
+ * internal nodes' depths, root first; then, depth by depth, the nodes
+ * there (twice the internal ones a level up) less the internal ones there
+ * are leaves, given to the heaviest leaves not yet given one. */
+FZ_HD void fzo_huff_depths(uint32_t *a, uint32_t k) {
+  a[k - 2] = 0;
+  for (uint32_t j = k - 2; j-- > 0;)
+    a[j] = a[a[j]] + 1;
+  uint32_t avail = 1, next = k, root = k - 1; /* internal nodes 0 .. root - 1 left */
+  for (uint32_t d = 0; avail > 0; d++) {
+    uint32_t used = 0;
+    while (root > 0 && a[root - 1] == d) {
+      used++;
+      root--;
+    }
+    for (; avail > used; avail--)
+      a[--next] = d;
+    avail = 2 * used;
+  }
+}
+
 #endif

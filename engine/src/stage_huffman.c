@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "ops.h"
 
 #define LANES 32u
 #define MAX_LEN 12u
@@ -58,18 +59,12 @@ static void store_word(uint8_t *p, unsigned w, uint64_t v) {
 typedef struct build {
   uint32_t hist[MAX_SYMS + 1];  /* words 0..4095, then all above */
   uint32_t above[MAX_SYMS + 1]; /* words at or above each value */
-  uint32_t tree[MAX_SYMS];      /* a round's tree, in place (build_tree) */
+  uint32_t tree[MAX_SYMS];      /* a round's tree, in place (fzo_huff_tree) */
   uint16_t order[MAX_SYMS];     /* used symbols by (weight, symbol) */
   uint16_t spare[MAX_SYMS];     /* the merges' other half */
 } build;
 
 _Static_assert(sizeof(build) <= FZE_HUFFMAN_TMP, "huffman work space");
-
-/* A symbol's weight in round r: its frequency halved r times, rounding up
- * (halving twice rounding up is dividing by 4 rounding up, and so on). */
-static inline uint32_t round_weight(uint32_t f, unsigned r) {
-  return r >= 32 ? (f != 0) : (uint32_t)(((uint64_t)f + ((uint64_t)1 << r) - 1) >> r);
-}
 
 /* A stable bottom-up merge sort of o (in symbol order) by frequency: the
  * order by (weight, symbol) of the first round. */
@@ -101,13 +96,13 @@ static void sort_symbols(uint16_t *o, uint16_t *t, size_t k, const uint32_t *fre
  * merged by symbol. */
 static void regroup(uint16_t *o, uint16_t *t, size_t k, const uint32_t *freq, unsigned r) {
   for (size_t i = 0; i < k;) {
-    uint32_t wa = round_weight(freq[o[i]], r);
+    uint32_t wa = fzo_huff_weight(freq[o[i]], r);
     size_t mid = i, hi;
-    while (mid < k && round_weight(freq[o[mid]], r) == wa)
+    while (mid < k && fzo_huff_weight(freq[o[mid]], r) == wa)
       mid++;
     hi = mid;
     if (wa & 1u)
-      while (hi < k && round_weight(freq[o[hi]], r) == wa + 1)
+      while (hi < k && fzo_huff_weight(freq[o[hi]], r) == wa + 1)
         hi++;
     size_t a = i, b = mid, d = i;
     while (a < mid && b < hi)
@@ -119,60 +114,6 @@ static void regroup(uint16_t *o, uint16_t *t, size_t k, const uint32_t *freq, un
     i = hi;
   }
   memcpy(o, t, k * sizeof *o);
-}
-
-/* The Huffman tree of the k >= 2 weights in a (ascending), built in a
- * itself (Moffat and Katajainen's in-place construction): internal node j
- * is the j-th made and takes slot j, whose leaf is used by then; while it
- * waits to be taken the slot holds its weight, then its parent's number.
- * The two queues are the leaves in order and the internal nodes in the
- * order made, a leaf taken before an internal node of equal weight.  The
- * deepest leaf is leaf 0 (each queue gives its nodes parents in the order
- * it gives them out, so depths fall along either queue), the child of
- * node 0: its depth is walked up from there.  Returns it, or any depth
- * above MAX_LEN once it is known to be deeper. */
-static unsigned build_tree(uint32_t *a, size_t k) {
-  size_t leaf = 0, root = 0;
-  for (size_t next = 0; next + 1 < k; next++) {
-    uint32_t sum = 0;
-    for (int c = 0; c < 2; c++) {
-      if (leaf < k && (root >= next || a[leaf] <= a[root])) {
-        sum += a[leaf++];
-      } else {
-        sum += a[root];
-        a[root++] = (uint32_t)next;
-      }
-    }
-    a[next] = sum;
-  }
-  size_t p = 0;
-  unsigned d = 1;
-  while (p != k - 2 && d <= MAX_LEN) {
-    p = a[p];
-    d++;
-  }
-  return d;
-}
-
-/* The leaves' depths from build_tree's a, into a (leaf i's at i): the
- * internal nodes' depths, root first; then, depth by depth, the nodes
- * there (twice the internal ones a level up) less the internal ones there
- * are leaves, given to the heaviest leaves not yet given one. */
-static void leaf_depths(uint32_t *a, size_t k) {
-  a[k - 2] = 0;
-  for (size_t j = k - 2; j-- > 0;)
-    a[j] = a[a[j]] + 1;
-  size_t avail = 1, next = k, root = k - 1; /* root: internal nodes k - 2 .. root - 1 left */
-  for (uint32_t d = 0; avail > 0; d++) {
-    size_t used = 0;
-    while (root > 0 && a[root - 1] == d) {
-      used++;
-      root--;
-    }
-    for (; avail > used; avail--)
-      a[--next] = d;
-    avail = 2 * used;
-  }
 }
 
 /* Huffman code lengths of the nsym symbols with frequencies freq (at least
@@ -195,9 +136,9 @@ static void code_lengths(build *b, const uint32_t *freq, unsigned nsym, uint8_t 
   sort_symbols(b->order, b->spare, k, freq);
   for (unsigned r = 0;; r++) {
     for (size_t i = 0; i < k; i++)
-      b->tree[i] = round_weight(freq[b->order[i]], r);
-    if (build_tree(b->tree, k) <= MAX_LEN) {
-      leaf_depths(b->tree, k);
+      b->tree[i] = fzo_huff_weight(freq[b->order[i]], r);
+    if (fzo_huff_tree(b->tree, (uint32_t)k, MAX_LEN) <= MAX_LEN) {
+      fzo_huff_depths(b->tree, (uint32_t)k);
       for (size_t i = 0; i < k; i++)
         len[b->order[i]] = (uint8_t)b->tree[i];
       return;

@@ -505,10 +505,6 @@ static inline FZR_HD void fzre_h_merge(fzre_hf *H, uint8_t *scratch, unsigned t,
  * than 12.  A round's keys, weight above symbol, are sorted in shared
  * memory by a bitonic network (the keys are unique, so any sort gives
  * the engine's order), padded to a power of two with keys above any. */
-static inline FZR_HD uint32_t fzre_h_round_weight(uint32_t f, unsigned r) {
-  return r >= 32 ? (f != 0) : (uint32_t)(((uint64_t)f + ((uint64_t)1 << r) - 1) >> r);
-}
-
 static inline FZR_HD uint32_t fzre_h_pow2(uint32_t k) {
   uint32_t p = 2;
   while (p < k)
@@ -527,7 +523,7 @@ static inline FZR_HD void fzre_h_round_keys(fzre_hf *H, uint8_t *scratch, unsign
     uint32_t key = UINT32_MAX;
     if (i < k) {
       uint32_t s = src[i];
-      key = fzre_h_round_weight(b.freq[s], r) << FZRE_H_SYM_BITS | s;
+      key = fzo_huff_weight(b.freq[s], r) << FZRE_H_SYM_BITS | s;
     }
     H->x.tree[i] = key;
   }
@@ -560,61 +556,12 @@ static inline FZR_HD void fzre_h_round_split(fzre_hf *H, uint8_t *scratch, unsig
   }
 }
 
-/* Thread 0: the round's tree in its array of weights, as the engine's
- * build_tree makes it (each queue's head weight kept at hand: the leaf's
- * slot is read before it is written, the internal node's is its weight
- * until it is taken); the deepest leaf's depth, or a depth above 12 once
- * it is known to be deeper, in maxd. */
+/* Thread 0: the round's tree in its array of weights (ops.h, as the
+ * engine builds it), and whether it is the last round; the last round's
+ * leaves' depths in their slots. */
 static inline FZR_HD void fzre_h_round_tree(fzre_hf *H) {
-  uint32_t *a = H->x.tree;
-  const uint32_t k = H->k;
-  uint32_t leaf = 0, root = 0, wl = a[0], wi = 0;
-  for (uint32_t next = 0; next + 1 < k; next++) {
-    uint32_t sum = 0;
-    for (int c = 0; c < 2; c++) {
-      if (leaf < k && (root >= next || wl <= wi)) {
-        sum += wl;
-        leaf++;
-        wl = leaf < k ? a[leaf] : 0u;
-      } else {
-        sum += wi;
-        a[root++] = next;
-        wi = root < next ? a[root] : 0u;
-      }
-    }
-    a[next] = sum;
-    if (root == next)
-      wi = sum;
-  }
-  uint32_t p = 0, d = 1;
-  while (p != k - 2 && d <= FZRE_H_MAX_LEN) {
-    p = a[p];
-    d++;
-  }
-  H->maxd = d;
-  H->built = d <= FZRE_H_MAX_LEN;
-}
-
-/* Thread 0, the last round: every leaf's depth in its slot (the engine's
- * leaf_depths: the internal nodes' depths, root first, then the leaves of
- * each depth given to the heaviest leaves left). */
-static inline FZR_HD void fzre_h_round_depths(fzre_hf *H) {
-  uint32_t *a = H->x.tree;
-  const uint32_t k = H->k;
-  a[k - 2] = 0;
-  for (uint32_t j = k - 2; j-- > 0;)
-    a[j] = a[a[j]] + 1;
-  uint32_t avail = 1, next = k, root = k - 1;
-  for (uint32_t d = 0; avail > 0; d++) {
-    uint32_t used = 0;
-    while (root > 0 && a[root - 1] == d) {
-      used++;
-      root--;
-    }
-    for (; avail > used; avail--)
-      a[--next] = d;
-    avail = 2 * used;
-  }
+  H->maxd = fzo_huff_tree(H->x.tree, H->k, FZRE_H_MAX_LEN);
+  H->built = H->maxd <= FZRE_H_MAX_LEN;
 }
 
 /* The last round's lengths to their symbols. */
@@ -954,7 +901,7 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
     FZR_SYNC();
     FZR_CLK(34);
     if (H->built) {
-      FZR_ONE(fzre_h_round_depths(H));
+      FZR_ONE(fzo_huff_depths(H->x.tree, H->k));
       FZR_SYNC();
       FZR_ALL(fzre_h_round_take(H, scratch, t, nt));
       FZR_SYNC();

@@ -64,6 +64,18 @@ run_ctest() {
   fi
 }
 
+# side_build NAME SRC DIR CUDA_FLAGS: a second configuration (source tree
+# SRC into DIR, the main build's options but for the CUDA flags) with the
+# GPU benchmark built; its logs are configure-NAME.log and build-NAME.log.
+side_build() {
+  local name=$1 src=$2 dir=$3 flags=$4
+  cmake -S "$src" -B "$dir" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_FLAGS="$flags" > "$logs/configure-$name.log" 2>&1 ||
+    { tail -30 "$logs/configure-$name.log"; exit 1; }
+  cmake --build "$dir" -j16 --target fz_gpu_bench > "$logs/build-$name.log" 2>&1 ||
+    { tail -40 "$logs/build-$name.log"; exit 1; }
+}
+
 # The suites that start fzd on the GPU (the service part below).
 service_suites='^test_gpu_(service|device_memory|client_device|warm|ratio)$'
 
@@ -122,16 +134,20 @@ if [ "${FZ_SKIP_BENCH:-0}" != 1 ]; then
     for f in "$fields"/*.f32; do [ -f "$f" ] && inputs+=("$f"); done
   fi
   inputs+=(--gen smooth --gen noise)
-  # shellcheck disable=SC2086
-  if "$build/tests/bench/fz_gpu_bench" ${FZ_BENCH_ARGS:-} "${inputs[@]}" \
-       > "$logs/bench.md" 2> "$logs/bench.err"; then
-    summary+=("benchmark: every bound held")
-  else
-    summary+=("benchmark: FAILED (exit $?)")
-    status=1
-  fi
-  cat "$logs/bench.md"
-  cat "$logs/bench.err"
+  # run_bench LABEL BUILD NAME: BUILD's fz_gpu_bench on the inputs, its
+  # table in $logs/NAME.md and its verdict in the summary.
+  run_bench() {
+    # shellcheck disable=SC2086
+    if "$2/tests/bench/fz_gpu_bench" ${FZ_BENCH_ARGS:-} "${inputs[@]}" \
+         > "$logs/$3.md" 2> "$logs/$3.err"; then
+      summary+=("$1: every bound held")
+    else
+      summary+=("$1: FAILED (exit $?)")
+      status=1
+    fi
+    cat "$logs/$3.md" "$logs/$3.err"
+  }
+  run_bench benchmark "$build" bench
   # FZ_GPU_BASELINE=DIR: another source tree of the project (for example
   # `git archive OLD | tar -x -C DIR`), built with the same options in its
   # own directory and benchmarked on the same inputs right after this one,
@@ -140,19 +156,8 @@ if [ "${FZ_SKIP_BENCH:-0}" != 1 ]; then
   if [ -n "${FZ_GPU_BASELINE:-}" ]; then
     step baseline benchmark: "$FZ_GPU_BASELINE"
     base=$build-baseline
-    cmake -S "$FZ_GPU_BASELINE" -B "$base" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_FLAGS="$cuda_flags" > "$logs/configure-baseline.log" 2>&1 &&
-      cmake --build "$base" -j16 --target fz_gpu_bench > "$logs/build-baseline.log" 2>&1 ||
-      { tail -40 "$logs/build-baseline.log"; exit 1; }
-    # shellcheck disable=SC2086
-    if "$base/tests/bench/fz_gpu_bench" ${FZ_BENCH_ARGS:-} "${inputs[@]}" \
-         > "$logs/bench-baseline.md" 2> "$logs/bench-baseline.err"; then
-      summary+=("baseline benchmark: every bound held")
-    else
-      summary+=("baseline benchmark: FAILED (exit $?)")
-      status=1
-    fi
-    cat "$logs/bench-baseline.md"
+    side_build baseline "$FZ_GPU_BASELINE" "$base" "$cuda_flags"
+    run_bench "baseline benchmark" "$base" bench-baseline
   fi
 fi
 
@@ -212,10 +217,7 @@ fi
 if [ "${FZ_GPU_PHASE_CLOCK:-0}" != 0 ]; then
   step ratio kernels by phase
   clk=$build-clock
-  cmake -S . -B "$clk" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_FLAGS="$cuda_flags -DFZR_PHASE_CLOCK" > "$logs/configure-clock.log" 2>&1 &&
-    cmake --build "$clk" -j16 --target fz_gpu_bench > "$logs/build-clock.log" 2>&1 ||
-    { tail -40 "$logs/build-clock.log"; exit 1; }
+  side_build clock . "$clk" "$cuda_flags -DFZR_PHASE_CLOCK"
   pin=()
   for f in "$fields"/*.f32; do [ -f "$f" ] && { pin=("$f"); break; }; done
   # shellcheck disable=SC2206
