@@ -700,7 +700,6 @@ static unsigned log_count(fzd_harness *h, const char *needle) {
   return n;
 }
 
-/* An archive of n zero floats (small: zeros compress well). */
 /* Writes bytes in the background, as an attacker would while the test
  * watches the daemon, or where the daemon may stop reading until the test
  * reads; off is what was written when it ended. */
@@ -724,6 +723,7 @@ static void *write_all_bg(void *arg) {
   return NULL;
 }
 
+/* An archive of n zero floats (small: zeros compress well). */
 static void *zeros_archive(size_t n, size_t *arc_len) {
   float *x = calloc(n, sizeof(float));
   cr_assert_not_null(x);
