@@ -281,6 +281,13 @@ FZ_HD uint32_t fzo_zigzag32(uint32_t d) { return (d << 1) ^ (0u - (d >> 31)); }
 FZ_HD uint32_t fzo_unzigzag32(uint32_t z) { return (z >> 1) ^ (0u - (z & 1u)); }
 FZ_HD uint64_t fzo_zigzag64(uint64_t d) { return (d << 1) ^ (0ull - (d >> 63)); }
 FZ_HD uint64_t fzo_unzigzag64(uint64_t z) { return (z >> 1) ^ (0ull - (z & 1u)); }
+/* The same for a word of w bytes (4 or 8), held in 64 bits. */
+FZ_HD uint64_t fzo_zigzag_w(uint64_t d, unsigned w) {
+  return w == 4 ? fzo_zigzag32((uint32_t)d) : fzo_zigzag64(d);
+}
+FZ_HD uint64_t fzo_unzigzag_w(uint64_t z, unsigned w) {
+  return w == 4 ? fzo_unzigzag32((uint32_t)z) : fzo_unzigzag64(z);
+}
 
 #define FZO_NB32 0xaaaaaaaau
 #define FZO_NB64 0xaaaaaaaaaaaaaaaaull

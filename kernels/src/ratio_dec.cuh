@@ -623,9 +623,9 @@ static inline FZR_HD void fzr_outliers(fzr_state *S, const fzr_job *J, unsigned 
 
 static inline FZR_HD double fzr_fin0(double v) { return isfinite(v) ? v : 0.0; }
 
-/* Element i's word (its quantized residual, zigzagged). */
-static inline FZR_HD uint64_t fzr_word(const fzr_state *S, unsigned w, uint64_t i) {
-  return w == 4 ? ((const uint32_t *)S->a)[i] : ((const uint64_t *)S->a)[i];
+/* Word i of the words at a (w bytes each, aligned). */
+static inline FZR_HD uint64_t fzr_word(const uint8_t *a, unsigned w, uint64_t i) {
+  return w == 4 ? ((const uint32_t *)a)[i] : ((const uint64_t *)a)[i];
 }
 
 /* Point i rebuilt from its prediction p and its word z (stage_interp.c's
@@ -669,7 +669,7 @@ static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint
   uint8_t x = S->x[i];
   S->anc.i[t] = i;
   S->anc.x[t] = x;
-  S->anc.q[t] = fzr_word(S, J->w, i);
+  S->anc.q[t] = fzr_word(S->a, J->w, i);
   S->anc.o[t] = !x ? 0.0 : J->w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
 }
 
@@ -704,7 +704,7 @@ FZRE_IP_FI FZR_HD void fzr_level_w(fzr_state *S, const fzr_job *J, unsigned pass
     uint64_t cd;
     uint32_t i = fzre_ip_next(ps, &cur, k, t, nt, d, h, &cd);
     uint8_t x = S->x[i];
-    uint64_t z = fzr_word(S, w, i);
+    uint64_t z = fzr_word(S->a, w, i);
     double p = fzre_ip_predict(out, S->x, w, i, cd, h, off, ed, n);
     if (!x)
       fzr_rebuild_w(step, w, out, i, z, p);
@@ -770,18 +770,6 @@ static inline FZR_HD unsigned fzr_lz_axes(uint64_t i, uint64_t x, unsigned ax, u
   return m;
 }
 
-static inline FZR_HD uint64_t fzr_lz_ld(const uint8_t *a, unsigned w, uint64_t i) {
-  return w == 4 ? ((const uint32_t *)a)[i] : ((const uint64_t *)a)[i];
-}
-
-static inline FZR_HD uint64_t fzr_unzz(uint64_t z, unsigned w) {
-  return w == 4 ? fzo_unzigzag32((uint32_t)z) : fzo_unzigzag64(z);
-}
-
-static inline FZR_HD uint64_t fzr_zz(uint64_t d, unsigned w) {
-  return w == 4 ? fzo_zigzag32((uint32_t)d) : fzo_zigzag64(d);
-}
-
 /* One scan: the elements [lo, hi) of the chunk in lines of stride s
  * (elements lo + q, lo + q + s, ...), the axis's coordinate of an element
  * ((first + i) / s) % e; an element adds the word s before it unless that
@@ -837,8 +825,8 @@ static inline FZR_HD int fzr_scan_fresh(const fzr_scan *c, uint64_t i, uint64_t 
 
 /* The word at i as the scan adds it. */
 FZRE_IP_FI FZR_HD uint64_t fzr_scan_val(const uint8_t *v, unsigned w, unsigned zz, uint64_t i) {
-  uint64_t z = fzr_lz_ld(v, w, i);
-  return zz ? fzr_unzz(z, w) : z;
+  uint64_t z = fzr_word(v, w, i);
+  return zz ? fzo_unzigzag_w(z, w) : z;
 }
 
 /* Thread t's piece summarised (lines cut into pieces only). */
@@ -866,7 +854,7 @@ static inline FZR_HD void fzr_scan_chain(fzr_state *S, const fzr_scan *c, unsign
                                          unsigned t) {
   if (c->np < 2 || t >= c->nl)
     return;
-  uint64_t i0 = c->lo + t, wv = i0 >= c->s ? fzr_lz_ld(S->a, w, i0 - c->s) : 0;
+  uint64_t i0 = c->lo + t, wv = i0 >= c->s ? fzr_word(S->a, w, i0 - c->s) : 0;
   for (uint32_t p = 0; p < c->np; p++) {
     uint32_t k = p * c->nl + t;
     S->lz_in[k] = wv;
@@ -926,7 +914,7 @@ FZRE_IP_FI FZR_HD void fzr_scan_apply_w(fzr_state *S, const fzr_job *J, const fz
   for (uint64_t q = t; q < c->nl; q += nt) {
     uint64_t i = fzr_scan_piece(c, S->first, (uint32_t)q, 0, &cnt, &co);
     fzr_scan_run(J, S->a, out, w, c, i, cnt, co,
-                 i >= c->s ? fzr_lz_ld(S->a, w, i - c->s) : 0);
+                 i >= c->s ? fzr_word(S->a, w, i - c->s) : 0);
   }
 }
 
@@ -977,7 +965,7 @@ static inline FZR_HD uint64_t fzr_lz_early(const fzr_state *S, unsigned w, uint6
                                            uint64_t i, uint64_t off) {
   if (off > i)
     return 0;
-  return i - off == p0 ? S->lz_wsy : fzr_lz_ld(S->a, w, i - off);
+  return i - off == p0 ? S->lz_wsy : fzr_word(S->a, w, i - off);
 }
 
 /* The sum over the axis sets S of mask within `all` with some axis outside
@@ -1011,7 +999,7 @@ static inline FZR_HD void fzr_lz_wsy(fzr_state *S, const fzr_job *J, uint64_t p0
   /* The prediction is minus the sum of the terms with the zero reading
    * of every axis it keeps. */
   uint64_t p = 0 - fzr_lz_terms(S, w, p0, sy, m, 0, sy, sz);
-  S->lz_wsy = fzr_unzz(fzr_lz_ld(S->a, w, sy), w) + p;
+  S->lz_wsy = fzo_unzigzag_w(fzr_word(S->a, w, sy), w) + p;
 }
 
 /* The residuals that the zero reading moves: element sy (y there) and
@@ -1031,8 +1019,8 @@ static inline FZR_HD void fzr_lz_fix(fzr_state *S, const fzr_job *J, uint64_t p0
     if (m == M)
       continue;
     uint64_t d = fzr_lz_terms(S, w, p0, i, M, m, sy, sz);
-    uint64_t r = fzr_unzz(fzr_lz_ld(S->a, w, i), w) + d;
-    fzr_store(S->a, w, i, fzr_zz(r & mask, w));
+    uint64_t r = fzo_unzigzag_w(fzr_word(S->a, w, i), w) + d;
+    fzr_store(S->a, w, i, fzo_zigzag_w(r & mask, w));
   }
 }
 
@@ -1084,13 +1072,13 @@ static inline FZR_HD void fzr_dequant(fzr_state *S, const fzr_job *J, unsigned t
     uint64_t c[4];
     FZR_UNROLL
     for (unsigned j = 0; j < 4; j++)
-      c[j] = fzr_lz_ld(S->a, J->w, i + j * nt);
+      c[j] = fzr_word(S->a, J->w, i + j * nt);
     FZR_UNROLL
     for (unsigned j = 0; j < 4; j++)
       fzr_dq_one(J, out, i + j * nt, c[j]);
   }
   for (; i < n; i += nt)
-    fzr_dq_one(J, out, i, fzr_lz_ld(S->a, J->w, i));
+    fzr_dq_one(J, out, i, fzr_word(S->a, J->w, i));
 }
 
 /* ---- the chunk's CRC-32C and raw chunks ---- */

@@ -75,7 +75,6 @@ typedef struct fzre_hf {
   uint32_t fail; /* nothing to write: len is UINT64_MAX */
   uint32_t e, nsym;
   uint32_t k, built; /* the code's used symbols; its lengths are made */
-  uint32_t maxd;     /* the round's deepest leaf, or a depth above 12 */
   unsigned long long hbits; /* the stream's bits by the code (fzre_h_code_count) */
   uint32_t hnum[FZRE_H_MAX_LEN + 1]; /* the symbols of each length */
   uint32_t runs[FZRE_H_RUNS + 1];    /* tokens of 2^k zeros (0: lone zeros) */
@@ -513,12 +512,12 @@ static inline FZR_HD uint32_t fzre_h_pow2(uint32_t k) {
 }
 
 /* Round r's keys: the used symbols (in the last round's order, or in
- * symbol order in the first) with their weights. */
+ * symbol order in the first) with their weights, padded to p. */
 static inline FZR_HD void fzre_h_round_keys(fzre_hf *H, uint8_t *scratch, unsigned r,
-                                            unsigned t, unsigned nt) {
+                                            uint32_t p, unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   const uint16_t *src = r ? b.order : b.syms;
-  uint32_t k = H->k, p = fzre_h_pow2(k);
+  uint32_t k = H->k;
   for (uint32_t i = t; i < p; i += nt) {
     uint32_t key = UINT32_MAX;
     if (i < k) {
@@ -529,11 +528,11 @@ static inline FZR_HD void fzre_h_round_keys(fzre_hf *H, uint8_t *scratch, unsign
   }
 }
 
-/* One pass of the bitonic network: the pairs `stride` apart, each in
- * its block of `size` ascending or descending. */
-static inline FZR_HD void fzre_h_round_sort(fzre_hf *H, uint32_t size, uint32_t stride,
-                                            unsigned t, unsigned nt) {
-  uint32_t *a = H->x.tree, half = fzre_h_pow2(H->k) / 2;
+/* One pass of the bitonic network over p keys: the pairs `stride`
+ * apart, each in its block of `size` ascending or descending. */
+static inline FZR_HD void fzre_h_round_sort(fzre_hf *H, uint32_t p, uint32_t size,
+                                            uint32_t stride, unsigned t, unsigned nt) {
+  uint32_t *a = H->x.tree, half = p / 2;
   for (uint32_t i = t; i < half; i += nt) {
     uint32_t lo = i / stride * 2 * stride + i % stride, hi = lo + stride;
     uint32_t x = a[lo], y = a[hi];
@@ -557,11 +556,9 @@ static inline FZR_HD void fzre_h_round_split(fzre_hf *H, uint8_t *scratch, unsig
 }
 
 /* Thread 0: the round's tree in its array of weights (ops.h, as the
- * engine builds it), and whether it is the last round; the last round's
- * leaves' depths in their slots. */
+ * engine builds it), and whether it is the last round. */
 static inline FZR_HD void fzre_h_round_tree(fzre_hf *H) {
-  H->maxd = fzo_huff_tree(H->x.tree, H->k, FZRE_H_MAX_LEN);
-  H->built = H->maxd <= FZRE_H_MAX_LEN;
+  H->built = fzo_huff_tree(H->x.tree, H->k, FZRE_H_MAX_LEN) <= FZRE_H_MAX_LEN;
 }
 
 /* The last round's lengths to their symbols. */
@@ -663,12 +660,7 @@ static inline FZR_HD void fzre_h_freqs(fzre_hf *H, uint8_t *scratch, unsigned t,
 
 /* Thread 0: where each thread's used symbols go. */
 static inline FZR_HD void fzre_h_used(fzre_hf *H, unsigned nt) {
-  uint32_t k = 0;
-  for (unsigned t = 0; t < nt; t++) {
-    uint32_t v = H->bits[t];
-    H->bits[t] = k;
-    k += v;
-  }
+  uint32_t k = fzr_sums_before(H->bits, nt);
   H->k = k;
   H->built = k == 1;
   H->hbits = 0;
@@ -885,13 +877,13 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
   FZR_ALL(fzre_h_syms(H, scratch, t, nt));
   FZR_SYNC();
   FZR_CLK(12);
+  const uint32_t p = fzre_h_pow2(H->k);
   for (unsigned r = 0; !H->built; r++) {
-    FZR_ALL(fzre_h_round_keys(H, scratch, r, t, nt));
+    FZR_ALL(fzre_h_round_keys(H, scratch, r, p, t, nt));
     FZR_SYNC();
-    const uint32_t p = fzre_h_pow2(H->k);
     for (uint32_t size = 2; size <= p; size *= 2)
       for (uint32_t stride = size / 2; stride > 0; stride /= 2) {
-        FZR_ALL(fzre_h_round_sort(H, size, stride, t, nt));
+        FZR_ALL(fzre_h_round_sort(H, p, size, stride, t, nt));
         FZR_SYNC();
       }
     FZR_ALL(fzre_h_round_split(H, scratch, t, nt));

@@ -246,12 +246,7 @@ static inline FZR_HD unsigned fzre_varint_len(uint64_t v) {
 }
 
 static inline FZR_HD void fzre_side_scan(fzre_lz *L, uint64_t n, unsigned w, unsigned nt) {
-  uint32_t sum = 0;
-  for (unsigned t = 0; t < nt; t++) {
-    uint32_t v = L->base[t];
-    L->base[t] = sum;
-    sum += v;
-  }
+  uint32_t sum = fzr_sums_before(L->base, nt);
   unsigned iw = n < 65536 ? 2u : 4u;
   L->m = sum;
   L->side_len = fzre_varint_len(sum) + (uint64_t)sum * (iw + w);
@@ -446,8 +441,7 @@ static inline FZR_HD uint64_t fzre_lz_res(const uint8_t *v, unsigned w, uint64_t
         fzre_ld(v, w, i - 1 - sy - sz);
     break;
   }
-  uint64_t d = fzre_ld(v, w, i) - p;
-  return w == 4 ? fzo_zigzag32((uint32_t)d) : fzo_zigzag64(d);
+  return fzo_zigzag_w(fzre_ld(v, w, i) - p, w);
 }
 
 /* Every residual the price samples (i = 0, 5, 10, ... of the chunk: the

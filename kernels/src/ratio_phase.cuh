@@ -117,6 +117,18 @@ static inline FZR_HD void fzr_share(uint64_t n, unsigned t, unsigned nt, uint64_
   *hi = per * (t + 1) < n ? per * (t + 1) : n;
 }
 
+/* One thread: each of v[0 .. n) replaced by the sum of those before it;
+ * returns the sum of all. */
+static inline FZR_HD uint32_t fzr_sums_before(uint32_t *v, unsigned n) {
+  uint32_t sum = 0;
+  for (unsigned k = 0; k < n; k++) {
+    uint32_t x = v[k];
+    v[k] = sum;
+    sum += x;
+  }
+  return sum;
+}
+
 /* Canonical huffman codes over a block, as the encoder and the decoder
  * both make them (by length, then symbol; at most FZR_CODE_MAX_LEN bits):
  * each thread counts the lengths among its share of the symbols into its
