@@ -28,6 +28,16 @@
 #include "notify.h"
 #include "plans.h"
 
+/* Under AddressSanitizer or ThreadSanitizer the allocator is the
+ * sanitizer's: glibc's heap is never set up, so malloc_trim() has nothing to
+ * give back, and two workers calling it at once race in glibc's lazy set-up
+ * and crash (seen in the ASan build as a SEGV in mtrim). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TRIM_HEAP() ((void)0)
+#else
+#define TRIM_HEAP() ((void)malloc_trim(0))
+#endif
+
 /* Input bytes per window of a streamed job: large enough that the system
  * calls cost nothing beside the engine, small enough that a few windows per
  * worker are nothing beside the machine. */
@@ -424,7 +434,7 @@ static void worker_idle(void *arg) {
     w->arc = NULL;
     w->arc_cap = 0;
   }
-  malloc_trim(0);
+  TRIM_HEAP();
 }
 
 

@@ -1021,7 +1021,8 @@ HOSTILE_CASE(pipelined_descriptor_jobs_all_answered, NULL, {
     send_fd_job(&bad, 200 + (uint32_t)i, x, fds[i]);
   for (int i = 0; i < JOBS; i++) {
     fzp_message m;
-    cr_assert_eq(wire_recv(&bad, &m, 30000), 0, "reply %d of %d missing", i, JOBS);
+    int err = wire_recv(&bad, &m, 30000);
+    cr_assert_eq(err, 0, "reply %d of %d missing: %s", i, JOBS, strerror(-err));
     cr_assert_eq(wire_code(&m), 0, "%s", fz_err_name(wire_code(&m)));
     fzp_message_free(&m);
   }
