@@ -160,6 +160,9 @@ static uint64_t cost_bits(const cost_hist *ch) {
       else if (!dec && full == 3)                                              \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, 3, sy, sz)));             \
+      else if (!dec && full == 1)                                              \
+        for (; i < stop; i++)                                                  \
+          out[i] = zz##W((T)(in[i] - in[i - 1]));                              \
       else if (!dec)                                                           \
         for (; i < stop; i++)                                                  \
           out[i] = zz##W((T)(in[i] - pred##W(in, i, full, sy, sz)));          \
