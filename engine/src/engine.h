@@ -215,6 +215,7 @@ uint64_t fze_words_cost(unsigned w, const void *words, size_t n);
 #define FZE_HUFFMAN_TMP 131072u
 size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
                           size_t out_cap, uint8_t *tmp);
+/* tmp: FZE_HUFFMAN_TMP bytes (aligned for u64: the decoding tables). */
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp);
 /* The code lengths fze_huffman_encode gives nsym (at most 4096) symbols of

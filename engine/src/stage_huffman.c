@@ -7,7 +7,9 @@
  * symbols E + k (k = 1..15) stand for 2^k zero words, so long zero runs
  * cost a few bits however long they are.
  * Code lengths are at most 12 bits, so one 4096-entry table decodes any
- * code in one look-up.  The chunk's words are cut into 32 runs of
+ * code in one look-up; where codes are short a second table decodes two
+ * at once (most symbols at coarse bounds), with no branch between a word
+ * and a run of zeros.  The chunk's words are cut into 32 runs of
  * ceil(n/32) consecutive words, one sub-stream each with its own byte
  * length, so a GPU warp can later decode a chunk with one lane per
  * sub-stream (staging its words through shared memory to write them
@@ -482,12 +484,87 @@ decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, cons
   return 0;
 }
 
+/* The pair table: for each 12-bit window, the one or two symbols whose
+ * codes lie whole in it, where neither is the escape, as what they do to
+ * a lane of zero words: the first writes v1 at the next word and moves
+ * 2^k1 words on (a word: k1 = 0; a lone zero: v1 = 0; a run of 2^k
+ * zeros: v1 = 0, k1 = k), the second likewise from there when h2 is set.
+ * Bits 0-3: the bits both codes take (0: the window starts with the
+ * escape or with no code, decoded one symbol at a time); 4-7: k1; 8-11:
+ * k2; 12: h2; 16-31: v1; 32-47: v2. */
+#define PAIR_BITS(x) ((unsigned)(x) & 15u)
+#define PAIR_K1(x) ((unsigned)((x) >> 4) & 15u)
+#define PAIR_K2(x) ((unsigned)((x) >> 8) & 15u)
+#define PAIR_H2(x) ((unsigned)((x) >> 12) & 1u)
+#define PAIR_V1(x) ((uint64_t)((x) >> 16) & 0xffffu)
+#define PAIR_V2(x) ((uint64_t)((x) >> 32) & 0xffffu)
+/* The largest mean code length (bits) at which a chunk is decoded by pairs. */
+#define PAIR_SPREAD 8u
+_Static_assert((sizeof(uint32_t) + sizeof(uint64_t)) << MAX_LEN <= FZE_HUFFMAN_TMP,
+               "huffman decoding tables");
+
+/* What symbol s does to the lane: its word (0 for zeros) and log2 of the
+ * words it takes; false for the escape. */
+static inline bool pair_part(unsigned s, unsigned e, uint64_t *v, unsigned *k) {
+  if (s == e)
+    return false;
+  *v = s > e ? 0 : s;
+  *k = s > e ? s - e : 0;
+  return true;
+}
+
+static void pair_table(const uint32_t *lut, unsigned e, uint64_t *pair) {
+  for (uint32_t x = 0; x < (1u << MAX_LEN); x++) {
+    unsigned l1 = lut[x] >> 16, k1, k2;
+    uint64_t v1, v2;
+    if (l1 == 0 || !pair_part(lut[x] & 0xffffu, e, &v1, &k1)) {
+      pair[x] = 0;
+      continue;
+    }
+    /* The second code lies whole in the window's other bits only when it
+     * is no longer than they are; the bits above them read as zeros. */
+    uint32_t y = lut[x >> l1];
+    unsigned l2 = y >> 16;
+    bool two = l2 != 0 && l1 + l2 <= MAX_LEN && pair_part(y & 0xffffu, e, &v2, &k2);
+    pair[x] = (two ? l1 + l2 : l1) | k1 << 4 | (two ? (uint64_t)k2 << 8 | 1u << 12 | v2 << 32 : 0) |
+              v1 << 16;
+  }
+}
+
+/* One or two symbols of a lane whose words are zero until written, by the
+ * pair table, where the window holds them, the lane has room past them
+ * and neither is the escape; otherwise one symbol by decode_step.  The
+ * pair's words are the ones decode_step would write, so either way the
+ * lane and its errors are the same. */
+static inline __attribute__((always_inline)) int
+decode_pair(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, const uint32_t *lut,
+            const uint64_t *pair, unsigned e) {
+  if (r->nb < MAX_LEN)
+    refill(r);
+  uint64_t p = pair[r->acc & ((1u << MAX_LEN) - 1)];
+  unsigned bits = PAIR_BITS(p);
+  size_t j = *jp, a1 = (size_t)1 << PAIR_K1(p), a2 = (size_t)PAIR_H2(p) << PAIR_K2(p);
+  /* Room for both and one word more: the second's word is written at
+   * j + a1 even when there is no second (then it writes a zero). */
+  if (bits - 1u >= r->nb || a1 + a2 >= cnt - j)
+    return decode_step(r, o, jp, cnt, w, lut, e);
+  r->acc >>= bits;
+  r->nb -= bits;
+  store_word(o + j * w, w, PAIR_V1(p));
+  store_word(o + (j + a1) * w, w, PAIR_V2(p));
+  *jp = j + a1 + a2;
+  return 0;
+}
+
 /* Four lanes (l0 .. l0+3) side by side, so that each look-up's wait on
  * the one before it overlaps with the other lanes', then each to its
- * end. */
+ * end; by pairs where pair is not NULL (a constant at each call). */
+#define DECODE(u)                                                              \
+  (pair ? decode_pair(&rd[l0 + (u)], o[u], &j[u], c[u], w, lut, pair, e)       \
+        : decode_step(&rd[l0 + (u)], o[u], &j[u], c[u], w, lut, e))
 static inline __attribute__((always_inline)) int
 decode_lanes(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
-             const uint32_t *lut, unsigned e) {
+             const uint32_t *lut, const uint64_t *pair, unsigned e) {
   size_t j[4] = {0, 0, 0, 0}, c[4];
   uint8_t *o[4];
   for (unsigned u = 0; u < 4; u++) {
@@ -496,16 +573,17 @@ decode_lanes(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
   }
   int rc = 0;
   while (rc == 0 && j[0] < c[0] && j[1] < c[1] && j[2] < c[2] && j[3] < c[3]) {
-    rc |= decode_step(&rd[l0], o[0], &j[0], c[0], w, lut, e);
-    rc |= decode_step(&rd[l0 + 1], o[1], &j[1], c[1], w, lut, e);
-    rc |= decode_step(&rd[l0 + 2], o[2], &j[2], c[2], w, lut, e);
-    rc |= decode_step(&rd[l0 + 3], o[3], &j[3], c[3], w, lut, e);
+    rc |= DECODE(0);
+    rc |= DECODE(1);
+    rc |= DECODE(2);
+    rc |= DECODE(3);
   }
   for (unsigned u = 0; u < 4 && rc == 0; u++)
     while (rc == 0 && j[u] < c[u])
-      rc = decode_step(&rd[l0 + u], o[u], &j[u], c[u], w, lut, e);
+      rc = DECODE(u);
   return rc < 0 ? FZ_ECORRUPT : 0;
 }
+#undef DECODE
 
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp) {
@@ -519,13 +597,15 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
   if (in_len < head)
     return FZ_ECORRUPT;
   uint8_t len[MAX_SYMS];
-  uint32_t kraft = 0;
+  uint32_t kraft = 0, spread = 0;
   for (unsigned s = 0; s < nsym; s++) {
     len[s] = (uint8_t)((in[2 + s / 2] >> (4 * (s & 1))) & 15u);
     if (len[s] > MAX_LEN)
       return FZ_ECORRUPT;
-    if (len[s])
+    if (len[s]) {
       kraft += 1u << (MAX_LEN - len[s]);
+      spread += (uint32_t)len[s] << (MAX_LEN - len[s]);
+    }
   }
   /* No code may be over-subscribed, some symbol must have one, and the
    * padding nibble is 0. */
@@ -554,14 +634,29 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
     if (len[s])
       for (uint32_t x = code[s]; x < (1u << MAX_LEN); x += 1u << len[s])
         lut[x] = (uint32_t)len[s] << 16 | s;
+  /* Pairs pay where codes are short: the windows' mean code length (the
+   * lengths weighted by the share of windows each takes) at most 8 bits,
+   * on the fields about a third of the windows or more then hold two
+   * codes.  Above that (most chunks at REL 1e-4) the table's 4,096
+   * entries cost more than they save. */
+  uint64_t *pair = NULL;
+  if (spread <= PAIR_SPREAD << MAX_LEN) {
+    pair = (uint64_t *)(tmp + (sizeof(uint32_t) << MAX_LEN));
+    pair_table(lut, e, pair);
+    memset(out, 0, n * w);
+  }
 
   for (unsigned l = 0; l < LANES; l += 4) {
     int rc;
     switch (w) {
-    case 1: rc = decode_lanes(rd, out, n, l, 1, lut, e); break;
-    case 2: rc = decode_lanes(rd, out, n, l, 2, lut, e); break;
-    case 4: rc = decode_lanes(rd, out, n, l, 4, lut, e); break;
-    default: rc = decode_lanes(rd, out, n, l, 8, lut, e); break;
+    case 1: rc = pair ? decode_lanes(rd, out, n, l, 1, lut, pair, e)
+                      : decode_lanes(rd, out, n, l, 1, lut, NULL, e); break;
+    case 2: rc = pair ? decode_lanes(rd, out, n, l, 2, lut, pair, e)
+                      : decode_lanes(rd, out, n, l, 2, lut, NULL, e); break;
+    case 4: rc = pair ? decode_lanes(rd, out, n, l, 4, lut, pair, e)
+                      : decode_lanes(rd, out, n, l, 4, lut, NULL, e); break;
+    default: rc = pair ? decode_lanes(rd, out, n, l, 8, lut, pair, e)
+                       : decode_lanes(rd, out, n, l, 8, lut, NULL, e); break;
     }
     if (rc < 0)
       return rc;

@@ -9,6 +9,7 @@
  * same, or archives would change.
  */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,5 +171,204 @@ Test(huffman, lengths_make_a_complete_code) {
       cr_assert_eq(kraft, (uint64_t)1 << MAX_LEN, "case %u: Kraft sum %llu / 4096", c,
                    (unsigned long long)kraft);
   }
+  free(tmp);
+}
+
+/* ---- decoding, against a decoder written plainly ---- */
+
+#define LANES 32u
+#define RUNS 15u
+
+typedef struct bits {
+  const uint8_t *p;
+  uint64_t pos, end; /* in bits */
+} bits;
+
+/* The next bit of a lane, least significant first; false past its end. */
+static bool next_bit(bits *b, unsigned *v) {
+  if (b->pos >= b->end)
+    return false;
+  *v = (b->p[b->pos / 8] >> (b->pos % 8)) & 1u;
+  b->pos++;
+  return true;
+}
+
+/* The format (docs/format.md) read a bit at a time: a canonical code by
+ * (length, symbol), counting up, read from its first bit; 0, or -1 where
+ * the engine must answer FZ_ECORRUPT. */
+static int reference_decode(unsigned w, const uint8_t *in, size_t in_len, uint8_t *out,
+                            size_t n) {
+  if (in_len < 2)
+    return -1;
+  unsigned e = in[0] | in[1] << 8, nsym = e + 1 + RUNS;
+  if (e < 1 || e > SYMS - 1 - RUNS)
+    return -1;
+  size_t head = 2 + (nsym + 1) / 2 + 4 * LANES;
+  if (in_len < head)
+    return -1;
+  static uint8_t len[SYMS];
+  uint64_t kraft = 0;
+  for (unsigned s = 0; s < nsym; s++) {
+    len[s] = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
+    if (len[s] > MAX_LEN)
+      return -1;
+    if (len[s])
+      kraft += (uint64_t)1 << (MAX_LEN - len[s]);
+  }
+  if (kraft == 0 || kraft > (1u << MAX_LEN) || ((nsym & 1) && (in[2 + nsym / 2] >> 4)))
+    return -1;
+  /* The symbols by (length, symbol); the first code of each length and
+   * where its symbols begin in that order. */
+  static uint16_t sorted[SYMS];
+  uint32_t first[MAX_LEN + 2], start[MAX_LEN + 2], count[MAX_LEN + 2] = {0};
+  uint32_t next = 0, used = 0;
+  for (unsigned l = 1; l <= MAX_LEN; l++) {
+    first[l] = next;
+    start[l] = used;
+    for (unsigned s = 0; s < nsym; s++)
+      if (len[s] == l)
+        sorted[used++] = (uint16_t)s, count[l]++;
+    next = (next + count[l]) << 1;
+  }
+  size_t pos = head, cap = (n + LANES - 1) / LANES;
+  for (unsigned l = 0; l < LANES; l++) {
+    const uint8_t *q = in + 2 + (nsym + 1) / 2 + 4 * l;
+    size_t bytes = (size_t)q[0] | (size_t)q[1] << 8 | (size_t)q[2] << 16 | (size_t)q[3] << 24;
+    if (bytes > in_len - pos)
+      return -1;
+    bits b = {in + pos, 0, 8 * (uint64_t)bytes};
+    pos += bytes;
+    size_t lo = l * cap, hi = lo + cap < n ? lo + cap : n;
+    for (size_t j = lo; j < hi;) {
+      unsigned s = SYMS, c = 0, bit;
+      for (unsigned l2 = 1; l2 <= MAX_LEN && s == SYMS; l2++) {
+        if (!next_bit(&b, &bit))
+          return -1;
+        c = c << 1 | bit;
+        if (c - first[l2] < count[l2])
+          s = sorted[start[l2] + c - first[l2]];
+      }
+      if (s == SYMS)
+        return -1;
+      if (s > e) {
+        size_t run = (size_t)1 << (s - e);
+        if (run > hi - j)
+          return -1;
+        memset(out + j * w, 0, run * w);
+        j += run;
+        continue;
+      }
+      uint64_t v = s;
+      if (s == e) {
+        v = 0;
+        for (unsigned k = 0; k < 8 * w; k++) {
+          if (!next_bit(&b, &bit))
+            return -1;
+          v |= (uint64_t)bit << k;
+        }
+      }
+      for (unsigned k = 0; k < w; k++)
+        out[j * w + k] = (uint8_t)(v >> (8 * k));
+      j++;
+    }
+    /* Read to its last byte, the bits after the last code all zero. */
+    if (b.end - b.pos >= 8)
+      return -1;
+    for (unsigned bit; next_bit(&b, &bit);)
+      if (bit)
+        return -1;
+  }
+  return pos == in_len ? 0 : -1;
+}
+
+/* n words of width w: zeros in runs, small words and some escapes, from
+ * codes of about a bit (mostly zeros) to about eleven bits (wide). */
+static void make_words(unsigned w, size_t n, unsigned spread, uint64_t *seed, uint8_t *x) {
+  uint64_t top = w == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * w)) - 1;
+  for (size_t i = 0; i < n;) {
+    uint64_t r = gen_rand(seed);
+    if (r % 100 < 60u - 5u * spread) { /* a run of zeros, 1 to 300 */
+      size_t k = 1 + (size_t)(r >> 20) % (r % 7 == 0 ? 300 : 6);
+      for (; k > 0 && i < n; k--, i++)
+        memset(x + i * w, 0, w);
+      continue;
+    }
+    uint64_t v = (r >> 8) % ((uint64_t)2 << spread) + 1;
+    if (r % 53 == 0)
+      v = (r >> 12) | 1u; /* an escape, most likely */
+    v &= top;
+    for (unsigned k = 0; k < w; k++)
+      x[i * w + k] = (uint8_t)(v >> (8 * k));
+    i++;
+  }
+}
+
+/* The windows' mean code length in 1/4096 bits, as the decoder weighs it
+ * to choose its pair table. */
+static uint32_t mean_length(const uint8_t *in) {
+  unsigned e = in[0] | in[1] << 8, nsym = e + 1 + RUNS;
+  uint32_t m = 0;
+  for (unsigned s = 0; s < nsym; s++) {
+    unsigned l = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
+    if (l)
+      m += l << (MAX_LEN - l);
+  }
+  return m;
+}
+
+/* The engine's decoder (by pairs of codes where they are short, a code at
+ * a time where not) makes the plain decoder's words, and fails where it
+ * fails, on coded chunks of every width and on each of them damaged:
+ * bits flipped in the lanes and the header, and cut short. */
+Test(huffman, decoder_is_the_plain_one) {
+  enum { N = 20000 };
+  static uint8_t x[8 * N], got[8 * N], want[8 * N], coded[16 * N], bad[16 * N];
+  uint8_t *tmp = malloc(FZE_HUFFMAN_TMP + 4 * 8 * N);
+  cr_assert_not_null(tmp);
+  static const size_t sizes[] = {1, 31, 33, 1000, 4097, N};
+  uint64_t seed = 3;
+  unsigned short_codes = 0, long_codes = 0, damaged = 0, refused = 0;
+  for (unsigned wi = 0; wi < 4; wi++)
+    for (unsigned spread = 0; spread <= 12; spread++)
+      for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        unsigned w = 1u << wi;
+        size_t n = sizes[z];
+        make_words(w, n, spread, &seed, x);
+        size_t len = fze_huffman_encode(w, x, n, coded, sizeof coded, tmp);
+        cr_assert_neq(len, SIZE_MAX);
+        if (mean_length(coded) <= 8u << MAX_LEN)
+          short_codes++;
+        else
+          long_codes++;
+        cr_assert_eq(reference_decode(w, coded, len, want, n), 0, "w %u, n %zu", w, n);
+        cr_assert(memcmp(want, x, n * w) == 0);
+        cr_assert_eq(fze_huffman_decode(w, coded, len, got, n, tmp), 0);
+        cr_assert(memcmp(got, x, n * w) == 0, "w %u, n %zu, spread %u", w, n, spread);
+        for (unsigned m = 0; m < 40; m++) {
+          memcpy(bad, coded, len);
+          size_t blen = len;
+          uint64_t r = gen_rand(&seed);
+          if (m % 8 == 7)
+            blen = (size_t)(r % len);
+          else
+            for (unsigned f = 0; f <= m % 3; f++, r = gen_rand(&seed))
+              bad[(r >> 8) % len] ^= (uint8_t)(1u << (r % 8));
+          int a = reference_decode(w, bad, blen, want, n);
+          int b = fze_huffman_decode(w, bad, blen, got, n, tmp);
+          cr_assert_eq(b, a < 0 ? FZ_ECORRUPT : 0, "w %u, n %zu, spread %u, damage %u: %d, plain %d",
+                       w, n, spread, m, b, a);
+          if (a == 0)
+            cr_assert(memcmp(got, want, n * w) == 0, "w %u, n %zu, damage %u", w, n, m);
+          damaged++;
+          refused += a < 0;
+        }
+      }
+  cr_log_info("%u chunks of short codes, %u of long; %u of %u damaged ones refused",
+              short_codes, long_codes, refused, damaged);
+  /* Both of the decoder's ways were taken, and damage was caught. */
+  cr_assert_gt(short_codes, 100u);
+  cr_assert_gt(long_codes, 15u);
+  cr_assert_gt(refused, damaged / 4);
+  cr_assert_lt(refused, damaged);
   free(tmp);
 }
