@@ -331,6 +331,52 @@ static uint8_t *put_lane(const uint16_t *t, size_t cnt, const uint8_t *words, un
   return lw.p;
 }
 
+/* The bits of acc (nb of them, at most 56) at *p: whole bytes move on, the
+ * rest stays in acc.  Writes 8 bytes at *p whatever nb is. */
+static inline void flush_wide(uint64_t *acc, unsigned *nb, uint8_t **p) {
+  memcpy(*p, acc, 8);
+  *p += *nb >> 3;
+  *acc >>= *nb & 56u;
+  *nb &= 7u;
+}
+
+/* put_lane's bytes where 8 bytes past them may be written: each token
+ * stores the accumulator whole and moves on by its whole bytes, and a run
+ * moves the lane's word on by a shift, so that no branch depends on
+ * whether a token is a run or a word.  Inlined with a constant width. */
+static inline __attribute__((always_inline)) uint8_t *
+put_lane_wide(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w,
+              const uint16_t *tcode, const uint8_t *tlen, uint8_t *p) {
+  uint64_t acc = 0;
+  unsigned nb = 0;
+  size_t j = 0;
+  for (size_t k = 0; k < cnt; k++) {
+    unsigned tk = t[k], l = tlen[tk];
+    acc |= (uint64_t)tcode[tk] << nb;
+    nb += l & 0x7fu;
+    if (l & 0x80u) { /* the escape: the raw word follows (nb is at most 19) */
+      uint64_t v = load_word(words + j * w, w);
+      if (w == 8) {
+        flush_wide(&acc, &nb, &p);
+        acc |= (v & 0xffffffffu) << nb;
+        nb += 32;
+        flush_wide(&acc, &nb, &p);
+        v >>= 32;
+        acc |= v << nb;
+        nb += 32;
+      } else {
+        acc |= v << nb;
+        nb += 8 * w;
+      }
+    }
+    flush_wide(&acc, &nb, &p);
+    j += (size_t)1 << (tk > TOK_BIG ? tk - TOK_BIG : 0);
+  }
+  if (nb)
+    *p++ = (uint8_t)acc;
+  return p;
+}
+
 size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
                           size_t out_cap, uint8_t *tmp) {
   const uint8_t *in = words;
@@ -390,8 +436,24 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   for (unsigned s = 0; s < nsym; s++)
     out[2 + s / 2] |= (uint8_t)(len[s] << (4 * (s & 1)));
   uint8_t *p = out + head;
+  /* Each lane's bytes are at most its bits / 8 and one, so least + LANES
+   * bound them all; where 8 bytes more fit, the lanes take the wide
+   * writer. */
+  bool wide = least + LANES + 8 <= out_cap;
   for (unsigned l = 0; l < LANES; l++) {
-    uint8_t *end = put_lane(tok + l * cap, count[l], in + (size_t)l * cap * w, w, tcode, tlen, p);
+    const uint16_t *t = tok + l * cap;
+    const uint8_t *words_l = in + (size_t)l * cap * w;
+    uint8_t *end;
+    if (!wide)
+      end = put_lane(t, count[l], words_l, w, tcode, tlen, p);
+    else if (w == 4)
+      end = put_lane_wide(t, count[l], words_l, 4, tcode, tlen, p);
+    else if (w == 8)
+      end = put_lane_wide(t, count[l], words_l, 8, tcode, tlen, p);
+    else if (w == 2)
+      end = put_lane_wide(t, count[l], words_l, 2, tcode, tlen, p);
+    else
+      end = put_lane_wide(t, count[l], words_l, 1, tcode, tlen, p);
     uint32_t bytes = (uint32_t)(end - p);
     uint8_t *q = out + 2 + (nsym + 1) / 2 + 4 * l;
     for (unsigned k = 0; k < 4; k++)

@@ -336,6 +336,22 @@ Test(huffman, decoder_is_the_plain_one) {
         make_words(w, n, spread, &seed, x);
         size_t len = fze_huffman_encode(w, x, n, coded, sizeof coded, tmp);
         cr_assert_neq(len, SIZE_MAX);
+        /* With no room to spare the encoder writes the same bytes (a
+         * writer that stores no byte past them), with a byte less none;
+         * each buffer is allocated to its size, so that ASan sees a write
+         * past it. */
+        static const int spare[] = {64, 40, 33, 32, 16, 8, 1, 0, -1};
+        for (size_t r = 0; r < sizeof spare / sizeof spare[0]; r++) {
+          size_t room = len + (size_t)(ptrdiff_t)spare[r];
+          uint8_t *exact = malloc(room);
+          cr_assert_not_null(exact);
+          size_t got_len = fze_huffman_encode(w, x, n, exact, room, tmp);
+          cr_assert_eq(got_len, spare[r] >= 0 ? len : SIZE_MAX, "w %u, n %zu, room %zu", w, n,
+                       room);
+          if (spare[r] >= 0)
+            cr_assert(memcmp(exact, coded, len) == 0, "w %u, n %zu, spread %u", w, n, spread);
+          free(exact);
+        }
         if (mean_length(coded) <= 8u << MAX_LEN)
           short_codes++;
         else
