@@ -28,6 +28,9 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "engine.h"
 #include "ops.h"
@@ -252,54 +255,103 @@ static inline size_t end_run(uint16_t *tok, size_t k, size_t run, uint32_t *runs
   return k;
 }
 
-/* The tokens of one lane's words (cnt of them, from p) into t, the
- * nonzero words counted in hist (by token); returns their number (at most
- * cnt).  Inlined with a constant width at each call. */
+/* Bit i set where word i of the m (at most 64) at p is not 0. */
+static inline __attribute__((always_inline)) uint64_t nonzero_mask(const uint8_t *p, unsigned w,
+                                                                   unsigned m) {
+  uint64_t bits = 0;
+#if defined(__SSE2__)
+  if (w == 4 && m == 64) {
+    const __m128i zero = _mm_setzero_si128();
+    for (unsigned q = 0; q < 16; q++) {
+      __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * q));
+      unsigned z = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(x, zero)));
+      bits |= (uint64_t)(~z & 15u) << (4 * q);
+    }
+    return bits;
+  }
+#endif
+  for (unsigned i = 0; i < m; i++)
+    bits |= (uint64_t)(load_word(p + (size_t)i * w, w) != 0) << i;
+  return bits;
+}
+
+/* A run of 1 to 15 zero words as end_run's tokens, four at most, in a
+ * u64 (unused ones 0), and how many there are. */
+typedef struct short_runs {
+  uint64_t tok[16];
+  uint8_t count[16];
+} short_runs;
+
+static short_runs make_short_runs(void) {
+  short_runs sr;
+  memset(&sr, 0, sizeof sr);
+  for (unsigned r = 1; r < 16; r++) {
+    uint16_t t[4] = {0, 0, 0, 0};
+    uint32_t dummy[RUNS + 1] = {0};
+    sr.count[r] = (uint8_t)end_run(t, 0, r, dummy);
+    memcpy(&sr.tok[r], t, 8);
+  }
+  return sr;
+}
+
+/* The tokens of one lane's words (cnt of them, from p) into t (room for
+ * cap), the nonzero words counted in hist (by token), the zero runs
+ * shorter than 16 in short_hist (by length), longer ones' tokens in runs;
+ * returns their number (at most cnt).  The words are read 64 at a time as
+ * a mask of the nonzero ones, and a short run is its tokens written at
+ * once, so that no branch depends on whether a word is zero.  Inlined
+ * with a constant width at each call. */
 static inline __attribute__((always_inline)) size_t
-tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, uint16_t *t, uint32_t *hist,
-              uint32_t *runs) {
-  size_t k = 0, j = 0;
-  while (j < cnt) {
-    uint64_t v = load_word(p + j * w, w);
-    if (v != 0) {
+tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, size_t cap, uint16_t *t, uint32_t *hist,
+              uint32_t *short_hist, uint32_t *runs, const short_runs *sr) {
+  size_t k = 0, run = 0;
+  for (size_t base = 0; base < cnt; base += 64) {
+    unsigned m = cnt - base < 64 ? (unsigned)(cnt - base) : 64u, pos = 0;
+    for (uint64_t nz = nonzero_mask(p + base * w, w, m); nz; nz &= nz - 1) {
+      unsigned i = (unsigned)__builtin_ctzll(nz);
+      run += i - pos;
+      if (run < 16 && k + 4 <= cap) {
+        memcpy(t + k, &sr->tok[run], 8);
+        k += sr->count[run];
+        short_hist[run]++;
+      } else {
+        k = end_run(t, k, run, runs);
+      }
+      run = 0;
+      uint64_t v = load_word(p + (base + i) * w, w);
       uint16_t x = (uint16_t)(v < TOK_BIG ? v : TOK_BIG);
       t[k++] = x;
       hist[x]++;
-      j++;
-      continue;
+      pos = i + 1;
     }
-    size_t r = j;
-    /* Zero runs (most of a chunk at coarse bounds) eight words a step. */
-    for (; j + 8 <= cnt; j += 8) {
-      uint64_t any = 0, x;
-      for (unsigned b = 0; b < w; b++) {
-        memcpy(&x, p + j * w + 8 * b, 8);
-        any |= x;
-      }
-      if (any)
-        break;
-    }
-    while (j < cnt && load_word(p + j * w, w) == 0)
-      j++;
-    k = end_run(t, k, j - r, runs);
+    run += m - pos;
   }
-  return k;
+  return end_run(t, k, run, runs);
 }
 
 /* The tokens of every lane, each into its own region of tok (cap tokens:
  * no lane has more than it has words), in one pass over the words. */
 static void tokenize(const uint8_t *in, unsigned w, size_t n, uint16_t *tok, size_t cap,
                      size_t *count, uint32_t *hist, uint32_t *runs) {
+  short_runs sr = make_short_runs(); /* a few dozen steps a chunk */
+  uint32_t short_hist[16] = {0};
   for (unsigned l = 0; l < LANES; l++) {
     const uint8_t *p = in + (size_t)l * cap * w;
     size_t cnt = lane_count(n, l);
     uint16_t *t = tok + l * cap;
     switch (w) {
-    case 1: count[l] = tokenize_lane(p, 1, cnt, t, hist, runs); break;
-    case 2: count[l] = tokenize_lane(p, 2, cnt, t, hist, runs); break;
-    case 4: count[l] = tokenize_lane(p, 4, cnt, t, hist, runs); break;
-    default: count[l] = tokenize_lane(p, 8, cnt, t, hist, runs); break;
+    case 1: count[l] = tokenize_lane(p, 1, cnt, cap, t, hist, short_hist, runs, &sr); break;
+    case 2: count[l] = tokenize_lane(p, 2, cnt, cap, t, hist, short_hist, runs, &sr); break;
+    case 4: count[l] = tokenize_lane(p, 4, cnt, cap, t, hist, short_hist, runs, &sr); break;
+    default: count[l] = tokenize_lane(p, 8, cnt, cap, t, hist, short_hist, runs, &sr); break;
     }
+  }
+  /* The short runs' tokens counted: a lone zero for an odd length, a run
+   * token for each other bit. */
+  for (unsigned r = 1; r < 16; r++) {
+    runs[0] += (r & 1u) * short_hist[r];
+    for (unsigned b = 1; b < 4; b++)
+      runs[b] += ((r >> b) & 1u) * short_hist[r];
   }
 }
 
