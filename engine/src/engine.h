@@ -240,6 +240,17 @@ size_t fze_zero_restore_avx2(const uint8_t *bm, const uint8_t *kept, size_t avai
                              size_t n, uint8_t *out, size_t *k_out);
 void fze_pack_planes32_avx2(const uint32_t *r, unsigned bits, uint8_t *out);
 void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
+/* The interpolation's finest level, f32 (stage_interp.c's point() four at
+ * a time): the points i, i + 2, ... (at most cnt) of one row, predicted by
+ * the cubic of pv at -/+off and -/+3 off; stops before a group that would
+ * read outside 0 .. n - 1 or (decoding, exact not NULL) holds a value
+ * already known.  Returns the points done, a multiple of 4. */
+size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *pv,
+                               const uint8_t *exact, size_t n, size_t i, size_t cnt,
+                               size_t off, double step);
+size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *bad, double *pv,
+                               size_t n, size_t i, size_t cnt, size_t off, double inv,
+                               double step, double e);
 
 /* Quantizer set-up: resolves eb_abs and step for one job from the data.
  * Returns 0, or FZ_EBOUND when the bound derived from the data (REL: eb

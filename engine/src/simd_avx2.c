@@ -351,3 +351,137 @@ AVX2 void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r
   for (int j = 0; j < 4; j++)
     _mm256_storeu_si256((__m256i *)(r + 8 * j), acc[j]);
 }
+
+/* ---- the interpolation's finest level (stage_interp.c) ---- */
+
+/* At h = 1 a pass's points are every other word of a row, so four points
+ * are the even lanes of eight words, loaded as eight and picked.  Their
+ * rebuilt values go to pv one by one: along x (off = 1) the next group's
+ * neighbours lie between them, and a load that spans words just stored
+ * waits for the stores to finish, so each group's neighbours are loaded
+ * before the group before it is stored (the words loaded that are points
+ * of the pass are not used). */
+AVX2 static inline __m256d even_pd(const double *p) {
+  __m256d lo = _mm256_loadu_pd(p), hi = _mm256_loadu_pd(p + 4);
+  return _mm256_permute4x64_pd(_mm256_unpacklo_pd(lo, hi), 0xd8);
+}
+
+AVX2 static inline void put_even_pd(double *p, __m256d v) {
+  __m128d lo = _mm256_castpd256_pd128(v), hi = _mm256_extractf128_pd(v, 1);
+  _mm_storel_pd(p, lo);
+  _mm_storeh_pd(p + 2, lo);
+  _mm_storel_pd(p + 4, hi);
+  _mm_storeh_pd(p + 6, hi);
+}
+
+AVX2 static inline __m128i even_epi32(const void *p) {
+  const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  return _mm256_castsi256_si128(
+      _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)p), pick));
+}
+
+/* Into the even lanes of the eight 32-bit words at p, the odd ones kept. */
+AVX2 static inline void put_even_epi32(void *p, __m128i v) {
+  const __m256i spread = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+  __m256i old = _mm256_loadu_si256((const __m256i *)p);
+  __m256i x = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(v), spread);
+  _mm256_storeu_si256((__m256i *)p, _mm256_blend_epi32(old, x, 0x55));
+}
+
+/* The cubic (-a + 9 b + 9 c - d) / 16 of the neighbours at -3off, -off,
+ * +off, +3off of four points from i, in point()'s order of operations. */
+AVX2 static inline __m256d cubic4(const double *pv, size_t i, size_t off) {
+  const __m256d nine = _mm256_set1_pd(9.0), sixteenth = _mm256_set1_pd(0.0625),
+                sign = _mm256_set1_pd(-0.0);
+  __m256d a = even_pd(pv + i - 3 * off), b = even_pd(pv + i - off), c = even_pd(pv + i + off),
+          d = even_pd(pv + i + 3 * off);
+  __m256d s = _mm256_add_pd(_mm256_xor_pd(a, sign), _mm256_mul_pd(nine, b));
+  s = _mm256_sub_pd(_mm256_add_pd(s, _mm256_mul_pd(nine, c)), d);
+  return _mm256_mul_pd(s, sixteenth);
+}
+
+/* Whether the group of four points from i may be done here: its words
+ * i - 3 off .. i + 3 off + 7 in the chunk, and (exact not NULL) none of its
+ * values already known. */
+static inline bool group_ok(const uint8_t *exact, size_t n, size_t i, size_t left, size_t off) {
+  if (left < 4 || i < 3 * off || i + 3 * off + 8 > n)
+    return false;
+  uint64_t e = 0;
+  if (exact != NULL)
+    memcpy(&e, exact + i, 8);
+  return (e & UINT64_C(0x00ff00ff00ff00ff)) == 0;
+}
+
+AVX2 size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *pv,
+                                    const uint8_t *exact, size_t n, size_t i, size_t cnt,
+                                    size_t off, double step) {
+  const __m256d vstep = _mm256_set1_pd(step);
+  const __m128i one = _mm_set1_epi32(1), zero = _mm_setzero_si128();
+  const __m256i spread = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+  size_t done = 0;
+  if (!group_ok(exact, n, i, cnt, off))
+    return 0;
+  __m256d p = cubic4(pv, i, off);
+  for (;;) {
+    __m128i z = even_epi32(codes + i);
+    __m128i q = _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, one)));
+    __m128 r = _mm256_cvtpd_ps(_mm256_add_pd(p, _mm256_mul_pd(_mm256_cvtepi32_pd(q), vstep)));
+    bool more = group_ok(exact, n, i + 8, cnt - done - 4, off);
+    if (more)
+      p = cubic4(pv, i + 8, off);
+    __m256 old = _mm256_loadu_ps(out + i);
+    __m256 x = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(r), spread);
+    _mm256_storeu_ps(out + i, _mm256_blend_ps(old, x, 0x55));
+    put_even_pd(pv + i, _mm256_cvtps_pd(r));
+    done += 4;
+    i += 8;
+    if (!more)
+      return done;
+  }
+}
+
+AVX2 size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *bad, double *pv,
+                                    size_t n, size_t i, size_t cnt, size_t off, double inv,
+                                    double step, double e) {
+  const __m256d vinv = _mm256_set1_pd(inv), vstep = _mm256_set1_pd(step),
+                ve = _mm256_set1_pd(e), qmax = _mm256_set1_pd(FZO_QMAX_F32),
+                magic = _mm256_set1_pd(FZO_RINT_MAGIC),
+                absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
+  const __m128i expmask = _mm_set1_epi32(0xff), zero = _mm_setzero_si128();
+  size_t done = 0;
+  if (!group_ok(NULL, n, i, cnt, off))
+    return 0;
+  __m256d p = cubic4(pv, i, off);
+  for (;;) {
+    __m128i b = even_epi32(x + i);
+    __m256d v = _mm256_cvtps_pd(_mm_castsi128_ps(b));
+    __m128i ex = _mm_and_si128(_mm_srli_epi32(b, 23), expmask);
+    __m128i inf_nan = _mm_cmpeq_epi32(ex, expmask);
+    __m128i special = _mm_or_si128(
+        inf_nan, _mm_andnot_si128(_mm_cmpeq_epi32(b, zero), _mm_cmpeq_epi32(ex, zero)));
+    __m256d t = _mm256_mul_pd(_mm256_sub_pd(v, p), vinv);
+    __m256d fits = _mm256_andnot_pd(_mm256_castsi256_pd(_mm256_cvtepi32_epi64(special)),
+                                    _mm256_cmp_pd(_mm256_and_pd(t, absmask), qmax, _CMP_LE_OQ));
+    __m256d q = _mm256_sub_pd(_mm256_add_pd(_mm256_and_pd(t, fits), magic), magic);
+    __m256d r = _mm256_cvtps_pd(_mm256_cvtpd_ps(_mm256_add_pd(p, _mm256_mul_pd(q, vstep))));
+    __m256d ok = _mm256_and_pd(
+        fits, _mm256_cmp_pd(_mm256_and_pd(_mm256_sub_pd(v, r), absmask), ve, _CMP_LE_OQ));
+    __m128i qi = _mm256_cvttpd_epi32(_mm256_and_pd(q, ok));
+    /* The rebuilt value, or the value itself where it fails (0 for NaN
+     * and Inf). */
+    __m256d own = _mm256_andnot_pd(_mm256_castsi256_pd(_mm256_cvtepi32_epi64(inf_nan)), v);
+    __m256d keep = _mm256_blendv_pd(own, r, ok);
+    bool more = group_ok(NULL, n, i + 8, cnt - done - 4, off);
+    if (more)
+      p = cubic4(pv, i + 8, off);
+    put_even_epi32(codes + i, _mm_xor_si128(_mm_slli_epi32(qi, 1), _mm_srai_epi32(qi, 31)));
+    unsigned okm = (unsigned)_mm256_movemask_pd(ok);
+    for (unsigned k = 0; k < 4; k++)
+      bad[i + 2 * k] = (uint8_t)(~okm >> k & 1u);
+    put_even_pd(pv + i, keep);
+    done += 4;
+    i += 8;
+    if (!more)
+      return done;
+  }
+}

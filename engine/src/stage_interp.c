@@ -36,17 +36,15 @@
 
 typedef struct walk {
   uint64_t ext[3], stride[3], s, n, lo[3], hi[3];
-  const double *pv; /* the rebuilt values predictions read */
 } walk;
 
-static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n, const double *pv) {
+static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n) {
   memcpy(k->ext, ip->ext[ip->pdims - 1], sizeof k->ext);
   k->stride[2] = 1;
   k->stride[1] = k->ext[2];
   k->stride[0] = k->ext[2] * k->ext[1];
   k->s = s;
   k->n = n;
-  k->pv = pv;
   /* The chunk's bounding box in coordinates. */
   uint64_t e = s + n - 1;
   k->lo[0] = s / k->stride[0];
@@ -58,31 +56,49 @@ static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n, const 
   }
 }
 
-/* The rebuilt value off steps along axis d from the point at c, when it
- * lies in the array and the chunk. */
-static inline bool near(const walk *k, const uint64_t *c, unsigned d, int64_t off,
-                        double *v) {
-  int64_t cd = (int64_t)c[d] + off;
-  if (cd < 0 || cd >= (int64_t)k->ext[d])
-    return false;
-  uint64_t g = c[0] * k->stride[0] + c[1] * k->stride[1] + c[2];
-  g = (uint64_t)((int64_t)g + off * (int64_t)k->stride[d]);
-  if (g < k->s || g - k->s >= k->n)
-    return false;
-  *v = k->pv[g - k->s];
-  return true;
+/* Where along a row (its x, c[2]) each neighbour of a point lies in the
+ * array and the chunk: neighbour j (at -3h, -h, +h, +3h along the pass's
+ * axis) for lo[j] <= x < hi[j].  Along y or z the array's test is the
+ * row's; along x it bounds x, and the chunk's bounds x in every case. */
+typedef struct row_limits {
+  int64_t lo[4], hi[4];
+} row_limits;
+
+static void limits_of_row(const walk *k, const uint64_t *c, unsigned d, uint64_t h,
+                          uint64_t row, row_limits *lim) {
+  static const int mul[4] = {-3, -1, 1, 3};
+  for (unsigned j = 0; j < 4; j++) {
+    int64_t m = mul[j] * (int64_t)h, off = m * (int64_t)k->stride[d];
+    int64_t lo = (int64_t)k->s - (int64_t)row - off;
+    int64_t hi = (int64_t)(k->s + k->n) - (int64_t)row - off;
+    if (d == 2) {
+      lo = lo > -m ? lo : -m;
+      hi = hi < (int64_t)k->ext[2] - m ? hi : (int64_t)k->ext[2] - m;
+    } else {
+      int64_t cd = (int64_t)c[d] + m;
+      if (cd < 0 || cd >= (int64_t)k->ext[d])
+        hi = lo; /* none on this row */
+    }
+    lim->lo[j] = lo;
+    lim->hi[j] = hi;
+  }
 }
 
-static inline double predict(const walk *k, const uint64_t *c, unsigned d, uint64_t h) {
-  double a = 0, b = 0, cc = 0, e = 0;
-  int64_t sh = (int64_t)h;
-  bool hb = near(k, c, d, -sh, &b), hc = near(k, c, d, sh, &cc);
-  if (hb && hc) {
-    if (near(k, c, d, -3 * sh, &a) && near(k, c, d, 3 * sh, &e))
-      return (-a + 9.0 * b + 9.0 * cc - e) * 0.0625;
-    return (b + cc) * 0.5;
+/* The prediction of the point at x on a row (i in the chunk) from the
+ * neighbours the row's limits give it: cubic with all four, the mean of
+ * the near ones with both, else the near one there is, else 0. */
+static inline double predict_in_row(const double *pv, size_t i, int64_t x, const row_limits *lim,
+                                    size_t off) {
+  bool has[4];
+  for (unsigned j = 0; j < 4; j++)
+    has[j] = x >= lim->lo[j] && x < lim->hi[j];
+  if (has[1] && has[2]) {
+    if (has[0] && has[3])
+      return (-pv[i - 3 * off] + 9.0 * pv[i - off] + 9.0 * pv[i + off] - pv[i + 3 * off]) *
+             0.0625;
+    return (pv[i - off] + pv[i + off]) * 0.5;
   }
-  return hb ? b : hc ? cc : 0.0;
+  return has[1] ? pv[i - off] : has[2] ? pv[i + off] : 0.0;
 }
 
 static uint64_t first_at(uint64_t lo, uint64_t m, uint64_t r) {
@@ -166,7 +182,9 @@ static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32)
 static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t n,
                               int dec, bool f32) {
   walk k;
-  walk_init(&k, ip, s, n, o->pv);
+  walk_init(&k, ip, s, n);
+  /* The finest level's rows by the AVX2 twin (f32, no fill cells). */
+  bool vec = f32 && fze_have_avx2() && (dec || o->fill == NULL);
   const uint64_t top = FZE_INTERP_TOP;
   uint64_t c[3], e = s + n - 1;
   double prev = 0;
@@ -208,6 +226,8 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
             fb = fa;
           if (fb > (int64_t)k.hi[2] + 1)
             fb = (int64_t)k.hi[2] + 1;
+          row_limits lim;
+          limits_of_row(&k, c, d, h, row, &lim);
           c[2] = start[2];
           for (int pass = 0; pass < 3; pass++) {
             /* Before the stretch and after it, each point checked. */
@@ -216,11 +236,27 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
               stop = fa < 0 ? 0 : (uint64_t)fa < stop ? (uint64_t)fa : stop;
             if (pass == 1) {
               const double *pv = o->pv;
-              for (; (int64_t)c[2] < fb; c[2] += step[2]) {
-                size_t i = (size_t)(row + c[2] - s);
-                double p = (-pv[i - span] + 9.0 * pv[i - off] + 9.0 * pv[i + off] -
-                            pv[i + span]) * 0.0625;
-                point(o, i, p, dec, f32);
+              while ((int64_t)c[2] < fb) {
+                if (vec && h == 1) {
+                  /* The AVX2 twin four points at a time, as far as it goes. */
+                  size_t i = (size_t)(row + c[2] - s), left = (size_t)(fb - (int64_t)c[2] + 1) / 2;
+                  size_t done =
+                      dec ? fze_interp_dec_f32_avx2((const uint32_t *)o->codes, (float *)o->out,
+                                                    o->pv, dec == 1 ? o->exact : NULL, n, i,
+                                                    left, off, o->step)
+                          : fze_interp_enc_f32_avx2((const float *)o->x, (uint32_t *)o->codes,
+                                                    o->bad, o->pv, n, i, left, off, o->inv,
+                                                    o->step, o->e);
+                  c[2] += 2 * done;
+                }
+                /* Four points here: the row's last ones, or four the twin
+                 * left (a value already known among them). */
+                for (int t = 0; t < 4 && (int64_t)c[2] < fb; t++, c[2] += step[2]) {
+                  size_t i = (size_t)(row + c[2] - s);
+                  double p = (-pv[i - span] + 9.0 * pv[i - off] + 9.0 * pv[i + off] -
+                              pv[i + span]) * 0.0625;
+                  point(o, i, p, dec, f32);
+                }
               }
               continue;
             }
@@ -229,11 +265,7 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
               if (g < s || g > e)
                 continue;
               size_t i = (size_t)(g - s);
-              bool fast = axis_in && i >= span && i + span < n &&
-                          (d != 2 || (c[2] >= 3 * h && c[2] + 3 * h < k.ext[2]));
-              double p = fast ? (-o->pv[i - span] + 9.0 * o->pv[i - off] +
-                                 9.0 * o->pv[i + off] - o->pv[i + span]) * 0.0625
-                              : predict(&k, c, d, h);
+              double p = predict_in_row(o->pv, i, (int64_t)c[2], &lim, off);
               point(o, i, p, dec, f32);
             }
           }

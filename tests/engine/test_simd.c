@@ -67,6 +67,86 @@ Test(simd, avx2_and_portable_loops_agree, .timeout = 300) {
   fze_set_avx2(true);
 }
 
+/* ---- the interpolation's finest level ------------------------------------
+ * Its AVX2 twin codes four points at a time and leaves groups holding a
+ * known value (an outlier, a fill cell) to the portable code: fields of
+ * 1 to 3 dims (odd extents, rows shorter than a group), smooth ones (where
+ * the interpolation wins) with outliers, NaNs and fill cells scattered, at
+ * coarse to fine bounds, must give the same archives and decodes. */
+
+static uint8_t *compress_shaped(const float *x, const size_t *dims, unsigned nd, const char *pipe,
+                                double eb, size_t *len) {
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = nd;
+  size_t n = 1;
+  for (unsigned d = 0; d < nd; d++) {
+    p.dims[d] = dims[d];
+    n *= dims[d];
+  }
+  p.pipeline = pipe;
+  p.eb = eb;
+  p.eb_mode = FZ_EB_REL;
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
+  size_t cap = fz_plan_compress_bound(pl);
+  uint8_t *a = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, x, n * 4, a, cap, len), 0);
+  fz_plan_destroy(pl);
+  return a;
+}
+
+Test(simd, interpolation_agrees, .timeout = 300) {
+  fze_set_avx2(true);
+  if (!fze_have_avx2())
+    cr_skip_test("this CPU has no AVX2: only the portable loops exist here");
+  static const size_t shapes[][4] = {{1, 5000}, {2, 37, 129}, {2, 300, 301}, {2, 5, 3},
+                                     {3, 7, 33, 65}, {3, 9, 64, 96}, {3, 40, 3, 1001}};
+  static const char *const pipes[] = {"ratio", "quant(fill=-999) | interp | huffman | rze"};
+  static const double bounds[] = {1e-1, 1e-2, 1e-3, 1e-5};
+  for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++)
+    for (unsigned kind = 0; kind < 4; kind++)
+      for (unsigned q = 0; q < 2; q++)
+        for (unsigned b = 0; b < 4; b++) {
+          unsigned nd = (unsigned)shapes[sh][0];
+          size_t n = 1;
+          for (unsigned d = 0; d < nd; d++)
+            n *= shapes[sh][1 + d];
+          float *x = malloc(n * 4), *y1 = malloc(n * 4), *y2 = malloc(n * 4);
+          uint64_t seed = 5 + sh;
+          for (size_t i = 0; i < n; i++) {
+            double t = (double)i;
+            x[i] = (float)(50.0 * sin(t * 0.013) + 20.0 * cos(t * 0.0041) + 0.001 * gen_unit(&seed));
+            uint64_t r = gen_rand(&seed);
+            if (kind == 1 && r % 211 == 0) /* outliers */
+              x[i] += (float)(1e4 * gen_unit(&seed));
+            if (kind == 2 && r % 307 == 0)
+              x[i] = r % 2 ? NAN : 1e-42f;
+            if (kind == 3 && r % 101 < 3) /* fill cells in runs and alone */
+              x[i] = -999.0f;
+          }
+          size_t la, lb, ly;
+          fze_set_avx2(true);
+          uint8_t *a = compress_shaped(x, shapes[sh] + 1, nd, pipes[q], bounds[b], &la);
+          cr_assert_eq(fz_decompress(a, la, y1, n * 4, &ly, 1), 0);
+          fze_set_avx2(false);
+          uint8_t *c = compress_shaped(x, shapes[sh] + 1, nd, pipes[q], bounds[b], &lb);
+          cr_assert_eq(fz_decompress(a, la, y2, n * 4, &ly, 1), 0);
+          cr_assert(la == lb && memcmp(a, c, la) == 0,
+                    "shape %zu, kind %u, '%s' %g: AVX2 and portable archives differ", sh, kind,
+                    pipes[q], bounds[b]);
+          cr_assert(memcmp(y1, y2, n * 4) == 0, "shape %zu, kind %u, '%s' %g: decodes differ",
+                    sh, kind, pipes[q], bounds[b]);
+          free(a);
+          free(c);
+          free(x);
+          free(y1);
+          free(y2);
+        }
+  fze_set_avx2(true);
+}
+
 /* ---- first use from many threads at once --------------------------------
  * The AVX2 zero-byte elimination and its inverse build shuffle tables on
  * first use.  Eight threads released together compress the same data in a
