@@ -206,24 +206,6 @@ static unsigned choose_direct(build *b, unsigned w) {
 
 /* ---- encoding ---- */
 
-typedef struct lane_writer {
-  uint64_t acc;
-  unsigned nb;
-  uint8_t *p;
-} lane_writer;
-
-static inline void put_bits(lane_writer *lw, uint64_t v, unsigned n) {
-  lw->acc |= v << lw->nb;
-  lw->nb += n;
-  if (lw->nb >= 32) {
-    uint32_t x = (uint32_t)lw->acc;
-    memcpy(lw->p, &x, 4);
-    lw->p += 4;
-    lw->acc >>= 32;
-    lw->nb -= 32;
-  }
-}
-
 /* Word j of lane l is word l * lane_cap(n) + j of the chunk. */
 static size_t lane_cap(size_t n) { return (n + LANES - 1) / LANES; }
 static size_t lane_count(size_t n, unsigned l) {
@@ -355,53 +337,33 @@ static void tokenize(const uint8_t *in, unsigned w, size_t n, uint16_t *tok, siz
   }
 }
 
-/* Lane l's tokens coded at x (which must have room); returns the end. */
-static uint8_t *put_lane(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w,
-                         const uint16_t *tcode, const uint8_t *tlen, uint8_t *x) {
-  lane_writer lw = {0, 0, x};
-  size_t j = 0; /* the lane's word the token stands at */
-  for (size_t k = 0; k < cnt; k++) {
-    unsigned tk = t[k];
-    put_bits(&lw, tcode[tk], tlen[tk] & 0x7fu);
-    if (tk > TOK_BIG) {
-      j += (size_t)1 << (tk - TOK_BIG);
-      continue;
-    }
-    if (tlen[tk] & 0x80u) { /* the escape: the raw word follows */
-      uint64_t v = load_word(words + j * w, w);
-      if (w == 8) {
-        put_bits(&lw, v & 0xffffffffu, 32);
-        put_bits(&lw, v >> 32, 32);
-      } else {
-        put_bits(&lw, v, 8 * w);
-      }
-    }
-    j++;
+/* The whole bytes of acc's nb bits (at most 56) at *p, the rest left in
+ * acc: one 8-byte store where 8 bytes fit before end (nearly always), else
+ * byte by byte. */
+static inline void flush_bits(uint64_t *acc, unsigned *nb, uint8_t **p, const uint8_t *end) {
+  unsigned k = *nb >> 3;
+  if (end - *p >= 8) {
+    memcpy(*p, acc, 8);
+  } else {
+    for (unsigned b = 0; b < k; b++)
+      (*p)[b] = (uint8_t)(*acc >> (8 * b));
   }
-  for (unsigned k = 0; k < lw.nb; k += 8)
-    *lw.p++ = (uint8_t)(lw.acc >> k);
-  return lw.p;
-}
-
-/* The bits of acc (nb of them, at most 56) at *p: whole bytes move on, the
- * rest stays in acc.  Writes 8 bytes at *p whatever nb is. */
-static inline void flush_wide(uint64_t *acc, unsigned *nb, uint8_t **p) {
-  memcpy(*p, acc, 8);
-  *p += *nb >> 3;
-  *acc >>= *nb & 56u;
+  *p += k;
+  *acc >>= 8 * k;
   *nb &= 7u;
 }
 
-/* put_lane's bytes where 8 bytes past them may be written: each token
- * stores the accumulator whole and moves on by its whole bytes, and a run
- * moves the lane's word on by a shift, so that no branch depends on
- * whether a token is a run or a word.  Inlined with a constant width. */
+/* A lane's tokens (cnt of them, its words from words) coded at p, which
+ * has room for them before end; returns the end of its bytes.  Each token
+ * flushes the accumulator's whole bytes, and a run moves the lane's word
+ * on by a shift, so that no branch depends on whether a token is a run or
+ * a word.  Inlined with a constant width at each call. */
 static inline __attribute__((always_inline)) uint8_t *
-put_lane_wide(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w,
-              const uint16_t *tcode, const uint8_t *tlen, uint8_t *p) {
+put_lane(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w, const uint16_t *tcode,
+         const uint8_t *tlen, uint8_t *p, const uint8_t *end) {
   uint64_t acc = 0;
   unsigned nb = 0;
-  size_t j = 0;
+  size_t j = 0; /* the lane's word the token stands at */
   for (size_t k = 0; k < cnt; k++) {
     unsigned tk = t[k], l = tlen[tk];
     acc |= (uint64_t)tcode[tk] << nb;
@@ -409,10 +371,10 @@ put_lane_wide(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w,
     if (l & 0x80u) { /* the escape: the raw word follows (nb is at most 19) */
       uint64_t v = load_word(words + j * w, w);
       if (w == 8) {
-        flush_wide(&acc, &nb, &p);
+        flush_bits(&acc, &nb, &p, end);
         acc |= (v & 0xffffffffu) << nb;
         nb += 32;
-        flush_wide(&acc, &nb, &p);
+        flush_bits(&acc, &nb, &p, end);
         v >>= 32;
         acc |= v << nb;
         nb += 32;
@@ -421,7 +383,7 @@ put_lane_wide(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w,
         nb += 8 * w;
       }
     }
-    flush_wide(&acc, &nb, &p);
+    flush_bits(&acc, &nb, &p, end);
     j += (size_t)1 << (tk > TOK_BIG ? tk - TOK_BIG : 0);
   }
   if (nb)
@@ -488,24 +450,16 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   for (unsigned s = 0; s < nsym; s++)
     out[2 + s / 2] |= (uint8_t)(len[s] << (4 * (s & 1)));
   uint8_t *p = out + head;
-  /* Each lane's bytes are at most its bits / 8 and one, so least + LANES
-   * bound them all; where 8 bytes more fit, the lanes take the wide
-   * writer. */
-  bool wide = least + LANES + 8 <= out_cap;
   for (unsigned l = 0; l < LANES; l++) {
     const uint16_t *t = tok + l * cap;
-    const uint8_t *words_l = in + (size_t)l * cap * w;
+    const uint8_t *words_l = in + (size_t)l * cap * w, *limit = out + out_cap;
     uint8_t *end;
-    if (!wide)
-      end = put_lane(t, count[l], words_l, w, tcode, tlen, p);
-    else if (w == 4)
-      end = put_lane_wide(t, count[l], words_l, 4, tcode, tlen, p);
-    else if (w == 8)
-      end = put_lane_wide(t, count[l], words_l, 8, tcode, tlen, p);
-    else if (w == 2)
-      end = put_lane_wide(t, count[l], words_l, 2, tcode, tlen, p);
-    else
-      end = put_lane_wide(t, count[l], words_l, 1, tcode, tlen, p);
+    switch (w) {
+    case 1: end = put_lane(t, count[l], words_l, 1, tcode, tlen, p, limit); break;
+    case 2: end = put_lane(t, count[l], words_l, 2, tcode, tlen, p, limit); break;
+    case 4: end = put_lane(t, count[l], words_l, 4, tcode, tlen, p, limit); break;
+    default: end = put_lane(t, count[l], words_l, 8, tcode, tlen, p, limit); break;
+    }
     uint32_t bytes = (uint32_t)(end - p);
     uint8_t *q = out + 2 + (nsym + 1) / 2 + 4 * l;
     for (unsigned k = 0; k < 4; k++)
