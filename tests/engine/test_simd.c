@@ -16,10 +16,19 @@
 #include "gen.h"
 #include "params_1d.h"
 
-static uint8_t *compress(const void *x, fz_dtype t, size_t n, const char *pipe,
-                         double eb, fz_eb_mode mode, size_t *len) {
+/* x (of type t and shape dims, nd of them) compressed by pipe. */
+static uint8_t *compress_shaped(const void *x, fz_dtype t, const size_t *dims, unsigned nd,
+                                const char *pipe, double eb, fz_eb_mode mode, size_t *len) {
   fz_params p;
-  fzt_params_1d(&p, t, n, pipe);
+  fz_params_init(&p);
+  p.dtype = t;
+  p.ndims = nd;
+  size_t n = 1;
+  for (unsigned d = 0; d < nd; d++) {
+    p.dims[d] = dims[d];
+    n *= dims[d];
+  }
+  p.pipeline = pipe;
   p.eb = eb;
   p.eb_mode = mode;
   fz_plan *pl;
@@ -29,6 +38,11 @@ static uint8_t *compress(const void *x, fz_dtype t, size_t n, const char *pipe,
   cr_assert_eq(fz_plan_compress(pl, x, n * fz_dtype_size(t), a, cap, len), 0);
   fz_plan_destroy(pl);
   return a;
+}
+
+static uint8_t *compress(const void *x, fz_dtype t, size_t n, const char *pipe,
+                         double eb, fz_eb_mode mode, size_t *len) {
+  return compress_shaped(x, t, &n, 1, pipe, eb, mode, len);
 }
 
 Test(simd, avx2_and_portable_loops_agree, .timeout = 300) {
@@ -74,29 +88,6 @@ Test(simd, avx2_and_portable_loops_agree, .timeout = 300) {
  * the interpolation wins) with outliers, NaNs and fill cells scattered, at
  * coarse to fine bounds, must give the same archives and decodes. */
 
-static uint8_t *compress_shaped(const float *x, const size_t *dims, unsigned nd, const char *pipe,
-                                double eb, size_t *len) {
-  fz_params p;
-  fz_params_init(&p);
-  p.dtype = FZ_F32;
-  p.ndims = nd;
-  size_t n = 1;
-  for (unsigned d = 0; d < nd; d++) {
-    p.dims[d] = dims[d];
-    n *= dims[d];
-  }
-  p.pipeline = pipe;
-  p.eb = eb;
-  p.eb_mode = FZ_EB_REL;
-  fz_plan *pl;
-  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
-  size_t cap = fz_plan_compress_bound(pl);
-  uint8_t *a = malloc(cap);
-  cr_assert_eq(fz_plan_compress(pl, x, n * 4, a, cap, len), 0);
-  fz_plan_destroy(pl);
-  return a;
-}
-
 Test(simd, interpolation_agrees, .timeout = 300) {
   fze_set_avx2(true);
   if (!fze_have_avx2())
@@ -128,10 +119,10 @@ Test(simd, interpolation_agrees, .timeout = 300) {
           }
           size_t la, lb, ly;
           fze_set_avx2(true);
-          uint8_t *a = compress_shaped(x, shapes[sh] + 1, nd, pipes[q], bounds[b], &la);
+          uint8_t *a = compress_shaped(x, FZ_F32, shapes[sh] + 1, nd, pipes[q], bounds[b], FZ_EB_REL, &la);
           cr_assert_eq(fz_decompress(a, la, y1, n * 4, &ly, 1), 0);
           fze_set_avx2(false);
-          uint8_t *c = compress_shaped(x, shapes[sh] + 1, nd, pipes[q], bounds[b], &lb);
+          uint8_t *c = compress_shaped(x, FZ_F32, shapes[sh] + 1, nd, pipes[q], bounds[b], FZ_EB_REL, &lb);
           cr_assert_eq(fz_decompress(a, la, y2, n * 4, &ly, 1), 0);
           cr_assert(la == lb && memcmp(a, c, la) == 0,
                     "shape %zu, kind %u, '%s' %g: AVX2 and portable archives differ", sh, kind,
