@@ -108,8 +108,15 @@ typedef struct fzr_state {
   /* huffman */
   uint32_t e, nsym;
   uint64_t lane_beg[FZR_LANES], lane_end[FZR_LANES];
-  uint8_t lens[FZR_MAX_SYMS];
-  uint16_t code[FZR_MAX_SYMS];
+  union {
+    /* the header's code lengths and codes, until the table is filled */
+    struct {
+      uint8_t lens[FZR_MAX_SYMS];
+      uint16_t code[FZR_MAX_SYMS];
+    } hdr;
+    /* then the pair table (fzr_pair_fill) */
+    uint32_t pair[1u << FZR_MAX_LEN];
+  };
   uint32_t hkraft, hbad;          /* the header's Kraft sum; a length too long */
   uint32_t hnum[FZR_MAX_LEN + 1]; /* symbols of each length */
   union {
@@ -375,7 +382,7 @@ static inline FZR_HD void fzr_huff_lens(fzr_state *S, unsigned t, unsigned nt) {
   fzr_share(S->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
     unsigned l = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
-    S->lens[s] = (uint8_t)l;
+    S->hdr.lens[s] = (uint8_t)l;
     if (l > FZR_MAX_LEN) {
       bad = 1;
     } else if (l) {
@@ -405,9 +412,9 @@ static inline FZR_HD void fzr_huff_codes(fzr_state *S, unsigned t, unsigned nt) 
   fzr_canon_first(S->hcnt, S->hnum, t, first);
   fzr_share(S->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
-    unsigned l = S->lens[s];
+    unsigned l = S->hdr.lens[s];
     if (l)
-      S->code[s] = (uint16_t)fzr_rev(first[l]++, l);
+      S->hdr.code[s] = (uint16_t)fzr_rev(first[l]++, l);
   }
 }
 
@@ -424,10 +431,68 @@ static inline FZR_HD void fzr_lut_clear(fzr_state *S, unsigned t, unsigned nt) {
  * window at most one symbol, so threads never write the same entry. */
 static inline FZR_HD void fzr_lut_fill(fzr_state *S, unsigned t, unsigned nt) {
   for (unsigned s = t; s < S->nsym; s += nt) {
-    unsigned l = S->lens[s];
+    unsigned l = S->hdr.lens[s];
     if (l)
-      for (uint32_t x = S->code[s]; x < (1u << FZR_MAX_LEN); x += 1u << l)
+      for (uint32_t x = S->hdr.code[s]; x < (1u << FZR_MAX_LEN); x += 1u << l)
         S->lut[x] = (uint32_t)l << 16 | s;
+  }
+}
+
+/* The pair table, for chunks whose codes are short (the windows' mean
+ * code length at most FZR_PAIR_SPREAD bits, from the count of each
+ * length): for each 12-bit window, the two symbols whose codes lie whole
+ * in it, where neither is the escape and both stand for words below 1024
+ * (zeros and runs included), as what they do to a lane of zero words:
+ * the first writes v1 and moves 2^k1 words on, the second v2 and 2^k2.
+ * Bits 0-3: both codes' bits (0: no pair; the lane takes one symbol);
+ * 4-7: k1; 8-11: k2; 12-21: v1; 22-31: v2.  The engine's decoder pairs
+ * the same symbols (stage_huffman.c); here it halves the lanes' chain of
+ * look-ups where most codes are short. */
+#define FZR_PAIR_SPREAD 8u
+#define FZR_PAIR_BITS(x) ((x) & 15u)
+#define FZR_PAIR_K1(x) (((x) >> 4) & 15u)
+#define FZR_PAIR_K2(x) (((x) >> 8) & 15u)
+#define FZR_PAIR_V1(x) (((x) >> 12) & 1023u)
+#define FZR_PAIR_V2(x) ((x) >> 22)
+
+/* Whether the chunk's lanes decode by pairs: the lengths weighted by the
+ * share of windows each takes. */
+static inline FZR_HD bool fzr_pairs_pay(const fzr_state *S) {
+  uint32_t spread = 0;
+  for (unsigned l = 1; l <= FZR_MAX_LEN; l++)
+    spread += S->hnum[l] * l << (FZR_MAX_LEN - l);
+  return spread <= FZR_PAIR_SPREAD << FZR_MAX_LEN;
+}
+
+/* What symbol s does to a lane: its word (0 for zeros) and log2 of the
+ * words it takes; 0 for the escape, for a window no code begins, and for
+ * a word of 1024 or more. */
+static inline FZR_HD uint32_t fzr_pair_part(uint32_t ent, unsigned e, uint32_t *v, uint32_t *k) {
+  unsigned l = ent >> 16, s = ent & 0xffffu;
+  if (l == 0 || s == e || (s < e && s >= 1024u))
+    return 0;
+  *v = s < e ? s : 0u;
+  *k = s > e ? s - e : 0u;
+  return l;
+}
+
+/* The pair table from the decoding table, a share of the windows a
+ * thread (after fzr_lut_fill: it overwrites the lengths and codes). */
+static inline FZR_HD void fzr_pair_fill(fzr_state *S, unsigned t, unsigned nt) {
+  if (!fzr_pairs_pay(S))
+    return;
+  const unsigned e = S->e;
+  for (uint32_t x = t; x < (1u << FZR_MAX_LEN); x += nt) {
+    uint32_t v1 = 0, k1 = 0, v2 = 0, k2 = 0, pe = 0;
+    uint32_t l1 = fzr_pair_part(S->lut[x], e, &v1, &k1);
+    if (l1) {
+      /* The second code lies whole in the window's other bits only when
+       * it is no longer than they are. */
+      uint32_t l2 = fzr_pair_part(S->lut[x >> l1], e, &v2, &k2);
+      if (l2 && l1 + l2 <= FZR_MAX_LEN)
+        pe = (l1 + l2) | k1 << 4 | k2 << 8 | v1 << 12 | v2 << 22;
+    }
+    S->pair[x] = pe;
   }
 }
 
@@ -550,26 +615,39 @@ FZRE_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
    * end's test finds (the engine's decoder fails such a lane at the
    * symbol; the chunk fails either way).  A window no code begins is a
    * run no lane can hold. */
+  const uint32_t *pair = fzr_pairs_pay(S) ? S->pair : NULL;
   for (uint32_t j = 0; j < cnt;) {
     fzr_refill(&r);
-    uint32_t ent = lut[(uint32_t)r.acc & ((1u << FZR_MAX_LEN) - 1)];
-    unsigned ls = ent >> 16, s = ent & 0xffffu;
+    const uint32_t win = (uint32_t)r.acc & ((1u << FZR_MAX_LEN) - 1);
+    const uint32_t ent = lut[win], pe = pair ? pair[win] : 0u;
+    unsigned s = ent & 0xffffu;
+    /* Two symbols where the window holds a pair that fits in the lane,
+     * else one: the same steps either way, so that the warp's lanes,
+     * which meet one or the other at random, take one path. */
+    const uint32_t a2 = (uint32_t)(pe != 0) << FZR_PAIR_K2(pe);
+    const bool two = pe != 0 && (1u << FZR_PAIR_K1(pe)) + a2 <= cnt - j;
+    unsigned ls = two ? FZR_PAIR_BITS(pe) : ent >> 16;
     r.acc >>= ls;
     r.nb -= (int)ls;
     /* A run symbol (e + 1 .. e + FZR_RUNS) stands for 2^(s - e) zeros. */
-    uint32_t adv = s > e ? 1u << (s - e < 31u ? s - e : 31u) : 1u;
+    uint32_t adv = two ? 1u << FZR_PAIR_K1(pe) : s > e ? 1u << (s - e < 31u ? s - e : 31u) : 1u;
     if (adv > cnt - j)
       goto bad;
-    if (s == e) {
+    uint64_t v = two ? FZR_PAIR_V1(pe) : s - 1u < e - 1u ? s : 0u; /* 1 .. e - 1: a word */
+    if (!two && s == e) {
       uint64_t x, hi = 0;
       if (!fzr_take(&r, w == 8 ? 32 : 8 * w, &x) || (w == 8 && !fzr_take(&r, 32, &hi)))
         goto bad;
-      fzr_store(a, w, j, x | hi << 32);
-    } else if (s - 1u < e - 1u) {
-      /* 1 .. e - 1: a word other than zero */
-      fzr_store(a, w, j, s);
+      v = x | hi << 32;
     }
+    if (v)
+      fzr_store(a, w, j, v);
     j += adv;
+    if (two) {
+      if (FZR_PAIR_V2(pe))
+        fzr_store(a, w, j, FZR_PAIR_V2(pe));
+      j += a2;
+    }
   }
   if (r.left != 0 || r.nb < 0 || r.nb >= 8 || r.acc != 0)
     goto bad;
@@ -1221,6 +1299,8 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
   FZR_ALL(fzr_lut_clear(S, t, nt));
   FZR_SYNC();
   FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, J->w));
+  FZR_SYNC();
+  FZR_ALL(fzr_pair_fill(S, t, nt));
   FZR_SYNC();
   FZR_CLK(43);
   FZR_ALL(fzr_huff_lane(S, t, J->w));
