@@ -29,6 +29,7 @@
 #include "gpu_ctx.h"
 #include "gpu_err.h"
 #include "jit.h"
+#include "fzk_sha256.h"
 #include "jit_cache.h"
 #include "ratio_gpu.h"
 
@@ -399,6 +400,38 @@ static int build(void *arg, void **image, size_t *len, char *why, size_t why_len
   return fzk_nvrtc_compile(b->source, b->arch, image, len, why, why_len);
 }
 
+void fzk_headers_digest(const fzk_embedded *h, unsigned n, char out[17]) {
+  fzk_sha256_ctx c;
+  fzk_sha256_init(&c);
+  for (unsigned i = 0; i < n; i++)
+    for (int part = 0; part < 2; part++) {
+      const char *txt = part ? h[i].text : h[i].name;
+      uint64_t len = strlen(txt);
+      unsigned char le[8];
+      for (unsigned b = 0; b < 8; b++)
+        le[b] = (unsigned char)(len >> (8 * b));
+      fzk_sha256_update(&c, le, 8);
+      fzk_sha256_update(&c, txt, len);
+    }
+  unsigned char d[FZK_SHA256_LEN];
+  fzk_sha256_final(&c, d);
+  for (unsigned b = 0; b < 8; b++)
+    snprintf(out + 2 * b, 3, "%02x", d[b]);
+}
+
+static char headers_hex[17];
+static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
+static void headers_init(void) {
+  fzk_headers_digest(fzk_embedded_headers, fzk_embedded_count, headers_hex);
+}
+
+void fzk_jit_target(unsigned arch, int nvrtc_major, int nvrtc_minor, int driver, char *buf,
+                    size_t len) {
+  pthread_once(&headers_once, headers_init);
+  snprintf(buf, len, "sm_%u nvrtc %d.%d driver %d headers %s", arch, nvrtc_major, nvrtc_minor,
+           driver, headers_hex);
+}
+
 static module *find(fzk_jit *j, const char *source) {
   for (module *m = j->mods; m; m = m->next)
     if (strcmp(m->source, source) == 0)
@@ -418,8 +451,8 @@ static int load(fzk_jit *j, const char *src, unsigned nfn, const char *const *na
     return rc;
   int ma, mi;
   fzk_nvrtc_version(&ma, &mi);
-  char target[128];
-  snprintf(target, sizeof target, "sm_%u nvrtc %d.%d driver %d", j->arch, ma, mi, j->driver);
+  char target[160];
+  fzk_jit_target(j->arch, ma, mi, j->driver, target, sizeof target);
   build_arg b = {src, j->arch};
   const void *img = NULL;
   size_t len = 0;

@@ -55,6 +55,19 @@ typedef struct fzk_embedded {
 extern const fzk_embedded fzk_embedded_headers[];
 extern const unsigned fzk_embedded_count;
 
+/* The digest of n headers (the first 8 bytes of the SHA-256 of each one's
+ * name and text, each as its length, 8 bytes little-endian, then its
+ * bytes) in 16 lowercase hexadecimal digits and a NUL.  The embedded
+ * headers' digest is part of every cache key's target (fzk_jit_target), so
+ * that an fzd built from other headers, whose generated sources may read
+ * the same (the ratio module's is one #include), misses rather than loads
+ * an image compiled from the old ones. */
+void fzk_headers_digest(const fzk_embedded *h, unsigned n, char out[17]);
+/* A cache key's target: "sm_<arch> nvrtc <major>.<minor> driver <driver>
+ * headers <digest of the embedded headers>". */
+void fzk_jit_target(unsigned arch, int nvrtc_major, int nvrtc_minor, int driver, char *buf,
+                    size_t len);
+
 /* ---- code generation (jit_gen.c) ---- */
 
 typedef enum fzk_jit_dir { FZK_JIT_ENCODE = 0, FZK_JIT_DECODE = 1 } fzk_jit_dir;

@@ -466,3 +466,40 @@ Test(jit_compile, missing_nvrtc_is_reported) {
                                  sizeof why),
                FZ_ENOSYS);
 }
+
+/* The cache key's target names the embedded headers' digest: an fzd built
+ * from other headers (an upgrade) must miss the images an older one left
+ * in the cache, since a generated source may be the same text (the ratio
+ * module's is one #include).  Any byte of any header, or a header more,
+ * changes the digest. */
+Test(jit_compile, cache_target_names_the_headers) {
+  cr_assert_gt(fzk_embedded_count, 3u);
+  char real[17], other[17], target[160];
+  fzk_headers_digest(fzk_embedded_headers, fzk_embedded_count, real);
+  cr_assert_eq(strlen(real), 16u);
+  fzk_jit_target(90, 13, 0, 13000, target, sizeof target);
+  char want[160];
+  snprintf(want, sizeof want, "sm_90 nvrtc 13.0 driver 13000 headers %s", real);
+  cr_assert_str_eq(target, want);
+  fzk_embedded *h = malloc((fzk_embedded_count + 1) * sizeof *h);
+  cr_assert_not_null(h);
+  memcpy(h, fzk_embedded_headers, fzk_embedded_count * sizeof *h);
+  /* One byte of the last header's text changed. */
+  unsigned last = fzk_embedded_count - 1;
+  char *text = strdup(h[last].text);
+  cr_assert_not_null(text);
+  cr_assert_gt(strlen(text), 10u);
+  text[strlen(text) / 2] ^= 1;
+  h[last].text = text;
+  fzk_headers_digest(h, fzk_embedded_count, other);
+  cr_assert_str_neq(other, real);
+  /* A header more; and the same ones give the same digest. */
+  h[last] = fzk_embedded_headers[last];
+  h[fzk_embedded_count] = (fzk_embedded){"extra.cuh", ""};
+  fzk_headers_digest(h, fzk_embedded_count + 1, other);
+  cr_assert_str_neq(other, real);
+  fzk_headers_digest(h, fzk_embedded_count, other);
+  cr_assert_str_eq(other, real);
+  free(text);
+  free(h);
+}
