@@ -623,9 +623,11 @@ void fzd_conn_job_done(fzd_job *job, void *arg) {
                            job->why[0] ? job->why : fz_strerror(job->err));
   if (!c->closing) {
     fzd_job_reply(c, job);
-    conn_flush(c);
+    /* The reply stage ends as its write begins: a stamp taken after the
+     * write could trail the client, which may already hold the reply. */
     if (job->err == 0)
       fzd_stats_stages(&srv->stats, job, uv_hrtime());
+    conn_flush(c);
     conn_process(c);
     conn_flush(c);
   }
