@@ -412,6 +412,16 @@ static inline bool group_ok(const uint8_t *exact, size_t n, size_t i, size_t lef
   return (e & UINT64_C(0x00ff00ff00ff00ff)) == 0;
 }
 
+/* Whether the group of four points from i may be done here (group_ok),
+ * and then its prediction in *p. */
+AVX2 static inline bool group_ahead(const uint8_t *exact, const double *pv, size_t n, size_t i,
+                                    size_t left, size_t off, __m256d *p) {
+  if (!group_ok(exact, n, i, left, off))
+    return false;
+  *p = cubic4(pv, i, off);
+  return true;
+}
+
 AVX2 size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *pv,
                                     const uint8_t *exact, size_t n, size_t i, size_t cnt,
                                     size_t off, double step) {
@@ -419,16 +429,14 @@ AVX2 size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *p
   const __m128i one = _mm_set1_epi32(1), zero = _mm_setzero_si128();
   const __m256i spread = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
   size_t done = 0;
-  if (!group_ok(exact, n, i, cnt, off))
+  __m256d p;
+  if (!group_ahead(exact, pv, n, i, cnt, off, &p))
     return 0;
-  __m256d p = cubic4(pv, i, off);
   for (;;) {
     __m128i z = even_epi32(codes + i);
     __m128i q = _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, one)));
     __m128 r = _mm256_cvtpd_ps(_mm256_add_pd(p, _mm256_mul_pd(_mm256_cvtepi32_pd(q), vstep)));
-    bool more = group_ok(exact, n, i + 8, cnt - done - 4, off);
-    if (more)
-      p = cubic4(pv, i + 8, off);
+    bool more = group_ahead(exact, pv, n, i + 8, cnt - done - 4, off, &p);
     __m256 old = _mm256_loadu_ps(out + i);
     __m256 x = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(r), spread);
     _mm256_storeu_ps(out + i, _mm256_blend_ps(old, x, 0x55));
@@ -449,9 +457,9 @@ AVX2 size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *ba
                 absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffff));
   const __m128i expmask = _mm_set1_epi32(0xff), zero = _mm_setzero_si128();
   size_t done = 0;
-  if (!group_ok(NULL, n, i, cnt, off))
+  __m256d p;
+  if (!group_ahead(NULL, pv, n, i, cnt, off, &p))
     return 0;
-  __m256d p = cubic4(pv, i, off);
   for (;;) {
     __m128i b = even_epi32(x + i);
     __m256d v = _mm256_cvtps_pd(_mm_castsi128_ps(b));
@@ -471,9 +479,7 @@ AVX2 size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *ba
      * and Inf). */
     __m256d own = _mm256_andnot_pd(_mm256_castsi256_pd(_mm256_cvtepi32_epi64(inf_nan)), v);
     __m256d keep = _mm256_blendv_pd(own, r, ok);
-    bool more = group_ok(NULL, n, i + 8, cnt - done - 4, off);
-    if (more)
-      p = cubic4(pv, i + 8, off);
+    bool more = group_ahead(NULL, pv, n, i + 8, cnt - done - 4, off, &p);
     put_even_epi32(codes + i, _mm_xor_si128(_mm_slli_epi32(qi, 1), _mm_srai_epi32(qi, 31)));
     unsigned okm = (unsigned)_mm256_movemask_pd(ok);
     for (unsigned k = 0; k < 4; k++)

@@ -653,6 +653,15 @@ decode_lanes(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
 }
 #undef DECODE
 
+/* decode_lanes with pair a constant in each branch, so that each gets its
+ * own loop. */
+static inline __attribute__((always_inline)) int
+decode_lanes_by(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
+                const uint32_t *lut, const uint64_t *pair, unsigned e) {
+  return pair ? decode_lanes(rd, out, n, l0, w, lut, pair, e)
+              : decode_lanes(rd, out, n, l0, w, lut, NULL, e);
+}
+
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp) {
   uint8_t *out = words;
@@ -717,14 +726,10 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
   for (unsigned l = 0; l < LANES; l += 4) {
     int rc;
     switch (w) {
-    case 1: rc = pair ? decode_lanes(rd, out, n, l, 1, lut, pair, e)
-                      : decode_lanes(rd, out, n, l, 1, lut, NULL, e); break;
-    case 2: rc = pair ? decode_lanes(rd, out, n, l, 2, lut, pair, e)
-                      : decode_lanes(rd, out, n, l, 2, lut, NULL, e); break;
-    case 4: rc = pair ? decode_lanes(rd, out, n, l, 4, lut, pair, e)
-                      : decode_lanes(rd, out, n, l, 4, lut, NULL, e); break;
-    default: rc = pair ? decode_lanes(rd, out, n, l, 8, lut, pair, e)
-                       : decode_lanes(rd, out, n, l, 8, lut, NULL, e); break;
+    case 1: rc = decode_lanes_by(rd, out, n, l, 1, lut, pair, e); break;
+    case 2: rc = decode_lanes_by(rd, out, n, l, 2, lut, pair, e); break;
+    case 4: rc = decode_lanes_by(rd, out, n, l, 4, lut, pair, e); break;
+    default: rc = decode_lanes_by(rd, out, n, l, 8, lut, pair, e); break;
     }
     if (rc < 0)
       return rc;

@@ -1,7 +1,7 @@
 /*
  * params_1d.h - the job the engine, GPU and daemon suites build again and
  * again: default parameters for n elements of one type in one dimension,
- * through a pipeline (NULL keeps the default).
+ * through a pipeline (NULL keeps the default), or in a shape.
  */
 #ifndef FZ_TEST_PARAMS_1D_H
 #define FZ_TEST_PARAMS_1D_H
@@ -10,13 +10,20 @@
 
 #include "fz.h"
 
-static inline void fzt_params_1d(fz_params *p, fz_dtype t, size_t n, const char *pipeline) {
+/* The same in the shape dims (nd of them, slowest first). */
+static inline void fzt_params_shaped(fz_params *p, fz_dtype t, const size_t *dims, unsigned nd,
+                                     const char *pipeline) {
   fz_params_init(p);
   p->dtype = t;
-  p->ndims = 1;
-  p->dims[0] = n;
+  p->ndims = nd;
+  for (unsigned d = 0; d < nd; d++)
+    p->dims[d] = dims[d];
   if (pipeline)
     p->pipeline = pipeline;
+}
+
+static inline void fzt_params_1d(fz_params *p, fz_dtype t, size_t n, const char *pipeline) {
+  fzt_params_shaped(p, t, &n, 1, pipeline);
 }
 
 #endif

@@ -20,22 +20,14 @@
 static uint8_t *compress_shaped(const void *x, fz_dtype t, const size_t *dims, unsigned nd,
                                 const char *pipe, double eb, fz_eb_mode mode, size_t *len) {
   fz_params p;
-  fz_params_init(&p);
-  p.dtype = t;
-  p.ndims = nd;
-  size_t n = 1;
-  for (unsigned d = 0; d < nd; d++) {
-    p.dims[d] = dims[d];
-    n *= dims[d];
-  }
-  p.pipeline = pipe;
+  fzt_params_shaped(&p, t, dims, nd, pipe);
   p.eb = eb;
   p.eb_mode = mode;
   fz_plan *pl;
   cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
   size_t cap = fz_plan_compress_bound(pl);
   uint8_t *a = malloc(cap);
-  cr_assert_eq(fz_plan_compress(pl, x, n * fz_dtype_size(t), a, cap, len), 0);
+  cr_assert_eq(fz_plan_compress(pl, x, fz_plan_input_bytes(pl), a, cap, len), 0);
   fz_plan_destroy(pl);
   return a;
 }
