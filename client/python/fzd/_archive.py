@@ -239,3 +239,55 @@ def info(archive):
     else:
         out.mode, out.eb, out.eb_abs, out.fill_value = None, 0.0, 0.0, None
     return out
+
+
+def check_out(out, dtype, shape, raw_bytes):
+    """The numpy array to decode into for a caller's ``out``, checked
+    against the archive's dtype and shape before anything is decoded, so
+    that an archive of another type with the same byte count is refused
+    (not read back as garbage) and a small archive that claims a huge array
+    decodes nothing.  A typed out (a numpy array, or a buffer with a type
+    such as array('f')) must have the archive's dtype in either byte order
+    (EDTYPE) and its element count (ENOSPC when fewer, ESHAPE when more),
+    with the archive's shape or flat (1-D); a 0-d out takes a one-element
+    archive.  An untyped byte buffer (bytearray, mmap, memoryview of bytes)
+    takes the raw bytes and must hold at least raw_bytes.  Returns the C
+    contiguous array of the archive's dtype that views out, or None when out
+    is typed but not C-contiguous (decode elsewhere, then copy)."""
+    if isinstance(out, np.ndarray):
+        a, typed = out, True
+    else:
+        try:
+            m = memoryview(out)
+        except TypeError:
+            raise error("EINVAL", "out is a %s, not an array or a writable buffer"
+                        % type(out).__name__) from None
+        typed = m.format not in ("B", "b", "c")
+        a = np.asarray(m) if typed else np.frombuffer(m.cast("B"), np.uint8)
+        if m.readonly:
+            raise error("EINVAL", "out is a read-only buffer")
+    if not a.flags.writeable:
+        raise error("EINVAL", "out is a read-only array")
+    desc = "%s %s" % (np.dtype(dtype).name, "x".join(map(str, shape)))
+    if not typed:
+        if a.nbytes < raw_bytes:
+            raise error("ENOSPC", "out has %d bytes, the archive holds %d (%s)"
+                        % (a.nbytes, raw_bytes, desc))
+        return a[:raw_bytes].view(dtype).reshape(shape)
+    dt = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+    if dt != np.dtype(dtype):
+        raise error("EDTYPE", "out is %s, the archive holds %s: decoding would reinterpret "
+                    "its bytes" % (a.dtype.name, desc))
+    count = raw_bytes // np.dtype(dtype).itemsize
+    if a.size < count:
+        raise error("ENOSPC", "out has %d elements, the archive holds %d (%s)"
+                    % (a.size, count, desc))
+    if a.size > count:
+        raise error("ESHAPE", "out has %d elements, the archive holds %d (%s)"
+                    % (a.size, count, desc))
+    if a.shape != tuple(shape) and a.ndim > 1:
+        raise error("ESHAPE", "out has shape %s, the archive holds %s"
+                    % ("x".join(map(str, a.shape)), desc))
+    if a.dtype.byteorder == ">" or not a.flags.c_contiguous:
+        return None
+    return a

@@ -95,6 +95,24 @@ def expand_address(template):
     return "".join(out)
 
 
+def default_address():
+    """Where a client looks when given no address, as fzd and libfzclient
+    do: $FZD_SOCKET when set; else /run/fzd/fzd.sock (a system fzd) when it
+    exists; else $XDG_RUNTIME_DIR/fzd/fzd.sock (a user's own fzd) when it
+    exists; else /run/fzd/fzd.sock, which the error then names."""
+    env = os.environ.get("FZD_SOCKET")
+    if env:
+        return env
+    if os.path.exists(DEFAULT_SOCKET):
+        return DEFAULT_SOCKET
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        user = os.path.join(xdg, "fzd", "fzd.sock")
+        if os.path.exists(user):
+            return user
+    return DEFAULT_SOCKET
+
+
 def dtype_name(dt):
     """fzd's name of a numpy dtype ("f32"), or Error EDTYPE."""
     dt = np.dtype(dt)
@@ -211,7 +229,8 @@ class _Slot:
 
 
 class _Job:
-    __slots__ = ("op", "params", "fds", "slot", "out_fd", "out_keep", "out", "device_out",
+    __slots__ = ("op", "params", "fds", "slot", "out_fd", "out_keep", "out", "out_user",
+                 "device_out",
                  "msgid", "result", "error", "done", "tries")
 
     def __init__(self, op, params):
@@ -222,6 +241,7 @@ class _Job:
         self.out_fd = None
         self.out_keep = False  # the result memfd goes back to the client's pool
         self.out = None
+        self.out_user = None  # decompress: the caller's out, when job.out views it
         self.device_out = None
         self.msgid = None
         self.result = None
@@ -250,7 +270,8 @@ class Client:
 
     ``address``: "unix:PATH", "tcp:HOST:PORT" (IPv6 in brackets) or a plain
     path, where "%l" is the node-local rank (as libfzclient: one daemon per
-    GPU); None is $FZD_SOCKET, else /run/fzd/fzd.sock.  ``token``: for TCP
+    GPU); None is default_address(): $FZD_SOCKET, else /run/fzd/fzd.sock
+    or $XDG_RUNTIME_DIR/fzd/fzd.sock, whichever exists.  ``token``: for TCP
     daemons that require one (default $FZD_TOKEN).  ``timeout``: seconds for
     connecting and for each answer (None: wait forever).  A Client is not
     thread-safe: use one per thread.  It is a context manager.
@@ -259,7 +280,7 @@ class Client:
     def __init__(self, address=None, token=None, timeout=None, name="fzd-python",
                  memfd_threshold=MEMFD_THRESHOLD):
         if address is None:
-            address = os.environ.get("FZD_SOCKET") or DEFAULT_SOCKET
+            address = default_address()
         if token is None:
             token = os.environ.get("FZD_TOKEN") or None
         address = expand_address(address)
@@ -612,13 +633,9 @@ class Client:
         view = memoryview(archive).cast("B")
         hdr = _archive.info(view)
         if out is not None:
-            a = np.asarray(out) if not isinstance(out, np.ndarray) else out
-            if not a.flags.c_contiguous or not a.flags.writeable:
-                raise error("EINVAL", "out must be a writable C-contiguous array")
-            if a.nbytes < hdr.raw_bytes:
-                raise error("ENOSPC", "out has %d bytes, the archive holds %d (%s %s)"
-                            % (a.nbytes, hdr.raw_bytes, hdr.dtype, "x".join(map(str, hdr.shape))))
-            job.out = out
+            # Checked here, before the daemon decodes anything.
+            job.out = _archive.check_out(out, hdr.numpy_dtype, hdr.shape, hdr.raw_bytes)
+            job.out_user = out
         self._input(job, view)
         self._output(job, hdr.raw_bytes, None)
         return job
@@ -686,13 +703,12 @@ class Client:
         if n != dt.itemsize * int(np.prod(shape, dtype=np.uint64)):
             raise error("EPROTO", "%d bytes for %s %r" % (n, res.get("dtype"), shape))
         if job.out is not None:
-            dst = np.asarray(job.out)
-            dview = memoryview(dst).cast("B")[:n]
+            dview = memoryview(job.out.reshape(-1).view(np.uint8))[:n]
             if job.out_fd is not None:
                 _pread_into(job.out_fd, dview)
             else:
                 dview[:] = res["data"]
-            return job.out
+            return job.out_user
         if job.out_fd is not None:
             m = mmap.mmap(job.out_fd, n, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             return np.frombuffer(m, dtype=dt).reshape(shape)
@@ -727,6 +743,10 @@ class Client:
         self._submit(job)
         r = self._finish(job)
         self.last_result = {k: v for k, v in job.result.items() if k != "data"}
+        if out is not None and job.out is None and not _is_device(out):
+            # out passed the checks but is strided or big-endian: copied.
+            np.copyto(np.asarray(out), r.reshape(np.shape(out)), casting="equiv")
+            return out
         return r
 
     def _many(self, make, items, depth):
