@@ -218,6 +218,40 @@ static devitocomp_status_t parse_options(const char *text, options *o) {
 
 /* ---- layout ---------------------------------------------------------------- */
 
+/* Strides under which two elements share an address would make the gather
+ * read one value twice and the scatter of a decompression write two values
+ * to one place, the last silently winning.  A layout is accepted when, its
+ * dimensions taken from the smallest stride up, each stride reaches past
+ * every element the smaller ones span (any padded or transposed array
+ * does); dimensions of extent 1 take no room.  Shapes and strides are
+ * positive here. */
+static devitocomp_status_t check_overlap(const devitocomp_tensor_t *t) {
+  int order[DEVITOCOMP_MAX_RANK], n = 0;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->shape[i] == 1)
+      continue;
+    int k = n++;
+    for (; k > 0 && t->strides[order[k - 1]] > t->strides[i]; k--)
+      order[k] = order[k - 1];
+    order[k] = i;
+  }
+  /* span: one past the largest offset reached by the dimensions so far. */
+  int64_t span = 1;
+  for (int k = 0; k < n; k++) {
+    int d = order[k];
+    if (t->strides[d] < span)
+      return fail(DEVITOCOMP_INVALID_ARGUMENT,
+                  "strides overlap: dimension %d (shape %lld, stride %lld) steps inside the "
+                  "%lld elements its faster dimensions span, so two elements would share an "
+                  "address",
+                  d, (long long)t->shape[d], (long long)t->strides[d], (long long)span);
+    if (t->strides[d] > (INT64_MAX - span) / (t->shape[d] - 1))
+      return fail(DEVITOCOMP_INVALID_ARGUMENT, "the tensor's strides overflow");
+    span += (t->shape[d] - 1) * t->strides[d];
+  }
+  return DEVITOCOMP_SUCCESS;
+}
+
 static devitocomp_status_t check_tensor(const devitocomp_tensor_t *t, devitocomp_plan_t *pl) {
   if (t->dtype == DEVITOCOMP_FLOAT32)
     pl->dtype = FZ_F32;
@@ -244,7 +278,7 @@ static devitocomp_status_t check_tensor(const devitocomp_tensor_t *t, devitocomp
     expect *= t->shape[i];
   }
   pl->raw_bytes = count * pl->elem;
-  return DEVITOCOMP_SUCCESS;
+  return check_overlap(t);
 }
 
 /* Copies between the strided tensor at `strided` and the contiguous buffer

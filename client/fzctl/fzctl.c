@@ -113,7 +113,9 @@ static void print_help(FILE *f) {
   fprintf(f,
           "\nOptions:\n"
           "  -S, --socket ADDRESS  unix:PATH, tcp:HOST:PORT or a socket path\n"
-          "                        (default $FZD_SOCKET, else /run/fzd/fzd.sock)\n"
+          "                        (default $FZD_SOCKET, else /run/fzd/fzd.sock if it\n"
+          "                        exists, else $XDG_RUNTIME_DIR/fzd/fzd.sock if it\n"
+          "                        exists, else /run/fzd/fzd.sock)\n"
           "      --token TOKEN     TCP token (default $FZD_TOKEN)\n"
           "  -h, --help            this help; 'fzctl help COMMAND' for a command\n"
           "  -V, --version         print the version\n\n"
@@ -144,11 +146,15 @@ int ctl_connect(const ctl_global *g, fz_client **out) {
   int rc = fz_client_connect(out, g->address, &o, why, sizeof why);
   if (rc < 0) {
     ctl_err("%s", why[0] ? why : fz_strerror(rc));
+    /* Where a plain `fzd` listens depends on who runs it, and fzctl finds
+     * both places by itself: say so, rather than suggest a command that
+     * would leave the user at another socket. */
     if (rc == FZ_ECONNREFUSED)
       fprintf(stderr,
-              "No fzd is listening at '%s'.  Start one ('fzd', or 'systemctl start fzd' "
-              "where it is installed as a service), or point fzctl at a running one with "
-              "-S ADDRESS or FZD_SOCKET=ADDRESS.\n",
+              "No fzd is listening at '%s'.  Start one: 'systemctl start fzd' where it is "
+              "installed as a service, or run 'fzd' (as root it listens at /run/fzd/fzd.sock, "
+              "as another user at $XDG_RUNTIME_DIR/fzd/fzd.sock; fzctl looks at both), or "
+              "'fzd --socket PATH' and point fzctl at it with -S PATH or FZD_SOCKET=PATH.\n",
               g->address ? g->address : fz_client_default_address());
     return CTL_SERVER;
   }

@@ -269,7 +269,8 @@ static int name_output(item *it, const sub_opts *o, const item *items, size_t n)
                          "destroy the input; choose another output with -o",
                          it->out_path, items[i].in_path);
     if (!o->force)
-      return item_fail(it, CTL_USAGE, FZ_EINVAL, "'%s' exists (use -f to overwrite)",
+      return item_fail(it, CTL_USAGE, FZ_EINVAL,
+                       "'%s' exists (use -f to overwrite it, or -o to name another output)",
                        it->out_path);
     if (!S_ISREG(st.st_mode)) {
       /* A device or a pipe (-o /dev/null) is written in place, in order. */
@@ -436,6 +437,10 @@ static void report(FILE *f, const item *it, const sub_opts *o) {
       ctl_err("'%s': %s (%s)", it->in_path, r->message, fz_err_name(r->status));
     else
       ctl_err("%s", r->message);
+    /* The error line is the whole text report of a failed file: it has no
+     * output and no byte counts to show.  JSON gets its object below. */
+    if (!o->json)
+      return;
   }
   if (o->json) {
     fprintf(f, "{\"file\":");

@@ -67,8 +67,12 @@ FZCLIENT_API unsigned fz_client_version(void);
 /* The same as "MAJOR.MINOR.PATCH"; static storage. */
 FZCLIENT_API const char *fz_client_version_string(void);
 
-/* The address used when none is given: the FZD_SOCKET environment variable,
- * else "/run/fzd/fzd.sock".  Static storage or the environment's string. */
+/* The address used when none is given: the FZD_SOCKET environment variable
+ * when it is set and not empty; else "/run/fzd/fzd.sock" if that file
+ * exists (the system daemon); else "$XDG_RUNTIME_DIR/fzd/fzd.sock" if that
+ * exists (fzd run by a plain user listens there); else "/run/fzd/fzd.sock".
+ * The environment's string, static storage, or storage of the calling
+ * thread valid until its next call. */
 FZCLIENT_API const char *fz_client_default_address(void);
 
 typedef struct fz_client fz_client;

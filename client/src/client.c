@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -27,9 +28,30 @@ const char *fz_client_version_string(void) {
       FZCLIENT_VERSION_PATCH);
 }
 
+/* The system daemon's socket (systemd's fzd.socket, or fzd run as root). */
+#define SYSTEM_SOCKET "/run/fzd/fzd.sock"
+
+/* fzd run by a plain user, who cannot create /run/fzd, listens under the
+ * user's runtime directory instead; the client looks there when the system
+ * socket is absent, so that `fzd` then `fzctl status` works for anyone.
+ * When neither exists the system path is named, so that the error says
+ * where a service would listen. */
 const char *fz_client_default_address(void) {
   const char *env = getenv("FZD_SOCKET");
-  return env && *env ? env : "/run/fzd/fzd.sock";
+  if (env && *env)
+    return env;
+  struct stat st;
+  if (stat(SYSTEM_SOCKET, &st) == 0)
+    return SYSTEM_SOCKET;
+  /* Per thread: two threads may ask at once, each for its own environment. */
+  static _Thread_local char user_socket[108];
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  if (xdg && xdg[0] == '/') {
+    int n = snprintf(user_socket, sizeof user_socket, "%s/fzd/fzd.sock", xdg);
+    if (n > 0 && (size_t)n < sizeof user_socket && stat(user_socket, &st) == 0)
+      return user_socket;
+  }
+  return SYSTEM_SOCKET;
 }
 
 void fz_client_opts_init(fz_client_opts *o) { memset(o, 0, sizeof *o); }

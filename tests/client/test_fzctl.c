@@ -155,9 +155,13 @@ Test(fzctl, submit_many_files_json_and_back) {
 
   /* Outputs are not overwritten without -f, and that is a usage error. */
   snprintf(args, sizeof args, "-S '%s' submit -d field0.f32.fz", fzd_harness_socket_path(h));
-  rc = fzctl(args, NULL, &err);
+  rc = fzctl(args, &out, &err);
   cr_assert_eq(rc, 2);
-  cr_assert(strstr(err, "'field0.f32' exists") != NULL, "%s", err);
+  cr_assert(strstr(err, "'field0.f32' exists (use -f to overwrite it, or -o") != NULL, "%s",
+            err);
+  /* The error is the whole report: no "-> (null): 0 -> 0 bytes" line. */
+  cr_assert_str_empty(out, "a refused file printed a result line: %s", out);
+  free(out);
   free(err);
   tu_stop(h);
   remove_dir();

@@ -489,6 +489,38 @@ Test(libfzclient, connect_errors) {
   cr_assert_str_eq(fz_strerror(FZ_EAUTH), "authentication failed");
 }
 
+/* With FZD_SOCKET unset or empty the library looks for the system socket,
+ * then for the one a plain user's fzd makes under XDG_RUNTIME_DIR, and names
+ * the system socket when neither exists.  (Where a machine has a system
+ * fzd, /run/fzd/fzd.sock exists and wins, which is checked instead.) */
+Test(libfzclient, default_address_order) {
+  struct stat st;
+  const int system_fzd = stat("/run/fzd/fzd.sock", &st) == 0;
+  char xdg[] = "/tmp/fzclient-xdg-XXXXXX";
+  cr_assert_not_null(mkdtemp(xdg));
+  char sub[64], sock[96];
+  snprintf(sub, sizeof sub, "%s/fzd", xdg);
+  snprintf(sock, sizeof sock, "%s/fzd.sock", sub);
+  setenv("XDG_RUNTIME_DIR", xdg, 1);
+  setenv("FZD_SOCKET", "", 1); /* empty counts as unset */
+  cr_assert_str_eq(fz_client_default_address(), "/run/fzd/fzd.sock");
+  cr_assert_eq(mkdir(sub, 0700), 0);
+  FILE *f = fopen(sock, "w"); /* what exists is looked at, not what it is */
+  cr_assert_not_null(f);
+  fclose(f);
+  cr_assert_str_eq(fz_client_default_address(), system_fzd ? "/run/fzd/fzd.sock" : sock);
+  unsetenv("FZD_SOCKET");
+  cr_assert_str_eq(fz_client_default_address(), system_fzd ? "/run/fzd/fzd.sock" : sock);
+  setenv("FZD_SOCKET", "unix:/elsewhere.sock", 1);
+  cr_assert_str_eq(fz_client_default_address(), "unix:/elsewhere.sock");
+  unsetenv("FZD_SOCKET");
+  setenv("XDG_RUNTIME_DIR", "relative/dir", 1); /* not a path to trust */
+  cr_assert_str_eq(fz_client_default_address(), "/run/fzd/fzd.sock");
+  unlink(sock);
+  rmdir(sub);
+  rmdir(xdg);
+}
+
 /* CUDA IPC jobs: the library checks them before sending (one input, one
  * output, a device, lengths, never over TCP), and a daemon on the CPU
  * backend refuses them with ENOGPU and keeps the connection. */

@@ -284,6 +284,43 @@ Test(devitocomp, refusals) {
                DEVITOCOMP_BACKEND_ERROR, "a daemon named in the options must answer");
   t.strides[0] = 0;
   cr_assert_eq(devitocomp_plan_create(&t, &host, NULL, &plan), DEVITOCOMP_INVALID_ARGUMENT);
+  /* Overlapping strides: rows that start inside the previous row, a
+   * broadcast (stride equal to a faster dimension's, shape > 1), and a
+   * transposed layout whose columns collide.  Each is refused by name. */
+  const int64_t overlapping[][3] = {{130 - 1, 1, 0}, {1, 1, 0}, {1, 150 - 1, 0}};
+  for (size_t k = 0; k < sizeof overlapping / sizeof *overlapping; k++) {
+    contiguous(&t, 2, dims2);
+    t.strides[0] = overlapping[k][0];
+    t.strides[1] = overlapping[k][1];
+    cr_assert_eq(devitocomp_plan_create(&t, &host, NULL, &plan), DEVITOCOMP_INVALID_ARGUMENT,
+                 "strides (%lld, %lld) overlap", (long long)t.strides[0],
+                 (long long)t.strides[1]);
+    cr_assert_not_null(strstr(devitocomp_last_error(), "strides overlap"), "%s",
+                       devitocomp_last_error());
+    cr_assert_null(plan);
+  }
+  /* What does not overlap is taken: a transposed (column-major) layout, a
+   * padded one, one strided along its fastest dimension, and (below) a
+   * dimension of extent 1 whose stride is anything. */
+  const int64_t apart[][2] = {{1, 150}, {131, 1}, {140 * 3, 3}};
+  for (size_t k = 0; k < sizeof apart / sizeof *apart; k++) {
+    contiguous(&t, 2, dims2);
+    t.strides[0] = apart[k][0];
+    t.strides[1] = apart[k][1];
+    cr_assert_eq(devitocomp_plan_create(&t, &host, "daemon=off", &plan), DEVITOCOMP_SUCCESS,
+                 "strides (%lld, %lld): %s", (long long)t.strides[0], (long long)t.strides[1],
+                 devitocomp_last_error());
+    devitocomp_plan_destroy(plan);
+    plan = NULL;
+  }
+  const int64_t flat_dims[3] = {1, 150, 130};
+  contiguous(&t, 3, flat_dims);
+  t.strides[0] = 1; /* extent 1: takes no room */
+  cr_assert_eq(devitocomp_plan_create(&t, &host, "daemon=off", &plan), DEVITOCOMP_SUCCESS, "%s",
+               devitocomp_last_error());
+  devitocomp_plan_destroy(plan);
+  plan = NULL;
+
   contiguous(&t, 2, dims2);
   t.dtype = (devitocomp_dtype_t)7;
   cr_assert_eq(devitocomp_plan_create(&t, &host, NULL, &plan), DEVITOCOMP_UNSUPPORTED);
