@@ -15,6 +15,10 @@
  * thread-safe) build; a lock keeps the shared state consistent in a
  * thread-safe one.  After a fork the child leaves the parent's connection
  * alone (closing it could disturb the parent's jobs) and makes its own.
+ *
+ * Built with H5Z_FZD_ENGINE_ONLY (where msgpack-c, which libfzclient needs,
+ * is missing) the daemon path is left out: every chunk is compressed in
+ * process, and FZD_HDF5_DAEMON=require fails with that reason.
  */
 #include "codec.h"
 
@@ -28,7 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef H5Z_FZD_ENGINE_ONLY
 #include "fzclient.h"
+#endif
 
 /* A connect attempt that failed is retried after this long. */
 #define RETRY_MS 5000
@@ -43,6 +49,7 @@ typedef enum daemon_use { USE_AUTO, USE_OFF, USE_REQUIRE } daemon_use;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
+#ifndef H5Z_FZD_ENGINE_ONLY
   fz_client *client;
   pid_t pid;            /* the process that made client */
   int64_t retry_at_ms;  /* no connect attempt before then */
@@ -50,6 +57,7 @@ static struct {
   size_t in_cap;
   void *out;
   size_t out_cap;
+#endif
   void *scratch;        /* archives made in process, before they are placed */
   size_t scratch_cap;
   fz_plan *plan;        /* the plan of the last spec */
@@ -65,11 +73,14 @@ static void say(char *why, size_t why_len, const char *fmt, ...) {
   va_end(ap);
 }
 
+#ifndef H5Z_FZD_ENGINE_ONLY
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+#endif
 
 static daemon_use daemon_setting(void) {
   const char *v = getenv("FZD_HDF5_DAEMON");
@@ -132,6 +143,20 @@ static int get_plan(const h5zf_spec *spec, char *why, size_t why_len) {
   return 0;
 }
 
+size_t h5zf_chunk_bytes(const h5zf_spec *spec) {
+  size_t n = fz_dtype_size(spec->dtype);
+  for (unsigned i = 0; i < spec->ndims; i++)
+    if (__builtin_mul_overflow(n, (size_t)spec->dims[i], &n))
+      return 0;
+  return n;
+}
+
+int h5zf_is_archive(const void *p, size_t n) {
+  static const unsigned char magic[4] = {0x89, 'F', 'Z', 'A'};
+  return n >= sizeof magic && memcmp(p, magic, sizeof magic) == 0;
+}
+
+#ifndef H5Z_FZD_ENGINE_ONLY
 static void drop_client(void) {
   if (st.client && st.pid == getpid()) {
     fz_client_close(st.client); /* frees the shared buffers too */
@@ -183,13 +208,15 @@ static int shared_buffer(void **buf, size_t *cap, size_t need, char *why, size_t
   return 0;
 }
 
+#endif /* !H5Z_FZD_ENGINE_ONLY */
+
 /* Puts the archive of n bytes at arc where the filter hands it back: into
  * the chunk's own buffer (buf, buf_cap bytes, whose input has been used)
  * when it fits, which spares an allocation and its page faults per chunk,
  * else into a new buffer from alloc. */
-static int place(const void *arc, size_t n, void *buf, size_t buf_cap, h5zf_alloc_fn alloc,
+static int place(const void *arc, size_t n, void *buf, size_t buf_cap, const h5zf_mem *mem,
                  void **out, size_t *out_len, char *why, size_t why_len) {
-  void *dst = n <= buf_cap ? buf : alloc(n);
+  void *dst = n <= buf_cap ? buf : mem->alloc(mem->ctx, n);
   if (!dst) {
     say(why, why_len, "out of memory for an archive of %zu bytes", n);
     return FZ_ENOMEM;
@@ -200,6 +227,7 @@ static int place(const void *arc, size_t n, void *buf, size_t buf_cap, h5zf_allo
   return 0;
 }
 
+#ifndef H5Z_FZD_ENGINE_ONLY
 /* Codes after which the connection cannot be trusted with another job. */
 static int connection_lost(int rc) {
   return rc == FZ_ECONNRESET || rc == FZ_EPIPE || rc == FZ_EPROTO || rc == FZ_ETIMEDOUT ||
@@ -208,7 +236,7 @@ static int connection_lost(int rc) {
 
 /* Compresses through the daemon into out / out_len.  Under lock. */
 static int via_daemon(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_cap,
-                      h5zf_alloc_fn alloc, void **out, size_t *out_len, char *why,
+                      const h5zf_mem *mem, void **out, size_t *out_len, char *why,
                       size_t why_len) {
   fz_client *c = get_client(why, why_len);
   if (!c)
@@ -267,12 +295,13 @@ static int via_daemon(const h5zf_spec *spec, void *buf, size_t in_len, size_t bu
       drop_client();
     return rc;
   }
-  return place(done.result.data, done.result.data_len, buf, buf_cap, alloc, out, out_len, why,
+  return place(done.result.data, done.result.data_len, buf, buf_cap, mem, out, out_len, why,
                why_len);
 }
+#endif /* !H5Z_FZD_ENGINE_ONLY */
 
 /* Compresses with the embedded engine.  Under lock. */
-static int in_process(void *buf, size_t in_len, size_t buf_cap, h5zf_alloc_fn alloc,
+static int in_process(void *buf, size_t in_len, size_t buf_cap, const h5zf_mem *mem,
                       void **out, size_t *out_len, char *why, size_t why_len) {
   size_t bound = fz_plan_compress_bound(st.plan);
   if (st.scratch_cap < bound) {
@@ -291,11 +320,12 @@ static int in_process(void *buf, size_t in_len, size_t buf_cap, h5zf_alloc_fn al
     say(why, why_len, "%s", *e ? e : fz_strerror(rc));
     return rc;
   }
-  return place(st.scratch, n, buf, buf_cap, alloc, out, out_len, why, why_len);
+  return place(st.scratch, n, buf, buf_cap, mem, out, out_len, why, why_len);
 }
 
 int h5zf_compress(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_cap,
-                  h5zf_alloc_fn alloc, void **out, size_t *out_len, char *why, size_t why_len) {
+                  const h5zf_mem *mem, void **out, size_t *out_len, char *why,
+                  size_t why_len) {
   *out = NULL;
   *out_len = 0;
   daemon_use use = daemon_setting();
@@ -306,50 +336,88 @@ int h5zf_compress(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_ca
         fz_plan_input_bytes(st.plan));
     rc = FZ_ESIZE;
   }
+#ifdef H5Z_FZD_ENGINE_ONLY
+  if (rc == 0 && use == USE_REQUIRE) {
+    say(why, why_len, "FZD_HDF5_DAEMON asks for a daemon, and this plugin was built without "
+                      "the daemon client (H5Z_FZD_ENGINE_ONLY)");
+    rc = FZ_ENOSYS;
+  } else if (rc == 0) {
+    rc = 1;
+  }
+#else
   if (rc == 0 && use != USE_OFF) {
-    rc = via_daemon(spec, buf, in_len, buf_cap, alloc, out, out_len, why, why_len);
+    rc = via_daemon(spec, buf, in_len, buf_cap, mem, out, out_len, why, why_len);
     if (rc < 0 && use == USE_AUTO)
       rc = 1; /* fall back */
   } else if (rc == 0) {
     rc = 1;
   }
+#endif
   if (rc == 1)
-    rc = in_process(buf, in_len, buf_cap, alloc, out, out_len, why, why_len);
+    rc = in_process(buf, in_len, buf_cap, mem, out, out_len, why, why_len);
   pthread_mutex_unlock(&lock);
   return rc;
 }
 
-int h5zf_decompress(const void *arc, size_t arc_len, size_t expect, h5zf_alloc_fn alloc,
-                    void (*release)(void *), void **out, size_t *out_len, char *why,
+/* "2x3x4" into buf. */
+static void dims_text(unsigned ndims, const uint64_t *dims, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (unsigned i = 0; i < ndims && at < len; i++) {
+    int w = snprintf(buf + at, len - at, "%s%llu", i ? "x" : "", (unsigned long long)dims[i]);
+    if (w < 0)
+      break;
+    at += (size_t)w;
+  }
+}
+
+int h5zf_decompress(const h5zf_spec *chunk, const void *arc, size_t arc_len,
+                    const h5zf_mem *mem, void **out, size_t *out_len, char *why,
                     size_t why_len) {
   *out = NULL;
   *out_len = 0;
+  size_t expect = h5zf_chunk_bytes(chunk);
+  if (expect == 0 && chunk->ndims > 0) {
+    say(why, why_len, "a chunk of that type and shape does not fit in memory");
+    return FZ_ESIZE;
+  }
   fz_archive_info info;
   int rc = fz_archive_inspect(arc, arc_len, &info);
   if (rc < 0) {
     say(why, why_len, "the chunk is not a valid fzd archive: %s", fz_strerror(rc));
     return rc;
   }
-  if (expect && info.raw_bytes != expect) {
+  /* The dataset says what a chunk is; an archive of another type or shape
+   * of the same byte count would read as garbage. */
+  int same_dims = info.ndims == chunk->ndims;
+  for (unsigned i = 0; same_dims && i < chunk->ndims; i++)
+    same_dims = info.dims[i] == chunk->dims[i];
+  if (info.dtype != chunk->dtype || !same_dims) {
+    char have[96], want[96];
+    dims_text(info.ndims, info.dims, have, sizeof have);
+    dims_text(chunk->ndims, chunk->dims, want, sizeof want);
+    const char *hn = fz_dtype_name(info.dtype), *wn = fz_dtype_name(chunk->dtype);
+    say(why, why_len, "the archive holds a %s chunk of %s, the dataset's chunks are %s of %s",
+        have, hn ? hn : "?", want, wn ? wn : "?");
+    return info.dtype != chunk->dtype ? FZ_EDTYPE : FZ_ESHAPE;
+  }
+  if (info.raw_bytes != expect) {
     say(why, why_len, "the archive holds %llu bytes, the chunk %zu",
         (unsigned long long)info.raw_bytes, expect);
     return FZ_ECORRUPT;
   }
-  if (info.raw_bytes > SIZE_MAX) {
-    say(why, why_len, "the archive holds %llu bytes", (unsigned long long)info.raw_bytes);
-    return FZ_ENOMEM;
-  }
   /* At least one byte, so that an empty chunk still gets a buffer. */
-  size_t raw = (size_t)info.raw_bytes;
-  void *buf = alloc(raw ? raw : 1);
+  void *buf = mem->alloc(mem->ctx, expect ? expect : 1);
   if (!buf) {
-    say(why, why_len, "out of memory for a chunk of %zu bytes", raw);
+    say(why, why_len, "out of memory for a chunk of %zu bytes", expect);
     return FZ_ENOMEM;
   }
   size_t n = 0;
-  rc = fz_decompress(arc, arc_len, buf, raw, &n, 1);
+  rc = fz_decompress(arc, arc_len, buf, expect, &n, 1);
+  if (rc == 0 && n != expect)
+    rc = FZ_ECORRUPT;
   if (rc < 0) {
-    release(buf);
+    mem->release(mem->ctx, buf);
     say(why, why_len, "the chunk's archive does not decode: %s", fz_strerror(rc));
     return rc;
   }
@@ -362,7 +430,9 @@ int h5zf_decompress(const void *arc, size_t arc_len, size_t expect, h5zf_alloc_f
  * connection, its shared buffers, the plan and the scratch buffer go. */
 __attribute__((destructor)) static void release_all(void) {
   pthread_mutex_lock(&lock);
+#ifndef H5Z_FZD_ENGINE_ONLY
   drop_client();
+#endif
   fz_plan_destroy(st.plan);
   st.plan = NULL;
   free(st.scratch);

@@ -22,27 +22,42 @@ typedef struct h5zf_spec {
   double fill_value;
 } h5zf_spec;
 
-/* The allocator of the buffers handed back (HDF5's, so that the library
- * may free them). */
-typedef void *(*h5zf_alloc_fn)(size_t size);
+/* Where the buffers handed back come from: HDF5's allocator, so that the
+ * library may free them (ctx names the HDF5 library of the call). */
+typedef struct h5zf_mem {
+  void *(*alloc)(void *ctx, size_t size);
+  void (*release)(void *ctx, void *p);
+  void *ctx;
+} h5zf_mem;
 
 /* Checks that spec makes a plan (pipeline, bound, shape), as a dataset is
  * created: FZ_EPIPELINE, FZ_EBOUND, ... with the engine's message. */
 int h5zf_check(const h5zf_spec *spec, char *why, size_t why_len);
 
+/* The bytes of one chunk of spec's type and shape; 0 when they overflow. */
+size_t h5zf_chunk_bytes(const h5zf_spec *spec);
+
+/* Whether the n bytes at p begin as an fzd archive does (its magic,
+ * docs/format.md), whatever follows. */
+int h5zf_is_archive(const void *p, size_t n);
+
 /* Compresses the in_len bytes at buf (the whole chunk, in a buffer of
  * buf_cap bytes) into one archive: *out, *out_len.  The archive replaces
  * the chunk in buf when it fits (then *out == buf), else it is in a new
- * buffer from alloc.  Through the daemon unless FZD_HDF5_DAEMON=off or none
- * answers; FZD_HDF5_DAEMON=require fails instead of falling back.  The
- * archives made in process pass through a buffer the process keeps. */
+ * buffer from mem.  Through the daemon unless FZD_HDF5_DAEMON=off or none
+ * answers; FZD_HDF5_DAEMON=require fails instead of falling back.  Built
+ * with H5Z_FZD_ENGINE_ONLY there is no daemon path: always in process, and
+ * require fails.  The archives made in process pass through a buffer the
+ * process keeps. */
 int h5zf_compress(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_cap,
-                  h5zf_alloc_fn alloc, void **out, size_t *out_len, char *why, size_t why_len);
+                  const h5zf_mem *mem, void **out, size_t *out_len, char *why, size_t why_len);
 
-/* Decodes one archive into a buffer from alloc; when expect is not 0 the
- * archive must hold exactly that many bytes. */
-int h5zf_decompress(const void *arc, size_t arc_len, size_t expect, h5zf_alloc_fn alloc,
-                    void (*release)(void *), void **out, size_t *out_len, char *why,
+/* Decodes one archive into a buffer from mem.  The archive must hold a
+ * chunk of chunk's dtype and dims (the only fields read): the size comes
+ * from them, never from the archive, and an archive of another type or
+ * shape is refused (FZ_EDTYPE, FZ_ESHAPE) before anything is allocated. */
+int h5zf_decompress(const h5zf_spec *chunk, const void *arc, size_t arc_len,
+                    const h5zf_mem *mem, void **out, size_t *out_len, char *why,
                     size_t why_len);
 
 #endif /* H5ZF_CODEC_H */

@@ -13,12 +13,14 @@
  *       H5Z_FZD_PWREL
  *   [2] [3] the bound, a double: its low and its high 32 bits
  *   [4] optional (required with H5Z_FZD_CHAIN): 1 when a fill value
- *       follows, else 0
+ *       follows, else 0 (set_local then takes the dataset's own fill
+ *       value of a floating-point dataset, if it has one, and writes 2)
  *   [5] [6] the fill value, a double: low and high 32 bits (0 0 for none)
  *   with H5Z_FZD_CHAIN only:
  *   [7] the chain text's length in bytes, 1 to H5Z_FZD_CHAIN_MAX
  *   [8] ... the text, 4 bytes per value, the first byte in the low 8 bits
  *       (little-endian), the last value padded with zero bytes
+ * A lossless preset may be given as its id alone (1 value): bound 0.
  * The plugin's set_local callback completes them with the element type and
  * the chunk's shape, appended after the writer's values (at
  * H5Z_FZD_CD_DTYPE and after for the presets), which the archive of every
@@ -30,9 +32,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* From the range HDF5 leaves for testing (256-511): provisional until an
- * id is registered with The HDF Group. */
-#define H5Z_FILTER_FZD 305
+/* From the range HDF5 leaves for unregistered use (32768-65535), until The
+ * HDF Group registers an id for fzd (docs/hdf5.md); the plugin will then
+ * read both.  Files written before took 305, which the registry gives to
+ * LZO (PyTables): the read-only plugin libh5z_fzd_legacy.so reads them, and
+ * `python3 -m fzd.h5 migrate` rewrites them to H5Z_FILTER_FZD. */
+#define H5Z_FILTER_FZD 62160
+#define H5Z_FILTER_FZD_LEGACY 305
 
 #define H5Z_FZD_BALANCED 0u
 #define H5Z_FZD_FAST 1u
@@ -60,13 +66,22 @@
 #define H5Z_FZD_CD_EB 2        /* and 3 */
 #define H5Z_FZD_CD_HAS_FILL 4
 #define H5Z_FZD_CD_FILL 5      /* and 6 */
-#define H5Z_FZD_CD_DTYPE 7     /* set by the plugin: fz_dtype of fz.h */
+#define H5Z_FZD_CD_DTYPE 7     /* set by the plugin: fz_dtype of fz.h, with
+                                * H5Z_FZD_DTYPE_BE for big-endian data */
 #define H5Z_FZD_CD_NDIMS 8     /* set by the plugin */
 #define H5Z_FZD_CD_DIMS 9      /* set by the plugin: the chunk's dims */
 #define H5Z_FZD_CD_USER_MIN 4  /* a writer gives 4 or 7 values for a preset */
 #define H5Z_FZD_CD_USER_MAX 7
 #define H5Z_FZD_CD_CHAIN_LEN 7 /* H5Z_FZD_CHAIN: the text's length in bytes */
 #define H5Z_FZD_CD_CHAIN 8     /* H5Z_FZD_CHAIN: the text, 4 bytes a value */
+
+/* Values of cd[H5Z_FZD_CD_HAS_FILL] beside 0 and 1: set_local took the
+ * dataset's fill value (H5Pget_fill_value) because the writer gave none. */
+#define H5Z_FZD_FILL_DATASET 2u
+/* In the element type's value: the dataset's values are big-endian.  The
+ * filter swaps them to little-endian before compressing and back after
+ * decoding; the archive is little-endian, as every fzd archive. */
+#define H5Z_FZD_DTYPE_BE 0x100u
 
 /* The number of values that hold a chain text of len bytes. */
 #define H5Z_FZD_CHAIN_WORDS(len) (((size_t)(len) + 3u) / 4u)
