@@ -117,6 +117,10 @@ static const setting settings[] = {
      true, NULL,
      "a connection that has not completed hello this long after connecting gets "
      "EHANDSHAKE and is closed; 0 waits forever"},
+    {"message_timeout_ms", T_UINT, OFF(message_timeout_ms), 100, 3600000, "10000", true,
+     NULL,
+     "a connection that sends part of a message and then nothing for this long gets "
+     "ETIMEDOUT and is closed"},
     {"max_message_bytes", T_UINT, OFF(max_message_bytes), 64 * KiB, 4 * GiB,
      "67112960", true, NULL,
      "largest message accepted (64 MiB + 4 KiB); larger ones get EMSGSIZE and a close"},

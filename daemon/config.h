@@ -57,6 +57,7 @@ typedef struct fzd_config {
   uint64_t max_fds_per_connection;
   uint64_t max_fds_total; /* 0: half of RLIMIT_NOFILE */
   uint64_t handshake_timeout_ms; /* 0: no limit */
+  uint64_t message_timeout_ms;
   uint64_t max_message_bytes;
   uint64_t max_inline_bytes;
   uint64_t max_job_bytes;

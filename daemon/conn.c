@@ -40,9 +40,18 @@
 #include "server.h"
 
 #define READ_CHUNK (1u << 20)
-/* An input buffer larger than this is given back when it empties, so that
- * idle connections do not keep the memory of their largest message. */
-#define IN_KEEP (256u << 10)
+/* Every connection may hold this much input without asking memory_limit:
+ * enough for a hello and for many small requests, and with max_connections
+ * and max_tcp_connections at their defaults about 80 MiB in all.  What an
+ * input buffer holds beyond it is reserved from memory_limit (at most half
+ * of it for all connections together), and a buffer larger than it is
+ * given back when it empties, so that idle connections do not keep the
+ * memory of their largest message. */
+#define IN_BASE (64u << 10)
+/* The largest message a connection may send before its hello is done: a
+ * hello with the longest token and a client name of a few KiB.  Without it
+ * a client with no token could make fzd hold max_message_bytes for it. */
+#define HELLO_MAX 4096u
 #define READ_BUDGET (8u << 20) /* bytes per callback, so one client can't starve the rest */
 
 struct fzd_conn {
@@ -52,6 +61,10 @@ struct fzd_conn {
   int fd;
   uint64_t id;
   uint64_t born_ms; /* loop time of the accept */
+  /* Loop time of the last byte received, or of the moment reading resumed
+   * after fzd itself had paused it: message_timeout_ms counts from here
+   * while part of a message waits for the rest. */
+  uint64_t last_byte_ms;
   uint64_t read_ns; /* uv_hrtime() as the last readable event began */
   bool tcp, greeted, closing, close_after_flush, eof;
   bool half_closed; /* the peer shut its sending side; it may still read */
@@ -61,6 +74,7 @@ struct fzd_conn {
   char *in;
   size_t in_len, in_cap;
   uint64_t need; /* don't scan again before in_len reaches this */
+  uint64_t in_reserved; /* what in_cap holds of memory_limit (in_charge) */
   fzp_scan_state scan; /* the scan of the message at the front of in */
   uint64_t reply_reserved; /* sum of reply_reserve of the jobs in flight */
   unsigned job_fds; /* descriptors owned by this connection's jobs in flight */
@@ -79,6 +93,12 @@ static void conn_close(fzd_conn *c);
 static void conn_update(fzd_conn *c);
 static void on_sweep(uv_timer_t *t);
 
+/* Starts the sweep (four times a second) if it is not running. */
+static void sweep_arm(fzd_server *srv) {
+  if (srv->sweep_on && !uv_is_active((uv_handle_t *)&srv->sweep))
+    uv_timer_start(&srv->sweep, on_sweep, 250, 250);
+}
+
 /* Whether the peer is gone both ways (closed, not just shut for writing). */
 static bool peer_gone(int fd) {
   struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -90,13 +110,57 @@ static size_t out_pending(const fzd_conn *c) { return c->out_len - c->out_off; }
 /* Replies owed: unsent bytes plus reservations of jobs in flight. */
 static uint64_t owed(const fzd_conn *c) { return out_pending(c) + c->reply_reserved; }
 
+/* What an input buffer of cap bytes holds of memory_limit. */
+static uint64_t in_charge(size_t cap) { return cap > IN_BASE ? cap - IN_BASE : 0; }
+
+/* Makes the input buffer cap bytes (0 frees it), reserving what it grows
+ * by from memory_limit first and giving back what it shrinks by.  FZ_EBUSY
+ * when the room is not there: all connections' input buffers may take at
+ * most half of the limit, so messages still arriving never leave the jobs
+ * without memory.  FZ_ENOMEM when the allocation fails. */
+static int in_resize(fzd_conn *c, size_t cap) {
+  fzd_server *srv = c->srv;
+  uint64_t want = in_charge(cap);
+  if (want > c->in_reserved) {
+    uint64_t more = want - c->in_reserved;
+    if (srv->in_reserved + more > srv->mem.limit / 2 ||
+        fzd_budget_take(&srv->mem, more, NULL) < 0)
+      return FZ_EBUSY;
+    srv->in_reserved += more;
+    c->in_reserved += more;
+  }
+  int err = 0;
+  if (cap == 0) {
+    free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
+  } else {
+    char *p = realloc(c->in, cap);
+    if (p != NULL) {
+      c->in = p;
+      c->in_cap = cap;
+    } else {
+      err = FZ_ENOMEM; /* the old buffer stays */
+    }
+  }
+  /* Whatever the buffer is now, it holds exactly its charge. */
+  uint64_t held = in_charge(c->in_cap);
+  if (c->in_reserved > held) {
+    uint64_t less = c->in_reserved - held;
+    fzd_budget_give(&srv->mem, less);
+    srv->in_reserved -= less;
+    c->in_reserved = held;
+  }
+  return err;
+}
+
 static void conn_unref(fzd_conn *c) {
   if (--c->refs > 0)
     return;
   /* No job of this connection is left, so no worker holds an IPC buffer. */
   fzd_ipc_cache_destroy(c->ipc);
   fzd_fdmap_free(c->maps);
-  free(c->in);
+  in_resize(c, 0);
   free(c->out);
   free(c);
 }
@@ -310,16 +374,18 @@ static void conn_process(fzd_conn *c) {
   fzd_server *srv = c->srv;
   fzp_limits lim;
   fzp_limits_default(&lim);
-  lim.max_message = srv->cfg.max_message_bytes;
   size_t off = 0;
   while (!conn_paused(c) && off < c->in_len) {
     if (c->in_len - off < c->need)
       break;
+    /* Read again for each message: the hello before it changes it. */
+    lim.max_message = c->greeted ? srv->cfg.max_message_bytes : HELLO_MAX;
     uint64_t need = 0;
     int64_t r = fzp_scan_resume(&c->scan, c->in + off, c->in_len - off, &lim, &need);
     if (r < 0) {
       if (r == FZ_EMSGSIZE)
-        protocol_error(c, 0, FZ_EMSGSIZE, "message larger than max_message_bytes (%llu)",
+        protocol_error(c, 0, FZ_EMSGSIZE, "message larger than %s (%llu)",
+                       c->greeted ? "max_message_bytes" : "a hello may be",
                        (unsigned long long)lim.max_message);
       else
         protocol_error(c, 0, FZ_EPROTO,
@@ -356,11 +422,11 @@ static void conn_process(fzd_conn *c) {
     memmove(c->in, c->in + off, c->in_len - off);
     c->in_len -= off;
   }
-  if (c->in_len == 0 && c->in_cap > IN_KEEP) {
-    free(c->in);
-    c->in = NULL;
-    c->in_cap = 0;
-  }
+  if (c->in_len == 0 && c->in_cap > IN_BASE)
+    in_resize(c, 0);
+  /* Part of a message waits for the rest: message_timeout_ms runs. */
+  if (c->in_len > 0)
+    sweep_arm(srv);
   /* At end of stream whatever is left can never become a message. */
   if (c->eof && !c->closing && !c->close_after_flush && !conn_paused(c)) {
     if (c->in_len > 0)
@@ -371,21 +437,45 @@ static void conn_process(fzd_conn *c) {
   }
 }
 
+/* Room to read into.  The buffer grows only as a message needs it (to the
+ * size the scan asked for, else by doubling), up to max_message_bytes
+ * (HELLO_MAX before the hello: IN_BASE) plus room for the start of the
+ * next message.  A full buffer at that size holds a whole message or an
+ * error the scan has seen, so not reading it cannot spin the loop.  When
+ * memory_limit has no room for the growth, the client is answered EBUSY
+ * and the connection closed (ENOMEM for a message that could never fit):
+ * waiting for room would let connections that send half a message each
+ * hold the memory between them. */
 static bool ensure_in_space(fzd_conn *c) {
-  size_t limit = c->srv->cfg.max_message_bytes + READ_CHUNK;
-  if (c->in_cap - c->in_len >= READ_CHUNK / 4 || c->in_cap >= limit)
-    return c->in_cap > c->in_len;
-  size_t cap = c->in_cap ? c->in_cap * 2 : 64 * 1024;
-  while (cap < c->in_len + READ_CHUNK && cap < limit)
-    cap *= 2;
+  if (c->in_len < c->in_cap)
+    return true;
+  const fzd_server *srv = c->srv;
+  size_t limit = c->greeted ? (size_t)srv->cfg.max_message_bytes + READ_CHUNK : IN_BASE;
+  if (c->in_cap >= limit)
+    return false;
+  /* By doubling, not to the size the message declares: the room reserved
+   * follows the bytes that came, so a client cannot reserve 64 MiB with a
+   * header alone.  Never past the message's end, which the scan knows. */
+  size_t cap = c->in_cap ? c->in_cap * 2 : IN_BASE;
+  if (c->need > c->in_len && cap > c->need)
+    cap = (size_t)c->need;
   if (cap > limit)
     cap = limit;
-  char *p = realloc(c->in, cap);
-  if (p == NULL)
-    return c->in_cap > c->in_len;
-  c->in = p;
-  c->in_cap = cap;
-  return true;
+  int err = in_charge(cap) > srv->mem.limit / 2 ? FZ_ENOMEM : in_resize(c, cap);
+  if (err == FZ_ENOMEM && in_charge(cap) > srv->mem.limit / 2)
+    protocol_error(c, 0, FZ_ENOMEM,
+                   "a message of more than %zu bytes cannot fit in the half of memory_limit "
+                   "(%llu) that messages still arriving may hold; pass large data as a "
+                   "descriptor", c->in_cap, (unsigned long long)srv->mem.limit);
+  else if (err == FZ_EBUSY)
+    protocol_error(c, 0, FZ_EBUSY,
+                   "no room for this message: messages still arriving hold %llu bytes, "
+                   "the most they may (half of memory_limit, %llu); retry later",
+                   (unsigned long long)srv->in_reserved,
+                   (unsigned long long)(srv->mem.limit / 2));
+  else if (err < 0)
+    protocol_error(c, 0, FZ_ENOMEM, "out of memory for a message of %zu bytes", cap);
+  return err == 0;
 }
 
 /* Reads what the socket has, queueing any descriptors that come with it. */
@@ -471,6 +561,7 @@ static void conn_read(fzd_conn *c) {
       break;
     }
     c->in_len += (size_t)n;
+    c->last_byte_ms = uv_now(c->srv->loop);
     budget = (size_t)n >= budget ? 0 : budget - (size_t)n;
     /* Less than asked for: the socket had no more just now (or the next
      * bytes carry descriptors, which a read does not run into).  The poll
@@ -497,6 +588,10 @@ static void conn_update(fzd_conn *c) {
     ev |= UV_WRITABLE;
   if (ev == c->events)
     return;
+  /* Reading resumes after fzd paused it: the client was not the one
+   * keeping the rest of its message. */
+  if ((ev & UV_READABLE) && c->events >= 0 && !(c->events & UV_READABLE))
+    c->last_byte_ms = uv_now(c->srv->loop);
   c->events = ev;
   if (ev == 0)
     uv_poll_stop(&c->poll);
@@ -571,6 +666,9 @@ static void conn_close(fzd_conn *c) {
     return;
   c->closing = true;
   out_discard(c);
+  /* Nothing more of its input will be parsed. */
+  c->in_len = 0;
+  in_resize(c, 0);
   uv_poll_stop(&c->poll);
   if (c->inflight > 0)
     fzd_pool_cancel(c->srv->pool, c);
@@ -724,7 +822,7 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
   c->fd = fd;
   c->tcp = tcp;
   c->id = ++srv->next_conn_id;
-  c->born_ms = uv_now(srv->loop);
+  c->born_ms = c->last_byte_ms = uv_now(srv->loop);
   c->refs = 1;
   c->events = -1;
   c->poll.data = c;
@@ -744,8 +842,7 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
   }
   srv->stats.connections_total++;
   fzd_info("connection %llu from %s", (unsigned long long)c->id, c->peer);
-  if (srv->sweep_on && !uv_is_active((uv_handle_t *)&srv->sweep))
-    uv_timer_start(&srv->sweep, on_sweep, 250, 250);
+  sweep_arm(srv);
   conn_update(c);
 }
 
@@ -758,10 +855,14 @@ void fzd_conns_drain(fzd_server *srv) {
   }
 }
 
-/* Four times a second while some connection has not said hello: those past
- * handshake_timeout_ms, or tcp_handshake_timeout_ms for TCP (read each time,
- * so a reload applies), get EHANDSHAKE and are closed.  With every
- * connection greeted the timer stops, so an idle daemon does not wake up. */
+/* Four times a second while some connection has not said hello or holds
+ * part of a message: those past handshake_timeout_ms (tcp_handshake_timeout_ms
+ * for TCP) get EHANDSHAKE, and those that have sent nothing for
+ * message_timeout_ms in the middle of a message get ETIMEDOUT, and are
+ * closed (the settings are read each time, so a reload applies).  A
+ * connection whose reading fzd paused is not waiting for its client and is
+ * left alone.  With nothing to watch the timer stops, so an idle daemon does
+ * not wake up. */
 static void on_sweep(uv_timer_t *t) {
   fzd_server *srv = t->data;
   uint64_t now = uv_now(srv->loop);
@@ -769,17 +870,29 @@ static void on_sweep(uv_timer_t *t) {
   fzd_conn *next;
   for (fzd_conn *c = srv->conns; c != NULL; c = next) {
     next = c->next;
-    if (c->greeted || c->closing || c->close_after_flush)
+    if (c->closing || c->close_after_flush)
       continue;
     uint64_t limit = c->tcp ? srv->cfg.tcp_handshake_timeout_ms
                             : srv->cfg.handshake_timeout_ms;
-    if (limit == 0 || now - c->born_ms < limit) {
+    if (!c->greeted && limit != 0 && now - c->born_ms >= limit) {
+      protocol_error(c, 0, FZ_EHANDSHAKE, "no hello within %s (%llu ms)",
+                     c->tcp ? "tcp_handshake_timeout_ms" : "handshake_timeout_ms",
+                     (unsigned long long)limit);
+      conn_flush(c);
+      continue;
+    }
+    if (!c->greeted && limit != 0)
+      waiting = true;
+    if (c->in_len == 0 || c->eof || conn_paused(c) || fds_full(c))
+      continue;
+    uint64_t quiet = now - c->last_byte_ms, mlimit = srv->cfg.message_timeout_ms;
+    if (quiet < mlimit) {
       waiting = true;
       continue;
     }
-    protocol_error(c, 0, FZ_EHANDSHAKE, "no hello within %s (%llu ms)",
-                   c->tcp ? "tcp_handshake_timeout_ms" : "handshake_timeout_ms",
-                   (unsigned long long)limit);
+    protocol_error(c, 0, FZ_ETIMEDOUT,
+                   "%zu bytes of a message, then nothing for %llu ms (message_timeout_ms)",
+                   c->in_len, (unsigned long long)quiet);
     conn_flush(c);
   }
   if (!waiting)

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "budget.h"
 #include "cpu.h"
 #include "jobio.h"
 #include "log.h"
@@ -53,9 +54,7 @@
 
 typedef struct cpu_backend {
   fzd_plans *plans;
-  pthread_mutex_t mu;
-  uint64_t mem_limit; /* bytes the running jobs may reserve */
-  uint64_t mem_used;  /* reserved by running jobs, under mu */
+  fzd_budget *mem; /* memory_limit, shared with the loop and warm-up */
 } cpu_backend;
 
 typedef struct worker {
@@ -68,16 +67,8 @@ typedef struct worker {
 
 /* Reserves need bytes of the budget for a job about to start. */
 static int reserve_memory(cpu_backend *cb, fzd_job *job, uint64_t need) {
-  int err = 0;
-  pthread_mutex_lock(&cb->mu);
-  uint64_t limit = cb->mem_limit, used = cb->mem_used;
-  if (need > limit)
-    err = FZ_ENOMEM;
-  else if (need > limit - used)
-    err = FZ_EBUSY;
-  else
-    cb->mem_used += need;
-  pthread_mutex_unlock(&cb->mu);
+  uint64_t used = 0, limit = cb->mem->limit;
+  int err = fzd_budget_take(cb->mem, need, &used);
   if (err == FZ_ENOMEM)
     snprintf(job->why, sizeof(job->why),
              "the job needs about %llu bytes of memory, more than memory_limit (%llu)%s",
@@ -85,51 +76,14 @@ static int reserve_memory(cpu_backend *cb, fzd_job *job, uint64_t need) {
              job->out_fd < 0 ? "; pass out_fd to stream it" : "");
   else if (err == FZ_EBUSY)
     snprintf(job->why, sizeof(job->why),
-             "the job needs about %llu bytes of memory and running jobs hold %llu of "
+             "the job needs about %llu bytes of memory and fzd holds %llu of "
              "memory_limit (%llu); retry later", (unsigned long long)need,
              (unsigned long long)used, (unsigned long long)limit);
   return err;
 }
 
 static void release_memory(cpu_backend *cb, uint64_t bytes) {
-  pthread_mutex_lock(&cb->mu);
-  cb->mem_used -= bytes;
-  pthread_mutex_unlock(&cb->mu);
-}
-
-/* The cgroup v2 memory.max of this process, or UINT64_MAX. */
-static uint64_t cgroup_limit(void) {
-  char line[512], path[600];
-  uint64_t limit = UINT64_MAX;
-  FILE *f = fopen("/proc/self/cgroup", "r");
-  if (f == NULL)
-    return limit;
-  while (fgets(line, sizeof line, f) != NULL) {
-    if (strncmp(line, "0::", 3) != 0)
-      continue;
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", line + 3);
-    FILE *m = fopen(path, "r");
-    unsigned long long v;
-    if (m != NULL && fscanf(m, "%llu", &v) == 1)
-      limit = v;
-    if (m != NULL)
-      fclose(m);
-  }
-  fclose(f);
-  return limit;
-}
-
-/* memory_limit 0: three quarters of the physical memory, or of the
- * cgroup's limit when that is lower, leaving room for the daemon itself,
- * the page cache and the clients. */
-static uint64_t derived_memory_limit(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_C(1) << 32;
-  uint64_t cg = cgroup_limit();
-  if (cg < phys)
-    phys = cg;
-  return phys / 4 * 3;
+  fzd_budget_give(cb->mem, bytes);
 }
 
 /* ---- compression ---------------------------------------------------------- */
@@ -491,12 +445,11 @@ static int run(void *arg, fzd_job *job) {
 static void backend_destroy(void *state) {
   cpu_backend *cb = state;
   fzd_plans_destroy(cb->plans);
-  pthread_mutex_destroy(&cb->mu);
   free(cb);
 }
 
 int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t plan_cache_bytes,
-                    uint64_t memory_limit, fzd_backend_ops *be) {
+                    fzd_budget *mem, fzd_backend_ops *be) {
   cpu_backend *cb = calloc(1, sizeof *cb);
   if (cb == NULL)
     return FZ_ENOMEM;
@@ -507,10 +460,7 @@ int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t plan_cache_bytes,
     free(cb);
     return FZ_ENOMEM;
   }
-  pthread_mutex_init(&cb->mu, NULL);
-  cb->mem_limit = memory_limit ? memory_limit : derived_memory_limit();
-  fzd_info("memory_limit: %llu bytes for the running jobs' buffers",
-           (unsigned long long)cb->mem_limit);
+  cb->mem = mem;
   mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
   *be = (fzd_backend_ops){.name = "cpu", .state = cb, .worker_create = worker_create,
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,

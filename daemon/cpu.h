@@ -7,13 +7,13 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "budget.h"
 
 /* Fills be with the CPU backend: plan_cache_entries plans shared by the
  * workers (plus one slot per worker) holding at most plan_cache_bytes
- * together (0: no byte bound), and the running jobs' buffers within
- * memory_limit bytes together (0: derived from the physical memory, or the
- * cgroup's limit). */
+ * together (0: no byte bound), and the running jobs' buffers reserved from
+ * mem (memory_limit), which must outlive the backend. */
 int fzd_cpu_backend(unsigned plan_cache_entries, uint64_t plan_cache_bytes,
-                    uint64_t memory_limit, fzd_backend_ops *be);
+                    fzd_budget *mem, fzd_backend_ops *be);
 
 #endif

@@ -350,6 +350,8 @@ static int start(fzd_server *srv) {
   int err = choose_backend(srv);
   if (err < 0)
     return err;
+  fzd_info("memory_limit: %llu bytes for jobs, warm-up and incoming messages",
+           (unsigned long long)srv->mem.limit);
   fzd_backend_ops be;
   unsigned plans = (unsigned)srv->cfg.plan_cache_entries;
   char jit_dir[FZD_CONFIG_STR];
@@ -360,8 +362,7 @@ static int start(fzd_server *srv) {
                                .jit_cache_dir = jit_dir,
                                .jit_cache_max_bytes = srv->cfg.jit_cache_max_bytes};
   err = srv->gpu != NULL ? fzd_gpu_backend(srv->gpu, &gs, &be)
-                         : fzd_cpu_backend(plans, srv->cfg.plan_cache_bytes,
-                                           srv->cfg.memory_limit, &be);
+                         : fzd_cpu_backend(plans, srv->cfg.plan_cache_bytes, &srv->mem, &be);
   if (err < 0) {
     fzd_err("cannot make the %s backend: %s", srv->backend_name, fz_strerror(err));
     return err;
@@ -486,6 +487,7 @@ int main(int argc, char **argv) {
   server.loop = &loop;
   server.reserve_fd = -1;
   server.start_usec = fzd_notify_monotonic_usec();
+  fzd_budget_init(&server.mem, server.cfg.memory_limit);
   if (start(&server) < 0) {
     fzd_listeners_close(&server);
     if (server.reserve_fd >= 0)

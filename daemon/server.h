@@ -16,6 +16,7 @@
 
 #include <uv.h>
 
+#include "budget.h"
 #include "config.h"
 #include "fdmap.h"
 #include "fz.h"
@@ -210,6 +211,13 @@ struct fzd_server {
    * RLIMIT_NOFILE soft limit when that setting is 0 (fzd_server_fd_cap). */
   uint64_t fds_passed;
   uint64_t fds_cap;
+  /* memory_limit: the workers' job buffers, warm-up, and the input
+   * buffers of connections beyond their first FZD_IN_BASE bytes. */
+  fzd_budget mem;
+  /* What the input buffers of all connections hold of mem; at most half of
+   * its limit, so that messages still arriving never take the room of the
+   * jobs (conn.c). */
+  uint64_t in_reserved;
   /* Bytes of replies not yet sent plus bytes reserved for the inline
    * replies of jobs in flight, all connections (max_reply_bytes_total). */
   uint64_t reply_bytes;

@@ -1,0 +1,237 @@
+/*
+ * test_attack.c - what a hostile local user (or a TCP client without the
+ * token) could do to everybody else, and the bars that must hold under each
+ * attack: a fresh client's round trip completes in under 1 s, and fzd's
+ * resident memory stays under 256 MiB plus memory_limit.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fz.h"
+#include "jobs_util.h"
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* VmRSS of pid in MiB. */
+static double rss_mib(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  double kib = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmRSS: %lf kB", &kib) == 1)
+      break;
+  fclose(f);
+  cr_assert_geq(kib, 0);
+  return kib / 1024.0;
+}
+
+/* The bars: a new client connects, says hello, compresses and decompresses
+ * a small field within a second, and fzd holds less than 256 MiB beyond
+ * memory_limit. */
+static void bars_hold(fzd_harness *h, double memory_limit_mib, const char *attack) {
+  double t0 = now_ms();
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  float x[4096];
+  wire_field_f32(x, 4096, 7);
+  roundtrip_inline(&w, 2, x, 4096, 1e-3);
+  wire_close(&w);
+  double ms = now_ms() - t0, rss = rss_mib(fzd_harness_pid(h));
+  cr_log_info("%s: a fresh client's round trip took %.1f ms; fzd resident %.0f MiB", attack,
+              ms, rss);
+  cr_assert_lt(ms, 1000.0, "%s: a fresh client waited %.0f ms", attack, ms);
+  cr_assert_lt(rss, 256.0 + memory_limit_mib, "%s: fzd holds %.0f MiB", attack, rss);
+}
+
+/* Reads one reply and checks its code; returns its message text (static). */
+static const char *expect_code(wire *w, int code, int timeout_ms) {
+  static char text[512];
+  fzp_message m;
+  int err = wire_recv(w, &m, timeout_ms);
+  cr_assert_eq(err, 0, "no reply (%d)", err);
+  cr_assert_eq(wire_code(&m), code, "got %s, want %s", fz_err_name(wire_code(&m)),
+               fz_err_name(code));
+  const char *s = "";
+  uint32_t len = 0;
+  fzp_get_str(&m.error, "message", &s, &len);
+  snprintf(text, sizeof text, "%.*s", (int)len, s);
+  fzp_message_free(&m);
+  return text;
+}
+
+/* The head of [0, msgid, "compress", {"dtype": "f32", "shape": [n/4],
+ * "eb": 1e-3, "data": bin32 of n bytes}] without the bin's body. */
+static size_t compress_head(unsigned char *out, uint32_t msgid, uint32_t n) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  fzp_pack_request_begin(&pk, msgid, "compress", 4);
+  fzp_pack_key(&pk, "dtype");
+  fzp_pack_key(&pk, "f32");
+  fzp_pack_key(&pk, "shape");
+  msgpack_pack_array(&pk, 1);
+  msgpack_pack_uint64(&pk, n / 4);
+  fzp_pack_key(&pk, "eb");
+  msgpack_pack_double(&pk, 1e-3);
+  fzp_pack_key(&pk, "data");
+  msgpack_pack_bin(&pk, n);
+  size_t len = sb.size;
+  memcpy(out, sb.data, len);
+  msgpack_sbuffer_destroy(&sb);
+  return len;
+}
+
+/* Sends up to len bytes without blocking for more than quiet_ms at a time;
+ * returns what was sent. */
+static size_t send_some(int fd, const char *p, size_t len, int quiet_ms) {
+  size_t off = 0;
+  while (off < len) {
+    struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+    if (poll(&pfd, 1, quiet_ms) <= 0 || (pfd.revents & (POLLHUP | POLLERR)))
+      break;
+    ssize_t n = send(fd, p + off, len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+      continue;
+    if (n <= 0)
+      break;
+    off += (size_t)n;
+  }
+  return off;
+}
+
+/* Item 1: 40 connections each send the first 12 MiB of a 24 MiB message
+ * and stop.  fzd used to hold all of it (480 MiB here, 64 GiB with the
+ * default 1,024 connections); now the input buffers of all connections
+ * take at most half of memory_limit (128 MiB here), and those that would
+ * pass it are answered EBUSY and closed. */
+Test(attack, partial_messages_are_bounded) {
+  fzd_harness *h = start_daemon("\"workers\": 1, \"memory_limit\": 134217728");
+  enum { CONNS = 40 };
+  const uint32_t whole = 24u << 20, part = 12u << 20;
+  char *body = calloc(1, part);
+  cr_assert_not_null(body);
+  wire c[CONNS];
+  unsigned busy = 0;
+  for (int i = 0; i < CONNS; i++) {
+    wire_open(&c[i], h, false);
+    cr_assert_eq(wire_hello(&c[i], NULL), 0);
+    unsigned char head[128];
+    size_t hl = compress_head(head, 2, whole);
+    cr_assert_eq(wire_send_raw(&c[i], head, hl), 0);
+    send_some(c[i].fd, body, part, 100);
+  }
+  bars_hold(h, 128, "40 connections holding 12 MiB of a message each");
+  for (int i = 0; i < CONNS; i++) {
+    fzp_message m;
+    if (wire_recv(&c[i], &m, 50) == 0) {
+      busy += wire_code(&m) == FZ_EBUSY;
+      fzp_message_free(&m);
+    }
+    wire_close(&c[i]);
+  }
+  cr_log_info("%u of %d connections were answered EBUSY", busy, CONNS);
+  cr_assert_gt(busy, 0u);
+  cr_assert_lt(busy, (unsigned)CONNS, "the connections that fit were refused too");
+  free(body);
+  stop_daemon(h);
+}
+
+/* A message that could never fit in half of memory_limit is refused at
+ * once with ENOMEM, not EBUSY: retrying would not help. */
+Test(attack, message_larger_than_half_the_limit) {
+  fzd_harness *h = start_daemon("\"memory_limit\": 16777216");
+  char *body = calloc(1, 12u << 20);
+  cr_assert_not_null(body);
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  unsigned char head[128];
+  size_t hl = compress_head(head, 2, 12u << 20);
+  cr_assert_eq(wire_send_raw(&w, head, hl), 0);
+  send_some(w.fd, body, 12u << 20, 200);
+  const char *text = expect_code(&w, FZ_ENOMEM, 10000);
+  cr_assert(strstr(text, "memory_limit") != NULL, "%s", text);
+  wire_close(&w);
+  free(body);
+  bars_hold(h, 16, "a message larger than half of memory_limit");
+  stop_daemon(h);
+}
+
+/* Item 1: before its hello a connection may send no more than a hello
+ * needs.  A 1 MiB "hello" from a TCP client without the token used to be
+ * read whole (and 64 MiB ones renewed every few seconds held 1 GB). */
+Test(attack, unauthenticated_message_is_capped) {
+  fzd_harness *h = start_daemon("\"tcp_enabled\": true, \"tcp_port\": 0, "
+                                "\"tcp_token\": \"sesame\"");
+  char *name = malloc(1u << 20);
+  cr_assert_not_null(name);
+  memset(name, 'x', 1u << 20);
+  wire w;
+  wire_open(&w, h, true);
+  msgpack_packer *pk = wire_begin(&w, 1, "hello", 2);
+  fzp_pack_key(pk, "version");
+  msgpack_pack_int(pk, FZP_PROTOCOL_VERSION);
+  fzp_pack_key(pk, "client");
+  msgpack_pack_str(pk, 1u << 20);
+  msgpack_pack_str_body(pk, name, 1u << 20);
+  wire_send(&w, NULL, 0); /* fzd may hang up before it has all of it */
+  const char *text = expect_code(&w, FZ_EMSGSIZE, 10000);
+  cr_assert(strstr(text, "hello") != NULL, "%s", text);
+  cr_assert(wire_closed_by_peer(&w, 10000));
+  wire_close(&w);
+  /* The same on the Unix socket, for a first message that is not a hello. */
+  wire_open(&w, h, false);
+  unsigned char head[128];
+  size_t hl = compress_head(head, 1, 1u << 20);
+  cr_assert_eq(wire_send_raw(&w, head, hl), 0);
+  expect_code(&w, FZ_EMSGSIZE, 10000);
+  cr_assert(wire_closed_by_peer(&w, 10000));
+  wire_close(&w);
+  free(name);
+  bars_hold(h, 0, "oversized hellos");
+  stop_daemon(h);
+}
+
+/* Item 1: a connection that stops in the middle of a message is answered
+ * ETIMEDOUT and closed after message_timeout_ms of silence. */
+Test(attack, stalled_message_times_out) {
+  fzd_harness *h = start_daemon("\"message_timeout_ms\": 500");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  unsigned char head[128];
+  size_t hl = compress_head(head, 2, 1u << 20);
+  cr_assert_eq(wire_send_raw(&w, head, hl), 0);
+  double t0 = now_ms();
+  const char *text = expect_code(&w, FZ_ETIMEDOUT, 10000);
+  double ms = now_ms() - t0;
+  cr_log_info("stalled message answered after %.0f ms: %s", ms, text);
+  cr_assert(strstr(text, "message_timeout_ms") != NULL, "%s", text);
+  cr_assert_geq(ms, 450.0);
+  cr_assert_lt(ms, 3000.0);
+  cr_assert(wire_closed_by_peer(&w, 10000));
+  wire_close(&w);
+  /* A connection that says hello and then idles between messages stays. */
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  sleep_ms(900);
+  cr_assert_eq(wire_call0(&w, 3, "ping", NULL), 0);
+  wire_close(&w);
+  stop_daemon(h);
+}
