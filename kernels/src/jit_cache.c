@@ -26,6 +26,16 @@
  * or none.  A failed write removes its temporary file and only counts: the
  * get still returns the image it built.
  *
+ * Trust.  An image from the directory is loaded into fzd's CUDA context, so
+ * the directory is opened one component at a time without following links,
+ * and is used only when no other user could have put anything in it: every
+ * directory on the way belongs to root or to this process's user and is
+ * writable by no one else (a sticky one excepted), the cache directory is
+ * this user's and writable by no one else, and an entry is loaded only when
+ * it is this user's and writable by no one else (OpenSSH's StrictModes
+ * rules).  A directory that fails is not used (memory only, with the
+ * reason); an entry that fails is rejected like a corrupt one.
+ *
  * Bound.  After each write (and at open) the directory is listed; when the
  * entries' sizes add up to more than the bound, the oldest by mtime go
  * first until the rest fit.  A disk hit touches its entry, so the order is
@@ -371,7 +381,10 @@ static bool load(fzk_jit_cache *c, const unsigned char *key, const char *name, v
   void *img = NULL;
   if (fstat(fd, &st) != 0)
     goto bad_nostat;
-  if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < HEADER_LEN ||
+  /* An entry another user made (or could have changed) is not ours to
+   * load, whatever its digest says: the digest is inside the file. */
+  if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) ||
+      (uint64_t)st.st_size < HEADER_LEN ||
       (uint64_t)st.st_size - HEADER_LEN > MAX_IMAGE || !read_all(fd, h, HEADER_LEN, 0))
     goto bad;
   uint64_t n = (uint64_t)st.st_size - HEADER_LEN;
@@ -450,63 +463,124 @@ static bool store(fzk_jit_cache *c, const unsigned char *key, const char *name,
 
 /* ---- opening ------------------------------------------------------------ */
 
-/* mkdir -p with mode 0700; 0 or errno. */
-static int make_dirs(const char *dir) {
-  char *p = strdup(dir);
-  if (p == NULL)
-    return ENOMEM;
-  int err = 0;
-  for (char *s = p + 1;; s++) {
-    if (*s != '/' && *s != '\0')
-      continue;
-    char keep = *s;
-    *s = '\0';
-    if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-      err = errno;
-      break;
-    }
-    *s = keep;
-    if (keep == '\0')
-      break;
+/* The owner and mode rules of a directory on the way to the cache, as
+ * OpenSSH's StrictModes has them: another user who can write a directory
+ * on the path could put a directory of their own, and so images of their
+ * own, in place of the cache.  Every directory on the way must belong to
+ * root or to this process's user and be writable by no one else (a sticky
+ * one such as /tmp excepted: there nobody else can move or remove what is
+ * ours); the cache directory itself must be this user's and writable by
+ * no one else, sticky or not.  "" when st passes, else why not. */
+static void check_owner(const struct stat *st, const char *path, bool last, char *reason,
+                        size_t len) {
+  uid_t me = geteuid();
+  bool others_write = (st->st_mode & (S_IWGRP | S_IWOTH)) != 0;
+  reason[0] = '\0';
+  if (last && st->st_uid != me)
+    snprintf(reason, len, "%s belongs to uid %u, not to fzd's user (uid %u)", path,
+             (unsigned)st->st_uid, (unsigned)me);
+  else if (!last && st->st_uid != me && st->st_uid != 0)
+    snprintf(reason, len, "%s, on the way to the cache, belongs to uid %u (neither root nor "
+             "fzd's user, uid %u)", path, (unsigned)st->st_uid, (unsigned)me);
+  else if (others_write && (last || !(st->st_mode & S_ISVTX)))
+    snprintf(reason, len, "%s is writable by its group or by others (mode %04o)", path,
+             (unsigned)(st->st_mode & 07777));
+}
+
+/* Opens dir one component at a time from the root (or the working
+ * directory for a relative path) without following any link, makes the
+ * missing ones (mode 0700) and checks each with check_owner().  Returns the
+ * directory's descriptor; -1 with the reason in reason, or FZ_EINVAL (dir
+ * or a component is not a directory) with why. */
+static int open_strict(const char *dir, char *reason, size_t reason_len, char *why,
+                       size_t why_len) {
+  size_t n = strlen(dir);
+  char *path = malloc(n + 1);
+  if (path == NULL) {
+    snprintf(reason, reason_len, "out of memory");
+    return -1;
   }
-  free(p);
-  return err;
+  int fd = open(dir[0] == '/' ? "/" : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    snprintf(reason, reason_len, "cannot open %s: %s", dir[0] == '/' ? "/" : ".",
+             strerror(errno));
+  size_t i = 0;
+  while (fd >= 0) {
+    while (dir[i] == '/')
+      i++;
+    if (dir[i] == '\0')
+      break;
+    size_t j = i;
+    while (dir[j] != '/' && dir[j] != '\0')
+      j++;
+    memcpy(path, dir, j);
+    path[j] = '\0';
+    const char *name = path + i;
+    bool last = dir[j + strspn(dir + j, "/")] == '\0';
+    int next = -1;
+    if (strcmp(name, "..") == 0) {
+      snprintf(reason, reason_len, "%s: \"..\" is not allowed in the path", dir);
+    } else {
+      next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next < 0 && errno == ENOENT) {
+        if (mkdirat(fd, name, 0700) == 0 || errno == EEXIST)
+          next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        else
+          snprintf(reason, reason_len, "cannot create %s: %s", path, strerror(errno));
+      }
+    }
+    struct stat st;
+    if (next < 0 && reason[0] == '\0') {
+      int e = errno;
+      if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+        snprintf(reason, reason_len, "%s is a symbolic link (not followed)", path);
+      } else if (e == ENOTDIR) {
+        fze_why(why, why_len, "jit cache directory %s: %s is not a directory", dir, path);
+        close(fd);
+        free(path);
+        return FZ_EINVAL;
+      } else {
+        snprintf(reason, reason_len, "cannot open %s: %s", path, strerror(e));
+      }
+    }
+    if (next >= 0) {
+      if (fstat(next, &st) != 0)
+        snprintf(reason, reason_len, "cannot stat %s: %s", path, strerror(errno));
+      else
+        check_owner(&st, path, last, reason, reason_len);
+      if (reason[0] != '\0') {
+        close(next);
+        next = -1;
+      }
+    }
+    close(fd);
+    fd = next;
+    i = j;
+  }
+  free(path);
+  return fd;
 }
 
 /* Makes the directory usable, or says in c->disk_error why not; a negative
  * code only for the errors that fail open. */
 static int open_dir(fzk_jit_cache *c, const char *dir, char *why, size_t why_len) {
   char reason[512] = "";
-  struct stat st;
-  if (stat(dir, &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) {
-      fze_why(why, why_len, "jit cache directory %s: not a directory", dir);
-      return FZ_EINVAL;
-    }
-  } else if (errno == ENOENT) {
-    int err = make_dirs(dir);
-    if (err != 0)
-      snprintf(reason, sizeof reason, "cannot create %s: %s", dir, strerror(err));
-  } else {
-    snprintf(reason, sizeof reason, "cannot reach %s: %s", dir, strerror(errno));
-  }
-  if (reason[0] == '\0') {
-    c->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (c->dirfd < 0) {
-      snprintf(reason, sizeof reason, "cannot open %s: %s", dir, strerror(errno));
+  int fd = open_strict(dir, reason, sizeof reason, why, why_len);
+  if (fd == FZ_EINVAL)
+    return FZ_EINVAL;
+  c->dirfd = fd;
+  if (c->dirfd >= 0) {
+    /* The real test of writability: access() misses read-only mounts and
+     * answers for the real, not the effective, user. */
+    char tmp[64];
+    int tfd = create_tmp(c->dirfd, tmp, sizeof tmp);
+    if (tfd < 0) {
+      snprintf(reason, sizeof reason, "cannot write in %s: %s", dir, strerror(errno));
+      close(c->dirfd);
+      c->dirfd = -1;
     } else {
-      /* The real test of writability: access() misses read-only mounts and
-       * answers for the real, not the effective, user. */
-      char tmp[64];
-      int fd = create_tmp(c->dirfd, tmp, sizeof tmp);
-      if (fd < 0) {
-        snprintf(reason, sizeof reason, "cannot write in %s: %s", dir, strerror(errno));
-        close(c->dirfd);
-        c->dirfd = -1;
-      } else {
-        close(fd);
-        unlinkat(c->dirfd, tmp, 0);
-      }
+      close(tfd);
+      unlinkat(c->dirfd, tmp, 0);
     }
   }
   if (reason[0] != '\0') {

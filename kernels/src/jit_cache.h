@@ -23,13 +23,22 @@ typedef struct fzk_jit_cache fzk_jit_cache;
 
 /* Opens a cache.  dir NULL or "": memory only.  Otherwise the directory of
  * entries, created (mode 0700, and any missing parents) if missing; several
- * processes may share it.  max_disk_bytes bounds the total size of its
- * entries (oldest removed first); 0 means no bound.
+ * processes of the same user may share it.  max_disk_bytes bounds the total
+ * size of its entries (oldest removed first); 0 means no bound.
  *
- * Errors: FZ_EINVAL (out NULL, or dir exists and is not a directory),
- * FZ_ENOMEM.  A directory that cannot be created or written is not an error:
- * the cache opens memory-only, returns 0 and puts the reason in why (why is
- * "" on success otherwise), and fzk_jit_cache_disk_error() returns it later. */
+ * The path is followed without links, and the directory is used only if
+ * no other user can have written in it: each directory on the way belongs
+ * to root or to the effective user and is not writable by group or others
+ * (unless sticky), and the cache directory belongs to the effective user
+ * and is not writable by group or others.  Entries that another user owns
+ * or may write are rejected (counted in disk_rejected) and rebuilt.
+ *
+ * Errors: FZ_EINVAL (out NULL, or dir or a component of it exists and is
+ * not a directory), FZ_ENOMEM.  A directory that cannot be created or
+ * written, that is reached through a symbolic link or that fails the owner
+ * and mode rules is not an error: the cache opens memory-only, returns 0
+ * and puts the reason in why (why is "" on success otherwise), and
+ * fzk_jit_cache_disk_error() returns it later. */
 int fzk_jit_cache_open(const char *dir, uint64_t max_disk_bytes, fzk_jit_cache **out, char *why,
                        size_t why_len);
 

@@ -1051,3 +1051,93 @@ Test(jit_cache, a_file_is_not_a_directory) {
   cr_assert(strstr(why, "not a directory") && strstr(why, p), "%s", why);
   remove_dir(dir);
 }
+
+/* ---- another user on the machine (issue 27, item 2) ---------------------- */
+
+/* A cache directory that another user can write, or that is reached
+ * through a link, is not used: what another user put there would be
+ * loaded into fzd's CUDA context.  The images planted below would be hits
+ * if it were. */
+Test(jit_cache, directories_others_can_write_are_not_used) {
+  char *dir = make_dir();
+  char cache[512], link[512];
+  snprintf(cache, sizeof cache, "%s/jit", dir);
+  snprintf(link, sizeof link, "%s/link", dir);
+  builder b = {.text = "planted image"};
+  fzk_jit_cache *c = open_ok(cache, 0);
+  get_ok(c, "k", "", TGT, &b); /* an entry of key k is on disk now */
+  fzk_jit_cache_close(c);
+
+  const mode_t modes[] = {0770, 0707, 0777, 01777};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    cr_assert_eq(chmod(cache, modes[i]), 0);
+    assert_memory_only(cache); /* k is built, not loaded */
+  }
+  cr_assert_eq(chmod(cache, 0700), 0);
+  /* A parent others can write is as bad, unless it is sticky (/tmp). */
+  char sub[600];
+  snprintf(sub, sizeof sub, "%s/jit", cache);
+  cr_assert_eq(chmod(dir, 0777), 0);
+  c = NULL;
+  char why0[512] = "";
+  cr_assert_eq(fzk_jit_cache_open(sub, 0, &c, why0, sizeof why0), 0);
+  cr_assert(strstr(why0, "memory only") && strstr(why0, dir) && strstr(why0, "0777"), "%s",
+            why0);
+  cr_assert_not_null(fzk_jit_cache_disk_error(c));
+  fzk_jit_cache_close(c);
+  cr_assert_eq(chmod(dir, 01777), 0);
+  fzk_jit_cache_close(open_ok(sub, 0));
+  cr_assert_eq(chmod(dir, 0700), 0);
+  /* A link to a good directory is not followed. */
+  cr_assert_eq(symlink(cache, link), 0);
+  assert_memory_only(link);
+  char why[512] = "";
+  c = NULL;
+  cr_assert_eq(fzk_jit_cache_open(link, 0, &c, why, sizeof why), 0);
+  cr_assert(strstr(why, "symbolic link"), "%s", why);
+  fzk_jit_cache_close(c);
+  c = NULL;
+  cr_assert_eq(chmod(cache, 0777), 0);
+  cr_assert_eq(fzk_jit_cache_open(cache, 0, &c, why, sizeof why), 0);
+  cr_assert(strstr(why, "writable by its group or by others"), "%s", why);
+  fzk_jit_cache_close(c);
+  cr_assert_eq(chmod(cache, 0700), 0);
+
+  /* As root, play the other user: the directory and then an entry of
+   * theirs.  (Without root, chown to another uid is not possible.) */
+  if (geteuid() == 0) {
+    cr_assert_eq(chown(cache, 4242, 4242), 0);
+    assert_memory_only(cache);
+    c = NULL;
+    cr_assert_eq(fzk_jit_cache_open(cache, 0, &c, why, sizeof why), 0);
+    cr_assert(strstr(why, "uid 4242"), "%s", why);
+    fzk_jit_cache_close(c);
+    cr_assert_eq(chown(cache, 0, 0), 0);
+
+    char name[65];
+    entry_name("k", "", TGT, name);
+    cr_assert_eq(chown(path_in(cache, name), 4242, 4242), 0);
+    builder fresh = {.text = "planted image"};
+    c = open_ok(cache, 0);
+    get_ok(c, "k", "", TGT, &fresh);
+    fzk_jit_counts n = counts(c);
+    cr_assert_eq(n.disk_hits, 0, "an entry of another user was loaded");
+    cr_assert_eq(n.disk_rejected, 1);
+    cr_assert_eq(atomic_load(&fresh.calls), 1);
+    fzk_jit_cache_close(c);
+    /* Ours again (rewritten by the build above), and 0660: rejected too. */
+    struct stat st;
+    cr_assert_eq(stat(path_in(cache, name), &st), 0);
+    cr_assert_eq(st.st_uid, 0u);
+    cr_assert_eq(chmod(path_in(cache, name), 0660), 0);
+    builder again = {.text = "planted image"};
+    c = open_ok(cache, 0);
+    get_ok(c, "k", "", TGT, &again);
+    cr_assert_eq(counts(c).disk_rejected, 1);
+    cr_assert_eq(atomic_load(&again.calls), 1);
+    fzk_jit_cache_close(c);
+  } else {
+    cr_log_warn("not root: the other user's directory and entry are not tried");
+  }
+  remove_dir(dir);
+}
