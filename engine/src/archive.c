@@ -211,6 +211,7 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
     case FZE_STAGE_BITSHUFFLE:
     case FZE_STAGE_BITPACK:
     case FZE_STAGE_HUFFMAN:
+    case FZE_STAGE_BYTEPLANES:
       break;
     default:
       return FZ_ECORRUPT;

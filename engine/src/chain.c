@@ -23,6 +23,7 @@ static const char *const stage_names[] = {
     [FZE_STAGE_BITSHUFFLE] = "bitshuffle", [FZE_STAGE_RZE] = "rze",
     [FZE_STAGE_BITPACK] = "bitpack",       [FZE_STAGE_LORENZO] = "lorenzo",
     [FZE_STAGE_HUFFMAN] = "huffman",       [FZE_STAGE_INTERP] = "interp",
+    [FZE_STAGE_BYTEPLANES] = "byteplanes",
 };
 #define NSTAGE_NAMES (sizeof stage_names / sizeof stage_names[0])
 
@@ -308,6 +309,7 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
     case FZE_STAGE_LORENZO:
     case FZE_STAGE_HUFFMAN:
     case FZE_STAGE_INTERP:
+    case FZE_STAGE_BYTEPLANES:
       if (st->id == FZE_STAGE_INTERP && (i != 1 || c->st[0].id != FZE_STAGE_QUANT)) {
         fze_why(why, why_len, "interp predicts the values quant bins: it must come "
                               "right after quant");
@@ -334,8 +336,8 @@ int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len) {
       }
       if (st->id == FZE_STAGE_BITSHUFFLE)
         bytes = true;
-      if (st->id == FZE_STAGE_BITPACK && !last) {
-        fze_why(why, why_len, "bitpack must be the last stage");
+      if ((st->id == FZE_STAGE_BITPACK || st->id == FZE_STAGE_BYTEPLANES) && !last) {
+        fze_why(why, why_len, "%s must be the last stage", name);
         return FZ_EPIPELINE;
       }
       break;

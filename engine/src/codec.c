@@ -162,6 +162,9 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
     case FZE_STAGE_BITPACK:
       len = fze_bitpack_encode(w, cur, n, other);
       break;
+    case FZE_STAGE_BYTEPLANES:
+      len = fze_byteplanes_encode(w, cur, n, other, s->tmp);
+      break;
     }
     uint8_t *x = cur;
     cur = other;
@@ -237,7 +240,8 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
                                                          : size_in[i];
   unsigned last = c->n - 1;
   if (c->st[last].id != FZE_STAGE_RZE && c->st[last].id != FZE_STAGE_BITPACK &&
-      c->st[last].id != FZE_STAGE_HUFFMAN && len != size_in[c->n])
+      c->st[last].id != FZE_STAGE_HUFFMAN && c->st[last].id != FZE_STAGE_BYTEPLANES &&
+      len != size_in[c->n])
     return FZ_ECORRUPT;
 
   uint8_t *bufs[2] = {s->a, s->b};
@@ -261,6 +265,10 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       break;
     case FZE_STAGE_HUFFMAN:
       rc = fze_huffman_decode(w, cur, len, dst, n, s->tmp);
+      len = raw;
+      break;
+    case FZE_STAGE_BYTEPLANES:
+      rc = fze_byteplanes_decode(w, cur, len, dst, n, s->tmp);
       len = raw;
       break;
     case FZE_STAGE_LORENZO:

@@ -86,6 +86,9 @@ static const fz_preset presets[] = {
      "canonical Huffman, zero-byte elimination"},
     {"lossless", "diff | bitshuffle | rze",
      "bit-exact for any fixed-width type"},
+    {"lossless-ratio", "lorenzo | byteplanes",
+     "bit-exact for any fixed-width type, ratio first: N-D Lorenzo per chunk, "
+     "each byte plane Huffman-coded"},
 };
 
 const fz_preset *fz_presets(size_t *count) {

@@ -37,12 +37,14 @@ typedef enum fze_stage_id {
   FZE_STAGE_BITPACK = 5,
   FZE_STAGE_LORENZO = 6,
   FZE_STAGE_HUFFMAN = 7,
-  FZE_STAGE_INTERP = 8
+  FZE_STAGE_INTERP = 8,
+  FZE_STAGE_BYTEPLANES = 9
 } fze_stage_id;
 
 /* The ratio stages (format version 3). */
 static inline bool fze_stage_is_ratio(uint8_t id) {
-  return id == FZE_STAGE_LORENZO || id == FZE_STAGE_HUFFMAN || id == FZE_STAGE_INTERP;
+  return id == FZE_STAGE_LORENZO || id == FZE_STAGE_HUFFMAN || id == FZE_STAGE_INTERP ||
+         id == FZE_STAGE_BYTEPLANES;
 }
 
 typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_diff_map;
@@ -224,6 +226,18 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
 void fze_huffman_lengths(const uint32_t *freq, unsigned nsym, uint8_t *len, uint8_t *tmp);
 int fze_bitpack_decode(unsigned w, const uint8_t *in, size_t in_len,
                        void *words, size_t n);
+/* byteplanes (stage_byteplanes.c): each byte plane of the n words coded by
+ * fze_huffman_encode() on bytes, kept as is where that is not shorter, or
+ * left out when it is all zero.  out: room for n w + 5 w bytes; the length
+ * returned may reach n w + w (the codec then stores the chunk raw).  tmp:
+ * FZE_BYTEPLANES_TOKENS(n) + n bytes (the huffman coder's work space and
+ * one plane). */
+#define FZE_BYTEPLANES_TOKENS(n) (FZE_HUFFMAN_TMP + 4 * (size_t)(n) + 128)
+size_t fze_byteplanes_encode(unsigned w, const void *words, size_t n, uint8_t *out,
+                             uint8_t *tmp);
+/* tmp: FZE_HUFFMAN_TMP + n bytes, aligned for u64. */
+int fze_byteplanes_decode(unsigned w, const uint8_t *in, size_t in_len, void *words, size_t n,
+                          uint8_t *tmp);
 
 /* AVX2 twins of the hottest loops (simd_avx2.c) and the switch that selects
  * them: on when the CPU has AVX2; tests turn it off to compare. */

@@ -77,13 +77,15 @@ static unsigned parallel_ranges(unsigned threads, uint64_t n, range_fn fn, void 
 
 static unsigned clamp_threads(unsigned t) { return t == 0 ? 1 : t > 256 ? 256 : t; }
 
-/* A quantizing chain whose last stage is no coder (rze or bitpack) never
+/* A quantizing chain whose last stage is no coder (rze, bitpack, huffman or
+ * byteplanes) never
  * makes a chunk smaller than its words, so every chunk would be stored raw
  * and the bound bought nothing: refused here, for new archives only (the
  * decoder still reads such chains). */
 static int check_coder(const fze_chain *c, char *why, size_t why_len) {
   uint8_t last = c->st[c->n - 1].id;
-  if (last == FZE_STAGE_RZE || last == FZE_STAGE_BITPACK || last == FZE_STAGE_HUFFMAN)
+  if (last == FZE_STAGE_RZE || last == FZE_STAGE_BITPACK || last == FZE_STAGE_HUFFMAN ||
+      last == FZE_STAGE_BYTEPLANES)
     return 0;
   char text[256];
   fze_chain_format(c, text, sizeof text);
