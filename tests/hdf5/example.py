@@ -7,7 +7,7 @@ import sys
 import h5py
 import numpy as np
 
-FZD = 305  # provisional filter id (docs/hdf5.md)
+FZD = 62160  # the fzd filter id (docs/hdf5.md)
 
 
 def fzd_opts(pipeline=0, mode=0, eb=1e-3):

@@ -8,7 +8,7 @@ import sys
 import h5py
 import numpy as np
 
-FZD = 305  # provisional filter id (docs/hdf5.md)
+FZD = 62160  # the fzd filter id (docs/hdf5.md)
 CHAIN = 3  # pipeline id: the chain text follows the fill value
 
 

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-FILTER = 305
+FILTER = 62160
 
 
 def check(cond, what):

@@ -240,10 +240,11 @@ Test(hdf5_filter, bad_parameters_refused_at_creation) {
   user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_ABS, 1e-3);
   refused(H5T_IEEE_F32LE, 5, cd, "5 filter parameters");
   refused(H5T_IEEE_F32LE, 8, cd, "8 filter parameters");
-  cd[H5Z_FZD_CD_HAS_FILL] = 2;
-  refused(H5T_IEEE_F32LE, 7, cd, "not 0 or 1");
+  cd[H5Z_FZD_CD_HAS_FILL] = 3;
+  refused(H5T_IEEE_F32LE, 7, cd, "not 0, 1 or 2");
+  refused(H5T_IEEE_F32LE, 1, cd, "the balanced preset needs a bound");
+  refused(H5T_IEEE_F32LE, 2, cd, "2 filter parameters");
   user_cd(cd, H5Z_FZD_LOSSLESS, H5Z_FZD_ABS, 0);
-  refused(H5T_IEEE_F32BE, 4, cd, "little-endian");
   refused(H5T_NATIVE_LDOUBLE, 4, cd, "floating-point data of");
   refused(H5T_C_S1, 4, cd, "only integer and floating-point");
 }
@@ -460,8 +461,8 @@ Test(hdf5_filter, chain_layouts_refused_at_creation) {
   refused(H5T_IEEE_F32LE, ncd - 1, cd, "a chain text of 15 bytes takes 12");
   refused(H5T_IEEE_F32LE, 7, cd, "7 filter parameters: a chain (pipeline 3) takes 8");
   refused(H5T_IEEE_F32LE, ncd + 1, cd, "13 filter parameters: a chain text of 15 bytes takes 12");
-  cd[H5Z_FZD_CD_HAS_FILL] = 2;
-  refused(H5T_IEEE_F32LE, ncd, cd, "not 0 or 1");
+  cd[H5Z_FZD_CD_HAS_FILL] = 3;
+  refused(H5T_IEEE_F32LE, ncd, cd, "not 0, 1 or 2");
   cd[H5Z_FZD_CD_HAS_FILL] = 0;
   cd[H5Z_FZD_CD_CHAIN + 1] &= ~0xff00u; /* byte 5 */
   refused(H5T_IEEE_F32LE, ncd, cd, "has a zero byte at 5");
@@ -485,4 +486,102 @@ Test(hdf5_filter, chain_layouts_refused_at_creation) {
   H5Sclose(s);
   H5Pclose(p);
   H5Fclose(f);
+}
+
+/* Writes x (n values of file type ftype, memory type mtype, chunks of
+ * chunk values) through the filter with the ncd values cd and reads it
+ * back into y; returns the completed parameters' element type and fill
+ * flag through dtype_cd and fill_cd.  fill, when not NULL, is the
+ * dataset's own fill value (H5Pset_fill_value). */
+static void round_trip(const char *name, hid_t ftype, hid_t mtype, const void *x, void *y,
+                       hsize_t n, hsize_t chunk, size_t ncd, const unsigned *cd,
+                       const float *fill, unsigned *dtype_cd, unsigned *fill_cd) {
+  hsize_t dims[1] = {n};
+  hid_t f = mkfile(name), s = H5Screate_simple(1, dims, NULL), p = mkdcpl(1, &chunk, ncd, cd);
+  if (fill)
+    cr_assert_geq(H5Pset_fill_value(p, H5T_NATIVE_FLOAT, fill), 0);
+  hid_t d = H5Dcreate2(f, "x", ftype, s, H5P_DEFAULT, p, H5P_DEFAULT);
+  cr_assert_geq(d, 0, "%s: %s", name, error_stack());
+  cr_assert_geq(H5Dwrite(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, x), 0, "%s", error_stack());
+  hid_t p2 = H5Dget_create_plist(d);
+  unsigned got[16], flags;
+  size_t ngot = 16;
+  cr_assert_geq(H5Pget_filter_by_id2(p2, H5Z_FILTER_FZD, &flags, &ngot, got, 0, NULL, NULL), 0);
+  cr_assert_eq(ngot, H5Z_FZD_CD_DIMS + 1, "%s: %zu parameters stored", name, ngot);
+  *dtype_cd = got[H5Z_FZD_CD_DTYPE];
+  *fill_cd = got[H5Z_FZD_CD_HAS_FILL];
+  H5Pclose(p2);
+  H5Dclose(d);
+  H5Fclose(f);
+  /* Reopened, so that the values come from the filter, not HDF5's cache. */
+  char path[256];
+  snprintf(path, sizeof path, "test_hdf5_c_%s.h5", name);
+  f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  d = H5Dopen2(f, "x", H5P_DEFAULT);
+  cr_assert_geq(H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, y), 0, "%s", error_stack());
+  H5Dclose(d);
+  H5Sclose(s);
+  H5Pclose(p);
+  H5Fclose(f);
+  remove(path);
+}
+
+/* Big-endian datasets: swapped to little-endian for the engine and back,
+ * the type recorded with H5Z_FZD_DTYPE_BE; lossy within the bound,
+ * lossless bit for bit. */
+Test(hdf5_filter, big_endian_datasets) {
+  enum { N = 3000 };
+  static float x[N], y[N];
+  static int16_t i[N], j[N];
+  for (int k = 0; k < N; k++) {
+    x[k] = (float)(sin(k * 0.01) * 300.0);
+    i[k] = (int16_t)(k * 7 - 9000);
+  }
+  unsigned cd[H5Z_FZD_CD_USER_MAX], dt, fl;
+  user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_ABS, 0.01);
+  round_trip("be_f32", H5T_IEEE_F32BE, H5T_NATIVE_FLOAT, x, y, N, 1024, 4, cd, NULL, &dt, &fl);
+  cr_assert_eq(dt, 9u | H5Z_FZD_DTYPE_BE);
+  double worst = 0;
+  for (int k = 0; k < N; k++)
+    worst = fmax(worst, fabs((double)x[k] - (double)y[k]));
+  cr_assert_leq(worst, 0.01);
+  cr_assert_gt(worst, 0.0, "a lossy bound changes something");
+  /* The lossless preset by its id alone: compression_opts=(2,). */
+  unsigned one[1] = {H5Z_FZD_LOSSLESS};
+  round_trip("be_i16", H5T_STD_I16BE, H5T_NATIVE_INT16, i, j, N, 700, 1, one, NULL, &dt, &fl);
+  cr_assert_eq(dt, 4u | H5Z_FZD_DTYPE_BE);
+  cr_assert_eq(memcmp(i, j, sizeof i), 0, "big-endian i16 lossless is not exact");
+}
+
+/* No fill value in the parameters: the dataset's own is taken (flag 2),
+ * kept exact and left out of the REL range; without one set, none. */
+Test(hdf5_filter, dataset_fill_value_taken) {
+  enum { N = 4096 };
+  static float x[N], y[N];
+  const float fill = -9999.0f;
+  float lo = 1e30f, hi = -1e30f;
+  for (int k = 0; k < N; k++) {
+    x[k] = k % 5 == 0 ? fill : (float)(20.0 + 5.0 * sin(k * 0.003));
+    if (x[k] != fill) {
+      lo = fminf(lo, x[k]);
+      hi = fmaxf(hi, x[k]);
+    }
+  }
+  unsigned cd[H5Z_FZD_CD_USER_MAX], dt, fl;
+  const double eb = 1e-3;
+  user_cd(cd, H5Z_FZD_BALANCED, H5Z_FZD_REL, eb);
+  round_trip("fill", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, x, y, N, N, 4, cd, &fill, &dt, &fl);
+  cr_assert_eq(fl, H5Z_FZD_FILL_DATASET, "the dataset's fill value was not taken (%u)", fl);
+  double worst = 0;
+  for (int k = 0; k < N; k++) {
+    if (x[k] == fill)
+      cr_assert_eq(y[k], fill, "fill cell %d came back as %g", k, (double)y[k]);
+    else
+      worst = fmax(worst, fabs((double)x[k] - (double)y[k]));
+  }
+  /* Relative to the range of the values without the fill (10 wide), not
+   * to the 10,000 that the fill would stretch it to. */
+  cr_assert_leq(worst, eb * ((double)hi - (double)lo));
+  round_trip("nofill", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, x, y, N, N, 4, cd, NULL, &dt, &fl);
+  cr_assert_eq(fl, 0u, "a fill value was taken from a dataset that has none");
 }
