@@ -11,6 +11,11 @@
 ! the C array a[ny][nx] it is in memory.  Every function returns an integer
 ! status: 0, or a negative fz_errno code (fz_error.h) whose text
 ! fz_strerror_f() gives.
+!
+! Data written with fzd stays readable with no daemon: a handle that is
+! c_null_ptr (connecting failed) or whose daemon went away has its jobs run
+! in process by the engine the library carries, making the same archives.
+! fz_require_daemon_f(.true.) turns those cases into errors instead.
 module fzclient
   use, intrinsic :: iso_c_binding
   implicit none
@@ -19,6 +24,7 @@ module fzclient
   public :: fz_client_connect_f, fz_client_close_f, fz_client_errmsg_f, fz_strerror_f
   public :: fz_compress_bound_f, fz_compress_f32, fz_compress_f64
   public :: fz_decompress_f32, fz_decompress_f64
+  public :: fz_require_daemon_f, fz_in_process_f
 
   integer, parameter :: max_dims = 4
 
@@ -49,9 +55,18 @@ module fzclient
       type(c_ptr), value :: c
     end subroutine
 
-    type(c_ptr) function fz_client_errmsg(c) bind(C, name='fz_client_errmsg')
+    type(c_ptr) function fzf_errmsg(c) bind(C, name='fzf_errmsg')
       import :: c_ptr
       type(c_ptr), value :: c
+    end function
+
+    subroutine fzf_require_daemon(required) bind(C, name='fzf_require_daemon')
+      import :: c_int
+      integer(c_int), value :: required
+    end subroutine
+
+    integer(c_int) function fzf_in_process() bind(C, name='fzf_in_process')
+      import :: c_int
     end function
 
     type(c_ptr) function fz_strerror(code) bind(C, name='fz_strerror')
@@ -102,8 +117,9 @@ module fzclient
 contains
 
   ! Connects to the daemon at address ("unix:PATH", "tcp:HOST:PORT", a path;
-  ! blank: the default, $FZD_SOCKET or /run/fzd/fzd.sock).  errmsg receives
-  ! the reason of a failure.
+  ! blank: the default address of docs/client.md, $FZD_SOCKET or fzd's usual
+  ! sockets).  errmsg receives the reason of a failure, and client is
+  ! c_null_ptr then: the calls that take it run in process.
   integer function fz_client_connect_f(client, address, errmsg) result(st)
     type(c_ptr), intent(out) :: client
     character(len=*), intent(in) :: address
@@ -135,12 +151,27 @@ contains
     client = c_null_ptr
   end subroutine
 
-  ! The last failure on the connection, blank-padded into msg.
+  ! The last failure of this thread's calls, blank-padded into msg: the
+  ! daemon's own message when it refused a job, the engine's when the job
+  ! ran in process (client may be c_null_ptr).
   subroutine fz_client_errmsg_f(client, msg)
     type(c_ptr), intent(in) :: client
     character(len=*), intent(out) :: msg
-    call fzf_copy_string(fz_client_errmsg(client), msg, int(len(msg), c_size_t))
+    call fzf_copy_string(fzf_errmsg(client), msg, int(len(msg), c_size_t))
   end subroutine
+
+  ! required = .true.: compress and decompress never run in process; with
+  ! no connection or a daemon that went away they fail (FZ_ECONNREFUSED,
+  ! FZ_ECONNRESET...).  For the whole process; the default is .false.
+  subroutine fz_require_daemon_f(required)
+    logical, intent(in) :: required
+    call fzf_require_daemon(merge(1_c_int, 0_c_int, required))
+  end subroutine
+
+  ! .true. when this thread's last compress or decompress ran in process.
+  logical function fz_in_process_f()
+    fz_in_process_f = fzf_in_process() /= 0
+  end function
 
   subroutine fz_strerror_f(code, msg)
     integer, intent(in) :: code
@@ -179,8 +210,8 @@ contains
   ! Compresses the real(4) array a (any rank up to 4, contiguous: the whole
   ! array, its extents in fshape, e.g. shape(a)) into archive, at most
   ! size(archive) bytes (fz_compress_bound_f() is always enough);
-  ! archive_len receives the archive's bytes, eb_abs the absolute bound the
-  ! daemon enforced.
+  ! archive_len receives the archive's bytes, eb_abs the absolute bound that
+  ! was enforced.
   integer function fz_compress_f32(client, a, fshape, pipeline, eb, mode, archive, &
                                    archive_len, eb_abs) result(st)
     type(c_ptr), intent(in) :: client
@@ -228,7 +259,6 @@ contains
     integer(c_size_t) :: got
     st = fzf_decompress(client, c_loc(archive), archive_len, c_loc(a(1)), &
                         int(n, c_size_t) * 4_c_size_t, got)
-    if (st == 0 .and. got /= int(n, c_size_t) * 4_c_size_t) st = -4020
   end function
 
   integer function fz_decompress_f64(client, archive, archive_len, a, n) result(st)
@@ -240,6 +270,5 @@ contains
     integer(c_size_t) :: got
     st = fzf_decompress(client, c_loc(archive), archive_len, c_loc(a(1)), &
                         int(n, c_size_t) * 8_c_size_t, got)
-    if (st == 0 .and. got /= int(n, c_size_t) * 8_c_size_t) st = -4020
   end function
 end module fzclient

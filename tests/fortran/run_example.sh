@@ -1,12 +1,14 @@
 #!/bin/sh
 # Runs the Fortran example (client/fortran/fzd_example.f90) against a real
 # fzd on the CPU backend: starts FZD (argument 1) with a private config in a
-# temporary directory, waits for its socket, runs EXAMPLE (argument 2) with
-# FZD_SOCKET naming it, then stops the daemon with SIGTERM and requires a
-# clean exit.  The example's own exit status says whether the bound held.
+# temporary directory, waits for its socket, runs EXAMPLE (argument 2, with
+# the arguments after it) with FZD_SOCKET naming it, then stops the daemon
+# with SIGTERM and requires a clean exit.  The example's own exit status
+# says whether the bound held.
 set -eu
 fzd=$1
 example=$2
+shift 2
 tmp=$(mktemp -d)
 pid=""
 cleanup() {
@@ -30,7 +32,7 @@ while [ ! -S "$sock" ]; do
   i=$((i + 1))
 done
 rc=0
-FZD_SOCKET="unix:$sock" "$example" || rc=$?
+FZD_SOCKET="unix:$sock" "$example" "$@" || rc=$?
 kill -TERM "$pid"
 st=0
 wait "$pid" || st=$?
