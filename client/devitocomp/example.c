@@ -3,7 +3,7 @@
  * sidecars kept per snapshot, then every snapshot decompressed and checked
  * against the relative error.  Uses fzd at $FZD_SOCKET when it answers, the
  * embedded engine otherwise.  Build: cc example.c -I$DEVITOCOMP_ROOT/include
- * -L$DEVITOCOMP_ROOT/lib -ldevitocomp -lm */
+ * -L$DEVITOCOMP_ROOT/lib -ldevitocomp -lm -Wl,-rpath,$DEVITOCOMP_ROOT/lib */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
