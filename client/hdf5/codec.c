@@ -397,8 +397,8 @@ int h5zf_decompress(const h5zf_spec *chunk, const void *arc, size_t arc_len,
     dims_text(info.ndims, info.dims, have, sizeof have);
     dims_text(chunk->ndims, chunk->dims, want, sizeof want);
     const char *hn = fz_dtype_name(info.dtype), *wn = fz_dtype_name(chunk->dtype);
-    say(why, why_len, "the archive holds a %s chunk of %s, the dataset's chunks are %s of %s",
-        have, hn ? hn : "?", want, wn ? wn : "?");
+    say(why, why_len, "the archive holds %s values in a chunk of %s, the dataset's chunks "
+        "are %s values in %s", hn ? hn : "?", have, wn ? wn : "?", want);
     return info.dtype != chunk->dtype ? FZ_EDTYPE : FZ_ESHAPE;
   }
   if (info.raw_bytes != expect) {

@@ -485,18 +485,21 @@ static size_t filter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[
   if (flags & H5Z_FLAG_REVERSE) {
     /* The archive describes itself; the parameters say what the chunk must
      * be, and nothing is decoded without them. */
-    if (chunk_of(cd_nelmts, cd_values, &spec, &big_endian, why, sizeof why) < 0) {
-      FAIL("%s: the chunk's size is unknown, nothing is decoded", why);
-      return 0;
-    }
 #ifdef H5Z_FZD_LEGACY
+    /* Whatever its parameters say, a chunk that is no fzd archive is
+     * another filter's: LZO's, PyTables', not registered in this process. */
     if (!h5zf_is_archive(*buf, nbytes)) {
       FAIL("the chunk is not an fzd archive: filter %d is registered to LZO (PyTables), and "
-           "this plugin reads only the fzd files written with %d before fzd took %d",
+           "this plugin reads only the fzd files written with %d before fzd took %d; "
+           "import tables to read LZO",
            H5Z_FILTER_FZD_LEGACY, H5Z_FILTER_FZD_LEGACY, H5Z_FILTER_FZD);
       return 0;
     }
 #endif
+    if (chunk_of(cd_nelmts, cd_values, &spec, &big_endian, why, sizeof why) < 0) {
+      FAIL("%s: the chunk's size is unknown, nothing is decoded", why);
+      return 0;
+    }
     rc = h5zf_decompress(&spec, *buf, nbytes, &mem, &out, &out_len, why, sizeof why);
     if (rc == 0 && big_endian)
       swap_bytes(out, out_len, fz_dtype_size(spec.dtype));
