@@ -21,7 +21,9 @@ directory, with:
   SIGTERM at the end;
 - HDF5_PLUGIN_PATH at the built HDF5 plugin, PYTHONPATH at client/python,
   FZD_ENGINE_LIB at the built engine library, where the build has them;
-- python3 the interpreter given with --python (one with numpy).
+- python3 the interpreter given with --python (one with numpy);
+- Open MPI's mpirun allowed to run as root and to place more ranks than
+  cores, as a CI machine needs.
 
 A block that fails (non-zero exit, or past its time limit) fails the test,
 which prints the block, its line number and its output.
@@ -197,6 +199,12 @@ def main():
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["HOME"] = scratch
         env["TMPDIR"] = scratch
+        # Open MPI's mpirun refuses root unless told, and places no more
+        # ranks than it counts cores: CI machines run as root, on 2 cores.
+        if os.geteuid() == 0:
+            env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        env["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
         if a.plugin_dir:
             env["HDF5_PLUGIN_PATH"] = a.plugin_dir
         if a.engine_lib:
