@@ -20,6 +20,9 @@
  * is missing) the daemon path is left out: every chunk is compressed in
  * process, and FZD_HDF5_DAEMON=require fails with that reason.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_gettime under a plain -std=c11 */
+#endif
 #include "codec.h"
 
 #include <errno.h>
