@@ -92,7 +92,7 @@ def main():
         def write(daemon):
             os.environ["FZD_HDF5_DAEMON"] = daemon
             with h5py.File(h5, "w") as f:
-                f.create_dataset("x", data=x, chunks=(chunk_rows, cols), compression=305,
+                f.create_dataset("x", data=x, chunks=(chunk_rows, cols), compression=62160,
                                  compression_opts=(pipe, mode, lo, hi))
 
         # Interleaved, so that a change of the machine's load between runs

@@ -13,7 +13,8 @@ import sys
 def main(page, folder):
     text = open(page).read()
     found = {}
-    for m in re.finditer(r"<!-- example: (\S+) -->\n```\w*\n(.*?)```\n", text, re.S):
+    # The info string may carry the docs runner's marks (```python run).
+    for m in re.finditer(r"<!-- example: (\S+) -->\n```[^\n]*\n(.*?)```\n", text, re.S):
         found[m.group(1)] = m.group(2)
     for name in ("example.c", "example.py", "example_chain.py"):
         if name not in found:
