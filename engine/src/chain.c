@@ -141,7 +141,7 @@ static int set_param(fze_stage *st, const char *key, const char *val,
  * preset's name inside a chain gets its stages instead. */
 static void unknown_name(const char *text, const char *at, size_t len, char *why,
                          size_t why_len) {
-  char list[160];
+  char list[256];
   size_t k = 0, np;
   const fz_preset *pr = fz_presets(&np);
   list[0] = 0;

@@ -41,7 +41,7 @@ static const char *canonical(const char *pipe, fz_dtype t) {
 Test(chain, presets_expand) {
   size_t n;
   const fz_preset *pr = fz_presets(&n);
-  cr_assert_eq(n, 4);
+  cr_assert_eq(n, 5);
   cr_assert_str_eq(pr[0].name, "fast");
   cr_assert_str_eq(pr[2].name, "ratio");
   /* The job's shape picks lorenzo's dims when the plan is made. */
@@ -51,6 +51,8 @@ Test(chain, presets_expand) {
   cr_assert_str_eq(canonical("balanced", FZ_F32),
                    "quant(eb=0.001,mode=rel) | diff(map=zigzag) | bitshuffle | rze(levels=4)");
   cr_assert_str_eq(canonical("lossless", FZ_I16), "diff(map=zigzag) | bitshuffle | rze(levels=4)");
+  cr_assert_str_eq(pr[4].name, "lossless-ratio");
+  cr_assert_str_eq(canonical("lossless-ratio", FZ_I32), "lorenzo(dims=1) | byteplanes");
   cr_assert_str_eq(canonical("  balanced  ", FZ_F64),
                    "quant(eb=0.001,mode=rel) | diff(map=zigzag) | bitshuffle | rze(levels=4)");
 }
@@ -94,6 +96,9 @@ Test(chain, malformed_chains_are_rejected_with_a_reason) {
       {"diff | quant", FZ_F32, 1e-3, FZ_EPIPELINE, "quant must be the first"},
       {"rze | diff", FZ_F32, 1e-3, FZ_EPIPELINE, "rze must be the last"},
       {"bitpack | rze", FZ_F32, 1e-3, FZ_EPIPELINE, "bitpack must be the last"},
+      {"byteplanes | rze", FZ_U16, 1e-3, FZ_EPIPELINE, "byteplanes must be the last"},
+      {"bitshuffle | byteplanes", FZ_U16, 1e-3, FZ_EPIPELINE, "needs words"},
+      {"byteplanes(levels=2)", FZ_U16, 1e-3, FZ_EPIPELINE, "'levels'"},
       {"bitshuffle | diff", FZ_F32, 1e-3, FZ_EPIPELINE, "needs words"},
       {"quant | bitpack", FZ_I32, 1e-3, FZ_EDTYPE, "i32"},
       {"balanced", FZ_F32, 0, FZ_EBOUND, "error bound"},
@@ -288,8 +293,9 @@ Test(chain, unknown_names_list_presets_and_stages) {
   char why[512];
   cr_assert_eq(plan_job("turbo", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);
   cr_assert(strstr(why, "unknown preset or stage 'turbo'"), "%s", why);
-  cr_assert(strstr(why, "presets: fast, balanced, ratio, lossless; stages: quant, diff, "
-                        "bitshuffle, rze, bitpack, lorenzo, huffman, interp"), "%s", why);
+  cr_assert(strstr(why, "presets: fast, balanced, ratio, lossless, lossless-ratio; stages: "
+                        "quant, diff, bitshuffle, rze, bitpack, lorenzo, huffman, interp, "
+                        "byteplanes)"), "%s", why);
   cr_assert_eq(plan_job("quant | turbo", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);
   cr_assert(strstr(why, "unknown stage 'turbo'"), "%s", why);
   cr_assert_eq(plan_job("balanced | rze", 1e-3, FZ_EB_REL, why, sizeof why), FZ_EPIPELINE);
