@@ -1,53 +1,114 @@
 #!/usr/bin/env python3
-"""`pip install ./client/python` works and installs what the source tree
-has: a copy of the package directory is installed with pip (offline: no
-build isolation, no index; Debian's python3-pip and python3-setuptools)
-into a private target, and a python3 that sees only that target imports
-fzd from it, reports the project's version in fzd.__version__ and in the
-installed metadata, and finds the numcodecs codec through the
-`numcodecs.codecs` entry point before anything imported fzd.numcodecs."""
+"""`pip install` of the package builds what it needs and installs what the
+source tree has.  The package (client/python) and the C sources it
+compiles are copied into a scratch tree laid out as the fzd tree is; an
+sdist is made there (setup.py sdist) and must carry the C sources under
+native/; pip installs that sdist (offline: no build isolation, no index;
+Debian's python3-pip and python3-setuptools), which compiles the engine
+and the HDF5 filter plugin, into $FZD_PY_BUILD_DIR/site.  A python3 that
+sees only that folder (no FZD_ENGINE_LIB, no daemon) imports fzd from it,
+reports the project's version in fzd.__version__ and in the metadata of
+the distribution pyfzd, finds the numcodecs codec and the zarr 3 codec
+through their entry points before anything imported them, runs the
+engine inside the package, and finds the plugins in fzd/plugins.  The
+installed folder is test_python_zarr3's (a ctest fixture)."""
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import unittest
 
 CHECK = r"""
-import importlib.metadata, sys
+import ctypes, glob, importlib.metadata, os, sys
+site = sys.argv[1]
 import numcodecs.registry as reg
 reg.run_entrypoints()
 assert "fzd" in reg.entries, "no numcodecs.codecs entry point named fzd: %r" % list(reg.entries)
 assert "fzd" not in reg.codec_registry
 codec = reg.get_codec({"id": "fzd", "pipeline": "fast", "eb": 0.01, "mode": "abs"})
 import fzd
-assert fzd.__file__.startswith(sys.argv[1]), fzd.__file__
+assert fzd.__file__.startswith(site), fzd.__file__
 assert type(codec).__module__ == "fzd.numcodecs", type(codec)
-print(fzd.__version__, importlib.metadata.version("fzd"))
+zarr3 = [e for e in importlib.metadata.entry_points(group="zarr.codecs") if e.name == "fzd"]
+assert [e.value for e in zarr3] == ["fzd.zarr3:FZDCodec"], zarr3
+# The engine is the package's own, and runs with no daemon.
+import numpy as np
+from fzd import _engine
+lib = _engine.library()._name
+assert lib.startswith(os.path.join(site, "fzd", "_libfzengine")), lib
+a = np.linspace(-5, 5, 100000, dtype=np.float32).reshape(200, 500)
+back = fzd.decompress(fzd.compress(a, eb=1e-3, mode="abs"))
+assert back.shape == a.shape and np.abs(back - a).max() <= 1e-3
+enc = codec.encode(a)
+assert np.abs(codec.decode(enc) - a).max() <= 0.01
+for name in ("libh5z_fzd.so", "libh5z_fzd_legacy.so"):
+    plugin = ctypes.CDLL(os.path.join(site, "fzd", "plugins", name))
+    assert plugin.H5PLget_plugin_type and plugin.H5PLget_plugin_info
+print(fzd.__version__, importlib.metadata.version("pyfzd"))
 """
+
+# What setup.py compiles, relative to the fzd tree (its NATIVE_DIRS and
+# NATIVE_FILES).
+NATIVE = ("engine/include", "engine/src", "client/hdf5", "client/src", "client/include",
+          "proto/include", "proto/src", "engine/CMakeLists.txt")
+
+
+def clean_env():
+    # The build and the check run uninstrumented programs: no sanitizer
+    # run-time preloaded, no engine of the build's, no daemon.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "LD_PRELOAD", "FZD_ENGINE_LIB")}
+    env["FZD_SOCKET"] = "unix:/nonexistent/fzd.sock"
+    return env
 
 
 class Install(unittest.TestCase):
-    def test_pip_install(self):
-        src = os.path.join(os.environ["FZD_SOURCE_DIR"], "client", "python")
+    def test_sdist_and_pip_install(self):
+        root = os.environ["FZD_SOURCE_DIR"]
+        site = os.path.join(os.environ["FZD_PY_BUILD_DIR"], "site")
+        shutil.rmtree(site, ignore_errors=True)
+        env = clean_env()
         with tempfile.TemporaryDirectory(prefix="fzd-pip-") as tmp:
-            copy = os.path.join(tmp, "src")
-            shutil.copytree(src, copy, ignore=shutil.ignore_patterns(
-                "build", "*.egg-info", "__pycache__"))
-            site = os.path.join(tmp, "site")
+            tree = os.path.join(tmp, "tree")
+            pkg = os.path.join(tree, "client", "python")
+            shutil.copytree(os.path.join(root, "client", "python"), pkg,
+                            ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__",
+                                                          "native", "_libfzengine*", "plugins"))
+            for p in NATIVE:
+                src, dst = os.path.join(root, p), os.path.join(tree, p)
+                if os.path.isdir(src):
+                    shutil.copytree(src, dst)
+                else:
+                    shutil.copy2(src, dst)
+            dist = os.path.join(tmp, "dist")
+            r = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", dist], cwd=pkg,
+                               env=env, capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            (sdist,) = os.listdir(dist)
+            self.assertTrue(sdist.startswith("pyfzd-"), sdist)
+            with tarfile.open(os.path.join(dist, sdist)) as t:
+                names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+            for want in ("setup.py", "src/fzflat.c", "src/fzengine.map",
+                         "native/engine/CMakeLists.txt", "native/engine/src/plan.c",
+                         "native/engine/include/fz.h", "native/client/hdf5/h5z_fzd.c",
+                         "native/proto/src/scan.c", "fzd/zarr3.py"):
+                self.assertIn(want, names)
             r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation",
-                                "--no-deps", "--no-index", "--disable-pip-version-check", "--no-cache-dir",
-                                "--target", site, copy], capture_output=True, text=True,
-                               timeout=300)
+                                "--no-deps", "--no-index", "--disable-pip-version-check",
+                                "--no-cache-dir", "-v", "--target", site,
+                                os.path.join(dist, sdist)],
+                               env=env, capture_output=True, text=True, timeout=600)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-            env["PYTHONPATH"] = site
-            r = subprocess.run([sys.executable, "-c", CHECK, site], env=env,
-                               capture_output=True, text=True, timeout=120)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            sys.path.insert(0, src)
-            import fzd
-            self.assertEqual(r.stdout.split(), [fzd.__version__, fzd.__version__])
+            self.assertIn("fzd: HDF5 filter plugin built", r.stdout + r.stderr)
+        env["PYTHONPATH"] = site
+        r = subprocess.run([sys.executable, "-c", CHECK, site], env=env, cwd=site,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        sys.path.insert(0, os.path.join(root, "client", "python"))
+        import fzd
+        self.assertEqual(r.stdout.split(), [fzd.__version__, fzd.__version__])
 
 
 if __name__ == "__main__":
