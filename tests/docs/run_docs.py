@@ -189,7 +189,10 @@ def main():
         os.mkdir(work)
         tools = os.path.join(scratch, "tools")  # python3: the one with numpy
         os.mkdir(tools)
-        os.symlink(a.python, os.path.join(tools, "python3"))
+        python = shutil.which(a.python)
+        if python is None:
+            raise SystemExit("FAIL: no python3 at %r" % a.python)
+        os.symlink(os.path.abspath(python), os.path.join(tools, "python3"))
         env = dict(os.environ)
         for k in ("FZD_SOCKET", "FZD_TOKEN", "PYTHONHOME", "CFLAGS", "LDFLAGS"):
             env.pop(k, None)
