@@ -111,7 +111,8 @@ void fz_params_init(fz_params *p);
 /* ---- presets and pipelines ------------------------------------------------ */
 
 typedef struct fz_preset {
-  const char *name;        /* "fast", "balanced", "ratio", "lossless" */
+  const char *name;        /* "fast", "balanced", "ratio", "lossless",
+                              "lossless-ratio" */
   const char *chain;       /* the chain it stands for */
   const char *description; /* one line */
 } fz_preset;
