@@ -187,6 +187,23 @@ def role_hostile(path):
                 raise AssertionError("%s read" % name)
 
 
+def role_resolve(plugin_dir):
+    """The plugin takes HDF5's calls from a library already loaded: called
+    by something that is not HDF5 (ctypes here, as a program registering
+    the filter itself would) it falls back on the loaded library that
+    defines H5Zregister, and with none loaded it refuses and says why."""
+    import ctypes
+    lib = ctypes.CDLL(os.path.join(plugin_dir, "libh5z_fzd.so"))
+    lib.H5PLget_plugin_info.restype = ctypes.c_void_p
+    check(lib.H5PLget_plugin_info() is None, "plugin info with no HDF5 loaded")
+    import h5py  # noqa: F401  (loads Debian's HDF5)
+    info = lib.H5PLget_plugin_info()
+    check(info is not None, "no plugin info with h5py's HDF5 loaded")
+    version, filter_id = ctypes.cast(info, ctypes.POINTER(ctypes.c_int * 2)).contents
+    check((version, filter_id) == (1, NEW), "class version %d id %d" % (version, filter_id))
+    print("resolved from the loaded HDF5 when not called by it: id", filter_id)
+
+
 # ---- the driver ------------------------------------------------------------
 
 def child(role, path, env, argv=None):
@@ -213,6 +230,12 @@ def run(plugin_dir, pythonpath):
         child("write-legacy", legacy, dict(base, HDF5_PLUGIN_PATH=empty))
         child("read-legacy", legacy, dict(base, HDF5_PLUGIN_PATH=plugin_dir))
         child("hostile", legacy, dict(base, HDF5_PLUGIN_PATH=plugin_dir))
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--role", "resolve",
+                            plugin_dir], env=base, capture_output=True, text=True, timeout=120)
+        sys.stdout.write(r.stdout)
+        check(r.returncode == 0, "resolve: %s" % r.stderr)
+        check("fzd filter: cannot use the HDF5 library that loaded it: no HDF5 library" in
+              r.stderr, "with no HDF5 loaded the plugin did not say why: %r" % r.stderr)
 
         migrated = os.path.join(tmp, "migrated.h5")
         env = dict(base, HDF5_PLUGIN_PATH=empty)  # migrate decodes nothing
@@ -237,7 +260,7 @@ if __name__ == "__main__":
         if len(sys.argv) == 4 and sys.argv[1] == "--role":
             {"write-new": role_write_new, "write-legacy": role_write_legacy,
              "read-legacy": role_read_legacy, "read-migrated": role_read_migrated,
-             "hostile": role_hostile}[sys.argv[2]](sys.argv[3])
+             "hostile": role_hostile, "resolve": role_resolve}[sys.argv[2]](sys.argv[3])
         elif len(sys.argv) == 3:
             run(*sys.argv[1:])
         else:

@@ -13,7 +13,7 @@ DESTDIR="$tmp/root" cmake --install "$build" --prefix /usr --component hdf5 > "$
 dir=$(pkg-config --variable PluginDir "$module")
 [ -n "$dir" ] || dir="$(pkg-config --variable libdir "$module")/plugins"
 fail=0
-for f in "$dir/libh5z_fzd.so" /usr/include/h5z_fzd.h; do
+for f in "$dir/libh5z_fzd.so" "$dir/libh5z_fzd_legacy.so" /usr/include/h5z_fzd.h; do
   if [ ! -f "$tmp/root$f" ]; then
     echo "FAIL: cmake --install did not install $f; it installed:"
     find "$tmp/root" -type f
