@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """fzd.numcodecs.FZD against a real fzd: the codec alone (config round trip,
-registry lookup by id, encode/decode), and zarr arrays (Debian's zarr 2.13)
-written with compressor=FZD and read back, every chunk's error within the
-bound its own archive's header states, lossless bit for bit.  The field is
-a smooth synthetic one, and also the NCAR Trinidad topography grid when
-tests/data/ncar_field.py can read it (netCDF4 and libncarg-data present)."""
+registry lookup by id, encode/decode, the same archive with and without a
+daemon, FZD() with its defaults, out checked before decoding), and zarr
+arrays (Debian's zarr 2.13) written with compressor=FZD and read back,
+every chunk's error within the bound its own archive's header states,
+lossless bit for bit; a store written through fzd is read by a fresh
+process with no daemon (FZD_SOCKET pointing nowhere), every value within
+1.0x the bound (ABS; REL with the array's fill value given, over edge
+chunks).  The field is a smooth synthetic one, and also the NCAR Trinidad
+topography grid when tests/data/ncar_field.py can read it (netCDF4 and
+libncarg-data present)."""
 import os
 import subprocess
 import sys
@@ -76,11 +81,48 @@ class Codec(fzdtest.DaemonTest):
             self.assertEqual(b.shape, f.shape)
             self.assertLessEqual(np.abs(b - f).max(), fzd.info(c.encode(f)).eb_abs)
 
-    def test_no_daemon_is_a_clear_error(self):
-        c = FZD(eb=1e-3, address="unix:" + self.fzd.socket + ".absent")
+    def test_no_daemon_same_archive(self):
+        a = smooth_field((90, 110), np.float32)
+        nowhere = FZD(eb=1e-3, address="unix:" + self.fzd.socket + ".absent")
+        daemon = FZD(eb=1e-3, address=self.fzd.address)
+        with fzd.Client(self.fzd.address) as c:
+            before = c.stats()["compress"]["count"]
+            arc = daemon.encode(a)
+            self.assertEqual(c.stats()["compress"]["count"], before + 1)
+            self.assertEqual(nowhere.encode(a), arc)  # in process: the same bytes
+            self.assertEqual(c.stats()["compress"]["count"], before + 1)
+            # Decoding never asks the daemon.
+            before = c.stats()["decompress"]["count"]
+            self.assertEqual(daemon.decode(arc).tobytes(), nowhere.decode(arc).tobytes())
+            self.assertEqual(c.stats()["decompress"]["count"], before)
+
+    def test_defaults_encode(self):
+        c = FZD()
+        self.assertEqual((c.pipeline, c.eb, c.mode), (None, 1e-4, "rel"))
+        a = smooth_field((100, 100), np.float32)
+        h = fzd.info(c.encode(a))
+        self.assertEqual(h.mode, "rel")
+        self.assertLessEqual(np.abs(c.decode(c.encode(a)) - a).max(), h.eb_abs)
+        ints = np.arange(5000, dtype=np.int16)
+        arc = c.encode(ints)
+        self.assertEqual(fzd.info(arc).eb_abs, 0)  # integers: lossless
+        self.assertTrue(np.array_equal(c.decode(arc), ints))
+
+    def test_decode_checks_out(self):
+        c = FZD(eb=1e-3)
+        a = smooth_field((64, 64), np.float32)
+        arc = c.encode(a)
+        wrong = np.zeros((64, 64), np.int32)  # same byte count
         with self.assertRaises(fzd.Error) as cm:
-            c.encode(np.zeros(10, np.float32))
-        self.assertEqual(cm.exception.name, "ECONNREFUSED")
+            c.decode(arc, out=wrong)
+        self.assertEqual(cm.exception.name, "EDTYPE")
+        self.assertFalse(wrong.any())
+        with self.assertRaises(fzd.Error) as cm:
+            c.decode(arc, out=np.zeros(100, np.float32))
+        self.assertEqual(cm.exception.name, "ENOSPC")
+        out = np.empty((64, 64), np.float32)
+        self.assertIs(c.decode(arc, out=out), out)
+        self.assertLessEqual(np.abs(out - a).max(), fzd.info(arc).eb_abs)
 
 
 class Zarr(fzdtest.DaemonTest):
@@ -138,6 +180,66 @@ class Zarr(fzdtest.DaemonTest):
         if f is None:
             self.skipTest("tests/data/ncar_field.py cannot read the NCAR field here")
         self.roundtrip(f, tuple(max(1, n // 2) for n in f.shape), eb=1e-4, mode="rel")
+
+
+READ = r"""
+import json, sys
+import numpy as np
+import zarr
+import fzd.numcodecs  # registers the codec: the source tree has no entry point
+
+out = sys.argv[1]
+res = {}
+for name in ("abs", "rel", "ints"):
+    z = zarr.open(out + "/%s.zarr" % name, mode="r")
+    a = np.load(out + "/%s.npy" % name)
+    back = z[...]
+    res[name] = {"max_error": float(np.abs(back.astype(np.float64) - a).max()),
+                 "range": float(a.max()) - float(a.min()),
+                 "exact": back.tobytes() == a.tobytes(), "codec": z.compressor.get_config()}
+print(json.dumps(res))
+"""
+
+
+class FreshReader(unittest.TestCase):
+    def test_store_reads_without_a_daemon(self):
+        import json
+        y, x = np.mgrid[0:500, 0:700].astype(np.float32)
+        field = (np.sin(x / 40) * np.cos(y / 30) * 50 + 100 + y / 10).astype(np.float32)
+        ints = (np.arange(210000, dtype=np.int32) * 7919 % 100003).reshape(300, 700)
+        with tempfile.TemporaryDirectory(prefix="fzd-zarr2-") as tmp:
+            daemon = fzdtest.Daemon()
+            try:
+                with fzd.Client(daemon.address) as c:
+                    before = c.stats()["compress"]["count"]
+                    chunks = 0
+                    # zarr pads edge chunks with the array's fill value (0
+                    # here); given to the codec, it stays out of REL's range.
+                    for name, a, comp in (
+                            ("abs", field, FZD(eb=0.01, mode="abs", address=daemon.address)),
+                            ("rel", field, FZD(eb=1e-3, mode="rel", fill_value=0,
+                                               address=daemon.address)),
+                            ("ints", ints, FZD(address=daemon.address))):
+                        z = zarr.open(os.path.join(tmp, name + ".zarr"), mode="w", shape=a.shape,
+                                      chunks=(128, 256), dtype=a.dtype, compressor=comp,
+                                      fill_value=0)
+                        z[...] = a
+                        chunks += z.nchunks
+                        np.save(os.path.join(tmp, name + ".npy"), a)
+                    self.assertEqual(c.stats()["compress"]["count"] - before, chunks)
+            finally:
+                daemon.stop()
+            env = {k: v for k, v in os.environ.items() if k != "FZD_SOCKET"}
+            env["FZD_SOCKET"] = "unix:/nonexistent/fzd.sock"
+            r = subprocess.run([sys.executable, "-c", READ, tmp], env=env, capture_output=True,
+                               text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            res = json.loads(r.stdout)
+        self.assertLessEqual(res["abs"]["max_error"], 0.01)
+        self.assertGreater(res["abs"]["max_error"], 0)
+        self.assertLessEqual(res["rel"]["max_error"], 1e-3 * res["rel"]["range"])
+        self.assertTrue(res["ints"]["exact"])
+        self.assertEqual(res["ints"]["codec"]["pipeline"], None)
 
 
 if __name__ == "__main__":
