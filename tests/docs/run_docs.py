@@ -2,8 +2,8 @@
 """Runs the examples of one document (README.md or docs/*.md), as a user who
 installed fzd would run them.
 
-A fenced block runs when the word `run` follows its language in the info
-string:
+A fenced block (its fence at the start of a line) runs when the word `run`
+follows its language in the info string:
 
     ```sh run            the block is a shell script (sh -e; `bash run`: bash -e)
     ```python run        the block is run by python3
