@@ -74,10 +74,13 @@ def role_write_new(path):
 
 def role_write_legacy(path):
     """Without any plugin: the new file's datasets under 305, their
-    parameters and stored chunks as they are; a real LZO dataset (PyTables
-    imported registers LZO at 305), a gzip one; and the hostile ones."""
+    parameters and stored chunks as they are (PyTables imported registers
+    LZO at 305, which keeps parameters as given, so that a mandatory 305
+    can be set as C writers set it); a real LZO dataset, a gzip one; and
+    the hostile ones."""
     import h5py
     import fzd.h5
+    import tables  # noqa: F401
     from h5py import h5d, h5p, h5z
     new = path + ".new"
     with h5py.File(new, "r") as fin, h5py.File(path, "w") as fout:
@@ -86,7 +89,9 @@ def role_write_legacy(path):
             _, cd = fzd.h5._filter_params(src.id.get_create_plist(), NEW)
             dcpl = h5p.create(h5p.DATASET_CREATE)
             dcpl.set_chunk(src.chunks)
-            dcpl.set_filter(LEGACY, h5z.FLAG_OPTIONAL, cd)
+            # run1/t as C writers set it (mandatory), the others as h5py does.
+            dcpl.set_filter(LEGACY, h5z.FLAG_MANDATORY if name == "run1/t" else h5z.FLAG_OPTIONAL,
+                            cd)
             grp = fout.require_group(os.path.dirname(name) or "/")
             dst = h5d.create(grp.id, os.path.basename(name).encode(), src.id.get_type(),
                              src.id.get_space(), dcpl=dcpl)
@@ -110,7 +115,6 @@ def role_write_legacy(path):
             dst = h5d.create(grp.id, os.path.basename(name).encode(),
                              h5py.h5t.IEEE_F32LE, h5py.h5s.create_simple((100,)), dcpl=dcpl)
             dst.write_direct_chunk((0,), data, 0)
-    import tables  # noqa: F401  (LZO at 305, in this process's HDF5)
     with h5py.File(path, "a") as f:
         f.create_dataset("lzo", data=np.arange(1000, dtype="f8"), chunks=(250,), compression=LEGACY)
         check(f["lzo"].id.get_create_plist().get_filter(0)[3] == b"lzo", "no LZO dataset")
@@ -158,6 +162,10 @@ def role_read_migrated(path):
             ids = [d.id.get_create_plist().get_filter(i)[0]
                    for i in range(d.id.get_create_plist().get_nfilters())]
             check(ids == [NEW], "%s: filters %r after migrate" % (name, ids))
+            import fzd.h5
+            was = fzd.h5._filter_params(old[name].id.get_create_plist(), LEGACY)
+            now = fzd.h5._filter_params(d.id.get_create_plist(), NEW)
+            check(now == was, "%s: flags and parameters %r became %r" % (name, was, now))
             want = legacy[name.replace("/", "_")]
             check(v.dtype == want.dtype and v.tobytes() == want.tobytes(),
                   "%s: the migrated values differ from the legacy read" % name)
@@ -238,7 +246,9 @@ def run(plugin_dir, pythonpath):
               r.stderr, "with no HDF5 loaded the plugin did not say why: %r" % r.stderr)
 
         migrated = os.path.join(tmp, "migrated.h5")
-        env = dict(base, HDF5_PLUGIN_PATH=empty)  # migrate decodes nothing
+        # Migrate decodes nothing, but HDF5 creates no dataset with a
+        # mandatory filter it cannot find: the plugin is on the path.
+        env = dict(base, HDF5_PLUGIN_PATH=plugin_dir)
         child("migrate", legacy, env, [sys.executable, "-m", "fzd.h5", "migrate", legacy, migrated])
         check_env = dict(base, HDF5_PLUGIN_PATH=only_new, FZD_TEST_LEGACY=legacy,
                          FZD_TEST_LEGACY_NPZ=legacy + ".legacy.npz")

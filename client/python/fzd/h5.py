@@ -220,7 +220,13 @@ def _migrate_dataset(src, group, name):
     for code, _, _, _ in filters:
         flags, cd = full[code]
         dcpl.set_filter(FILTER_ID if code == LEGACY_FILTER_ID else code, flags, cd)
-    dst = h5d.create(group.id, name.encode(), src.id.get_type(), src.id.get_space(), dcpl=dcpl)
+    try:
+        dst = h5d.create(group.id, name.encode(), src.id.get_type(), src.id.get_space(),
+                         dcpl=dcpl)
+    except (OSError, ValueError) as e:
+        raise RuntimeError("%s: %s (HDF5 creates no dataset with a mandatory filter it cannot "
+                           "find: put libh5z_fzd.so's folder on HDF5_PLUGIN_PATH)"
+                           % (src.name, e)) from e
     for i in range(src.id.get_num_chunks()):
         info = src.id.get_chunk_info(i)
         mask, data = src.id.read_direct_chunk(info.chunk_offset)
