@@ -56,8 +56,7 @@ int h5zf_compress(const h5zf_spec *spec, void *buf, size_t in_len, size_t buf_ca
  * chunk of chunk's dtype and dims (the only fields read): the size comes
  * from them, never from the archive, and an archive of another type or
  * shape is refused (FZ_EDTYPE, FZ_ESHAPE) before anything is allocated. */
-int h5zf_decompress(const h5zf_spec *chunk, const void *arc, size_t arc_len,
-                    const h5zf_mem *mem, void **out, size_t *out_len, char *why,
-                    size_t why_len);
+int h5zf_decompress(const h5zf_spec *chunk, const void *arc, size_t arc_len, const h5zf_mem *mem,
+                    void **out, size_t *out_len, char *why, size_t why_len);
 
 #endif /* H5ZF_CODEC_H */
