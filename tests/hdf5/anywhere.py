@@ -128,7 +128,7 @@ def venv_python(venv):
     """The venv's interpreter, made (and the packages installed) when it
     does not import them yet; kept in the build directory between runs."""
     py = os.path.join(venv, "bin", "python")
-    probe = "import " + ", ".join(p if p != "netCDF4" else "netCDF4" for p in VENV_PACKAGES)
+    probe = "import " + ", ".join(VENV_PACKAGES)
     if os.path.exists(py) and subprocess.run([py, "-c", probe]).returncode == 0:
         return py
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--clear", venv], check=True)

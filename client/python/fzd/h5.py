@@ -191,21 +191,25 @@ def _completed_layout(cd):
 
 
 def _copy_attrs(src, dst):
-    from h5py import h5a
+    """Every attribute of src onto dst, in its own stored type."""
+    import numpy as np
+    from h5py import h5a, h5t
     for name in src.attrs:
         aid = h5a.open(src.id, name.encode())
         tid = aid.get_type()
-        if tid.get_class() == 7:  # H5T_REFERENCE
+        if tid.get_class() == h5t.REFERENCE:
             raise RuntimeError("%s: attribute %r holds object references, which a copy "
                                "cannot keep" % (src.name, name))
         out = h5a.create(dst.id, name.encode(), tid, aid.get_space())
-        import numpy as np
         buf = np.empty(aid.shape, dtype=aid.dtype)
         aid.read(buf, mtype=tid)
         out.write(buf, mtype=tid)
 
 
 def _migrate_dataset(src, group, name):
+    """A copy of src named name in group, 305 renamed FILTER_ID, its stored
+    chunks as they are; returns the number of chunks."""
+    import h5py
     from h5py import h5d
     dcpl = src.id.get_create_plist()
     filters = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
@@ -231,7 +235,6 @@ def _migrate_dataset(src, group, name):
         info = src.id.get_chunk_info(i)
         mask, data = src.id.read_direct_chunk(info.chunk_offset)
         dst.write_direct_chunk(info.chunk_offset, data, mask)
-    import h5py
     _copy_attrs(src, h5py.Dataset(dst))
     return src.id.get_num_chunks()
 
