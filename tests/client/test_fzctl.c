@@ -360,6 +360,10 @@ Test(fzctl, exit_codes) {
   int rc = fzctl("-S unix:./nobody.sock status", NULL, &err);
   cr_assert_eq(rc, 2, "%s", err);
   cr_assert(strstr(err, "nobody.sock") != NULL, "%s", err);
+  /* The advice names every way of starting fzd and where each listens. */
+  cr_assert(strstr(err, "'systemctl start fzd'") && strstr(err, "/run/fzd/fzd.sock") &&
+                strstr(err, "$XDG_RUNTIME_DIR/fzd/fzd.sock") && strstr(err, "--socket PATH"),
+            "%s", err);
   free(err);
   rc = fzctl("-S ./nobody.sock submit --dtype f32 --eb 1e-3 a.f32", NULL, &err);
   cr_assert_eq(rc, 2, "%s", err);
