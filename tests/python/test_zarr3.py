@@ -14,9 +14,11 @@ point; nothing imports fzd first) and reads every array: an ABS array and
 a REL array with edge chunks (zarr pads them with the fill value, which
 the codec keeps out of REL's range) within 1.0x their bound, f64 through
 the ratio preset, integers and a 0-d array bit for bit, shape ()
-included."""
+included.  The zarr 3 example of docs/python.md (its "python zarr3"
+block) runs with the same environment and no daemon."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,6 +160,20 @@ class Zarr3(unittest.TestCase):
         self.assertEqual(res["ints"]["dtype"], "int32")
         self.assertTrue(res["scalar"]["exact"])
         self.assertEqual(res["scalar"]["shape"], [])
+
+    def test_docs_example(self):
+        path = os.path.join(os.environ["FZD_SOURCE_DIR"], "docs", "python.md")
+        with open(path) as f:
+            (code,) = re.findall(r"^```python zarr3\n(.*?)\n```$", f.read(), re.S | re.M)
+        site = os.path.join(os.environ["FZD_PY_BUILD_DIR"], "site")
+        with tempfile.TemporaryDirectory(prefix="fzd-zarr3-docs-") as tmp:
+            r = subprocess.run([venv_python(), "-c", code], capture_output=True, text=True,
+                               env=clean_env(PYTHONPATH=site, TMPDIR=tmp,
+                                             FZD_SOCKET="unix:/nonexistent/fzd.sock"),
+                               cwd=tmp, timeout=300)
+        self.assertEqual(r.returncode, 0, code + "\n" + r.stdout + r.stderr)
+        self.assertIn("FZDCodec(pipeline=None, eb=0.01, mode='abs'", r.stdout)
+        self.assertIn(" 9 chunks", r.stdout)
 
 
 if __name__ == "__main__":
