@@ -151,11 +151,8 @@ int fz_bslz4_block_decompress(fz_bslz4_codec codec, const void *src, size_t clen
 
 /* The engine's bitshuffle stage uses this very layout (plane 8j + b is bit
  * b of byte j, padding only when n is not a multiple of 8, which a block
- * never is), so a block is one call of it. */
-void fz_bitunshuffle_block(const void *in, size_t n, size_t elem_size, void *out) {
-  fze_bitshuffle_decode((unsigned)elem_size, in, n, out);
-}
-
+ * never is), so a block is one call of it.  The unshuffle, which every
+ * dense decode runs, is bslz4_unshuffle.c's. */
 void fz_bitshuffle_block(const void *in, size_t n, size_t elem_size, void *out) {
   fze_bitshuffle_encode((unsigned)elem_size, in, n, out);
 }
