@@ -10,7 +10,8 @@ sees only that folder (no FZD_ENGINE_LIB, no daemon) imports fzd from it,
 reports the project's version in fzd.__version__ and in the metadata of
 the distribution pyfzd, finds the numcodecs codec and the zarr 3 codec
 through their entry points before anything imported them, runs the
-engine inside the package, and finds the plugins in fzd/plugins.  The
+engine inside the package, finds the plugins in fzd/plugins, and writes
+and reads an HDF5 dataset with them through Debian's h5py.  The
 installed folder is test_python_zarr3's (a ctest fixture)."""
 import os
 import shutil
@@ -46,6 +47,14 @@ assert np.abs(codec.decode(enc) - a).max() <= 0.01
 for name in ("libh5z_fzd.so", "libh5z_fzd_legacy.so"):
     plugin = ctypes.CDLL(os.path.join(site, "fzd", "plugins", name))
     assert plugin.H5PLget_plugin_type and plugin.H5PLget_plugin_info
+# The installed plugin writes and reads through h5py, with no daemon.
+import h5py, fzd.h5
+assert fzd.h5.PLUGIN_PATH == os.path.join(site, "fzd", "plugins"), fzd.h5.PLUGIN_PATH
+with h5py.File("t.h5", "w") as f:
+    f.create_dataset("t", data=a, chunks=(64, 100), **fzd.h5.filter(eb=1e-3, mode="abs"))
+with h5py.File("t.h5", "r") as f:
+    assert str(fzd.h5.FILTER_ID) in f["t"]._filters, f["t"]._filters
+    assert np.abs(f["t"][...] - a).max() <= 1e-3
 print(fzd.__version__, importlib.metadata.version("pyfzd"))
 """
 
@@ -103,8 +112,9 @@ class Install(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("fzd: HDF5 filter plugin built", r.stdout + r.stderr)
         env["PYTHONPATH"] = site
-        r = subprocess.run([sys.executable, "-c", CHECK, site], env=env, cwd=site,
-                           capture_output=True, text=True, timeout=120)
+        with tempfile.TemporaryDirectory(prefix="fzd-pip-check-") as tmp:
+            r = subprocess.run([sys.executable, "-c", CHECK, site], env=env, cwd=tmp,
+                               capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         sys.path.insert(0, os.path.join(root, "client", "python"))
         import fzd
