@@ -19,8 +19,10 @@
  * parameters (cd_values[4]: 2 LZ4, 3 zstd) do, so every call takes it.
  *
  * The per-block steps are separate calls (the header walk, the block
- * decompression, the bit transposes, the cut of one block) so a port to
- * another device can mirror them one by one and test each against them.
+ * decompression, the bit transposes) so a port to another device can
+ * mirror them one by one and test each against them; the cut of a block and
+ * the compaction by prefix sums are frames.c's named steps (cut_of,
+ * cut_tile, cut_block), whose results fz_frames_sparse lists.
  *
  * Every fallible call returns an int: >= 0 on success, a negative fz_errno
  * code on failure, with a one-line reason in `why` (which may be NULL).

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h" /* fze_set_avx2: the plain C paths too */
 #include "fz_frames.h"
 
 static uint64_t rng_state;
@@ -372,6 +373,31 @@ Test(frames, sparse_every_dtype_size_and_cut) {
       for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++)
         check_sparse(dtypes[d], ns[k], k % 2 ? 0 : 520, NULL, cuts[c],
                      c % 3 ? FZ_BSLZ4_LZ4 : FZ_BSLZ4_ZSTD);
+}
+
+/* The same without AVX2: the cut and the unshuffle have plain C twins. */
+Test(frames, sparse_without_avx2) {
+  fze_set_avx2(false);
+  rng_state = 14;
+  size_t ns[] = {77, 4099, 33333};
+  double cuts[] = {-17, -0.0, 2, 7.5, NAN};
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++)
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+      for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++)
+        check_sparse(dtypes[d], ns[k], k % 2 ? 0 : 520, NULL, cuts[c], FZ_BSLZ4_LZ4);
+}
+
+Test(bitshuffle, without_avx2) {
+  fze_set_avx2(false);
+  rng_state = 15;
+  for (size_t s = 0; s < 4; s++) {
+    size_t w = sizes[s], n = 8200;
+    uint8_t *in = random_bytes(n * w), *ref = malloc(n * w), *back = malloc(n * w);
+    reference_shuffle(in, n, w, ref);
+    fz_bitunshuffle_block(ref, n, w, back);
+    cr_assert(memcmp(in, back, n * w) == 0, "unshuffle w=%zu", w);
+    free(in), free(ref), free(back);
+  }
 }
 
 Test(frames, sparse_with_masks) {
