@@ -15,6 +15,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "bslz4.h"
 #include "engine.h"
 #include "fz_frames.h"
 
@@ -88,29 +89,27 @@ int fz_bslz4_layout_of(const void *chunk, size_t len, size_t elem_size, fz_bslz4
   return 0;
 }
 
-int fz_bslz4_walk(const void *chunk, size_t len, const fz_bslz4_layout *lay, uint64_t *starts,
-                  char *why, size_t why_len) {
-  const uint8_t *c = chunk;
-  if (!chunk || !lay || !starts || len < FZ_BSLZ4_HEADER)
-    return FZ_EINVAL;
-  size_t pos = FZ_BSLZ4_HEADER;
-  for (size_t i = 0; i < lay->nblocks; i++) {
-    if (len - pos < 4) {
-      fze_why(why, why_len, "bslz4: chunk ends at byte %zu, inside the length of block %zu of %zu",
-              len, i, lay->nblocks);
-      return FZ_ETRUNC;
-    }
-    uint32_t clen = be32(c + pos);
-    starts[i] = pos;
-    pos += 4;
-    if (clen == 0 || clen > len - pos) {
-      fze_why(why, why_len, "bslz4: block %zu of %zu claims %u bytes at byte %zu, %zu are left", i,
-              lay->nblocks, clen, pos, len - pos);
-      return clen ? FZ_ETRUNC : FZ_ECORRUPT;
-    }
-    pos += clen;
+int fze_bslz4_next(const uint8_t *c, size_t len, size_t *pos, size_t i, size_t nblocks,
+                   size_t *clen, char *why, size_t why_len) {
+  size_t p = *pos;
+  if (len - p < 4) {
+    fze_why(why, why_len, "bslz4: chunk ends at byte %zu, inside the length of block %zu of %zu",
+            len, i, nblocks);
+    return FZ_ETRUNC;
   }
-  starts[lay->nblocks] = pos;
+  uint32_t n = be32(c + p);
+  p += 4;
+  if (n == 0 || n > len - p) {
+    fze_why(why, why_len, "bslz4: block %zu of %zu claims %u bytes at byte %zu, %zu are left", i,
+            nblocks, n, p, len - p);
+    return n ? FZ_ETRUNC : FZ_ECORRUPT;
+  }
+  *clen = n;
+  *pos = p + n;
+  return 0;
+}
+
+int fze_bslz4_end(size_t len, size_t pos, const fz_bslz4_layout *lay, char *why, size_t why_len) {
   size_t tail = lay->tail_elems * lay->elem_size;
   if (len - pos != tail) {
     fze_why(why, why_len, "bslz4: %zu bytes follow the last block, the %zu-element tail is %zu",
@@ -118,6 +117,21 @@ int fz_bslz4_walk(const void *chunk, size_t len, const fz_bslz4_layout *lay, uin
     return len - pos < tail ? FZ_ETRUNC : FZ_ECORRUPT;
   }
   return 0;
+}
+
+int fz_bslz4_walk(const void *chunk, size_t len, const fz_bslz4_layout *lay, uint64_t *starts,
+                  char *why, size_t why_len) {
+  if (!chunk || !lay || !starts || len < FZ_BSLZ4_HEADER)
+    return FZ_EINVAL;
+  size_t pos = FZ_BSLZ4_HEADER, clen;
+  for (size_t i = 0; i < lay->nblocks; i++) {
+    starts[i] = pos;
+    int rc = fze_bslz4_next(chunk, len, &pos, i, lay->nblocks, &clen, why, why_len);
+    if (rc < 0)
+      return rc;
+  }
+  starts[lay->nblocks] = pos;
+  return fze_bslz4_end(len, pos, lay, why, why_len);
 }
 
 int fz_bslz4_block_decompress(fz_bslz4_codec codec, const void *src, size_t clen, void *dst,

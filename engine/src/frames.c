@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bslz4.h"
 #include "engine.h"
 #include "fz_frames.h"
 
@@ -52,8 +53,6 @@ struct fz_frames {
   float *wf;
   int32_t *wi;
   /* Scratch, grown on demand and kept. */
-  uint64_t *starts;
-  size_t starts_cap;
   uint8_t *block, *unshuffled; /* one block each, + 8 bytes for word loads */
   size_t block_cap;
   uint8_t *dense;     /* one frame, for the matrix product */
@@ -283,7 +282,6 @@ size_t fz_frames_rows(const fz_frames *f) {
 }
 
 static void free_scratch(fz_frames *f) {
-  free(f->starts);
   free(f->block);
   free(f->unshuffled);
   free(f->dense);
@@ -409,15 +407,8 @@ err_frames:
   return rc;
 }
 
-/* Grows the per-chunk scratch to nblocks headers and blocks of bbytes. */
-static int reserve(fz_frames *f, size_t nblocks, size_t bbytes) {
-  if (nblocks + 1 > f->starts_cap) {
-    free(f->starts);
-    f->starts = malloc((nblocks + 1) * sizeof *f->starts);
-    f->starts_cap = f->starts ? nblocks + 1 : 0;
-    if (!f->starts)
-      return FZ_ENOMEM;
-  }
+/* Grows the per-chunk scratch to blocks of bbytes. */
+static int reserve(fz_frames *f, size_t bbytes) {
   if (bbytes > f->block_cap) {
     free(f->block);
     free(f->unshuffled);
@@ -432,7 +423,7 @@ static int reserve(fz_frames *f, size_t nblocks, size_t bbytes) {
   return 0;
 }
 
-/* Steps 1 and 2 for a chunk of this decoder's frames. */
+/* Step 1 for a chunk of this decoder's frames, and its scratch. */
 static int open_chunk(fz_frames *f, const void *chunk, size_t len, fz_bslz4_layout *lay, char *why,
                       size_t why_len) {
   int rc = fz_bslz4_layout_of(chunk, len, f->w, lay, why, why_len);
@@ -446,11 +437,20 @@ static int open_chunk(fz_frames *f, const void *chunk, size_t len, fz_bslz4_layo
   size_t bbytes = lay->nblocks ? lay->block_elems * f->w : 0;
   if (lay->nblocks == 1)
     bbytes = lay->last_elems * f->w;
-  if ((rc = reserve(f, lay->nblocks, bbytes)) < 0) {
+  if ((rc = reserve(f, bbytes)) < 0)
     fze_why(why, why_len, "frames: out of memory for blocks of %zu bytes", bbytes);
+  return rc;
+}
+
+/* Steps 2 and 3 for block i: its length checked (the walk, as it goes),
+ * then its data decompressed into the decoder's block. */
+static int next_block(fz_frames *f, const uint8_t *ch, size_t len, const fz_bslz4_layout *lay,
+                      size_t i, size_t *pos, size_t n, char *why, size_t why_len) {
+  size_t clen, at = *pos + 4;
+  int rc = fze_bslz4_next(ch, len, pos, i, lay->nblocks, &clen, why, why_len);
+  if (rc < 0)
     return rc;
-  }
-  return fz_bslz4_walk(chunk, len, lay, f->starts, why, why_len);
+  return fz_bslz4_block_decompress(f->codec, ch + at, clen, f->block, n * f->w, why, why_len);
 }
 
 static int product(fz_frames *f, const uint8_t *frame, double *pf, int64_t *pi, char *why,
@@ -560,13 +560,11 @@ int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut
   const uint8_t *ch = chunk;
   size_t w = f->w, total = 0;
   uint8_t *ov = out->values;
+  size_t pos = FZ_BSLZ4_HEADER;
   for (size_t i = 0; i < lay.nblocks; i++) {
     size_t n = i + 1 < lay.nblocks ? lay.block_elems : lay.last_elems;
     size_t base = i * lay.block_elems;
-    rc = fz_bslz4_block_decompress(f->codec, ch + f->starts[i] + 4,
-                                   f->starts[i + 1] - f->starts[i] - 4, f->block, n * w, why,
-                                   why_len);
-    if (rc < 0)
+    if ((rc = next_block(f, ch, len, &lay, i, &pos, n, why, why_len)) < 0)
       return rc;
     memset(f->block + n * w, 0, 8);
     if (want_product)
@@ -597,8 +595,10 @@ int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut
     }
   }
   /* The verbatim tail: fewer than 8 pixels, compared one by one. */
+  if ((rc = fze_bslz4_end(len, pos, &lay, why, why_len)) < 0)
+    return rc;
   size_t t0 = lay.nelems - lay.tail_elems;
-  const uint8_t *tail = ch + f->starts[lay.nblocks];
+  const uint8_t *tail = ch + pos;
   if (want_product)
     memcpy(f->dense + t0 * w, tail, lay.tail_elems * w);
   for (size_t e = 0; e < lay.tail_elems && c.mode != CUT_NONE; e++) {
@@ -675,16 +675,16 @@ int fz_frames_dense(fz_frames *f, const void *chunk, size_t len, void *out, size
   const uint8_t *ch = chunk;
   uint8_t *o = out;
   size_t w = f->w;
+  size_t pos = FZ_BSLZ4_HEADER;
   for (size_t i = 0; i < lay.nblocks; i++) {
     size_t n = i + 1 < lay.nblocks ? lay.block_elems : lay.last_elems;
-    rc = fz_bslz4_block_decompress(f->codec, ch + f->starts[i] + 4,
-                                   f->starts[i + 1] - f->starts[i] - 4, f->block, n * w, why,
-                                   why_len);
-    if (rc < 0)
+    if ((rc = next_block(f, ch, len, &lay, i, &pos, n, why, why_len)) < 0)
       return rc;
     fz_bitunshuffle_block(f->block, n, w, o + i * lay.block_elems * w);
   }
-  memcpy(o + (lay.nelems - lay.tail_elems) * w, ch + f->starts[lay.nblocks], lay.tail_elems * w);
+  if ((rc = fze_bslz4_end(len, pos, &lay, why, why_len)) < 0)
+    return rc;
+  memcpy(o + (lay.nelems - lay.tail_elems) * w, ch + pos, lay.tail_elems * w);
   return product(f, o, powder_f64, powder_i64, why, why_len);
 }
 
