@@ -54,18 +54,18 @@ size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks,
 }
 
 /* The lowest version that holds the archive, so that archives without the
- * newer features stay readable by every older decoder: 3 for the ratio
- * stages or chunks above 32 KiB, else 2 for a fill value, else 1. */
+ * newer features stay readable by every older decoder: 4 for the
+ * byteplanes stage, else 3 for the other ratio stages or chunks above
+ * 32 KiB, else 2 for a fill value, else 1. */
 unsigned fze_format_version(const fze_chain *c, unsigned chunk_bytes) {
-  bool fill = false;
-  if (chunk_bytes > FZ_CHUNK_MAX)
-    return FZE_FORMAT_VERSION_RATIO;
+  bool fill = false, ratio = chunk_bytes > FZ_CHUNK_MAX;
   for (unsigned i = 0; i < c->n; i++) {
-    if (fze_stage_is_ratio(c->st[i].id))
-      return FZE_FORMAT_VERSION_RATIO;
+    if (c->st[i].id == FZE_STAGE_BYTEPLANES)
+      return FZE_FORMAT_VERSION_PLANES;
+    ratio |= fze_stage_is_ratio(c->st[i].id);
     fill |= c->st[i].id == FZE_STAGE_QUANT && c->st[i].has_fill;
   }
-  return fill ? FZE_FORMAT_VERSION_FILL : FZE_FORMAT_VERSION;
+  return ratio ? FZE_FORMAT_VERSION_RATIO : fill ? FZE_FORMAT_VERSION_FILL : FZE_FORMAT_VERSION;
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -147,7 +147,7 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
   if (len < 8)
     return FZ_ETRUNC;
   unsigned version = arc[4];
-  if (version < FZE_FORMAT_VERSION || version > FZE_FORMAT_VERSION_RATIO)
+  if (version < FZE_FORMAT_VERSION || version > FZE_FORMAT_VERSION_PLANES)
     return FZ_EVERSION;
   h->version = version;
   h->table_w = fze_table_width(version);
@@ -218,6 +218,9 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
     }
     /* The ratio stages came with version 3. */
     if (fze_stage_is_ratio(st->id) && version < FZE_FORMAT_VERSION_RATIO)
+      return FZ_ECORRUPT;
+    /* byteplanes came with version 4. */
+    if (st->id == FZE_STAGE_BYTEPLANES && version < FZE_FORMAT_VERSION_PLANES)
       return FZ_ECORRUPT;
     pos += pl;
   }

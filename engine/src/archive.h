@@ -15,6 +15,10 @@
  * 1 MiB and a chunk table of u32 entries; it is written only by archives
  * that use one of them, and carries the fill value as version 2 does. */
 #define FZE_FORMAT_VERSION_RATIO 3
+/* Version 4 is version 3 plus the byteplanes stage (the lossless-ratio
+ * preset), so that a decoder that predates the stage refuses its archives
+ * with EVERSION, not as corrupt. */
+#define FZE_FORMAT_VERSION_PLANES 4
 
 typedef struct fze_header {
   fz_dtype dtype;

@@ -244,6 +244,17 @@ Test(byteplanes, hostile_archives, .timeout = 120) {
   fze_header h;
   cr_assert_eq(fze_header_parse(a, len, &h), 0);
   cr_assert_lt(len, n * 4 / 2, "the chunks are coded");
+  /* Version 4, which no decoder before the stage reads; the stage in a
+   * version-3 header (checksum made good) is corrupt. */
+  cr_assert_eq(a[4], 4);
+  memcpy(b, a, len);
+  b[4] = 3;
+  uint32_t hc = fze_crc32c(0, b, h.header_len - 4);
+  for (int i = 0; i < 4; i++)
+    b[h.header_len - 4 + (size_t)i] = (uint8_t)(hc >> (8 * i));
+  cr_assert_eq(fz_decompress(b, len, y, n * 4, &ylen, 1), FZ_ECORRUPT);
+  b[4] = 5;
+  cr_assert_eq(fz_decompress(b, len, y, n * 4, &ylen, 1), FZ_EVERSION);
   for (size_t at = h.header_len; at < len; at++)
     for (int flip = 0; flip < 3; flip++) {
       memcpy(b, a, len);

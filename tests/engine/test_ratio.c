@@ -320,7 +320,7 @@ Test(ratio, hostile_stage_parameters) {
   reseal_header(b, hl);
   cr_assert_eq(decode(b, len), FZ_ECORRUPT);
   memcpy(b, a, len);
-  b[4] = 4;
+  b[4] = 5; /* after the last version (4, byteplanes) */
   cr_assert_eq(decode(b, len), FZ_EVERSION);
   /* An unknown stage id in place of huffman. */
   memcpy(b, a, len);
