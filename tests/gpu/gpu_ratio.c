@@ -274,6 +274,36 @@ Test(ratio, other_chains_are_left_to_the_cpu) {
   free(x);
 }
 
+/* The lossless-ratio preset (lorenzo | byteplanes, format version 4) has
+ * no kernels: the decoder and the plan answer ENOSYS, so that fzd runs the
+ * CPU engine, for floats and integers alike. */
+Test(ratio, lossless_ratio_is_left_to_the_cpu) {
+  const fz_dtype types[2] = {FZ_F32, FZ_I16};
+  shape s = {2, {37, 61}};
+  for (unsigned k = 0; k < 2; k++) {
+    size_t w = fz_dtype_size(types[k]), len, ol;
+    /* field() smooths floats only: integers take generated noise. */
+    void *x = field(&s, types[k], types[k] == FZ_F32 ? GEN_SMOOTH : GEN_NOISE, 3);
+    uint8_t *a = cpu_archive(&s, types[k], x, "lossless-ratio", FZ_EB_REL, 0, 0, &len);
+    cr_assert_eq(a[4], 4);
+    void *d_arc = to_device(a, len), *d_out = NULL;
+    CUDA_OK(cudaMalloc(&d_out, count(&s) * w));
+    char why[256] = "";
+    int rc = fz_gpu_decompress(test_ctx(), d_arc, len, d_out, count(&s) * w, &ol, NULL, why,
+                               sizeof why);
+    cr_assert_eq(rc, FZ_ENOSYS, "%s: %s", fz_err_name(rc), why);
+    fz_params p = params(&s, types[k], "lossless-ratio", FZ_EB_REL, 0, 0);
+    fz_gpu_plan *pl = NULL;
+    rc = fz_gpu_plan_create(test_ctx(), &p, 0, &pl, why, sizeof why);
+    cr_assert_eq(rc, FZ_ENOSYS, "%s: %s", fz_err_name(rc), why);
+    cr_assert_null(pl);
+    CUDA_OK(cudaFree(d_arc));
+    CUDA_OK(cudaFree(d_out));
+    free(a);
+    free(x);
+  }
+}
+
 /* Bytes of the payload flipped (every stride-th, three ways), the CRCs
  * recomputed; and cuts. */
 static void hostile(const uint8_t *a, size_t len, size_t raw, size_t stride, const char *what) {
