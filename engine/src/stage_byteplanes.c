@@ -26,15 +26,44 @@
  * bytes, so three bytes; five is what fze_get_varint allows. */
 #define LEN_MAX 5u
 
-static void gather(unsigned w, const uint8_t *words, size_t n, unsigned p, uint8_t *plane,
-                   uint8_t *any) {
+/* Plane p of the words, and whether any of its bytes is not 0.  Called
+ * with a constant w, so that the compiler sees the stride. */
+static inline __attribute__((always_inline)) uint8_t
+gather_w(unsigned w, const uint8_t *words, size_t n, unsigned p, uint8_t *plane) {
   uint8_t or = 0;
   for (size_t i = 0; i < n; i++) {
     uint8_t b = words[i * w + p];
     plane[i] = b;
     or |= b;
   }
-  *any = or;
+  return or;
+}
+
+static uint8_t gather(unsigned w, const uint8_t *words, size_t n, unsigned p, uint8_t *plane) {
+  switch (w) {
+  case 2: return gather_w(2, words, n, p, plane);
+  case 4: return gather_w(4, words, n, p, plane);
+  default: return gather_w(8, words, n, p, plane);
+  }
+}
+
+/* Plane p of the words from its bytes (NULL: zeros). */
+static inline __attribute__((always_inline)) void
+scatter_w(unsigned w, const uint8_t *bytes, size_t n, unsigned p, uint8_t *words) {
+  if (bytes == NULL)
+    for (size_t i = 0; i < n; i++)
+      words[i * w + p] = 0;
+  else
+    for (size_t i = 0; i < n; i++)
+      words[i * w + p] = bytes[i];
+}
+
+static void scatter(unsigned w, const uint8_t *bytes, size_t n, unsigned p, uint8_t *words) {
+  switch (w) {
+  case 2: scatter_w(2, bytes, n, p, words); break;
+  case 4: scatter_w(4, bytes, n, p, words); break;
+  default: scatter_w(8, bytes, n, p, words); break;
+  }
 }
 
 size_t fze_byteplanes_encode(unsigned w, const void *words, size_t n, uint8_t *out,
@@ -54,7 +83,7 @@ size_t fze_byteplanes_encode(unsigned w, const void *words, size_t n, uint8_t *o
       for (size_t i = 0; i < n && !any; i++)
         any = in[i];
     } else {
-      gather(w, in, n, p, plane, &any);
+      any = gather(w, in, n, p, plane);
       src = plane;
     }
     size_t len = 0;
@@ -105,12 +134,8 @@ int fze_byteplanes_decode(unsigned w, const uint8_t *in, size_t in_len, void *wo
         memset(out, 0, n);
       else if (bytes != out)
         memcpy(out, bytes, n);
-    } else if (bytes == NULL) {
-      for (size_t i = 0; i < n; i++)
-        out[i * w + p] = 0;
     } else {
-      for (size_t i = 0; i < n; i++)
-        out[i * w + p] = bytes[i];
+      scatter(w, bytes, n, p, out);
     }
     src += l;
   }
