@@ -13,7 +13,8 @@
 #include "fz.h"
 
 static const char usage[] =
-    "usage: fz_lossless_bench [-r REPEAT] [-t THREADS] -p PIPELINE DTYPE D0[xD1...] FILE\n";
+    "usage: fz_lossless_bench [-r REPEAT] [-t THREADS] [-c CHUNK_BYTES] -p PIPELINE DTYPE\n"
+    "                         D0[xD1...] FILE\n";
 
 static double now(void) {
   struct timespec ts;
@@ -34,13 +35,14 @@ static unsigned parse_dims(const char *s, uint64_t *dims) {
 }
 
 int main(int argc, char **argv) {
-  unsigned repeat = 3, threads = 1;
+  unsigned repeat = 3, threads = 1, chunk = 0;
   const char *pipeline = NULL;
   int i = 1;
   for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
     if (!strcmp(argv[i], "-r")) repeat = (unsigned)atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "-t")) threads = (unsigned)atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "-p")) pipeline = argv[i + 1];
+    else if (!strcmp(argv[i], "-c")) chunk = (unsigned)atoi(argv[i + 1]);
     else break;
   }
   if (argc - i != 3 || pipeline == NULL || repeat == 0) {
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
   p.pipeline = pipeline;
   p.threads = threads;
   p.eb = 0;
+  p.chunk_bytes = chunk;
   if (fz_dtype_parse(argv[i], &p.dtype) < 0 || (p.ndims = parse_dims(argv[i + 1], p.dims)) == 0) {
     fprintf(stderr, "bad dtype '%s' or shape '%s'\n", argv[i], argv[i + 1]);
     return 2;
