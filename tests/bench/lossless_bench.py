@@ -14,7 +14,8 @@ numcodecs.Blosc(cname='zstd', clevel=5, shuffle=SHUFFLE) (numcodecs'
 defaults but the codec) in this interpreter, their round trips checked too.
 The inputs: every f32 field, integer data made from them (i16 elevations
 rounded to whole units, i16 temperatures in hundredths, i32 temperatures in
-thousandths), and random data (u8, i16, i32, f32 with every bit random).
+thousandths), and random data (u8, i16, i32, f32 with every bit random; i16 and i32 in a
+small range).
 Prints a Markdown table: ratio (raw bytes / stored bytes) and MB/s of
 each coder; "growth" is the archive's bytes over the input's where fzd's
 ratio is below 1.
@@ -67,6 +68,9 @@ def inputs(field_dir):
     cases.append(('random i16', rng.integers(-2**15, 2**15, n, dtype=np.int16).astype('<i2')))
     cases.append(('random i32', rng.integers(-2**31, 2**31, n, dtype=np.int32).astype('<i4')))
     cases.append(('random f32 bits', rng.integers(0, 2**32, n, dtype=np.uint32).view('<f4')))
+    # Random integers in a small range: the high bytes are zero.
+    cases.append(('random i16 in [0, 100)', rng.integers(0, 100, n, dtype=np.int16).astype('<i2')))
+    cases.append(('random i32 in [0, 1000)', rng.integers(0, 1000, n, dtype=np.int32).astype('<i4')))
     return cases
 
 
