@@ -55,6 +55,8 @@ class Engine(fzdtest.DaemonTest):
             (np.where(f32 > 5, np.float32(-9999), f32), dict(eb=1e-4, fill_value=-9999)),
             (rng.integers(-3000, 3000, (64, 64, 8)).astype(np.int16), dict(pipeline="lossless")),
             (rng.integers(0, 1 << 40, 5000).astype(np.uint64), dict(pipeline="lossless")),
+            (rng.integers(0, 900, (300, 200)).astype(np.int32) + np.arange(200, dtype=np.int32),
+             dict(pipeline="lossless-ratio")),
             (np.arange(4 << 20, dtype=np.float32), dict(eb=1e-4)),  # through a memfd
             (np.float32(2.5), dict(pipeline="lossless")),
         ]
@@ -63,6 +65,8 @@ class Engine(fzdtest.DaemonTest):
                 local = fzd.compress(a, local=True, **kw)
                 remote = self.c.compress(a, **kw)
                 self.assertEqual(local, remote)
+                # info() reads the chain as the daemon spells it.
+                self.assertEqual(fzd.info(local).chain, self.c.last_result["chain"])
                 self.assertEqual(fzd.compress(a, local=False, address=self.fzd.address, **kw),
                                  remote)
                 mine = fzd.decompress(remote, local=True)
@@ -160,6 +164,21 @@ class Engine(fzdtest.DaemonTest):
         bad = bytearray(arc)
         bad[9] ^= 1  # inside the header: its CRC-32C disagrees
         self.expect("ECORRUPT", fzd.decompress, bytes(bad), local=True)
+
+    def test_info_refuses_what_the_decoder_refuses(self):
+        # A 1-D f32 archive: quant's eb_abs is the double at byte 27.  A
+        # negative one (the header's CRC-32C made right again) parses, but
+        # the decoder refuses it, and so must info().
+        import struct
+        arc = bytearray(fzd.compress(np.linspace(0, 1, 20000, dtype=np.float32), eb=1e-3,
+                                     local=True))
+        h = fzd.info(arc)
+        self.assertEqual(struct.unpack_from("<d", arc, 27)[0], h.eb_abs)
+        struct.pack_into("<d", arc, 27, -h.eb_abs)
+        end = h.header_bytes - 4
+        struct.pack_into("<I", arc, end, fzd.crc32c(arc[:end]))
+        self.expect("ECORRUPT", fzd.decompress, bytes(arc), local=True)
+        self.expect("ECORRUPT", fzd.info, bytes(arc))
 
     def test_threads(self):
         fields = [smooth_field((128, 100 + i), np.float32, seed=i) for i in range(8)]
