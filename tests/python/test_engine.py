@@ -9,7 +9,9 @@ archive's dtype and shape before anything is decoded, on both paths (an
 archive of another dtype with the same byte count, a small archive of a
 huge array); damaged archives give the engine's errors; the default
 socket lookup follows $FZD_SOCKET, /run/fzd/fzd.sock, then
-$XDG_RUNTIME_DIR/fzd/fzd.sock."""
+$XDG_RUNTIME_DIR/fzd/fzd.sock; the engine library is looked up as the
+package says: $FZD_ENGINE_LIB, then the package's own, then the system's
+libfzengine.so.N."""
 import os
 import subprocess
 import sys
@@ -199,6 +201,49 @@ class Engine(fzdtest.DaemonTest):
         with self.assertRaises(fzd.Error) as cm:
             fn(*args, **kw)
         self.assertEqual(cm.exception.name, name, str(cm.exception))
+
+
+FIND = r"""
+import fzd
+from fzd import _engine
+try:
+    print("loaded", _engine.library()._name)
+except fzd.Error as e:
+    print(e.name, e.message)
+"""
+
+
+class LibrarySearch(unittest.TestCase):
+    def find(self, **env):
+        e = {k: v for k, v in os.environ.items() if k not in ("FZD_ENGINE_LIB",
+                                                               "LD_LIBRARY_PATH")}
+        e.update(env)
+        r = subprocess.run([sys.executable, "-c", FIND], env=e, capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.strip()
+
+    def test_order(self):
+        lib = os.environ["FZD_ENGINE_LIB"]
+        self.assertEqual(self.find(FZD_ENGINE_LIB=lib), "loaded " + lib)
+        # The source tree's package holds no library of its own: the
+        # system's libfzengine.so.N comes next (here through the loader's
+        # path, as an installed one comes through ld.so's).
+        major = fzd.__version__.split(".")[0]
+        self.assertEqual(self.find(LD_LIBRARY_PATH=os.path.dirname(lib)),
+                         "loaded libfzengine.so." + major)
+        out = self.find(FZD_ENGINE_LIB="/nonexistent/libfzengine.so")
+        self.assertTrue(out.startswith("ENOSYS no fzd engine library"), out)
+        self.assertIn("/nonexistent/libfzengine.so", out)
+        # Nothing anywhere: unless this machine has an engine installed.
+        probe = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.CDLL("
+                                "'libfzengine.so.%s')" % major], capture_output=True,
+                               env={k: v for k, v in os.environ.items()
+                                    if k != "LD_LIBRARY_PATH"})
+        if probe.returncode != 0:
+            out = self.find()
+            self.assertTrue(out.startswith("ENOSYS"), out)
+            self.assertIn("libfzengine.so." + major, out)
 
 
 LOOKUP = r"""
