@@ -27,8 +27,8 @@ int fzflat_plan_create(int dtype, unsigned ndims, const uint64_t *dims, const ch
   return fz_plan_create(&p, out, why, why_len);
 }
 
-int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims,
-                   uint64_t *dims, uint64_t *raw_bytes) {
+int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims, uint64_t *dims,
+                   uint64_t *raw_bytes) {
   if (!arc || !dims)
     return FZ_EINVAL;
   fz_archive_info info;

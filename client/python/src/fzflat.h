@@ -33,8 +33,8 @@ int fzflat_plan_create(int dtype, unsigned ndims, const uint64_t *dims, const ch
 /* fz_archive_inspect() with the fields a reader needs before decoding:
  * *dtype (an fz_dtype), *ndims, dims[0..ndims-1] (dims must hold
  * FZ_MAX_DIMS), *raw_bytes.  Any pointer but arc and dims may be NULL. */
-int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims,
-                   uint64_t *dims, uint64_t *raw_bytes);
+int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims, uint64_t *dims,
+                   uint64_t *raw_bytes);
 
 #ifdef __cplusplus
 }
