@@ -10,8 +10,10 @@ sees only that folder (no FZD_ENGINE_LIB, no daemon) imports fzd from it,
 reports the project's version in fzd.__version__ and in the metadata of
 the distribution pyfzd, finds the numcodecs codec and the zarr 3 codec
 through their entry points before anything imported them, runs the
-engine inside the package, finds the plugins in fzd/plugins, and writes
-and reads an HDF5 dataset with them through Debian's h5py.  The
+engine inside the package (its archives byte for byte those of the
+build's engine, which test_python_engine holds to the daemon's), finds the
+plugins in fzd/plugins, and writes and reads an HDF5 dataset with them
+through Debian's h5py.  The
 installed folder is test_python_zarr3's (a ctest fixture)."""
 import os
 import shutil
@@ -55,7 +57,23 @@ with h5py.File("t.h5", "w") as f:
 with h5py.File("t.h5", "r") as f:
     assert str(fzd.h5.FILTER_ID) in f["t"]._filters, f["t"]._filters
     assert np.abs(f["t"][...] - a).max() <= 1e-3
+import hashlib
+print(" ".join(hashlib.sha256(fzd.compress(x, local=True, **kw)).hexdigest()
+               for x, kw in cases()))
 print(fzd.__version__, importlib.metadata.version("pyfzd"))
+"""
+
+# Archives the pip-built engine must make byte for byte as the build's does
+# (the flags setup.py compiles with are CMake's).
+CASES = r"""
+def cases():
+    import numpy as np
+    y, x = np.mgrid[0:300, 0:500]
+    f = (np.sin(x / 37.0) * np.cos(y / 23.0) * 80 + y / 7.0).astype(np.float32)
+    return [(f, dict(eb=1e-3)), (f, dict(pipeline="fast", eb=0.01, mode="abs")),
+            (f.astype(np.float64), dict(pipeline="ratio", eb=1e-5)),
+            (f, dict(pipeline="balanced", eb=1e-2, mode="pwrel")),
+            ((f * 10).astype(np.int32), dict(pipeline="lossless"))]
 """
 
 # What setup.py compiles, relative to the fzd tree (its NATIVE_DIRS and
@@ -113,12 +131,18 @@ class Install(unittest.TestCase):
             self.assertIn("fzd: HDF5 filter plugin built", r.stdout + r.stderr)
         env["PYTHONPATH"] = site
         with tempfile.TemporaryDirectory(prefix="fzd-pip-check-") as tmp:
-            r = subprocess.run([sys.executable, "-c", CHECK, site], env=env, cwd=tmp,
+            r = subprocess.run([sys.executable, "-c", CASES + CHECK, site], env=env, cwd=tmp,
                                capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         sys.path.insert(0, os.path.join(root, "client", "python"))
+        import hashlib
         import fzd
-        self.assertEqual(r.stdout.split(), [fzd.__version__, fzd.__version__])
+        digests, versions = r.stdout.strip().split("\n")
+        self.assertEqual(versions.split(), [fzd.__version__, fzd.__version__])
+        ns = {}
+        exec(CASES, ns)
+        self.assertEqual(digests.split(), [hashlib.sha256(fzd.compress(x, local=True, **kw))
+                                           .hexdigest() for x, kw in ns["cases"]()])
 
 
 if __name__ == "__main__":
