@@ -3,8 +3,9 @@
 PyTorch tensors where torch with CUDA is importable) sent as CUDA IPC
 handles, compressed in place, the archives byte for byte those of the same
 data sent from the host, device outputs for both directions, an array at an
-offset inside its allocation, and the clear errors (a strided array, a
-too-small device output).  Reports SKIPPED (exit 77) without CuPy, a GPU, or
+offset inside its allocation, the clear errors (a strided array, a
+too-small device output), and the engine in process (FZD_ENGINE_LIB)
+making and reading the GPU daemon's archives byte for byte.  Reports SKIPPED (exit 77) without CuPy, a GPU, or
 an fzd built with CUDA."""
 import os
 import sys
@@ -52,6 +53,17 @@ class Device(unittest.TestCase):
         self.assertEqual(arc, self.c.compress(h, eb=1e-4, mode="rel"))
         back = self.c.decompress(arc)
         self.assertLessEqual(np.abs(back - h).max(), fzd.info(arc).eb_abs)
+
+    def test_engine_in_process_agrees(self):
+        # The GPU daemon's archives are the CPU engine's: the engine in this
+        # process makes them byte for byte and decodes them bit for bit.
+        h = smooth_field((512, 1024), np.float32)
+        for kw in (dict(eb=1e-4, mode="rel"), dict(pipeline="fast", eb=1e-3, mode="abs"),
+                   dict(pipeline="ratio", eb=1e-4), dict(pipeline="lossless")):
+            arc = self.c.compress(h, **kw)
+            self.assertEqual(fzd.compress(h, local=True, **kw), arc, kw)
+            self.assertEqual(fzd.decompress(arc, local=True).tobytes(),
+                             self.c.decompress(arc).tobytes(), kw)
 
     def test_device_outputs(self):
         h = smooth_field((300, 700), np.float64)
