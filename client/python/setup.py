@@ -31,9 +31,8 @@ from setuptools.command.sdist import sdist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The source folders an sdist carries (relative to the fzd tree's root).
-NATIVE_DIRS = ("engine/include", "engine/src", "client/hdf5", "client/src",
-               "client/include", "proto/include", "proto/src")
-NATIVE_FILES = ("engine/CMakeLists.txt",)
+NATIVE_DIRS = ("engine", "client/hdf5", "client/src", "client/include", "proto/include",
+               "proto/src")
 
 # CMake's flags for the engine (top-level and engine/CMakeLists.txt, a
 # RelWithDebInfo build): IEEE-exact arithmetic and the optimisation the
@@ -94,8 +93,13 @@ class BuildNative(build_ext):
                     "#define FZ_VERSION_PATCH %s\n#define FZ_VERSION_STRING \"%s.%s.%s\"\n"
                     "#endif\n" % (major, minor, patch, major, minor, patch))
         self.cc = compiler()
-        self.includes = ["-I" + inc, "-I" + os.path.join(root, "engine", "include"),
-                         "-I" + os.path.join(root, "engine", "src")]
+        # Every folder of engine/ that holds headers (include/, src/, and
+        # any the engine adds), as CMake's include folders of fzengine.
+        engine_dir = os.path.join(root, "engine")
+        self.includes = ["-I" + inc] + [
+            "-I" + os.path.join(engine_dir, d) for d in sorted(os.listdir(engine_dir))
+            if os.path.isdir(os.path.join(engine_dir, d)) and
+            any(n.endswith(".h") for n in os.listdir(os.path.join(engine_dir, d)))]
         out_dir = os.path.join(HERE if self.inplace else os.path.abspath(self.build_lib), "fzd")
         engine = self.compile(engine_sources(root), os.path.join(tmp, "engine"))
         shim = self.compile([os.path.join(HERE, "src", "fzflat.c")], os.path.join(tmp, "shim"),
@@ -184,11 +188,8 @@ class SdistNative(sdist):
         super().make_release_tree(base_dir, files)
         root = source_root()
         for d in NATIVE_DIRS:
-            src = os.path.join(root, d)
-            shutil.copytree(src, os.path.join(base_dir, "native", d),
-                            ignore=shutil.ignore_patterns("CMakeLists.txt", "*.o"))
-        for f in NATIVE_FILES:
-            shutil.copy2(os.path.join(root, f), os.path.join(base_dir, "native", f))
+            shutil.copytree(os.path.join(root, d), os.path.join(base_dir, "native", d),
+                            ignore=shutil.ignore_patterns("*.o", "__pycache__"))
 
 
 setup(
