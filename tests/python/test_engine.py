@@ -78,6 +78,10 @@ class Engine(fzdtest.DaemonTest):
                 self.assertEqual(mine.tobytes(), theirs.tobytes())
                 h = fzd.info(local)
                 self.assertEqual(mine.size, max(1, a.size))
+                if a.ndim == 0:  # stored as (1,); a 0-d out gets shape () back
+                    out0 = np.empty((), a.dtype)
+                    self.assertIs(fzd.decompress(remote, out=out0, local=True), out0)
+                    self.assertEqual((out0.shape, out0.tobytes()), ((), a.tobytes()))
                 if h.eb_abs == 0:
                     self.assertEqual(mine.tobytes(), np.ascontiguousarray(a).tobytes())
 
