@@ -9,6 +9,7 @@ pkgs="build-essential cmake ninja-build pkg-config libuv1-dev libmsgpack-dev
       libcjson-dev libcriterion-dev python3 python3-msgpack python3-numpy
       python3-zarr python3-numcodecs python3-entrypoints python3-pip python3-setuptools
       systemd man-db groff-base gfortran libopenmpi-dev openmpi-bin
+      libhdf5-openmpi-dev python3-h5py-mpi python3-mpi4py
       libhdf5-dev hdf5-tools python3-h5py python3-tables python3-netcdf4
       python3-venv python3-dev liblz4-dev libzstd-dev clang-format $*"
 missing=""
