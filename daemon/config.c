@@ -298,6 +298,10 @@ static int set_value(fzd_config *cfg, const setting *s, const cJSON *v,
                      const char *what, char *why, size_t why_len) {
   char q[80];
   quote_value(v, q, sizeof(q));
+  /* The token is a secret: an error about it (which a reload logs) must
+   * not carry it. */
+  if (strcmp(s->name, "tcp_token") == 0 && cJSON_IsString(v))
+    snprintf(q, sizeof q, "(a string of %zu bytes, not shown)", strlen(v->valuestring));
   void *dst = field(cfg, s);
   uint64_t u;
   switch (s->type) {
@@ -418,6 +422,12 @@ static int cross_check(const fzd_config *cfg, const char *path, char *why,
                 "%s: setting \"tcp_address\": bad value \"%s\": expected a numeric IPv4 or "
                 "IPv6 address such as \"127.0.0.1\" or \"::1\" (names are not resolved)",
                 path, cfg->tcp_address);
+  /* A relative path would name a different socket for every working
+   * directory fzd or a client starts in. */
+  if (cfg->socket_path[0] != '/')
+    return fail(why, why_len,
+                "%s: setting \"socket_path\": bad value \"%s\": expected an absolute path",
+                path, cfg->socket_path);
   if (cfg->socket_mode & 0002)
     return fail(why, why_len,
                 "%s: setting \"socket_mode\": bad value \"%04llo\": world-writable; any "
@@ -522,8 +532,32 @@ int fzd_config_load(const char *path, fzd_config *cfg, char *why, size_t why_len
   return err;
 }
 
+/* The offset of the first \u0000 escape of the JSON text, or -1.  cJSON
+ * keeps strings NUL-terminated, so "ab\u0000cd" would reach fzd as "ab": a
+ * token or a path cut short without a word.  Escapes only occur inside
+ * strings, and an escaped backslash is skipped whole, so this finds exactly
+ * the NULs a string would contain. */
+static long find_nul_escape(const char *text, size_t n) {
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (text[i] != '\\')
+      continue;
+    if (text[i + 1] == 'u' && i + 5 < n && strncmp(text + i + 2, "0000", 4) == 0)
+      return (long)i;
+    i++; /* the escaped character, a backslash included */
+  }
+  return -1;
+}
+
 int fzd_config_parse(const char *text, size_t n, const char *path, fzd_config *cfg,
                      char *why, size_t why_len) {
+  long nul = find_nul_escape(text, n);
+  if (nul >= 0) {
+    size_t line = 1;
+    for (long i = 0; i < nul; i++)
+      line += text[i] == '\n';
+    return fail(why, why_len, "%s: a string holds \\u0000 (line %zu): NUL bytes are refused, "
+                "since fzd would cut the value there", path, line);
+  }
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(text, n + 1, &end, true);
   if (root == NULL) {
@@ -558,6 +592,8 @@ int fzd_config_parse(const char *text, size_t n, const char *path, fzd_config *c
     err = set_value(&next, s, item, path, why, why_len);
     if (err < 0)
       goto out;
+    if (strcmp(s->name, "socket_path") == 0)
+      next.socket_path_set = true;
   }
   err = cross_check(&next, path, why, why_len);
   if (err == 0)

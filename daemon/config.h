@@ -36,6 +36,9 @@ typedef struct fzd_warm_entry {
 /* Plain values only, so that a config can be copied and compared whole. */
 typedef struct fzd_config {
   char socket_path[FZD_CONFIG_STR];
+  /* socket_path was given in the file: without it, a user who cannot use
+   * /run/fzd gets a socket under $XDG_RUNTIME_DIR (listener.c). */
+  bool socket_path_set;
   uint64_t socket_mode;
   char socket_group[FZD_CONFIG_STR];
   bool tcp_enabled;

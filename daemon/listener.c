@@ -170,62 +170,169 @@ static int take_activation(fzd_server *srv) {
   return used;
 }
 
-static int open_unix(fzd_server *srv) {
-  const fzd_config *cfg = &srv->cfg;
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  size_t n = strlen(cfg->socket_path);
-  if (n >= sizeof(sa.sun_path)) {
-    fzd_err("socket_path \"%s\" is too long", cfg->socket_path);
+/* The directory part of path ("/" for "/x", "." without a slash). */
+static void parent_of(const char *path, char *dir, size_t len) {
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL)
+    snprintf(dir, len, ".");
+  else if (slash == path)
+    snprintf(dir, len, "/");
+  else
+    snprintf(dir, len, "%.*s", (int)(slash - path), path);
+}
+
+/* The socket's directory must be one that no other user can write: such a
+ * user could put a link, a file or a socket of their own at the socket's
+ * path, or take fzd's socket away and put theirs in its place for clients
+ * to find.  It must belong to fzd's user or to root, and not be writable by
+ * its group or by others (sticky or not: a sticky directory still lets
+ * others create the name first). */
+static int check_socket_dir(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    fzd_err("socket directory %s: %s", dir, strerror(errno));
+    return -errno;
+  }
+  uid_t me = geteuid();
+  if (!S_ISDIR(st.st_mode)) {
+    fzd_err("socket directory %s: not a directory", dir);
     return FZ_ECONFIG;
   }
-  memcpy(sa.sun_path, cfg->socket_path, n + 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -errno;
-  /* A socket file left by a daemon that died is removed; one that still
-   * answers belongs to a live daemon and is left alone. */
+  if (st.st_uid != me && st.st_uid != 0) {
+    fzd_err("socket directory %s belongs to uid %u, neither fzd's user (uid %u) nor root; "
+            "refused: its owner could replace the socket", dir, (unsigned)st.st_uid,
+            (unsigned)me);
+    return FZ_ECONFIG;
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    fzd_err("socket directory %s is writable by its group or by others (mode %04o); "
+            "refused: another user could replace the socket or race its set-up",
+            dir, (unsigned)(st.st_mode & 07777));
+    return FZ_ECONFIG;
+  }
+  return 0;
+}
+
+/* The socket is made in a private directory (mode 0700, made by fzd beside
+ * the socket's path), given its group and mode there, where no other user
+ * can swap anything in, and then renamed into place: rename() replaces the
+ * name itself and follows no link, so no file but the socket can get the
+ * socket's group or mode, whatever is done to the path meanwhile. */
+static int open_unix(fzd_server *srv) {
+  const fzd_config *cfg = &srv->cfg;
+  const char *path = srv->unix_path;
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  char dir[FZD_CONFIG_STR], priv[FZD_CONFIG_STR + 16], tmp[FZD_CONFIG_STR + 32];
+  size_t n = strlen(path);
+  if (n >= sizeof(sa.sun_path)) {
+    fzd_err("socket_path \"%s\" is too long", path);
+    return FZ_ECONFIG;
+  }
+  parent_of(path, dir, sizeof dir);
+  if (strlen(dir) + sizeof "/.fzd-XXXXXX/s" > sizeof sa.sun_path) {
+    fzd_err("socket_path \"%s\": its directory leaves no room for the private directory "
+            "fzd binds in (the directory may be at most %zu bytes)", path,
+            sizeof sa.sun_path - sizeof "/.fzd-XXXXXX/s");
+    return FZ_ECONFIG;
+  }
+  int err = check_socket_dir(dir);
+  if (err < 0)
+    return err;
+  memcpy(sa.sun_path, path, n + 1);
+  /* A socket file left by a daemon that died is replaced; one that still
+   * answers belongs to a live daemon and is left alone.  Anything else at
+   * the path is not fzd's to replace. */
   struct stat st;
-  if (lstat(cfg->socket_path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+  if (lstat(path, &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      fzd_err("%s exists and is not a socket; refusing to replace it", path);
+      return FZ_EBUSY;
+    }
     int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     bool live = probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0;
     if (probe >= 0)
       close(probe);
     if (live) {
-      fzd_err("%s: another fzd is already listening there", cfg->socket_path);
-      close(fd);
+      fzd_err("%s: another fzd is already listening there", path);
       return FZ_EBUSY;
     }
-    unlink(cfg->socket_path);
   }
-  /* Bind under a tight umask so the socket is never briefly too open. */
-  mode_t old = umask(0177);
-  int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-  int bind_errno = errno;
-  umask(old);
-  if (r < 0) {
-    fzd_err("bind %s: %s", cfg->socket_path, strerror(bind_errno));
-    close(fd);
-    return -bind_errno;
-  }
-  srv->unlink_socket = true;
-  if (cfg->socket_group[0] != '\0') {
-    struct group *gr = getgrnam(cfg->socket_group);
-    if (gr == NULL || chown(cfg->socket_path, (uid_t)-1, gr->gr_gid) < 0) {
-      fzd_err("socket_group \"%s\": %s", cfg->socket_group,
-              gr == NULL ? "no such group" : strerror(errno));
-      close(fd);
-      return FZ_ECONFIG;
-    }
-  }
-  if (chmod(cfg->socket_path, (mode_t)cfg->socket_mode) < 0 || listen(fd, 512) < 0) {
-    int err = -errno;
-    fzd_err("%s: %s", cfg->socket_path, strerror(errno));
-    close(fd);
+  snprintf(priv, sizeof priv, "%s/.fzd-XXXXXX", dir);
+  if (mkdtemp(priv) == NULL) {
+    err = -errno;
+    fzd_err("cannot make a private directory in %s: %s", dir, strerror(errno));
     return err;
   }
-  fzd_info("listening on unix:%s (mode %04llo)", cfg->socket_path,
-           (unsigned long long)cfg->socket_mode);
+  snprintf(tmp, sizeof tmp, "%s/s", priv);
+  memcpy(sa.sun_path, tmp, strlen(tmp) + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    err = -errno;
+    goto err_dir;
+  }
+  if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+    err = -errno;
+    fzd_err("bind %s: %s", tmp, strerror(errno));
+    goto err_socket;
+  }
+  if (cfg->socket_group[0] != '\0') {
+    struct group *gr = getgrnam(cfg->socket_group);
+    if (gr == NULL || lchown(tmp, (uid_t)-1, gr->gr_gid) < 0) {
+      fzd_err("socket_group \"%s\": %s", cfg->socket_group,
+              gr == NULL ? "no such group" : strerror(errno));
+      err = FZ_ECONFIG;
+      goto err_bound;
+    }
+  }
+  if (chmod(tmp, (mode_t)cfg->socket_mode) < 0 || listen(fd, 512) < 0 ||
+      rename(tmp, path) < 0) {
+    err = -errno;
+    fzd_err("%s: %s", path, strerror(errno));
+    goto err_bound;
+  }
+  rmdir(priv);
+  srv->unlink_socket = true;
+  fzd_info("listening on unix:%s (mode %04llo)", path, (unsigned long long)cfg->socket_mode);
   return start_listener(srv, &srv->unix_l, fd, false);
+
+err_bound:
+  unlink(tmp);
+err_socket:
+  close(fd);
+err_dir:
+  rmdir(priv);
+  return err;
+}
+
+/* Where a plain `fzd` listens when socket_path was not given and this user
+ * cannot use /run/fzd (not root, not the fzd user of the units): in
+ * $XDG_RUNTIME_DIR/fzd (made with mode 0700), where libfzclient and the
+ * Python client look when $FZD_SOCKET is unset and /run/fzd/fzd.sock does
+ * not exist.  Leaves srv->unix_path as it is otherwise. */
+static void choose_unix_path(fzd_server *srv) {
+  snprintf(srv->unix_path, sizeof srv->unix_path, "%s", srv->cfg.socket_path);
+  if (srv->cfg.socket_path_set)
+    return;
+  char dir[FZD_CONFIG_STR];
+  parent_of(srv->unix_path, dir, sizeof dir);
+  struct stat st;
+  if (mkdir(dir, 0755) == 0 || (stat(dir, &st) == 0 && (st.st_uid == geteuid() ||
+                                                          geteuid() == 0)))
+    return; /* ours (or root's, for root) */
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  char alt[FZD_CONFIG_STR];
+  if (xdg == NULL || xdg[0] != '/' ||
+      (size_t)snprintf(alt, sizeof alt, "%s/fzd/fzd.sock", xdg) >= 108) {
+    fzd_info("cannot use %s and $XDG_RUNTIME_DIR is not set (or too long); set "
+             "socket_path or --socket", dir);
+    return;
+  }
+  parent_of(alt, dir, sizeof dir);
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+    fzd_warn("cannot make %s: %s", dir, strerror(errno));
+  snprintf(srv->unix_path, sizeof srv->unix_path, "%s", alt);
+  fzd_info("no socket_path given and /run/fzd is not this user's: listening under "
+           "$XDG_RUNTIME_DIR instead, at %s", alt);
 }
 
 static int open_tcp(fzd_server *srv) {
@@ -272,6 +379,8 @@ static int open_tcp(fzd_server *srv) {
 int fzd_listeners_open(fzd_server *srv) {
   take_activation(srv);
   int err;
+  if (!srv->unix_l.active)
+    choose_unix_path(srv);
   if (!srv->unix_l.active && (err = open_unix(srv)) < 0)
     return err;
   if (srv->cfg.tcp_enabled && !srv->tcp_l.active && (err = open_tcp(srv)) < 0)
@@ -295,7 +404,7 @@ void fzd_listeners_close(fzd_server *srv) {
     uv_close((uv_handle_t *)&ls[i]->poll, on_listener_closed);
   }
   if (srv->unlink_socket) {
-    unlink(srv->cfg.socket_path);
+    unlink(srv->unix_path);
     srv->unlink_socket = false;
   }
 }

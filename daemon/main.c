@@ -47,7 +47,13 @@ static int apply_overrides(fzd_config *cfg, char *why, size_t why_len) {
                server.override_socket);
       return FZ_ECONFIG;
     }
+    if (server.override_socket[0] != '/') {
+      snprintf(why, why_len, "--socket \"%s\": expected an absolute path",
+               server.override_socket);
+      return FZ_ECONFIG;
+    }
     snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", server.override_socket);
+    cfg->socket_path_set = true;
   }
   if (server.override_backend != NULL) {
     static const char *names[] = {"auto", "cpu", "gpu"};
@@ -119,7 +125,8 @@ static void notify_ready(void) {
   char msg[1024];
   snprintf(msg, sizeof(msg),
            "READY=1\nSTATUS=serving unix:%s%s%s backend:%s workers:%u\nMAINPID=%d",
-           server.cfg.socket_path, server.tcp_l.active ? " tcp:" : "",
+           server.unix_path[0] ? server.unix_path : "(from systemd)",
+           server.tcp_l.active ? " tcp:" : "",
            server.tcp_l.active ? server.tcp_bound : "", server.backend_name,
            server.workers, (int)getpid());
   fzd_notify(msg); /* a failure is logged there */

@@ -224,7 +224,10 @@ struct fzd_server {
   /* Open connections by kind: Unix (max_connections), TCP
    * (max_tcp_connections) and TCP not yet past hello (max_unauthenticated). */
   uint64_t nconns_unix, nconns_tcp, nconns_unauth;
-  bool unlink_socket; /* we created socket_path */
+  /* The Unix socket's path: socket_path, or where a plain fzd of a user
+   * without /run/fzd listens (listener.c).  "" with socket activation. */
+  char unix_path[FZD_CONFIG_STR];
+  bool unlink_socket; /* we created unix_path */
   char tcp_bound[FZD_CONFIG_STR + 16]; /* "127.0.0.1:7878" once listening */
   fzd_pool *pool;
   unsigned workers;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -234,4 +235,48 @@ Test(attack, stalled_message_times_out) {
   cr_assert_eq(wire_call0(&w, 3, "ping", NULL), 0);
   wire_close(&w);
   stop_daemon(h);
+}
+
+/* Runs `fzd --check-config` on text; returns the exit status and puts what
+ * fzd printed in out. */
+static int check_config(const char *text, char *out, size_t len) {
+  char dir[] = "/tmp/fzd-attack-XXXXXX", path[64], cmd[512];
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/fzd.json", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs(text, f);
+  fclose(f);
+  const char *bin = getenv("FZD_BINARY") ? getenv("FZD_BINARY") : FZD_PATH;
+  snprintf(cmd, sizeof cmd, "'%s' --check-config '%s' 2>&1", bin, path);
+  FILE *p = popen(cmd, "r");
+  cr_assert_not_null(p);
+  size_t n = fread(out, 1, len - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  unlink(path);
+  rmdir(dir);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Item 8: a string with an embedded NUL used to be cut there ("ab\u0000cd"
+ * became the token "ab"), and a refused token was quoted in the log.
+ * Item 9: a relative socket_path passed --check-config. */
+Test(attack, config_strings_are_whole_and_secret) {
+  char out[1024];
+  cr_assert_eq(check_config("{\"tcp_token\": \"ab\\u0000cd\"}", out, sizeof out), 1, "%s", out);
+  cr_assert(strstr(out, "\\u0000"), "%s", out);
+  cr_assert_eq(check_config("{\"socket_path\": \"/run/x\\u0000y\"}", out, sizeof out), 1);
+  /* An escaped backslash before u0000 is a plain string. */
+  cr_assert_eq(check_config("{\"tcp_token\": \"ab\\\\u0000cd\"}", out, sizeof out), 0, "%s",
+               out);
+  char secret[400] = "{\"tcp_token\": \"";
+  for (int i = 0; i < 30; i++)
+    strcat(secret, "hunter2-x");
+  strcat(secret, "\"}");
+  cr_assert_eq(check_config(secret, out, sizeof out), 1, "%s", out);
+  cr_assert(strstr(out, "tcp_token") && !strstr(out, "hunter2"), "the token is quoted: %s", out);
+  cr_assert_eq(check_config("{\"socket_path\": \"run/fzd.sock\"}", out, sizeof out), 1);
+  cr_assert(strstr(out, "absolute path"), "%s", out);
+  cr_assert_eq(check_config("{\"socket_path\": \"/run/fzd/fzd.sock\"}", out, sizeof out), 0);
 }
