@@ -68,14 +68,12 @@ static uint8_t best_lorenzo_k(const fze_stage *st, unsigned w, const uint8_t *wo
  * in s->side; tmp holds quant's words and side list meanwhile, lorenzo
  * run in full only when it wins. */
 /* Lorenzo is taken without running the interpolation where its price is
- * below 49/50 of the guess at the interpolation's (fze_interp_guess); the
+ * below 49/50 (FZE_GUESS_MARGIN_DEN / FZE_GUESS_MARGIN_NUM) of the guess at the interpolation's (fze_interp_guess); the
  * guess reads the values, not the rebuilt ones, and comes out at or below
  * the interpolation's own price on the benchmark fields, where every chunk
  * the interpolation wins has lorenzo's price at 1.003 of the guess or
  * more: the same choices, without the interpolation in most chunks
  * lorenzo wins. */
-#define GUESS_MARGIN_NUM 50
-#define GUESS_MARGIN_DEN 49
 static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, size_t n,
                                uint64_t first, fze_scratch *s, uint8_t *pk) {
   unsigned w = (unsigned)fz_dtype_size(t);
@@ -94,9 +92,9 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
     /* The sampled values' outliers priced as their side-list entries. */
     size_t outl = 0;
     uint64_t g = fze_interp_guess(q, ip, t, in, n, first, s->b, &outl);
-    g = g / 5 * FZE_GUESS_STEP; /* priced as lorenzo's every fifth */
+    g = g / FZE_COST_STEP * FZE_GUESS_STEP; /* priced as lorenzo's every fifth */
     g += (8 * (uint64_t)FZE_GUESS_STEP * outl * (w + fze_side_index_width(n))) << 16;
-    skip = cost_l * GUESS_MARGIN_NUM < g * GUESS_MARGIN_DEN;
+    skip = cost_l * FZE_GUESS_MARGIN_NUM < g * FZE_GUESS_MARGIN_DEN;
   }
   size_t side_i = 0;
   uint64_t cost_i = UINT64_MAX;

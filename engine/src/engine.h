@@ -15,31 +15,13 @@
 #ifndef FZE_ENGINE_H
 #define FZE_ENGINE_H
 
-/* Run-time compiled kernels (NVRTC, kernels/src/jit.c) see only the stage
- * numbers and limits below: no C library and no host prototypes. */
-#ifndef __CUDACC_RTC__
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fz.h"
-#endif
-
-#define FZE_MAX_STAGES 8
-#define FZE_RZE_MAX_LEVELS 6
-#define FZE_BITPACK_BLOCK 32
-
-typedef enum fze_stage_id {
-  FZE_STAGE_QUANT = 1,
-  FZE_STAGE_DIFF = 2,
-  FZE_STAGE_BITSHUFFLE = 3,
-  FZE_STAGE_RZE = 4,
-  FZE_STAGE_BITPACK = 5,
-  FZE_STAGE_LORENZO = 6,
-  FZE_STAGE_HUFFMAN = 7,
-  FZE_STAGE_INTERP = 8,
-  FZE_STAGE_BYTEPLANES = 9
-} fze_stage_id;
+#include "fz_contract.h"
+#include "fze_chain.h"
 
 /* The ratio stages (format version 3). */
 static inline bool fze_stage_is_ratio(uint8_t id) {
@@ -47,60 +29,6 @@ static inline bool fze_stage_is_ratio(uint8_t id) {
          id == FZE_STAGE_BYTEPLANES;
 }
 
-typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_diff_map;
-
-#ifndef __CUDACC_RTC__
-
-typedef struct fze_stage {
-  uint8_t id;           /* fze_stage_id */
-  uint8_t mode;         /* quant: fz_eb_mode; diff: fze_diff_map */
-  uint8_t levels;       /* rze: number of elimination levels */
-  uint8_t pdims;        /* lorenzo: dimensions predicted in (1..3); 0 in a
-                           chain text that leaves it to the job's shape */
-  bool has_eb;          /* quant: eb given in the chain text */
-  bool has_mode;        /* quant: mode given in the chain text */
-  bool has_fill;        /* quant: a fill value is set (chain text or job) */
-  double eb;            /* quant: the user's bound (in its mode) */
-  double fill;          /* quant: values bit-equal to it (for f32: to
-                           (float)fill) are outliers, kept exactly, and left
-                           out of the value range of REL */
-  /* Resolved per job by the compressor and stored in the archive: */
-  double eb_abs;        /* quant: absolute bound enforced; 0 = lossless */
-  double step;          /* quant: bin width (abs/rel) or bit step (pwrel) */
-  uint64_t ext[3][3];   /* lorenzo: ext[k-1], the array's extents folded
-                           into k dimensions, as 3 (slowest first, leading
-                           1s), for every k up to pdims */
-} fze_stage;
-
-typedef struct fze_chain {
-  unsigned n;
-  fze_stage st[FZE_MAX_STAGES];
-} fze_chain;
-
-/* chain.c */
-int fze_chain_parse(const char *text, fze_chain *out, char *why, size_t why_len);
-int fze_chain_check(const fze_chain *c, fz_dtype t, char *why, size_t why_len);
-void fze_chain_format(const fze_chain *c, char *buf, size_t len);
-bool fze_chain_has_quant(const fze_chain *c);
-bool fze_chain_has_ratio(const fze_chain *c);
-/* Resolves the lorenzo stages of a chain for an array of ndims dims: a
- * stage without pdims takes min(3, ndims); every stage's extents are the
- * dims folded into pdims dimensions (the leading ones multiplied into the
- * slowest).  FZ_EPIPELINE, quoted in why, for pdims above ndims. */
-int fze_chain_resolve_shape(fze_chain *c, unsigned ndims, const uint64_t *dims,
-                            char *why, size_t why_len);
-
-/* util */
-void fze_why(char *why, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-uint32_t fze_crc32c(uint32_t crc, const void *p, size_t n);
-/* The shortest text that reads back as v ("1e-05", not
- * "1.0000000000000001e-05"), for messages: fze_num(x).s in an argument
- * list lives until the call returns. */
-typedef struct fze_numtext {
-  char s[32];
-} fze_numtext;
-fze_numtext fze_num(double v);
 bool fze_dtype_is_float(fz_dtype t);
 
 /* Per-chunk work buffers, owned by one thread. */
@@ -162,7 +90,6 @@ size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx);
  * would give it) from the values themselves, for every FZE_GUESS_STEP-th
  * of them in each row; words: room for n / 5 + 1 words of the dtype's width.  *outl:
  * how many of the sampled values would be outliers. */
-#define FZE_GUESS_STEP 17
 uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
                           size_t n, uint64_t first, void *words, size_t *outl);
 size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
@@ -171,7 +98,6 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
 int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                       const void *codes, size_t n, uint64_t first, const uint8_t *side,
                       size_t side_len, void *out, void *work);
-#define FZE_INTERP_TOP 16u
 /* work: room for n u32 indices, n flags, n/2 + 1 runs of two u32 and n
  * doubles. */
 size_t fze_quant_work_bytes(size_t n);
@@ -275,12 +201,7 @@ size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *bad, do
  * before. */
 int fze_quant_resolve(fze_stage *st, fz_dtype t, const void *in, size_t n,
                       char *why, size_t why_len);
-/* The REL part of that check, on the range [lo, hi] of the finite values
- * (not fill) of the data: FZ_EBOUND, quoted in `why`, when eb times the
- * range is beyond FZE_EB_ABS_MAX.  The GPU backend, which finds the range
- * on the device, makes the same check with it. */
-int fze_quant_check_range(const fze_stage *st, double lo, double hi, char *why,
-                          size_t why_len);
+/* Its REL part on a known range is fze_quant_check_range (fze_chain.h). */
 /* Whether the resolved eb, eb_abs and step of a quant stage are ones the
  * decoder accepts (the archive parser's check, shared with the encoder). */
 bool fze_quant_params_ok(const fze_stage *st, fz_dtype t);
@@ -293,5 +214,4 @@ bool fze_quant_params_ok(const fze_stage *st, fz_dtype t);
  * so that bins of width up to 2 * eb_abs stay finite. */
 #define FZE_EB_ABS_MAX 0x1.fffffffffffffp+1022
 
-#endif /* __CUDACC_RTC__ */
 #endif

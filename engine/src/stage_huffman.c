@@ -35,10 +35,10 @@
 #include "engine.h"
 #include "ops.h"
 
-#define LANES 32u
-#define MAX_LEN 12u
-#define MAX_SYMS 4096u /* every symbol: E + 1 + RUNS */
-#define RUNS 15u       /* run symbols: 2, 4, ... 2^15 zero words */
+#define LANES FZE_HUFF_LANES
+#define MAX_LEN FZE_HUFF_MAX_LEN
+#define MAX_SYMS FZE_HUFF_SYMS /* every symbol: E + 1 + RUNS */
+#define RUNS FZE_HUFF_RUNS /* run symbols: 2, 4, ... 2^15 zero words */
 #define MAX_DIRECT (MAX_SYMS - 1 - RUNS)
 
 static inline uint64_t load_word(const uint8_t *p, unsigned w) {
@@ -567,7 +567,7 @@ decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, cons
 #define PAIR_V1(x) ((uint64_t)((x) >> 16) & 0xffffu)
 #define PAIR_V2(x) ((uint64_t)((x) >> 32) & 0xffffu)
 /* The largest mean code length (bits) at which a chunk is decoded by pairs. */
-#define PAIR_SPREAD 8u
+#define PAIR_SPREAD FZE_HUFF_PAIR_SPREAD
 _Static_assert((sizeof(uint32_t) + sizeof(uint64_t)) << MAX_LEN <= FZE_HUFFMAN_TMP,
                "huffman decoding tables");
 

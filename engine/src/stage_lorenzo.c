@@ -39,8 +39,8 @@ static unsigned fit(unsigned m, uint64_t i, uint64_t sy, uint64_t sz) {
   return m;
 }
 
-#define COST_STEP 5
-#define COST_DIRECT 64u
+#define COST_STEP FZE_COST_STEP
+#define COST_DIRECT FZE_COST_DIRECT
 
 /* The bits an order-0 entropy coder would spend on every fifth residual
  * (i = 0, 5, 10, ...), in 16.16 fixed point.  The stride is odd so that the

@@ -86,7 +86,7 @@
 #include <stdint.h>
 #endif
 
-#include "engine.h"
+#include "fz_contract.h"
 #include "ops.h"
 #include "warp_ops.cuh"
 

@@ -20,7 +20,7 @@
 #endif
 
 #include "fzk.h"
-#include "engine.h"
+#include "fz_contract.h"
 #include "ops.h"
 #include "warp_ops.cuh"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "fze_chain.h"
 #include "fz_gpu.h"
 #include "fzk.h"
 #include "gpu_ctx.h"

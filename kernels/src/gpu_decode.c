@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "archive.h"
-#include "engine.h"
+#include "fze_chain.h"
 #include "fz_gpu.h"
 #include "fzk.h"
 #include "fzk_crc.h"
@@ -226,7 +226,7 @@ int fzk_ratio_chain(const fze_header *h) {
          c->st[0].id == FZE_STAGE_QUANT &&
          (c->st[1].id == FZE_STAGE_INTERP || c->st[1].id == FZE_STAGE_LORENZO) &&
          c->st[2].id == FZE_STAGE_HUFFMAN && c->st[3].id == FZE_STAGE_RZE &&
-         c->st[3].levels >= 1 && c->st[3].levels <= 6 && c->st[1].pdims >= 1 &&
+         c->st[3].levels >= 1 && c->st[3].levels <= FZE_RZE_MAX_LEVELS && c->st[1].pdims >= 1 &&
          c->st[1].pdims <= 3;
 }
 

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "archive.h"
-#include "engine.h"
+#include "fze_chain.h"
 #include "fz_gpu.h"
 #include "fzk.h"
 #include "fzk_crc.h"

@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine.h"
+#include "fze_chain.h"
 #include "fz_gpu.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"

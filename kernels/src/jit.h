@@ -47,7 +47,7 @@ int fzk_nvrtc_compile(const char *source, unsigned arch, void **image, size_t *l
                       size_t why_len);
 
 /* The embedded headers (generated at build time from kernels/src and
- * engine/src: fzk_embedded.c). */
+ * engine/include: fzk_embedded.c). */
 typedef struct fzk_embedded {
   const char *name;
   const char *text;

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "fz_contract.h"
 #include "jit.h"
 
 /* A growing string; on overflow of memory, NULL text and every later

@@ -29,12 +29,12 @@
 #include "ratio_enc_interp.cuh"
 #include "ratio_phase.cuh"
 
-#define FZR_LANES 32u
+#define FZR_LANES FZE_HUFF_LANES
 #define FZR_MAX_LEN FZR_CODE_MAX_LEN
-#define FZR_MAX_SYMS 4096u
-#define FZR_RUNS 15u
+#define FZR_MAX_SYMS FZE_HUFF_SYMS
+#define FZR_RUNS FZE_HUFF_RUNS
 #define FZR_MAX_DIRECT (FZR_MAX_SYMS - 1u - FZR_RUNS)
-#define FZR_MAX_LEVELS 6u
+#define FZR_MAX_LEVELS FZE_RZE_MAX_LEVELS
 
 /* The job, the same for every chunk. */
 typedef struct fzr_job {
@@ -448,7 +448,7 @@ static inline FZR_HD void fzr_lut_fill(fzr_state *S, unsigned t, unsigned nt) {
  * 4-7: k1; 8-11: k2; 12-21: v1; 22-31: v2.  The engine's decoder pairs
  * the same symbols (stage_huffman.c); here it halves the lanes' chain of
  * look-ups where most codes are short. */
-#define FZR_PAIR_SPREAD 8u
+#define FZR_PAIR_SPREAD FZE_HUFF_PAIR_SPREAD
 #define FZR_PAIR_BITS(x) ((x) & 15u)
 #define FZR_PAIR_K1(x) (((x) >> 4) & 15u)
 #define FZR_PAIR_K2(x) (((x) >> 8) & 15u)

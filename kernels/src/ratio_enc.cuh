@@ -55,11 +55,6 @@ typedef struct fzre_job {
   const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */
 } fzre_job;
 
-/* The engine's guess margin (codec.c); the sample strides are
- * ratio_enc_lz.cuh's FZRE_COST_STEP and FZRE_GUESS_STEP. */
-#define FZRE_MARGIN_NUM 50u
-#define FZRE_MARGIN_DEN 49u
-
 /* Scratch of one chunk: quant's words (cb), the chosen words (cb), the
  * outlier flags (cb / w), the two side lists (a count, then an index and
  * a value per element at most), the rebuilt values (cb), the huffman
@@ -153,7 +148,7 @@ static inline FZR_HD void fzre_judge(fzre_state *S, const fzre_job *J) {
   uint64_t iw = S->n < 65536 ? 2u : 4u;
   uint64_t g = S->u.lz.cost / FZRE_COST_STEP * FZRE_GUESS_STEP;
   g += (8 * (uint64_t)FZRE_GUESS_STEP * S->u.lz.outl * (J->w + iw)) << 16;
-  S->skip = S->cost_l * FZRE_MARGIN_NUM < g * FZRE_MARGIN_DEN;
+  S->skip = S->cost_l * FZE_GUESS_MARGIN_NUM < g * FZE_GUESS_MARGIN_DEN;
 }
 
 /* Thread 0: the chunk's bytes after the side list: the predictor byte,

@@ -51,12 +51,12 @@
 #include "ops.h"
 #include "ratio_phase.cuh"
 
-#define FZRE_H_LANES 32u
+#define FZRE_H_LANES FZE_HUFF_LANES
 #define FZRE_H_SEGS 8u                       /* threads per lane */
 #define FZRE_H_UNITS (FZRE_H_LANES * FZRE_H_SEGS) /* lane segments, one a thread */
 #define FZRE_H_MAX_LEN FZR_CODE_MAX_LEN
-#define FZRE_H_MAX_SYMS 4096u
-#define FZRE_H_RUNS 15u
+#define FZRE_H_MAX_SYMS FZE_HUFF_SYMS
+#define FZRE_H_RUNS FZE_HUFF_RUNS
 #define FZRE_H_MAX_DIRECT (FZRE_H_MAX_SYMS - 1u - FZRE_H_RUNS)
 #define FZRE_H_TOK_BIG FZRE_H_MAX_SYMS /* a word at or above 4096 */
 #define FZRE_H_NTOK (FZRE_H_TOK_BIG + FZRE_H_RUNS + 1u)

@@ -40,7 +40,7 @@
 #include "ops.h"
 #include "ratio_phase.cuh"
 
-#define FZRE_IP_TOP 16u /* FZE_INTERP_TOP */
+#define FZRE_IP_TOP FZE_INTERP_TOP
 #define FZRE_IP_BOXES 5u
 #define FZRE_IP_PASSES 13u /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
 

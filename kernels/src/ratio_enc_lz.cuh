@@ -32,14 +32,14 @@
 #include "ops.h"
 #include "ratio_phase.cuh"
 
-/* The engine's constants (engine.h, stage_lorenzo.c), which this header
- * cannot include: the test asserts engine.h's, and the prices agreeing
- * with the engine's check stage_lorenzo.c's. */
-#define FZRE_COST_STEP 5u
-#define FZRE_COST_DIRECT 64u
+/* The sampling strides and the interpolation's anchor spacing are the
+ * contract's (fz_contract.h); the prices agreeing with the engine's check
+ * stage_lorenzo.c's. */
+#define FZRE_COST_STEP FZE_COST_STEP
+#define FZRE_COST_DIRECT FZE_COST_DIRECT
 #define FZRE_COST_SYMS (FZRE_COST_DIRECT + 65u)
-#define FZRE_GUESS_STEP 17u
-#define FZRE_TOP 16u
+#define FZRE_GUESS_STEP FZE_GUESS_STEP
+#define FZRE_TOP FZE_INTERP_TOP
 
 /* What the block functions share, and their results (the block's shared
  * memory: 1608 bytes). */

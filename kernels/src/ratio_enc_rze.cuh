@@ -35,7 +35,7 @@
 #include "ratio_enc_lz.cuh" /* fzre_ctz64 */
 #include "ratio_phase.cuh"
 
-#define FZRE_RZE_LEVELS 6u /* engine.h's FZE_RZE_MAX_LEVELS */
+#define FZRE_RZE_LEVELS FZE_RZE_MAX_LEVELS
 #define FZRE_RZ_G 4u       /* a tile's groups per thread: a word of bitmap bytes */
 #define FZRE_RZ_SEG 16u    /* the words a thread of the tile's scan sums */
 

@@ -21,6 +21,8 @@
 #ifndef FZK_RATIO_PHASE_CUH
 #define FZK_RATIO_PHASE_CUH
 
+#include "fz_contract.h"
+
 #ifdef __CUDACC__
 #define FZR_HD __host__ __device__
 #else
@@ -136,7 +138,7 @@ static inline FZR_HD uint32_t fzr_sums_before(uint32_t *v, unsigned n) {
  * into the counts before each thread and the length's total; then a
  * thread's first code of each length is the length's first code plus the
  * symbols of that length before its share (fzr_canon_first). */
-#define FZR_CODE_MAX_LEN 12u
+#define FZR_CODE_MAX_LEN FZE_HUFF_MAX_LEN
 typedef uint16_t fzr_canon_row[FZR_CODE_MAX_LEN + 1];
 
 static inline FZR_HD void fzr_canon_sums(fzr_canon_row *cnt, uint32_t *num, unsigned t,
