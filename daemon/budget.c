@@ -52,7 +52,9 @@ void fzd_budget_init(fzd_budget *b, uint64_t limit) {
   b->used = 0;
 }
 
-void fzd_budget_destroy(fzd_budget *b) { pthread_mutex_destroy(&b->mu); }
+void fzd_budget_destroy(fzd_budget *b) {
+  pthread_mutex_destroy(&b->mu);
+}
 
 int fzd_budget_take(fzd_budget *b, uint64_t bytes, uint64_t *used_now) {
   int err = 0;

@@ -266,6 +266,8 @@ static int run_compress(worker *w, fzd_job *job) {
   snprintf(job->chain, sizeof(job->chain), "%s", fz_plan_chain(plan));
   bool stream = job->out_fd >= 0;
   uint64_t need = stream ? stream_compress_need(job) : whole_compress_need(job, plan);
+  if (job->mem_reserved)
+    need = 0;
   err = reserve_memory(w->cb, job, need);
   if (err == 0) {
     err = stream ? compress_stream(job, plan) : compress_whole(w, job, plan);
@@ -371,6 +373,8 @@ static int run_decompress(worker *w, fzd_job *job) {
   } else {
     need = (fzd_job_input_in_memory(job) ? 0 : job->in_len) + job->info.raw_bytes;
   }
+  if (job->mem_reserved)
+    need = 0;
   if (err == 0 && (err = reserve_memory(w->cb, job, need)) == 0) {
     err = stream ? decompress_stream(job, dec) : decompress_whole(job);
     release_memory(w->cb, need);

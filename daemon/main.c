@@ -316,6 +316,7 @@ static int warm_start(fzd_server *srv) {
     jobs[i]->kind = FZD_JOB_WARM;
     jobs[i]->in_fd = jobs[i]->out_fd = -1;
     jobs[i]->warm->n = 1;
+    jobs[i]->warm->mem = &srv->mem;
     jobs[i]->warm->e[0] = srv->cfg.warm[i];
   }
   if (err < 0) {

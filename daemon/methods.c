@@ -838,6 +838,7 @@ static void m_warm(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   job->msgid = msg->msgid;
   job->in_fd = job->out_fd = -1;
   job->warm = w;
+  w->mem = &srv->mem;
   w->n = list->via.array.size;
   for (unsigned i = 0; i < w->n; i++) {
     fzd_warm_result *r = &w->r[i];
@@ -849,6 +850,14 @@ static void m_warm(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
     } else if ((r->err = fzd_warm_entry_check(&w->e[i], srv->cfg.max_job_bytes, sub,
                                               sizeof sub)) < 0) {
       snprintf(r->why, sizeof r->why, "plans[%u]: %.400s", i, sub);
+    } else if (fzd_warm_need(&w->e[i]) > srv->mem.limit) {
+      /* Refused at once: it could never fit, and waiting would say so
+       * only after the entries before it. */
+      r->err = FZ_ENOMEM;
+      snprintf(r->why, sizeof r->why, "plans[%u]: preparing it needs about %llu bytes of "
+               "memory, more than memory_limit (%llu)", i,
+               (unsigned long long)fzd_warm_need(&w->e[i]),
+               (unsigned long long)srv->mem.limit);
     }
     r->skip = r->err < 0;
   }

@@ -130,6 +130,8 @@ static void idle_wait(worker *w, bool idled) {
   }
 }
 
+static void push_locked(fzd_pool *pool, fzd_job *job);
+
 static void *worker_main(void *arg) {
   worker *w = arg;
   fzd_pool *pool = w->pool;
@@ -161,6 +163,17 @@ static void *worker_main(void *arg) {
     job->err = job->kind == FZD_JOB_WARM ? fzd_warm_job_run(&pool->be, w->state, job)
                                          : pool->be.run(w->state, job);
     job->t_end = uv_hrtime();
+    if (job->kind == FZD_JOB_WARM && job->err > 0) {
+      /* Entries are left: back in the queue, behind what came meanwhile
+       * (accepted already, so past queue_capacity if need be). */
+      job->err = 0;
+      pthread_mutex_lock(&pool->mu);
+      push_locked(pool, job);
+      pthread_cond_signal(&pool->cv);
+      pthread_mutex_unlock(&pool->mu);
+      idled = false;
+      continue;
+    }
     if (job->err > 0)
       job->err = 0;
 

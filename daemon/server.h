@@ -72,6 +72,9 @@ typedef struct fzd_job {
   bool out_truncate;  /* cut out_fd after the result (a file, not a fixed-size memfd) */
   uint64_t max_inline; /* inline results larger than this fail (EMSGSIZE) */
   uint64_t max_output; /* descriptor results larger than this fail */
+  /* The job's memory is reserved already (warm-up's jobs, warm.c): the
+   * backend reserves nothing of memory_limit for it. */
+  bool mem_reserved;
   /* Device buffers (GPU backend only): the input is in_len bytes at in_off
    * of the allocation in_dev names; the output goes to out_off of out_dev's
    * allocation, at most out_cap bytes.  in_ipc / out_ipc say that the side

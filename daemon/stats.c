@@ -113,7 +113,7 @@ void fzd_pack_identity(const fzd_server *srv, msgpack_packer *pk) {
 }
 
 void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
-  fzp_pack_result_begin(pk, msgid, 11);
+  fzp_pack_result_begin(pk, msgid, 14);
   fzd_pack_identity(srv, pk);
   pack_u64(pk, "uptime_s", (fzd_notify_monotonic_usec() - srv->start_usec) / 1000000u);
   pack_u64(pk, "workers", srv->workers);
@@ -123,4 +123,12 @@ void fzd_status_pack(fzd_server *srv, msgpack_packer *pk, uint32_t msgid) {
   pack_u64(pk, "inflight", srv->inflight);
   pack_u64(pk, "jobs_done", srv->stats.jobs_done);
   pack_u64(pk, "jobs_failed", srv->stats.jobs_failed);
+  /* memory_limit and what jobs, warm-up and messages still arriving hold
+   * of it now; incoming is the last part alone. */
+  pthread_mutex_lock(&srv->mem.mu);
+  uint64_t held = srv->mem.used;
+  pthread_mutex_unlock(&srv->mem.mu);
+  pack_u64(pk, "memory_limit", srv->mem.limit);
+  pack_u64(pk, "memory_held", held);
+  pack_u64(pk, "memory_incoming", srv->in_reserved);
 }

@@ -11,6 +11,12 @@
  * same engine and the check is trivially true; on the GPU it is the oracle
  * test of the design, run on the very plan jobs will use.
  *
+ * Memory.  An entry reserves what it will hold from memory_limit before it
+ * allocates anything (fzd_warm_need); without room it goes back to the
+ * queue and tries again later, and one that could never fit is refused.  A request's entries run one at a time,
+ * each a turn of the job on the queue, so other clients' jobs pass between
+ * them.
+ *
  * The field is deterministic (the same shape gives the same bytes on every
  * run): a smooth wave plus noise from a fixed-seed generator, and for the
  * float dtypes a few NaN and infinities, which the bound check stores
@@ -22,8 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
+#include "budget.h"
 #include "log.h"
 #include "notify.h"
 #include "server.h"
@@ -122,22 +130,27 @@ static fzd_job *new_job(enum fzd_job_kind kind, const fzd_warm_entry *e, void *i
   return job;
 }
 
-static void warm_one(const fzd_backend_ops *be, void *worker, const fzd_warm_entry *e,
-                     fzd_warm_result *r) {
+uint64_t fzd_warm_need(const fzd_warm_entry *e) {
+  uint64_t bytes = fzd_warm_entry_bytes(e);
+  /* The header is mostly the chunk table, a few bytes per chunk of
+   * kilobytes: a sixty-fourth of the field and a mebibyte cover it. */
+  uint64_t archive = bytes + bytes / 64 + (UINT64_C(1) << 20);
+  return 3 * bytes + 2 * archive;
+}
+
+/* Prepares and checks one entry; false when memory_limit has no room for
+ * it now (nothing was done: the entry is to be tried again later). */
+static bool warm_one(const fzd_backend_ops *be, void *worker, fzd_budget *mem,
+                     const fzd_warm_entry *e, fzd_warm_result *r) {
   uint64_t t0 = fzd_notify_monotonic_usec();
   size_t bytes = (size_t)fzd_warm_entry_bytes(e);
-  uint64_t n = bytes / fz_dtype_size(e->dtype);
-  void *field = malloc(bytes ? bytes : 1), *cpu_arc = NULL, *cpu_back = NULL;
+  uint64_t n = bytes / fz_dtype_size(e->dtype), reserved = 0;
+  void *field = NULL, *cpu_arc = NULL, *cpu_back = NULL;
   fz_plan *cpu = NULL;
   fzd_job *c = NULL, *d = NULL;
-  int err = FZ_ENOMEM;
-  if (field == NULL) {
-    snprintf(r->why, sizeof r->why, "no memory for a field of %zu bytes", bytes);
-    goto out;
-  }
-  fill_field(e, field, n);
+  int err;
 
-  /* The oracle first, while the field is ours: the job takes it. */
+  /* The oracle's plan first: its bound says what the entry will hold. */
   fz_params p;
   fz_params_init(&p);
   p.dtype = e->dtype;
@@ -153,7 +166,31 @@ static void warm_one(const fzd_backend_ops *be, void *worker, const fzd_warm_ent
     goto out;
   }
   size_t cap = fz_plan_compress_bound(cpu), cpu_len = 0, back_len = 0;
+  /* Everything below is reserved before it is allocated, like a job's
+   * memory: the field and the oracle's archive and decoded copy here, the
+   * backend's archive and decoded copy in its jobs (which therefore reserve
+   * nothing themselves).  Without room now the entry waits for a later
+   * turn; one that can never fit fails. */
+  uint64_t need = 3 * (uint64_t)bytes + 2 * (uint64_t)cap;
+  if (mem != NULL) {
+    if ((err = fzd_budget_take(mem, need, NULL)) == FZ_EBUSY) {
+      fz_plan_destroy(cpu);
+      return false;
+    }
+    if (err < 0) {
+      snprintf(r->why, sizeof r->why, "the entry needs about %llu bytes of memory, more "
+               "than memory_limit (%llu)", (unsigned long long)need,
+               (unsigned long long)mem->limit);
+      goto out;
+    }
+    reserved = need;
+  }
   err = FZ_ENOMEM;
+  if ((field = malloc(bytes ? bytes : 1)) == NULL) {
+    snprintf(r->why, sizeof r->why, "no memory for a field of %zu bytes", bytes);
+    goto out;
+  }
+  fill_field(e, field, n);
   if ((cpu_arc = malloc(cap)) == NULL || (cpu_back = malloc(bytes ? bytes : 1)) == NULL)
     goto out;
   if ((err = fz_plan_compress(cpu, field, bytes, cpu_arc, cap, &cpu_len)) < 0 ||
@@ -167,7 +204,8 @@ static void warm_one(const fzd_backend_ops *be, void *worker, const fzd_warm_ent
     err = FZ_ENOMEM;
     goto out;
   }
-  field = NULL;
+  field = NULL; /* the job took it */
+  c->mem_reserved = true;
   err = be->run(worker, c);
   r->cached = c->plan_hit;
   snprintf(r->chain, sizeof r->chain, "%s", c->chain);
@@ -187,6 +225,7 @@ static void warm_one(const fzd_backend_ops *be, void *worker, const fzd_warm_ent
     goto out;
   }
   c->out_data = NULL;
+  d->mem_reserved = true;
   if ((err = be->run(worker, d)) < 0) {
     snprintf(r->why, sizeof r->why, "decompression: %s",
              d->why[0] ? d->why : fz_strerror(err));
@@ -212,6 +251,9 @@ out:
   free(cpu_back);
   free(cpu_arc);
   free(field);
+  if (reserved)
+    fzd_budget_give(mem, reserved);
+  return true;
 }
 
 void fzd_warm_describe(const fzd_warm_entry *e, char *buf, size_t len) {
@@ -226,19 +268,30 @@ void fzd_warm_describe(const fzd_warm_entry *e, char *buf, size_t len) {
 
 int fzd_warm_job_run(const fzd_backend_ops *be, void *worker, fzd_job *job) {
   fzd_warm *w = job->warm;
-  for (unsigned i = 0; i < w->n; i++) {
-    fzd_warm_result *r = &w->r[i];
-    if (r->skip)
-      continue;
-    warm_one(be, worker, &w->e[i], r);
-    char what[300];
-    fzd_warm_describe(&w->e[i], what, sizeof what);
-    if (r->err == 0)
-      fzd_info("warm: %s: plan %s in %.1f ms, identical to the CPU engine: %s", what,
-               r->cached ? "was cached" : "made", (double)r->us / 1000.0, r->chain);
-    else
-      fzd_warn("warm: %s%s%s: failed after %.1f ms: %s", what, r->chain[0] ? ": " : "",
-               r->chain, (double)r->us / 1000.0, r->why);
+  while (w->next < w->n && w->r[w->next].skip)
+    w->next++;
+  if (w->next == w->n)
+    return 0;
+  unsigned i = w->next;
+  fzd_warm_result *r = &w->r[i];
+  if (!warm_one(be, worker, w->mem, &w->e[i], r)) {
+    /* Running jobs or another warm-up hold the memory: the job goes to the
+     * back of the queue and the worker to the jobs behind it.  The pause
+     * keeps a lone warm-up from spinning on a worker meanwhile. */
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    return 1;
   }
-  return 0;
+  w->next++;
+  char what[300];
+  fzd_warm_describe(&w->e[i], what, sizeof what);
+  if (r->err == 0)
+    fzd_info("warm: %s: plan %s in %.1f ms, identical to the CPU engine: %s", what,
+             r->cached ? "was cached" : "made", (double)r->us / 1000.0, r->chain);
+  else
+    fzd_warn("warm: %s%s%s: failed after %.1f ms: %s", what, r->chain[0] ? ": " : "",
+             r->chain, (double)r->us / 1000.0, r->why);
+  while (w->next < w->n && w->r[w->next].skip)
+    w->next++;
+  return w->next < w->n;
 }

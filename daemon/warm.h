@@ -31,14 +31,23 @@ typedef struct fzd_warm_result {
 /* The entries of one warm job and their results. */
 typedef struct fzd_warm {
   unsigned n;
+  unsigned next; /* the entry to run next (fzd_warm_job_run) */
+  struct fzd_budget *mem; /* memory_limit, which each entry reserves from */
   fzd_warm_entry e[FZD_WARM_MAX];
   fzd_warm_result r[FZD_WARM_MAX];
 } fzd_warm;
 
-/* Runs every entry of job->warm that is not skipped on this worker, one
- * after another, and logs one line per entry; per-entry errors go to their
- * results, so the job itself succeeds (returns 0). */
+/* Runs the next entry of job->warm that is not skipped on this worker and
+ * logs one line for it; per-entry errors go to their results.  Returns 1
+ * when entries are left (the pool queues the job again, behind the jobs
+ * that came meanwhile, so a long list never holds a worker from other
+ * clients for more than one entry), else 0. */
 int fzd_warm_job_run(const struct fzd_backend_ops *be, void *worker, struct fzd_job *job);
+
+/* The memory one entry holds while it is prepared: its field, the CPU
+ * engine's archive and decoded copy, and the backend's; an archive's room
+ * is the field plus its header (the plan's compress bound). */
+uint64_t fzd_warm_need(const fzd_warm_entry *e);
 
 /* "f32 [512, 512] rel 0.001 balanced", for the log. */
 void fzd_warm_describe(const fzd_warm_entry *e, char *buf, size_t len);

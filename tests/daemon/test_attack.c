@@ -280,3 +280,125 @@ Test(attack, config_strings_are_whole_and_secret) {
   cr_assert(strstr(out, "absolute path"), "%s", out);
   cr_assert_eq(check_config("{\"socket_path\": \"/run/fzd/fzd.sock\"}", out, sizeof out), 0);
 }
+
+/* Sends a warm request of count entries of f32 rows x cols. */
+static void send_warm(wire *w, uint32_t msgid, unsigned count, uint64_t rows, uint64_t cols) {
+  msgpack_packer *pk = wire_begin(w, msgid, "warm", 1);
+  fzp_pack_key(pk, "plans");
+  msgpack_pack_array(pk, count);
+  for (unsigned i = 0; i < count; i++) {
+    msgpack_pack_map(pk, 4);
+    fzp_pack_key(pk, "dtype");
+    fzp_pack_key(pk, "f32");
+    fzp_pack_key(pk, "shape");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint64(pk, rows);
+    msgpack_pack_uint64(pk, cols);
+    fzp_pack_key(pk, "eb");
+    msgpack_pack_double(pk, 1e-3 * (i + 1));
+    fzp_pack_key(pk, "pipeline");
+    fzp_pack_key(pk, "balanced");
+  }
+  cr_assert_eq(wire_send(w, NULL, 0), 0);
+}
+
+/* The error name of each entry of a warm reply ("" for a prepared one). */
+static unsigned warm_errors(const fzp_message *m, char names[][16], unsigned max) {
+  const msgpack_object *plans;
+  cr_assert_eq(fzp_get_obj(&m->result, "plans", &plans), 1);
+  unsigned n = plans->via.array.size < max ? plans->via.array.size : max;
+  for (unsigned i = 0; i < n; i++) {
+    const msgpack_object *err;
+    names[i][0] = '\0';
+    if (fzp_get_obj(&plans->via.array.ptr[i], "error", &err) == 1) {
+      const char *s;
+      uint32_t len;
+      cr_assert_eq(fzp_get_str(err, "name", &s, &len), 1);
+      snprintf(names[i], 16, "%.*s", (int)len, s);
+    }
+  }
+  return n;
+}
+
+/* Item 4: an entry that could never fit in memory_limit is refused at
+ * once; it used to run, outside the limit (a 1 GiB entry reached 2.6 GB
+ * under a 1.5 GiB limit). */
+Test(attack, warm_larger_than_memory_limit_is_refused_at_once) {
+  fzd_harness *h = start_daemon("\"workers\": 1, \"memory_limit\": 67108864");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  double t0 = now_ms();
+  send_warm(&w, 2, 1, 4096, 4096); /* a 64 MiB field: about 330 MiB to prepare */
+  fzp_message m;
+  cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+  double ms = now_ms() - t0;
+  cr_assert_eq(wire_code(&m), 0);
+  char names[1][16];
+  cr_assert_eq(warm_errors(&m, names, 1), 1u);
+  fzp_message_free(&m);
+  cr_log_info("a warm entry of 5 x 64 MiB under a 64 MiB limit: %s after %.0f ms", names[0], ms);
+  cr_assert_str_eq(names[0], "ENOMEM");
+  cr_assert_lt(ms, 1000.0);
+  wire_close(&w);
+  stop_daemon(h);
+}
+
+/* Item 4: two clients warm an entry each that fits memory_limit alone (a
+ * 24 MiB field, about 123 MiB to prepare, under 160 MiB) but not both at
+ * once.  What fzd holds of the limit never passes it, the second entry
+ * waits for the first, both are prepared, and a fresh client is served
+ * meanwhile. */
+Test(attack, concurrent_warms_stay_under_the_limit, .timeout = 240) {
+  const uint64_t limit = 160u << 20;
+  fzd_harness *h = start_daemon("\"workers\": 2, \"memory_limit\": 167772160");
+  wire a, b, watch;
+  wire_open(&a, h, false);
+  wire_open(&b, h, false);
+  wire_open(&watch, h, false);
+  cr_assert_eq(wire_hello(&a, NULL), 0);
+  cr_assert_eq(wire_hello(&b, NULL), 0);
+  cr_assert_eq(wire_hello(&watch, NULL), 0);
+  send_warm(&a, 2, 1, 2048, 3072);
+  send_warm(&b, 2, 1, 2048, 3072);
+  uint64_t max_held = 0;
+  double max_rss = 0;
+  bool served = false;
+  int replies = 0;
+  struct pollfd pf[2] = {{.fd = a.fd, .events = POLLIN}, {.fd = b.fd, .events = POLLIN}};
+  for (int round = 0; replies < 2 && round < 20000; round++) {
+    uint64_t held = stat_u64(&watch, "status", "memory_held");
+    if (held > max_held)
+      max_held = held;
+    double rss = rss_mib(fzd_harness_pid(h));
+    if (rss > max_rss)
+      max_rss = rss;
+    if (!served && held > 0) { /* a warm-up runs now */
+      bars_hold(h, 160, "two warms of 123 MiB under a 160 MiB limit");
+      served = true;
+    }
+    if (poll(pf, 2, 10) > 0)
+      for (int i = 0; i < 2; i++)
+        if (pf[i].revents & POLLIN) {
+          fzp_message m;
+          cr_assert_eq(wire_recv(i ? &b : &a, &m, 60000), 0);
+          char names[1][16];
+          cr_assert_eq(warm_errors(&m, names, 1), 1u);
+          cr_assert_str_empty(names[0], "a warm entry failed: %s", names[0]);
+          fzp_message_free(&m);
+          pf[i].fd = -1;
+          replies++;
+        }
+  }
+  cr_log_info("two warms: at most %llu bytes of memory_limit held, %.0f MiB resident",
+              (unsigned long long)max_held, max_rss);
+  cr_assert_eq(replies, 2);
+  cr_assert(served);
+  cr_assert_geq(max_held, UINT64_C(100) << 20, "the warm-up reserved nothing");
+  cr_assert_leq(max_held, limit);
+  cr_assert_lt(max_rss, 256.0 + 160.0);
+  wire_close(&a);
+  wire_close(&b);
+  wire_close(&watch);
+  stop_daemon(h);
+}
