@@ -4,9 +4,9 @@
 # whether or not it found nvcc, and libfzkernels links the library.
 add_library(fzjitcache STATIC
   ${CMAKE_CURRENT_LIST_DIR}/src/jit_cache.c
-  ${CMAKE_CURRENT_LIST_DIR}/src/sha256.c)
+  ${CMAKE_CURRENT_LIST_DIR}/jit/sha256.c)
 target_include_directories(fzjitcache
-  PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src>
+  PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/src> $<BUILD_INTERFACE:${CMAKE_CURRENT_LIST_DIR}/jit>
   PRIVATE ${PROJECT_SOURCE_DIR}/engine/src)
 target_link_libraries(fzjitcache PUBLIC fzengine Threads::Threads)
 # SHA-256 runs over every image loaded or stored; GCC unrolls its rounds at -O3.

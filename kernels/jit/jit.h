@@ -46,7 +46,7 @@ void fzk_nvrtc_options(unsigned arch, char *buf, size_t len);
 int fzk_nvrtc_compile(const char *source, unsigned arch, void **image, size_t *len, char *why,
                       size_t why_len);
 
-/* The embedded headers (generated at build time from kernels/src and
+/* The embedded headers (generated at build time from kernels/ops and
  * engine/include: fzk_embedded.c). */
 typedef struct fzk_embedded {
   const char *name;
