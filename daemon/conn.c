@@ -87,6 +87,8 @@ struct fzd_conn {
   char peer[96];
   fzd_ipc_cache *ipc; /* imported CUDA IPC buffers, made on first use */
   fzd_fdmap *maps;    /* mapped sealed memfds, made on first use */
+  /* A job waiting for the client to read its replies (fzd_conn_park). */
+  fzd_job *parked;
 };
 
 static void conn_close(fzd_conn *c);
@@ -354,7 +356,7 @@ static void fdq_close_all(fzd_conn *c) {
  * budget it waits until the client reads. */
 static bool conn_paused(const fzd_conn *c) {
   const fzd_config *cfg = &c->srv->cfg;
-  return c->closing || c->close_after_flush || c->srv->draining ||
+  return c->closing || c->close_after_flush || c->srv->draining || c->parked != NULL ||
          c->inflight >= cfg->max_inflight_per_connection ||
          owed(c) >= cfg->max_reply_bytes_per_connection;
 }
@@ -370,8 +372,29 @@ static bool fds_full(const fzd_conn *c) {
 
 /* Parses and dispatches every whole message in the input buffer, as long as
  * the connection may take more work. */
+/* Whether a reply of bytes fits what c may owe: always when c owes
+ * nothing, so that one job of any size can run. */
+static bool owed_room(const fzd_conn *c, uint64_t bytes) {
+  return owed(c) == 0 || owed(c) + bytes <= c->srv->cfg.max_reply_bytes_per_connection;
+}
+
+bool fzd_conn_park(fzd_conn *c, fzd_job *job) {
+  if (owed_room(c, job->reply_reserve))
+    return false;
+  c->parked = job;
+  fzd_debug("connection %llu: msgid %u waits until the client reads its replies (it owes "
+            "%llu bytes)", (unsigned long long)c->id, job->msgid,
+            (unsigned long long)owed(c));
+  return true;
+}
+
 static void conn_process(fzd_conn *c) {
   fzd_server *srv = c->srv;
+  if (c->parked != NULL && !c->closing && owed_room(c, c->parked->reply_reserve)) {
+    fzd_job *job = c->parked;
+    c->parked = NULL;
+    fzd_submit_parsed(srv, c, job);
+  }
   fzp_limits lim;
   fzp_limits_default(&lim);
   size_t off = 0;
@@ -666,6 +689,9 @@ static void conn_close(fzd_conn *c) {
     return;
   c->closing = true;
   out_discard(c);
+  /* A job that was never accepted: its client is gone. */
+  fzd_job_free(c->parked);
+  c->parked = NULL;
   /* Nothing more of its input will be parsed. */
   c->in_len = 0;
   in_resize(c, 0);

@@ -722,20 +722,35 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
                                      : parse_decompress(srv, c, p, job, &b);
   if (err == 0) {
     job->reply_reserve = reply_estimate(srv, job);
-    if (fzd_conn_reply_room(c, job->reply_reserve) < 0) {
-      srv->stats.busy_rejections++;
-      reject(&b, FZ_EBUSY, "replies not yet read by their clients fill "
-             "max_reply_bytes_total (%llu bytes); try again later",
-             (unsigned long long)srv->cfg.max_reply_bytes_total);
-      goto refused;
-    }
+    job->t_read = fzd_conn_read_ns(c);
+    /* Its reply would take what the connection owes past its own budget:
+     * it waits, and the connection is not read, until the client has read
+     * enough (conn.c runs it then through fzd_submit_parsed). */
+    if (fzd_conn_park(c, job))
+      return;
+    fzd_submit_parsed(srv, c, job);
+    return;
+  }
+refused:
+  fzd_conn_reply_error(c, msg->msgid, b.code, "%s", b.text);
+  fzd_conn_log_job_error(c, method, msg->msgid, b.code, b.text);
+  fzd_job_free(job);
+}
+
+void fzd_submit_parsed(fzd_server *srv, fzd_conn *c, fzd_job *job) {
+  const char *method = job->kind == FZD_JOB_COMPRESS ? "compress" : "decompress";
+  bad b = {0, ""};
+  if (fzd_conn_reply_room(c, job->reply_reserve) < 0) {
+    srv->stats.busy_rejections++;
+    reject(&b, FZ_EBUSY, "replies not yet read by their clients fill "
+           "max_reply_bytes_total (%llu bytes); try again later",
+           (unsigned long long)srv->cfg.max_reply_bytes_total);
+  } else {
     /* The worker never dereferences job->conn, and the reply can only be
      * handled by this thread, so the accounting may follow the submit. */
     job->conn = c;
-    job->t_read = fzd_conn_read_ns(c);
     job->t_queued = uv_hrtime();
-    err = fzd_pool_submit(srv->pool, job, srv->cfg.queue_capacity);
-    if (err == 0) {
+    if (fzd_pool_submit(srv->pool, job, srv->cfg.queue_capacity) == 0) {
       fzd_conn_job_accepted(c, job);
       return;
     }
@@ -743,9 +758,8 @@ static void submit_job(fzd_server *srv, fzd_conn *c, const fzp_message *msg,
     reject(&b, FZ_EBUSY, "the job queue is full (%llu waiting); try again later",
            (unsigned long long)srv->cfg.queue_capacity);
   }
-refused:
-  fzd_conn_reply_error(c, msg->msgid, b.code, "%s", b.text);
-  fzd_conn_log_job_error(c, method, msg->msgid, b.code, b.text);
+  fzd_conn_reply_error(c, job->msgid, b.code, "%s", b.text);
+  fzd_conn_log_job_error(c, method, job->msgid, b.code, b.text);
   fzd_job_free(job);
 }
 

@@ -295,6 +295,11 @@ int fzd_conn_take_fds(fzd_conn *c, unsigned n, int *fds);
 /* When the read that brought the message being dispatched began (uv_hrtime
  * nanoseconds, CLOCK_MONOTONIC). */
 uint64_t fzd_conn_read_ns(const fzd_conn *c);
+/* Holds a parsed job whose reply would take what c owes past
+ * max_reply_bytes_per_connection (while c owes anything at all): c is not
+ * read, and the job is submitted (fzd_submit_parsed) once the client has
+ * read enough of its replies.  True when it took the job. */
+bool fzd_conn_park(fzd_conn *c, fzd_job *job);
 /* Counts a job accepted for c (the connection is kept alive until done). */
 void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job);
 /* The connection asks to be closed once its output is flushed. */
@@ -308,6 +313,10 @@ fzd_fdmap *fzd_conn_fdmap(fzd_conn *c);
 
 /* methods.c: handles one parsed request; packs a finished job's reply. */
 void fzd_dispatch(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
+/* Queues a parsed compress or decompress job (msgid, reply_reserve and
+ * t_read set), or answers EBUSY when the reply budget of all connections
+ * or the queue is full. */
+void fzd_submit_parsed(fzd_server *srv, fzd_conn *c, fzd_job *job);
 void fzd_job_reply(fzd_conn *c, const fzd_job *job);
 
 /* main.c: called when a connection or a job goes away during a drain. */

@@ -402,3 +402,70 @@ Test(attack, concurrent_warms_stay_under_the_limit, .timeout = 240) {
   wire_close(&watch);
   stop_daemon(h);
 }
+
+/* An archive of n zero floats (tiny), for decompress replies of 4n bytes. */
+static void *zeros_archive(size_t n, size_t *arc_len) {
+  float *x = calloc(n, sizeof(float));
+  cr_assert_not_null(x);
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 1;
+  p.dims[0] = n;
+  p.eb = 1e-2;
+  p.threads = 1;
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
+  size_t cap = fz_plan_compress_bound(pl);
+  void *arc = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, x, n * sizeof(float), arc, cap, arc_len), 0);
+  fz_plan_destroy(pl);
+  free(x);
+  return arc;
+}
+
+static void send_decompress(wire *w, uint32_t msgid, const void *arc, size_t arc_len) {
+  msgpack_packer *pk = wire_begin(w, msgid, "decompress", 1);
+  fzp_pack_key(pk, "data");
+  msgpack_pack_bin(pk, (uint32_t)arc_len);
+  msgpack_pack_bin_body(pk, arc, arc_len);
+  cr_assert_eq(wire_send(w, NULL, 0), 0);
+}
+
+/* Item 5: a connection that never reads its replies asks for two of 40
+ * MiB.  It used to be let through past its own budget by one reply (80 MiB
+ * owed), so that with another client's 60 MiB reply the default total of
+ * 128 MiB was passed and that client got EBUSY.  Now the second job waits
+ * until the first reply is read, the connection owes at most its budget
+ * (64 MiB), and the other client is served. */
+Test(attack, unread_replies_leave_room_for_others, .timeout = 240) {
+  fzd_harness *h = start_daemon("\"workers\": 2");
+  size_t big_len, other_len;
+  void *big = zeros_archive(10u << 20, &big_len);     /* 40 MiB out */
+  void *other = zeros_archive(15u << 20, &other_len); /* 60 MiB out */
+  wire bad, good;
+  wire_open(&bad, h, false);
+  wire_open(&good, h, false);
+  cr_assert_eq(wire_hello(&bad, NULL), 0);
+  cr_assert_eq(wire_hello(&good, NULL), 0);
+  send_decompress(&bad, 2, big, big_len);
+  send_decompress(&bad, 3, big, big_len);
+  for (int i = 0; i < 3000 && stat_u64(&good, "status", "inflight") > 0; i++)
+    sleep_ms(5);
+  send_decompress(&good, 4, other, other_len);
+  fzp_message m;
+  cr_assert_eq(wire_recv(&good, &m, 60000), 0);
+  cr_assert_eq(wire_code(&m), 0, "the other client got %s", fz_err_name(wire_code(&m)));
+  fzp_message_free(&m);
+  /* Nothing accepted is dropped: the unread client gets both once it reads. */
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(wire_recv(&bad, &m, 60000), 0);
+    cr_assert_eq(wire_code(&m), 0);
+    fzp_message_free(&m);
+  }
+  free(big);
+  free(other);
+  wire_close(&bad);
+  wire_close(&good);
+  stop_daemon(h);
+}
