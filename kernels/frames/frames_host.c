@@ -115,14 +115,14 @@ int fzf_csr_fold(const fz_frames_csr *m, const uint8_t *active, size_t npixels, 
   }
   if (m->w_i32 && (kind == FZF_FLOAT || fz_dtype_size(dtype) > 4)) {
     fzf_say(why, why_len,
-             "frames (GPU): integer weights need integer pixels of at most 4 bytes, not %s",
-             fz_dtype_name(dtype));
+            "frames (GPU): integer weights need integer pixels of at most 4 bytes, not %s",
+            fz_dtype_name(dtype));
     return FZ_EDTYPE;
   }
   uint64_t nnz = m->indptr[m->nrows];
   if (m->indptr[0] != 0 || nnz > SIZE_MAX / 8 || (nnz && !m->indices)) {
     fzf_say(why, why_len, "frames (GPU): matrix indptr starts at %llu and ends at %llu",
-             (unsigned long long)m->indptr[0], (unsigned long long)nnz);
+            (unsigned long long)m->indptr[0], (unsigned long long)nnz);
     return FZ_EINVAL;
   }
   out->nrows = m->nrows;
@@ -135,7 +135,7 @@ int fzf_csr_fold(const fz_frames_csr *m, const uint8_t *active, size_t npixels, 
   if (!out->indptr || !out->cols || (!out->wf && !out->wi)) {
     fzf_csr_free(out);
     fzf_say(why, why_len, "frames (GPU): out of memory for a matrix of %llu entries",
-             (unsigned long long)nnz);
+            (unsigned long long)nnz);
     return FZ_ENOMEM;
   }
   size_t kept = 0;
@@ -150,7 +150,7 @@ int fzf_csr_fold(const fz_frames_csr *m, const uint8_t *active, size_t npixels, 
       uint32_t col = m->indices[j];
       if (col >= npixels) {
         fzf_say(why, why_len, "frames (GPU): matrix entry %llu names pixel %u of %zu",
-                 (unsigned long long)j, col, npixels);
+                (unsigned long long)j, col, npixels);
         fzf_csr_free(out);
         return FZ_EINVAL;
       }
@@ -202,8 +202,8 @@ void fzf_status_text(uint64_t status, char *why, size_t why_len) {
     fzf_say(why, why_len, "frames (GPU): %s", text);
   else if (place % 2)
     fzf_say(why, why_len, "frames (GPU): block %llu: %s", (unsigned long long)(place - 1) / 2,
-             text);
+            text);
   else
     fzf_say(why, why_len, "frames (GPU): block %llu: %s", (unsigned long long)(place - 2) / 2,
-             text);
+            text);
 }

@@ -32,7 +32,7 @@
 /* out = the warp's ballot of `pred`, which may use `lane`. */
 #define FZF_BALLOT(out, lane, pred)                                                                \
   do {                                                                                             \
-    unsigned lane = threadIdx.x & 31u;                                                             \
+    unsigned lane __attribute__((unused)) = threadIdx.x & 31u;                                     \
     (out) = __ballot_sync(0xffffffffu, (pred));                                                    \
   } while (0)
 #define FZF_POPC(x) __popc(x)
@@ -74,7 +74,7 @@
   X(LZ4_LIT_END, ECORRUPT, "LZ4 last literals do not end the block's data and output")             \
   X(LZ4_MATCH_LEN, ECORRUPT, "LZ4 match length runs past the block's data")                        \
   X(LZ4_OFFSET, ECORRUPT, "LZ4 match offset before the block")                                     \
-  X(LZ4_OFFSET0, ECORRUPT, "LZ4 match offset 0, which the format forbids")                          \
+  X(LZ4_OFFSET0, ECORRUPT, "LZ4 match offset 0, which the format forbids")                         \
   X(LZ4_MATCH_END, ECORRUPT, "LZ4 match past the block or into its last 5 bytes")                  \
   X(LZ4_SHORT, ECORRUPT, "LZ4 block decompresses to fewer bytes than the block")                   \
   X(RANGE, ERANGE, "the integer sum of a matrix row overflows int64")                              \
@@ -217,8 +217,8 @@ FZF_HD fzf_walk fzf_walk_chunk(const uint8_t *c, uint64_t len, unsigned w, uint6
   starts[nblocks] = (uint32_t)pos;
   uint64_t tail = (n % 8) * w;
   if (len - pos != tail)
-    r.status = fzf_status(FZF_PLACE_LEN(nblocks), len - pos < tail ? FZF_R_TAIL_SHORT
-                                                                   : FZF_R_TAIL_LONG);
+    r.status =
+        fzf_status(FZF_PLACE_LEN(nblocks), len - pos < tail ? FZF_R_TAIL_SHORT : FZF_R_TAIL_LONG);
   return r;
 }
 
@@ -409,7 +409,8 @@ FZF_FN uint32_t fzf_unshuffle_count(const uint8_t *blk, uint32_t n, uint64_t bas
         fzf_column(blk, rowb, col, w, v);
         for (unsigned k = 0; k < 8; k++) {
           fzf_put(dense + ((size_t)8 * col + k) * w, w, v[k]);
-          cnt += count && fzf_used(fv->active, base + 8 * col + k) && fzf_above(v[k], w, fv->kind, &fv->cut);
+          cnt += count && fzf_used(fv->active, base + 8 * col + k) &&
+                 fzf_above(v[k], w, fv->kind, &fv->cut);
         }
       }
       FZF_MINE(got, lane) = cnt;
@@ -437,9 +438,10 @@ FZF_FN uint32_t fzf_tail_count(const uint8_t *src, uint32_t t, uint64_t base, ui
     }
   }
   FZF_SYNC();
-  FZF_BALLOT(m, lane,
-             count && lane < t && fzf_used(fv->active, base + lane) &&
-                 fzf_above(fzf_get(dense + (size_t)lane * fv->w, fv->w), fv->w, fv->kind, &fv->cut));
+  FZF_BALLOT(
+      m, lane,
+      count && lane < t && fzf_used(fv->active, base + lane) &&
+          fzf_above(fzf_get(dense + (size_t)lane * fv->w, fv->w), fv->w, fv->kind, &fv->cut));
   return FZF_POPC(m);
 }
 

@@ -14,6 +14,7 @@
 # FZ_GPU_DEVICE_BENCH=1 (device buffers through fzd, below), FZ_GPU_JIT_BENCH=1
 # (first, warm and restarted jobs of a chain through fzd, below), FZ_GPU_RUN_SERVICE (below),
 # FZ_GPU_BASELINE (a second source tree benchmarked beside this one, below),
+# FZ_GPU_FRAMES_BENCH=1 (detector frames on the GPU, below),
 # FZ_GPU_BUILD (build directory), FZ_CUDA_FLAGS (extra nvcc flags, e.g. a
 # -D of a kernel tuning knob).
 set -euo pipefail
@@ -87,12 +88,14 @@ cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_FLAGS="$cuda_flags" \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
-  test_gpu_large test_gpu_jit test_gpu_ratio fz_gpu_bench > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
+  test_gpu_large test_gpu_jit test_gpu_ratio fz_gpu_bench test_gpu_frames test_kernel_frames \
+  > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
 echo "built"
 
 if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   step GPU test suites
-  run_ctest "ctest GPU suites" ctest.log -R '^test_gpu_' -E "$service_suites"
+  # test_gpu_frames and its CPU model test_kernel_frames (kernels/frames).
+  run_ctest "ctest GPU suites" ctest.log -R '^test_(gpu_|kernel_frames$)' -E "$service_suites"
   grep -E "tests passed|Test +#|Passed|Failed|Skipped|SKIP|Synthesis|large:" "$logs/ctest.log" | tail -30
 
   step compute-sanitizer
@@ -113,6 +116,9 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
          >> "$logs/sanitizer-$tool.log" 2>&1 &&
        compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
          "$build/tests/gpu/test_gpu_jit" --filter 'gpu_jit/chain4' -j1 \
+         >> "$logs/sanitizer-$tool.log" 2>&1 &&
+       compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
+         "$build/tests/gpu_frames/test_gpu_frames" --filter 'gpu_frames/refusals' -j1 \
          >> "$logs/sanitizer-$tool.log" 2>&1 &&
        { [ ! -x "$build/tests/gpu/test_gpu_ratio" ] ||
          compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
@@ -159,6 +165,25 @@ if [ "${FZ_SKIP_BENCH:-0}" != 1 ]; then
     side_build baseline "$FZ_GPU_BASELINE" "$base" "$cuda_flags"
     run_bench "baseline benchmark" "$base" bench-baseline
   fi
+fi
+
+# ---- detector frames ------------------------------------------------------
+# FZ_GPU_FRAMES_BENCH=1: tests/bench/frames_gpu_bench.c, Eiger 4M u16 frames
+# decoded in batches in process, sparse (cut 10) and dense, checked against
+# the CPU engine ($FZ_FRAMES_BENCH_ARGS: e.g. "-f 256 -b 64 -r 20").
+if [ "${FZ_GPU_FRAMES_BENCH:-0}" != 0 ]; then
+  step detector frames on the GPU
+  cmake --build "$build" -j16 --target fz_frames_gpu_bench > "$logs/build-frames.log" 2>&1 ||
+    { tail -40 "$logs/build-frames.log"; exit 1; }
+  # shellcheck disable=SC2086
+  if "$build/tests/bench/fz_frames_gpu_bench" ${FZ_FRAMES_BENCH_ARGS:-} \
+       > "$logs/frames-gpu-bench.md" 2> "$logs/frames-gpu-bench.err"; then
+    summary+=("frames GPU benchmark: identical to the CPU")
+  else
+    summary+=("frames GPU benchmark: FAILED (exit $?)")
+    status=1
+  fi
+  cat "$logs/frames-gpu-bench.md" "$logs/frames-gpu-bench.err"
 fi
 
 # ---- kernel profile ------------------------------------------------------

@@ -85,12 +85,13 @@ static void model_run(model_out *mo, fz_dtype t, size_t npx, const uint8_t *mask
     }
     if (wk.status == FZF_STATUS_OK) {
       uint32_t tn = (uint32_t)(npx % 8);
-      cnt[wk.nblocks] = fzf_tail_count(c + starts[wk.nblocks], tn, npx - tn,
-                                       dense + (npx - tn) * w, &fv, 1);
+      cnt[wk.nblocks] =
+          fzf_tail_count(c + starts[wk.nblocks], tn, npx - tn, dense + (npx - tn) * w, &fv, 1);
     }
     for (size_t r = 0; r < fc.nrows && st == FZF_STATUS_OK; r++) {
       if (fc.wf) {
-        mo->powder_f64[i * fc.nrows + r] = fzf_row_f64(fc.indptr, fc.cols, fc.wf, dense, w, kind, r);
+        mo->powder_f64[i * fc.nrows + r] =
+            fzf_row_f64(fc.indptr, fc.cols, fc.wf, dense, w, kind, r);
       } else {
         int over = 0;
         mo->powder_i64[i * fc.nrows + r] =
@@ -245,7 +246,9 @@ Test(frames_model, lz4_crafted_streams) {
   } cases[] = {
       /* 16 literals "AAAA..." then an end: valid */
       {{0xf0, 0x01, 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A'},
-       18, 16, 0},
+       18,
+       16,
+       0},
       /* 1 literal, match offset 2 (before the block) */
       {{0x14, 'A', 0x02, 0x00, 0x50, 'B', 'B', 'B', 'B', 'B'}, 10, 29, FZF_R_LZ4_OFFSET},
       /* 1 literal, match offset 0 */
@@ -267,8 +270,8 @@ Test(frames_model, lz4_crafted_streams) {
     memcpy(src, cases[i].s, cases[i].len);
     int rc = model_lz4(src, cases[i].len, &dec, cases[i].n);
     cr_assert_eq(rc, cases[i].want, "case %zu: reason %d, expected %d", i, rc, cases[i].want);
-    int got = LZ4_decompress_safe((const char *)src, (char *)ref, (int)cases[i].len,
-                                  (int)cases[i].n);
+    int got =
+        LZ4_decompress_safe((const char *)src, (char *)ref, (int)cases[i].len, (int)cases[i].n);
     if (rc == 0) {
       cr_assert_eq(got, (int)cases[i].n, "case %zu: liblz4 refuses it", i);
       cr_assert_eq(memcmp(dec, ref, cases[i].n), 0, "case %zu", i);
@@ -283,15 +286,15 @@ Test(frames_model, lz4_crafted_streams) {
 
 /* ---- Whole batches against the engine ---- */
 
-static const fz_dtype all_dtypes[] = {FZ_U8, FZ_I8, FZ_U16, FZ_I16, FZ_U32,
+static const fz_dtype all_dtypes[] = {FZ_U8,  FZ_I8,  FZ_U16, FZ_I16, FZ_U32,
                                       FZ_I32, FZ_U64, FZ_I64, FZ_F32, FZ_F64};
 
 /* Compares the model's batch with the engine's on the same chunks. */
 static void check_batch(fz_dtype t, size_t npixels, const uint8_t *mask, const fz_frames_csr *csr,
                         mframes *mf, double cut, size_t cap) {
   size_t w = fz_dtype_size(t), n = mf->nframes;
-  fz_frames_params p = {.dtype = t, .npixels = npixels, .codec = FZ_BSLZ4_LZ4, .mask = mask,
-                        .csr = csr};
+  fz_frames_params p = {
+      .dtype = t, .npixels = npixels, .codec = FZ_BSLZ4_LZ4, .mask = mask, .csr = csr};
   fz_frames *f;
   char why[256];
   cr_assert_eq(fz_frames_create(&p, &f, why, sizeof why), 0, "%s", why);
@@ -303,9 +306,18 @@ static void check_batch(fz_dtype t, size_t npixels, const uint8_t *mask, const f
   int *cs = calloc(n, sizeof *cs);
   double *cpf = rows && !i64 ? calloc(n * rows, 8) : NULL;
   int64_t *cpi = rows && i64 ? calloc(n * rows, 8) : NULL;
-  fz_frames_batch b = {.base = mf->base, .offsets = mf->offsets, .lengths = mf->lengths,
-                       .nframes = n, .cut = cut, .values = cv, .indices = ci, .cap = cap,
-                       .counts = cc, .status = cs, .powder_f64 = cpf, .powder_i64 = cpi};
+  fz_frames_batch b = {.base = mf->base,
+                       .offsets = mf->offsets,
+                       .lengths = mf->lengths,
+                       .nframes = n,
+                       .cut = cut,
+                       .values = cv,
+                       .indices = ci,
+                       .cap = cap,
+                       .counts = cc,
+                       .status = cs,
+                       .powder_f64 = cpf,
+                       .powder_i64 = cpi};
   cr_assert_geq(fz_frames_sparse_batch(f, &b, 1, why, sizeof why), 0, "%s", why);
 
   model_out mo;
@@ -336,8 +348,8 @@ static void check_batch(fz_dtype t, size_t npixels, const uint8_t *mask, const f
                    "%s frame %zu: i64 sums differ", fz_dtype_name(t), i);
     /* The dense frame the model unshuffled is the engine's. */
     uint8_t *dense = malloc(npixels * w + 1);
-    cr_assert_eq(fz_frames_dense(f, mf->base + mf->offsets[i], mf->lengths[i], dense,
-                                 npixels * w, NULL, NULL, why, sizeof why),
+    cr_assert_eq(fz_frames_dense(f, mf->base + mf->offsets[i], mf->lengths[i], dense, npixels * w,
+                                 NULL, NULL, why, sizeof why),
                  0, "%s", why);
     cr_assert_eq(memcmp(dense, mo.dense + i * npixels * w, npixels * w), 0,
                  "%s frame %zu: dense frames differ", fz_dtype_name(t), i);
