@@ -127,9 +127,10 @@ static int check_params(const fz_frames_gpu_params *p, char *why, size_t why_len
             p->max_block_bytes);
     return FZ_EINVAL;
   }
-  if (p->max_frames > 65536 || (p->cap > p->npixels && p->npixels)) {
+  /* The product's grid has a dimension of frames, at most 65535. */
+  if (p->max_frames > 65535 || (p->cap > p->npixels && p->npixels)) {
     fzf_say(why, why_len,
-            "frames (GPU): max_frames %zu (at most 65536) or cap %zu above %zu "
+            "frames (GPU): max_frames %zu (at most 65535) or cap %zu above %zu "
             "pixels",
             p->max_frames, p->cap, p->npixels);
     return FZ_EINVAL;

@@ -44,7 +44,7 @@ typedef struct fz_frames_gpu_params {
   fz_bslz4_codec codec; /* FZ_BSLZ4_LZ4 */
   const uint8_t *mask;  /* npixels bytes, nonzero = used; NULL: all */
   const fz_frames_csr *csr;
-  size_t max_frames;      /* frames a batch at most (0: 64) */
+  size_t max_frames;      /* frames a batch at most (0: 64; at most 65535) */
   size_t cap;             /* pixels listed a frame at most (0: npixels) */
   size_t max_block_bytes; /* largest block decoded (0: 8192, the filter's
                            * default; at most 32768); a chunk with larger
@@ -80,7 +80,8 @@ size_t fz_frames_gpu_rows(const fz_frames_gpu *g);
  *   powder_f64 / powder_i64 (rows a frame, as the matrix's weights): the
  *     products; NULL: none.
  * counts and status are always host arrays of nframes: the pixels listed
- * (0 for a failed frame) and 0 or the frame's negative code. */
+ * (0 for a failed frame) and 0 or the frame's negative code.  A failed
+ * frame's lists, dense frame and products are undefined. */
 typedef struct fz_frames_gpu_batch {
   const uint8_t *base;
   size_t base_len;
