@@ -36,6 +36,8 @@
     (out) = __ballot_sync(0xffffffffu, (pred));                                                    \
   } while (0)
 #define FZF_POPC(x) __popc(x)
+/* A load of chunk bytes, which no kernel writes: the read-only cache. */
+#define FZF_LDG(p) __ldg(p)
 /* A value of each lane: a register on the GPU, an array on the CPU. */
 #define FZF_PER_LANE(type, name) type name
 #define FZF_MINE(name, lane) (name)
@@ -51,6 +53,7 @@
       (out) |= (unsigned)((pred) ? 1u : 0u) << lane;                                               \
   } while (0)
 #define FZF_POPC(x) ((unsigned)__builtin_popcount(x))
+#define FZF_LDG(p) (*(p))
 #define FZF_PER_LANE(type, name) type name[32]
 #define FZF_MINE(name, lane) ((name)[lane])
 #endif
@@ -243,7 +246,7 @@ FZF_FN int fzf_lz4_parse(const uint8_t *src, uint32_t clen, uint32_t *ip_, uint3
   uint32_t ip = *ip_;
   if (ip >= clen)
     return FZF_R_LZ4_LIT_LEN;
-  unsigned token = src[ip++];
+  unsigned token = FZF_LDG(src + ip++);
   uint32_t lit = token >> 4;
   if (lit == 15) {
     /* liblz4 reads the extension bytes while they stay 15 bytes before
@@ -252,7 +255,7 @@ FZF_FN int fzf_lz4_parse(const uint8_t *src, uint32_t clen, uint32_t *ip_, uint3
       return FZF_R_LZ4_LIT_LEN;
     unsigned s;
     do {
-      s = src[ip++];
+      s = FZF_LDG(src + ip++);
       lit += s;
       if (ip > clen - 15 || lit > n)
         return FZF_R_LZ4_LIT_LEN;
@@ -270,13 +273,13 @@ FZF_FN int fzf_lz4_parse(const uint8_t *src, uint32_t clen, uint32_t *ip_, uint3
   }
   ip += lit;
   q->last = 0;
-  q->offset = (uint32_t)src[ip] | (uint32_t)src[ip + 1] << 8;
+  q->offset = (uint32_t)FZF_LDG(src + ip) | (uint32_t)FZF_LDG(src + ip + 1) << 8;
   ip += 2;
   uint32_t ml = token & 15;
   if (ml == 15) {
     unsigned s;
     do {
-      s = src[ip++];
+      s = FZF_LDG(src + ip++);
       ml += s;
       if (ip > clen - 4 || ml > n)
         return FZF_R_LZ4_MATCH_LEN;
@@ -314,7 +317,7 @@ FZF_FN int fzf_lz4_block(const uint8_t *src, uint32_t clen, uint8_t *dst, uint32
       return rc;
     FZF_LANES(lane) {
       for (uint32_t j = lane; j < q.lit_len; j += 32)
-        dst[op + j] = src[q.lit_at + j];
+        dst[op + j] = FZF_LDG(src + q.lit_at + j);
     }
     FZF_SYNC();
     op += q.lit_len;
@@ -374,6 +377,23 @@ FZF_HD void fzf_put(uint8_t *p, unsigned w, uint64_t v) {
   }
 }
 
+/* The 8 elements v[0..7] at p: w 8-byte words when p allows, else
+ * element by element. */
+FZF_HD void fzf_put8(uint8_t *p, unsigned w, const uint64_t v[8]) {
+  if ((uintptr_t)p % 8 == 0) {
+    unsigned per = 8 / w;
+    for (unsigned m = 0; m < w; m++) {
+      uint64_t word = 0;
+      for (unsigned t = 0; t < per; t++)
+        word |= v[m * per + t] << (8 * w * t % 64);
+      ((uint64_t *)(void *)p)[m] = word;
+    }
+  } else {
+    for (unsigned k = 0; k < 8; k++)
+      fzf_put(p + (size_t)k * w, w, v[k]);
+  }
+}
+
 FZF_HD uint64_t fzf_get(const uint8_t *p, unsigned w) {
   switch (w) {
   case 1: return *p;
@@ -407,8 +427,8 @@ FZF_FN uint32_t fzf_unshuffle_count(const uint8_t *blk, uint32_t n, uint64_t bas
       if (col < rowb) {
         uint64_t v[8];
         fzf_column(blk, rowb, col, w, v);
+        fzf_put8(dense + (size_t)8 * col * w, w, v);
         for (unsigned k = 0; k < 8; k++) {
-          fzf_put(dense + ((size_t)8 * col + k) * w, w, v[k]);
           cnt += count && fzf_used(fv->active, base + 8 * col + k) &&
                  fzf_above(v[k], w, fv->kind, &fv->cut);
         }
