@@ -1,7 +1,6 @@
 /*
  * context.c - the GPU context: one pinned device, a pool of streams, a
- * stream-ordered device memory pool and the CRC tables, plus the mapping of
- * CUDA errors to fz_errno codes.
+ * stream-ordered device memory pool and the CRC tables.
  *
  * Every entry point first makes the context's device current on the calling
  * thread (cudaSetDevice is cheap), so a context may be used from any thread.
@@ -18,22 +17,6 @@
 #include "gpu_err.h"
 #include "jit.h"
 
-int fzk_cuda_error(int err, const char *what, char *why, size_t why_len) {
-  cudaError_t e = (cudaError_t)err;
-  fze_why(why, why_len, "%s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
-  switch (e) {
-  case cudaErrorMemoryAllocation:
-    return FZ_EGPUOOM;
-  case cudaErrorNoDevice:
-  case cudaErrorInsufficientDriver:
-  case cudaErrorInvalidDevice:
-  case cudaErrorDevicesUnavailable:
-    return FZ_ENOGPU;
-  default:
-    return FZ_ECUDA;
-  }
-}
-
 int fz_gpu_device_count(int *count) {
   if (count == NULL)
     return FZ_EINVAL;
@@ -49,10 +32,9 @@ int fz_gpu_device_count(int *count) {
 
 /* "GPU-" followed by the 16 UUID bytes in nvidia-smi's grouping. */
 static void format_uuid(const unsigned char *u, char *buf, size_t len) {
-  snprintf(buf, len,
-           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
-           u[12], u[13], u[14], u[15]);
+  snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+           u[14], u[15]);
 }
 
 static int find_device(const char *spec, int *dev, char *why, size_t why_len) {
@@ -73,7 +55,9 @@ static int find_device(const char *spec, int *dev, char *why, size_t why_len) {
   if (strncmp(spec, "GPU-", 4) == 0) {
     for (int d = 0; d < n; d++) {
       struct cudaDeviceProp prop;
-      FZK_CHECK(cudaGetDeviceProperties(&prop, d), fail);
+      if ((rc = fzk_cuda_check(cudaGetDeviceProperties(&prop, d), "cudaGetDeviceProperties", why,
+                               why_len)) < 0)
+        return rc;
       char u[64];
       format_uuid((const unsigned char *)prop.uuid.bytes, u, sizeof u);
       if (strcasecmp(u, spec) == 0) {
@@ -92,12 +76,10 @@ static int find_device(const char *spec, int *dev, char *why, size_t why_len) {
   }
   *dev = (int)v;
   return 0;
-fail:
-  return rc;
 }
 
-int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
-                      char *why, size_t why_len) {
+int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out, char *why,
+                      size_t why_len) {
   if (out == NULL)
     return FZ_EINVAL;
   *out = NULL;
@@ -114,16 +96,19 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   ctx->streams = calloc(ctx->nstreams, sizeof *ctx->streams);
   if (ctx->streams == NULL) {
     rc = FZ_ENOMEM;
-    goto fail;
+    goto err_ctx;
   }
   struct cudaDeviceProp prop;
-  FZK_CHECK(cudaSetDevice(dev), fail);
-  FZK_CHECK(cudaGetDeviceProperties(&prop, dev), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(dev), "cudaSetDevice", why, why_len)) < 0)
+    goto err_ctx;
+  if ((rc = fzk_cuda_check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties", why,
+                           why_len)) < 0)
+    goto err_ctx;
   snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
   ctx->nsm = prop.multiProcessorCount > 0 ? (unsigned)prop.multiProcessorCount : 1;
   format_uuid((const unsigned char *)prop.uuid.bytes, ctx->uuid, sizeof ctx->uuid);
   if ((rc = fzk_jit_create(dev, &ctx->jit, why, why_len)) < 0)
-    goto fail;
+    goto err_ctx;
   /* A GPU the built-in code cannot run on (older than its architecture)
    * runs generated kernels only, if NVRTC can make them for it. */
   int probe = fzk_kernels_probe();
@@ -138,11 +123,13 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
               "and none can be generated for it: %s",
               prop.name, prop.major, prop.minor, cuda, jit);
       rc = FZ_ENOGPU;
-      goto fail;
+      goto err_ctx;
     }
   }
   for (unsigned i = 0; i < ctx->nstreams; i++)
-    FZK_CHECK(cudaStreamCreateWithFlags(&ctx->streams[i], cudaStreamNonBlocking), fail);
+    if ((rc = fzk_cuda_check(cudaStreamCreateWithFlags(&ctx->streams[i], cudaStreamNonBlocking),
+                             "cudaStreamCreateWithFlags", why, why_len)) < 0)
+      goto err_ctx;
 
   /* A pool of our own that keeps what it has (no release at sync points),
    * so stream-ordered allocations of repeated jobs reuse the same memory. */
@@ -151,18 +138,27 @@ int fz_gpu_ctx_create(const char *device, unsigned nstreams, fz_gpu_ctx **out,
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = dev;
-  FZK_CHECK(cudaMemPoolCreate(&ctx->pool, &props), fail);
+  if ((rc = fzk_cuda_check(cudaMemPoolCreate(&ctx->pool, &props), "cudaMemPoolCreate", why,
+                           why_len)) < 0)
+    goto err_ctx;
   ctx->have_pool = 1;
   uint64_t keep = UINT64_MAX;
-  FZK_CHECK(cudaMemPoolSetAttribute(ctx->pool, cudaMemPoolAttrReleaseThreshold, &keep), fail);
+  if ((rc = fzk_cuda_check(
+           cudaMemPoolSetAttribute(ctx->pool, cudaMemPoolAttrReleaseThreshold, &keep),
+           "cudaMemPoolSetAttribute", why, why_len)) < 0)
+    goto err_ctx;
 
   uint32_t tab[FZK_CRC_TAB_WORDS];
   fzk_crc_tables(tab);
-  FZK_CHECK(cudaMalloc((void **)&ctx->d_tab, sizeof tab), fail);
-  FZK_CHECK(cudaMemcpy(ctx->d_tab, tab, sizeof tab, cudaMemcpyHostToDevice), fail);
+  if ((rc = fzk_cuda_check(cudaMalloc((void **)&ctx->d_tab, sizeof tab), "cudaMalloc", why,
+                           why_len)) < 0)
+    goto err_ctx;
+  if ((rc = fzk_cuda_check(cudaMemcpy(ctx->d_tab, tab, sizeof tab, cudaMemcpyHostToDevice),
+                           "cudaMemcpy", why, why_len)) < 0)
+    goto err_ctx;
   *out = ctx;
   return 0;
-fail:
+err_ctx:
   fz_gpu_ctx_destroy(ctx);
   return rc;
 }
@@ -194,24 +190,22 @@ int fz_gpu_ctx_jit_config(fz_gpu_ctx *ctx, const char *cache_dir, uint64_t max_d
   if (ctx == NULL || enabled < FZ_GPU_JIT_OFF || enabled > FZ_GPU_JIT_ONLY)
     return FZ_EINVAL;
   if (!ctx->aot_ok && enabled == FZ_GPU_JIT_OFF) {
-    fze_why(why, why_len, "%s runs no built-in kernel of this build: the JIT stays on",
-            ctx->name);
+    fze_why(why, why_len, "%s runs no built-in kernel of this build: the JIT stays on", ctx->name);
     return FZ_EINVAL;
   }
-  int rc = fzk_jit_config(ctx->jit, cache_dir, max_disk_bytes, enabled != FZ_GPU_JIT_OFF, why,
-                          why_len);
+  int rc =
+      fzk_jit_config(ctx->jit, cache_dir, max_disk_bytes, enabled != FZ_GPU_JIT_OFF, why, why_len);
   if (rc < 0)
     return rc;
   if (enabled == FZ_GPU_JIT_ONLY && ctx->kern == NULL) {
-    FZK_CHECK(cudaSetDevice(ctx->device), fail);
+    if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+      return rc;
     const struct fzk_kern *k = NULL;
     if ((rc = fzk_jit_helpers(ctx->jit, &k, why, why_len)) < 0)
       return rc;
     ctx->kern = k;
   }
   return 0;
-fail:
-  return rc;
 }
 
 void fz_gpu_ctx_jit_counts(fz_gpu_ctx *ctx, fz_gpu_jit_counts *out) {
@@ -228,19 +222,28 @@ fz_gpu_stream fz_gpu_ctx_stream(fz_gpu_ctx *ctx, unsigned i) {
   return ctx->streams[i % ctx->nstreams];
 }
 
-int fz_gpu_ctx_device(const fz_gpu_ctx *ctx) { return ctx->device; }
-const char *fz_gpu_ctx_name(const fz_gpu_ctx *ctx) { return ctx->name; }
-const char *fz_gpu_ctx_uuid(const fz_gpu_ctx *ctx) { return ctx->uuid; }
+int fz_gpu_ctx_device(const fz_gpu_ctx *ctx) {
+  return ctx->device;
+}
+const char *fz_gpu_ctx_name(const fz_gpu_ctx *ctx) {
+  return ctx->name;
+}
+const char *fz_gpu_ctx_uuid(const fz_gpu_ctx *ctx) {
+  return ctx->uuid;
+}
 
 int fz_gpu_host_alloc(fz_gpu_ctx *ctx, size_t bytes, void **h_ptr, char *why, size_t why_len) {
   if (ctx == NULL || h_ptr == NULL)
     return FZ_EINVAL;
   *h_ptr = NULL;
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  FZK_CHECK(cudaMallocHost(h_ptr, bytes ? bytes : 1), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    goto err_clear;
+  if ((rc = fzk_cuda_check(cudaMallocHost(h_ptr, bytes ? bytes : 1), "cudaMallocHost", why,
+                           why_len)) < 0)
+    goto err_clear;
   return 0;
-fail:
+err_clear:
   cudaGetLastError();
   *h_ptr = NULL;
   /* Pinned memory is host memory: its lack is the host's. */
@@ -260,11 +263,13 @@ int fz_gpu_copy(fz_gpu_ctx *ctx, void *dst, const void *src, size_t n, fz_gpu_st
   if (ctx == NULL || (n && (dst == NULL || src == NULL)))
     return FZ_EINVAL;
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  if (n)
-    FZK_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    goto err_clear;
+  if (n && (rc = fzk_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, stream),
+                                "cudaMemcpyAsync", why, why_len)) < 0)
+    goto err_clear;
   return 0;
-fail:
+err_clear:
   cudaGetLastError(); /* a non-sticky error must not fail the next call */
   return rc;
 }
@@ -273,26 +278,30 @@ int fz_gpu_sync(fz_gpu_ctx *ctx, fz_gpu_stream stream, char *why, size_t why_len
   if (ctx == NULL)
     return FZ_EINVAL;
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  FZK_CHECK(cudaStreamSynchronize(stream), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    goto err_clear;
+  if ((rc = fzk_cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize", why, why_len)) <
+      0)
+    goto err_clear;
   return 0;
-fail:
+err_clear:
   cudaGetLastError();
   return rc;
 }
 
-int fz_gpu_malloc(fz_gpu_ctx *ctx, size_t bytes, fz_gpu_stream stream, void **d_ptr,
-                  char *why, size_t why_len) {
+int fz_gpu_malloc(fz_gpu_ctx *ctx, size_t bytes, fz_gpu_stream stream, void **d_ptr, char *why,
+                  size_t why_len) {
   if (ctx == NULL || d_ptr == NULL)
     return FZ_EINVAL;
   int rc = 0;
   *d_ptr = NULL;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  FZK_CHECK(cudaMallocFromPoolAsync(d_ptr, bytes ? bytes : 1, ctx->pool,
-                                    stream ? stream : ctx->streams[0]), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(cudaMallocFromPoolAsync(d_ptr, bytes ? bytes : 1, ctx->pool,
+                                                   stream ? stream : ctx->streams[0]),
+                           "cudaMallocFromPoolAsync", why, why_len)) < 0)
+    return rc;
   return 0;
-fail:
-  return rc;
 }
 
 int fz_gpu_free(fz_gpu_ctx *ctx, void *d_ptr, fz_gpu_stream stream) {
@@ -303,11 +312,12 @@ int fz_gpu_free(fz_gpu_ctx *ctx, void *d_ptr, fz_gpu_stream stream) {
   char why[8];
   size_t why_len = sizeof why;
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  FZK_CHECK(cudaFreeAsync(d_ptr, stream ? stream : ctx->streams[0]), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(cudaFreeAsync(d_ptr, stream ? stream : ctx->streams[0]), "cudaFreeAsync",
+                           why, why_len)) < 0)
+    return rc;
   return 0;
-fail:
-  return rc;
 }
 
 int fz_gpu_ctx_trim(fz_gpu_ctx *ctx) {
@@ -316,9 +326,9 @@ int fz_gpu_ctx_trim(fz_gpu_ctx *ctx) {
   char why[8];
   size_t why_len = sizeof why;
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  FZK_CHECK(cudaMemPoolTrimTo(ctx->pool, 0), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(cudaMemPoolTrimTo(ctx->pool, 0), "cudaMemPoolTrimTo", why, why_len)) < 0)
+    return rc;
   return 0;
-fail:
-  return rc;
 }

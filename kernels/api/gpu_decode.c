@@ -24,16 +24,17 @@
 #include "fzk.h"
 #include "fzk_crc.h"
 #include "gpu_ctx.h"
+#include "gpu_plan.h"
 #include "gpu_err.h"
 #include "jit.h"
 #include "ratio_gpu.h"
 
 struct fz_gpu_decoder {
   fz_gpu_ctx *ctx;
-  uint8_t *h_hdr;  /* pinned: the header prefix, or the whole header */
+  uint8_t *h_hdr; /* pinned: the header prefix, or the whole header */
   size_t h_hdr_cap;
-  uint8_t *h_pre;  /* pinned: the prefix as the head kernel writes it */
-  uint8_t *d_pre;  /* through this mapping, for a series' archive */
+  uint8_t *h_pre;   /* pinned: the prefix as the head kernel writes it */
+  uint8_t *d_pre;   /* through this mapping, for a series' archive */
   uint32_t *h_word; /* pinned: the device's status word, which the last kernel */
   uint32_t *d_word; /* writes through this mapping of it */
   uint8_t *d_ws;    /* the device workspace, kept from call to call */
@@ -44,9 +45,9 @@ struct fz_gpu_decoder {
   fze_header h;
   size_t table_pos;
   int opened;
-  int ratio;        /* the archive is the ratio preset's (ratio.cu) */
+  int ratio;          /* the archive is the ratio preset's (ratio.cu) */
   const fzk_kern *rk; /* those kernels as NVRTC compiled them, or NULL: built in */
-  const char *path; /* of the last run: "jit", "aot" */
+  const char *path;   /* of the last run: "jit", "aot" */
   /* The kernel chosen for the last archive, by the descriptor its header
    * gave: a worker's next archive is most often of the same chain and size,
    * and choosing again would generate the kernel's source to look it up. */
@@ -80,16 +81,27 @@ int fz_gpu_decoder_create(fz_gpu_ctx *ctx, fz_gpu_decoder **out, char *why, size
   dec->ctx = ctx;
   dec->path = "";
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  FZK_CHECK(cudaMallocHost((void **)&dec->h_hdr, FZE_PREFIX_MAX), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    goto err_dec;
+  if ((rc = fzk_cuda_check(cudaMallocHost((void **)&dec->h_hdr, FZE_PREFIX_MAX), "cudaMallocHost",
+                           why, why_len)) < 0)
+    goto err_dec;
   dec->h_hdr_cap = FZE_PREFIX_MAX;
-  FZK_CHECK(cudaMallocHost((void **)&dec->h_pre, FZE_PREFIX_MAX), fail);
-  FZK_CHECK(cudaHostGetDevicePointer((void **)&dec->d_pre, dec->h_pre, 0), fail);
-  FZK_CHECK(cudaMallocHost((void **)&dec->h_word, 64), fail);
-  FZK_CHECK(cudaHostGetDevicePointer((void **)&dec->d_word, dec->h_word, 0), fail);
+  if ((rc = fzk_cuda_check(cudaMallocHost((void **)&dec->h_pre, FZE_PREFIX_MAX), "cudaMallocHost",
+                           why, why_len)) < 0)
+    goto err_dec;
+  if ((rc = fzk_cuda_check(cudaHostGetDevicePointer((void **)&dec->d_pre, dec->h_pre, 0),
+                           "cudaHostGetDevicePointer", why, why_len)) < 0)
+    goto err_dec;
+  if ((rc = fzk_cuda_check(cudaMallocHost((void **)&dec->h_word, 64), "cudaMallocHost", why,
+                           why_len)) < 0)
+    goto err_dec;
+  if ((rc = fzk_cuda_check(cudaHostGetDevicePointer((void **)&dec->d_word, dec->h_word, 0),
+                           "cudaHostGetDevicePointer", why, why_len)) < 0)
+    goto err_dec;
   *out = dec;
   return 0;
-fail:
+err_dec:
   fz_gpu_decoder_destroy(dec);
   return rc;
 }
@@ -113,16 +125,19 @@ static int to_host(fz_gpu_decoder *dec, size_t n, cudaStream_t s, char *why, siz
     cudaFreeHost(dec->h_hdr);
     dec->h_hdr = NULL;
     dec->h_hdr_cap = 0;
-    FZK_CHECK(cudaMallocHost((void **)&dec->h_hdr, n), fail);
+    if ((rc = fzk_cuda_check(cudaMallocHost((void **)&dec->h_hdr, n), "cudaMallocHost", why,
+                             why_len)) < 0)
+      return rc;
     dec->h_hdr_cap = n;
   }
-  if (n)
-    FZK_CHECK(cudaMemcpyAsync(dec->h_hdr, dec->d_arc, n, cudaMemcpyDeviceToHost, s), fail);
-  FZK_CHECK(cudaStreamSynchronize(s), fail);
+  if (n &&
+      (rc = fzk_cuda_check(cudaMemcpyAsync(dec->h_hdr, dec->d_arc, n, cudaMemcpyDeviceToHost, s),
+                           "cudaMemcpyAsync", why, why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize", why, why_len)) < 0)
+    return rc;
   dec->waits++;
   return 0;
-fail:
-  return rc;
 }
 
 /* The whole header on the host, parsed as the CPU parses it: only to name
@@ -168,29 +183,32 @@ static void series_note(fz_gpu_decoder *dec, int ok, unsigned runs) {
   dec->series_tpos = dec->table_pos;
 }
 
-static int open_at(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
-                   fz_archive_info *info, fz_gpu_stream stream, char *why, size_t why_len) {
+static int open_at(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len, fz_archive_info *info,
+                   fz_gpu_stream stream, char *why, size_t why_len) {
   dec->opened = 0;
   const unsigned runs = dec->series_runs;
   dec->series_runs = 0; /* until this prefix is parsed */
   dec->d_arc = d_arc;
   dec->arc_len = arc_len;
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(dec->ctx->device), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(dec->ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    return rc;
   rc = to_host(dec, arc_len < FZE_PREFIX_MAX ? arc_len : FZE_PREFIX_MAX, stream, why, why_len);
   if (rc < 0)
     return rc;
   if ((rc = fze_header_parse_prefix(dec->h_hdr, arc_len, &dec->h, &dec->table_pos)) < 0)
     return rc;
   if (fze_chain_has_quant(&dec->h.chain) && dec->h.chain.st[0].has_fill) {
-    fze_why(why, why_len, "the GPU kernels have no fill values yet: the CPU engine "
+    fze_why(why, why_len,
+            "the GPU kernels have no fill values yet: the CPU engine "
             "decodes this archive");
     return FZ_ENOSYS;
   }
   dec->ratio = 0;
   if (dec->h.version >= FZE_FORMAT_VERSION_RATIO) {
     if (!fzk_ratio_chain(&dec->h)) {
-      fze_why(why, why_len, "the GPU kernels read only the ratio preset's chains of format "
+      fze_why(why, why_len,
+              "the GPU kernels read only the ratio preset's chains of format "
               "version 3 (quant | interp | huffman | rze, or lorenzo in interp's place): "
               "the CPU engine decodes this archive");
       return FZ_ENOSYS;
@@ -205,45 +223,35 @@ static int open_at(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
     fze_header_info(&dec->h, arc_len, info);
   dec->opened = 1;
   return 0;
-fail:
-  return rc;
 }
 
 int fz_gpu_decoder_open(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
-                        fz_archive_info *info, fz_gpu_stream stream, char *why,
-                        size_t why_len) {
+                        fz_archive_info *info, fz_gpu_stream stream, char *why, size_t why_len) {
   if (dec == NULL || (d_arc == NULL && arc_len))
     return FZ_EINVAL;
   dec->waits = 0;
   return open_at(dec, d_arc, arc_len, info, stream, why, why_len);
 }
 
-unsigned fz_gpu_decoder_waits(const fz_gpu_decoder *dec) { return dec ? dec->waits : 0; }
-
-int fzk_ratio_chain(const fze_header *h) {
-  const fze_chain *c = &h->chain;
-  return (h->dtype == FZ_F32 || h->dtype == FZ_F64) && c->n == 4 &&
-         c->st[0].id == FZE_STAGE_QUANT &&
-         (c->st[1].id == FZE_STAGE_INTERP || c->st[1].id == FZE_STAGE_LORENZO) &&
-         c->st[2].id == FZE_STAGE_HUFFMAN && c->st[3].id == FZE_STAGE_RZE &&
-         c->st[3].levels >= 1 && c->st[3].levels <= FZE_RZE_MAX_LEVELS && c->st[1].pdims >= 1 &&
-         c->st[1].pdims <= 3;
+unsigned fz_gpu_decoder_waits(const fz_gpu_decoder *dec) {
+  return dec ? dec->waits : 0;
 }
 
 /* The decoder's device workspace, grown to bytes (it stays: the steady
  * state allocates nothing). */
-static int workspace(fz_gpu_decoder *dec, size_t bytes, cudaStream_t s, char *why,
-                     size_t why_len) {
+static int workspace(fz_gpu_decoder *dec, size_t bytes, cudaStream_t s, char *why, size_t why_len) {
   int rc = 0;
   if (dec->ws_cap >= bytes)
     return 0;
-  if (dec->d_ws != NULL)
-    FZK_CHECK(cudaFreeAsync(dec->d_ws, s), out);
+  if (dec->d_ws != NULL &&
+      (rc = fzk_cuda_check(cudaFreeAsync(dec->d_ws, s), "cudaFreeAsync", why, why_len)) < 0)
+    return rc;
   dec->d_ws = NULL;
   dec->ws_cap = 0;
-  FZK_CHECK(cudaMallocFromPoolAsync((void **)&dec->d_ws, bytes, dec->ctx->pool, s), out);
+  if ((rc = fzk_cuda_check(cudaMallocFromPoolAsync((void **)&dec->d_ws, bytes, dec->ctx->pool, s),
+                           "cudaMallocFromPoolAsync", why, why_len)) < 0)
+    return rc;
   dec->ws_cap = bytes;
-out:
   return rc;
 }
 
@@ -257,38 +265,61 @@ out:
  * memset, the head kernel without the table, the CRC and the scan's
  * three. */
 static int head(fz_gpu_decoder *dec, const uint8_t *prefix, uint8_t *h_prefix, const uint8_t *tab,
-                uint64_t hcrc_len, uint32_t tw, uint32_t *sizes32, uint32_t *crcs,
-                uint64_t *offs, uint64_t *bsum, uint32_t *cparts, fzk_qparams *d_qp,
-                const fzk_table_check *chk, cudaStream_t s, char *why, size_t why_len) {
+                uint64_t hcrc_len, uint32_t tw, uint32_t *sizes32, uint32_t *crcs, uint64_t *offs,
+                uint64_t *bsum, uint32_t *cparts, fzk_qparams *d_qp, const fzk_table_check *chk,
+                cudaStream_t s, char *why, size_t why_len) {
   fz_gpu_ctx *ctx = dec->ctx;
   const fze_header *h = &dec->h;
   const uint64_t nc = h->nchunks;
   const int one_tile = fzk_scan_blocks(nc) <= 1;
   int rc = 0;
-  fzk_dec_head hd = {.d_arc = dec->d_arc, .d_table = tab, .hcrc_len = hcrc_len,
-                     .nchunks = nc, .tw = tw, .table = (uint32_t)one_tile, .d_crcs = crcs,
-                     .d_sizes32 = sizes32, .d_offs = offs, .chk = *chk, .d_qp = d_qp,
+  fzk_dec_head hd = {.d_arc = dec->d_arc,
+                     .d_table = tab,
+                     .hcrc_len = hcrc_len,
+                     .nchunks = nc,
+                     .tw = tw,
+                     .table = (uint32_t)one_tile,
+                     .d_crcs = crcs,
+                     .d_sizes32 = sizes32,
+                     .d_offs = offs,
+                     .chk = *chk,
+                     .d_qp = d_qp,
                      .q_off = quant_off(h),
-                     .q_pwrel = fze_chain_has_quant(&h->chain) &&
-                                h->chain.st[0].mode == FZ_EB_PWREL,
-                     .q_f64 = h->dtype == FZ_F64, .prefix_len = (uint32_t)dec->table_pos,
+                     .q_pwrel =
+                         fze_chain_has_quant(&h->chain) && h->chain.st[0].mode == FZ_EB_PWREL,
+                     .q_f64 = h->dtype == FZ_F64,
+                     .prefix_len = (uint32_t)dec->table_pos,
                      .h_prefix = h_prefix};
   memcpy(hd.prefix, prefix, dec->table_pos);
   if (one_tile) {
-    FZK_CHECK(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s), out);
+    if ((rc = fzk_cuda_check(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s),
+                             "fzk_launch_dec_head", why, why_len)) < 0)
+      return rc;
     return 0;
   }
-  FZK_CHECK(cudaMemsetAsync(crcs, 0, 4 * nc + 8, s), out);
-  FZK_CHECK(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s), out);
-  const fzk_crc_use hdr = {.status = chk->d_status, .expect_le = dec->d_arc + hcrc_len,
-                           .bit = FZK_ST_HCRC, .ticket = crcs + nc + 1};
-  FZK_CHECK(fzk_launch_crc(ctx->kern, dec->d_arc, hcrc_len, cparts, ctx->d_tab, hdr, s), out);
+  if ((rc = fzk_cuda_check(cudaMemsetAsync(crcs, 0, 4 * nc + 8, s), "cudaMemsetAsync", why,
+                           why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(fzk_launch_dec_head(ctx->kern, &hd, ctx->d_tab, s),
+                           "fzk_launch_dec_head", why, why_len)) < 0)
+    return rc;
+  const fzk_crc_use hdr = {.status = chk->d_status,
+                           .expect_le = dec->d_arc + hcrc_len,
+                           .bit = FZK_ST_HCRC,
+                           .ticket = crcs + nc + 1};
+  if ((rc = fzk_cuda_check(
+           fzk_launch_crc(ctx->kern, dec->d_arc, hcrc_len, cparts, ctx->d_tab, hdr, s),
+           "fzk_launch_crc", why, why_len)) < 0)
+    return rc;
   /* The table has any alignment in the archive; the kernels read words. */
-  if (sizes32 != NULL)
-    FZK_CHECK(cudaMemcpyAsync(sizes32, tab, 4 * nc, cudaMemcpyDeviceToDevice, s), out);
-  FZK_CHECK(fzk_launch_scan(ctx->kern, nc, sizes32, sizes32 ? NULL : tab, bsum, offs, chk, s),
-            out);
-out:
+  if (sizes32 != NULL &&
+      (rc = fzk_cuda_check(cudaMemcpyAsync(sizes32, tab, 4 * nc, cudaMemcpyDeviceToDevice, s),
+                           "cudaMemcpyAsync", why, why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(
+           fzk_launch_scan(ctx->kern, nc, sizes32, sizes32 ? NULL : tab, bsum, offs, chk, s),
+           "fzk_launch_scan", why, why_len)) < 0)
+    return rc;
   return rc;
 }
 
@@ -301,20 +332,26 @@ static int tail(fz_gpu_decoder *dec, const void *d_out, uint32_t *crcs, uint64_t
   int rc = 0;
   /* The payload's CRC as this archive's prefix holds it (the last of its
    * bytes), which the header the launches were made for may not. */
-  const fzk_crc_use payc = {.status = crcs + nc, .expect_le = dec->d_arc + dec->table_pos - 4,
-                            .bit = FZK_ST_CORRUPT, .ticket = crcs + nc + 1,
+  const fzk_crc_use payc = {.status = crcs + nc,
+                            .expect_le = dec->d_arc + dec->table_pos - 4,
+                            .bit = FZK_ST_CORRUPT,
+                            .ticket = crcs + nc + 1,
                             .host = dec->d_word};
-  FZK_CHECK(fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc,
-                           s), out);
+  if ((rc = fzk_cuda_check(
+           fzk_launch_crc(ctx->kern, (const uint8_t *)crcs, 4 * nc, cparts, ctx->d_tab, payc, s),
+           "fzk_launch_crc", why, why_len)) < 0)
+    return rc;
   /* Whatever the status turns out to be: on an error, or a series' archive
    * that was another (the chunk kernels stood down), the copy is of bytes
    * nobody takes. */
-  if (dec->h_copy != NULL && dec->h.raw_bytes)
-    FZK_CHECK(cudaMemcpyAsync(dec->h_copy, d_out, (size_t)dec->h.raw_bytes,
-                              cudaMemcpyDeviceToHost, s), out);
-  FZK_CHECK(cudaStreamSynchronize(s), out);
+  if (dec->h_copy != NULL && dec->h.raw_bytes &&
+      (rc = fzk_cuda_check(
+           cudaMemcpyAsync(dec->h_copy, d_out, (size_t)dec->h.raw_bytes, cudaMemcpyDeviceToHost, s),
+           "cudaMemcpyAsync", why, why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize", why, why_len)) < 0)
+    return rc;
   dec->waits++;
-out:
   return rc;
 }
 
@@ -333,13 +370,13 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
   size_t o_crcs = o_bsum + fzk_up256(8 * (fzk_scan_blocks(nc) + 1));
   size_t o_tab = o_crcs + fzk_up256(4 * nc + 8);
   size_t o_parts = o_tab + fzk_up256(4 * nc);
-  size_t o_scr = o_parts + fzk_up256(4 * (parts > fzk_crc_parts(4 * nc) ? parts
-                                                                        : fzk_crc_parts(4 * nc)));
+  size_t o_scr =
+      o_parts + fzk_up256(4 * (parts > fzk_crc_parts(4 * nc) ? parts : fzk_crc_parts(4 * nc)));
   const uint64_t slots = fzr_dec_slots(nc, ctx->nsm);
   size_t o_tick = o_scr + fzk_up256(fzr_scratch_bytes(h->chunk_bytes, slots));
   size_t o_qp = o_tick + 256, bytes = o_qp + sizeof(fzk_qparams);
   if ((rc = workspace(dec, bytes, s, why, why_len)) < 0)
-    goto out;
+    return rc;
   uint8_t *ws = dec->d_ws;
   uint32_t *crcs = (uint32_t *)(ws + o_crcs), *status = crcs + nc;
   uint32_t *cparts = (uint32_t *)(ws + o_parts), *tab32 = (uint32_t *)(ws + o_tab);
@@ -349,21 +386,35 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
   if ((rc = head(dec, prefix, NULL, tab, hcrc_len, 4, tab32, crcs, offs, (uint64_t *)(ws + o_bsum),
                  cparts, (fzk_qparams *)(ws + o_qp), &chk, s, why, why_len)) < 0)
-    goto out;
+    return rc;
   const fze_stage *q = &h->chain.st[0], *ip = &h->chain.st[1];
-  fzr_params p = {.pay = pay, .pay_len = pay_len, .offs = offs, .sizes = tab32,
-                  .raw_bytes = h->raw_bytes, .nchunks = nc, .cb = h->chunk_bytes,
-                  .w = (uint32_t)fz_dtype_size(h->dtype), .levels = h->chain.st[3].levels,
-                  .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
-                  .pwrel = q->mode == FZ_EB_PWREL, .step = q->step,
-                  .slots = slots, .scratch = ws + o_scr, .ticket = (uint64_t *)(ws + o_tick),
-                  .out = d_out, .status = status, .crcs = crcs, .crc_tab = ctx->d_tab};
+  fzr_params p = {.pay = pay,
+                  .pay_len = pay_len,
+                  .offs = offs,
+                  .sizes = tab32,
+                  .raw_bytes = h->raw_bytes,
+                  .nchunks = nc,
+                  .cb = h->chunk_bytes,
+                  .w = (uint32_t)fz_dtype_size(h->dtype),
+                  .levels = h->chain.st[3].levels,
+                  .pdims = ip->pdims,
+                  .lorenzo = ip->id == FZE_STAGE_LORENZO,
+                  .pwrel = q->mode == FZ_EB_PWREL,
+                  .step = q->step,
+                  .slots = slots,
+                  .scratch = ws + o_scr,
+                  .ticket = (uint64_t *)(ws + o_tick),
+                  .out = d_out,
+                  .status = status,
+                  .crcs = crcs,
+                  .crc_tab = ctx->d_tab};
   memcpy(p.ext, ip->ext, sizeof p.ext);
-  FZK_CHECK(fzr_launch_decode(dec->rk, &p, s), out);
+  if ((rc = fzk_cuda_check(fzr_launch_decode(dec->rk, &p, s), "fzr_launch_decode", why, why_len)) <
+      0)
+    return rc;
   if ((rc = tail(dec, d_out, crcs, nc, cparts, s, why, why_len)) < 0)
-    goto out;
+    return rc;
   dec->path = dec->rk != NULL ? "jit" : "aot";
-out:
   return rc;
 }
 
@@ -426,26 +477,33 @@ static int decode(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, uint8
   const uint8_t *pay = arc + h->header_len;
   const uint64_t pay_len = dec->arc_len - h->header_len;
   const fzk_table_check chk = {status, h->chunk_bytes, h->raw_bytes, pay_len};
-  if ((rc = head(dec, prefix, h_prefix, tab, hcrc_len, 2, NULL, crcs, offs, (uint64_t *)(ws + o_bsum),
-                 cparts, (fzk_qparams *)qp, &chk, s, why, why_len)) < 0)
+  if ((rc = head(dec, prefix, h_prefix, tab, hcrc_len, 2, NULL, crcs, offs,
+                 (uint64_t *)(ws + o_bsum), cparts, (fzk_qparams *)qp, &chk, s, why, why_len)) < 0)
     return rc;
   int out_vec = (uintptr_t)d_out % 16 == 0;
   if (d.k32) {
-    if (jit_dec != NULL)
-      FZK_CHECK(fzk_jit_launch_decode32(jit_dec, &d, pay, pay_len, offs, tab, qp, d_out, out_vec,
-                                        status, crcs, ctx->d_tab, s), out);
-    else
-      FZK_CHECK(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
-                                    crcs, ctx->d_tab, s), out);
+    if (jit_dec != NULL &&
+        (rc = fzk_cuda_check(fzk_jit_launch_decode32(jit_dec, &d, pay, pay_len, offs, tab, qp,
+                                                     d_out, out_vec, status, crcs, ctx->d_tab, s),
+                             "fzk_jit_launch_decode32", why, why_len)) < 0)
+      return rc;
+    else if ((rc = fzk_cuda_check(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out,
+                                                      out_vec, status, crcs, ctx->d_tab, s),
+                                  "fzk_launch_decode32", why, why_len)) < 0)
+      return rc;
   } else {
-    FZK_CHECK(fzk_launch_check(ctx->kern, &d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s), out);
-    FZK_CHECK(fzk_launch_decode(&d, jit_dec, pay, pay_len, offs, tab, qp, d_out, out_vec, status,
-                                s), out);
+    if ((rc = fzk_cuda_check(
+             fzk_launch_check(ctx->kern, &d, pay, pay_len, offs, tab, ctx->d_tab, crcs, s),
+             "fzk_launch_check", why, why_len)) < 0)
+      return rc;
+    if ((rc = fzk_cuda_check(
+             fzk_launch_decode(&d, jit_dec, pay, pay_len, offs, tab, qp, d_out, out_vec, status, s),
+             "fzk_launch_decode", why, why_len)) < 0)
+      return rc;
   }
   if ((rc = tail(dec, d_out, crcs, nc, cparts, s, why, why_len)) < 0)
     return rc;
   dec->path = jit_dec == NULL ? "aot" : "jit";
-out:
   return rc;
 }
 
@@ -457,7 +515,8 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   const fze_header *h = &dec->h;
   cudaStream_t s = stream;
   int rc = 0;
-  FZK_CHECK(cudaSetDevice(dec->ctx->device), out);
+  if ((rc = fzk_cuda_check(cudaSetDevice(dec->ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    return rc;
   if (out_cap < h->raw_bytes || (h->raw_bytes && d_out == NULL)) {
     /* A header error comes first, as on the CPU. */
     if ((rc = full_header_error(dec, s, why, why_len)) == 0)
@@ -469,7 +528,6 @@ int fz_gpu_decoder_run(fz_gpu_decoder *dec, void *d_out, size_t out_cap, size_t 
   if ((rc = status_error(dec->h_word[0])) < 0)
     return rc;
   *out_len = (size_t)h->raw_bytes;
-out:
   return rc;
 }
 
@@ -490,7 +548,8 @@ static int decode_series(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
   dec->h = dec->series_h;
   dec->table_pos = dec->series_tpos;
   dec->ratio = 0;
-  FZK_CHECK(cudaSetDevice(dec->ctx->device), out);
+  if ((rc = fzk_cuda_check(cudaSetDevice(dec->ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    return rc;
   if ((rc = decode(dec, d_out, dec->series, dec->d_pre, s, why, why_len)) < 0)
     return rc;
   const uint32_t st = dec->h_word[0];
@@ -498,8 +557,8 @@ static int decode_series(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
   size_t tpos = 0;
   /* The device compared the bytes that the parse reads but the quantizer's
    * doubles, which it checked as the parser does: they agree. */
-  if ((st & FZK_ST_STALE) ||
-      fze_header_parse_prefix(dec->h_hdr, arc_len, &dec->h, &tpos) < 0 || tpos != dec->table_pos)
+  if ((st & FZK_ST_STALE) || fze_header_parse_prefix(dec->h_hdr, arc_len, &dec->h, &tpos) < 0 ||
+      tpos != dec->table_pos)
     return 1;
   series_note(dec, 1, runs);
   if (info != NULL)
@@ -507,14 +566,12 @@ static int decode_series(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
   if ((rc = status_error(st)) < 0)
     return rc;
   *out_len = (size_t)dec->h.raw_bytes;
-out:
   return rc;
 }
 
-int fz_gpu_decoder_decompress(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len,
-                              void *d_out, size_t out_cap, size_t *out_len,
-                              fz_archive_info *info, fz_gpu_stream stream, char *why,
-                              size_t why_len) {
+int fz_gpu_decoder_decompress(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len, void *d_out,
+                              size_t out_cap, size_t *out_len, fz_archive_info *info,
+                              fz_gpu_stream stream, char *why, size_t why_len) {
   if (dec == NULL || out_len == NULL || (d_arc == NULL && arc_len))
     return FZ_EINVAL;
   dec->waits = 0;
@@ -548,7 +605,9 @@ size_t fz_gpu_decoder_series_bytes(const fz_gpu_decoder *dec) {
   return dec != NULL && dec->series_runs >= 2 ? (size_t)dec->series_h.raw_bytes : 0;
 }
 
-const char *fz_gpu_decoder_path(const fz_gpu_decoder *dec) { return dec->path; }
+const char *fz_gpu_decoder_path(const fz_gpu_decoder *dec) {
+  return dec->path;
+}
 
 int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *d_out,
                       size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,
@@ -561,8 +620,8 @@ int fz_gpu_decompress(fz_gpu_ctx *ctx, const void *d_arc, size_t arc_len, void *
   if (ctx->dec == NULL)
     rc = fz_gpu_decoder_create(ctx, &ctx->dec, why, why_len);
   if (rc == 0)
-    rc = fz_gpu_decoder_decompress(ctx->dec, d_arc, arc_len, d_out, out_cap, out_len, NULL,
-                                   stream, why, why_len);
+    rc = fz_gpu_decoder_decompress(ctx->dec, d_arc, arc_len, d_out, out_cap, out_len, NULL, stream,
+                                   why, why_len);
   pthread_mutex_unlock(&ctx->lock);
   return rc;
 }

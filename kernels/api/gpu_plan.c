@@ -27,6 +27,7 @@
 #include "fzk.h"
 #include "fzk_crc.h"
 #include "gpu_ctx.h"
+#include "gpu_plan.h"
 #include "gpu_err.h"
 #include "jit.h"
 #include "ratio_gpu.h"
@@ -51,23 +52,23 @@ typedef struct ws_layout {
 
 struct fz_gpu_plan {
   fz_gpu_ctx *ctx;
-  fz_plan *cpu;            /* validation and header layout */
+  fz_plan *cpu; /* validation and header layout */
   const fze_header *hdr;
   fzk_desc desc;
   unsigned flags;
   ws_layout ws;
-  uint8_t *d_ws;           /* with FZ_GPU_PREALLOC */
-  uint8_t *d_tpl;          /* the header up to the chunk table, then tickets */
+  uint8_t *d_ws;  /* with FZ_GPU_PREALLOC */
+  uint8_t *d_tpl; /* the header up to the chunk table, then tickets */
   size_t table_off, q_off, tick_off;
-  uint32_t field_shift;    /* moves the payload CRC to the header's end */
-  plan_back *h_back;       /* pinned: what the last compression's seal kernel wrote */
-  uint64_t *d_back;        /* the device's mapping of h_back */
+  uint32_t field_shift; /* moves the payload CRC to the header's end */
+  plan_back *h_back;    /* pinned: what the last compression's seal kernel wrote */
+  uint64_t *d_back;     /* the device's mapping of h_back */
   cudaEvent_t ev0, ev1;
   int have_events;
-  void *jit_enc;           /* the generated chunk kernel, or NULL: ahead-of-time */
-  int ratio;               /* the ratio preset's kernels (ratio.cu) */
-  const fzk_kern *rk;      /* theirs as NVRTC compiled them, or NULL: built in */
-  uint64_t slots;          /* their launch's blocks (fzre_enc_slots) */
+  void *jit_enc;      /* the generated chunk kernel, or NULL: ahead-of-time */
+  int ratio;          /* the ratio preset's kernels (ratio.cu) */
+  const fzk_kern *rk; /* theirs as NVRTC compiled them, or NULL: built in */
+  uint64_t slots;     /* their launch's blocks (fzre_enc_slots) */
 };
 
 /* The staging area, the staged sizes and their scan are for the generic
@@ -76,19 +77,30 @@ struct fz_gpu_plan {
 static void layout(ws_layout *w, uint64_t nchunks, size_t cb, size_t header_len, int staged,
                    size_t scratch) {
   size_t o = 0;
-  w->stage = o; o += staged ? fzk_up256((size_t)nchunks * cb) : 0;
-  w->sizes = o; o += staged ? fzk_up256(4 * (size_t)nchunks + 4) : 0;
-  w->crcs = o; o += fzk_up256(4 * (size_t)nchunks + 4);
-  w->offs = o; o += fzk_up256(8 * ((size_t)nchunks + 2));
-  w->bsum = o; o += staged ? fzk_up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1)) : 0;
-  w->part = o; o += fzk_up256(16 * (size_t)FZK_MM_BLOCKS);
+  w->stage = o;
+  o += staged ? fzk_up256((size_t)nchunks * cb) : 0;
+  w->sizes = o;
+  o += staged ? fzk_up256(4 * (size_t)nchunks + 4) : 0;
+  w->crcs = o;
+  o += fzk_up256(4 * (size_t)nchunks + 4);
+  w->offs = o;
+  o += fzk_up256(8 * ((size_t)nchunks + 2));
+  w->bsum = o;
+  o += staged ? fzk_up256(8 * ((size_t)fzk_scan_blocks(nchunks) + 1)) : 0;
+  w->part = o;
+  o += fzk_up256(16 * (size_t)FZK_MM_BLOCKS);
   /* The archive's size follows the quantizer's parameters, so that one
    * copy brings both back (plan_back). */
-  w->qp = o; w->total = o + offsetof(plan_back, total); w->range = o + offsetof(plan_back, range);
+  w->qp = o;
+  w->total = o + offsetof(plan_back, total);
+  w->range = o + offsetof(plan_back, range);
   o += fzk_up256(sizeof(plan_back));
-  w->cparts = o; o += fzk_up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
-  w->scr = o; o += fzk_up256(scratch);
-  w->tick = o; o += scratch ? 256 : 0; /* the ratio kernels' chunk counter */
+  w->cparts = o;
+  o += fzk_up256(4 * (size_t)fzk_seal_parts(nchunks, header_len));
+  w->scr = o;
+  o += fzk_up256(scratch);
+  w->tick = o;
+  o += scratch ? 256 : 0; /* the ratio kernels' chunk counter */
   w->bytes = o;
 }
 
@@ -176,10 +188,11 @@ int fzk_kernels_ready(fz_gpu_ctx *ctx, const fzk_desc *d, char *why, size_t why_
   /* Every kernel's shared memory grows with the chunk size alone.  The
    * generated kernels have theirs set as they are loaded. */
   if (ctx->kern == NULL && ctx->smem_ready < d->cb) {
-    FZK_CHECK(fzk_kernels_init(d), out);
+    if ((rc = fzk_cuda_check(fzk_kernels_init(d), "fzk_kernels_init", why, why_len)) < 0)
+      goto unlock;
     ctx->smem_ready = d->cb;
   }
-out:
+unlock:
   pthread_mutex_unlock(&ctx->smem_lock);
   return rc;
 }
@@ -187,8 +200,8 @@ out:
 int fzk_jit_unavailable(fz_gpu_ctx *ctx, char *why, size_t why_len) {
   char text[1024] = "";
   fzk_jit_failure(ctx->jit, text, sizeof text);
-  fze_why(why, why_len, "%s runs generated kernels only, and this chain's failed: %s",
-          ctx->name, text[0] ? text : "(failed before)");
+  fze_why(why, why_len, "%s runs generated kernels only, and this chain's failed: %s", ctx->name,
+          text[0] ? text : "(failed before)");
   return FZ_ECUDA;
 }
 
@@ -219,8 +232,8 @@ static void desc_ratio(fzk_desc *d, const fze_header *h) {
   d->nchunks = h->nchunks;
 }
 
-int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
-                       fz_gpu_plan **out, char *why, size_t why_len) {
+int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags, fz_gpu_plan **out,
+                       char *why, size_t why_len) {
   if (ctx == NULL || p == NULL || out == NULL)
     return FZ_EINVAL;
   *out = NULL;
@@ -238,35 +251,38 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   uint8_t *tpl = NULL, *zeros = NULL;
   int rc = fz_plan_create(&cp, &pl->cpu, why, why_len);
   if (rc < 0)
-    goto fail;
+    goto err_plan;
   pl->hdr = fze_plan_header(pl->cpu);
   const fze_header *h = pl->hdr;
   if (h->nchunks >= (1u << 31)) {
     fze_why(why, why_len, "too many chunks for one grid: %llu", (unsigned long long)h->nchunks);
     rc = FZ_ESHAPE;
-    goto fail;
+    goto err_plan;
   }
   if (fze_chain_has_quant(&h->chain) && h->chain.st[0].has_fill) {
-    fze_why(why, why_len, "the GPU kernels have no fill values yet: the CPU engine "
+    fze_why(why, why_len,
+            "the GPU kernels have no fill values yet: the CPU engine "
             "compresses this chain");
     rc = FZ_ENOSYS;
-    goto fail;
+    goto err_plan;
   }
   pl->ratio = fzk_ratio_chain(h);
   if (!pl->ratio && (fze_chain_has_ratio(&h->chain) || h->chunk_bytes > FZ_CHUNK_MAX)) {
-    fze_why(why, why_len, "the GPU kernels code the ratio preset's chain (quant | interp | "
+    fze_why(why, why_len,
+            "the GPU kernels code the ratio preset's chain (quant | interp | "
             "huffman | rze, or lorenzo in interp's place) but no other with a lorenzo, "
             "interp or huffman stage or chunks above 32 KiB: the CPU engine compresses "
             "this chain");
     rc = FZ_ENOSYS;
-    goto fail;
+    goto err_plan;
   }
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    goto err_plan;
   /* A GPU the built-in kernels cannot run on takes them from NVRTC; where
    * they do not compile the CPU engine compresses (the log says why). */
   if (pl->ratio &&
       (rc = fzk_ratio_kernels(ctx, &pl->rk, "compresses this chain", why, why_len)) < 0)
-    goto fail;
+    goto err_plan;
   if (pl->ratio) {
     desc_ratio(&pl->desc, h);
     pl->slots = fzre_enc_slots(h->nchunks, ctx->nsm);
@@ -276,9 +292,8 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
     /* The generated kernel where it compiles; a failure leaves the
      * ahead-of-time one (and its text in the context), and the
      * descriptor that kernel has. */
-    if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_ENCODE, &pl->desc, &pl->jit_enc, why,
-                              why_len)) < 0)
-      goto fail;
+    if ((rc = fzk_desc_kernel(ctx, h, FZK_JIT_ENCODE, &pl->desc, &pl->jit_enc, why, why_len)) < 0)
+      goto err_plan;
     layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, !pl->desc.k32, 0);
   }
   pl->table_off = h->header_len - 4 - (size_t)h->table_w * h->nchunks;
@@ -292,7 +307,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
   tpl = malloc(h->header_len);
   zeros = calloc(1, (size_t)h->table_w * h->nchunks + 1);
   if (tpl == NULL || zeros == NULL)
-    goto fail;
+    goto err_plan;
   fze_header th = *h;
   th.sizes = zeros;
   th.payload_crc = 0;
@@ -300,29 +315,45 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags,
 
   rc = pl->ratio ? 0 : fzk_kernels_ready(ctx, &pl->desc, why, why_len);
   if (rc < 0)
-    goto fail;
+    goto err_plan;
   /* The prep and seal kernels' tickets (fzk_last_block) follow the template,
    * zeroed once: each launch leaves them zero. */
-  FZK_CHECK(cudaMalloc((void **)&pl->d_tpl, pl->tick_off + 8), fail);
-  FZK_CHECK(cudaMemset(pl->d_tpl, 0, pl->tick_off + 8), fail);
-  FZK_CHECK(cudaMemcpy(pl->d_tpl, tpl, pl->table_off, cudaMemcpyHostToDevice), fail);
-  FZK_CHECK(cudaMallocHost((void **)&pl->h_back, sizeof *pl->h_back), fail);
-  FZK_CHECK(cudaHostGetDevicePointer((void **)&pl->d_back, pl->h_back, 0), fail);
+  if ((rc = fzk_cuda_check(cudaMalloc((void **)&pl->d_tpl, pl->tick_off + 8), "cudaMalloc", why,
+                           why_len)) < 0)
+    goto err_plan;
+  if ((rc = fzk_cuda_check(cudaMemset(pl->d_tpl, 0, pl->tick_off + 8), "cudaMemset", why,
+                           why_len)) < 0)
+    goto err_plan;
+  if ((rc = fzk_cuda_check(cudaMemcpy(pl->d_tpl, tpl, pl->table_off, cudaMemcpyHostToDevice),
+                           "cudaMemcpy", why, why_len)) < 0)
+    goto err_plan;
+  if ((rc = fzk_cuda_check(cudaMallocHost((void **)&pl->h_back, sizeof *pl->h_back),
+                           "cudaMallocHost", why, why_len)) < 0)
+    goto err_plan;
+  if ((rc = fzk_cuda_check(cudaHostGetDevicePointer((void **)&pl->d_back, pl->h_back, 0),
+                           "cudaHostGetDevicePointer", why, why_len)) < 0)
+    goto err_plan;
   if (flags & FZ_GPU_PREALLOC) {
-    FZK_CHECK(cudaMallocFromPoolAsync((void **)&pl->d_ws, pl->ws.bytes, ctx->pool,
-                                      ctx->streams[0]), fail);
-    FZK_CHECK(cudaStreamSynchronize(ctx->streams[0]), fail);
+    if ((rc = fzk_cuda_check(
+             cudaMallocFromPoolAsync((void **)&pl->d_ws, pl->ws.bytes, ctx->pool, ctx->streams[0]),
+             "cudaMallocFromPoolAsync", why, why_len)) < 0)
+      goto err_plan;
+    if ((rc = fzk_cuda_check(cudaStreamSynchronize(ctx->streams[0]), "cudaStreamSynchronize", why,
+                             why_len)) < 0)
+      goto err_plan;
   }
   if (flags & FZ_GPU_TIMING) {
-    FZK_CHECK(cudaEventCreate(&pl->ev0), fail);
-    FZK_CHECK(cudaEventCreate(&pl->ev1), fail);
+    if ((rc = fzk_cuda_check(cudaEventCreate(&pl->ev0), "cudaEventCreate", why, why_len)) < 0)
+      goto err_plan;
+    if ((rc = fzk_cuda_check(cudaEventCreate(&pl->ev1), "cudaEventCreate", why, why_len)) < 0)
+      goto err_plan;
     pl->have_events = 1;
   }
   free(tpl);
   free(zeros);
   *out = pl;
   return 0;
-fail:
+err_plan:
   free(tpl);
   free(zeros);
   fz_gpu_plan_destroy(pl);
@@ -348,12 +379,18 @@ void fz_gpu_plan_destroy(fz_gpu_plan *pl) {
   free(pl);
 }
 
-size_t fz_gpu_plan_input_bytes(const fz_gpu_plan *pl) { return fz_plan_input_bytes(pl->cpu); }
+size_t fz_gpu_plan_input_bytes(const fz_gpu_plan *pl) {
+  return fz_plan_input_bytes(pl->cpu);
+}
 size_t fz_gpu_plan_compress_bound(const fz_gpu_plan *pl) {
   return fz_plan_compress_bound(pl->cpu);
 }
-size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *pl) { return pl->ws.bytes; }
-const char *fz_gpu_plan_chain(const fz_gpu_plan *pl) { return fz_plan_chain(pl->cpu); }
+size_t fz_gpu_plan_workspace_bytes(const fz_gpu_plan *pl) {
+  return pl->ws.bytes;
+}
+const char *fz_gpu_plan_chain(const fz_gpu_plan *pl) {
+  return fz_plan_chain(pl->cpu);
+}
 const char *fz_gpu_plan_path(const fz_gpu_plan *pl) {
   return pl->jit_enc || pl->rk ? "jit" : "aot";
 }
@@ -367,16 +404,17 @@ int fz_gpu_plan_kernel_ms(fz_gpu_plan *pl, float *ms) {
   char why[8];
   size_t why_len = sizeof why;
   int rc = 0;
-  FZK_CHECK(cudaEventSynchronize(pl->ev1), fail);
-  FZK_CHECK(cudaEventElapsedTime(ms, pl->ev0, pl->ev1), fail);
+  if ((rc = fzk_cuda_check(cudaEventSynchronize(pl->ev1), "cudaEventSynchronize", why, why_len)) <
+      0)
+    return rc;
+  if ((rc = fzk_cuda_check(cudaEventElapsedTime(ms, pl->ev0, pl->ev1), "cudaEventElapsedTime", why,
+                           why_len)) < 0)
+    return rc;
   return 0;
-fail:
-  return rc;
 }
 
-int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_out,
-                    size_t out_cap, size_t *out_len, fz_gpu_stream stream, char *why,
-                    size_t why_len) {
+int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_out, size_t out_cap,
+                    size_t *out_len, fz_gpu_stream stream, char *why, size_t why_len) {
   if (pl == NULL || out_len == NULL || d_out == NULL || (d_in == NULL && in_len))
     return FZ_EINVAL;
   const fze_header *h = pl->hdr;
@@ -395,87 +433,137 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
   cudaStream_t s = stream;
   int rc = 0;
   uint8_t *ws = pl->d_ws, *out = d_out;
-  FZK_CHECK(cudaSetDevice(ctx->device), fail);
-  if (ws == NULL)
-    FZK_CHECK(cudaMallocFromPoolAsync((void **)&ws, pl->ws.bytes, ctx->pool, s), fail);
+  if ((rc = fzk_cuda_check(cudaSetDevice(ctx->device), "cudaSetDevice", why, why_len)) < 0)
+    return rc;
+  if (ws == NULL &&
+      (rc = fzk_cuda_check(cudaMallocFromPoolAsync((void **)&ws, pl->ws.bytes, ctx->pool, s),
+                           "cudaMallocFromPoolAsync", why, why_len)) < 0)
+    return rc;
   const ws_layout *L = &pl->ws;
   uint32_t *sizes = (uint32_t *)(ws + L->sizes), *crcs = (uint32_t *)(ws + L->crcs);
   uint64_t *offs = (uint64_t *)(ws + L->offs), *total = (uint64_t *)(ws + L->total);
   fzk_qparams *qp = (fzk_qparams *)(ws + L->qp);
   uint32_t *cparts = (uint32_t *)(ws + L->cparts);
-  if (pl->have_events)
-    FZK_CHECK(cudaEventRecord(pl->ev0, s), fail_ws);
+  if (pl->have_events &&
+      (rc = fzk_cuda_check(cudaEventRecord(pl->ev0, s), "cudaEventRecord", why, why_len)) < 0)
+    goto err_ws;
   /* Three launches: prep (range, quantizer parameters, zeroed look-back
    * and CRC words, header template), the chunks, seal (checksums). */
   uint32_t *tickets = (uint32_t *)(pl->d_tpl + pl->tick_off);
   const fze_stage *q = &h->chain.st[0];
-  const fzk_prep prep = {
-      .d_in = d_in, .n = h->n_elems, .range = d->has_quant && q->mode != FZ_EB_PWREL,
-      .mode = q->mode, .eb = q->eb, .d_part = (double *)(ws + L->part), .d_qp = qp,
-      .d_range = (double *)(ws + L->range),
-      /* Chunks placed by look-back: offs holds the look-back words, and the
-       * chunk CRCs are summed into zeroed words. */
-      .d_zero = crcs, .zero_words = d->k32 ? (L->offs - L->crcs) / 4 + 2 * (h->nchunks + 2) : 0,
-      .d_tpl = pl->d_tpl, .tpl_len = pl->table_off, .q_off = pl->q_off, .d_out = out,
-      .d_ticket = tickets};
-  FZK_CHECK(fzk_launch_prep(ctx->kern, d, &prep, s), fail_ws);
+  const fzk_prep prep = {.d_in = d_in,
+                         .n = h->n_elems,
+                         .range = d->has_quant && q->mode != FZ_EB_PWREL,
+                         .mode = q->mode,
+                         .eb = q->eb,
+                         .d_part = (double *)(ws + L->part),
+                         .d_qp = qp,
+                         .d_range = (double *)(ws + L->range),
+                         /* Chunks placed by look-back: offs holds the look-back words, and the
+                          * chunk CRCs are summed into zeroed words. */
+                         .d_zero = crcs,
+                         .zero_words = d->k32 ? (L->offs - L->crcs) / 4 + 2 * (h->nchunks + 2) : 0,
+                         .d_tpl = pl->d_tpl,
+                         .tpl_len = pl->table_off,
+                         .q_off = pl->q_off,
+                         .d_out = out,
+                         .d_ticket = tickets};
+  if ((rc = fzk_cuda_check(fzk_launch_prep(ctx->kern, d, &prep, s), "fzk_launch_prep", why,
+                           why_len)) < 0)
+    goto err_ws;
   if (pl->ratio) {
     const fze_stage *ip = &h->chain.st[1];
-    fzre_params rp = {.in = d_in, .raw_bytes = h->raw_bytes, .nchunks = h->nchunks,
-                      .cb = h->chunk_bytes, .w = d->w, .levels = h->chain.st[3].levels,
-                      .pdims = ip->pdims, .lorenzo = ip->id == FZE_STAGE_LORENZO,
+    fzre_params rp = {.in = d_in,
+                      .raw_bytes = h->raw_bytes,
+                      .nchunks = h->nchunks,
+                      .cb = h->chunk_bytes,
+                      .w = d->w,
+                      .levels = h->chain.st[3].levels,
+                      .pdims = ip->pdims,
+                      .lorenzo = ip->id == FZE_STAGE_LORENZO,
                       .pwrel = q->mode == FZ_EB_PWREL,
-                      .qp = (const double *)qp, .slots = pl->slots, .scratch = ws + L->scr,
+                      .qp = (const double *)qp,
+                      .slots = pl->slots,
+                      .scratch = ws + L->scr,
                       .ticket = (uint64_t *)(ws + L->tick),
-                      .stage = ws + L->stage, .sizes = sizes, .crcs = crcs,
+                      .stage = ws + L->stage,
+                      .sizes = sizes,
+                      .crcs = crcs,
                       .crc_tab = ctx->d_tab};
     memcpy(rp.ext, ip->ext, sizeof rp.ext);
-    FZK_CHECK(fzre_launch_encode(pl->rk, &rp, s), fail_ws);
-    FZK_CHECK(fzk_launch_scan(ctx->kern, h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum),
-                              offs, NULL, s), fail_ws);
-    FZK_CHECK(fzre_launch_place(pl->rk, ws + L->stage, sizes, offs, h->nchunks, h->chunk_bytes,
-                                out, out_cap, h->header_len, pl->table_off, s), fail_ws);
+    if ((rc = fzk_cuda_check(fzre_launch_encode(pl->rk, &rp, s), "fzre_launch_encode", why,
+                             why_len)) < 0)
+      goto err_ws;
+    if ((rc = fzk_cuda_check(fzk_launch_scan(ctx->kern, h->nchunks, sizes, NULL,
+                                             (uint64_t *)(ws + L->bsum), offs, NULL, s),
+                             "fzk_launch_scan", why, why_len)) < 0)
+      goto err_ws;
+    if ((rc = fzk_cuda_check(fzre_launch_place(pl->rk, ws + L->stage, sizes, offs, h->nchunks,
+                                               h->chunk_bytes, out, out_cap, h->header_len,
+                                               pl->table_off, s),
+                             "fzre_launch_place", why, why_len)) < 0)
+      goto err_ws;
   } else if (d->k32) {
-    if (pl->jit_enc != NULL)
-      FZK_CHECK(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap, h->header_len,
-                                        pl->table_off, crcs, offs, ctx->d_tab, s), fail_ws);
-    else
-      FZK_CHECK(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len, pl->table_off,
-                                    crcs, offs, ctx->d_tab, s), fail_ws);
+    if (pl->jit_enc != NULL &&
+        (rc = fzk_cuda_check(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap,
+                                                     h->header_len, pl->table_off, crcs, offs,
+                                                     ctx->d_tab, s),
+                             "fzk_jit_launch_encode32", why, why_len)) < 0)
+      goto err_ws;
+    else if ((rc = fzk_cuda_check(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len,
+                                                      pl->table_off, crcs, offs, ctx->d_tab, s),
+                                  "fzk_launch_encode32", why, why_len)) < 0)
+      goto err_ws;
   } else {
     int in_vec = (uintptr_t)d_in % 16 == 0;
-    FZK_CHECK(fzk_launch_encode(d, pl->jit_enc, d_in, in_vec, qp, ws + L->stage, sizes, s),
-              fail_ws);
-    FZK_CHECK(fzk_launch_scan(ctx->kern, h->nchunks, sizes, NULL, (uint64_t *)(ws + L->bsum),
-                              offs, NULL, s), fail_ws);
-    FZK_CHECK(fzk_launch_place(ctx->kern, d, ws + L->stage, sizes, offs, ctx->d_tab, out,
-                               out_cap, h->header_len, pl->table_off, crcs, s), fail_ws);
+    if ((rc = fzk_cuda_check(
+             fzk_launch_encode(d, pl->jit_enc, d_in, in_vec, qp, ws + L->stage, sizes, s),
+             "fzk_launch_encode", why, why_len)) < 0)
+      goto err_ws;
+    if ((rc = fzk_cuda_check(fzk_launch_scan(ctx->kern, h->nchunks, sizes, NULL,
+                                             (uint64_t *)(ws + L->bsum), offs, NULL, s),
+                             "fzk_launch_scan", why, why_len)) < 0)
+      goto err_ws;
+    if ((rc = fzk_cuda_check(fzk_launch_place(ctx->kern, d, ws + L->stage, sizes, offs, ctx->d_tab,
+                                              out, out_cap, h->header_len, pl->table_off, crcs, s),
+                             "fzk_launch_place", why, why_len)) < 0)
+      goto err_ws;
   }
   /* Either way offs[nchunks] is now the payload's length. */
-  const fzk_seal seal = {.d_crcs = crcs, .nchunks = h->nchunks, .d_out = out,
-                         .header_len = h->header_len, .table_off = pl->table_off,
-                         .field_shift = pl->field_shift, .d_end = offs + h->nchunks,
-                         .d_total = total, .d_parts = cparts, .d_ticket = tickets + 1,
-                         .d_back = (const uint64_t *)qp, .h_back = pl->d_back,
+  const fzk_seal seal = {.d_crcs = crcs,
+                         .nchunks = h->nchunks,
+                         .d_out = out,
+                         .header_len = h->header_len,
+                         .table_off = pl->table_off,
+                         .field_shift = pl->field_shift,
+                         .d_end = offs + h->nchunks,
+                         .d_total = total,
+                         .d_parts = cparts,
+                         .d_ticket = tickets + 1,
+                         .d_back = (const uint64_t *)qp,
+                         .h_back = pl->d_back,
                          .back_words = sizeof *pl->h_back / 8};
-  FZK_CHECK(fzk_launch_seal(ctx->kern, &seal, ctx->d_tab, s), fail_ws);
-  if (pl->have_events)
-    FZK_CHECK(cudaEventRecord(pl->ev1, s), fail_ws);
-  if (pl->d_ws == NULL)
-    FZK_CHECK(cudaFreeAsync(ws, s), fail);
-  FZK_CHECK(cudaStreamSynchronize(s), fail);
+  if ((rc = fzk_cuda_check(fzk_launch_seal(ctx->kern, &seal, ctx->d_tab, s), "fzk_launch_seal", why,
+                           why_len)) < 0)
+    goto err_ws;
+  if (pl->have_events &&
+      (rc = fzk_cuda_check(cudaEventRecord(pl->ev1, s), "cudaEventRecord", why, why_len)) < 0)
+    goto err_ws;
+  if (pl->d_ws == NULL &&
+      (rc = fzk_cuda_check(cudaFreeAsync(ws, s), "cudaFreeAsync", why, why_len)) < 0)
+    return rc;
+  if ((rc = fzk_cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize", why, why_len)) < 0)
+    return rc;
   *out_len = (size_t)pl->h_back->total;
   /* The CPU refuses a REL bound whose product with the range is beyond
    * what the quantizer takes, before it writes anything; the range is known
    * here only now, so the archive written is disowned. */
   if (d->has_quant && q->mode == FZ_EB_REL &&
-      (rc = fze_quant_check_range(q, pl->h_back->range[0], pl->h_back->range[1], why,
-                                  why_len)) < 0)
+      (rc = fze_quant_check_range(q, pl->h_back->range[0], pl->h_back->range[1], why, why_len)) < 0)
     return rc;
   return *out_len > out_cap ? FZ_ENOSPC : 0;
-fail_ws:
+err_ws:
   if (pl->d_ws == NULL)
     cudaFreeAsync(ws, s);
-fail:
   return rc;
 }

@@ -26,7 +26,7 @@
 #define FZK_RATIO_DEC_CUH
 
 #include "ops.h"
-#include "ratio_enc_interp.cuh"
+#include "ratio_interp.cuh"
 #include "ratio_phase.cuh"
 
 #define FZR_LANES FZE_HUFF_LANES
@@ -135,7 +135,7 @@ typedef struct fzr_state {
   };
   /* interp: the walk's tables (the encoder's, ratio_enc_interp.cuh) */
   double anc_prev; /* the chain's last rebuilt anchor */
-  fzre_ip ip;
+  fzr_ip ip;
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   /* lorenzo's scans: each piece of a line as a map v -> c v + a of the
    * word before it, the word before each piece; word sy (fzr_lz_wsy) */
@@ -600,7 +600,7 @@ static inline FZR_HD void fzr_words_clear(fzr_state *S, unsigned t, unsigned nt,
  * are the phase's length: counts are 32-bit (a chunk has fewer than 2^30
  * words), w is a constant, and a run and a word take the same path (the
  * warp's lanes meet one or the other at random). */
-FZRE_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
+FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
   const uint32_t n = (uint32_t)S->n, lcap = (n + FZR_LANES - 1) / FZR_LANES, lo = l * lcap;
   const uint32_t cnt = lo < n ? (lcap < n - lo ? lcap : n - lo) : 0;
   fzr_reader r;
@@ -734,15 +734,15 @@ static inline FZR_HD double fzr_rebuild(const fzr_job *J, uint8_t *out, uint64_t
  * does not change, staged for thread 0; FZR_NO_ANCHOR past the last. */
 static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint64_t b,
                                             unsigned t, unsigned nt) {
-  const fzre_ip_pass *ps = &S->ip.pass[0];
+  const fzr_ip_pass *ps = &S->ip.pass[0];
   uint64_t k = b * nt + t;
   S->anc.i[t] = FZR_NO_ANCHOR;
-  if (k >= ps->end[FZRE_IP_BOXES - 1])
+  if (k >= ps->end[FZR_IP_BOXES - 1])
     return;
   unsigned bi = 0;
   while (k >= ps->end[bi])
     bi++;
-  uint32_t i = fzre_ip_at(&ps->box[bi], (uint32_t)k - (bi ? ps->end[bi - 1] : 0u));
+  uint32_t i = fzr_ip_at(&ps->box[bi], (uint32_t)k - (bi ? ps->end[bi - 1] : 0u));
   const uint8_t *out = fzr_vals(S, J);
   uint8_t x = S->x[i];
   S->anc.i[t] = i;
@@ -753,7 +753,7 @@ static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint
 
 /* Thread 0: the staged anchors, each predicted by the rebuilt one before
  * (the first of the chunk by 0), as fzr_level() rebuilds points and
- * fzre_ip_val() reads them back. */
+ * fzr_ip_val() reads them back. */
 static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
   double prev = S->anc_prev;
@@ -768,22 +768,22 @@ static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsig
 /* One pass (h, d) of the walk (1 .. 12): its points depend only on
  * earlier passes, so the block shares them out as the encoder does; an
  * outlier keeps the value fzr_outliers stored. */
-FZRE_IP_FI FZR_HD void fzr_level_w(fzr_state *S, const fzr_job *J, unsigned pass, unsigned w,
+FZR_IP_FI FZR_HD void fzr_level_w(fzr_state *S, const fzr_job *J, unsigned pass, unsigned w,
                                    unsigned t, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
-  const fzre_ip_pass *ps = &S->ip.pass[pass];
-  uint64_t h = (uint64_t)(FZRE_IP_TOP / 2) >> ((pass - 1) / 3);
+  const fzr_ip_pass *ps = &S->ip.pass[pass];
+  uint64_t h = (uint64_t)(FZR_IP_TOP / 2) >> ((pass - 1) / 3);
   unsigned d = (pass - 1) % 3;
   uint64_t ed = S->ip.ext[d], off = ps->off;
-  uint32_t n = S->ip.n, total = ps->end[FZRE_IP_BOXES - 1];
+  uint32_t n = S->ip.n, total = ps->end[FZR_IP_BOXES - 1];
   const double step = J->step;
-  fzre_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
+  fzr_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
   for (uint32_t k = t; k < total; k += nt) {
     uint64_t cd;
-    uint32_t i = fzre_ip_next(ps, &cur, k, t, nt, d, h, &cd);
+    uint32_t i = fzr_ip_next(ps, &cur, k, t, nt, d, h, &cd);
     uint8_t x = S->x[i];
     uint64_t z = fzr_word(S->a, w, i);
-    double p = fzre_ip_predict(out, S->x, w, i, cd, h, off, ed, n);
+    double p = fzr_ip_predict(out, S->x, w, i, cd, h, off, ed, n);
     if (!x)
       fzr_rebuild_w(step, w, out, i, z, p);
   }
@@ -902,13 +902,13 @@ static inline FZR_HD int fzr_scan_fresh(const fzr_scan *c, uint64_t i, uint64_t 
 }
 
 /* The word at i as the scan adds it. */
-FZRE_IP_FI FZR_HD uint64_t fzr_scan_val(const uint8_t *v, unsigned w, unsigned zz, uint64_t i) {
+FZR_IP_FI FZR_HD uint64_t fzr_scan_val(const uint8_t *v, unsigned w, unsigned zz, uint64_t i) {
   uint64_t z = fzr_word(v, w, i);
   return zz ? fzo_unzigzag_w(z, w) : z;
 }
 
 /* Thread t's piece summarised (lines cut into pieces only). */
-FZRE_IP_FI FZR_HD void fzr_scan_sum_w(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t) {
+FZR_IP_FI FZR_HD void fzr_scan_sum_w(fzr_state *S, const fzr_scan *c, unsigned w, unsigned t) {
   if (c->np < 2 || t >= c->nl * c->np)
     return;
   uint64_t cnt, co, C = 1, A = 0;
@@ -942,7 +942,7 @@ static inline FZR_HD void fzr_scan_chain(fzr_state *S, const fzr_scan *c, unsign
 
 /* The word rebuilt at i: into the words, or (the last scan) its value
  * into the output. */
-FZRE_IP_FI FZR_HD void fzr_scan_put(const fzr_job *J, uint8_t *v, uint8_t *out, unsigned w,
+FZR_IP_FI FZR_HD void fzr_scan_put(const fzr_job *J, uint8_t *v, uint8_t *out, unsigned w,
                                     unsigned dq, uint64_t i, uint64_t wv) {
   if (dq)
     fzr_dq_one(J, out, i, wv);
@@ -953,7 +953,7 @@ FZRE_IP_FI FZR_HD void fzr_scan_put(const fzr_job *J, uint8_t *v, uint8_t *out, 
 /* The scan of n elements from i on (a line's piece), from the word before
  * it; four loaded ahead of their sums, since the stores may alias them as
  * the compiler sees it. */
-FZRE_IP_FI FZR_HD void fzr_scan_run(const fzr_job *J, uint8_t *v, uint8_t *out, unsigned w,
+FZR_IP_FI FZR_HD void fzr_scan_run(const fzr_job *J, uint8_t *v, uint8_t *out, unsigned w,
                                     const fzr_scan *c, uint64_t i, uint64_t cnt, uint64_t co,
                                     uint64_t wv) {
   const uint64_t s = c->s, mask = w == 4 ? 0xffffffffull : ~0ull;
@@ -978,7 +978,7 @@ FZRE_IP_FI FZR_HD void fzr_scan_run(const fzr_job *J, uint8_t *v, uint8_t *out, 
 
 /* Thread t's pieces rebuilt: its piece from the chained word before it,
  * or (lines not cut) its whole lines from the word before each. */
-FZRE_IP_FI FZR_HD void fzr_scan_apply_w(fzr_state *S, const fzr_job *J, const fzr_scan *c,
+FZR_IP_FI FZR_HD void fzr_scan_apply_w(fzr_state *S, const fzr_job *J, const fzr_scan *c,
                                         unsigned w, unsigned t, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
   uint64_t cnt, co;
@@ -1313,7 +1313,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     goto finish;
   if (S->pk == 0 && J->step != 0) {
     FZR_ALL(fzr_flags_clear(S, t, nt);
-            fzre_ip_plan(&S->ip, J->ext[J->pdims - 1], S->first, S->n, t));
+            fzr_ip_plan(&S->ip, J->ext[J->pdims - 1], S->first, S->n, t));
     FZR_SYNC();
     FZR_CLK(45);
     FZR_ALL(fzr_outliers(S, J, t, nt, 1));
@@ -1325,7 +1325,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
      * 0 runs through it. */
     FZR_ONE(S->anc_prev = 0);
     {
-      uint64_t batches = (S->ip.pass[0].end[FZRE_IP_BOXES - 1] + nt - 1) / nt;
+      uint64_t batches = (S->ip.pass[0].end[FZR_IP_BOXES - 1] + nt - 1) / nt;
       for (uint64_t b = 0; b < batches; b++) {
         FZR_ALL(fzr_anchor_gather(S, J, b, t, nt));
         FZR_SYNC();
@@ -1336,8 +1336,8 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     FZR_CLK(47);
     /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no
      * barrier. */
-    for (unsigned pass = 1; pass < FZRE_IP_PASSES; pass++) {
-      if (S->ip.pass[pass].end[FZRE_IP_BOXES - 1] == 0)
+    for (unsigned pass = 1; pass < FZR_IP_PASSES; pass++) {
+      if (S->ip.pass[pass].end[FZR_IP_BOXES - 1] == 0)
         continue;
       FZR_ALL(fzr_level(S, J, pass, t, nt));
       FZR_SYNC();

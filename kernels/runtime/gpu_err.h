@@ -1,24 +1,42 @@
 /*
  * gpu_err.h - CUDA errors turned into fz_errno codes with a message that
- * names the call and the CUDA error.
+ * names the call and the CUDA error (gpu_err.c).
  */
 #ifndef FZK_GPU_ERR_H
 #define FZK_GPU_ERR_H
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Maps a cudaError_t (as int) to FZ_EGPUOOM, FZ_ENOGPU or FZ_ECUDA and
  * writes "what: cudaErrorName (description)" to why. */
 int fzk_cuda_error(int err, const char *what, char *why, size_t why_len);
 
-/* Runs a CUDA call; on failure sets rc and jumps to `label`. */
-#define FZK_CHECK(call, label)                                                 \
-  do {                                                                         \
-    int e_ = (int)(call);                                                      \
-    if (e_ != 0) {                                                             \
-      rc = fzk_cuda_error(e_, #call, why, why_len);                            \
-      goto label;                                                              \
-    }                                                                          \
+/* 0 for cudaSuccess, else fzk_cuda_error()'s code and message.  Written
+ * where a call's failure leaves the function, with the label that undoes
+ * what was done before it:
+ *   if ((rc = fzk_cuda_check(cudaMalloc(&p, n), "cudaMalloc", why, why_len)) < 0)
+ *     goto err_stream;
+ */
+static inline int fzk_cuda_check(int err, const char *what, char *why, size_t why_len) {
+  return err == 0 ? 0 : fzk_cuda_error(err, what, why, why_len);
+}
+
+/* The older form, which takes rc, why and why_len from its caller: only
+ * jit.c still uses it. */
+#define FZK_CHECK(call, label)                                                                     \
+  do {                                                                                             \
+    int e_ = (int)(call);                                                                          \
+    if (e_ != 0) {                                                                                 \
+      rc = fzk_cuda_error(e_, #call, why, why_len);                                                \
+      goto label;                                                                                  \
+    }                                                                                              \
   } while (0)
 
+#ifdef __cplusplus
+}
+#endif
 #endif

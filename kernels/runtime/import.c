@@ -23,6 +23,7 @@
 
 #include "fze_chain.h"
 #include "fz_gpu.h"
+#include "driver.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
 
@@ -60,19 +61,6 @@ static struct {
   const char *missing; /* the first entry point not found, or NULL */
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
-
-void *fzk_driver_entry(const char *name, const char **missing) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult found;
-  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
-  if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || fn == NULL) {
-    cudaGetLastError();
-    if (*missing == NULL)
-      *missing = name;
-    return NULL;
-  }
-  return fn;
-}
 
 static void *entry(const char *name) { return fzk_driver_entry(name, &drv.missing); }
 

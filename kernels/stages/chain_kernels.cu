@@ -14,7 +14,7 @@
 
 #include "chain_body.cuh"
 #include "helper_kernels.cuh"
-#include "jit.h"
+#include "driver.h"
 
 /* ---- shared memory layout ---- */
 
@@ -41,7 +41,7 @@ extern "C" int fzk_launch_prep(const fzk_kern *k, const fzk_desc *d, const fzk_p
   int vec = (uintptr_t)p->d_in % 16 == 0, f32 = d->fkind == 1;
   if (k != NULL) {
     void *args[] = {&pv, &w, &vec, &f32};
-    return fzk_jit_launch(k->fn[FZK_K_PREP], g, FZK_NT, 0, s, args);
+    return fzk_driver_launch(k->fn[FZK_K_PREP], g, FZK_NT, 0, s, args);
   }
   fzk_prep_kernel<<<g, FZK_NT, 0, s>>>(pv, w, vec, f32);
   return (int)cudaGetLastError();
@@ -65,7 +65,7 @@ extern "C" int fzk_launch_encode(const fzk_desc *d, void *jit_fn, const void *d_
     fzk_desc dv = *d;
     const uint8_t *in = (const uint8_t *)d_in;
     void *args[] = {&dv, &in, &in_vec, &d_qp, &d_stage, &d_sizes};
-    return fzk_jit_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
+    return fzk_driver_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
   }
   fzk_encode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
       *d, (const uint8_t *)d_in, in_vec, d_qp, d_stage, d_sizes);
@@ -92,7 +92,7 @@ extern "C" int fzk_launch_decode(const fzk_desc *d, void *jit_fn, const uint8_t 
     fzk_desc dv = *d;
     uint8_t *out = (uint8_t *)d_out;
     void *args[] = {&dv, &d_pay, &pay_len, &d_offs, &d_sizes16, &d_qp, &out, &out_vec, &d_status};
-    return fzk_jit_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
+    return fzk_driver_launch(jit_fn, (unsigned)d->nchunks, FZK_NT, d->smem, s, args);
   }
   fzk_decode_kernel<<<(unsigned)d->nchunks, FZK_NT, d->smem, s>>>(
       *d, d_pay, pay_len, d_offs, d_sizes16, d_qp, (uint8_t *)d_out, out_vec, d_status);
@@ -114,16 +114,16 @@ extern "C" int fzk_launch_scan(const fzk_kern *k, uint64_t n, const uint32_t *d_
   if (k != NULL) {
     if (n == 0) {
       void *za[] = {&d_offs, &status, &pay_len};
-      return fzk_jit_launch(k->fn[FZK_K_ZERO], 1, 1, 0, s, za);
+      return fzk_driver_launch(k->fn[FZK_K_ZERO], 1, 1, 0, s, za);
     }
     void *a0[] = {&n, &d_sizes32, &d_sizes16, &d_bsum, &d_offs, &zero, &c};
     void *top[] = {&nb, &d_bsum};
     void *a1[] = {&n, &d_sizes32, &d_sizes16, &d_bsum, &d_offs, &one, &c};
-    int e = fzk_jit_launch(k->fn[FZK_K_SCAN], (unsigned)nb, FZK_NT, 0, s, a0);
+    int e = fzk_driver_launch(k->fn[FZK_K_SCAN], (unsigned)nb, FZK_NT, 0, s, a0);
     if (e == 0)
-      e = fzk_jit_launch(k->fn[FZK_K_SCAN_TOP], 1, FZK_NT, 0, s, top);
+      e = fzk_driver_launch(k->fn[FZK_K_SCAN_TOP], 1, FZK_NT, 0, s, top);
     if (e == 0)
-      e = fzk_jit_launch(k->fn[FZK_K_SCAN], (unsigned)nb, FZK_NT, 0, s, a1);
+      e = fzk_driver_launch(k->fn[FZK_K_SCAN], (unsigned)nb, FZK_NT, 0, s, a1);
     return e;
   }
   if (n == 0) {
@@ -149,7 +149,7 @@ extern "C" int fzk_launch_place(const fzk_kern *k, const fzk_desc *d, const uint
   if (k != NULL) {
     void *args[] = {&cb,     &d_stage,    &d_sizes,   &d_offs, &d_tab, &d_out,
                     &out_cap, &header_len, &table_off, &d_crcs};
-    return fzk_jit_launch(k->fn[FZK_K_PLACE], (unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb),
+    return fzk_driver_launch(k->fn[FZK_K_PLACE], (unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb),
                           s, args);
   }
   fzk_place_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb), s>>>(
@@ -167,7 +167,7 @@ extern "C" int fzk_launch_check(const fzk_kern *k, const fzk_desc *d, const uint
   uint64_t raw = d->raw_bytes;
   if (k != NULL) {
     void *args[] = {&cb, &raw, &d_pay, &pay_len, &d_offs, &d_sizes16, &d_tab, &d_crcs};
-    return fzk_jit_launch(k->fn[FZK_K_CHECK], (unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb),
+    return fzk_driver_launch(k->fn[FZK_K_CHECK], (unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb),
                           s, args);
   }
   fzk_check_kernel<<<(unsigned)d->nchunks, FZK_NT, fzk_place_smem(cb), s>>>(
@@ -186,7 +186,7 @@ extern "C" int fzk_launch_crc(const fzk_kern *k, const uint8_t *d_p, uint64_t le
   unsigned g = np ? (unsigned)np : 1u;
   if (k != NULL) {
     void *args[] = {&d_p, &len, &d_parts, &d_tab, &use};
-    return fzk_jit_launch(k->fn[FZK_K_CRC], g, FZK_NT, 0, s, args);
+    return fzk_driver_launch(k->fn[FZK_K_CRC], g, FZK_NT, 0, s, args);
   }
   fzk_crc_kernel<<<g, FZK_NT, 0, s>>>(d_p, len, d_parts, d_tab, use);
   return (int)cudaGetLastError();
@@ -197,7 +197,7 @@ extern "C" int fzk_launch_dec_head(const fzk_kern *k, const fzk_dec_head *p,
   fzk_dec_head pv = *p;
   if (k != NULL) {
     void *args[] = {&pv, &d_tab};
-    return fzk_jit_launch(k->fn[FZK_K_DEC_HEAD], 1, FZK_NT, 0, s, args);
+    return fzk_driver_launch(k->fn[FZK_K_DEC_HEAD], 1, FZK_NT, 0, s, args);
   }
   fzk_dec_head_kernel<<<1, FZK_NT, 0, s>>>(pv, d_tab);
   return (int)cudaGetLastError();
@@ -213,7 +213,7 @@ extern "C" int fzk_launch_seal(const fzk_kern *k, const fzk_seal *p, const uint3
   fzk_seal pv = *p;
   if (k != NULL) {
     void *args[] = {&pv, &d_tab};
-    return fzk_jit_launch(k->fn[FZK_K_SEAL], g, FZK_NT, 0, s, args);
+    return fzk_driver_launch(k->fn[FZK_K_SEAL], g, FZK_NT, 0, s, args);
   }
   fzk_seal_kernel<<<g, FZK_NT, 0, s>>>(pv, d_tab);
   return (int)cudaGetLastError();

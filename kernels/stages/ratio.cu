@@ -20,7 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "fzk.h"
-#include "jit.h"
+#include "driver.h"
 #include "ratio_gpu.h"
 #include "ratio_kernels.cuh"
 
@@ -73,7 +73,7 @@ static int launch_job(const fzk_kern *k, unsigned which, void (*aot)(Job), unsig
                       Job *J, cudaStream_t s) {
   if (k != NULL) {
     void *args[] = {J};
-    return fzk_jit_launch(k->fn[which], grid, FZR_NT, 0, s, args);
+    return fzk_driver_launch(k->fn[which], grid, FZR_NT, 0, s, args);
   }
   aot<<<grid, FZR_NT, 0, s>>>(*J);
   int e = (int)cudaGetLastError();
@@ -149,7 +149,7 @@ extern "C" int fzre_launch_place(const fzk_kern *k, const uint8_t *stage, const 
     return 0;
   if (k != NULL) {
     void *args[] = {&stage, &sizes, &offs, &cb, &out, &out_cap, &header_len, &table_off};
-    return fzk_jit_launch(k->fn[FZR_K_PLACE], (unsigned)nchunks, FZR_NT, 0, s, args);
+    return fzk_driver_launch(k->fn[FZR_K_PLACE], (unsigned)nchunks, FZR_NT, 0, s, args);
   }
   fzre_place_kernel<<<(unsigned)nchunks, FZR_NT, 0, s>>>(stage, sizes, offs, cb, out, out_cap,
                                                           header_len, table_off);

@@ -12,6 +12,7 @@
 #include "archive.h"
 #include "fzk.h"
 #include "gpu_ctx.h"
+#include "gpu_plan.h"
 #include "params_1d.h"
 
 static fzk_desc desc_of(fz_dtype t, const char *chain) {

@@ -20,6 +20,7 @@
 #include "fz.h"
 #include "fzk.h"
 #include "gpu_ctx.h"
+#include "gpu_plan.h"
 #include "jit.h"
 
 typedef struct jcase {
