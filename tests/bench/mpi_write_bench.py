@@ -7,10 +7,10 @@ file.  Not run by ctest.
     /usr/bin/python3 tests/bench/mpi_write_bench.py BUILD_DIR FIELD.f32 ROWS COLS
         [--mib-per-rank 64] [--eb 1e-3] [--repeat 3] [--ranks 1,2,4]
 
-FIELD is raw little-endian f32 (tests' real fields:
-`bash ../shared/data/get-fields.sh DIR`, e.g. trinidad_data_1201x2401.f32,
-1201 rows of 2401).  Each rank writes about --mib-per-rank MiB, the field's
-rows repeated (fz_mpi_write_bench, tests/bench/mpi_write_bench.c, built in
+FIELD is raw little-endian f32, ROWS x COLS (the real fields of
+docs/benchmarks.md, e.g. trinidad_data_1201x2401.f32: 1201 rows of 2401).
+Each rank writes about --mib-per-rank MiB, the field's rows repeated
+(fz_mpi_write_bench, tests/bench/mpi_write_bench.c, built in
 BUILD_DIR/tests/mpi).  Three writes per rank count:
 
   raw     no filter: the uncompressed write;
