@@ -36,7 +36,7 @@ gather_w(unsigned w, const uint8_t *words, size_t n, unsigned p, uint8_t *plane)
     plane[i] = b;
     or |= b;
   }
-  return or;
+  return or ;
 }
 
 static uint8_t gather(unsigned w, const uint8_t *words, size_t n, unsigned p, uint8_t *plane) {
@@ -48,8 +48,8 @@ static uint8_t gather(unsigned w, const uint8_t *words, size_t n, unsigned p, ui
 }
 
 /* Plane p of the words from its bytes (NULL: zeros). */
-static inline __attribute__((always_inline)) void
-scatter_w(unsigned w, const uint8_t *bytes, size_t n, unsigned p, uint8_t *words) {
+static inline __attribute__((always_inline)) void scatter_w(unsigned w, const uint8_t *bytes,
+                                                            size_t n, unsigned p, uint8_t *words) {
   if (bytes == NULL)
     for (size_t i = 0; i < n; i++)
       words[i * w + p] = 0;
@@ -66,8 +66,7 @@ static void scatter(unsigned w, const uint8_t *bytes, size_t n, unsigned p, uint
   }
 }
 
-size_t fze_byteplanes_encode(unsigned w, const void *words, size_t n, uint8_t *out,
-                             uint8_t *tmp) {
+size_t fze_byteplanes_encode(unsigned w, const void *words, size_t n, uint8_t *out, uint8_t *tmp) {
   const uint8_t *in = words;
   /* The planes are written after room for the longest lengths, then moved
    * down behind the lengths actually written.  The plane being coded sits

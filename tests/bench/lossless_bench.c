@@ -39,11 +39,16 @@ int main(int argc, char **argv) {
   const char *pipeline = NULL;
   int i = 1;
   for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
-    if (!strcmp(argv[i], "-r")) repeat = (unsigned)atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "-t")) threads = (unsigned)atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "-p")) pipeline = argv[i + 1];
-    else if (!strcmp(argv[i], "-c")) chunk = (unsigned)atoi(argv[i + 1]);
-    else break;
+    if (!strcmp(argv[i], "-r"))
+      repeat = (unsigned)atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-t"))
+      threads = (unsigned)atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "-p"))
+      pipeline = argv[i + 1];
+    else if (!strcmp(argv[i], "-c"))
+      chunk = (unsigned)atoi(argv[i + 1]);
+    else
+      break;
   }
   if (argc - i != 3 || pipeline == NULL || repeat == 0) {
     fputs(usage, stderr);
@@ -95,7 +100,8 @@ int main(int argc, char **argv) {
   }
   int exact = olen == raw && memcmp(x, y, raw) == 0;
   printf("{\"raw\": %zu, \"archive\": %zu, \"compress_s\": %.9f, \"decompress_s\": %.9f, "
-         "\"exact\": %s}\n", raw, len, tc, td, exact ? "true" : "false");
+         "\"exact\": %s}\n",
+         raw, len, tc, td, exact ? "true" : "false");
   fz_plan_destroy(plan);
   free(arc);
   free(x);

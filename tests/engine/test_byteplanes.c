@@ -68,8 +68,8 @@ static uint8_t *roundtrip(fz_dtype t, const uint64_t *dims, unsigned nd, const u
   }
   fz_plan *pl;
   char why[256] = "";
-  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s '%s': %s", fz_dtype_name(t),
-               pipe, why);
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s '%s': %s", fz_dtype_name(t), pipe,
+               why);
   size_t cap = fz_plan_compress_bound(pl), ylen = 0;
   uint8_t *a = malloc(cap), *y = malloc(n * w + 1);
   int rc = fz_plan_compress(pl, x, n * w, a, cap, len);
@@ -89,8 +89,8 @@ Test(byteplanes, every_dtype_bit_exact, .timeout = 300) {
   static const struct {
     unsigned nd;
     uint64_t dims[3];
-  } shapes[] = {{1, {0}},       {1, {1}},         {1, {2}},          {1, {33}},
-                {1, {32769}},   {1, {65537}},     {1, {262145}},     {2, {1, 7}},
+  } shapes[] = {{1, {0}},        {1, {1}},          {1, {2}},      {1, {33}},
+                {1, {32769}},    {1, {65537}},      {1, {262145}}, {2, {1, 7}},
                 {2, {301, 299}}, {3, {7, 45, 101}}, {3, {3, 1, 5}}};
   for (int t = FZ_U8; t <= FZ_F64; t++)
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -148,8 +148,8 @@ Test(byteplanes, smooth_data_beats_lossless) {
     uint8_t *x = make((fz_dtype)t, n, P_SMOOTH, 1);
     uint8_t *a = roundtrip((fz_dtype)t, dims, 2, x, "lossless-ratio", &la);
     uint8_t *b = roundtrip((fz_dtype)t, dims, 2, x, "lossless", &lb);
-    cr_assert_lt(la, lb, "%s: lossless-ratio %zu, lossless %zu", fz_dtype_name((fz_dtype)t),
-                 la, lb);
+    cr_assert_lt(la, lb, "%s: lossless-ratio %zu, lossless %zu", fz_dtype_name((fz_dtype)t), la,
+                 lb);
     /* Integers hold the noise in 4 or 5 of their bits: under half their
      * size (floats hold it in their 16 or more mantissa bits). */
     if (!fze_dtype_is_float((fz_dtype)t))
