@@ -26,7 +26,10 @@ rank's address, the library picks it.
                 print the filter's error (the connection reset) and end
                 the job with MPI_Abort; mpirun exits non-zero well within
                 the time limit, so no rank is left waiting inside HDF5's
-                collective write.
+                collective write.  Then a new file with gpu1 still dead:
+                its ranks fail in H5Dcreate2 (HDF5 compresses a fill
+                chunk there), naming gpu1's socket, and the job ends the
+                same way.
   docs          docs/hdf5.md holds tests/mpi/parallel_write.c and
                 parallel_write.py verbatim.
 
@@ -275,6 +278,21 @@ def case_dies(a, tmp, setting):
             # mpirun exits with the code the first rank gave MPI_Abort.
             check(rc == 2, "mpirun exited %d, not writer.c's MPI_Abort code 2" % rc)
             print("ranks %s reported %r and ended the job" % (sorted(failed), errors[0]))
+
+            # gpu1 still dead when the next file is made: its ranks fail
+            # already in H5Dcreate2, where HDF5 compresses a chunk of fill
+            # values, and again no rank is left waiting.
+            rc, out, secs = mpirun(a, mpi_env(a, tmp, setting), a.writer,
+                                   os.path.join(tmp, "dead.h5"), str(STEPS))
+            print(out, end="")
+            check("cannot connect to '%s'" % d1.sock in out and "(ECONNREFUSED)" in out,
+                  "no clear error naming gpu1's socket in:\n" + out)
+            failed = set(int(r) for r in re.findall(r"rank (\d): H5Dcreate2 of t failed", out))
+            check(failed and failed <= {1, 3}, "the ranks that failed to create the dataset: "
+                  "%r, not gpu1's (1, 3)" % sorted(failed))
+            check(rc == 2, "mpirun exited %d, not writer.c's MPI_Abort code 2" % rc)
+            print("with gpu1 gone, ranks %s failed to create the dataset; mpirun exited %d "
+                  "after %.1f s" % (sorted(failed), rc, secs))
     finally:
         d0.stop()
         if d1.proc.poll() is None:

@@ -34,9 +34,13 @@ enum { NY = 128, NX = 256 }; /* one rank's slab of a step: one chunk */
 
 static int rank;
 
+/* step < 0: before the first step. */
 static void fail(const char *what, int step) {
-  fprintf(stderr, "rank %d: step %d: %s failed (HDF5's error stack above); ending the job\n", rank,
-          step, what);
+  char at[32] = "";
+  if (step >= 0)
+    snprintf(at, sizeof at, "step %d: ", step);
+  fprintf(stderr, "rank %d: %s%s failed (HDF5's error stack above); ending the job\n", rank, at,
+          what);
   MPI_Abort(MPI_COMM_WORLD, 2);
 }
 
