@@ -328,6 +328,11 @@ FZF_FN int fzf_lz4_block(const uint8_t *src, uint32_t clen, uint8_t *dst, uint32
       if (d >= q.match_len) {
         for (uint32_t j = lane; j < q.match_len; j += 32)
           dst[op + j] = dst[op - d + j];
+      } else if (d == 1) {
+        /* A run of one byte, the common case of a bit plane's zeros. */
+        uint8_t c = dst[op - 1];
+        for (uint32_t j = lane; j < q.match_len; j += 32)
+          dst[op + j] = c;
       } else {
         for (uint32_t j = lane; j < q.match_len; j += 32)
           dst[op + j] = dst[op - d + j % d];
