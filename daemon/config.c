@@ -91,6 +91,10 @@ static const setting settings[] = {
     {"max_connections", T_UINT, OFF(max_connections), 1, 1048576, "1024", true,
      NULL, "open connections on the Unix socket; more are refused with EBUSY "
      "(TCP connections are counted apart)"},
+    {"max_connections_per_user", T_UINT, OFF(max_connections_per_user), 1, 1048576, "256",
+     true, NULL,
+     "open connections on the Unix socket from one user (the peer's uid); more are "
+     "refused with EBUSY"},
     {"max_tcp_connections", T_UINT, OFF(max_tcp_connections), 1, 1048576, "256", true,
      NULL, "open TCP connections; more are refused with EBUSY"},
     {"max_unauthenticated", T_UINT, OFF(max_unauthenticated), 1, 65536, "16", true,

@@ -52,6 +52,7 @@ typedef struct fzd_config {
   uint64_t queue_capacity;
   uint64_t max_inflight_per_connection;
   uint64_t max_connections; /* Unix socket */
+  uint64_t max_connections_per_user; /* Unix socket, by the peer's uid */
   uint64_t max_tcp_connections;
   uint64_t max_unauthenticated; /* TCP before hello */
   uint64_t tcp_handshake_timeout_ms;

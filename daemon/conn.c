@@ -85,6 +85,8 @@ struct fzd_conn {
   int fdq[FZD_MAX_FDS_QUEUED];
   unsigned fdq_head, fdq_count;
   char peer[96];
+  bool has_uid; /* Unix, with credentials: counted in srv->uids */
+  uint32_t uid;
   fzd_ipc_cache *ipc; /* imported CUDA IPC buffers, made on first use */
   fzd_fdmap *maps;    /* mapped sealed memfds, made on first use */
   /* A job waiting for the client to read its replies (fzd_conn_park). */
@@ -92,6 +94,7 @@ struct fzd_conn {
 };
 
 static void conn_close(fzd_conn *c);
+static void uid_release(fzd_server *srv, uint32_t uid);
 static void conn_update(fzd_conn *c);
 static void on_sweep(uv_timer_t *t);
 
@@ -670,6 +673,8 @@ static void on_closed(uv_handle_t *h) {
       srv->nconns_unauth--;
   } else {
     srv->nconns_unix--;
+    if (c->has_uid)
+      uid_release(srv, c->uid);
   }
   if (c->prev)
     c->prev->next = c->next;
@@ -761,6 +766,32 @@ void fzd_conn_job_done(fzd_job *job, void *arg) {
     fzd_server_check_drained(srv);
 }
 
+/* The count of uid's open Unix connections (made at 0 when missing), or
+ * NULL without memory. */
+static uint64_t *uid_count(fzd_server *srv, uint32_t uid) {
+  for (size_t i = 0; i < srv->nuids; i++)
+    if (srv->uids[i].uid == uid)
+      return &srv->uids[i].n;
+  if (srv->nuids == srv->uids_cap) {
+    size_t cap = srv->uids_cap ? 2 * srv->uids_cap : 16;
+    struct fzd_uid_count *p = realloc(srv->uids, cap * sizeof *p);
+    if (p == NULL)
+      return NULL;
+    srv->uids = p;
+    srv->uids_cap = cap;
+  }
+  srv->uids[srv->nuids] = (struct fzd_uid_count){uid, 0};
+  return &srv->uids[srv->nuids++].n;
+}
+
+static void uid_release(fzd_server *srv, uint32_t uid) {
+  for (size_t i = 0; i < srv->nuids; i++)
+    if (srv->uids[i].uid == uid && --srv->uids[i].n == 0) {
+      srv->uids[i] = srv->uids[--srv->nuids];
+      return;
+    }
+}
+
 static void describe_peer(fzd_conn *c) {
   if (!c->tcp) {
     struct ucred cr;
@@ -824,15 +855,61 @@ static const char *refusal(const fzd_server *srv, bool tcp, uint64_t *cap) {
   return srv->nconns_tcp >= cfg->max_tcp_connections ? "max_tcp_connections" : NULL;
 }
 
+/* The TCP connection without hello that has waited longest, or NULL. */
+static fzd_conn *oldest_unauthenticated(fzd_server *srv) {
+  fzd_conn *old = NULL;
+  for (fzd_conn *c = srv->conns; c != NULL; c = c->next)
+    if (c->tcp && !c->greeted && !c->closing && !c->close_after_flush &&
+        (old == NULL || c->born_ms < old->born_ms))
+      old = c;
+  return old;
+}
+
 void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
   uint64_t cap = 0;
-  const char *full = refusal(srv, tcp, &cap);
+  /* A Unix peer's uid, for max_connections_per_user: one local user must
+   * not hold every connection slot. */
+  struct ucred cr;
+  socklen_t crlen = sizeof cr;
+  bool has_uid = !tcp && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) == 0;
+  uint64_t *per_user = has_uid ? uid_count(srv, (uint32_t)cr.uid) : NULL;
+  if (has_uid && per_user == NULL) {
+    fzd_err("out of memory accepting a connection");
+    close(fd);
+    return;
+  }
+  /* Past max_unauthenticated, the TCP connection that has waited longest
+   * for its hello makes room: holding that many connections without the
+   * token then takes a new one faster than a client with the token says
+   * hello (about a millisecond), where refusing the newcomer locked every
+   * client out for as long as they were renewed. */
+  bool evicted = false;
+  if (tcp && srv->nconns_unauth >= srv->cfg.max_unauthenticated &&
+      srv->nconns_tcp < srv->cfg.max_tcp_connections) {
+    fzd_conn *old = oldest_unauthenticated(srv);
+    if (old != NULL) {
+      protocol_error(old, 0, FZ_EHANDSHAKE, "no hello yet, and a newer connection needs the "
+                     "room (max_unauthenticated %llu)",
+                     (unsigned long long)srv->cfg.max_unauthenticated);
+      conn_flush(old);
+      evicted = true;
+    }
+  }
+  const char *full = evicted ? NULL : refusal(srv, tcp, &cap);
+  if (full == NULL && per_user != NULL && *per_user >= srv->cfg.max_connections_per_user) {
+    full = "max_connections_per_user";
+    cap = srv->cfg.max_connections_per_user;
+  }
   if (full != NULL) {
     char text[160];
     snprintf(text, sizeof text, "too many connections (%s %llu); try again later", full,
              (unsigned long long)cap);
     fzd_refuse_fd(fd, FZ_EBUSY, text);
     srv->stats.busy_rejections++;
+    if (per_user != NULL && *per_user == 0) { /* made for this one: drop it */
+      *per_user = 1;
+      uid_release(srv, (uint32_t)cr.uid);
+    }
     fzd_log_limited(FZD_LOG_WARNING, "refused a %s connection: %s (%llu) reached",
                     tcp ? "TCP" : "Unix", full, (unsigned long long)cap);
     return;
@@ -847,6 +924,11 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
   c->srv = srv;
   c->fd = fd;
   c->tcp = tcp;
+  c->has_uid = has_uid;
+  if (has_uid) {
+    c->uid = (uint32_t)cr.uid;
+    (*per_user)++;
+  }
   c->id = ++srv->next_conn_id;
   c->born_ms = c->last_byte_ms = uv_now(srv->loop);
   c->refs = 1;
@@ -867,7 +949,11 @@ void fzd_conn_accept(fzd_server *srv, int fd, bool tcp) {
     srv->nconns_unix++;
   }
   srv->stats.connections_total++;
-  fzd_info("connection %llu from %s", (unsigned long long)c->id, c->peer);
+  /* Rate-limited: anyone who can connect (a TCP client without the token
+   * too) could otherwise write thousands of lines a second, and journald
+   * would drop fzd's real messages with them. */
+  fzd_log_limited(FZD_LOG_INFO, "connection %llu from %s", (unsigned long long)c->id,
+                  c->peer);
   sweep_arm(srv);
   conn_update(c);
 }

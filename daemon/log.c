@@ -96,10 +96,16 @@ void fzd_log(enum fzd_log_level level, const char *fmt, ...) {
   size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
   if (len > sizeof(line) - 2)
     len = sizeof(line) - 2;
-  /* A newline inside a message would start a line without a priority. */
-  for (size_t i = (size_t)n; i < len; i++)
-    if (line[i] == '\n' || line[i] == '\r')
+  /* A newline inside a message would start a line without a priority, and
+   * other control bytes (from a client's strings) could rewrite a terminal
+   * or fool a reader: each becomes '?', a line break a space. */
+  for (size_t i = (size_t)n; i < len; i++) {
+    unsigned char ch = (unsigned char)line[i];
+    if (ch == '\n' || ch == '\r')
       line[i] = ' ';
+    else if (ch < 0x20 || ch == 0x7f)
+      line[i] = '?';
+  }
   line[len++] = '\n';
   unsigned long long now = now_ms();
   pthread_mutex_lock(&log_lock);

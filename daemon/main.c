@@ -497,16 +497,27 @@ int main(int argc, char **argv) {
   server.start_usec = fzd_notify_monotonic_usec();
   fzd_budget_init(&server.mem, server.cfg.memory_limit);
   if (start(&server) < 0) {
+    /* Everything start() opened is closed and the loop with it, so that a
+     * failed start leaks nothing (sanitizer builds report any leak). */
     fzd_listeners_close(&server);
+    if (server.pool != NULL) {
+      fzd_pool_stop(server.pool);
+      server.pool = NULL;
+    }
+    uv_run(&loop, UV_RUN_NOWAIT); /* the close callbacks */
+    uv_loop_close(&loop);
     if (server.reserve_fd >= 0)
       close(server.reserve_fd);
     fzd_gpu_close(server.gpu);
+    fzd_budget_destroy(&server.mem);
     return 1;
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (server.reserve_fd >= 0)
     close(server.reserve_fd);
   fzd_gpu_close(server.gpu); /* the workers and connections are gone */
+  free(server.uids);
+  fzd_budget_destroy(&server.mem);
   int rc = uv_loop_close(&loop);
   if (rc < 0) {
     fzd_err("event loop closed with handles still open: %s", uv_strerror(rc));

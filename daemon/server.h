@@ -227,6 +227,13 @@ struct fzd_server {
   /* Open connections by kind: Unix (max_connections), TCP
    * (max_tcp_connections) and TCP not yet past hello (max_unauthenticated). */
   uint64_t nconns_unix, nconns_tcp, nconns_unauth;
+  /* Open Unix connections per peer uid (max_connections_per_user): a short
+   * list, one entry per user with a connection. */
+  struct fzd_uid_count {
+    uint32_t uid;
+    uint64_t n;
+  } *uids;
+  size_t nuids, uids_cap;
   /* The Unix socket's path: socket_path, or where a plain fzd of a user
    * without /run/fzd listens (listener.c).  "" with socket activation. */
   char unix_path[FZD_CONFIG_STR];

@@ -469,3 +469,82 @@ Test(attack, unread_replies_leave_room_for_others, .timeout = 240) {
   wire_close(&good);
   stop_daemon(h);
 }
+
+static unsigned log_count(const fzd_harness *h, const char *needle) {
+  char *log = fzd_harness_log(h);
+  cr_assert_not_null(log);
+  unsigned n = 0;
+  for (const char *p = log; (p = strstr(p, needle)) != NULL; p++)
+    n++;
+  free(log);
+  return n;
+}
+
+/* Item 6: TCP connections without the token, opened and dropped as fast
+ * as possible, used to write a line each (about 9,500 lines a second,
+ * enough for journald to drop fzd's real messages). */
+Test(attack, connection_lines_are_rate_limited) {
+  fzd_harness *h = start_daemon("\"tcp_enabled\": true, \"tcp_port\": 0, "
+                                "\"tcp_token\": \"sesame\"");
+  for (int i = 0; i < 300; i++) {
+    int fd = fzd_harness_connect_tcp(h);
+    cr_assert_geq(fd, 0);
+    close(fd);
+  }
+  sleep_ms(300);
+  unsigned lines = log_count(h, " from tcp ");
+  cr_log_info("300 connections: %u lines", lines);
+  cr_assert_leq(lines, 20u); /* the dropped ones are counted when the window ends */
+  bars_hold(h, 0, "300 token-less connections");
+  stop_daemon(h);
+}
+
+/* Item 6: one local user could hold every connection slot; now a user
+ * may hold max_connections_per_user of them, and more are refused. */
+Test(attack, one_user_holds_at_most_its_share) {
+  fzd_harness *h = start_daemon("\"max_connections_per_user\": 4");
+  wire w[5];
+  for (int i = 0; i < 4; i++) {
+    wire_open(&w[i], h, false);
+    cr_assert_eq(wire_hello(&w[i], NULL), 0);
+  }
+  wire_open(&w[4], h, false);
+  const char *text = expect_code(&w[4], FZ_EBUSY, 10000);
+  cr_assert(strstr(text, "max_connections_per_user"), "%s", text);
+  cr_assert(wire_closed_by_peer(&w[4], 10000));
+  wire_close(&w[4]);
+  wire_close(&w[0]);
+  sleep_ms(100);
+  wire_open(&w[0], h, false);
+  cr_assert_eq(wire_hello(&w[0], NULL), 0);
+  for (int i = 0; i < 4; i++)
+    wire_close(&w[i]);
+  stop_daemon(h);
+}
+
+/* Item 6: TCP connections that never say hello used to fill
+ * max_unauthenticated and lock out the clients that have the token (0 of
+ * 25 served); now the one that has waited longest makes room. */
+Test(attack, silent_tcp_connections_do_not_lock_out_the_token) {
+  fzd_harness *h = start_daemon("\"tcp_enabled\": true, \"tcp_port\": 0, "
+                                "\"tcp_token\": \"sesame\", \"max_unauthenticated\": 4, "
+                                "\"tcp_handshake_timeout_ms\": 60000");
+  wire silent[4];
+  for (int i = 0; i < 4; i++)
+    wire_open(&silent[i], h, true);
+  sleep_ms(100);
+  unsigned served = 0;
+  for (int k = 0; k < 10; k++) {
+    wire w;
+    wire_open(&w, h, true);
+    served += wire_hello(&w, "sesame") == 0;
+    wire_close(&w);
+    wire_close(&silent[k % 4]); /* the attacker renews its room */
+    wire_open(&silent[k % 4], h, true);
+  }
+  cr_log_info("%u of 10 clients with the token served", served);
+  cr_assert_eq(served, 10u);
+  for (int i = 0; i < 4; i++)
+    wire_close(&silent[i]);
+  stop_daemon(h);
+}

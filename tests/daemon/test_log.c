@@ -76,3 +76,13 @@ Test(log, level_filters_before_the_limit) {
   cr_assert_eq(strcmp(text, "<4>shown\n"), 0, "%s", text);
   free(text);
 }
+
+/* Issue 27, item 9: control bytes from a client's strings reach the log as
+ * '?', line breaks as spaces; printable text is untouched. */
+Test(log, control_bytes_are_replaced) {
+  FILE *f = capture();
+  fzd_log(FZD_LOG_INFO, "client \"a\x1b[2Jb\x07\x7f\tc\nd\"");
+  char *text = captured(f);
+  cr_assert_str_eq(text, "<6>client \"a?[2Jb???c d\"\n");
+  free(text);
+}
