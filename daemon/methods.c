@@ -455,6 +455,12 @@ static int parse_input(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
   if (has_ipc)
     return parse_ipc_input(srv, p, job, want, b);
   if (has_data) {
+    /* A key the request cannot use is an error, not ignored: the client
+     * meant something by it (and a bad value of it would pass unseen). */
+    const msgpack_object *unused;
+    if (fzp_get_obj(p, "in_offset", &unused) == 1 || fzp_get_obj(p, "in_length", &unused) == 1)
+      return reject(b, FZ_EPARAMS, "\"in_offset\" and \"in_length\" go with \"in_fd\" or a "
+                    "device input, not with inline \"data\"");
     if (data_len > srv->cfg.max_inline_bytes)
       return reject(b, FZ_EMSGSIZE, "inline data of %u bytes exceeds max_inline_bytes (%llu)",
                     data_len, (unsigned long long)srv->cfg.max_inline_bytes);
@@ -521,8 +527,13 @@ static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
     job->out_ipc = true;
     return 0;
   }
-  if (r == 0)
+  if (r == 0) {
+    const msgpack_object *unused;
+    if (fzp_get_obj(p, "out_offset", &unused) == 1 || fzp_get_obj(p, "out_length", &unused) == 1)
+      return reject(b, FZ_EPARAMS, "\"out_offset\" and \"out_length\" go with \"out_fd\" or "
+                    "a device output, not with an inline result");
     return 0;
+  }
   if (opt_u64(p, "out_offset", &job->out_off, b) < 0)
     return b->code;
   if (job->out_off > (uint64_t)INT64_MAX / 2)

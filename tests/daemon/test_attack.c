@@ -548,3 +548,49 @@ Test(attack, silent_tcp_connections_do_not_lock_out_the_token) {
     wire_close(&silent[i]);
   stop_daemon(h);
 }
+
+/* Item 9: a param the request cannot use was ignored, whatever its value
+ * (in_offset -1 with inline data); now it is EPARAMS, and the connection
+ * stays usable. */
+Test(attack, params_the_request_cannot_use) {
+  fzd_harness *h = start_daemon(NULL);
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  float x[256] = {0};
+  msgpack_packer *pk = wire_begin(&w, 2, "compress", 5);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "f32");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, 256);
+  fzp_pack_key(pk, "eb");
+  msgpack_pack_double(pk, 1e-3);
+  fzp_pack_key(pk, "data");
+  msgpack_pack_bin(pk, sizeof x);
+  msgpack_pack_bin_body(pk, x, sizeof x);
+  fzp_pack_key(pk, "in_offset");
+  msgpack_pack_int(pk, -1);
+  cr_assert_eq(wire_send(&w, NULL, 0), 0);
+  const char *text = expect_code(&w, FZ_EPARAMS, 10000);
+  cr_assert(strstr(text, "in_offset"), "%s", text);
+  pk = wire_begin(&w, 3, "compress", 5);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "f32");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, 256);
+  fzp_pack_key(pk, "eb");
+  msgpack_pack_double(pk, 1e-3);
+  fzp_pack_key(pk, "data");
+  msgpack_pack_bin(pk, sizeof x);
+  msgpack_pack_bin_body(pk, x, sizeof x);
+  fzp_pack_key(pk, "out_offset");
+  msgpack_pack_uint64(pk, 0);
+  cr_assert_eq(wire_send(&w, NULL, 0), 0);
+  text = expect_code(&w, FZ_EPARAMS, 10000);
+  cr_assert(strstr(text, "out_offset"), "%s", text);
+  cr_assert_eq(wire_call0(&w, 4, "ping", NULL), 0);
+  wire_close(&w);
+  stop_daemon(h);
+}
