@@ -17,7 +17,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <linux/magic.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -254,6 +256,15 @@ cleanup:
   return err;
 }
 
+/* Whether the job's output descriptor is a file in memory (a memfd, or a
+ * file on tmpfs or hugetlbfs), whose pages fzd's writes allocate. */
+static bool out_in_memory(const fzd_job *job) {
+  struct statfs sf;
+  if (job->out_fd < 0 || fstatfs(job->fds[job->out_fd], &sf) != 0)
+    return false;
+  return sf.f_type == TMPFS_MAGIC || sf.f_type == HUGETLBFS_MAGIC;
+}
+
 static int run_compress(worker *w, fzd_job *job) {
   void *p;
   fzd_plan_slot *slot;
@@ -266,6 +277,8 @@ static int run_compress(worker *w, fzd_job *job) {
   snprintf(job->chain, sizeof(job->chain), "%s", fz_plan_chain(plan));
   bool stream = job->out_fd >= 0;
   uint64_t need = stream ? stream_compress_need(job) : whole_compress_need(job, plan);
+  if (stream && out_in_memory(job))
+    need += fz_plan_compress_bound(plan); /* as for a decompress, below */
   if (job->mem_reserved)
     need = 0;
   err = reserve_memory(w->cb, job, need);
@@ -370,6 +383,11 @@ static int run_decompress(worker *w, fzd_job *job) {
     uint64_t win = window_for(job->info.raw_bytes);
     need = (fzd_job_input_in_memory(job) ? 0 : win) + win +
            4 * job->info.chunks + FZ_ARCHIVE_PREFIX_MAX; /* table: u16, or u32 in v3 */
+    /* A memfd (or any file in memory) that fzd fills is memory fzd makes:
+     * every page it writes, charged to fzd's cgroup, whatever the request
+     * weighed (two small archives used to fill 8 GB of shared memory). */
+    if (out_in_memory(job))
+      need += job->info.raw_bytes;
   } else {
     need = (fzd_job_input_in_memory(job) ? 0 : job->in_len) + job->info.raw_bytes;
   }

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,7 +44,12 @@ static double rss_mib(pid_t pid) {
 
 /* The bars: a new client connects, says hello, compresses and decompresses
  * a small field within a second, and fzd holds less than 256 MiB beyond
- * memory_limit. */
+ * memory_limit.  tests/run.sh runs these suites once more against a
+ * ThreadSanitizer fzd (FZD_BINARY), several times slower and with shadow
+ * memory beside every byte it touches: there the round trip may take 3 s
+ * and the memory bar is not asserted (the plain build holds it). */
+static bool sanitized_fzd(void) { return getenv("FZD_BINARY") != NULL; }
+
 static void bars_hold(fzd_harness *h, double memory_limit_mib, const char *attack) {
   double t0 = now_ms();
   wire w;
@@ -55,8 +62,10 @@ static void bars_hold(fzd_harness *h, double memory_limit_mib, const char *attac
   double ms = now_ms() - t0, rss = rss_mib(fzd_harness_pid(h));
   cr_log_info("%s: a fresh client's round trip took %.1f ms; fzd resident %.0f MiB", attack,
               ms, rss);
-  cr_assert_lt(ms, 1000.0, "%s: a fresh client waited %.0f ms", attack, ms);
-  cr_assert_lt(rss, 256.0 + memory_limit_mib, "%s: fzd holds %.0f MiB", attack, rss);
+  cr_assert_lt(ms, sanitized_fzd() ? 3000.0 : 1000.0, "%s: a fresh client waited %.0f ms",
+               attack, ms);
+  if (!sanitized_fzd())
+    cr_assert_lt(rss, 256.0 + memory_limit_mib, "%s: fzd holds %.0f MiB", attack, rss);
 }
 
 /* Reads one reply and checks its code; returns its message text (static). */
@@ -396,7 +405,8 @@ Test(attack, concurrent_warms_stay_under_the_limit, .timeout = 240) {
   cr_assert(served);
   cr_assert_geq(max_held, UINT64_C(100) << 20, "the warm-up reserved nothing");
   cr_assert_leq(max_held, limit);
-  cr_assert_lt(max_rss, 256.0 + 160.0);
+  if (!sanitized_fzd())
+    cr_assert_lt(max_rss, 256.0 + 160.0);
   wire_close(&a);
   wire_close(&b);
   wire_close(&watch);
@@ -591,6 +601,38 @@ Test(attack, params_the_request_cannot_use) {
   text = expect_code(&w, FZ_EPARAMS, 10000);
   cr_assert(strstr(text, "out_offset"), "%s", text);
   cr_assert_eq(wire_call0(&w, 4, "ping", NULL), 0);
+  wire_close(&w);
+  stop_daemon(h);
+}
+
+/* Item 8: decompressing into a client's memfd writes every page of it,
+ * memory fzd makes (two 836 KB requests filled 8 GB of shared memory);
+ * now those pages count against memory_limit while the job writes them. */
+Test(attack, memfd_output_counts_against_memory_limit) {
+  fzd_harness *h = start_daemon("\"memory_limit\": 33554432");
+  size_t arc_len;
+  void *arc = zeros_archive(12u << 20, &arc_len); /* 48 MiB out */
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  int mfd = memfd_create("fzd-attack-out", MFD_CLOEXEC);
+  cr_assert_geq(mfd, 0);
+  msgpack_packer *pk = wire_begin(&w, 2, "decompress", 3);
+  fzp_pack_key(pk, "data");
+  msgpack_pack_bin(pk, (uint32_t)arc_len);
+  msgpack_pack_bin_body(pk, arc, arc_len);
+  fzp_pack_key(pk, "out_fd");
+  msgpack_pack_uint64(pk, 0);
+  fzp_pack_key(pk, "nfds");
+  msgpack_pack_uint64(pk, 1);
+  cr_assert_eq(wire_send(&w, &mfd, 1), 0);
+  const char *text = expect_code(&w, FZ_ENOMEM, 30000);
+  cr_assert(strstr(text, "memory_limit"), "%s", text);
+  struct stat st;
+  cr_assert_eq(fstat(mfd, &st), 0);
+  cr_assert_eq(st.st_size, 0, "fzd wrote %lld bytes into the memfd", (long long)st.st_size);
+  close(mfd);
+  free(arc);
   wire_close(&w);
   stop_daemon(h);
 }
