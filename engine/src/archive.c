@@ -194,6 +194,16 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
       if (st->mode > FZ_EB_PWREL || (st->has_fill && version < FZE_FORMAT_VERSION_FILL) ||
           !fze_quant_params_ok(st, h->dtype))
         return FZ_ECORRUPT;
+      /* The step must serve the bound the header states: ABS and REL bins
+       * wider than 2 eb_abs would decode values up to step / 2 away, and a
+       * PWREL step coarser than eb * 2^24 (2^53 for f64) would pass eb.
+       * The encoder's steps (fzo_quant_params) always meet this. */
+      if (st->step != 0 &&
+          (st->mode == FZ_EB_PWREL
+               ? !(st->eb_abs == st->eb &&
+                   st->step <= st->eb * (h->dtype == FZ_F32 ? 0x1p24 : 0x1p53))
+               : !(st->step <= 2 * st->eb_abs)))
+        return FZ_ECORRUPT;
       break;
     case FZE_STAGE_DIFF:
       st->mode = arc[pos];

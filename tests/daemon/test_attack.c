@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "archive_fixup.h"
 #include "fz.h"
 #include "jobs_util.h"
 
@@ -635,4 +637,55 @@ Test(attack, memfd_output_counts_against_memory_limit) {
   free(arc);
   wire_close(&w);
   stop_daemon(h);
+}
+
+/* Item 9: an archive whose quant step disagrees with the absolute bound
+ * its header states (bins four times as wide) decoded values twice the
+ * bound away; now the header is refused as corrupt.  The daemon and every
+ * client decode with this parser. */
+Test(attack, quant_step_must_serve_the_bound) {
+  enum { N = 65536 };
+  float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+  cr_assert(x && y);
+  for (size_t i = 0; i < N; i++)
+    x[i] = (float)(100.0 * sin((double)i * 0.001) + (double)(i % 7) * 0.01);
+  fz_params p;
+  fz_params_init(&p);
+  p.dtype = FZ_F32;
+  p.ndims = 1;
+  p.dims[0] = N;
+  p.eb = 1e-3;
+  p.eb_mode = FZ_EB_ABS;
+  p.threads = 1;
+  fz_plan *pl;
+  cr_assert_eq(fz_plan_create(&p, &pl, NULL, 0), 0);
+  size_t cap = fz_plan_compress_bound(pl), len = 0, out = 0;
+  uint8_t *a = malloc(cap);
+  cr_assert_eq(fz_plan_compress(pl, x, N * sizeof(float), a, cap, &len), 0);
+  fz_plan_destroy(pl);
+  fze_header layout;
+  cr_assert_eq(fze_header_parse(a, len, &layout), 0);
+  /* The quant parameters: eb, eb_abs (both 1e-3 under ABS), then step. */
+  double eb = 1e-3, step;
+  size_t at = 0;
+  while (at + 8 <= layout.header_len && memcmp(a + at, &eb, 8) != 0)
+    at++;
+  cr_assert_lt(at + 24, layout.header_len, "no quant parameters in the header");
+  cr_assert_eq(memcmp(a + at + 8, &eb, 8), 0);
+  memcpy(&step, a + at + 16, 8);
+  cr_assert(step > 0 && step <= 2 * eb);
+  cr_assert_eq(fz_decompress(a, len, y, N * sizeof(float), &out, 1), 0);
+  step = 8 * eb;
+  memcpy(a + at + 16, &step, 8);
+  archive_fix_checksums(a, len, &layout);
+  int rc = fz_decompress(a, len, y, N * sizeof(float), &out, 1);
+  double worst = 0;
+  if (rc == 0)
+    for (size_t i = 0; i < N; i++)
+      worst = fmax(worst, fabs((double)x[i] - (double)y[i]));
+  cr_assert_eq(rc, FZ_ECORRUPT, "decoded (%s), worst error %g against a bound of %g",
+               fz_err_name(rc), worst, eb);
+  free(a);
+  free(x);
+  free(y);
 }
