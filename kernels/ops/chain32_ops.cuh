@@ -196,9 +196,17 @@ __device__ __forceinline__ uint32_t fzk_plane_vec(uint32_t v, uint32_t pb, uint3
   return (v >> (__ffs(vp) - 1)) * ps + 16 * (v & (vp - 1));
 }
 
-/* Words of the per-warp sums area (wt): [0, 32) sums and flags; in the
- * encoder 40 and 41 the chunk's archive offset, 47 its ticket; in the rze
- * decoder [32, 48) the byte selectors of fzk_expand_sel. */
+/* Words of the per-warp sums area (wt), each written and read between two
+ * barriers of one phase.  [0, FZK_NW) the warps' sums of a phase; then: */
+#define FZK_WT_SUMS2 8u   /* a second set of per-warp sums (rze level 2, bitpack) */
+#define FZK_WT_SUMS3 16u  /* a third (the kept bytes of rze level 1) */
+#define FZK_WT_LEVELS 24u /* encoder: level l's kept bytes at FZK_WT_LEVELS + l, l >= 2 */
+#define FZK_WT_POS 24u    /* decoder: where the kept bytes of rze level 2 start */
+#define FZK_WT_BAD2 30u   /* decoder: a flag of bitpack's padding check */
+#define FZK_WT_BAD 31u    /* decoder: any thread found the chunk corrupt */
+#define FZK_WT_SEL 32u    /* rze decoder: the byte selectors of fzk_expand_sel, 16 */
+#define FZK_WT_OFF 40u    /* encoder: the chunk's archive offset, low word then high */
+#define FZK_WT_TICKET 47u /* encoder: the chunk this block codes */
 #define FZK_WT_WORDS 48u
 
 /* The decoder's level-1 words; its running sums (fzk_d32.e), a word for
@@ -435,6 +443,97 @@ __device__ inline uint64_t fzk_lookback(fzk_u64 *lb, uint64_t c, uint32_t size) 
   return excl;
 }
 
+/* The encoder's rze phase: level 1's bitmap of the stream of len0 bytes
+ * (s.tb) by the block, each thread with its vectors v0 .. v1 and the rank
+ * of its kept bytes (rank1); level 2 by the block too (the thread's bitmap
+ * bytes q0 .. q1 and rank r2); the levels above by warp 0.  pos1 is where
+ * level 1's kept bytes start in the coded chunk, kept1 how many there
+ * are, total the chunk's coded length; bitpack (no rze) sets total only. */
+template <int CK, class S>
+__device__ __forceinline__ void
+fzk_enc_rze(S &s, unsigned L, uint32_t len0, uint32_t side, uint32_t nb, uint32_t tot, uint32_t pb,
+            uint32_t ps, unsigned warp, unsigned lane, uint32_t (&lens)[FZE_RZE_MAX_LEVELS + 1],
+            uint8_t *(&bms)[FZE_RZE_MAX_LEVELS + 1], uint32_t &rank1, uint32_t &v0, uint32_t &v1,
+            uint32_t &pos1, uint32_t &r2, uint32_t &q0, uint32_t &q1, uint32_t &kept1,
+            uint32_t &total) {
+  constexpr bool bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  if (bp) {
+    total = side + nb + (tot & 0xffffu);
+  } else {
+    uint32_t nv = (len0 + 15) / 16, per = (nv + FZK_NT - 1) / FZK_NT;
+    v0 = threadIdx.x * per < nv ? threadIdx.x * per : nv;
+    v1 = v0 + per < nv ? v0 + per : nv;
+    uint32_t cnt = 0;
+    for (uint32_t v = v0; v < v1; v++) {
+      uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
+      uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
+      *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
+      cnt += __popc(mk);
+    }
+    uint32_t inc = fzk_warp_incl(cnt);
+    rank1 = inc - cnt;
+    if (lane == 31)
+      s.wt[FZK_WT_SUMS3 + warp] = inc;
+    lens[0] = len0;
+    bms[1] = s.tb;
+    for (unsigned l = 1; l <= L; l++) {
+      lens[l] = (lens[l - 1] + 7) / 8;
+      if (l >= 2)
+        bms[l] = bms[l - 1] + a16(lens[l - 1] + 1);
+    }
+    __syncthreads();
+    /* Level 2 by the block too (its input is an eighth of the stream). */
+    if (L >= 2) {
+      uint32_t per2 = (lens[2] + FZK_NT - 1) / FZK_NT;
+      q0 = threadIdx.x * per2 < lens[2] ? threadIdx.x * per2 : lens[2];
+      q1 = q0 + per2 < lens[2] ? q0 + per2 : lens[2];
+      uint32_t cnt2 = 0;
+      for (uint32_t j = q0; j < q1; j++) {
+        uint32_t mk = 0;
+        for (unsigned b = 0; b < 8; b++) {
+          uint32_t i = 8 * j + b;
+          if (i >= lens[1])
+            break;
+          uint32_t prev = i ? bms[1][i - 1] : 0;
+          mk |= (uint32_t)(bms[1][i] != prev) << b;
+        }
+        bms[2][j] = (uint8_t)mk;
+        cnt2 += __popc(mk);
+      }
+      uint32_t inc2 = fzk_warp_incl(cnt2);
+      r2 = inc2 - cnt2;
+      if (lane == 31)
+        s.wt[FZK_WT_SUMS2 + warp] = inc2;
+      __syncthreads();
+      uint32_t kept2 = 0;
+      for (unsigned w = 0; w < FZK_NW; w++) {
+        r2 += w < warp ? s.wt[FZK_WT_SUMS2 + w] : 0;
+        kept2 += s.wt[FZK_WT_SUMS2 + w];
+      }
+      if (threadIdx.x == 0)
+        s.wt[FZK_WT_LEVELS + 2] = kept2;
+    }
+    if (warp == 0) {
+      for (unsigned l = 3; l <= L; l++) {
+        uint32_t k = fzk_wrze_level(bms[l - 1], lens[l - 1], bms[l]);
+        __syncwarp();
+        if (lane == 0)
+          s.wt[FZK_WT_LEVELS + l] = k;
+      }
+    }
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      uint32_t t = s.wt[FZK_WT_SUMS3 + w];
+      rank1 += w < warp ? t : 0;
+      kept1 += t;
+    }
+    __syncthreads();
+    pos1 = side + lens[L];
+    for (unsigned l = 2; l <= L; l++)
+      pos1 += s.wt[FZK_WT_LEVELS + l];
+    total = pos1 + kept1;
+  }
+}
+
 /* One block codes one chunk (the chunk of its ticket, so that every chunk
  * before it is already running), places it in the archive at the offset
  * the look-back gives, writes its table entry and its CRC-32C to d_crcs,
@@ -452,9 +551,9 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   extern __shared__ __align__(16) uint8_t fzk_sh32[];
   fzk_e32 s = fzk_carve_e32(d, fzk_sh32);
   if (threadIdx.x == 0)
-    s.wt[47] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
+    s.wt[FZK_WT_TICKET] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
   __syncthreads();
-  const uint64_t c = s.wt[47];
+  const uint64_t c = s.wt[FZK_WT_TICKET];
   const uint32_t cb = d.cb;
   const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
   const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
@@ -614,86 +713,12 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   /* rze of the stream (the shuffled one, or the words' bytes, zero after
    * the last up to the next 16): level 1 by the block, the rest by warp 0. */
   const uint32_t len0 = wd ? 4 * n : 32 * pb;
-  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0;
+  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0, kept1 = 0;
   const unsigned L = fzk_c32_lev<LEV>(d);
   uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
   uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
-  if (bp) {
-    total = side + nb + (tot & 0xffffu);
-  } else {
-    uint32_t nv = (len0 + 15) / 16, per = (nv + FZK_NT - 1) / FZK_NT;
-    v0 = threadIdx.x * per < nv ? threadIdx.x * per : nv;
-    v1 = v0 + per < nv ? v0 + per : nv;
-    uint32_t cnt = 0;
-    for (uint32_t v = v0; v < v1; v++) {
-      uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
-      uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
-      *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
-      cnt += __popc(mk);
-    }
-    uint32_t inc = fzk_warp_incl(cnt);
-    rank1 = inc - cnt;
-    if (lane == 31)
-      s.wt[16 + warp] = inc;
-    lens[0] = len0;
-    bms[1] = s.tb;
-    for (unsigned l = 1; l <= L; l++) {
-      lens[l] = (lens[l - 1] + 7) / 8;
-      if (l >= 2)
-        bms[l] = bms[l - 1] + a16(lens[l - 1] + 1);
-    }
-    __syncthreads();
-    /* Level 2 by the block too (its input is an eighth of the stream). */
-    if (L >= 2) {
-      uint32_t per2 = (lens[2] + FZK_NT - 1) / FZK_NT;
-      q0 = threadIdx.x * per2 < lens[2] ? threadIdx.x * per2 : lens[2];
-      q1 = q0 + per2 < lens[2] ? q0 + per2 : lens[2];
-      uint32_t cnt2 = 0;
-      for (uint32_t j = q0; j < q1; j++) {
-        uint32_t mk = 0;
-        for (unsigned b = 0; b < 8; b++) {
-          uint32_t i = 8 * j + b;
-          if (i >= lens[1])
-            break;
-          uint32_t prev = i ? bms[1][i - 1] : 0;
-          mk |= (uint32_t)(bms[1][i] != prev) << b;
-        }
-        bms[2][j] = (uint8_t)mk;
-        cnt2 += __popc(mk);
-      }
-      uint32_t inc2 = fzk_warp_incl(cnt2);
-      r2 = inc2 - cnt2;
-      if (lane == 31)
-        s.wt[8 + warp] = inc2;
-      __syncthreads();
-      uint32_t kept2 = 0;
-      for (unsigned w = 0; w < FZK_NW; w++) {
-        r2 += w < warp ? s.wt[8 + w] : 0;
-        kept2 += s.wt[8 + w];
-      }
-      if (threadIdx.x == 0)
-        s.wt[26] = kept2;
-    }
-    if (warp == 0) {
-      for (unsigned l = 3; l <= L; l++) {
-        uint32_t k = fzk_wrze_level(bms[l - 1], lens[l - 1], bms[l]);
-        __syncwarp();
-        if (lane == 0)
-          s.wt[24 + l] = k;
-      }
-    }
-    uint32_t kept1 = 0;
-    for (unsigned w = 0; w < FZK_NW; w++) {
-      uint32_t t = s.wt[16 + w];
-      rank1 += w < warp ? t : 0;
-      kept1 += t;
-    }
-    __syncthreads();
-    pos1 = side + lens[L];
-    for (unsigned l = 2; l <= L; l++)
-      pos1 += s.wt[24 + l];
-    total = pos1 + kept1;
-  }
+  fzk_enc_rze<CK>(s, L, len0, side, nb, tot, pb, ps, warp, lane, lens, bms, rank1, v0, v1, pos1, r2,
+                  q0, q1, kept1, total);
 
   const bool fallback = total >= raw;
   const uint32_t size = fallback ? raw : total;
@@ -743,13 +768,13 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
           res[side + j] = bms[L][j];
         for (unsigned l = L; l >= 3; l--) {
           fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], res + pos);
-          pos += s.wt[24 + l];
+          pos += s.wt[FZK_WT_LEVELS + l];
         }
       }
       if (L >= 2) {
         uint32_t pos2 = side + lens[L];
         for (unsigned l = 3; l <= L; l++)
-          pos2 += s.wt[24 + l];
+          pos2 += s.wt[FZK_WT_LEVELS + l];
         uint8_t *dst2 = res + pos2 + r2;
         for (uint32_t j = q0; j < q1; j++) {
           uint32_t mk = bms[2][j];
@@ -803,12 +828,12 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   if (warp == 0) {
     const uint64_t off = fzk_lookback(lb, c, size);
     if (lane == 0) {
-      s.wt[40] = (uint32_t)off;
-      s.wt[41] = (uint32_t)(off >> 32);
+      s.wt[FZK_WT_OFF] = (uint32_t)off;
+      s.wt[FZK_WT_OFF + 1] = (uint32_t)(off >> 32);
     }
   }
   fzk_bar_sync(2, 32 * PW);
-  const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
+  const uint64_t off = s.wt[FZK_WT_OFF] | (uint64_t)s.wt[FZK_WT_OFF + 1] << 32;
   const uint64_t at = header_len + off;
   const uint64_t room = at < out_cap ? out_cap - at : 0;
   const uint32_t lim = size < room ? size : (uint32_t)room;
@@ -896,6 +921,250 @@ __device__ __forceinline__ uint32_t fzk_transpose32_pair(uint32_t x, const fzk_t
   return x;
 }
 
+/* The decoder's phase that reads the side list (stage_quant.c) at the
+ * front of the coded chunk cc (len bytes) of n words of WB bytes: every
+ * thread alike parses the outliers' count m (vl: its varint's bytes) and
+ * the list's length side; the block sets the outliers' bitmap s.obm (nb
+ * words), flagging FZK_WT_BAD unless the indices ascend strictly below n.
+ * False, with *d_status set, for a list that cannot be parsed. */
+template <int WB, class S>
+__device__ __forceinline__ bool fzk_dec_side(S &s, const uint8_t *cc, uint32_t len, uint32_t n,
+                                             uint32_t nb, const fzk_qparams &q,
+                                             uint32_t *__restrict__ d_status, uint32_t &side,
+                                             uint32_t &m, uint32_t &vl) {
+  uint32_t v = 0, k = 0;
+  bool ok = false;
+  for (unsigned shift = 0; shift <= 28; shift += 7) {
+    if (k >= len)
+      break;
+    uint8_t byte = cc[k++];
+    v |= (uint32_t)(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) {
+      ok = true;
+      break;
+    }
+  }
+  if (!ok || v > n || (len - k) / (2 + WB) < v || (q.step == 0 && v != 0)) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return false;
+  }
+  m = v;
+  vl = k;
+  side = k + (2 + WB) * v;
+  /* Strictly ascending indices below n; the outliers' bitmap. */
+  if (m) {
+    for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
+      s.obm[b] = 0;
+    __syncthreads();
+    for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
+      uint32_t i = cc[vl + 2 * j] | (uint32_t)cc[vl + 2 * j + 1] << 8;
+      uint32_t p = j ? (cc[vl + 2 * j - 2] | (uint32_t)cc[vl + 2 * j - 1] << 8) : 0;
+      if ((j && i <= p) || i >= n)
+        atomicOr(&s.wt[FZK_WT_BAD], 1u);
+      else
+        atomicOr(&s.obm[i >> 5], 1u << (i & 31));
+    }
+  }
+  return true;
+}
+
+/* The decoder's bitpack phase, for words of WB bytes: lane k of a warp
+ * takes the bit width of the warp's block b0 + k, and the warp's planes
+ * start at wpos0.  False, with *d_status set, for a corrupt chunk. */
+template <int WB, class S>
+__device__ __forceinline__ bool fzk_dec_widths(S &s, const uint8_t *in, uint32_t st, uint32_t clen,
+                                               uint32_t nb, uint32_t K, uint32_t b0, uint32_t b1,
+                                               unsigned warp, unsigned lane,
+                                               uint32_t *__restrict__ d_status, uint32_t &my_nb,
+                                               uint32_t &wpos0) {
+  if (clen < nb) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return false;
+  }
+  if (lane < K && b0 + lane < b1) {
+    my_nb = in[b0 + lane];
+    if (my_nb > 8 * WB)
+      atomicOr(&s.wt[FZK_WT_BAD], 1u);
+  }
+  const uint32_t inc = fzk_warp_incl(4 * my_nb);
+  if (lane == 31)
+    s.wt[warp] = inc;
+  __syncthreads();
+  uint32_t tot = 0, base = 0;
+  for (unsigned w = 0; w < FZK_NW; w++) {
+    tot += s.wt[w];
+    base += w < warp ? s.wt[w] : 0;
+  }
+  if (s.wt[FZK_WT_BAD] || nb + tot != clen) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return false;
+  }
+  wpos0 = st + nb + base;
+  return true;
+}
+
+/* The decoder's rze phase, for words of WB bytes: warp 0 restores the
+ * levels above 2, the block level 2 and level 1's bitmap words (s.r1),
+ * each with its rank among the kept bytes within its warp; wbase is the
+ * warp's base rank, ko where the kept bytes start, w1 the bitmap's words
+ * and wsh the shift from a bitmap word to its warp.  False, with
+ * *d_status set, for a corrupt chunk. */
+template <int WB, int CK, int LEV, class S>
+__device__ __forceinline__ bool
+fzk_dec_rze(S &s, const fzk_desc &d, const uint8_t *in, uint32_t st, uint32_t clen, uint32_t n,
+            uint32_t pb, uint32_t cb, unsigned warp, unsigned lane, uint32_t *__restrict__ d_status,
+            uint32_t &w1, uint32_t &wsh, uint32_t &wbase, uint32_t &ko) {
+  constexpr bool wd = CK == FZK_C32_RZE;
+  const unsigned L = fzk_c32_lev<LEV>(d);
+  uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
+  lens[0] = wd ? WB * n : 8 * WB * pb;
+  for (unsigned l = 1; l <= L; l++)
+    lens[l] = (lens[l - 1] + 7) / 8;
+  if (clen < lens[L] || !fzk_tail_ok32(in, lens[L - 1])) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return false;
+  }
+  /* Thread t owns bytes [q0, q1) of the level-2 bitmap, a power of two of
+   * them, and so the level-1 bitmap words [2 q0, 2 q1) (of w1): the warp
+   * that owns word w is w >> wsh. */
+  const uint32_t nq = (lens[1] + 7) / 8;
+  w1 = (lens[1] + 3) / 4;
+  unsigned qsh = 0;
+  while ((uint32_t)FZK_NT << qsh < nq)
+    qsh++;
+  const uint32_t q0 = threadIdx.x << qsh < nq ? threadIdx.x << qsh : nq;
+  const uint32_t q1 = q0 + (1u << qsh) < nq ? q0 + (1u << qsh) : nq;
+  wsh = 6 + qsh;
+  if (warp == 0) {
+    const uint8_t *bm = in;
+    uint32_t pos = lens[L];
+    bool bad = false;
+    for (unsigned l = L; l >= 3; l--) {
+      uint32_t cnt = fzk_wpopc(bm, lens[l]);
+      if (cnt > clen - pos) {
+        bad = true;
+        break;
+      }
+      uint8_t *dst = s.tb2 + (l & 1) * a16(cb / 64 + 16);
+      fzk_wrze_restore(bm, in + pos, lens[l - 1], dst);
+      __syncwarp();
+      if (!fzk_tail_ok32(dst, lens[l - 2])) {
+        bad = true;
+        break;
+      }
+      pos += cnt;
+      bm = dst;
+    }
+    /* The level-2 kept bytes of each warp's share of the bitmap, so that
+     * the ranks need no block scan of their own. */
+    if (!bad && L >= 2) {
+      for (unsigned w = 0; w < FZK_NW; w++) {
+        uint32_t cnt = 0;
+        for (uint32_t j = ((32u * w) << qsh) + lane; j < ((32u * w + 32u) << qsh) && j < nq;
+             j += 32)
+          cnt += __popc(bm[j]);
+        cnt = __reduce_add_sync(FZK_FULL, cnt);
+        if (lane == 0)
+          s.wt[w] = cnt;
+      }
+    }
+    if (lane == 0) {
+      s.wt[FZK_WT_POS] = pos;
+      if (bad)
+        atomicOr(&s.wt[FZK_WT_BAD], 1u);
+    }
+  }
+  __syncthreads();
+  if (s.wt[FZK_WT_BAD]) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return false;
+  }
+  uint32_t pos1 = s.wt[FZK_WT_POS];
+  /* Level 2 (when there is one) restores this thread's words of the
+   * level-1 bitmap from its bytes of the level-2 bitmap. */
+  const uint8_t *bm2 = L == 2 ? in : s.tb2 + a16(cb / 64 + 16);
+  const uint8_t *k2 = in + pos1;
+  uint32_t r2 = 0, prev = 0;
+  if (L >= 2) {
+    uint32_t cnt2 = 0;
+    for (uint32_t j = q0; j < q1; j++)
+      cnt2 += __popc(bm2[j]);
+    uint32_t tot2 = 0;
+    r2 = fzk_warp_incl(cnt2) - cnt2;
+    for (unsigned w = 0; w < FZK_NW; w++) {
+      tot2 += s.wt[w];
+      r2 += w < warp ? s.wt[w] : 0;
+    }
+    if (tot2 > clen - pos1) {
+      if (threadIdx.x == 0)
+        atomicOr(d_status, 1u);
+      return false;
+    }
+    prev = r2 ? k2[r2 - 1] : 0;
+    pos1 += tot2;
+  }
+  uint32_t cnt1 = 0;
+  for (uint32_t j = q0; j < q1; j++) {
+    uint32_t lo = 0, hi = 0;
+    if (L >= 2) {
+      /* Bits past the level-1 bitmap are zero (checked above). */
+      uint32_t mk = bm2[j];
+#pragma unroll
+      for (unsigned b = 0; b < 8; b++) {
+        if ((mk >> b) & 1)
+          prev = k2[r2++];
+        if (b < 4)
+          lo |= prev << (8 * b);
+        else
+          hi |= prev << (8 * (b - 4));
+      }
+    } else {
+      lo = fzk_ld32u(s.c, st + 8 * j);
+      if (2 * j + 1 < w1)
+        hi = fzk_ld32u(s.c, st + 8 * j + 4);
+    }
+    if (8 * j + 8 > lens[1]) {
+      /* The bitmap of the words' bytes may end inside a word: what
+       * follows is kept bytes (level 1) or repeats (level 2). */
+      const uint32_t nby = lens[1] - 8 * j;
+      lo &= nby >= 4 ? FZK_FULL : (1u << (8 * nby)) - 1;
+      hi &= nby <= 4 ? 0u : (1u << (8 * (nby - 4))) - 1;
+    }
+    s.r1[fzk_r1_at(2 * j)].x = lo;
+    cnt1 += __popc(lo);
+    if (2 * j + 1 < w1) {
+      s.r1[fzk_r1_at(2 * j + 1)].x = hi;
+      cnt1 += __popc(hi);
+    }
+  }
+  /* Each word's rank among the kept bytes of level 1, within its warp;
+   * the warps' bases are added from a shuffle when the words are read. */
+  const uint32_t inc1 = fzk_warp_incl(cnt1);
+  uint32_t r = inc1 - cnt1;
+  for (uint32_t w = 2 * q0; w < 2 * q1 && w < w1; w++) {
+    uint2 *e = &s.r1[fzk_r1_at(w)];
+    e->y = r;
+    r += __popc(e->x);
+  }
+  if (lane == 31)
+    s.wt[FZK_WT_SUMS3 + warp] = inc1;
+  __syncthreads();
+  const uint32_t t1 = lane < FZK_NW ? s.wt[FZK_WT_SUMS3 + lane] : 0, inc = fzk_warp_incl(t1);
+  wbase = inc - t1;
+  if (pos1 + __shfl_sync(FZK_FULL, inc, FZK_NW - 1) != clen) {
+    if (threadIdx.x == 0)
+      atomicOr(d_status, 1u);
+    return false;
+  }
+  ko = st + pos1;
+  return true;
+}
+
 /* One block decodes one chunk, and its last warp XORs the chunk's CRC-32C
  * into d_crcs (zeroed by the caller; left as it is for a chunk that fails
  * to decode, which sets *d_status anyway), which the caller checks against
@@ -939,10 +1208,10 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   }
   const uint8_t *g = d_pay + off;
   fzk_load_slices(s.T, d_tab);
-  if (threadIdx.x < 32)
+  if (threadIdx.x < FZK_WT_SEL)
     s.wt[threadIdx.x] = 0;
-  else if (!bp && threadIdx.x < 48)
-    s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - 32);
+  else if (!bp && threadIdx.x < FZK_WT_SEL + 16)
+    s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - FZK_WT_SEL);
   const uint32_t o = fzk_load_chunk(s.c, g, len);
   __syncthreads();
   /* The checksum, by the last CW warps, each once it has done its share
@@ -964,42 +1233,8 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   /* The side list (stage_quant.c), parsed by every thread alike. */
   const uint8_t *cc = s.c + o;
   uint32_t side = 0, m = 0, vl = 0;
-  if (quant) {
-    uint32_t v = 0, k = 0;
-    bool ok = false;
-    for (unsigned shift = 0; shift <= 28; shift += 7) {
-      if (k >= len)
-        break;
-      uint8_t byte = cc[k++];
-      v |= (uint32_t)(byte & 0x7f) << shift;
-      if (!(byte & 0x80)) {
-        ok = true;
-        break;
-      }
-    }
-    if (!ok || v > n || (len - k) / 6 < v || (q.step == 0 && v != 0)) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    m = v;
-    vl = k;
-    side = k + 6 * v;
-    /* Strictly ascending indices below n; the outliers' bitmap. */
-    if (m) {
-      for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
-        s.obm[b] = 0;
-      __syncthreads();
-      for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
-        uint32_t i = cc[vl + 2 * j] | (uint32_t)cc[vl + 2 * j + 1] << 8;
-        uint32_t p = j ? (cc[vl + 2 * j - 2] | (uint32_t)cc[vl + 2 * j - 1] << 8) : 0;
-        if ((j && i <= p) || i >= n)
-          atomicOr(&s.wt[31], 1u);
-        else
-          atomicOr(&s.obm[i >> 5], 1u << (i & 31));
-      }
-    }
-  }
+  if (quant && !fzk_dec_side<4>(s, cc, len, n, nb, q, d_status, side, m, vl))
+    return;
   const uint32_t st = o + side, clen = len - side;
   const uint8_t *in = s.c + st;
   uint32_t wbase = 0, ko = 0, wsh = 0;
@@ -1007,177 +1242,11 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
    * b0 + k, and its planes follow the blocks before, from wpos0 on. */
   uint32_t my_nb = 0, wpos0 = 0;
 
-  if (bp) {
-    if (clen < nb) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    if (lane < K && b0 + lane < b1) {
-      my_nb = in[b0 + lane];
-      if (my_nb > 32)
-        atomicOr(&s.wt[31], 1u);
-    }
-    const uint32_t inc = fzk_warp_incl(4 * my_nb);
-    if (lane == 31)
-      s.wt[warp] = inc;
-    __syncthreads();
-    uint32_t tot = 0, base = 0;
-    for (unsigned w = 0; w < FZK_NW; w++) {
-      tot += s.wt[w];
-      base += w < warp ? s.wt[w] : 0;
-    }
-    if (s.wt[31] || nb + tot != clen) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    wpos0 = st + nb + base;
-  } else {
-    const unsigned L = fzk_c32_lev<LEV>(d);
-    uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
-    lens[0] = wd ? 4 * n : 32 * pb;
-    for (unsigned l = 1; l <= L; l++)
-      lens[l] = (lens[l - 1] + 7) / 8;
-    if (clen < lens[L] || !fzk_tail_ok32(in, lens[L - 1])) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    /* Thread t owns bytes [q0, q1) of the level-2 bitmap, a power of two of
-     * them, and so the level-1 bitmap words [2 q0, 2 q1) (of w1): the warp
-     * that owns word w is w >> wsh. */
-    const uint32_t w1 = (lens[1] + 3) / 4, nq = (lens[1] + 7) / 8;
-    unsigned qsh = 0;
-    while ((uint32_t)FZK_NT << qsh < nq)
-      qsh++;
-    const uint32_t q0 = threadIdx.x << qsh < nq ? threadIdx.x << qsh : nq;
-    const uint32_t q1 = q0 + (1u << qsh) < nq ? q0 + (1u << qsh) : nq;
-    wsh = 6 + qsh;
-    if (warp == 0) {
-      const uint8_t *bm = in;
-      uint32_t pos = lens[L];
-      bool bad = false;
-      for (unsigned l = L; l >= 3; l--) {
-        uint32_t cnt = fzk_wpopc(bm, lens[l]);
-        if (cnt > clen - pos) {
-          bad = true;
-          break;
-        }
-        uint8_t *dst = s.tb2 + (l & 1) * a16(cb / 64 + 16);
-        fzk_wrze_restore(bm, in + pos, lens[l - 1], dst);
-        __syncwarp();
-        if (!fzk_tail_ok32(dst, lens[l - 2])) {
-          bad = true;
-          break;
-        }
-        pos += cnt;
-        bm = dst;
-      }
-      /* The level-2 kept bytes of each warp's share of the bitmap, so that
-       * the ranks need no block scan of their own. */
-      if (!bad && L >= 2) {
-        for (unsigned w = 0; w < FZK_NW; w++) {
-          uint32_t cnt = 0;
-          for (uint32_t j = ((32u * w) << qsh) + lane; j < ((32u * w + 32u) << qsh) && j < nq;
-               j += 32)
-            cnt += __popc(bm[j]);
-          cnt = __reduce_add_sync(FZK_FULL, cnt);
-          if (lane == 0)
-            s.wt[w] = cnt;
-        }
-      }
-      if (lane == 0) {
-        s.wt[24] = pos;
-        if (bad)
-          atomicOr(&s.wt[31], 1u);
-      }
-    }
-    __syncthreads();
-    if (s.wt[31]) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    uint32_t pos1 = s.wt[24];
-    /* Level 2 (when there is one) restores this thread's words of the
-     * level-1 bitmap from its bytes of the level-2 bitmap. */
-    const uint8_t *bm2 = L == 2 ? in : s.tb2 + a16(cb / 64 + 16);
-    const uint8_t *k2 = in + pos1;
-    uint32_t r2 = 0, prev = 0;
-    if (L >= 2) {
-      uint32_t cnt2 = 0;
-      for (uint32_t j = q0; j < q1; j++)
-        cnt2 += __popc(bm2[j]);
-      uint32_t tot2 = 0;
-      r2 = fzk_warp_incl(cnt2) - cnt2;
-      for (unsigned w = 0; w < FZK_NW; w++) {
-        tot2 += s.wt[w];
-        r2 += w < warp ? s.wt[w] : 0;
-      }
-      if (tot2 > clen - pos1) {
-        if (threadIdx.x == 0)
-          atomicOr(d_status, 1u);
-        return;
-      }
-      prev = r2 ? k2[r2 - 1] : 0;
-      pos1 += tot2;
-    }
-    uint32_t cnt1 = 0;
-    for (uint32_t j = q0; j < q1; j++) {
-      uint32_t lo = 0, hi = 0;
-      if (L >= 2) {
-        /* Bits past the level-1 bitmap are zero (checked above). */
-        uint32_t mk = bm2[j];
-#pragma unroll
-        for (unsigned b = 0; b < 8; b++) {
-          if ((mk >> b) & 1)
-            prev = k2[r2++];
-          if (b < 4)
-            lo |= prev << (8 * b);
-          else
-            hi |= prev << (8 * (b - 4));
-        }
-      } else {
-        lo = fzk_ld32u(s.c, st + 8 * j);
-        if (2 * j + 1 < w1)
-          hi = fzk_ld32u(s.c, st + 8 * j + 4);
-      }
-      if (8 * j + 8 > lens[1]) {
-        /* The bitmap of the words' bytes may end inside a word: what
-         * follows is kept bytes (level 1) or repeats (level 2). */
-        const uint32_t nby = lens[1] - 8 * j;
-        lo &= nby >= 4 ? FZK_FULL : (1u << (8 * nby)) - 1;
-        hi &= nby <= 4 ? 0u : (1u << (8 * (nby - 4))) - 1;
-      }
-      s.r1[fzk_r1_at(2 * j)].x = lo;
-      cnt1 += __popc(lo);
-      if (2 * j + 1 < w1) {
-        s.r1[fzk_r1_at(2 * j + 1)].x = hi;
-        cnt1 += __popc(hi);
-      }
-    }
-    /* Each word's rank among the kept bytes of level 1, within its warp;
-     * the warps' bases are added from a shuffle when the words are read. */
-    const uint32_t inc1 = fzk_warp_incl(cnt1);
-    uint32_t r = inc1 - cnt1;
-    for (uint32_t w = 2 * q0; w < 2 * q1 && w < w1; w++) {
-      uint2 *e = &s.r1[fzk_r1_at(w)];
-      e->y = r;
-      r += __popc(e->x);
-    }
-    if (lane == 31)
-      s.wt[16 + warp] = inc1;
-    __syncthreads();
-    const uint32_t t1 = lane < FZK_NW ? s.wt[16 + lane] : 0, inc = fzk_warp_incl(t1);
-    wbase = inc - t1;
-    if (pos1 + __shfl_sync(FZK_FULL, inc, FZK_NW - 1) != clen) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    ko = st + pos1;
-  }
+  uint32_t w1 = 0;
+  if (bp ? !fzk_dec_widths<4>(s, in, st, clen, nb, K, b0, b1, warp, lane, d_status, my_nb, wpos0)
+         : !fzk_dec_rze<4, CK, LEV>(s, d, in, st, clen, n, pb, cb, warp, lane, d_status, w1, wsh,
+                                     wbase, ko))
+    return;
   /* Lane k: the outliers among the words of the warp's block b0 + k
    * (bitpack after diff reads them from s.obm instead: one register fewer
    * through its two running sums). */
@@ -1207,7 +1276,7 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       const uint32_t mk = in ? (e.x >> sh) & 15u : 0u;
       const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
                           __popc(e.x & ((1u << sh) - 1));
-      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
+      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[FZK_WT_SEL + mk]);
     } else {
       const uint32_t i = lane * pb + 4 * b, w = i >> 5, sh = i & 31;
       const uint2 e = s.r1[fzk_r1_at(w)];
@@ -1217,7 +1286,7 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
         mk &= (1u << (pb - 4 * b)) - 1;
       const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
                           __popc(e.x & ((1u << sh) - 1));
-      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
+      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[FZK_WT_SEL + mk]);
     }
     return x;
   };
@@ -1279,17 +1348,17 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       }
       const uint32_t sum = __reduce_add_sync(FZK_FULL, acc);
       if (pad_bad)
-        atomicOr(&s.wt[30], 1u);
+        atomicOr(&s.wt[FZK_WT_BAD2], 1u);
       if (lane == 0)
-        s.wt[8 + warp] = sum;
+        s.wt[FZK_WT_SUMS2 + warp] = sum;
       __syncthreads();
-      if (s.wt[30]) {
+      if (s.wt[FZK_WT_BAD2]) {
         if (threadIdx.x == 0)
           atomicOr(d_status, 1u);
         return;
       }
       for (unsigned w = 0; w < warp; w++)
-        run += s.wt[8 + w];
+        run += s.wt[FZK_WT_SUMS2 + w];
     }
     /* Bitpack after diff: the diff stage's words are the running sums of
      * bitpack's differences, and the words their running sums, which
@@ -1348,10 +1417,10 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
         }
       }
       if (lane == 0)
-        s.wt[16 + warp] = pc;
+        s.wt[FZK_WT_SUMS3 + warp] = pc;
       __syncthreads();
       for (unsigned w = 0; w < warp; w++)
-        run2 += s.wt[16 + w];
+        run2 += s.wt[FZK_WT_SUMS3 + w];
     }
     if (ddiff && FULL) {
       /* Whole chunks, to a 16-byte aligned buffer: two words a lane, as

@@ -249,9 +249,9 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   extern __shared__ __align__(16) uint8_t fzk_sh64[];
   fzk_e64 s = fzk_carve_e64(d, fzk_sh64);
   if (threadIdx.x == 0)
-    s.wt[47] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
+    s.wt[FZK_WT_TICKET] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
   __syncthreads();
-  const uint64_t c = s.wt[47];
+  const uint64_t c = s.wt[FZK_WT_TICKET];
   const uint32_t cb = d.cb;
   const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
   const uint32_t n = raw / 8, nb = (n + 31) / 32, pb = (n + 7) / 8;
@@ -429,80 +429,8 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   const unsigned L = fzk_c32_lev<LEV>(d);
   uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
   uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
-  if (bp) {
-    total = side + nb + (tot & 0xffffu);
-  } else {
-    uint32_t nv = (len0 + 15) / 16, per = (nv + FZK_NT - 1) / FZK_NT;
-    v0 = threadIdx.x * per < nv ? threadIdx.x * per : nv;
-    v1 = v0 + per < nv ? v0 + per : nv;
-    uint32_t cnt = 0;
-    for (uint32_t v = v0; v < v1; v++) {
-      uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
-      uint32_t mk = fzk_nz4(qv.x) | fzk_nz4(qv.y) << 4 | fzk_nz4(qv.z) << 8 | fzk_nz4(qv.w) << 12;
-      *(uint16_t *)(s.tb + 2 * v) = (uint16_t)mk;
-      cnt += __popc(mk);
-    }
-    uint32_t inc = fzk_warp_incl(cnt);
-    rank1 = inc - cnt;
-    if (lane == 31)
-      s.wt[16 + warp] = inc;
-    lens[0] = len0;
-    bms[1] = s.tb;
-    for (unsigned l = 1; l <= L; l++) {
-      lens[l] = (lens[l - 1] + 7) / 8;
-      if (l >= 2)
-        bms[l] = bms[l - 1] + a16(lens[l - 1] + 1);
-    }
-    __syncthreads();
-    if (L >= 2) {
-      uint32_t per2 = (lens[2] + FZK_NT - 1) / FZK_NT;
-      q0 = threadIdx.x * per2 < lens[2] ? threadIdx.x * per2 : lens[2];
-      q1 = q0 + per2 < lens[2] ? q0 + per2 : lens[2];
-      uint32_t cnt2 = 0;
-      for (uint32_t j = q0; j < q1; j++) {
-        uint32_t mk = 0;
-        for (unsigned b = 0; b < 8; b++) {
-          uint32_t i = 8 * j + b;
-          if (i >= lens[1])
-            break;
-          uint32_t prev = i ? bms[1][i - 1] : 0;
-          mk |= (uint32_t)(bms[1][i] != prev) << b;
-        }
-        bms[2][j] = (uint8_t)mk;
-        cnt2 += __popc(mk);
-      }
-      uint32_t inc2 = fzk_warp_incl(cnt2);
-      r2 = inc2 - cnt2;
-      if (lane == 31)
-        s.wt[8 + warp] = inc2;
-      __syncthreads();
-      uint32_t kept2 = 0;
-      for (unsigned w = 0; w < FZK_NW; w++) {
-        r2 += w < warp ? s.wt[8 + w] : 0;
-        kept2 += s.wt[8 + w];
-      }
-      if (threadIdx.x == 0)
-        s.wt[26] = kept2;
-    }
-    if (warp == 0) {
-      for (unsigned l = 3; l <= L; l++) {
-        uint32_t k = fzk_wrze_level(bms[l - 1], lens[l - 1], bms[l]);
-        __syncwarp();
-        if (lane == 0)
-          s.wt[24 + l] = k;
-      }
-    }
-    for (unsigned w = 0; w < FZK_NW; w++) {
-      uint32_t t = s.wt[16 + w];
-      rank1 += w < warp ? t : 0;
-      kept1 += t;
-    }
-    __syncthreads();
-    pos1 = side + lens[L];
-    for (unsigned l = 2; l <= L; l++)
-      pos1 += s.wt[24 + l];
-    total = pos1 + kept1;
-  }
+  fzk_enc_rze<CK>(s, L, len0, side, nb, tot, pb, ps, warp, lane, lens, bms, rank1, v0, v1, pos1, r2,
+                  q0, q1, kept1, total);
 
   const bool fallback = total >= raw;
   const uint32_t size = fallback ? raw : total;
@@ -553,13 +481,13 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
         res[side + j] = bms[L][j];
       for (unsigned l = L; l >= 3; l--) {
         fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], res + pos);
-        pos += s.wt[24 + l];
+        pos += s.wt[FZK_WT_LEVELS + l];
       }
     }
     if (!bp && L >= 2) {
       uint32_t pos2 = side + lens[L];
       for (unsigned l = 3; l <= L; l++)
-        pos2 += s.wt[24 + l];
+        pos2 += s.wt[FZK_WT_LEVELS + l];
       uint8_t *dst2 = res + pos2 + r2;
       for (uint32_t j = q0; j < q1; j++) {
         uint32_t mk = bms[2][j];
@@ -611,12 +539,12 @@ fzk_enc64_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   if (warp == 0) {
     const uint64_t off = fzk_lookback(lb, c, size);
     if (lane == 0) {
-      s.wt[40] = (uint32_t)off;
-      s.wt[41] = (uint32_t)(off >> 32);
+      s.wt[FZK_WT_OFF] = (uint32_t)off;
+      s.wt[FZK_WT_OFF + 1] = (uint32_t)(off >> 32);
     }
   }
   fzk_bar_sync(2, 32 * PW);
-  const uint64_t off = s.wt[40] | (uint64_t)s.wt[41] << 32;
+  const uint64_t off = s.wt[FZK_WT_OFF] | (uint64_t)s.wt[FZK_WT_OFF + 1] << 32;
   const uint64_t at = header_len + off;
   const uint64_t room = at < out_cap ? out_cap - at : 0;
   const uint32_t lim = size < room ? size : (uint32_t)room;
@@ -689,10 +617,10 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   }
   const uint8_t *g = d_pay + off;
   fzk_load_slices(s.T, d_tab);
-  if (threadIdx.x < 32)
+  if (threadIdx.x < FZK_WT_SEL)
     s.wt[threadIdx.x] = 0;
-  else if (!bp && threadIdx.x < 48)
-    s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - 32);
+  else if (!bp && threadIdx.x < FZK_WT_SEL + 16)
+    s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - FZK_WT_SEL);
   const uint32_t o = fzk_load_chunk(s.c, g, len);
   __syncthreads();
   auto crc = [&]() {
@@ -712,211 +640,18 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
   /* The side list (stage_quant.c), parsed by every thread alike. */
   const uint8_t *cc = s.c + o;
   uint32_t side = 0, m = 0, vl = 0;
-  if (quant) {
-    uint32_t v = 0, k = 0;
-    bool ok = false;
-    for (unsigned shift = 0; shift <= 28; shift += 7) {
-      if (k >= len)
-        break;
-      uint8_t byte = cc[k++];
-      v |= (uint32_t)(byte & 0x7f) << shift;
-      if (!(byte & 0x80)) {
-        ok = true;
-        break;
-      }
-    }
-    if (!ok || v > n || (len - k) / 10 < v || (q.step == 0 && v != 0)) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    m = v;
-    vl = k;
-    side = k + 10 * v;
-    /* Strictly ascending indices below n; the outliers' bitmap. */
-    if (m) {
-      for (uint32_t b = threadIdx.x; b < nb; b += FZK_NT)
-        s.obm[b] = 0;
-      __syncthreads();
-      for (uint32_t j = threadIdx.x; j < m; j += FZK_NT) {
-        uint32_t i = cc[vl + 2 * j] | (uint32_t)cc[vl + 2 * j + 1] << 8;
-        uint32_t p = j ? (cc[vl + 2 * j - 2] | (uint32_t)cc[vl + 2 * j - 1] << 8) : 0;
-        if ((j && i <= p) || i >= n)
-          atomicOr(&s.wt[31], 1u);
-        else
-          atomicOr(&s.obm[i >> 5], 1u << (i & 31));
-      }
-    }
-  }
+  if (quant && !fzk_dec_side<8>(s, cc, len, n, nb, q, d_status, side, m, vl))
+    return;
   const uint32_t st = o + side, clen = len - side;
   const uint8_t *in = s.c + st;
   uint32_t wbase = 0, ko = 0, wsh = 0, w1 = 0;
   /* Bitpack: lane k of a warp holds the bit width of the warp's block
    * b0 + k, and its planes follow the blocks before, from wpos0 on. */
   uint32_t my_nb = 0, wpos0 = 0;
-  if (bp) {
-    if (clen < nb) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    if (lane < K && b0 + lane < b1) {
-      my_nb = in[b0 + lane];
-      if (my_nb > 64)
-        atomicOr(&s.wt[31], 1u);
-    }
-    const uint32_t inc = fzk_warp_incl(4 * my_nb);
-    if (lane == 31)
-      s.wt[warp] = inc;
-    __syncthreads();
-    uint32_t tot = 0, base = 0;
-    for (unsigned w = 0; w < FZK_NW; w++) {
-      tot += s.wt[w];
-      base += w < warp ? s.wt[w] : 0;
-    }
-    if (s.wt[31] || nb + tot != clen) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    wpos0 = st + nb + base;
-  } else {
-    const unsigned L = fzk_c32_lev<LEV>(d);
-    uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
-    lens[0] = wd ? 8 * n : 64 * pb;
-    for (unsigned l = 1; l <= L; l++)
-      lens[l] = (lens[l - 1] + 7) / 8;
-    if (clen < lens[L] || !fzk_tail_ok32(in, lens[L - 1])) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    /* Thread t owns bytes [q0, q1) of the level-2 bitmap, a power of two
-     * of them, and so the level-1 bitmap words [2 q0, 2 q1) (of w1): the
-     * warp that owns word w is w >> wsh (fzk_dec32_body). */
-    const uint32_t nq = (lens[1] + 7) / 8;
-    w1 = (lens[1] + 3) / 4;
-    unsigned qsh = 0;
-    while ((uint32_t)FZK_NT << qsh < nq)
-      qsh++;
-    const uint32_t q0 = threadIdx.x << qsh < nq ? threadIdx.x << qsh : nq;
-    const uint32_t q1 = q0 + (1u << qsh) < nq ? q0 + (1u << qsh) : nq;
-    wsh = 6 + qsh;
-    if (warp == 0) {
-      const uint8_t *bm = in;
-      uint32_t pos = lens[L];
-      bool bad = false;
-      for (unsigned l = L; l >= 3; l--) {
-        uint32_t cnt = fzk_wpopc(bm, lens[l]);
-        if (cnt > clen - pos) {
-          bad = true;
-          break;
-        }
-        uint8_t *dst = s.tb2 + (l & 1) * a16(cb / 64 + 16);
-        fzk_wrze_restore(bm, in + pos, lens[l - 1], dst);
-        __syncwarp();
-        if (!fzk_tail_ok32(dst, lens[l - 2])) {
-          bad = true;
-          break;
-        }
-        pos += cnt;
-        bm = dst;
-      }
-      if (!bad && L >= 2) {
-        for (unsigned w = 0; w < FZK_NW; w++) {
-          uint32_t cnt = 0;
-          for (uint32_t j = ((32u * w) << qsh) + lane; j < ((32u * w + 32u) << qsh) && j < nq;
-               j += 32)
-            cnt += __popc(bm[j]);
-          cnt = __reduce_add_sync(FZK_FULL, cnt);
-          if (lane == 0)
-            s.wt[w] = cnt;
-        }
-      }
-      if (lane == 0) {
-        s.wt[24] = pos;
-        if (bad)
-          atomicOr(&s.wt[31], 1u);
-      }
-    }
-    __syncthreads();
-    if (s.wt[31]) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    uint32_t pos1 = s.wt[24];
-    const uint8_t *bm2 = L == 2 ? in : s.tb2 + a16(cb / 64 + 16);
-    const uint8_t *k2 = in + pos1;
-    uint32_t r2 = 0, prev = 0;
-    if (L >= 2) {
-      uint32_t cnt2 = 0;
-      for (uint32_t j = q0; j < q1; j++)
-        cnt2 += __popc(bm2[j]);
-      uint32_t tot2 = 0;
-      r2 = fzk_warp_incl(cnt2) - cnt2;
-      for (unsigned w = 0; w < FZK_NW; w++) {
-        tot2 += s.wt[w];
-        r2 += w < warp ? s.wt[w] : 0;
-      }
-      if (tot2 > clen - pos1) {
-        if (threadIdx.x == 0)
-          atomicOr(d_status, 1u);
-        return;
-      }
-      prev = r2 ? k2[r2 - 1] : 0;
-      pos1 += tot2;
-    }
-    uint32_t cnt1 = 0;
-    for (uint32_t j = q0; j < q1; j++) {
-      uint32_t lo = 0, hi = 0;
-      if (L >= 2) {
-        uint32_t mk = bm2[j];
-#pragma unroll
-        for (unsigned b = 0; b < 8; b++) {
-          if ((mk >> b) & 1)
-            prev = k2[r2++];
-          if (b < 4)
-            lo |= prev << (8 * b);
-          else
-            hi |= prev << (8 * (b - 4));
-        }
-      } else {
-        lo = fzk_ld32u(s.c, st + 8 * j);
-        if (2 * j + 1 < w1)
-          hi = fzk_ld32u(s.c, st + 8 * j + 4);
-      }
-      if (8 * j + 8 > lens[1]) {
-        const uint32_t nby = lens[1] - 8 * j;
-        lo &= nby >= 4 ? FZK_FULL : (1u << (8 * nby)) - 1;
-        hi &= nby <= 4 ? 0u : (1u << (8 * (nby - 4))) - 1;
-      }
-      s.r1[fzk_r1_at(2 * j)].x = lo;
-      cnt1 += __popc(lo);
-      if (2 * j + 1 < w1) {
-        s.r1[fzk_r1_at(2 * j + 1)].x = hi;
-        cnt1 += __popc(hi);
-      }
-    }
-    const uint32_t inc1 = fzk_warp_incl(cnt1);
-    uint32_t r = inc1 - cnt1;
-    for (uint32_t w = 2 * q0; w < 2 * q1 && w < w1; w++) {
-      uint2 *e = &s.r1[fzk_r1_at(w)];
-      e->y = r;
-      r += __popc(e->x);
-    }
-    if (lane == 31)
-      s.wt[16 + warp] = inc1;
-    __syncthreads();
-    const uint32_t t1 = lane < FZK_NW ? s.wt[16 + lane] : 0, inc = fzk_warp_incl(t1);
-    wbase = inc - t1;
-    if (pos1 + __shfl_sync(FZK_FULL, inc, FZK_NW - 1) != clen) {
-      if (threadIdx.x == 0)
-        atomicOr(d_status, 1u);
-      return;
-    }
-    ko = st + pos1;
-  }
+  if (bp ? !fzk_dec_widths<8>(s, in, st, clen, nb, K, b0, b1, warp, lane, d_status, my_nb, wpos0)
+         : !fzk_dec_rze<8, CK, LEV>(s, d, in, st, clen, n, pb, cb, warp, lane, d_status, w1, wsh,
+                                     wbase, ko))
+    return;
   const uint32_t my_obm = quant && m && lane < K && b0 + lane < b1 ? s.obm[b0 + lane] : 0;
 
   /* Four bytes of shuffle plane p at block b, straight from the kept bytes
@@ -934,7 +669,7 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       mk &= (1u << (pb - 4 * b)) - 1;
     const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
                         __popc(e.x & ((1u << sh) - 1));
-    return __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + mk]);
+    return __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[FZK_WT_SEL + mk]);
   };
   /* Block b's two halves as the coder stored them: bitpack planes (in
    * order, from wpos on; lane p holds planes p and 32 + p), the word of
@@ -956,8 +691,8 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       const uint32_t mk = in ? (e.x >> sh) & 0xffu : 0u;
       const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
                           __popc(e.x & ((1u << sh) - 1));
-      *xl = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[32 + (mk & 15u)]);
-      *xh = __byte_perm(fzk_ld32u(s.c, ko + rk + __popc(mk & 15u)), 0, s.wt[32 + (mk >> 4)]);
+      *xl = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[FZK_WT_SEL + (mk & 15u)]);
+      *xh = __byte_perm(fzk_ld32u(s.c, ko + rk + __popc(mk & 15u)), 0, s.wt[FZK_WT_SEL + (mk >> 4)]);
     } else {
       *xl = plane4(lane, b, whole);
       *xh = plane4(lane + 32, b, whole);
@@ -1002,11 +737,11 @@ fzk_dec64_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       }
       const uint64_t wsum = fzk_warp_sum64(acc);
       if (pad_bad)
-        atomicOr(&s.wt[30], 1u);
+        atomicOr(&s.wt[FZK_WT_BAD2], 1u);
       if (lane == 0)
         s.ws[warp] = wsum;
       __syncthreads();
-      if (s.wt[30]) {
+      if (s.wt[FZK_WT_BAD2]) {
         if (threadIdx.x == 0)
           atomicOr(d_status, 1u);
         return;
