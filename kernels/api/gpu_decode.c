@@ -482,14 +482,15 @@ static int decode(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, uint8
     return rc;
   int out_vec = (uintptr_t)d_out % 16 == 0;
   if (d.k32) {
-    if (jit_dec != NULL &&
-        (rc = fzk_cuda_check(fzk_jit_launch_decode32(jit_dec, &d, pay, pay_len, offs, tab, qp,
-                                                     d_out, out_vec, status, crcs, ctx->d_tab, s),
-                             "fzk_jit_launch_decode32", why, why_len)) < 0)
-      return rc;
-    else if ((rc = fzk_cuda_check(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out,
-                                                      out_vec, status, crcs, ctx->d_tab, s),
-                                  "fzk_launch_decode32", why, why_len)) < 0)
+    if (jit_dec != NULL)
+      rc = fzk_cuda_check(fzk_jit_launch_decode32(jit_dec, &d, pay, pay_len, offs, tab, qp, d_out,
+                                                  out_vec, status, crcs, ctx->d_tab, s),
+                          "fzk_jit_launch_decode32", why, why_len);
+    else
+      rc = fzk_cuda_check(fzk_launch_decode32(&d, pay, pay_len, offs, tab, qp, d_out, out_vec,
+                                              status, crcs, ctx->d_tab, s),
+                          "fzk_launch_decode32", why, why_len);
+    if (rc < 0)
       return rc;
   } else {
     if ((rc = fzk_cuda_check(

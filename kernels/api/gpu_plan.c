@@ -504,15 +504,16 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                              "fzre_launch_place", why, why_len)) < 0)
       goto err_ws;
   } else if (d->k32) {
-    if (pl->jit_enc != NULL &&
-        (rc = fzk_cuda_check(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap,
-                                                     h->header_len, pl->table_off, crcs, offs,
-                                                     ctx->d_tab, s),
-                             "fzk_jit_launch_encode32", why, why_len)) < 0)
-      goto err_ws;
-    else if ((rc = fzk_cuda_check(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len,
-                                                      pl->table_off, crcs, offs, ctx->d_tab, s),
-                                  "fzk_launch_encode32", why, why_len)) < 0)
+    if (pl->jit_enc != NULL)
+      rc = fzk_cuda_check(fzk_jit_launch_encode32(pl->jit_enc, d, d_in, qp, out, out_cap,
+                                                  h->header_len, pl->table_off, crcs, offs,
+                                                  ctx->d_tab, s),
+                          "fzk_jit_launch_encode32", why, why_len);
+    else
+      rc = fzk_cuda_check(fzk_launch_encode32(d, d_in, qp, out, out_cap, h->header_len,
+                                              pl->table_off, crcs, offs, ctx->d_tab, s),
+                          "fzk_launch_encode32", why, why_len);
+    if (rc < 0)
       goto err_ws;
   } else {
     int in_vec = (uintptr_t)d_in % 16 == 0;
