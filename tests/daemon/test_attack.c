@@ -70,6 +70,16 @@ static void bars_hold(fzd_harness *h, double memory_limit_mib, const char *attac
     cr_assert_lt(rss, 256.0 + memory_limit_mib, "%s: fzd holds %.0f MiB", attack, rss);
 }
 
+/* memory_limit in MiB, as fzd reports it in status (a connection of its own). */
+static double limit_mib(fzd_harness *h) {
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  double mib = (double)stat_u64(&w, "status", "memory_limit") / 1048576.0;
+  wire_close(&w);
+  return mib;
+}
+
 /* Reads one reply and checks its code; returns its message text (static). */
 static const char *expect_code(wire *w, int code, int timeout_ms) {
   static char text[512];
@@ -469,6 +479,7 @@ Test(attack, unread_replies_leave_room_for_others, .timeout = 240) {
   cr_assert_eq(wire_recv(&good, &m, 60000), 0);
   cr_assert_eq(wire_code(&m), 0, "the other client got %s", fz_err_name(wire_code(&m)));
   fzp_message_free(&m);
+  bars_hold(h, limit_mib(h), "a connection owing its whole reply budget");
   /* Nothing accepted is dropped: the unread client gets both once it reads. */
   for (int i = 0; i < 2; i++) {
     cr_assert_eq(wire_recv(&bad, &m, 60000), 0);
@@ -515,6 +526,7 @@ Test(attack, connection_lines_are_rate_limited) {
  * may hold max_connections_per_user of them, and more are refused. */
 Test(attack, one_user_holds_at_most_its_share) {
   fzd_harness *h = start_daemon("\"max_connections_per_user\": 4");
+  double mib = limit_mib(h);
   wire w[5];
   for (int i = 0; i < 4; i++) {
     wire_open(&w[i], h, false);
@@ -526,6 +538,10 @@ Test(attack, one_user_holds_at_most_its_share) {
   cr_assert(wire_closed_by_peer(&w[4], 10000));
   wire_close(&w[4]);
   wire_close(&w[0]);
+  sleep_ms(100);
+  /* The fresh client of the bars is the same user here: it takes the room
+   * the closed connection left. */
+  bars_hold(h, mib, "a user at max_connections_per_user");
   sleep_ms(100);
   wire_open(&w[0], h, false);
   cr_assert_eq(wire_hello(&w[0], NULL), 0);
@@ -541,6 +557,7 @@ Test(attack, silent_tcp_connections_do_not_lock_out_the_token) {
   fzd_harness *h = start_daemon("\"tcp_enabled\": true, \"tcp_port\": 0, "
                                 "\"tcp_token\": \"sesame\", \"max_unauthenticated\": 4, "
                                 "\"tcp_handshake_timeout_ms\": 60000");
+  double mib = limit_mib(h);
   wire silent[4];
   for (int i = 0; i < 4; i++)
     wire_open(&silent[i], h, true);
@@ -556,6 +573,7 @@ Test(attack, silent_tcp_connections_do_not_lock_out_the_token) {
   }
   cr_log_info("%u of 10 clients with the token served", served);
   cr_assert_eq(served, 10u);
+  bars_hold(h, mib, "silent TCP connections");
   for (int i = 0; i < 4; i++)
     wire_close(&silent[i]);
   stop_daemon(h);
