@@ -50,7 +50,9 @@ static double rss_mib(pid_t pid) {
  * ThreadSanitizer fzd (FZD_BINARY), several times slower and with shadow
  * memory beside every byte it touches: there the round trip may take 3 s
  * and the memory bar is not asserted (the plain build holds it). */
-static bool sanitized_fzd(void) { return getenv("FZD_BINARY") != NULL; }
+static bool sanitized_fzd(void) {
+  return getenv("FZD_BINARY") != NULL;
+}
 
 static void bars_hold(fzd_harness *h, double memory_limit_mib, const char *attack) {
   double t0 = now_ms();
@@ -62,10 +64,10 @@ static void bars_hold(fzd_harness *h, double memory_limit_mib, const char *attac
   roundtrip_inline(&w, 2, x, 4096, 1e-3);
   wire_close(&w);
   double ms = now_ms() - t0, rss = rss_mib(fzd_harness_pid(h));
-  cr_log_info("%s: a fresh client's round trip took %.1f ms; fzd resident %.0f MiB", attack,
-              ms, rss);
-  cr_assert_lt(ms, sanitized_fzd() ? 3000.0 : 1000.0, "%s: a fresh client waited %.0f ms",
-               attack, ms);
+  cr_log_info("%s: a fresh client's round trip took %.1f ms; fzd resident %.0f MiB", attack, ms,
+              rss);
+  cr_assert_lt(ms, sanitized_fzd() ? 3000.0 : 1000.0, "%s: a fresh client waited %.0f ms", attack,
+               ms);
   if (!sanitized_fzd())
     cr_assert_lt(rss, 256.0 + memory_limit_mib, "%s: fzd holds %.0f MiB", attack, rss);
 }
@@ -289,8 +291,7 @@ Test(attack, config_strings_are_whole_and_secret) {
   cr_assert(strstr(out, "\\u0000"), "%s", out);
   cr_assert_eq(check_config("{\"socket_path\": \"/run/x\\u0000y\"}", out, sizeof out), 1);
   /* An escaped backslash before u0000 is a plain string. */
-  cr_assert_eq(check_config("{\"tcp_token\": \"ab\\\\u0000cd\"}", out, sizeof out), 0, "%s",
-               out);
+  cr_assert_eq(check_config("{\"tcp_token\": \"ab\\\\u0000cd\"}", out, sizeof out), 0, "%s", out);
   char secret[400] = "{\"tcp_token\": \"";
   for (int i = 0; i < 30; i++)
     strcat(secret, "hunter2-x");
