@@ -22,20 +22,6 @@
 #include "fzf_dev.h"
 #include "fzf_launch.h"
 
-/* The frame of an item: the last f with item_base[f] <= item. */
-static __device__ uint32_t frame_of(const uint32_t *__restrict__ item_base, uint32_t nframes,
-                                    uint32_t item) {
-  uint32_t lo = 0, hi = nframes;
-  while (hi - lo > 1) {
-    uint32_t mid = (lo + hi) / 2;
-    if (item_base[mid] <= item)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 static __global__ void walk_kernel(fzf_batch_dev b) {
   uint32_t f = blockIdx.x * blockDim.x + threadIdx.x;
   if (f >= b.nframes)
@@ -47,26 +33,7 @@ static __global__ void walk_kernel(fzf_batch_dev b) {
 }
 
 static __global__ void items_kernel(fzf_batch_dev b) {
-  uint32_t at = 0;
-  for (uint32_t f = 0; f < b.nframes; f++) {
-    b.item_base[f] = at;
-    at += b.walks[f].nblocks + (b.walks[f].status == FZF_STATUS_OK ? 1 : 0);
-  }
-  b.item_base[b.nframes] = at;
-}
-
-/* The block of an item: its elements and first pixel; false for the tail. */
-static __device__ bool item_block(const fzf_batch_dev &b, uint32_t f, uint32_t i, uint32_t *n,
-                                  uint64_t *base) {
-  const fzf_walk &wk = b.walks[f];
-  if (i < wk.nblocks) {
-    *n = i + 1 < wk.all_blocks ? wk.block_elems : wk.last_elems;
-    *base = (uint64_t)i * wk.block_elems;
-    return true;
-  }
-  *n = (uint32_t)(b.npixels % 8);
-  *base = b.npixels - *n;
-  return false;
+  fzf_item_bases(b.walks, b.nframes, b.item_base);
 }
 
 template <unsigned W> static __global__ void decode_kernel(fzf_batch_dev b, fzf_frame_view fv) {
@@ -76,13 +43,13 @@ template <unsigned W> static __global__ void decode_kernel(fzf_batch_dev b, fzf_
   uint8_t *blk = smem + (size_t)warp * b.max_block_bytes;
   uint32_t total = b.item_base[b.nframes];
   for (uint32_t item = blockIdx.x * wpb + warp; item < total; item += gridDim.x * wpb) {
-    uint32_t f = frame_of(b.item_base, b.nframes, item), i = item - b.item_base[f], n;
+    uint32_t f = fzf_frame_of(b.item_base, b.nframes, item), i = item - b.item_base[f], n;
     uint64_t base;
     const uint8_t *chunk = b.chunks + b.offsets[f];
     const uint32_t *starts = b.starts + (uint64_t)f * b.starts_stride;
     uint8_t *dense;
     uint32_t count = 0;
-    if (item_block(b, f, i, &n, &base)) {
+    if (fzf_item_block(&b.walks[f], b.npixels, i, &n, &base)) {
       dense = b.dense + ((uint64_t)f * b.npixels + base) * W;
       int rc = fzf_lz4_block(chunk + starts[i] + 4, starts[i + 1] - starts[i] - 4, blk, n * W);
       if (rc) {
@@ -127,19 +94,7 @@ static __global__ void scan_kernel(fzf_batch_dev b) {
       b.counts[f] = 0;
     return;
   }
-  uint32_t first = b.item_base[f], last = b.item_base[f + 1];
-  uint64_t run = 0;
-  for (uint32_t i0 = first; i0 < last; i0 += 32) {
-    uint32_t i = i0 + lane, c = i < last ? b.item_count[i] : 0, x = c;
-    for (unsigned d = 1; d < 32; d *= 2) {
-      uint32_t y = __shfl_up_sync(0xffffffffu, x, d);
-      if (lane >= d)
-        x += y;
-    }
-    if (i < last)
-      b.item_off[i] = (uint32_t)(run + x - c);
-    run += __shfl_sync(0xffffffffu, x, 31);
-  }
+  uint64_t run = fzf_scan_items(b.item_count, b.item_off, b.item_base[f], b.item_base[f + 1]);
   if (lane == 0) {
     if (run > b.cap) {
       b.status[f] = fzf_status(FZF_PLACE_LAST, FZF_R_NOSPACE);
@@ -157,11 +112,11 @@ template <unsigned W> static __global__ void compact_kernel(fzf_batch_dev b, fzf
   for (uint32_t item = blockIdx.x * wpb + warp; item < total; item += gridDim.x * wpb) {
     if (!b.item_count[item])
       continue;
-    uint32_t f = frame_of(b.item_base, b.nframes, item), i = item - b.item_base[f], n;
+    uint32_t f = fzf_frame_of(b.item_base, b.nframes, item), i = item - b.item_base[f], n;
     if (b.status[f] != FZF_STATUS_OK)
       continue;
     uint64_t base;
-    item_block(b, f, i, &n, &base);
+    fzf_item_block(&b.walks[f], b.npixels, i, &n, &base);
     fzf_compact(b.dense + ((uint64_t)f * b.npixels + base) * W, n, base, &fv,
                 b.values + (uint64_t)f * b.cap * W, b.indices + (uint64_t)f * b.cap,
                 b.item_off[item]);

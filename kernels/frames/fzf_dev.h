@@ -38,6 +38,18 @@
 #define FZF_POPC(x) __popc(x)
 /* A load of chunk bytes, which no kernel writes: the read-only cache. */
 #define FZF_LDG(p) __ldg(p)
+/* x (an FZF_PER_LANE value) becomes its inclusive prefix sum over the
+ * lanes; FZF_LAST(x) is lane 31's. */
+#define FZF_INCL_SCAN(x)                                                                           \
+  do {                                                                                             \
+    unsigned l_ = threadIdx.x & 31u;                                                               \
+    for (unsigned d_ = 1; d_ < 32; d_ *= 2) {                                                      \
+      uint32_t y_ = __shfl_up_sync(0xffffffffu, (x), d_);                                          \
+      if (l_ >= d_)                                                                                \
+        (x) += y_;                                                                                 \
+    }                                                                                              \
+  } while (0)
+#define FZF_LAST(x) __shfl_sync(0xffffffffu, (x), 31)
 /* A value of each lane: a register on the GPU, an array on the CPU. */
 #define FZF_PER_LANE(type, name) type name
 #define FZF_MINE(name, lane) (name)
@@ -54,6 +66,12 @@
   } while (0)
 #define FZF_POPC(x) ((unsigned)__builtin_popcount(x))
 #define FZF_LDG(p) (*(p))
+#define FZF_INCL_SCAN(x)                                                                           \
+  do {                                                                                             \
+    for (unsigned l_ = 1; l_ < 32; l_++)                                                           \
+      (x)[l_] += (x)[l_ - 1];                                                                      \
+  } while (0)
+#define FZF_LAST(x) ((x)[31])
 #define FZF_PER_LANE(type, name) type name[32]
 #define FZF_MINE(name, lane) ((name)[lane])
 #endif
@@ -468,6 +486,66 @@ FZF_FN uint32_t fzf_tail_count(const uint8_t *src, uint32_t t, uint64_t base, ui
       count && lane < t && fzf_used(fv->active, base + lane) &&
           fzf_above(fzf_get(dense + (size_t)lane * fv->w, fv->w), fv->w, fv->kind, &fv->cut));
   return FZF_POPC(m);
+}
+
+/* ---- Items: the blocks of every frame of a batch, then its tail. ---- */
+
+/* A frame that walked well has nblocks + 1 items (the last one its
+ * verbatim tail, maybe empty); one that failed, the blocks before the
+ * failure.  item_base[f] = the first item of frame f (nframes + 1). */
+FZF_HD void fzf_item_bases(const fzf_walk *walks, uint32_t nframes, uint32_t *item_base) {
+  uint32_t at = 0;
+  for (uint32_t f = 0; f < nframes; f++) {
+    item_base[f] = at;
+    at += walks[f].nblocks + (walks[f].status == FZF_STATUS_OK ? 1 : 0);
+  }
+  item_base[nframes] = at;
+}
+
+/* The frame of an item: the last f with item_base[f] <= item. */
+FZF_HD uint32_t fzf_frame_of(const uint32_t *item_base, uint32_t nframes, uint32_t item) {
+  uint32_t lo = 0, hi = nframes;
+  while (hi - lo > 1) {
+    uint32_t mid = (lo + hi) / 2;
+    if (item_base[mid] <= item)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Item i of a frame: its elements and first pixel; 0 for the tail. */
+FZF_HD int fzf_item_block(const fzf_walk *wk, uint64_t npixels, uint32_t i, uint32_t *n,
+                          uint64_t *base) {
+  if (i < wk->nblocks) {
+    *n = i + 1 < wk->all_blocks ? wk->block_elems : wk->last_elems;
+    *base = (uint64_t)i * wk->block_elems;
+    return 1;
+  }
+  *n = (uint32_t)(npixels % 8);
+  *base = npixels - *n;
+  return 0;
+}
+
+/* The exclusive prefix sums of count[first..last) into off, by a warp
+ * 32 items at a time; returns the total (uniform). */
+FZF_FN uint64_t fzf_scan_items(const uint32_t *count, uint32_t *off, uint32_t first,
+                               uint32_t last) {
+  uint64_t run = 0;
+  for (uint32_t i0 = first; i0 < last; i0 += 32) {
+    FZF_PER_LANE(uint32_t, x);
+    FZF_LANES(lane) {
+      FZF_MINE(x, lane) = i0 + lane < last ? count[i0 + lane] : 0;
+    }
+    FZF_INCL_SCAN(x);
+    FZF_LANES(lane) {
+      if (i0 + lane < last)
+        off[i0 + lane] = (uint32_t)(run + FZF_MINE(x, lane) - count[i0 + lane]);
+    }
+    run += FZF_LAST(x);
+  }
+  return run;
 }
 
 /* ---- Step 5: the list of one block at its prefix-summed offset. ---- */

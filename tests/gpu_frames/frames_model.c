@@ -37,14 +37,15 @@ static uint64_t min64(uint64_t a, uint64_t b) {
   return a < b ? a : b;
 }
 
-/* The kernels' steps in their order (walk; decode, unshuffle and count
- * per block; tail; product; prefix sums; compaction), each chunk and each
- * block in a buffer of exactly its size. */
+/* The kernels' launches in their order (frames_kernels.cu): the walk of
+ * every frame, the item bases, the decode of every item, the products,
+ * the prefix sums of every frame, the compaction of every item; each
+ * chunk and each block in a buffer of exactly its size. */
 static void model_run(model_out *mo, fz_dtype t, size_t npx, const uint8_t *mask,
                       const fz_frames_csr *csr, const mframes *mf, double cut, size_t cap) {
   unsigned w = (unsigned)fz_dtype_size(t);
   int kind = fzf_kind(t);
-  size_t n = mf->nframes;
+  uint32_t n = (uint32_t)mf->nframes;
   uint8_t *active = mask ? fzf_mask_bits(mask, npx) : NULL;
   fzf_frame_view fv = {w, kind, fzf_cut_of(cut, w, kind), active};
   fzf_csr fc = {0};
@@ -63,69 +64,86 @@ static void model_run(model_out *mo, fz_dtype t, size_t npx, const uint8_t *mask
     mo->powder_f64 = calloc(n * fc.nrows + 1, 8);
   if (fc.wi)
     mo->powder_i64 = calloc(n * fc.nrows + 1, 8);
-  uint32_t *starts = malloc((npx / 8 + 2) * 4), *cnt = malloc((npx / 8 + 2) * 4);
-  for (size_t i = 0; i < n; i++) {
-    size_t len = mf->lengths[i];
-    uint8_t *c = malloc(len ? len : 1), *dense = mo->dense + i * npx * w;
-    memcpy(c, mf->base + mf->offsets[i], len);
-    fzf_walk wk = fzf_walk_chunk(c, len, w, npx, MAX_BLOCK_BYTES, starts);
-    uint64_t st = wk.status;
-    for (uint32_t b = 0; b < wk.nblocks; b++) {
-      uint32_t ne = b + 1 < wk.all_blocks ? wk.block_elems : wk.last_elems;
-      uint32_t clen = starts[b + 1] - starts[b] - 4;
+  size_t stride = npx / 8 + 2;
+  uint32_t *starts = malloc(n * stride * 4 + 4), *base_of = malloc((n + 1) * 4);
+  uint32_t *count = malloc(n * stride * 4 + 4), *off = malloc(n * stride * 4 + 4);
+  uint64_t *status = malloc(n * 8 + 8);
+  fzf_walk *walks = malloc(n * sizeof *walks + 1);
+  uint8_t **chunk = malloc(n * sizeof *chunk + 1);
+  /* walk_kernel */
+  for (uint32_t f = 0; f < n; f++) {
+    size_t len = mf->lengths[f];
+    chunk[f] = malloc(len ? len : 1);
+    memcpy(chunk[f], mf->base + mf->offsets[f], len);
+    walks[f] = fzf_walk_chunk(chunk[f], len, w, npx, MAX_BLOCK_BYTES, starts + f * stride);
+    status[f] = walks[f].status;
+  }
+  /* items_kernel */
+  fzf_item_bases(walks, n, base_of);
+  /* decode_kernel, one warp an item */
+  for (uint32_t item = 0; item < base_of[n]; item++) {
+    uint32_t f = fzf_frame_of(base_of, n, item), i = item - base_of[f], ne;
+    uint64_t base;
+    const uint32_t *st = starts + f * stride;
+    uint8_t *dense = mo->dense + (f * npx + 0) * w;
+    count[item] = 0;
+    if (fzf_item_block(&walks[f], npx, i, &ne, &base)) {
       uint8_t *blk = malloc((size_t)ne * w);
-      int rc = fzf_lz4_block(c + starts[b] + 4, clen, blk, ne * w);
-      cnt[b] = 0;
+      int rc = fzf_lz4_block(chunk[f] + st[i] + 4, st[i + 1] - st[i] - 4, blk, ne * w);
       if (rc)
-        st = min64(st, fzf_status(FZF_PLACE_DATA(b), (unsigned)rc));
+        status[f] = min64(status[f], fzf_status(FZF_PLACE_DATA(i), (unsigned)rc));
       else
-        cnt[b] = fzf_unshuffle_count(blk, ne, (uint64_t)b * wk.block_elems,
-                                     dense + (size_t)b * wk.block_elems * w, &fv, 1);
+        count[item] = fzf_unshuffle_count(blk, ne, base, dense + base * w, &fv, 1);
       free(blk);
+    } else {
+      count[item] = fzf_tail_count(chunk[f] + st[i], ne, base, dense + base * w, &fv, 1);
     }
-    if (wk.status == FZF_STATUS_OK) {
-      uint32_t tn = (uint32_t)(npx % 8);
-      cnt[wk.nblocks] =
-          fzf_tail_count(c + starts[wk.nblocks], tn, npx - tn, dense + (npx - tn) * w, &fv, 1);
-    }
-    for (size_t r = 0; r < fc.nrows && st == FZF_STATUS_OK; r++) {
+  }
+  /* product_kernel */
+  for (uint32_t f = 0; f < n; f++) {
+    const uint8_t *dense = mo->dense + f * npx * w;
+    for (size_t r = 0; r < fc.nrows && status[f] == FZF_STATUS_OK; r++) {
       if (fc.wf) {
-        mo->powder_f64[i * fc.nrows + r] =
+        mo->powder_f64[f * fc.nrows + r] =
             fzf_row_f64(fc.indptr, fc.cols, fc.wf, dense, w, kind, r);
       } else {
         int over = 0;
-        mo->powder_i64[i * fc.nrows + r] =
+        mo->powder_i64[f * fc.nrows + r] =
             fzf_row_i64(fc.indptr, fc.cols, fc.wi, dense, w, kind, r, &over);
         if (over)
-          st = fzf_status(FZF_PLACE_LAST, FZF_R_RANGE);
+          status[f] = min64(status[f], fzf_status(FZF_PLACE_LAST, FZF_R_RANGE));
       }
     }
-    uint64_t total = 0;
-    if (st == FZF_STATUS_OK) {
-      for (uint32_t b = 0; b <= wk.nblocks; b++)
-        total += cnt[b];
-      if (total > cap)
-        st = fzf_status(FZF_PLACE_LAST, FZF_R_NOSPACE);
-    }
-    if (st == FZF_STATUS_OK) {
-      uint64_t at = 0;
-      for (uint32_t b = 0; b <= wk.nblocks; b++) {
-        uint64_t base = b < wk.nblocks ? (uint64_t)b * wk.block_elems : npx - npx % 8;
-        uint32_t ne = b < wk.nblocks ? (b + 1 < wk.all_blocks ? wk.block_elems : wk.last_elems)
-                                     : (uint32_t)(npx % 8);
-        fzf_compact(dense + base * w, ne, base, &fv, mo->values + i * cap * w,
-                    mo->indices + i * cap, at);
-        at += cnt[b];
-      }
-      cr_assert_eq(at, total);
-    }
-    mo->status[i] = fzf_status_code(st);
-    mo->reason[i] = (int)(st & 0xff);
-    mo->counts[i] = st == FZF_STATUS_OK ? total : 0;
-    fzf_status_text(st, mo->why[i], sizeof mo->why[i]);
-    free(c);
   }
-  free(starts), free(cnt), free(active);
+  /* scan_kernel */
+  for (uint32_t f = 0; f < n; f++) {
+    mo->counts[f] = 0;
+    if (status[f] != FZF_STATUS_OK)
+      continue;
+    uint64_t total = fzf_scan_items(count, off, base_of[f], base_of[f + 1]);
+    if (total > cap)
+      status[f] = fzf_status(FZF_PLACE_LAST, FZF_R_NOSPACE);
+    else
+      mo->counts[f] = total;
+  }
+  /* compact_kernel */
+  for (uint32_t item = 0; item < base_of[n]; item++) {
+    uint32_t f = fzf_frame_of(base_of, n, item), i = item - base_of[f], ne;
+    if (!count[item] || status[f] != FZF_STATUS_OK)
+      continue;
+    uint64_t base;
+    fzf_item_block(&walks[f], npx, i, &ne, &base);
+    fzf_compact(mo->dense + (f * npx + base) * w, ne, base, &fv, mo->values + f * cap * w,
+                mo->indices + f * cap, off[item]);
+  }
+  for (uint32_t f = 0; f < n; f++) {
+    mo->status[f] = fzf_status_code(status[f]);
+    mo->reason[f] = (int)(status[f] & 0xff);
+    fzf_status_text(status[f], mo->why[f], sizeof mo->why[f]);
+    free(chunk[f]);
+  }
+  free(starts), free(base_of), free(count), free(off), free(status), free(walks), free(chunk);
+  free(active);
   fzf_csr_free(&fc);
 }
 
