@@ -104,6 +104,33 @@ static int verify_failed(fzd_job *job, int err) {
   return err;
 }
 
+int fzd_cpu_compress_buffer(fzd_job *job, fz_plan *plan, const void *in, void *arc, size_t cap,
+                            size_t *arc_len, void *back, unsigned threads) {
+  uint64_t t0 = fzd_notify_monotonic_usec();
+  int err = fz_plan_compress(plan, in, job->in_len, arc, cap, arc_len);
+  if (err < 0 && fz_plan_error(plan)[0])
+    snprintf(job->why, sizeof(job->why), "%s", fz_plan_error(plan));
+  job->time_us = fzd_notify_monotonic_usec() - t0;
+  if (err < 0)
+    return err;
+  fz_archive_info info;
+  if (fz_archive_inspect(arc, *arc_len, &info) >= 0)
+    job->eb_abs = info.eb_abs;
+  if (!job->verify)
+    return err;
+  size_t back_len = 0;
+  fz_compare_result cmp;
+  err = back == NULL ? FZ_ENOMEM
+                     : fz_decompress(arc, *arc_len, back, job->in_len, &back_len, threads);
+  if (err >= 0)
+    err = fz_compare(job->params.dtype, in, back, job->in_len / fz_dtype_size(job->params.dtype),
+                     &cmp);
+  if (err < 0)
+    return verify_failed(job, err);
+  merge_compare(job, &cmp);
+  return err;
+}
+
 /* The whole archive in memory: for inline results. */
 static int compress_whole(worker *w, fzd_job *job, fz_plan *plan) {
   const void *in;
@@ -123,31 +150,9 @@ static int compress_whole(worker *w, fzd_job *job, fz_plan *plan) {
     return FZ_ENOMEM;
   void *arc = w->arc;
   size_t arc_len = 0;
-  uint64_t t0 = fzd_notify_monotonic_usec();
-  if ((err = fz_plan_compress(plan, in, job->in_len, arc, cap, &arc_len)) < 0 &&
-      fz_plan_error(plan)[0])
-    snprintf(job->why, sizeof(job->why), "%s", fz_plan_error(plan));
-  job->time_us = fzd_notify_monotonic_usec() - t0;
-  if (err >= 0) {
-    fz_archive_info info;
-    if (fz_archive_inspect(arc, arc_len, &info) >= 0)
-      job->eb_abs = info.eb_abs;
-  }
-  if (err >= 0 && job->verify) {
-    void *back = malloc(job->in_len ? job->in_len : 1);
-    size_t back_len = 0;
-    fz_compare_result cmp;
-    err = back == NULL ? FZ_ENOMEM
-                       : fz_decompress(arc, arc_len, back, job->in_len, &back_len, 1);
-    if (err >= 0)
-      err = fz_compare(job->params.dtype, in, back,
-                       job->in_len / fz_dtype_size(job->params.dtype), &cmp);
-    if (err >= 0)
-      merge_compare(job, &cmp);
-    else
-      verify_failed(job, err);
-    free(back);
-  }
+  void *back = job->verify ? malloc(job->in_len ? job->in_len : 1) : NULL;
+  err = fzd_cpu_compress_buffer(job, plan, in, arc, cap, &arc_len, back, 1);
+  free(back);
   free(job->in_data); /* the input is no longer needed: free it early */
   job->in_data = NULL;
   if (err < 0)

@@ -25,7 +25,7 @@
  * serving.
  *
  * Imported device buffers are cached per connection (UCX-style): an entry
- * holds the mapping (kernels/src/import.c makes and closes it: legacy IPC,
+ * holds the mapping (kernels/runtime/import.c makes and closes it: legacy IPC,
  * VMM, pool pointer) with the allocation's real size, a count of the jobs
  * using it, and a last-use tick for LRU eviction among the unused ones.
  * The key is the kind, the export bytes and the client's buffer_id, so a
@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu.h"
 #include "fz_gpu.h"
 #include "jobio.h"
 #include "log.h"
@@ -769,7 +770,8 @@ out:
 }
 
 /* A compression the kernels cannot do (FZ_ENOSYS: a fill value), by the
- * CPU engine, with the same archive the CPU backend writes. */
+ * CPU engine as the CPU backend makes it (fzd_cpu_compress_buffer), in
+ * the worker's pinned buffers, then delivered where the job asks. */
 static int cpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   job->why[0] = '\0';
   fz_params p = job->params;
@@ -778,37 +780,20 @@ static int cpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   fz_plan *plan = NULL;
   int err = fz_plan_create(&p, &plan, job->why, sizeof(job->why));
   if (err < 0 || (err = fallback_input(w, job)) < 0)
-    goto out;
+    goto err_plan;
   size_t cap = fz_plan_compress_bound(plan), arc_len = 0;
-  if ((err = host_ensure(w, &w->h_out, cap, job)) < 0)
-    goto out;
-  uint64_t t0 = fzd_notify_monotonic_usec();
-  err = fz_plan_compress(plan, w->h_in.p, job->in_len, w->h_out.p, cap, &arc_len);
-  job->time_us = fzd_notify_monotonic_usec() - t0;
-  if (err < 0) {
-    snprintf(job->why, sizeof(job->why), "%s", fz_plan_error(plan));
-    goto out;
-  }
+  if ((err = host_ensure(w, &w->h_out, cap, job)) < 0 ||
+      (job->verify && (err = host_ensure(w, &w->h_back, job->in_len, job)) < 0) ||
+      (err = fzd_cpu_compress_buffer(job, plan, w->h_in.p, w->h_out.p, cap, &arc_len,
+                                     job->verify ? w->h_back.p : NULL, FALLBACK_THREADS)) < 0)
+    goto err_plan;
+  /* The chain as the archive holds it, as the kernels' jobs report it. */
   fz_archive_info info;
   if ((err = fz_archive_inspect(w->h_out.p, arc_len, &info)) < 0)
-    goto out;
-  job->eb_abs = info.eb_abs;
+    goto err_plan;
   snprintf(job->chain, sizeof(job->chain), "%s", info.chain);
-  if (job->verify) {
-    size_t back_len = 0;
-    fz_compare_result cmp;
-    if ((err = host_ensure(w, &w->h_back, job->in_len, job)) < 0 ||
-        (err = fz_decompress(w->h_out.p, arc_len, w->h_back.p, job->in_len, &back_len,
-                             FALLBACK_THREADS)) < 0 ||
-        (err = fz_compare(job->params.dtype, w->h_in.p, w->h_back.p,
-                          job->in_len / fz_dtype_size(job->params.dtype), &cmp)) < 0)
-      goto out;
-    job->max_error = cmp.max_abs_error;
-    job->max_rel_error = cmp.max_rel_error;
-    job->has_max_error = true;
-  }
   err = fallback_deliver(w, job, w->h_out.p, arc_len, "archive");
-out:
+err_plan:
   fz_plan_destroy(plan);
   return err;
 }
