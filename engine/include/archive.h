@@ -4,7 +4,7 @@
 #ifndef FZE_ARCHIVE_H
 #define FZE_ARCHIVE_H
 
-#include "engine.h"
+#include "fze_chain.h"
 
 #define FZE_MAGIC "\x89" "FZA"
 #define FZE_FORMAT_VERSION 1

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "archive.h"
+#include "engine.h"
 
 int fze_shape_size(unsigned ndims, const uint64_t *dims, size_t width,
                    uint64_t *n_elems, uint64_t *bytes) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "archive.h"
+#include "engine.h"
 #include "ops.h"
 
 struct fz_plan {

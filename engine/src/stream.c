@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "archive.h"
+#include "engine.h"
 
 /* ---- shared helpers ---- */
 

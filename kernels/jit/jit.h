@@ -131,10 +131,6 @@ int fzk_jit_ratio(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len);
 /* The text of failures not fetched yet; see fz_gpu_ctx_jit_failure. */
 int fzk_jit_failure(fzk_jit *j, char *buf, size_t len);
 
-/* Launches a loaded kernel (cuLaunchKernel); a cudaError_t-style int. */
-int fzk_jit_launch(void *fn, unsigned grid, unsigned block, unsigned smem, fz_gpu_stream s,
-                   void **args);
-
 #ifdef __cplusplus
 }
 #endif

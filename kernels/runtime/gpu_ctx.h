@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "driver.h" /* for jit.c, until it includes it itself */
 #include "fz_gpu.h"
 
 struct fz_gpu_ctx {

@@ -25,17 +25,6 @@ static inline int fzk_cuda_check(int err, const char *what, char *why, size_t wh
   return err == 0 ? 0 : fzk_cuda_error(err, what, why, why_len);
 }
 
-/* The older form, which takes rc, why and why_len from its caller: only
- * jit.c still uses it. */
-#define FZK_CHECK(call, label)                                                                     \
-  do {                                                                                             \
-    int e_ = (int)(call);                                                                          \
-    if (e_ != 0) {                                                                                 \
-      rc = fzk_cuda_error(e_, #call, why, why_len);                                                \
-      goto label;                                                                                  \
-    }                                                                                              \
-  } while (0)
-
 #ifdef __cplusplus
 }
 #endif

@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "gpu_ctx.h"
+#include "driver.h"
+#include "fze_chain.h"
 #include "gpu_err.h"
 #include "jit.h"
 #include "fzk_sha256.h"
@@ -188,9 +188,6 @@ static struct {
   CUresult (*unload)(CUmodule m);
   CUresult (*get)(CUfunction *f, CUmodule m, const char *name);
   CUresult (*attr)(CUfunction f, CUfunction_attribute a, int v);
-  CUresult (*launch)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                     unsigned by, unsigned bz, unsigned smem, CUstream s, void **args,
-                     void **extra);
   CUresult (*errname)(CUresult e, const char **s);
   const char *missing;
 } drv;
@@ -203,7 +200,6 @@ static void drv_load(void) {
   *(void **)&drv.unload = entry("cuModuleUnload");
   *(void **)&drv.get = entry("cuModuleGetFunction");
   *(void **)&drv.attr = entry("cuFuncSetAttribute");
-  *(void **)&drv.launch = entry("cuLaunchKernel");
   *(void **)&drv.errname = entry("cuGetErrorName");
 }
 
@@ -224,22 +220,6 @@ static int drv_error(CUresult e, const char *what, char *why, size_t why_len) {
   return e == CUDA_ERROR_OUT_OF_MEMORY ? FZ_EGPUOOM : FZ_ECUDA;
 }
 
-int fzk_jit_launch(void *fn, unsigned grid, unsigned block, unsigned smem, fz_gpu_stream s,
-                   void **args) {
-  CUresult e = drv.launch((CUfunction)fn, grid, 1, 1, block, 1, 1, smem, (CUstream)s, args, NULL);
-  /* In the runtime's numbers, which the launchers return. */
-  switch (e) {
-  case CUDA_SUCCESS:
-    return 0;
-  case CUDA_ERROR_OUT_OF_MEMORY:
-    return (int)cudaErrorMemoryAllocation;
-  case CUDA_ERROR_INVALID_VALUE:
-    return (int)cudaErrorInvalidValue;
-  default:
-    return (int)cudaErrorLaunchFailure;
-  }
-}
-
 /* The dynamic shared memory of the kernel for d in direction dir. */
 static uint32_t smem_of(const fzk_desc *d, fzk_jit_dir dir) {
   if (!d->k32)
@@ -256,7 +236,7 @@ int fzk_jit_launch_encode32(void *fn, const fzk_desc *d, const void *d_in,
   fzk_desc dv = *d;
   void *args[] = {&dv,  &d_in,      &d_qp,   &d_out, &out_cap,
                   &header_len, &table_off, &d_crcs, &d_lb,  &d_tab};
-  return fzk_jit_launch(fn, (unsigned)d->nchunks, FZK_NT, d->smem_e32, s, args);
+  return fzk_driver_launch(fn, (unsigned)d->nchunks, FZK_NT, d->smem_e32, s, args);
 }
 
 int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, uint64_t pay_len,
@@ -268,7 +248,7 @@ int fzk_jit_launch_decode32(void *fn, const fzk_desc *d, const uint8_t *d_pay, u
   fzk_desc dv = *d;
   void *args[] = {&dv,  &d_pay,    &pay_len,  &d_offs,  &d_sizes16, &d_qp,
                   &d_out, &out_vec, &d_status, &d_crcs, &d_tab};
-  return fzk_jit_launch(fn, (unsigned)d->nchunks, FZK_NT, d->smem_d32, s, args);
+  return fzk_driver_launch(fn, (unsigned)d->nchunks, FZK_NT, d->smem_d32, s, args);
 }
 
 /* ---- the modules of one context ---- */
@@ -305,9 +285,12 @@ struct fzk_jit {
 int fzk_jit_create(int device, fzk_jit **out, char *why, size_t why_len) {
   *out = NULL;
   int major = 0, minor = 0, dv = 0, rc = 0;
-  FZK_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), fail);
-  FZK_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), fail);
-  FZK_CHECK(cudaDriverGetVersion(&dv), fail);
+  if ((rc = fzk_cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                           "cudaDeviceGetAttribute", why, why_len)) < 0 ||
+      (rc = fzk_cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                           "cudaDeviceGetAttribute", why, why_len)) < 0 ||
+      (rc = fzk_cuda_check(cudaDriverGetVersion(&dv), "cudaDriverGetVersion", why, why_len)) < 0)
+    return rc;
   fzk_jit *j = calloc(1, sizeof *j);
   if (j == NULL)
     return FZ_ENOMEM;
@@ -323,8 +306,6 @@ int fzk_jit_create(int device, fzk_jit **out, char *why, size_t why_len) {
   }
   *out = j;
   return 0;
-fail:
-  return rc;
 }
 
 void fzk_jit_destroy(fzk_jit *j) {

@@ -66,7 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "fze_chain.h"
 #include "fz_error.h"
 #include "fzk_sha256.h"
 
