@@ -1,5 +1,5 @@
 /*
- * test_jit_cache.c - the JIT module cache (kernels/src/jit_cache.c): its
+ * test_jit_cache.c - the JIT module cache (kernels/jit/jit_cache.c): its
  * SHA-256 against the FIPS 180-4 vectors, hits from memory and from disk
  * across a close, the entry format on disk, every kind of bad entry
  * (rejected, counted, rebuilt, never returned), atomic writes, the bound on
