@@ -13,6 +13,7 @@
 #include "fze_chain.h"
 #include "fz_gpu.h"
 #include "fzk.h"
+#include "launch.h"
 #include "gpu_ctx.h"
 #include "gpu_err.h"
 #include "jit.h"

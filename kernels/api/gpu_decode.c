@@ -22,6 +22,7 @@
 #include "fze_chain.h"
 #include "fz_gpu.h"
 #include "fzk.h"
+#include "launch.h"
 #include "fzk_crc.h"
 #include "gpu_ctx.h"
 #include "gpu_plan.h"

@@ -23,6 +23,7 @@
 
 #include "fz_contract.h"
 #include "jit.h"
+#include "launch.h"
 
 /* A growing string; on overflow of memory, NULL text and every later
  * append a no-op. */

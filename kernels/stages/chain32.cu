@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include "chain32_ops.cuh"
+#include "launch.h"
 
 extern "C" void fzk_desc_layout32(fzk_desc *d) {
   if (d->w == 8) {

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include "chain64_ops.cuh"
+#include "launch.h"
 
 extern "C" void fzk_desc_layout64(fzk_desc *d) {
   uint32_t cb = d->cb;

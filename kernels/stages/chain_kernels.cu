@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "chain_body.cuh"
+#include "launch.h"
 #include "helper_kernels.cuh"
 #include "driver.h"
 

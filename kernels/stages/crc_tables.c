@@ -6,6 +6,7 @@
  * combination).
  */
 #include "fzk.h"
+#include "launch.h"
 #include "fzk_crc.h"
 
 void fzk_crc_tables(uint32_t *tab) {

@@ -11,6 +11,7 @@
 
 #include "archive.h"
 #include "fzk.h"
+#include "launch.h"
 #include "gpu_ctx.h"
 #include "gpu_plan.h"
 #include "params_1d.h"

@@ -12,6 +12,7 @@
 
 #include "engine.h"
 #include "fzk.h"
+#include "launch.h"
 #include "fzk_crc.h"
 #include "xorshift.h"
 

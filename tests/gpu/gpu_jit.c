@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "fzk.h"
+#include "launch.h"
 #include "gpu_util.h"
 
 typedef struct chain_case {

@@ -19,6 +19,7 @@
 #include "engine.h"
 #include "fz.h"
 #include "fzk.h"
+#include "launch.h"
 #include "gpu_ctx.h"
 #include "gpu_plan.h"
 #include "jit.h"
