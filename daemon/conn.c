@@ -723,6 +723,7 @@ void fzd_conn_job_accepted(fzd_conn *c, fzd_job *job) {
 static const char *job_method(const fzd_job *job) {
   return job->kind == FZD_JOB_COMPRESS ? "compress"
          : job->kind == FZD_JOB_WARM    ? "warm"
+         : job->kind == FZD_JOB_FRAMES  ? "frames"
                                         : "decompress";
 }
 

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "frames.h"
 #include "jobio.h"
 
 void fzd_job_free(fzd_job *job) {
@@ -22,6 +23,7 @@ void fzd_job_free(fzd_job *job) {
     close(job->fds[i]);
   fzd_fdmap_release(job->in_ref);
   free(job->warm);
+  fzd_frames_free(job->frames);
   free(job->in_data);
   free(job->out_data);
   free(job);

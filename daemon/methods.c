@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frames.h"
 #include "log.h"
 #include "server.h"
 #include "warm.h"
@@ -1013,6 +1014,10 @@ void fzd_job_reply(fzd_conn *c, const fzd_job *job) {
     warm_reply(c, job);
     return;
   }
+  if (job->kind == FZD_JOB_FRAMES && job->err == 0) {
+    fzd_frames_reply(c, job);
+    return;
+  }
   if (job->err < 0) {
     fzd_conn_reply_error(c, job->msgid, job->err, "%s",
                          job->why[0] ? job->why : fz_strerror(job->err));
@@ -1078,7 +1083,7 @@ static const struct {
     {"status", m_status},     {"stats", m_stats},
     {"presets", m_presets},   {"compress", m_compress},
     {"decompress", m_decompress}, {"release", m_release},
-    {"warm", m_warm},
+    {"warm", m_warm},         {"frames", fzd_frames_method},
 };
 
 /* The method name for the log: short, printable. */

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "frames.h"
 #include "log.h"
 #include "notify.h"
 #include "plans.h"
@@ -160,8 +161,10 @@ static void *worker_main(void *arg) {
     job->next = NULL;
     job->why[0] = '\0';
     job->t_start = uv_hrtime();
-    job->err = job->kind == FZD_JOB_WARM ? fzd_warm_job_run(&pool->be, w->state, job)
-                                         : pool->be.run(w->state, job);
+    /* Frames run on the CPU engine on either backend (frames.c). */
+    job->err = job->kind == FZD_JOB_WARM     ? fzd_warm_job_run(&pool->be, w->state, job)
+               : job->kind == FZD_JOB_FRAMES ? fzd_frames_job_run(job)
+                                             : pool->be.run(w->state, job);
     job->t_end = uv_hrtime();
     if (job->kind == FZD_JOB_WARM && job->err > 0) {
       /* Entries are left: back in the queue, behind what came meanwhile

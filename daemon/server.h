@@ -35,8 +35,9 @@ typedef struct fzd_conn fzd_conn;
 
 /* FZD_JOB_WARM prepares the plans of job->warm (warm.c): the "warm"
  * method's request, or one entry of the "warm" setting at start. */
-enum fzd_job_kind { FZD_JOB_COMPRESS, FZD_JOB_DECOMPRESS, FZD_JOB_WARM };
+enum fzd_job_kind { FZD_JOB_COMPRESS, FZD_JOB_DECOMPRESS, FZD_JOB_WARM, FZD_JOB_FRAMES };
 struct fzd_warm;
+struct fzd_frames_req;
 
 /* How one side of a job reaches device memory of the client. */
 enum fzd_mem_kind { FZD_MEM_NONE, FZD_MEM_IPC, FZD_MEM_VMM, FZD_MEM_POOL };
@@ -97,6 +98,8 @@ typedef struct fzd_job {
 
   /* FZD_JOB_WARM: the entries and their results (owned; warm.h). */
   struct fzd_warm *warm;
+  /* FZD_JOB_FRAMES: the batch and its results (owned; frames.h). */
+  struct fzd_frames_req *frames;
   /* The pool's start-up runs (fzd_pool_run): the worker marks the job done
    * here instead of handing it to the loop. */
   bool sync, sync_done;

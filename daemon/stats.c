@@ -20,6 +20,9 @@ void fzd_stats_job(fzd_stats *st, const fzd_job *job) {
   st->jobs_done++;
   st->bytes_in += job->in_len;
   st->bytes_out += job->out_len;
+  /* Frames have no per-method counters of their own (yet). */
+  if (job->kind == FZD_JOB_FRAMES)
+    return;
   fzd_op_stats *op = job->kind == FZD_JOB_COMPRESS ? &st->compress : &st->decompress;
   op->count++;
   op->bytes_in += job->in_len;
@@ -31,7 +34,7 @@ void fzd_stats_job(fzd_stats *st, const fzd_job *job) {
 static uint64_t span(uint64_t a, uint64_t b) { return a != 0 && b > a ? b - a : 0; }
 
 void fzd_stats_stages(fzd_stats *st, const fzd_job *job, uint64_t t_reply) {
-  if (job->kind == FZD_JOB_WARM)
+  if (job->kind == FZD_JOB_WARM || job->kind == FZD_JOB_FRAMES)
     return;
   fzd_op_stats *op = job->kind == FZD_JOB_COMPRESS ? &st->compress : &st->decompress;
   op->parse_ns += span(job->t_read, job->t_queued);
