@@ -28,16 +28,7 @@
 #include "bslz4.h"
 #include "engine.h"
 #include "fz_frames.h"
-
-enum { KIND_UNSIGNED, KIND_SIGNED, KIND_FLOAT };
-enum { CUT_NONE, CUT_ALL, CUT_KEY };
-
-/* The cut as order keys: pixels whose key is above k are listed; for
- * floats, keys above kinf (positive NaNs) never are. */
-typedef struct cutkey {
-  int mode;
-  uint64_t k, kinf;
-} cutkey;
+#include "fz_frames_cut.h"
 
 struct fz_frames {
   fz_dtype dtype;
@@ -61,18 +52,6 @@ struct fz_frames {
   uint64_t *keys;
 };
 
-static int dtype_kind(fz_dtype t) {
-  switch (t) {
-  case FZ_I8:
-  case FZ_I16:
-  case FZ_I32:
-  case FZ_I64: return KIND_SIGNED;
-  case FZ_F32:
-  case FZ_F64: return KIND_FLOAT;
-  default: return KIND_UNSIGNED;
-  }
-}
-
 static uint64_t load64(const uint8_t *p) {
   uint64_t v;
   memcpy(&v, p, 8);
@@ -94,24 +73,14 @@ static void put_value(uint8_t *p, size_t w, uint64_t v) {
     p[i] = (uint8_t)v;
 }
 
-/* The order key of w bytes of raw bits: unsigned order equals the dtype's. */
-static uint64_t order_key(uint64_t x, size_t w, int kind) {
-  uint64_t all = w == 8 ? ~0ull : (1ull << (8 * w)) - 1, sign = 1ull << (8 * w - 1);
-  if (kind == KIND_SIGNED)
-    return x ^ sign;
-  if (kind == KIND_FLOAT)
-    return x & sign ? ~x & all : x | sign;
-  return x;
-}
-
-/* value > cut, as numpy compares the dtype with a double, as a key test. */
-static cutkey cut_of(double cut, size_t w, int kind) {
-  cutkey c = {CUT_KEY, 0, ~0ull};
+/* The engine keeps the one definition of the cut (fz_frames_cut.h). */
+fz_frames_cut fz_frames_cut_of(double cut, unsigned w, int kind) {
+  fz_frames_cut c = {FZ_FRAMES_CUT_KEY, 0, ~0ull};
   if (isnan(cut)) {
-    c.mode = CUT_NONE;
+    c.mode = FZ_FRAMES_CUT_NONE;
     return c;
   }
-  if (kind == KIND_FLOAT) {
+  if (kind == FZ_FRAMES_FLOAT) {
     uint64_t bits;
     if (w == 4) {
       /* The largest float at or below cut: a float is above cut exactly
@@ -127,19 +96,19 @@ static cutkey cut_of(double cut, size_t w, int kind) {
       bits = b;
       float inf = INFINITY;
       memcpy(&b, &inf, 4);
-      c.kinf = order_key(b, 4, kind);
+      c.kinf = fz_frames_order_key(b, 4, kind);
     } else {
       double d = cut == 0.0 ? 0.0 : cut, inf = INFINITY;
       memcpy(&bits, &d, 8);
       uint64_t b;
       memcpy(&b, &inf, 8);
-      c.kinf = order_key(b, 8, kind);
+      c.kinf = fz_frames_order_key(b, 8, kind);
     }
-    c.k = order_key(bits, w, kind);
+    c.k = fz_frames_order_key(bits, w, kind);
     return c;
   }
   double lo, hi; /* the dtype's range */
-  if (kind == KIND_SIGNED) {
+  if (kind == FZ_FRAMES_SIGNED) {
     lo = -ldexp(1.0, (int)(8 * w - 1));
     hi = ldexp(1.0, (int)(8 * w - 1)) - 1.0;
   } else {
@@ -147,15 +116,15 @@ static cutkey cut_of(double cut, size_t w, int kind) {
     hi = ldexp(1.0, (int)(8 * w)) - 1.0; /* rounds to 2^64 for w = 8 */
   }
   if (cut < lo) {
-    c.mode = CUT_ALL;
+    c.mode = FZ_FRAMES_CUT_ALL;
   } else if (cut >= hi) {
-    c.mode = CUT_NONE;
+    c.mode = FZ_FRAMES_CUT_NONE;
   } else {
     double t = floor(cut);
-    uint64_t x = kind == KIND_SIGNED ? (uint64_t)(int64_t)t : (uint64_t)t;
+    uint64_t x = kind == FZ_FRAMES_SIGNED ? (uint64_t)(int64_t)t : (uint64_t)t;
     if (w < 8)
       x &= (1ull << (8 * w)) - 1;
-    c.k = order_key(x, w, kind);
+    c.k = fz_frames_order_key(x, w, kind);
   }
   return c;
 }
@@ -178,7 +147,7 @@ static cutkey cut_of(double cut, size_t w, int kind) {
   for (int p = (int)top; p >= 0; p--) {                                                            \
     const uint8_t *row = blk + (size_t)p * rowb + 8 * q0;                                          \
     uint64_t kb = (k >> p & 1) ? ~0ull : 0, kn = (kinf >> p & 1) ? ~0ull : 0;                      \
-    if (kind == KIND_FLOAT) {                                                                      \
+    if (kind == FZ_FRAMES_FLOAT) {                                                                 \
       /* A float's key: the sign flipped, the other bits flipped when it is                        \
        * negative; and a second comparison finds the positive NaNs. */                             \
       int at_top = (unsigned)p == top;                                                             \
@@ -190,7 +159,7 @@ static cutkey cut_of(double cut, size_t w, int kind) {
         eqn[q] &= ~(x ^ kn);                                                                       \
       }                                                                                            \
     } else {                                                                                       \
-      uint64_t flip = (unsigned)p == top && kind == KIND_SIGNED ? ~0ull : 0;                       \
+      uint64_t flip = (unsigned)p == top && kind == FZ_FRAMES_SIGNED ? ~0ull : 0;                  \
       for (size_t q = 0; q < nt; q++) {                                                            \
         uint64_t x = load64(row + 8 * q) ^ flip;                                                   \
         gt[q] |= eq[q] & x & ~kb;                                                                  \
@@ -199,7 +168,7 @@ static cutkey cut_of(double cut, size_t w, int kind) {
     }                                                                                              \
   }                                                                                                \
   for (size_t q = 0; q < nt; q++)                                                                  \
-    out[q] = kind == KIND_FLOAT ? gt[q] & ~gtn[q] : gt[q];
+    out[q] = kind == FZ_FRAMES_FLOAT ? gt[q] & ~gtn[q] : gt[q];
 
 static void cut_tile_plain(const uint8_t *blk, size_t rowb, size_t q0, size_t nt, unsigned nplanes,
                            int kind, uint64_t k, uint64_t kinf, uint64_t *out) {
@@ -221,15 +190,15 @@ __attribute__((target("avx2"))) static void cut_tile_avx2(const uint8_t *blk, si
  * pixel order at vals / idx (room for n).  Returns their count.  This is
  * the step a GPU port mirrors per block: count, then write at the block's
  * prefix-summed offset. */
-static size_t cut_block(fz_frames *f, const uint8_t *blk, size_t n, size_t base, const cutkey *c,
-                        uint8_t *vals, uint32_t *idx) {
+static size_t cut_block(fz_frames *f, const uint8_t *blk, size_t n, size_t base,
+                        const fz_frames_cut *c, uint8_t *vals, uint32_t *idx) {
   size_t w = f->w, rowb = n / 8, nwords = (rowb + 7) / 8, count = 0;
   unsigned nplanes = (unsigned)(8 * w);
   uint64_t mask[TILE];
   const uint8_t *dense = NULL;
   for (size_t q0 = 0; q0 < nwords; q0 += TILE) {
     size_t nt = nwords - q0 < TILE ? nwords - q0 : TILE;
-    if (c->mode == CUT_ALL) {
+    if (c->mode == FZ_FRAMES_CUT_ALL) {
       for (size_t q = 0; q < nt; q++)
         mask[q] = ~0ull;
     } else {
@@ -309,7 +278,7 @@ static int copy_csr(fz_frames *f, const fz_frames_csr *m, char *why, size_t why_
     fze_why(why, why_len, "frames: a matrix needs indptr and exactly one of w_f32, w_i32");
     return FZ_EINVAL;
   }
-  if (m->w_i32 && (f->kind == KIND_FLOAT || f->w > 4)) {
+  if (m->w_i32 && (f->kind == FZ_FRAMES_FLOAT || f->w > 4)) {
     fze_why(why, why_len, "frames: integer weights need integer pixels of at most 4 bytes, not %s",
             fz_dtype_name(f->dtype));
     return FZ_EDTYPE;
@@ -383,7 +352,7 @@ int fz_frames_create(const fz_frames_params *p, fz_frames **out, char *why, size
     return FZ_ENOMEM;
   f->dtype = p->dtype;
   f->w = w;
-  f->kind = dtype_kind(p->dtype);
+  f->kind = fz_frames_kind(p->dtype);
   f->npixels = p->npixels;
   f->codec = p->codec;
   int rc = 0;
@@ -556,7 +525,7 @@ int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut
     if (!f->list_vals || !f->list_idx || !f->keys)
       return FZ_ENOMEM;
   }
-  cutkey c = cut_of(cut, f->w, f->kind);
+  fz_frames_cut c = fz_frames_cut_of(cut, f->w, f->kind);
   const uint8_t *ch = chunk;
   size_t w = f->w, total = 0;
   uint8_t *ov = out->values;
@@ -569,7 +538,7 @@ int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut
     memset(f->block + n * w, 0, 8);
     if (want_product)
       fz_bitunshuffle_block(f->block, n, w, f->dense + base * w);
-    if (c.mode == CUT_NONE)
+    if (c.mode == FZ_FRAMES_CUT_NONE)
       continue;
     if (top_n) {
       total += cut_block(f, f->block, n, base, &c, f->list_vals + total * w, f->list_idx + total);
@@ -601,12 +570,12 @@ int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut
   const uint8_t *tail = ch + pos;
   if (want_product)
     memcpy(f->dense + t0 * w, tail, lay.tail_elems * w);
-  for (size_t e = 0; e < lay.tail_elems && c.mode != CUT_NONE; e++) {
+  for (size_t e = 0; e < lay.tail_elems && c.mode != FZ_FRAMES_CUT_NONE; e++) {
     size_t px = t0 + e;
     if (f->active && !(f->active[px / 8] >> (px % 8) & 1))
       continue;
-    uint64_t key = order_key(raw_value(tail + e * w, w), w, f->kind);
-    if (c.mode == CUT_KEY && !(key > c.k && key <= c.kinf))
+    uint64_t key = fz_frames_order_key(raw_value(tail + e * w, w), w, f->kind);
+    if (c.mode == FZ_FRAMES_CUT_KEY && !(key > c.k && key <= c.kinf))
       continue;
     if (top_n) {
       memcpy(f->list_vals + total * w, tail + e * w, w);
@@ -634,14 +603,14 @@ int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut
       /* The top_n-th largest key; all above it are kept, and of those equal
        * to it the first ones in pixel order. */
       for (size_t j = 0; j < total; j++)
-        f->keys[j] = order_key(raw_value(f->list_vals + j * w, w), w, f->kind);
+        f->keys[j] = fz_frames_order_key(raw_value(f->list_vals + j * w, w), w, f->kind);
       uint64_t th = select_rank(f->keys, total, total - top_n);
       size_t above = 0;
       for (size_t j = 0; j < total; j++)
-        above += order_key(raw_value(f->list_vals + j * w, w), w, f->kind) > th;
+        above += fz_frames_order_key(raw_value(f->list_vals + j * w, w), w, f->kind) > th;
       size_t ties = top_n - above, o = 0;
       for (size_t j = 0; j < total; j++) {
-        uint64_t key = order_key(raw_value(f->list_vals + j * w, w), w, f->kind);
+        uint64_t key = fz_frames_order_key(raw_value(f->list_vals + j * w, w), w, f->kind);
         if (key > th || (key == th && ties && ties--)) {
           memcpy(ov + o * w, f->list_vals + j * w, w);
           out->indices[o++] = f->list_idx[j];

@@ -256,7 +256,7 @@ int fz_frames_gpu_create(const fz_frames_gpu_params *p, fz_frames_gpu **out, cha
   }
   g->dtype = p->dtype;
   g->w = (unsigned)fz_dtype_size(p->dtype);
-  g->kind = fzf_kind(p->dtype);
+  g->kind = fz_frames_kind(p->dtype);
   g->npixels = p->npixels;
   g->max_frames = p->max_frames ? p->max_frames : 64;
   g->cap = p->cap ? p->cap : p->npixels;
@@ -387,7 +387,7 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
       .powder_f64 = b->powder_f64 && b->out_on_device ? b->powder_f64 : g->d_powder_f64,
       .powder_i64 = b->powder_i64 && b->out_on_device ? b->powder_i64 : g->d_powder_i64,
   };
-  fzf_frame_view fv = {g->w, g->kind, fzf_cut_of(b->cut, g->w, g->kind), g->d_active};
+  fzf_frame_view fv = {g->w, g->kind, fz_frames_cut_of(b->cut, g->w, g->kind), g->d_active};
   fzf_csr_dev m = {g->nrows, g->d_indptr, g->d_cols, g->d_wf, g->d_wi};
   int want_product = g->nrows && (b->powder_f64 || b->powder_i64);
   int e = fzf_launch(&d, &fv, want_product ? &m : NULL, s);

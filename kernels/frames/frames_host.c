@@ -2,7 +2,6 @@
  * frames_host.c - the GPU frames decoder's host logic that needs no CUDA
  * (fzf_host.h): cut keys, mask bits, the folded matrix, status messages.
  */
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,73 +16,6 @@ void fzf_say(char *why, size_t why_len, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(why, why_len, fmt, ap);
   va_end(ap);
-}
-
-int fzf_kind(fz_dtype t) {
-  switch (t) {
-  case FZ_I8:
-  case FZ_I16:
-  case FZ_I32:
-  case FZ_I64: return FZF_SIGNED;
-  case FZ_F32:
-  case FZ_F64: return FZF_FLOAT;
-  default: return FZF_UNSIGNED;
-  }
-}
-
-fzf_cut fzf_cut_of(double cut, unsigned w, int kind) {
-  fzf_cut c = {FZF_CUT_KEY, 0, ~0ull};
-  if (isnan(cut)) {
-    c.mode = FZF_CUT_NONE;
-    return c;
-  }
-  if (kind == FZF_FLOAT) {
-    uint64_t bits;
-    if (w == 4) {
-      /* The largest float at or below the cut: a float is above the cut
-       * exactly when it is above that one.  A zero cut is +0, as neither
-       * -0 nor +0 is above -0.0. */
-      float f = (float)cut;
-      if ((double)f > cut)
-        f = nextafterf(f, -INFINITY);
-      if (f == 0.0f)
-        f = 0.0f;
-      uint32_t b;
-      memcpy(&b, &f, 4);
-      bits = b;
-      float inf = INFINITY;
-      memcpy(&b, &inf, 4);
-      c.kinf = fzf_order_key(b, 4, kind);
-    } else {
-      double d = cut == 0.0 ? 0.0 : cut, inf = INFINITY;
-      memcpy(&bits, &d, 8);
-      uint64_t b;
-      memcpy(&b, &inf, 8);
-      c.kinf = fzf_order_key(b, 8, kind);
-    }
-    c.k = fzf_order_key(bits, w, kind);
-    return c;
-  }
-  double lo, hi; /* the dtype's range */
-  if (kind == FZF_SIGNED) {
-    lo = -ldexp(1.0, (int)(8 * w - 1));
-    hi = ldexp(1.0, (int)(8 * w - 1)) - 1.0;
-  } else {
-    lo = 0.0;
-    hi = ldexp(1.0, (int)(8 * w)) - 1.0; /* rounds to 2^64 for w = 8 */
-  }
-  if (cut < lo) {
-    c.mode = FZF_CUT_ALL;
-  } else if (cut >= hi) {
-    c.mode = FZF_CUT_NONE;
-  } else {
-    double t = floor(cut);
-    uint64_t x = kind == FZF_SIGNED ? (uint64_t)(int64_t)t : (uint64_t)t;
-    if (w < 8)
-      x &= (1ull << (8 * w)) - 1;
-    c.k = fzf_order_key(x, w, kind);
-  }
-  return c;
 }
 
 uint8_t *fzf_mask_bits(const uint8_t *mask, size_t npixels) {
@@ -108,12 +40,12 @@ void fzf_csr_free(fzf_csr *c) {
 int fzf_csr_fold(const fz_frames_csr *m, const uint8_t *active, size_t npixels, fz_dtype dtype,
                  fzf_csr *out, char *why, size_t why_len) {
   memset(out, 0, sizeof *out);
-  int kind = fzf_kind(dtype);
+  int kind = fz_frames_kind(dtype);
   if (!m->indptr || (!m->w_f32) == (!m->w_i32) || m->nrows > SIZE_MAX / 16) {
     fzf_say(why, why_len, "frames (GPU): a matrix needs indptr and exactly one of w_f32, w_i32");
     return FZ_EINVAL;
   }
-  if (m->w_i32 && (kind == FZF_FLOAT || fz_dtype_size(dtype) > 4)) {
+  if (m->w_i32 && (kind == FZ_FRAMES_FLOAT || fz_dtype_size(dtype) > 4)) {
     fzf_say(why, why_len,
             "frames (GPU): integer weights need integer pixels of at most 4 bytes, not %s",
             fz_dtype_name(dtype));

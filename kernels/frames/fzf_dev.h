@@ -23,6 +23,8 @@
 
 #include <stdint.h>
 
+#include "fz_frames_cut.h"
+
 #ifdef __CUDACC__
 #define FZF_FN static __device__ __forceinline__
 #define FZF_HD static __host__ __device__ __forceinline__
@@ -123,32 +125,12 @@ FZF_HD uint64_t fzf_status(uint64_t place, unsigned reason) {
 #define FZF_PLACE_LEN(i) (2 * (uint64_t)(i) + 1)
 #define FZF_PLACE_LAST ((1ull << 40) - 1) /* after every block: product, list */
 
-/* ---- Order keys and the cut (the engine's frames.c defines them). ---- */
+/* ---- Order keys and the cut: fz_frames_cut.h, the engine's and this decoder's. ---- */
 
-enum { FZF_UNSIGNED, FZF_SIGNED, FZF_FLOAT };
-enum { FZF_CUT_NONE, FZF_CUT_ALL, FZF_CUT_KEY };
-
-/* Pixels whose key is above k (and, for floats, not above kinf: positive
- * NaNs) are above the cut. */
-typedef struct fzf_cut {
-  int mode;
-  uint64_t k, kinf;
-} fzf_cut;
-
-/* The raw bits of a w-byte value made to sort as unsigned integers. */
-FZF_HD uint64_t fzf_order_key(uint64_t x, unsigned w, int kind) {
-  uint64_t all = w == 8 ? ~0ull : (1ull << (8 * w)) - 1, sign = 1ull << (8 * w - 1);
-  if (kind == FZF_SIGNED)
-    return x ^ sign;
-  if (kind == FZF_FLOAT)
-    return x & sign ? ~x & all : x | sign;
-  return x;
-}
-
-FZF_HD int fzf_above(uint64_t x, unsigned w, int kind, const fzf_cut *c) {
-  if (c->mode != FZF_CUT_KEY)
-    return c->mode == FZF_CUT_ALL;
-  uint64_t key = fzf_order_key(x, w, kind);
+FZF_HD int fzf_above(uint64_t x, unsigned w, int kind, const fz_frames_cut *c) {
+  if (c->mode != FZ_FRAMES_CUT_KEY)
+    return c->mode == FZ_FRAMES_CUT_ALL;
+  uint64_t key = fz_frames_order_key(x, w, kind);
   return key > c->k && key <= c->kinf;
 }
 
@@ -430,7 +412,7 @@ FZF_HD uint64_t fzf_get(const uint8_t *p, unsigned w) {
 typedef struct fzf_frame_view {
   unsigned w;
   int kind;
-  fzf_cut cut;
+  fz_frames_cut cut;
   const uint8_t *active; /* mask bits or NULL */
 } fzf_frame_view;
 
@@ -577,7 +559,7 @@ FZF_FN void fzf_compact(const uint8_t *dense, uint32_t n, uint64_t base, const f
 
 /* A pixel's raw bits as the double the CPU's (double)px gives. */
 FZF_HD double fzf_to_double(uint64_t x, unsigned w, int kind) {
-  if (kind == FZF_FLOAT) {
+  if (kind == FZ_FRAMES_FLOAT) {
     if (w == 4) {
       union {
         uint32_t u;
@@ -593,7 +575,7 @@ FZF_HD double fzf_to_double(uint64_t x, unsigned w, int kind) {
     v.u = x;
     return v.d;
   }
-  if (kind == FZF_SIGNED) {
+  if (kind == FZ_FRAMES_SIGNED) {
     unsigned sh = 64 - 8 * w;
     return (double)((int64_t)(x << sh) >> sh);
   }
@@ -618,7 +600,7 @@ FZF_HD int64_t fzf_row_i64(const uint64_t *indptr, const uint32_t *cols, const i
   unsigned sh = 64 - 8 * w;
   for (uint64_t j = indptr[r]; j < indptr[r + 1]; j++) {
     uint64_t x = fzf_get(dense + (uint64_t)cols[j] * w, w);
-    int64_t px = kind == FZF_SIGNED ? (int64_t)(x << sh) >> sh : (int64_t)x;
+    int64_t px = kind == FZ_FRAMES_SIGNED ? (int64_t)(x << sh) >> sh : (int64_t)x;
     int64_t t = (int64_t)wi[j] * px;
     if ((t > 0 && s > INT64_MAX - t) || (t < 0 && s < INT64_MIN - t)) {
       *overflow = 1;

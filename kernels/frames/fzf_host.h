@@ -17,13 +17,6 @@
 /* Writes a reason to why when why is not NULL. */
 void fzf_say(char *why, size_t why_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* The element kind (FZF_UNSIGNED, FZF_SIGNED, FZF_FLOAT) of a dtype. */
-int fzf_kind(fz_dtype t);
-
-/* value > cut, as numpy compares the dtype with a double, as a key test
- * (the engine's frames.c makes the same keys). */
-fzf_cut fzf_cut_of(double cut, unsigned w, int kind);
-
 /* npixels mask bytes (nonzero = used) as bits, padded with 16 zero bytes;
  * NULL when out of memory. */
 uint8_t *fzf_mask_bits(const uint8_t *mask, size_t npixels);

@@ -44,10 +44,10 @@ static uint64_t min64(uint64_t a, uint64_t b) {
 static void model_run(model_out *mo, fz_dtype t, size_t npx, const uint8_t *mask,
                       const fz_frames_csr *csr, const mframes *mf, double cut, size_t cap) {
   unsigned w = (unsigned)fz_dtype_size(t);
-  int kind = fzf_kind(t);
+  int kind = fz_frames_kind(t);
   uint32_t n = (uint32_t)mf->nframes;
   uint8_t *active = mask ? fzf_mask_bits(mask, npx) : NULL;
-  fzf_frame_view fv = {w, kind, fzf_cut_of(cut, w, kind), active};
+  fzf_frame_view fv = {w, kind, fz_frames_cut_of(cut, w, kind), active};
   fzf_csr fc = {0};
   char why[256];
   if (csr)
@@ -420,7 +420,7 @@ Test(frames_model, masks_products_and_room) {
     mframes mf;
     mframes_make(&mf, t, npx, 4, 0, 5 + d, 0.02);
     check_batch(t, npx, mask, &cf, &mf, 10, npx);
-    if (fzf_kind(t) != FZF_FLOAT && fz_dtype_size(t) <= 4)
+    if (fz_frames_kind(t) != FZ_FRAMES_FLOAT && fz_dtype_size(t) <= 4)
       check_batch(t, npx, mask, &ci, &mf, 3, npx);
     /* Lists that do not fit: FZ_ENOSPC for those frames only. */
     check_batch(t, npx, mask, NULL, &mf, -INFINITY, 100);
