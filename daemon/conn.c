@@ -36,6 +36,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "frames.h"
 #include "log.h"
 #include "server.h"
 
@@ -89,6 +90,7 @@ struct fzd_conn {
   uint32_t uid;
   fzd_ipc_cache *ipc; /* imported CUDA IPC buffers, made on first use */
   fzd_fdmap *maps;    /* mapped sealed memfds, made on first use */
+  struct fzd_frames_setups *frames; /* "frames_setup" masks and matrices */
   /* A job waiting for the client to read its replies (fzd_conn_park). */
   fzd_job *parked;
 };
@@ -165,6 +167,7 @@ static void conn_unref(fzd_conn *c) {
   /* No job of this connection is left, so no worker holds an IPC buffer. */
   fzd_ipc_cache_destroy(c->ipc);
   fzd_fdmap_free(c->maps);
+  fzd_frames_setups_free(c->frames);
   in_resize(c, 0);
   free(c->out);
   free(c);
@@ -177,6 +180,8 @@ fzd_fdmap *fzd_conn_fdmap(fzd_conn *c) {
     c->maps = fzd_fdmap_new(FZD_FDMAP_ENTRIES, &c->srv->cfg);
   return c->maps;
 }
+
+struct fzd_frames_setups **fzd_conn_frames(fzd_conn *c) { return &c->frames; }
 
 fzd_ipc_cache *fzd_conn_ipc(fzd_conn *c) {
   if (c->ipc == NULL && c->srv->gpu != NULL)

@@ -31,9 +31,53 @@ typedef struct fzd_frame_result {
   size_t listed;
   void *values;      /* sparse: listed values; dense: the frame */
   uint32_t *indices; /* sparse only */
+  void *powder;      /* rows f64 or i64 sums, with a setup's matrix */
 } fzd_frame_result;
 
+/* One "frames_setup" entry: a mask and/or a matrix for frames of npixels
+ * pixels, checked when it was set up (lengths agree with nnz, indptr
+ * rising, indices below npixels). */
+typedef struct fzd_frames_setup {
+  uint64_t id;
+  uint64_t npixels;
+  uint8_t *mask; /* npixels bytes or NULL */
+  bool has_csr;
+  size_t nrows;
+  uint64_t *indptr;
+  uint32_t *indices;
+  float *w_f32;
+  int32_t *w_i32;
+  uint64_t bytes; /* held of memory_limit */
+} fzd_frames_setup;
+
+struct fzd_frames_setups {
+  fzd_budget *mem;
+  unsigned n;
+  uint64_t bytes, next_id;
+  fzd_frames_setup s[FZD_FRAMES_SETUPS_MAX];
+};
+
+static void setup_clear(fzd_frames_setup *s) {
+  free(s->mask);
+  free(s->indptr);
+  free(s->indices);
+  free(s->w_f32);
+  free(s->w_i32);
+  memset(s, 0, sizeof *s);
+}
+
+void fzd_frames_setups_free(struct fzd_frames_setups *s) {
+  if (s == NULL)
+    return;
+  for (unsigned i = 0; i < s->n; i++)
+    setup_clear(&s->s[i]);
+  if (s->bytes)
+    fzd_budget_give(s->mem, s->bytes);
+  free(s);
+}
+
 struct fzd_frames_req {
+  const fzd_frames_setup *setup; /* owned by the connection, which outlives the job */
   fzd_budget *mem;
   uint64_t reserved; /* bytes of mem held by the job */
   fz_dtype dtype;
@@ -47,11 +91,202 @@ struct fzd_frames_req {
   uint8_t *data; /* the chunks, one copy */
   uint64_t *offsets, *lengths;
   size_t n;
+  size_t rows; /* the setup matrix's rows, 0 without one */
   fzd_frame_result *res;
 };
 
 static const char *const frames_keys[] = {"chunks", "data", "offsets", "lengths", "dtype", "shape",
-                                          "codec",  "cut",  "top_n",   "output",  NULL};
+                                          "codec",  "cut",  "top_n",   "output",  "setup", NULL};
+static const char *const setup_keys[] = {"shape", "mask", "csr", NULL};
+static const char *const csr_keys[] = {"indptr", "indices", "weights", "weights_dtype", NULL};
+
+/* EPARAMS naming the keys map p takes when it has another. */
+static int check_keys(const msgpack_object *p, const char *const *keys, const char *what, char *why,
+                      size_t cap) {
+  if (p->type != MSGPACK_OBJECT_MAP) {
+    snprintf(why, cap, "%s must be a map", what);
+    return FZ_EPARAMS;
+  }
+  for (uint32_t i = 0; i < p->via.map.size; i++) {
+    const msgpack_object *k = &p->via.map.ptr[i].key;
+    bool known = false;
+    for (const char *const *w = keys; *w != NULL && !known; w++)
+      known = k->type == MSGPACK_OBJECT_STR && strlen(*w) == k->via.str.size &&
+              memcmp(*w, k->via.str.ptr, k->via.str.size) == 0;
+    if (!known) {
+      int len = snprintf(why, cap, "%s: unknown key; it takes", what);
+      for (const char *const *w = keys; *w != NULL && len > 0 && (size_t)len < cap; w++)
+        len += snprintf(why + len, cap - (size_t)len, " \"%s\"", *w);
+      return FZ_EPARAMS;
+    }
+  }
+  return 0;
+}
+
+/* The frame's extents: 1 or 2, their product below 2^32. */
+static int parse_shape(const msgpack_object *p, uint64_t *npixels, char *why, size_t cap) {
+  const msgpack_object *shape = NULL;
+  if (fzp_get_obj(p, "shape", &shape) != 1 || shape->type != MSGPACK_OBJECT_ARRAY ||
+      shape->via.array.size < 1 || shape->via.array.size > 2) {
+    snprintf(why, cap, "\"shape\" is required: the frame's 1 or 2 extents");
+    return FZ_EPARAMS;
+  }
+  *npixels = 1;
+  for (uint32_t i = 0; i < shape->via.array.size; i++) {
+    const msgpack_object *e = &shape->via.array.ptr[i];
+    if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 == 0 ||
+        e->via.u64 >= ((uint64_t)1 << 32) || *npixels * e->via.u64 >= ((uint64_t)1 << 32)) {
+      snprintf(why, cap, "\"shape\": extents above 0 whose product is below 2^32");
+      return FZ_ESHAPE;
+    }
+    *npixels *= e->via.u64;
+  }
+  return 0;
+}
+
+/* A bin param of exactly want bytes (want 0: any number) copied into *out. */
+static int copy_bin(const msgpack_object *p, const char *key, uint64_t want, bool any, void **out,
+                    uint32_t *len, char *why, size_t cap) {
+  const void *b = NULL;
+  if (fzp_get_bin(p, key, &b, len) != 1) {
+    snprintf(why, cap, "\"%s\" is required (a bin)", key);
+    return FZ_EPARAMS;
+  }
+  if (!any && *len != want) {
+    snprintf(why, cap, "\"%s\" has %u bytes, %llu expected", key, *len, (unsigned long long)want);
+    return FZ_ESIZE;
+  }
+  *out = malloc(*len ? *len : 1);
+  if (*out == NULL) {
+    snprintf(why, cap, "no memory for \"%s\"", key);
+    return FZ_ENOMEM;
+  }
+  memcpy(*out, b, *len);
+  return 0;
+}
+
+static int parse_setup(const msgpack_object *p, fzd_frames_setup *s, char *why, size_t cap) {
+  int rc = check_keys(p, setup_keys, "frames_setup", why, cap);
+  if (rc < 0 || (rc = parse_shape(p, &s->npixels, why, cap)) < 0)
+    return rc;
+  const msgpack_object *csr = NULL;
+  const void *mb = NULL;
+  uint32_t len = 0;
+  int has_mask = fzp_get_bin(p, "mask", &mb, &len);
+  int has_csr = fzp_get_obj(p, "csr", &csr);
+  if (has_mask < 0 || has_csr < 0 || has_mask + has_csr == 0) {
+    snprintf(why, cap, "frames_setup needs \"mask\" (a bin) or \"csr\" (a map) or both");
+    return FZ_EPARAMS;
+  }
+  if (has_mask &&
+      (rc = copy_bin(p, "mask", s->npixels, false, (void **)&s->mask, &len, why, cap)) < 0)
+    return rc;
+  s->bytes = has_mask ? s->npixels : 0;
+  if (!has_csr)
+    return 0;
+  if ((rc = check_keys(csr, csr_keys, "\"csr\"", why, cap)) < 0)
+    return rc;
+  const char *wd = "f32";
+  uint32_t wdl = 3;
+  if (fzp_get_str(csr, "weights_dtype", &wd, &wdl) < 0 || wdl != 3 ||
+      (memcmp(wd, "f32", 3) != 0 && memcmp(wd, "i32", 3) != 0)) {
+    snprintf(why, cap, "\"csr\": \"weights_dtype\" must be \"f32\" or \"i32\"");
+    return FZ_EPARAMS;
+  }
+  bool wint = memcmp(wd, "i32", 3) == 0;
+  if ((rc = copy_bin(csr, "indptr", 0, true, (void **)&s->indptr, &len, why, cap)) < 0)
+    return rc;
+  if (len < 8 || len % 8 != 0) {
+    snprintf(why, cap, "\"csr\": \"indptr\" must hold 1 or more u64 (%u bytes)", len);
+    return FZ_ESIZE;
+  }
+  s->nrows = len / 8 - 1;
+  uint64_t nnz = s->indptr[s->nrows];
+  if (s->indptr[0] != 0 || nnz > UINT32_MAX) {
+    snprintf(why, cap, "\"csr\": \"indptr\" must start at 0 and end below 2^32");
+    return FZ_EINVAL;
+  }
+  for (size_t r = 0; r < s->nrows; r++)
+    if (s->indptr[r + 1] < s->indptr[r]) {
+      snprintf(why, cap, "\"csr\": \"indptr\" falls at row %zu", r);
+      return FZ_EINVAL;
+    }
+  /* The engine reads nnz entries of each: the bins must hold exactly that. */
+  if ((rc = copy_bin(csr, "indices", nnz * 4, false, (void **)&s->indices, &len, why, cap)) < 0 ||
+      (rc = copy_bin(csr, "weights", nnz * 4, false, wint ? (void **)&s->w_i32 : (void **)&s->w_f32,
+                     &len, why, cap)) < 0)
+    return rc;
+  for (uint64_t k = 0; k < nnz; k++)
+    if (s->indices[k] >= s->npixels) {
+      snprintf(why, cap, "\"csr\": entry %llu names pixel %u of %llu", (unsigned long long)k,
+               s->indices[k], (unsigned long long)s->npixels);
+      return FZ_EINVAL;
+    }
+  s->has_csr = true;
+  s->bytes += (s->nrows + 1) * 8 + nnz * 8;
+  return 0;
+}
+
+void fzd_frames_setup_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
+  char why[512], sub[400];
+  int code;
+  struct fzd_frames_setups **ps = fzd_conn_frames(c);
+  if (*ps == NULL && (*ps = calloc(1, sizeof **ps)) != NULL) {
+    (*ps)->mem = &srv->mem;
+    (*ps)->next_id = 1;
+  }
+  struct fzd_frames_setups *ss = *ps;
+  fzd_frames_setup s;
+  memset(&s, 0, sizeof s);
+  if (ss == NULL) {
+    fzd_conn_reply_error(c, msg->msgid, FZ_ENOMEM, "frames_setup: no memory");
+    return;
+  }
+  if ((code = parse_setup(&msg->params, &s, sub, sizeof sub)) < 0) {
+    snprintf(why, sizeof why, "frames_setup: %s", sub);
+    goto fail;
+  }
+  /* A connection holds a few entries, within max_job_bytes together, and
+   * they count against memory_limit like jobs until it closes. */
+  if (ss->n >= FZD_FRAMES_SETUPS_MAX) {
+    code = FZ_ERANGE;
+    snprintf(why, sizeof why,
+             "frames_setup: this connection holds %d entries already, the "
+             "most it may (they are dropped when it closes)",
+             FZD_FRAMES_SETUPS_MAX);
+    goto fail;
+  }
+  if (ss->bytes > srv->cfg.max_job_bytes || s.bytes > srv->cfg.max_job_bytes - ss->bytes) {
+    code = FZ_ERANGE;
+    snprintf(why, sizeof why,
+             "frames_setup: %llu bytes, and the connection's entries hold "
+             "%llu; together at most max_job_bytes (%llu)",
+             (unsigned long long)s.bytes, (unsigned long long)ss->bytes,
+             (unsigned long long)srv->cfg.max_job_bytes);
+    goto fail;
+  }
+  if ((code = fzd_budget_take(&srv->mem, s.bytes, NULL)) < 0) {
+    snprintf(why, sizeof why, "frames_setup: %llu bytes do not fit memory_limit (%llu)%s",
+             (unsigned long long)s.bytes, (unsigned long long)srv->mem.limit,
+             code == FZ_EBUSY ? " beside the jobs running now; try again later" : "");
+    goto fail;
+  }
+  s.id = ss->next_id++;
+  ss->bytes += s.bytes;
+  ss->s[ss->n++] = s;
+  msgpack_packer *pk = fzd_conn_packer(c);
+  fzp_pack_result_begin(pk, msg->msgid, 3);
+  fzp_pack_key(pk, "id");
+  msgpack_pack_uint64(pk, s.id);
+  fzp_pack_key(pk, "rows");
+  msgpack_pack_uint64(pk, s.nrows);
+  fzp_pack_key(pk, "bytes");
+  msgpack_pack_uint64(pk, s.bytes);
+  return;
+fail:
+  setup_clear(&s);
+  fzd_conn_reply_error(c, msg->msgid, code, "%s", why);
+}
 
 void fzd_frames_free(struct fzd_frames_req *r) {
   if (r == NULL)
@@ -60,6 +295,7 @@ void fzd_frames_free(struct fzd_frames_req *r) {
     for (size_t i = 0; i < r->n; i++) {
       free(r->res[i].values);
       free(r->res[i].indices);
+      free(r->res[i].powder);
     }
   if (r->reserved)
     fzd_budget_give(r->mem, r->reserved);
@@ -170,12 +406,14 @@ static int parse_chunks(const msgpack_object *p, struct fzd_frames_req *r, char 
   return 0;
 }
 
-static int parse_frames(fzd_server *srv, const msgpack_object *p, struct fzd_frames_req *r,
-                        char *why, size_t cap) {
+static int parse_frames(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
+                        struct fzd_frames_req *r, char *why, size_t cap) {
   const char *s = NULL;
   uint32_t len = 0;
   char text[32];
-  const msgpack_object *shape = NULL;
+  int rc = check_keys(p, frames_keys, "frames", why, cap);
+  if (rc < 0)
+    return rc;
   if (fzp_get_str(p, "dtype", &s, &len) != 1 || len >= sizeof text) {
     snprintf(why, cap, "frames needs \"dtype\" (a str)");
     return FZ_EPARAMS;
@@ -187,20 +425,29 @@ static int parse_frames(fzd_server *srv, const msgpack_object *p, struct fzd_fra
     return FZ_EDTYPE;
   }
   r->esize = fz_dtype_size(r->dtype);
-  if (fzp_get_obj(p, "shape", &shape) != 1 || shape->type != MSGPACK_OBJECT_ARRAY ||
-      shape->via.array.size < 1 || shape->via.array.size > 2) {
-    snprintf(why, cap, "frames needs \"shape\", the frame's 1 or 2 extents");
+  if ((rc = parse_shape(p, &r->npixels, why, cap)) < 0)
+    return rc;
+  uint64_t id = 0;
+  int has_setup = fzp_get_u64(p, "setup", &id);
+  if (has_setup < 0) {
+    snprintf(why, cap, "\"setup\" must be an id from frames_setup");
     return FZ_EPARAMS;
   }
-  r->npixels = 1;
-  for (uint32_t i = 0; i < shape->via.array.size; i++) {
-    const msgpack_object *e = &shape->via.array.ptr[i];
-    if (e->type != MSGPACK_OBJECT_POSITIVE_INTEGER || e->via.u64 == 0 ||
-        e->via.u64 >= ((uint64_t)1 << 32) || r->npixels * e->via.u64 >= ((uint64_t)1 << 32)) {
-      snprintf(why, cap, "\"shape\": extents above 0 whose product is below 2^32");
+  if (has_setup) {
+    const struct fzd_frames_setups *ss = *fzd_conn_frames(c);
+    for (unsigned i = 0; ss != NULL && i < ss->n && r->setup == NULL; i++)
+      if (ss->s[i].id == id)
+        r->setup = &ss->s[i];
+    if (r->setup == NULL) {
+      snprintf(why, cap, "\"setup\": no entry %llu on this connection", (unsigned long long)id);
+      return FZ_EPARAMS;
+    }
+    if (r->setup->npixels != r->npixels) {
+      snprintf(why, cap, "\"setup\" %llu is for frames of %llu pixels, not %llu",
+               (unsigned long long)id, (unsigned long long)r->setup->npixels,
+               (unsigned long long)r->npixels);
       return FZ_ESHAPE;
     }
-    r->npixels *= e->via.u64;
   }
   if (r->npixels * r->esize > srv->cfg.max_job_bytes) {
     snprintf(why, cap, "a frame of %llu bytes is more than max_job_bytes (%llu)",
@@ -259,27 +506,8 @@ void fzd_frames_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   goto fail;
 #else
   const msgpack_object *p = &msg->params;
-  if (p->type != MSGPACK_OBJECT_MAP) {
-    code = FZ_EPARAMS;
-    snprintf(why, sizeof why, "frames: params must be a map");
-    goto fail;
-  }
-  for (uint32_t i = 0; i < p->via.map.size; i++) {
-    const msgpack_object *k = &p->via.map.ptr[i].key;
-    bool known = false;
-    for (const char *const *w = frames_keys; *w != NULL && !known; w++)
-      known = k->type == MSGPACK_OBJECT_STR && strlen(*w) == k->via.str.size &&
-              memcmp(*w, k->via.str.ptr, k->via.str.size) == 0;
-    if (!known) {
-      code = FZ_EPARAMS;
-      snprintf(why, sizeof why,
-               "frames: unknown param (it takes chunks, data, offsets, "
-               "lengths, dtype, shape, codec, cut, top_n, output)");
-      goto fail;
-    }
-  }
   char sub[400];
-  if ((code = parse_frames(srv, p, r, sub, sizeof sub)) < 0) {
+  if ((code = parse_frames(srv, c, p, r, sub, sizeof sub)) < 0) {
     snprintf(why, sizeof why, "frames: %s", sub);
     goto fail;
   }
@@ -296,7 +524,8 @@ void fzd_frames_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   job->in_fd = job->out_fd = -1;
   job->frames = r;
   job->conn = c;
-  uint64_t worst = (uint64_t)r->n * (frame_out_max(r) + 64) + 64;
+  uint64_t rows = r->setup != NULL && r->setup->has_csr ? r->setup->nrows : 0;
+  uint64_t worst = (uint64_t)r->n * (frame_out_max(r) + rows * 8 + 64) + 64;
   job->reply_reserve = worst < r->max_inline ? worst : r->max_inline;
   if (fzd_conn_reply_room(c, job->reply_reserve) < 0) {
     srv->stats.busy_rejections++;
@@ -330,91 +559,127 @@ int fzd_frames_job_run(fzd_job *job) {
   return FZ_EMETHOD;
 #else
   struct fzd_frames_req *r = job->frames;
+  const fzd_frames_setup *su = r->setup;
   uint64_t t0 = uv_hrtime();
   uint64_t chunk_bytes = 0;
   for (size_t i = 0; i < r->n; i++)
     chunk_bytes += r->lengths[i];
-  uint64_t scratch = r->npixels * (r->esize + 4) * 2;
-  uint64_t need = chunk_bytes + (uint64_t)r->n * frame_out_max(r) + scratch;
+  size_t rows = su != NULL && su->has_csr ? su->nrows : 0;
+  /* The chunks, one frame of results as scratch and the decoder's copies of
+   * the mask and matrix are held for the whole run; each frame's own result
+   * is reserved as it is made (exactly its size), so a batch of sparse
+   * frames costs what it lists, not its worst case. */
+  uint64_t scratch = frame_out_max(r) + r->npixels * (r->esize + 1) + (su != NULL ? su->bytes : 0) +
+                     (uint64_t)r->n * sizeof(fzd_frame_result);
+  uint64_t need = chunk_bytes + scratch;
   int err = fzd_budget_take(r->mem, need, NULL);
   if (err < 0) {
     snprintf(job->why, sizeof job->why,
-             err == FZ_ENOMEM ? "the batch needs about %llu bytes of memory, more than "
+             err == FZ_ENOMEM ? "the batch needs at least %llu bytes of memory, more than "
                                 "memory_limit (%llu); send fewer frames a request"
-                              : "the batch needs about %llu bytes of memory and "
+                              : "the batch needs at least %llu bytes of memory and "
                                 "memory_limit (%llu) is taken by other jobs; try again later",
              (unsigned long long)need, (unsigned long long)r->mem->limit);
     return err;
   }
   r->reserved = need;
+  r->rows = rows;
   r->res = calloc(r->n, sizeof *r->res);
+  size_t cap = r->top_n && r->top_n < r->npixels ? (size_t)r->top_n : (size_t)r->npixels;
+  void *sv = malloc(r->dense ? r->npixels * r->esize : cap * r->esize);
+  uint32_t *si = r->dense ? NULL : malloc(cap * sizeof *si);
+  fz_frames_csr csr = {0};
   fz_frames_params fp = {
       .dtype = r->dtype, .npixels = (size_t)r->npixels, .codec = (fz_bslz4_codec)r->codec};
+  if (su != NULL) {
+    fp.mask = su->mask;
+    if (su->has_csr) {
+      csr = (fz_frames_csr){.nrows = su->nrows,
+                            .indptr = su->indptr,
+                            .indices = su->indices,
+                            .w_f32 = su->w_f32,
+                            .w_i32 = su->w_i32};
+      fp.csr = &csr;
+    }
+  }
   fz_frames *f = NULL;
-  if (r->res == NULL) {
+  if (r->res == NULL || sv == NULL || (!r->dense && si == NULL)) {
+    free(sv);
+    free(si);
     snprintf(job->why, sizeof job->why, "no memory for the results of %zu frames", r->n);
     return FZ_ENOMEM;
   }
-  if ((err = fz_frames_create(&fp, &f, job->why, sizeof job->why)) < 0)
+  if ((err = fz_frames_create(&fp, &f, job->why, sizeof job->why)) < 0) {
+    free(sv);
+    free(si);
     return err;
-  size_t cap = r->top_n && r->top_n < r->npixels ? (size_t)r->top_n : (size_t)r->npixels;
+  }
   uint64_t total = 0;
   for (size_t i = 0; i < r->n; i++) {
     fzd_frame_result *x = &r->res[i];
     const uint8_t *chunk = r->data + r->offsets[i];
     size_t len = (size_t)r->lengths[i];
+    x->powder = rows ? calloc(rows, 8) : NULL;
+    if (rows && x->powder == NULL) {
+      x->status = FZ_ENOMEM;
+      snprintf(x->why, sizeof x->why, "no memory for the frame's matrix product");
+      continue;
+    }
+    double *pw_f = su != NULL && su->w_f32 != NULL ? x->powder : NULL;
+    int64_t *pw_i = su != NULL && su->w_i32 != NULL ? x->powder : NULL;
+    int64_t rc;
     if (r->dense) {
-      x->values = malloc(r->npixels * r->esize);
-      if (x->values == NULL) {
-        x->status = FZ_ENOMEM;
-        snprintf(x->why, sizeof x->why, "no memory for the frame");
-        continue;
-      }
-      int rc = fz_frames_dense(f, chunk, len, x->values, r->npixels * r->esize, NULL, NULL, x->why,
-                               sizeof x->why);
-      if (rc < 0) {
-        x->status = rc;
-        free(x->values);
-        x->values = NULL;
-        continue;
-      }
-      x->count = r->npixels;
-      x->listed = r->npixels;
+      rc = fz_frames_dense(f, chunk, len, sv, r->npixels * r->esize, pw_f, pw_i, x->why,
+                           sizeof x->why);
+      x->count = x->listed = rc < 0 ? 0 : (size_t)r->npixels;
     } else {
-      x->values = malloc(cap * r->esize);
-      x->indices = malloc(cap * sizeof(uint32_t));
-      if (x->values == NULL || x->indices == NULL) {
-        x->status = FZ_ENOMEM;
-        snprintf(x->why, sizeof x->why, "no memory for the frame's pixels");
+      fz_frames_out o = {
+          .values = sv, .indices = si, .cap = cap, .powder_f64 = pw_f, .powder_i64 = pw_i};
+      rc = fz_frames_sparse(f, chunk, len, r->cut, (size_t)r->top_n, &o, x->why, sizeof x->why);
+      x->count = rc < 0 ? 0 : (uint64_t)rc;
+      x->listed = rc < 0 ? 0 : o.count;
+    }
+    uint64_t bytes = x->listed * (r->esize + (r->dense ? 0 : 4)) + rows * 8;
+    if (rc >= 0 && (rc = fzd_budget_take(r->mem, bytes, NULL)) < 0)
+      snprintf(x->why, sizeof x->why,
+               "the frame's %llu bytes of results do not fit "
+               "memory_limit now; send fewer frames a request",
+               (unsigned long long)bytes);
+    if (rc >= 0) {
+      r->reserved += bytes;
+      x->values = malloc(x->listed * r->esize + 1);
+      x->indices = r->dense ? NULL : malloc(x->listed * 4 + 1);
+      if (x->values == NULL || (!r->dense && x->indices == NULL)) {
+        rc = FZ_ENOMEM;
+        snprintf(x->why, sizeof x->why, "no memory for the frame's results");
       } else {
-        fz_frames_out o = {.values = x->values, .indices = x->indices, .cap = cap};
-        int64_t rc =
-            fz_frames_sparse(f, chunk, len, r->cut, (size_t)r->top_n, &o, x->why, sizeof x->why);
-        if (rc < 0) {
-          x->status = (int)rc;
-        } else {
-          x->count = (uint64_t)rc;
-          x->listed = o.count;
-        }
-      }
-      if (x->status < 0) {
-        free(x->values);
-        free(x->indices);
-        x->values = NULL;
-        x->indices = NULL;
-        continue;
+        memcpy(x->values, sv, x->listed * r->esize);
+        if (!r->dense)
+          memcpy(x->indices, si, x->listed * 4);
       }
     }
-    total += x->listed * (r->esize + (r->dense ? 0 : 4)) + 64;
+    if (rc < 0) {
+      x->status = (int)rc;
+      x->count = x->listed = 0;
+      free(x->values);
+      free(x->indices);
+      free(x->powder);
+      x->values = x->powder = NULL;
+      x->indices = NULL;
+      continue;
+    }
+    total += bytes + 64;
   }
   fz_frames_destroy(f);
+  free(sv);
+  free(si);
   job->time_us = (uv_hrtime() - t0) / 1000;
   job->in_len = chunk_bytes;
   job->out_len = total;
   if (total > r->max_inline) {
     snprintf(job->why, sizeof job->why,
-             "the results take %llu bytes, more than "
-             "max_inline_bytes (%llu); send fewer frames a request",
+             "the results take %llu bytes, more than max_inline_bytes (%llu); send fewer "
+             "frames a request",
              (unsigned long long)total, (unsigned long long)r->max_inline);
     return FZ_EMSGSIZE;
   }
@@ -452,7 +717,7 @@ void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
       fzp_pack_key(pk, x->why[0] ? x->why : fz_strerror(x->status));
       continue;
     }
-    msgpack_pack_map(pk, r->dense ? 3 : 4);
+    msgpack_pack_map(pk, 3 + (r->dense ? 0 : 1) + (r->rows ? 1 : 0));
     fzp_pack_key(pk, "count");
     msgpack_pack_uint64(pk, x->count);
     fzp_pack_key(pk, "status");
@@ -464,6 +729,11 @@ void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
       fzp_pack_key(pk, "indices");
       msgpack_pack_bin(pk, x->listed * 4);
       msgpack_pack_bin_body(pk, x->indices, x->listed * 4);
+    }
+    if (r->rows) {
+      fzp_pack_key(pk, "powder");
+      msgpack_pack_bin(pk, r->rows * 8);
+      msgpack_pack_bin_body(pk, x->powder, r->rows * 8);
     }
   }
 }

@@ -11,6 +11,10 @@
 
 /* Most chunks one request may carry. */
 #define FZD_FRAMES_MAX 4096
+/* Most "frames_setup" entries one connection may hold. */
+#define FZD_FRAMES_SETUPS_MAX 8
+
+struct fzd_frames_setups;
 
 struct fzd_backend_state;
 
@@ -21,6 +25,11 @@ void fzd_frames_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
 int fzd_frames_job_run(fzd_job *job);
 /* Packs the reply of a job that succeeded. */
 void fzd_frames_reply(fzd_conn *c, const fzd_job *job);
+/* "frames_setup": a mask and a matrix kept by the connection under an id
+ * that later "frames" calls name. */
+void fzd_frames_setup_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
+/* Frees a connection's entries and gives their memory back. */
+void fzd_frames_setups_free(struct fzd_frames_setups *s);
 /* Frees the request and results a job holds. */
 void fzd_frames_free(struct fzd_frames_req *r);
 

@@ -1084,6 +1084,7 @@ static const struct {
     {"presets", m_presets},   {"compress", m_compress},
     {"decompress", m_decompress}, {"release", m_release},
     {"warm", m_warm},         {"frames", fzd_frames_method},
+    {"frames_setup", fzd_frames_setup_method},
 };
 
 /* The method name for the log: short, printable. */

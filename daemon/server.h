@@ -320,6 +320,8 @@ fzd_ipc_cache *fzd_conn_ipc(fzd_conn *c);
 /* The connection's cache of sealed-memfd mappings (fdmap.h); NULL when no
  * memory is left for one, and inputs are then read with pread. */
 fzd_fdmap *fzd_conn_fdmap(fzd_conn *c);
+/* The connection's "frames_setup" entries (frames.c), freed with it. */
+struct fzd_frames_setups **fzd_conn_frames(fzd_conn *c);
 
 /* methods.c: handles one parsed request; packs a finished job's reply. */
 void fzd_dispatch(fzd_server *srv, fzd_conn *c, const fzp_message *msg);

@@ -280,24 +280,22 @@ Test(frames_method, batch_over_memory_limit, .timeout = 120) {
   wire w;
   wire_open(&w, h, false);
   cr_assert_eq(wire_hello(&w, NULL), 0);
-  /* 4096 frames of 4 Mi u16 pixels, dense: 32 GiB of results. */
+  /* One dense frame of 32 Mi u16 pixels: 64 MiB of result and its scratch. */
   msgpack_packer *pk = wire_begin(&w, 2, "frames", 5);
   fzp_pack_key(pk, "dtype");
   fzp_pack_key(pk, "u16");
   fzp_pack_key(pk, "shape");
   msgpack_pack_array(pk, 2);
-  msgpack_pack_uint64(pk, 2048);
-  msgpack_pack_uint64(pk, 2048);
+  msgpack_pack_uint64(pk, 8192);
+  msgpack_pack_uint64(pk, 4096);
   fzp_pack_key(pk, "codec");
   fzp_pack_key(pk, "zstd");
   fzp_pack_key(pk, "output");
   fzp_pack_key(pk, "dense");
   fzp_pack_key(pk, "chunks");
-  msgpack_pack_array(pk, 4096);
-  for (unsigned i = 0; i < 4096; i++) {
-    msgpack_pack_bin(pk, 1);
-    msgpack_pack_bin_body(pk, "x", 1);
-  }
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_bin(pk, 1);
+  msgpack_pack_bin_body(pk, "x", 1);
   cr_assert_eq(wire_send(&w, NULL, 0), 0);
   fzp_message m;
   cr_assert_eq(wire_recv(&w, &m, 60000), 0);
@@ -306,4 +304,171 @@ Test(frames_method, batch_over_memory_limit, .timeout = 120) {
   cr_assert_eq(wire_call0(&w, 3, "ping", NULL), 0);
   wire_close(&w);
   stop_daemon(h);
+}
+
+/* frames_setup: {"shape", "mask"?, "csr"?}; returns the error code and the
+ * id in *id.  bad_csr: 1 indices one entry short, 2 an index past the
+ * frame. */
+static int setup(wire *w, uint32_t msgid, const uint8_t *mask, size_t npix, const uint64_t *indptr,
+                 size_t rows, const uint32_t *indices, const float *weights, int bad_csr,
+                 uint64_t *id) {
+  msgpack_packer *pk = wire_begin(w, msgid, "frames_setup", 1 + (mask != NULL) + (rows > 0));
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, npix);
+  if (mask != NULL) {
+    fzp_pack_key(pk, "mask");
+    msgpack_pack_bin(pk, npix);
+    msgpack_pack_bin_body(pk, mask, npix);
+  }
+  if (rows > 0) {
+    uint64_t nnz = indptr[rows];
+    fzp_pack_key(pk, "csr");
+    msgpack_pack_map(pk, 3);
+    fzp_pack_key(pk, "indptr");
+    msgpack_pack_bin(pk, (rows + 1) * 8);
+    msgpack_pack_bin_body(pk, indptr, (rows + 1) * 8);
+    fzp_pack_key(pk, "indices");
+    uint32_t *ix = malloc(nnz * 4 + 4);
+    cr_assert_not_null(ix);
+    memcpy(ix, indices, nnz * 4);
+    if (bad_csr == 2)
+      ix[nnz - 1] = (uint32_t)npix;
+    size_t n = bad_csr == 1 ? nnz - 1 : nnz;
+    msgpack_pack_bin(pk, n * 4);
+    msgpack_pack_bin_body(pk, ix, n * 4);
+    free(ix);
+    fzp_pack_key(pk, "weights");
+    msgpack_pack_bin(pk, nnz * 4);
+    msgpack_pack_bin_body(pk, weights, nnz * 4);
+  }
+  cr_assert_eq(wire_send(w, NULL, 0), 0);
+  fzp_message m;
+  cr_assert_eq(wire_recv(w, &m, 60000), 0);
+  cr_assert_eq(m.msgid, msgid);
+  int code = wire_code(&m);
+  if (code == 0)
+    cr_assert_eq(fzp_get_u64(&m.result, "id", id), 1);
+  fzp_message_free(&m);
+  return code;
+}
+
+/* A mask and a matrix set up once serve several calls, whose lists and
+ * sums equal the engine's in process; bad matrices, unknown ids and the
+ * per-connection limits are refused. */
+Test(frames_method, setup_once_used_twice_and_limits, .timeout = 120) {
+  static chunks c;
+  make_chunks(&c);
+  static uint8_t mask[NPIX];
+  for (size_t i = 0; i < NPIX; i++)
+    mask[i] = (uint8_t)(i % 7 != 3);
+  /* 8 rows, each summing a band of pixels with weights 0.5 .. */
+  enum { ROWS = 8 };
+  uint64_t indptr[ROWS + 1];
+  static uint32_t indices[NPIX];
+  static float weights[NPIX];
+  indptr[0] = 0;
+  for (size_t k = 0; k < NPIX; k++) {
+    indices[k] = (uint32_t)k;
+    weights[k] = 0.5f + (float)(k % 5);
+  }
+  for (size_t r = 1; r <= ROWS; r++)
+    indptr[r] = r * (NPIX / ROWS);
+  fzd_harness *h = start_daemon("\"workers\": 1, \"max_job_bytes\": 1048576");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  uint64_t id = 0, other = 0;
+  cr_assert_eq(setup(&w, 2, NULL, NPIX, indptr, ROWS, indices, weights, 1, &id), FZ_ESIZE);
+  cr_assert_eq(setup(&w, 3, NULL, NPIX, indptr, ROWS, indices, weights, 2, &id), FZ_EINVAL);
+  cr_assert_eq(setup(&w, 4, mask, NPIX, indptr, ROWS, indices, weights, 0, &id), 0);
+  cr_assert_eq(setup(&w, 5, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
+  cr_assert_neq(id, other);
+
+  fz_frames_csr csr = {.nrows = ROWS, .indptr = indptr, .indices = indices, .w_f32 = weights};
+  fz_frames_params fp = {
+      .dtype = FZ_U16, .npixels = NPIX, .codec = FZ_BSLZ4_LZ4, .mask = mask, .csr = &csr};
+  fz_frames *f = NULL;
+  cr_assert_eq(fz_frames_create(&fp, &f, NULL, 0), 0);
+  static uint16_t vals[NPIX];
+  static uint32_t idx[NPIX];
+  for (unsigned call = 0; call < 2; call++) {
+    const double cut = call == 0 ? 1 : 60;
+    msgpack_packer *pk = wire_begin(&w, 10 + call, "frames", 6);
+    pack_common(pk, cut);
+    fzp_pack_key(pk, "setup");
+    msgpack_pack_uint64(pk, id);
+    fzp_pack_key(pk, "chunks");
+    msgpack_pack_array(pk, NFRAMES);
+    for (unsigned i = 0; i < NFRAMES; i++) {
+      msgpack_pack_bin(pk, c.len[i]);
+      msgpack_pack_bin_body(pk, c.buf[i], c.len[i]);
+    }
+    cr_assert_eq(wire_send(&w, NULL, 0), 0);
+    fzp_message m;
+    cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+    cr_assert_eq(wire_code(&m), 0);
+    const msgpack_object *frames = NULL;
+    cr_assert_eq(fzp_get_obj(&m.result, "frames", &frames), 1);
+    for (unsigned i = 0; i < NFRAMES; i++) {
+      const msgpack_object *fr = &frames->via.array.ptr[i];
+      double powder[ROWS];
+      fz_frames_out o = {.values = vals, .indices = idx, .cap = NPIX, .powder_f64 = powder};
+      int64_t want = fz_frames_sparse(f, c.buf[i], c.len[i], cut, 0, &o, NULL, 0);
+      cr_assert_geq(want, 0);
+      uint64_t count = 0;
+      const void *v = NULL, *ix = NULL, *pw = NULL;
+      uint32_t vl = 0, il = 0, pl = 0;
+      cr_assert_eq(fzp_get_u64(fr, "count", &count), 1);
+      cr_assert_eq(count, (uint64_t)want);
+      cr_assert_eq(fzp_get_bin(fr, "values", &v, &vl), 1);
+      cr_assert_eq(fzp_get_bin(fr, "indices", &ix, &il), 1);
+      cr_assert_eq(fzp_get_bin(fr, "powder", &pw, &pl), 1);
+      cr_assert_eq(vl, o.count * 2);
+      cr_assert_eq(memcmp(v, vals, vl), 0);
+      cr_assert_eq(memcmp(ix, idx, il), 0);
+      cr_assert_eq(pl, sizeof powder);
+      cr_assert_eq(memcmp(pw, powder, pl), 0, "call %u frame %u: sums differ", call, i);
+      /* The mask holds: no listed pixel is a masked one. */
+      for (size_t k = 0; k < o.count; k++)
+        cr_assert_neq(idx[k] % 7, 3u);
+    }
+    fzp_message_free(&m);
+  }
+  fz_frames_destroy(f);
+
+  /* An unknown id, and a setup for frames of another size. */
+  msgpack_packer *pk = wire_begin(&w, 20, "frames", 6);
+  pack_common(pk, 1);
+  fzp_pack_key(pk, "setup");
+  msgpack_pack_uint64(pk, 999);
+  fzp_pack_key(pk, "chunks");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_bin(pk, c.len[0]);
+  msgpack_pack_bin_body(pk, c.buf[0], c.len[0]);
+  cr_assert_eq(wire_send(&w, NULL, 0), 0);
+  fzp_message m;
+  cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+  cr_assert_eq(wire_code(&m), FZ_EPARAMS);
+  fzp_message_free(&m);
+
+  /* Past max_job_bytes (1 MiB) together: refused; then entries up to the
+   * most a connection may hold, and one more refused. */
+  static uint8_t big[1 << 20];
+  cr_assert_eq(setup(&w, 30, big, sizeof big, NULL, 0, NULL, NULL, 0, &other), FZ_ERANGE);
+  unsigned made = 2;
+  while (made < 8) {
+    cr_assert_eq(setup(&w, 40 + made, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
+    made++;
+  }
+  cr_assert_eq(setup(&w, 60, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), FZ_ERANGE);
+  cr_assert_eq(wire_call0(&w, 61, "ping", NULL), 0);
+  wire_close(&w);
+  /* A new connection starts with none: the old ids mean nothing there. */
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  cr_assert_eq(setup(&w, 2, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
+  wire_close(&w);
+  stop_daemon(h);
+  free_chunks(&c);
 }
