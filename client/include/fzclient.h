@@ -563,6 +563,75 @@ typedef struct fz_preset_info {
 FZCLIENT_API int fz_client_presets(fz_client *c, fz_preset_info *presets,
                                    size_t cap, size_t *count);
 
+/* ---- detector frames ------------------------------------------------------------
+ * Batches of HDF5 filter 32008 chunks (bitshuffle with LZ4 or zstd; one
+ * chunk a frame) decoded by the daemon into the pixels above a cut or into
+ * dense frames (methods "frames" and "frames_setup", docs/protocol.md). */
+
+/* A mask and/or a sparse matrix (CSR) the daemon keeps for this handle's
+ * connection, for frames of npixels pixels.  mask: npixels bytes, nonzero =
+ * the pixel is used, or NULL.  A matrix (rows > 0): indptr holds rows + 1
+ * rising entries from 0, indices and weights indptr[rows] entries each,
+ * weights f32, or i32 when weights_i32 is nonzero (exact int64 sums). */
+typedef struct fz_frames_setup_args {
+  uint64_t npixels;
+  const uint8_t *mask;
+  size_t rows;
+  const uint64_t *indptr;
+  const uint32_t *indices;
+  const void *weights;
+  int weights_i32;
+} fz_frames_setup_args;
+
+/* Uploads a setup once; *id names it in later fz_client_frames() calls of
+ * this handle, until the handle closes.  Errors: FZ_ESIZE, FZ_EINVAL for a
+ * malformed matrix, FZ_ERANGE past the daemon's per-connection limits (8
+ * setups, max_job_bytes together), FZ_ENOMEM/FZ_EBUSY from memory_limit. */
+FZCLIENT_API int fz_client_frames_setup(fz_client *c, const fz_frames_setup_args *a,
+                                        uint64_t *id);
+
+/* One batch.  Chunk i is lengths[i] bytes at data + offsets[i] (a chunk
+ * table straight from an HDF5 file). */
+typedef struct fz_frames_request {
+  const char *dtype;  /* the pixels' type: "u16", "u32", "f32", ...; required */
+  unsigned ndims;     /* 1 or 2 */
+  uint64_t shape[2];  /* the frame's extents */
+  const char *codec;  /* "lz4" (NULL) or "zstd" */
+  double cut;         /* sparse: the used pixels with a value above it */
+  uint64_t top_n;     /* > 0: only the top_n largest of them */
+  int dense;          /* nonzero: the whole frames instead of the lists */
+  uint64_t setup;     /* 0: none; else an id from fz_client_frames_setup() */
+  const void *data;
+  const uint64_t *offsets;
+  const uint64_t *lengths;
+  size_t nframes;     /* 1 to 4096 */
+} fz_frames_request;
+
+/* The result of one frame; the arrays are malloc'd by the library and freed
+ * by fz_client_frame_results_free(). */
+typedef struct fz_frame_result {
+  int status;         /* 0, or this frame's error code (message says why) */
+  char message[256];
+  uint64_t count;     /* pixels above the cut, before top_n */
+  size_t listed;      /* elements in values (and indices) */
+  void *values;       /* listed pixels of the request's dtype; dense: the frame */
+  uint32_t *indices;  /* their flat indices; NULL for dense frames */
+  size_t rows;        /* with a setup's matrix: its rows ... */
+  void *powder;       /* ... and the frame's sums, f64 (or i64 with i32 weights) */
+} fz_frame_result;
+
+/* Decodes req->nframes chunks on the daemon; results[i] (nframes entries,
+ * zeroed by the call) receives frame i.  Returns 0 when the daemon
+ * answered, each frame's own status being 0 or its error (a corrupt chunk
+ * fails its frame only), or the request's error: FZ_ESIZE for a chunk
+ * table past data, FZ_EPARAMS, FZ_EMSGSIZE when the results pass the
+ * daemon's max_inline_bytes (send fewer frames a call), FZ_ENOMEM/FZ_EBUSY
+ * from its memory_limit, FZ_EMETHOD from a daemon without frames. */
+FZCLIENT_API int fz_client_frames(fz_client *c, const fz_frames_request *req,
+                                  fz_frame_result *results);
+/* Frees the arrays of n results (not the results themselves). */
+FZCLIENT_API void fz_client_frame_results_free(fz_frame_result *results, size_t n);
+
 /* ---- without a daemon --------------------------------------------------------
  * These read no socket and need no handle: the engine linked into the
  * library answers them. */
