@@ -11,14 +11,16 @@ otherwise, with the same archive byte for byte, so reading never needs a
 daemon.  fzd.Client is the daemon's client (memfds for large arrays,
 device arrays, many jobs in flight); fzd.numcodecs.FZD is a numcodecs codec
 for zarr 2 and fzd.zarr.FZDCodec a zarr 3 codec.  docs/python.md has the
-whole story; errors are fzd.Error.
+whole story; errors are fzd.Error.  fzd.frames decodes detector chunks
+(HDF5 filter 32008) in process; fzd.Client.frames does it on a daemon.
 """
 from ._version import __version__
 from ._errors import Error, ERRORS
 from ._archive import info, crc32c, ArchiveInfo
 from ._client import Client, DEFAULT_SOCKET, default_address, dtype_name
 from ._api import compress, decompress, engine_available
+from . import frames
 
 __all__ = ["compress", "decompress", "engine_available", "Client", "Error", "ERRORS", "info",
            "crc32c", "ArchiveInfo", "DEFAULT_SOCKET", "default_address", "dtype_name",
-           "__version__"]
+           "__version__", "frames"]

@@ -483,6 +483,55 @@ class Client:
     def presets(self):
         return self.call("presets")["presets"]
 
+    # ---- detector frames (fzd.frames) -------------------------------------------
+
+    def frames_setup(self, shape, mask=None, csr=None):
+        """Uploads a mask (one byte a pixel, nonzero: used) and/or a CSR
+        matrix (scipy.sparse or (indptr, indices, weights); integer weights
+        give exact int64 sums) once; returns the id that frames(setup=)
+        takes on this connection until it closes."""
+        from . import frames as _frames
+        shape = tuple(int(x) for x in (shape if np.ndim(shape) else (shape,)))
+        npix = int(np.prod(shape))
+        params = {"shape": [npix]}
+        if mask is not None:
+            params["mask"] = np.ascontiguousarray(mask, dtype=np.uint8).reshape(-1).tobytes()
+        wint = False
+        if csr is not None:
+            indptr, indices, weights = _frames.csr_arrays(csr, npix)
+            wint = weights.dtype == np.int32
+            params["csr"] = {"indptr": indptr.astype("<u8").tobytes(),
+                             "indices": indices.astype("<u4").tobytes(),
+                             "weights": weights.astype(weights.dtype.newbyteorder("<")).tobytes(),
+                             "weights_dtype": "i32" if wint else "f32"}
+        sid = self.call("frames_setup", params)["id"]
+        if not hasattr(self, "_frames_int"):
+            self._frames_int = {}
+        self._frames_int[sid] = wint
+        return sid
+
+    def frames(self, chunks, shape=None, dtype=None, codec="lz4", cut=0.0, top_n=0,
+               dense=False, setup=None):
+        """Decodes detector chunks on the daemon: a list of bytes-like
+        chunks with the frame shape and dtype, or an h5py dataset chunked
+        one frame a chunk.  Returns a list of fzd.frames.Frame, one a chunk
+        (a corrupt chunk fails its own frame: its status and error)."""
+        from . import frames as _frames
+        chunks, shape, dt = _frames.normalize(chunks, shape, dtype)
+        params = {"dtype": _frames._NAMES[dt], "shape": list(shape), "codec": codec,
+                  "cut": float(cut), "top_n": int(top_n),
+                  "output": "dense" if dense else "sparse"}
+        pdt = np.float64
+        if setup is not None:
+            params["setup"] = int(setup)
+            if getattr(self, "_frames_int", {}).get(setup):
+                pdt = np.int64
+        out = []
+        for at in range(0, len(chunks), 4096):
+            params["chunks"] = chunks[at:at + 4096]
+            out += _frames.from_reply(self.call("frames", params), shape, dt, dense, pdt)
+        return out
+
     # ---- memfds --------------------------------------------------------------
 
     def _stage(self, view):

@@ -44,3 +44,36 @@ int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims,
     *raw_bytes = info.raw_bytes;
   return 0;
 }
+
+#ifdef FZFLAT_FRAMES
+#include "fz_frames.h"
+
+int fzflat_frames_create(int dtype, size_t npixels, int codec, const uint8_t *mask, size_t rows,
+                         const uint64_t *indptr, const uint32_t *indices, const float *w_f32,
+                         const int32_t *w_i32, struct fz_frames **out, char *why,
+                         size_t why_len) {
+  fz_frames_csr csr = {
+      .nrows = rows, .indptr = indptr, .indices = indices, .w_f32 = w_f32, .w_i32 = w_i32};
+  fz_frames_params p = {.dtype = (fz_dtype)dtype,
+                        .npixels = npixels,
+                        .codec = (fz_bslz4_codec)codec,
+                        .mask = mask,
+                        .csr = rows ? &csr : NULL};
+  return fz_frames_create(&p, out, why, why_len);
+}
+
+int64_t fzflat_frames_sparse(struct fz_frames *f, const void *chunk, size_t len, double cut,
+                             size_t top_n, void *values, uint32_t *indices, size_t cap,
+                             size_t *listed, double *powder_f64, int64_t *powder_i64, char *why,
+                             size_t why_len) {
+  fz_frames_out o = {.values = values,
+                     .indices = indices,
+                     .cap = cap,
+                     .powder_f64 = powder_f64,
+                     .powder_i64 = powder_i64};
+  int64_t rc = fz_frames_sparse(f, chunk, len, cut, top_n, &o, why, why_len);
+  if (listed)
+    *listed = rc < 0 ? 0 : o.count;
+  return rc;
+}
+#endif

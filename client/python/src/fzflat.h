@@ -36,6 +36,23 @@ int fzflat_plan_create(int dtype, unsigned ndims, const uint64_t *dims, const ch
 int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims, uint64_t *dims,
                    uint64_t *raw_bytes);
 
+/* Detector frames (fz_frames.h), in libraries built with the frames codec
+ * (FZFLAT_FRAMES; a caller checks that the symbols exist).  codec is an
+ * fz_bslz4_codec, mask NULL or npixels bytes, rows 0 for no matrix, else
+ * indptr, indices and exactly one of w_f32, w_i32 as fz_frames_csr.
+ * Returns what fz_frames_create() returns. */
+struct fz_frames;
+int fzflat_frames_create(int dtype, size_t npixels, int codec, const uint8_t *mask, size_t rows,
+                         const uint64_t *indptr, const uint32_t *indices, const float *w_f32,
+                         const int32_t *w_i32, struct fz_frames **out, char *why,
+                         size_t why_len);
+/* fz_frames_sparse() with fz_frames_out spelled out: *listed receives the
+ * pixels written to values and indices (cap of each). */
+int64_t fzflat_frames_sparse(struct fz_frames *f, const void *chunk, size_t len, double cut,
+                             size_t top_n, void *values, uint32_t *indices, size_t cap,
+                             size_t *listed, double *powder_f64, int64_t *powder_i64, char *why,
+                             size_t why_len);
+
 #ifdef __cplusplus
 }
 #endif
