@@ -12,10 +12,13 @@
  * is freed, after the reply is packed.  On both backends the CPU engine
  * runs it: the GPU decoder (kernels/frames) is not yet verified on a GPU.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "frames.h"
 #include "log.h"
@@ -88,15 +91,17 @@ struct fzd_frames_req {
   uint64_t top_n;
   bool dense;
   uint64_t max_inline;
-  uint8_t *data; /* the chunks, one copy */
+  uint8_t *data; /* the chunks, one copy; NULL until read from fd */
+  int fd;        /* in_fd: the file the chunk table points into, or -1 */
   uint64_t *offsets, *lengths;
   size_t n;
   size_t rows; /* the setup matrix's rows, 0 without one */
   fzd_frame_result *res;
 };
 
-static const char *const frames_keys[] = {"chunks", "data", "offsets", "lengths", "dtype", "shape",
-                                          "codec",  "cut",  "top_n",   "output",  "setup", NULL};
+static const char *const frames_keys[] = {"chunks", "data",  "offsets", "lengths", "dtype",
+                                          "shape",  "codec", "cut",     "top_n",   "output",
+                                          "setup",  "in_fd", "nfds",    NULL};
 static const char *const setup_keys[] = {"shape", "mask", "csr", NULL};
 static const char *const csr_keys[] = {"indptr", "indices", "weights", "weights_dtype", NULL};
 
@@ -326,18 +331,23 @@ static uint64_t *u64_array(const msgpack_object *o, const char *key, char *why, 
 
 /* The chunks: "chunks" (a list of bin) or "data" with "offsets" and
  * "lengths"; each range checked against the bytes sent. */
-static int parse_chunks(const msgpack_object *p, struct fzd_frames_req *r, char *why, size_t cap) {
+static int parse_chunks(const msgpack_object *p, const fzd_job *job, uint64_t max_bytes,
+                        struct fzd_frames_req *r, char *why, size_t cap) {
   const msgpack_object *list = NULL, *offs = NULL, *lens = NULL;
   const void *data = NULL;
   uint32_t data_len = 0;
+  uint64_t fd_index = 0;
   int has_list = fzp_get_obj(p, "chunks", &list);
   int has_data = fzp_get_bin(p, "data", &data, &data_len);
+  int has_fd = fzp_get_u64(p, "in_fd", &fd_index);
   int has_offs = fzp_get_obj(p, "offsets", &offs);
   int has_lens = fzp_get_obj(p, "lengths", &lens);
-  if (has_list < 0 || has_data < 0 || has_offs < 0 || has_lens < 0 || has_list + has_data != 1) {
+  if (has_list < 0 || has_data < 0 || has_fd < 0 || has_offs < 0 || has_lens < 0 ||
+      has_list + has_data + has_fd != 1) {
     snprintf(why, cap,
-             "frames needs exactly one of \"chunks\" (a list of bin) and \"data\" "
-             "(a bin, with \"offsets\" and \"lengths\")");
+             "frames needs exactly one of \"chunks\" (a list of bin), \"data\" (a bin) "
+             "and \"in_fd\" (a descriptor index), the last two with \"offsets\" and "
+             "\"lengths\"");
     return FZ_EPARAMS;
   }
   if (has_list) {
@@ -389,6 +399,40 @@ static int parse_chunks(const msgpack_object *p, struct fzd_frames_req *r, char 
   if ((r->offsets = u64_array(offs, "offsets", why, cap)) == NULL ||
       (r->lengths = u64_array(lens, "lengths", why, cap)) == NULL)
     return FZ_EPARAMS;
+  if (has_fd) {
+    /* The chunks stay in the file until the worker reads them (pread, as
+     * every input descriptor: a file that shrinks meanwhile gives EIO). */
+    struct stat st;
+    if (fd_index >= job->nfds) {
+      snprintf(why, cap, "\"in_fd\" %llu: the message has %u descriptors",
+               (unsigned long long)fd_index, job->nfds);
+      return FZ_EPARAMS;
+    }
+    r->fd = job->fds[fd_index];
+    if (fstat(r->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+      snprintf(why, cap, "\"in_fd\" must be a regular file or a memfd");
+      return FZ_EINVAL;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < r->n; i++) {
+      if (r->offsets[i] > (uint64_t)st.st_size ||
+          r->lengths[i] > (uint64_t)st.st_size - r->offsets[i]) {
+        snprintf(why, cap,
+                 "chunk %zu: offset %llu and length %llu pass the end of \"in_fd\" "
+                 "(%llu bytes)",
+                 i, (unsigned long long)r->offsets[i], (unsigned long long)r->lengths[i],
+                 (unsigned long long)st.st_size);
+        return FZ_ESIZE;
+      }
+      total += r->lengths[i];
+    }
+    if (total > max_bytes) {
+      snprintf(why, cap, "the chunks take %llu bytes, more than max_job_bytes (%llu)",
+               (unsigned long long)total, (unsigned long long)max_bytes);
+      return FZ_ESIZE;
+    }
+    return 0;
+  }
   for (size_t i = 0; i < r->n; i++)
     if (r->offsets[i] > data_len || r->lengths[i] > data_len - r->offsets[i]) {
       snprintf(why, cap,
@@ -406,7 +450,7 @@ static int parse_chunks(const msgpack_object *p, struct fzd_frames_req *r, char 
   return 0;
 }
 
-static int parse_frames(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
+static int parse_frames(fzd_server *srv, fzd_conn *c, const fzd_job *job, const msgpack_object *p,
                         struct fzd_frames_req *r, char *why, size_t cap) {
   const char *s = NULL;
   uint32_t len = 0;
@@ -480,7 +524,7 @@ static int parse_frames(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
     return FZ_EPARAMS;
   }
   r->dense = has == 1 && len == 5;
-  return parse_chunks(p, r, why, cap);
+  return parse_chunks(p, job, srv->cfg.max_job_bytes, r, why, cap);
 }
 
 /* Result bytes of one frame at most. */
@@ -507,12 +551,25 @@ void fzd_frames_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
 #else
   const msgpack_object *p = &msg->params;
   char sub[400];
-  if ((code = parse_frames(srv, c, p, r, sub, sizeof sub)) < 0) {
-    snprintf(why, sizeof why, "frames: %s", sub);
+  uint64_t nfds = 0;
+  r->fd = -1;
+  /* Descriptors that came with the message are taken first, whatever
+   * happens next, so the queue stays in step with the stream; a count that
+   * cannot be read, or too many, leaves it out of step: the connection
+   * ends, as for compress. */
+  if (p->type != MSGPACK_OBJECT_MAP || fzp_get_u64(p, "nfds", &nfds) < 0 ||
+      nfds > FZD_MAX_FDS_PER_MESSAGE) {
+    code = FZ_EPARAMS;
+    snprintf(why, sizeof why, "frames: \"nfds\" must be an unsigned integer, at most %d",
+             FZD_MAX_FDS_PER_MESSAGE);
+    fzd_conn_close_after_flush(c);
     goto fail;
   }
-  r->mem = &srv->mem;
-  r->max_inline = srv->cfg.max_inline_bytes;
+  if (nfds > 0 && fzd_conn_is_tcp(c)) {
+    code = FZ_ETRANSPORT;
+    snprintf(why, sizeof why, "frames: descriptors cannot travel over TCP; send \"data\"");
+    goto fail;
+  }
   job = calloc(1, sizeof *job);
   if (job == NULL) {
     code = FZ_ENOMEM;
@@ -523,6 +580,27 @@ void fzd_frames_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   job->msgid = msg->msgid;
   job->in_fd = job->out_fd = -1;
   job->frames = r;
+  if (fzd_conn_take_fds(c, (unsigned)nfds, job->fds) < 0) {
+    code = FZ_EPROTO;
+    snprintf(why, sizeof why, "the message declares %llu descriptors but fewer arrived with it",
+             (unsigned long long)nfds);
+    fzd_conn_close_after_flush(c);
+    goto fail;
+  }
+  job->nfds = (unsigned)nfds;
+  for (unsigned i = 0; i < job->nfds; i++)
+    if (job->fds[i] < 0) {
+      srv->stats.busy_rejections++;
+      code = FZ_EBUSY;
+      snprintf(why, sizeof why, "fzd holds max_fds_total descriptors; try again later");
+      goto fail;
+    }
+  if ((code = parse_frames(srv, c, job, p, r, sub, sizeof sub)) < 0) {
+    snprintf(why, sizeof why, "frames: %s", sub);
+    goto fail;
+  }
+  r->mem = &srv->mem;
+  r->max_inline = srv->cfg.max_inline_bytes;
   job->conn = c;
   uint64_t rows = r->setup != NULL && r->setup->has_csr ? r->setup->nrows : 0;
   uint64_t worst = (uint64_t)r->n * (frame_out_max(r) + rows * 8 + 64) + 64;
@@ -584,6 +662,35 @@ int fzd_frames_job_run(fzd_job *job) {
   }
   r->reserved = need;
   r->rows = rows;
+  if (r->fd >= 0) {
+    /* The chunks packed one after another; the table now points there. */
+    r->data = malloc(chunk_bytes ? chunk_bytes : 1);
+    if (r->data == NULL) {
+      snprintf(job->why, sizeof job->why, "no memory for %llu bytes of chunks",
+               (unsigned long long)chunk_bytes);
+      return FZ_ENOMEM;
+    }
+    uint64_t at = 0;
+    for (size_t i = 0; i < r->n; i++) {
+      size_t got = 0;
+      while (got < r->lengths[i]) {
+        ssize_t k = pread(r->fd, r->data + at + got, (size_t)r->lengths[i] - got,
+                          (off_t)(r->offsets[i] + got));
+        if (k < 0 && errno == EINTR)
+          continue;
+        if (k <= 0) {
+          snprintf(job->why, sizeof job->why,
+                   "chunk %zu: reading %llu bytes at %llu of \"in_fd\": %s", i,
+                   (unsigned long long)r->lengths[i], (unsigned long long)r->offsets[i],
+                   k < 0 ? strerror(errno) : "the file ended (it shrank)");
+          return FZ_EIO;
+        }
+        got += (size_t)k;
+      }
+      r->offsets[i] = at;
+      at += r->lengths[i];
+    }
+  }
   r->res = calloc(r->n, sizeof *r->res);
   size_t cap = r->top_n && r->top_n < r->npixels ? (size_t)r->top_n : (size_t)r->npixels;
   void *sv = malloc(r->dense ? r->npixels * r->esize : cap * r->esize);

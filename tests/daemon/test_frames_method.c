@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fz.h"
 #include "fz_frames.h"
@@ -468,6 +469,77 @@ Test(frames_method, setup_once_used_twice_and_limits, .timeout = 120) {
   wire_open(&w, h, false);
   cr_assert_eq(wire_hello(&w, NULL), 0);
   cr_assert_eq(setup(&w, 2, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
+  wire_close(&w);
+  stop_daemon(h);
+  free_chunks(&c);
+}
+
+/* Chunks by descriptor: a file holding a header and the chunks, the chunk
+ * table pointing into it; the same lists as inline.  A range past the
+ * file's end is ESIZE; in_fd without a descriptor is EPARAMS. */
+Test(frames_method, chunks_from_a_descriptor, .timeout = 120) {
+  static chunks c;
+  make_chunks(&c);
+  char path[] = "/tmp/fz_frames_fd_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  unlink(path);
+  uint64_t offs[NFRAMES], lens[NFRAMES];
+  uint64_t at = 100; /* a header before the first chunk */
+  cr_assert_eq(pwrite(fd, "HDF5-like header", 16, 0), 16);
+  for (unsigned i = 0; i < NFRAMES; i++) {
+    cr_assert_eq(pwrite(fd, c.buf[i], c.len[i], (off_t)at), (ssize_t)c.len[i]);
+    offs[i] = at;
+    lens[i] = c.len[i];
+    at += c.len[i] + 10;
+  }
+  fzd_harness *h = start_daemon("\"workers\": 1");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  for (unsigned k = 0; k < 2; k++) {
+    msgpack_packer *pk = wire_begin(&w, 2 + k, "frames", 8);
+    pack_common(pk, 10);
+    fzp_pack_key(pk, "in_fd");
+    msgpack_pack_uint64(pk, 0);
+    fzp_pack_key(pk, "nfds");
+    msgpack_pack_uint64(pk, 1);
+    fzp_pack_key(pk, "offsets");
+    msgpack_pack_array(pk, NFRAMES);
+    for (unsigned i = 0; i < NFRAMES; i++)
+      msgpack_pack_uint64(pk, offs[i]);
+    fzp_pack_key(pk, "lengths");
+    msgpack_pack_array(pk, NFRAMES);
+    for (unsigned i = 0; i < NFRAMES; i++)
+      msgpack_pack_uint64(pk, k == 1 && i == 1 ? at : lens[i]);
+    cr_assert_eq(wire_send(&w, &fd, 1), 0);
+    fzp_message m;
+    cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+    if (k == 0) {
+      cr_assert_eq(wire_code(&m), 0);
+      check_sparse(&m, &c, 10, -1);
+    } else {
+      cr_assert_eq(wire_code(&m), FZ_ESIZE, "code %d", wire_code(&m));
+    }
+    fzp_message_free(&m);
+  }
+  msgpack_packer *pk = wire_begin(&w, 9, "frames", 7);
+  pack_common(pk, 10);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  fzp_pack_key(pk, "offsets");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, offs[0]);
+  fzp_pack_key(pk, "lengths");
+  msgpack_pack_array(pk, 1);
+  msgpack_pack_uint64(pk, lens[0]);
+  cr_assert_eq(wire_send(&w, NULL, 0), 0);
+  fzp_message m;
+  cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+  cr_assert_eq(wire_code(&m), FZ_EPARAMS);
+  fzp_message_free(&m);
+  cr_assert_eq(wire_call0(&w, 10, "ping", NULL), 0);
+  close(fd);
   wire_close(&w);
   stop_daemon(h);
   free_chunks(&c);
