@@ -180,6 +180,33 @@ def decode(chunks, shape=None, dtype=None, codec="lz4", cut=0.0, top_n=0, dense=
     return out
 
 
+def encode(frame, codec="lz4", level=3):
+    """One frame as the HDF5 filter 32008 writes it (the bitshuffle
+    package's format, default block size): bytes, by the engine in this
+    process."""
+    a = np.ascontiguousarray(frame)
+    if a.dtype.newbyteorder("<") not in _CODES or a.size == 0:
+        raise error("EDTYPE", "cannot encode a frame of %s" % (a.dtype,))
+    if codec not in _CODECS:
+        raise error("EPARAMS", "codec must be lz4 or zstd, not %r" % (codec,))
+    lib = _lib()
+    fn = lib.fz_bslz4_encode
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                   ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                   ctypes.c_char_p, ctypes.c_size_t]
+    lib.fz_bslz4_bound.restype = ctypes.c_size_t
+    lib.fz_bslz4_bound.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t,
+                                   ctypes.c_size_t]
+    cap = lib.fz_bslz4_bound(_CODECS[codec], a.size, a.itemsize, 0)
+    out = ctypes.create_string_buffer(cap)
+    why = ctypes.create_string_buffer(256)
+    n = fn(_CODECS[codec], a.ctypes.data, a.size, a.itemsize, 0, level, out, cap, why, len(why))
+    if n < 0:
+        raise error(lib.fz_err_name(n).decode(), why.value.decode(errors="replace"))
+    return out.raw[:n]
+
+
 def from_reply(result, shape, dt, dense, powder_dtype=np.float64):
     """The Frames of a "frames" reply (powder_dtype: int64 for a setup with
     integer weights)."""
