@@ -64,6 +64,22 @@ def engine_sources(root):
     return [os.path.join(root, "engine", n) for n in names]
 
 
+def frames_sources(root):
+    """The frames sources (fz_frames.h) engine/CMakeLists.txt appends when
+    it finds liblz4 and libzstd, and the libraries they need; ([], []) when
+    their headers are not here (the package then has no in-process frames:
+    fzd.frames.decode says so)."""
+    with open(os.path.join(root, "engine", "CMakeLists.txt")) as f:
+        text = f.read()
+    m = re.search(r"list\(APPEND FZ_ENGINE_SOURCES\s+([^)]*)\)", text)
+    have = m is not None and all(os.path.exists(os.path.join("/usr/include", h))
+                                 for h in ("lz4.h", "zstd.h"))
+    if not have:
+        return [], []
+    names = [w for w in m.group(1).split() if w.endswith(".c")]
+    return [os.path.join(root, "engine", n) for n in names], ["-llz4", "-lzstd"]
+
+
 def version():
     ns = {}
     with open(os.path.join(HERE, "fzd", "_version.py")) as f:
@@ -102,12 +118,17 @@ class BuildNative(build_ext):
             any(n.endswith(".h") for n in os.listdir(os.path.join(engine_dir, d)))]
         out_dir = os.path.join(HERE if self.inplace else os.path.abspath(self.build_lib), "fzd")
         engine = self.compile(engine_sources(root), os.path.join(tmp, "engine"))
+        # The frames codec goes into the engine library only (the plugins
+        # do not use it), with fzflat.c's frames calls and liblz4, libzstd.
+        fsrc, flibs = frames_sources(root)
+        frames = self.compile(fsrc, os.path.join(tmp, "frames")) if fsrc else []
         shim = self.compile([os.path.join(HERE, "src", "fzflat.c")], os.path.join(tmp, "shim"),
-                            ["-I" + os.path.join(HERE, "src")])
+                            ["-I" + os.path.join(HERE, "src")] +
+                            (["-DFZFLAT_FRAMES"] if fsrc else []))
         lib = self.get_ext_fullpath("fzd._libfzengine")
         if self.inplace:
             lib = os.path.join(out_dir, os.path.basename(lib))
-        self.link(engine + shim, lib, os.path.join(HERE, "src", "fzengine.map"))
+        self.link(engine + frames + shim, lib, os.path.join(HERE, "src", "fzengine.map"), flibs)
         self.plugins(root, tmp, engine, os.path.join(out_dir, "plugins"))
 
     def compile(self, sources, obj_dir, extra=()):
