@@ -3,8 +3,8 @@
 encoder (fz_bslz4_encode, through ctypes) decode through a real fzd to the
 same arrays as in this process and as numpy's cut of the original frames;
 a mask and a matrix set up once serve several calls; a corrupt chunk fails
-its frame only; the per-connection setup limit; an h5py dataset's chunks
-when h5py is importable."""
+its frame only; the per-connection setup limit; an h5py dataset (when h5py
+is importable), its file sent as a descriptor with the chunk table."""
 import ctypes
 import unittest
 
@@ -145,6 +145,9 @@ class Frames(fzdtest.DaemonTest):
                     ds.id.write_direct_chunk((i, 0, 0), encode(f), filter_mask=0)
             with h5py.File(path, "r") as h, fzd.Client(self.fzd.address) as c:
                 got = c.frames(h["data"], cut=3)
+                # On the Unix socket the file went as a descriptor with its
+                # chunk table, not the chunks' bytes.
+                self.assertEqual(c.fds_sent, 1)
                 loc = frames.decode(h["data"], cut=3)
         for f, g, l in zip(fr, got, loc):
             idx = np.flatnonzero(f.reshape(-1) > 3)

@@ -517,7 +517,17 @@ class Client:
         one frame a chunk.  Returns a list of fzd.frames.Frame, one a chunk
         (a corrupt chunk fails its own frame: its status and error)."""
         from . import frames as _frames
-        chunks, shape, dt = _frames.normalize(chunks, shape, dtype)
+        table = None
+        if self.transport == "unix" and hasattr(chunks, "id") and hasattr(chunks, "file"):
+            # An h5py dataset on a Unix socket: the file itself goes as a
+            # descriptor with its chunk table, and fzd reads the chunks.
+            table = _frames.chunk_table(chunks)
+            shape = tuple(chunks.shape[1:])
+            dt = np.dtype(dtype if dtype is not None else chunks.dtype).newbyteorder("<")
+            path = chunks.file.filename
+            chunks = [None] * len(table)
+        else:
+            chunks, shape, dt = _frames.normalize(chunks, shape, dtype)
         params = {"dtype": _frames._NAMES[dt], "shape": list(shape), "codec": codec,
                   "cut": float(cut), "top_n": int(top_n),
                   "output": "dense" if dense else "sparse"}
@@ -527,9 +537,25 @@ class Client:
             if getattr(self, "_frames_int", {}).get(setup):
                 pdt = np.int64
         out = []
-        for at in range(0, len(chunks), 4096):
-            params["chunks"] = chunks[at:at + 4096]
-            out += _frames.from_reply(self.call("frames", params), shape, dt, dense, pdt)
+        if table is None:
+            for at in range(0, len(chunks), 4096):
+                params["chunks"] = chunks[at:at + 4096]
+                out += _frames.from_reply(self.call("frames", params), shape, dt, dense, pdt)
+            return out
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for at in range(0, len(table), 4096):
+                part = table[at:at + 4096]
+                job = _Job("frames", dict(params, in_fd=0, offsets=[o for o, _ in part],
+                                          lengths=[n for _, n in part]))
+                job.fds = [fd]
+                self._send(job)
+                self._wait(job)
+                if job.error is not None:
+                    raise job.error
+                out += _frames.from_reply(job.result, shape, dt, dense, pdt)
+        finally:
+            os.close(fd)
         return out
 
     # ---- memfds --------------------------------------------------------------

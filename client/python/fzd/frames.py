@@ -51,6 +51,23 @@ def chunks_of(dataset):
     return out, tuple(shape[1:])
 
 
+def chunk_table(dataset):
+    """[(byte offset, length), ...] of an h5py dataset's frames in its file
+    (chunked one frame a chunk, every chunk written, no filter skipped)."""
+    shape, chunk = dataset.shape, dataset.chunks
+    if chunk is None or len(shape) != 3 or chunk[0] != 1 or tuple(chunk[1:]) != tuple(shape[1:]):
+        raise error("ESHAPE", "a frames dataset is (frames, ni, nj) chunked (1, ni, nj), not "
+                    "%r chunked %r" % (shape, chunk))
+    out = []
+    for i in range(shape[0]):
+        info = dataset.id.get_chunk_info_by_coord((i, 0, 0))
+        if info.byte_offset is None or info.filter_mask != 0:
+            raise error("EINVAL", "frame %d: its chunk is not written, or a filter of the chain "
+                        "was skipped" % i)
+        out.append((int(info.byte_offset), int(info.size)))
+    return out
+
+
 def normalize(chunks, shape, dtype):
     """(list of chunk bytes, frame shape tuple, numpy dtype) from what the
     callers accept: a list of chunks with shape and dtype, or an h5py
