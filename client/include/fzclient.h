@@ -590,8 +590,10 @@ typedef struct fz_frames_setup_args {
 FZCLIENT_API int fz_client_frames_setup(fz_client *c, const fz_frames_setup_args *a,
                                         uint64_t *id);
 
-/* One batch.  Chunk i is lengths[i] bytes at data + offsets[i] (a chunk
- * table straight from an HDF5 file). */
+/* One batch.  Chunk i is lengths[i] bytes at data + offsets[i], or, with
+ * has_fd (Unix socket only), at offsets[i] of the file open on fd, which
+ * the daemon reads itself (a chunk table straight from an HDF5 file: no
+ * chunk byte crosses the socket; the call does not close fd). */
 typedef struct fz_frames_request {
   const char *dtype;  /* the pixels' type: "u16", "u32", "f32", ...; required */
   unsigned ndims;     /* 1 or 2 */
@@ -605,6 +607,8 @@ typedef struct fz_frames_request {
   const uint64_t *offsets;
   const uint64_t *lengths;
   size_t nframes;     /* 1 to 4096 */
+  int has_fd;         /* nonzero: the chunks are in fd, data is not read */
+  int fd;
 } fz_frames_request;
 
 /* The result of one frame; the arrays are malloc'd by the library and freed

@@ -97,6 +97,11 @@ int fzc_get_strbuf(const msgpack_object *map, const char *key, char *buf,
 
 int fzc_call(fz_client *c, const char *method, uint32_t nfields,
              fzc_packfn packfn, const void *arg, fzp_message *msg) {
+  return fzc_call_fds(c, method, nfields, packfn, arg, NULL, 0, msg);
+}
+
+int fzc_call_fds(fz_client *c, const char *method, uint32_t nfields, fzc_packfn packfn,
+                 const void *arg, const int *fds, unsigned nfds, fzp_message *msg) {
   if (c->broken)
     return fzc_fail(c, c->broken, "the connection is no longer usable");
   c->errmsg[0] = '\0';
@@ -110,7 +115,7 @@ int fzc_call(fz_client *c, const char *method, uint32_t nfields,
     packfn(&pk, arg);
   int64_t deadline = fzc_deadline(c->timeout_ms);
   struct iovec iov = {.iov_base = sb.data, .iov_len = sb.size};
-  int rc = fzc_send(c, &iov, 1, NULL, 0, deadline);
+  int rc = fzc_send(c, &iov, 1, fds, (int)nfds, deadline);
   msgpack_sbuffer_destroy(&sb);
   if (rc < 0)
     return rc;

@@ -74,6 +74,21 @@ static void pack_frames(msgpack_packer *pk, const void *arg) {
     fzp_pack_key(pk, "setup");
     msgpack_pack_uint64(pk, r->setup);
   }
+  if (r->has_fd) {
+    fzp_pack_key(pk, "in_fd");
+    msgpack_pack_uint64(pk, 0);
+    fzp_pack_key(pk, "nfds");
+    msgpack_pack_uint64(pk, 1);
+    fzp_pack_key(pk, "offsets");
+    msgpack_pack_array(pk, (uint32_t)r->nframes);
+    for (size_t i = 0; i < r->nframes; i++)
+      msgpack_pack_uint64(pk, r->offsets[i]);
+    fzp_pack_key(pk, "lengths");
+    msgpack_pack_array(pk, (uint32_t)r->nframes);
+    for (size_t i = 0; i < r->nframes; i++)
+      msgpack_pack_uint64(pk, r->lengths[i]);
+    return;
+  }
   /* Only the bytes the table names travel: the span from the lowest
    * offset to the highest end, with the offsets moved to match. */
   uint64_t lo = UINT64_MAX, hi = 0;
@@ -112,7 +127,8 @@ static int esize_of(const char *dtype) {
 
 int fz_client_frames(fz_client *c, const fz_frames_request *req, fz_frame_result *results) {
   if (!c || !req || !results || !req->dtype || req->nframes == 0 || req->nframes > 4096 ||
-      req->ndims < 1 || req->ndims > 2 || !req->data || !req->offsets || !req->lengths)
+      req->ndims < 1 || req->ndims > 2 || (!req->data && !req->has_fd) || !req->offsets ||
+      !req->lengths || (req->has_fd && req->fd < 0))
     return FZ_EINVAL;
   memset(results, 0, req->nframes * sizeof *results);
   int esize = esize_of(req->dtype);
@@ -125,11 +141,12 @@ int fz_client_frames(fz_client *c, const fz_frames_request *req, fz_frame_result
     lo = req->offsets[i] < lo ? req->offsets[i] : lo;
     hi = req->offsets[i] + req->lengths[i] > hi ? req->offsets[i] + req->lengths[i] : hi;
   }
-  if (hi - lo > UINT32_MAX)
+  if (!req->has_fd && hi - lo > UINT32_MAX)
     return fzc_fail(c, FZ_EMSGSIZE, "frames: %llu bytes of chunks, more than one message",
                     (unsigned long long)(hi - lo));
   fzp_message msg;
-  int rc = fzc_call(c, "frames", 9 + (req->setup != 0), pack_frames, req, &msg);
+  int rc = fzc_call_fds(c, "frames", 9 + (req->setup != 0) + (req->has_fd ? 1 : 0), pack_frames,
+                        req, req->has_fd ? &req->fd : NULL, req->has_fd ? 1 : 0, &msg);
   if (rc < 0)
     return rc;
   const msgpack_object *frames = NULL;

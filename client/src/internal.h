@@ -127,6 +127,10 @@ int fzc_error_from(const fzp_message *msg, fz_result *res);
 typedef void (*fzc_packfn)(msgpack_packer *pk, const void *arg);
 int fzc_call(fz_client *c, const char *method, uint32_t nfields,
              fzc_packfn packfn, const void *arg, fzp_message *msg);
+/* The same with descriptors sent along (SCM_RIGHTS); the params must name
+ * them ("nfds"). */
+int fzc_call_fds(fz_client *c, const char *method, uint32_t nfields, fzc_packfn packfn,
+                 const void *arg, const int *fds, unsigned nfds, fzp_message *msg);
 
 /* Copies a msgpack str found under key into a NUL-terminated buffer
  * (truncating); 1 found, 0 absent, negative on a wrong type. */

@@ -3,11 +3,13 @@
  * against a real fzd: chunks made by the engine's encoder, laid out as an
  * HDF5 chunk table in one buffer (with a gap and out of order), come back
  * as the engine's own lists, sums and dense frames; a corrupt chunk fails
- * its frame only; bad tables are refused before anything is sent.
+ * its frame only; bad tables are refused before anything is sent; the
+ * chunks read by the daemon from a file passed as a descriptor.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fz.h"
 #include "fz_frames.h"
@@ -133,6 +135,26 @@ Test(frames_client, lists_sums_dense_and_a_bad_frame, .timeout = 120) {
     cr_assert_eq(memcmp(res[f].values, px[f], sizeof px[f]), 0, "frame %d differs", f);
   }
   fz_client_frame_results_free(res, NF);
+
+  /* The same chunks from a file with the same table: the daemon reads them
+   * itself, and the frames are the same. */
+  char path[] = "/tmp/fz_frames_client_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  unlink(path);
+  cr_assert_eq(write(fd, buf, sizeof buf), (ssize_t)sizeof buf);
+  rq.has_fd = 1;
+  rq.fd = fd;
+  rq.data = NULL;
+  cr_assert_eq(fz_client_frames(c, &rq, res), 0, "%s", fz_client_errmsg(c));
+  for (int f = 0; f < NF; f++) {
+    cr_assert_eq(res[f].status, 0);
+    cr_assert_eq(memcmp(res[f].values, px[f], sizeof px[f]), 0, "frame %d differs", f);
+  }
+  fz_client_frame_results_free(res, NF);
+  close(fd);
+  rq.has_fd = 0;
+  rq.data = buf;
 
   /* A table whose offset and length overflow is refused by the library;
    * an unknown setup id by the daemon, and the handle goes on. */
