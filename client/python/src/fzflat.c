@@ -50,8 +50,7 @@ int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims,
 
 int fzflat_frames_create(int dtype, size_t npixels, int codec, const uint8_t *mask, size_t rows,
                          const uint64_t *indptr, const uint32_t *indices, const float *w_f32,
-                         const int32_t *w_i32, struct fz_frames **out, char *why,
-                         size_t why_len) {
+                         const int32_t *w_i32, struct fz_frames **out, char *why, size_t why_len) {
   fz_frames_csr csr = {
       .nrows = rows, .indptr = indptr, .indices = indices, .w_f32 = w_f32, .w_i32 = w_i32};
   fz_frames_params p = {.dtype = (fz_dtype)dtype,

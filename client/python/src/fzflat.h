@@ -44,8 +44,7 @@ int fzflat_inspect(const void *arc, size_t arc_len, int *dtype, unsigned *ndims,
 struct fz_frames;
 int fzflat_frames_create(int dtype, size_t npixels, int codec, const uint8_t *mask, size_t rows,
                          const uint64_t *indptr, const uint32_t *indices, const float *w_f32,
-                         const int32_t *w_i32, struct fz_frames **out, char *why,
-                         size_t why_len);
+                         const int32_t *w_i32, struct fz_frames **out, char *why, size_t why_len);
 /* fz_frames_sparse() with fz_frames_out spelled out: *listed receives the
  * pixels written to values and indices (cap of each). */
 int64_t fzflat_frames_sparse(struct fz_frames *f, const void *chunk, size_t len, double cut,
