@@ -132,28 +132,32 @@ class Frames(fzdtest.DaemonTest):
         import os
         import tempfile
         fr = make_frames(3)
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "f.h5")
-            with h5py.File(path, "w") as h:
-                # The bitshuffle filter (32008, LZ4: cd_values[4] 2) is declared
-                # but need not be installed: the chunks are written raw.
-                ds = h.create_dataset("data", shape=(3,) + fr[0].shape, dtype=np.uint16,
-                                      chunks=(1,) + fr[0].shape, compression=32008,
-                                      compression_opts=(0, 2, 2, 0, 2),
-                                      allow_unknown_filter=True)
-                for i, f in enumerate(fr):
-                    ds.id.write_direct_chunk((i, 0, 0), encode(f), filter_mask=0)
-            with h5py.File(path, "r") as h, fzd.Client(self.fzd.address) as c:
-                got = c.frames(h["data"], cut=3)
-                # On the Unix socket the file went as a descriptor with its
-                # chunk table, not the chunks' bytes.
-                self.assertEqual(c.fds_sent, 1)
-                loc = frames.decode(h["data"], cut=3)
-        for f, g, l in zip(fr, got, loc):
-            idx = np.flatnonzero(f.reshape(-1) > 3)
-            np.testing.assert_array_equal(g.indices, idx)
-            np.testing.assert_array_equal(l.indices, idx)
-
+        # The codec comes from the filter's parameters (cd_values[4]): a
+        # zstd dataset read as LZ4 would fail every frame.
+        for name, code in (("lz4", 2), ("zstd", 3)):
+            with self.subTest(codec=name), tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "f.h5")
+                with h5py.File(path, "w") as h:
+                    # The bitshuffle filter (32008) is declared but need not be
+                    # installed: the chunks are written raw.
+                    ds = h.create_dataset("data", shape=(3,) + fr[0].shape, dtype=np.uint16,
+                                          chunks=(1,) + fr[0].shape, compression=32008,
+                                          compression_opts=(0, 2, 2, 0, code),
+                                          allow_unknown_filter=True)
+                    for i, f in enumerate(fr):
+                        ds.id.write_direct_chunk((i, 0, 0), encode(f, code), filter_mask=0)
+                with h5py.File(path, "r") as h, fzd.Client(self.fzd.address) as c:
+                    self.assertEqual(frames.codec_of(h["data"]), name)
+                    got = c.frames(h["data"], cut=3)
+                    # On the Unix socket the file went as a descriptor with
+                    # its chunk table, not the chunks' bytes.
+                    self.assertEqual(c.fds_sent, 1)
+                    loc = frames.decode(h["data"], cut=3)
+                for f, g, l in zip(fr, got, loc):
+                    self.assertEqual((g.status, l.status), (0, 0))
+                    idx = np.flatnonzero(f.reshape(-1) > 3)
+                    np.testing.assert_array_equal(g.indices, idx)
+                    np.testing.assert_array_equal(l.indices, idx)
 
 if __name__ == "__main__":
     unittest.main()

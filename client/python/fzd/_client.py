@@ -510,13 +510,16 @@ class Client:
         self._frames_int[sid] = wint
         return sid
 
-    def frames(self, chunks, shape=None, dtype=None, codec="lz4", cut=0.0, top_n=0,
+    def frames(self, chunks, shape=None, dtype=None, codec=None, cut=0.0, top_n=0,
                dense=False, setup=None):
         """Decodes detector chunks on the daemon: a list of bytes-like
         chunks with the frame shape and dtype, or an h5py dataset chunked
         one frame a chunk.  Returns a list of fzd.frames.Frame, one a chunk
-        (a corrupt chunk fails its own frame: its status and error)."""
+        (a corrupt chunk fails its own frame: its status and error).
+        codec None: the dataset's own (its filter's parameters), LZ4 for
+        raw chunks."""
         from . import frames as _frames
+        codec = _frames.resolve_codec(chunks, codec)
         table = None
         if self.transport == "unix" and hasattr(chunks, "id") and hasattr(chunks, "file"):
             # An h5py dataset on a Unix socket: the file itself goes as a

@@ -34,6 +34,45 @@ _CODES = {np.dtype(npd): code for code, (_, npd) in DTYPES.items()}
 _NAMES = {np.dtype(npd): name for _, (name, npd) in DTYPES.items()}
 
 
+BITSHUFFLE_FILTER = 32008
+
+
+def is_dataset(obj):
+    """Whether obj is an h5py dataset (by its interface; h5py is never
+    imported here)."""
+    return hasattr(obj, "id") and hasattr(obj, "chunks")
+
+
+def codec_of(dataset):
+    """The codec ("lz4" or "zstd") of an h5py dataset's chunks, read from
+    its bitshuffle filter's parameters (cd_values[4]: 2 LZ4, 3 zstd; a
+    filter with fewer parameters is the bitshuffle filter's LZ4 default).
+    The filter must be the dataset's only one: a chain with others around
+    it stores chunks that are not bitshuffle chunks."""
+    dcpl = dataset.id.get_create_plist()
+    filters = [dcpl.get_filter(i) for i in range(dcpl.get_nfilters())]
+    if len(filters) != 1 or filters[0][0] != BITSHUFFLE_FILTER:
+        raise error("EINVAL", "a frames dataset has the bitshuffle filter (%d) alone, not the "
+                    "filters %s" % (BITSHUFFLE_FILTER, [f[0] for f in filters]))
+    values = filters[0][2]
+    code = values[4] if len(values) > 4 else _CODECS["lz4"]
+    for name, c in _CODECS.items():
+        if c == code:
+            return name
+    raise error("EINVAL", "the bitshuffle filter's codec %d is neither LZ4 (2) nor zstd (3)"
+                % code)
+
+
+def resolve_codec(chunks, codec):
+    """codec as given, or, for None, the codec of an h5py dataset's filter
+    (LZ4, the bitshuffle filter's default, for raw chunks)."""
+    if codec is None:
+        return codec_of(chunks) if is_dataset(chunks) else "lz4"
+    if codec not in _CODECS:
+        raise error("EPARAMS", "codec must be lz4 or zstd, not %r" % (codec,))
+    return codec
+
+
 def chunks_of(dataset):
     """The raw chunks of an h5py dataset chunked one frame a chunk, as a
     list of bytes, and the frame shape: ([bytes, ...], (ni, nj))."""
@@ -72,7 +111,7 @@ def normalize(chunks, shape, dtype):
     """(list of chunk bytes, frame shape tuple, numpy dtype) from what the
     callers accept: a list of chunks with shape and dtype, or an h5py
     dataset (its own shape and dtype)."""
-    if hasattr(chunks, "id") and hasattr(chunks, "chunks"):
+    if is_dataset(chunks):
         dt = np.dtype(dtype) if dtype is not None else chunks.dtype
         chunks, shape = chunks_of(chunks)
     else:
@@ -139,14 +178,14 @@ def _frame_error(lib, rc, why):
     return Frame(0, None, None, None, rc, e)
 
 
-def decode(chunks, shape=None, dtype=None, codec="lz4", cut=0.0, top_n=0, dense=False,
+def decode(chunks, shape=None, dtype=None, codec=None, cut=0.0, top_n=0, dense=False,
            mask=None, csr=None):
     """The frames of chunks decoded by the engine in this process: a list
-    of Frame, one a chunk, as Client.frames gives them."""
+    of Frame, one a chunk, as Client.frames gives them.  codec None: the
+    dataset's own (its filter's parameters), LZ4 for raw chunks."""
+    codec = resolve_codec(chunks, codec)
     chunks, shape, dt = normalize(chunks, shape, dtype)
     npix = int(np.prod(shape))
-    if codec not in _CODECS:
-        raise error("EPARAMS", "codec must be lz4 or zstd, not %r" % (codec,))
     lib = _lib()
     m = None if mask is None else np.ascontiguousarray(mask, dtype=np.uint8).reshape(-1)
     if m is not None and m.size != npix:
