@@ -58,6 +58,23 @@ static const ctl_command commands[] = {
    "      --json            one JSON object per plan on stdout\n"
    "Each plan is made and checked against the CPU engine on the daemon; one line per\n"
    "plan says whether it was made or already cached.  Exit status 2 if any failed."},
+  {"frames", ctl_cmd_frames, "decode an HDF5 detector dataset to its pixels above a cut",
+   "[OPTIONS] FILE.h5:/DATASET OUT.h5\n"
+   "  -c, --cut VALUE       list the pixels whose value is above VALUE (default 0)\n"
+   "  -n, --top N           only the N largest of them in each frame\n"
+   "  -M, --mask MASK       FILE.npy or FILE.h5:/DATASET, one integer a pixel,\n"
+   "                        nonzero = the pixel is used\n"
+   "  -r, --frames A:B      frames A to B - 1 only (either may be left out)\n"
+   "  -b, --batch N         frames a request (default 64, at most 4096)\n"
+   "      --dense           write the whole frames instead of the lists\n"
+   "      --inline          send the chunks in messages, not the file's descriptor\n"
+   "  -f, --force           replace an existing OUT.h5\n"
+   "  -q, --quiet           no summary line and no progress bar\n"
+   "DATASET is (frames, rows, columns), chunked one frame a chunk, with the bitshuffle\n"
+   "filter (32008) and LZ4 or zstd.  OUT.h5 holds /entry/sparse/{frame_ptr, index,\n"
+   "values, count, status} (--dense: /entry/data/{data, status}); docs/frames.md.\n"
+   "A frame that fails (a corrupt chunk) is reported and left empty, the others are\n"
+   "written, and the exit status is 2."},
   {"info", ctl_cmd_info, "print the header of archive files (no daemon needed)",
    "[--json] FILE.fz...\n"
    "      --json            one JSON object per file on stdout"},

@@ -49,6 +49,7 @@ int ctl_cmd_ping(const ctl_global *g, int argc, char **argv);
 int ctl_cmd_presets(const ctl_global *g, int argc, char **argv);
 int ctl_cmd_info(const ctl_global *g, int argc, char **argv);
 int ctl_cmd_warm(const ctl_global *g, int argc, char **argv);
+int ctl_cmd_frames(const ctl_global *g, int argc, char **argv);
 
 /* args.c: parsers that return false after printing an error quoting text. */
 bool ctl_parse_u64(const char *opt, const char *text, uint64_t min, uint64_t max,
@@ -86,6 +87,7 @@ typedef struct ctl_progress {
   uint64_t bytes_total;
   uint64_t bytes_done;
   double start_s;
+  const char *unit; /* what files_done counts: "files" (set by start) */
 } ctl_progress;
 
 double ctl_now_s(void);

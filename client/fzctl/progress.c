@@ -22,6 +22,7 @@ void ctl_progress_start(ctl_progress *p, bool wanted, size_t files, uint64_t byt
   p->bytes_total = bytes;
   p->bytes_done = 0;
   p->start_s = ctl_now_s();
+  p->unit = "files";
 }
 
 void ctl_progress_draw(ctl_progress *p) {
@@ -39,8 +40,8 @@ void ctl_progress_draw(ctl_progress *p) {
   bar[WIDTH] = '\0';
   double secs = ctl_now_s() - p->start_s;
   double mibs = secs > 0 ? (double)p->bytes_done / 1048576.0 / secs : 0;
-  fprintf(stderr, "\r[%s] %3.0f%%  %zu/%zu files  %.1f MiB/s ", bar, frac * 100,
-          p->files_done, p->files_total, mibs);
+  fprintf(stderr, "\r[%s] %3.0f%%  %zu/%zu %s  %.1f MiB/s ", bar, frac * 100, p->files_done,
+          p->files_total, p->unit, mibs);
   fflush(stderr);
 }
 
