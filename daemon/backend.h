@@ -29,6 +29,9 @@ typedef struct fzd_backend_ops {
   void (*worker_destroy)(void *worker);
   /* Runs one job on the worker's thread; returns the job's error. */
   int (*run)(void *worker, struct fzd_job *job);
+  /* Runs a "frames" job (frames.h) with the backend's own decoder; NULL:
+   * the CPU engine runs it (fzd_frames_job_run). */
+  int (*frames)(void *worker, struct fzd_job *job);
   /* The queue has been empty for idle_ms (0: just after a job): the worker
    * gives back what it need not keep.  Called once per idle stretch. */
   void (*idle)(void *worker);

@@ -9,8 +9,9 @@
  * message in the reply) and the others still come back.  The job reserves
  * its memory (the chunks, the worst-case results and one frame of scratch)
  * against memory_limit before it allocates, and gives it back when the job
- * is freed, after the reply is packed.  On both backends the CPU engine
- * runs it: the GPU decoder (kernels/frames) is not yet verified on a GPU.
+ * is freed, after the reply is packed.  The CPU engine runs it here
+ * (fzd_frames_job_run); the GPU backend runs LZ4 batches with its own
+ * decoder (gpu.c) through fzd_frames_start / _open / _fail / _end.
  */
 #include <errno.h>
 #include <math.h>
@@ -26,32 +27,6 @@
 #ifdef FZD_HAVE_FRAMES
 #include "fz_frames.h"
 #endif
-
-typedef struct fzd_frame_result {
-  int status;
-  char why[128];
-  uint64_t count; /* pixels above the cut (sparse), listed count below */
-  size_t listed;
-  void *values;      /* sparse: listed values; dense: the frame */
-  uint32_t *indices; /* sparse only */
-  void *powder;      /* rows f64 or i64 sums, with a setup's matrix */
-} fzd_frame_result;
-
-/* One "frames_setup" entry: a mask and/or a matrix for frames of npixels
- * pixels, checked when it was set up (lengths agree with nnz, indptr
- * rising, indices below npixels). */
-typedef struct fzd_frames_setup {
-  uint64_t id;
-  uint64_t npixels;
-  uint8_t *mask; /* npixels bytes or NULL */
-  bool has_csr;
-  size_t nrows;
-  uint64_t *indptr;
-  uint32_t *indices;
-  float *w_f32;
-  int32_t *w_i32;
-  uint64_t bytes; /* held of memory_limit */
-} fzd_frames_setup;
 
 struct fzd_frames_setups {
   fzd_budget *mem;
@@ -78,26 +53,6 @@ void fzd_frames_setups_free(struct fzd_frames_setups *s) {
     fzd_budget_give(s->mem, s->bytes);
   free(s);
 }
-
-struct fzd_frames_req {
-  const fzd_frames_setup *setup; /* owned by the connection, which outlives the job */
-  fzd_budget *mem;
-  uint64_t reserved; /* bytes of mem held by the job */
-  fz_dtype dtype;
-  size_t esize;
-  uint64_t npixels;
-  int codec; /* fz_bslz4_codec */
-  double cut;
-  uint64_t top_n;
-  bool dense;
-  uint64_t max_inline;
-  uint8_t *data; /* the chunks, one copy; NULL until read from fd */
-  int fd;        /* in_fd: the file the chunk table points into, or -1 */
-  uint64_t *offsets, *lengths;
-  size_t n;
-  size_t rows; /* the setup matrix's rows, 0 without one */
-  fzd_frame_result *res;
-};
 
 static const char *const frames_keys[] = {"chunks", "data",  "offsets", "lengths", "dtype",
                                           "shape",  "codec", "cut",     "top_n",   "output",
@@ -276,7 +231,9 @@ void fzd_frames_setup_method(fzd_server *srv, fzd_conn *c, const fzp_message *ms
              code == FZ_EBUSY ? " beside the jobs running now; try again later" : "");
     goto fail;
   }
+  static _Atomic uint64_t serials;
   s.id = ss->next_id++;
+  s.serial = ++serials;
   ss->bytes += s.bytes;
   ss->s[ss->n++] = s;
   msgpack_packer *pk = fzd_conn_packer(c);
@@ -631,25 +588,21 @@ fail:
     fzd_frames_free(r);
 }
 
-int fzd_frames_job_run(fzd_job *job) {
-#ifndef FZD_HAVE_FRAMES
-  snprintf(job->why, sizeof job->why, "this fzd was built without the frames codec");
-  return FZ_EMETHOD;
-#else
+#ifdef FZD_HAVE_FRAMES
+int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch) {
   struct fzd_frames_req *r = job->frames;
   const fzd_frames_setup *su = r->setup;
-  uint64_t t0 = uv_hrtime();
   uint64_t chunk_bytes = 0;
   for (size_t i = 0; i < r->n; i++)
     chunk_bytes += r->lengths[i];
-  size_t rows = su != NULL && su->has_csr ? su->nrows : 0;
-  /* The chunks, one frame of results as scratch and the decoder's copies of
-   * the mask and matrix are held for the whole run; each frame's own result
-   * is reserved as it is made (exactly its size), so a batch of sparse
-   * frames costs what it lists, not its worst case. */
-  uint64_t scratch = frame_out_max(r) + r->npixels * (r->esize + 1) + (su != NULL ? su->bytes : 0) +
-                     (uint64_t)r->n * sizeof(fzd_frame_result);
-  uint64_t need = chunk_bytes + scratch;
+  job->in_len = chunk_bytes;
+  r->rows = su != NULL && su->has_csr ? su->nrows : 0;
+  /* The chunks, the caller's scratch and the results' table are held for
+   * the whole run; each frame's own result is reserved as it is made
+   * (exactly its size), so a batch of sparse frames costs what it lists,
+   * not its worst case. */
+  uint64_t need = (keep_chunks && r->data == NULL ? chunk_bytes : 0) + scratch +
+                  (uint64_t)r->n * sizeof(fzd_frame_result);
   int err = fzd_budget_take(r->mem, need, NULL);
   if (err < 0) {
     snprintf(job->why, sizeof job->why,
@@ -660,41 +613,131 @@ int fzd_frames_job_run(fzd_job *job) {
              (unsigned long long)need, (unsigned long long)r->mem->limit);
     return err;
   }
-  r->reserved = need;
-  r->rows = rows;
-  if (r->fd >= 0) {
-    /* The chunks packed one after another; the table now points there. */
-    r->data = malloc(chunk_bytes ? chunk_bytes : 1);
-    if (r->data == NULL) {
-      snprintf(job->why, sizeof job->why, "no memory for %llu bytes of chunks",
-               (unsigned long long)chunk_bytes);
-      return FZ_ENOMEM;
-    }
-    uint64_t at = 0;
-    for (size_t i = 0; i < r->n; i++) {
-      size_t got = 0;
-      while (got < r->lengths[i]) {
-        ssize_t k = pread(r->fd, r->data + at + got, (size_t)r->lengths[i] - got,
-                          (off_t)(r->offsets[i] + got));
-        if (k < 0 && errno == EINTR)
-          continue;
-        if (k <= 0) {
-          snprintf(job->why, sizeof job->why,
-                   "chunk %zu: reading %llu bytes at %llu of \"in_fd\": %s", i,
-                   (unsigned long long)r->lengths[i], (unsigned long long)r->offsets[i],
-                   k < 0 ? strerror(errno) : "the file ended (it shrank)");
-          return FZ_EIO;
-        }
-        got += (size_t)k;
-      }
-      r->offsets[i] = at;
-      at += r->lengths[i];
-    }
-  }
+  r->reserved += need;
   r->res = calloc(r->n, sizeof *r->res);
+  if (r->res == NULL) {
+    snprintf(job->why, sizeof job->why, "no memory for the results of %zu frames", r->n);
+    return FZ_ENOMEM;
+  }
+  if (!keep_chunks || r->data != NULL)
+    return 0;
+  /* The chunks packed one after another; the table now points there. */
+  r->data = malloc(chunk_bytes ? chunk_bytes : 1);
+  if (r->data == NULL) {
+    snprintf(job->why, sizeof job->why, "no memory for %llu bytes of chunks",
+             (unsigned long long)chunk_bytes);
+    return FZ_ENOMEM;
+  }
+  uint64_t at = 0;
+  for (size_t i = 0; i < r->n; i++) {
+    if ((err = fzd_frames_chunk(job, i, r->data + at)) < 0)
+      return err;
+    r->offsets[i] = at;
+    at += r->lengths[i];
+  }
+  r->fd = -1;
+  return 0;
+}
+
+int fzd_frames_chunk(fzd_job *job, size_t i, uint8_t *dst) {
+  struct fzd_frames_req *r = job->frames;
+  if (r->fd < 0) {
+    memcpy(dst, r->data + r->offsets[i], (size_t)r->lengths[i]);
+    return 0;
+  }
+  /* pread, as every input descriptor: a file that shrinks meanwhile gives
+   * EIO. */
+  size_t got = 0;
+  while (got < r->lengths[i]) {
+    ssize_t k = pread(r->fd, dst + got, (size_t)r->lengths[i] - got, (off_t)(r->offsets[i] + got));
+    if (k < 0 && errno == EINTR)
+      continue;
+    if (k <= 0) {
+      snprintf(job->why, sizeof job->why, "chunk %zu: reading %llu bytes at %llu of \"in_fd\": %s",
+               i, (unsigned long long)r->lengths[i], (unsigned long long)r->offsets[i],
+               k < 0 ? strerror(errno) : "the file ended (it shrank)");
+      return FZ_EIO;
+    }
+    got += (size_t)k;
+  }
+  return 0;
+}
+
+int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t listed) {
+  fzd_frame_result *x = &r->res[i];
+  uint64_t bytes = listed * (r->esize + (r->dense ? 0 : 4)) + r->rows * 8;
+  if (fzd_budget_take(r->mem, bytes, NULL) < 0) {
+    fzd_frames_fail(r, i, FZ_ENOMEM, NULL);
+    snprintf(x->why, sizeof x->why,
+             "the frame's %llu bytes of results do not fit memory_limit now; send fewer "
+             "frames a request",
+             (unsigned long long)bytes);
+    return FZ_ENOMEM;
+  }
+  r->reserved += bytes;
+  x->values = malloc(listed * r->esize + 1);
+  x->indices = r->dense ? NULL : malloc(listed * 4 + 1);
+  x->powder = r->rows ? malloc(r->rows * 8) : NULL;
+  if (x->values == NULL || (!r->dense && x->indices == NULL) || (r->rows && x->powder == NULL)) {
+    fzd_frames_fail(r, i, FZ_ENOMEM, "no memory for the frame's results");
+    return FZ_ENOMEM;
+  }
+  x->count = count;
+  x->listed = listed;
+  return 0;
+}
+
+void fzd_frames_fail(struct fzd_frames_req *r, size_t i, int rc, const char *why) {
+  fzd_frame_result *x = &r->res[i];
+  x->status = rc;
+  x->count = x->listed = 0;
+  free(x->values);
+  free(x->indices);
+  free(x->powder);
+  x->values = x->powder = NULL;
+  x->indices = NULL;
+  snprintf(x->why, sizeof x->why, "%s", why != NULL ? why : fz_strerror(rc));
+}
+
+int fzd_frames_end(fzd_job *job, uint64_t t0) {
+  struct fzd_frames_req *r = job->frames;
+  uint64_t total = 0;
+  for (size_t i = 0; i < r->n; i++)
+    if (r->res[i].status == 0)
+      total += r->res[i].listed * (r->esize + (r->dense ? 0 : 4)) + r->rows * 8 + 64;
+  job->time_us = (uv_hrtime() - t0) / 1000;
+  job->out_len = total;
+  if (total > r->max_inline) {
+    snprintf(job->why, sizeof job->why,
+             "the results take %llu bytes, more than max_inline_bytes (%llu); send fewer "
+             "frames a request",
+             (unsigned long long)total, (unsigned long long)r->max_inline);
+    return FZ_EMSGSIZE;
+  }
+  return 0;
+}
+#endif
+
+int fzd_frames_job_run(fzd_job *job) {
+#ifndef FZD_HAVE_FRAMES
+  snprintf(job->why, sizeof job->why, "this fzd was built without the frames codec");
+  return FZ_EMETHOD;
+#else
+  struct fzd_frames_req *r = job->frames;
+  const fzd_frames_setup *su = r->setup;
+  uint64_t t0 = uv_hrtime();
+  size_t rows = su != NULL && su->has_csr ? su->nrows : 0;
   size_t cap = r->top_n && r->top_n < r->npixels ? (size_t)r->top_n : (size_t)r->npixels;
+  /* Scratch: one frame of results and the engine's copies of the mask and
+   * the matrix. */
+  uint64_t scratch =
+      frame_out_max(r) + rows * 8 + r->npixels * (r->esize + 1) + (su != NULL ? su->bytes : 0);
+  int err = fzd_frames_start(job, true, scratch);
+  if (err < 0)
+    return err;
   void *sv = malloc(r->dense ? r->npixels * r->esize : cap * r->esize);
   uint32_t *si = r->dense ? NULL : malloc(cap * sizeof *si);
+  void *pw = rows ? malloc(rows * 8) : NULL;
   fz_frames_csr csr = {0};
   fz_frames_params fp = {
       .dtype = r->dtype, .npixels = (size_t)r->npixels, .codec = (fz_bslz4_codec)r->codec};
@@ -710,87 +753,49 @@ int fzd_frames_job_run(fzd_job *job) {
     }
   }
   fz_frames *f = NULL;
-  if (r->res == NULL || sv == NULL || (!r->dense && si == NULL)) {
-    free(sv);
-    free(si);
+  if (sv == NULL || (!r->dense && si == NULL) || (rows && pw == NULL)) {
     snprintf(job->why, sizeof job->why, "no memory for the results of %zu frames", r->n);
-    return FZ_ENOMEM;
+    err = FZ_ENOMEM;
+  } else {
+    err = fz_frames_create(&fp, &f, job->why, sizeof job->why);
   }
-  if ((err = fz_frames_create(&fp, &f, job->why, sizeof job->why)) < 0) {
-    free(sv);
-    free(si);
-    return err;
-  }
-  uint64_t total = 0;
-  for (size_t i = 0; i < r->n; i++) {
+  for (size_t i = 0; i < r->n && err == 0; i++) {
     fzd_frame_result *x = &r->res[i];
     const uint8_t *chunk = r->data + r->offsets[i];
     size_t len = (size_t)r->lengths[i];
-    x->powder = rows ? calloc(rows, 8) : NULL;
-    if (rows && x->powder == NULL) {
-      x->status = FZ_ENOMEM;
-      snprintf(x->why, sizeof x->why, "no memory for the frame's matrix product");
-      continue;
-    }
-    double *pw_f = su != NULL && su->w_f32 != NULL ? x->powder : NULL;
-    int64_t *pw_i = su != NULL && su->w_i32 != NULL ? x->powder : NULL;
+    double *pw_f = su != NULL && su->w_f32 != NULL ? pw : NULL;
+    int64_t *pw_i = su != NULL && su->w_i32 != NULL ? pw : NULL;
     int64_t rc;
+    size_t listed;
     if (r->dense) {
       rc = fz_frames_dense(f, chunk, len, sv, r->npixels * r->esize, pw_f, pw_i, x->why,
                            sizeof x->why);
-      x->count = x->listed = rc < 0 ? 0 : (size_t)r->npixels;
+      listed = (size_t)r->npixels;
     } else {
       fz_frames_out o = {
           .values = sv, .indices = si, .cap = cap, .powder_f64 = pw_f, .powder_i64 = pw_i};
       rc = fz_frames_sparse(f, chunk, len, r->cut, (size_t)r->top_n, &o, x->why, sizeof x->why);
-      x->count = rc < 0 ? 0 : (uint64_t)rc;
-      x->listed = rc < 0 ? 0 : o.count;
-    }
-    uint64_t bytes = x->listed * (r->esize + (r->dense ? 0 : 4)) + rows * 8;
-    if (rc >= 0 && (rc = fzd_budget_take(r->mem, bytes, NULL)) < 0)
-      snprintf(x->why, sizeof x->why,
-               "the frame's %llu bytes of results do not fit "
-               "memory_limit now; send fewer frames a request",
-               (unsigned long long)bytes);
-    if (rc >= 0) {
-      r->reserved += bytes;
-      x->values = malloc(x->listed * r->esize + 1);
-      x->indices = r->dense ? NULL : malloc(x->listed * 4 + 1);
-      if (x->values == NULL || (!r->dense && x->indices == NULL)) {
-        rc = FZ_ENOMEM;
-        snprintf(x->why, sizeof x->why, "no memory for the frame's results");
-      } else {
-        memcpy(x->values, sv, x->listed * r->esize);
-        if (!r->dense)
-          memcpy(x->indices, si, x->listed * 4);
-      }
+      listed = o.count;
     }
     if (rc < 0) {
-      x->status = (int)rc;
-      x->count = x->listed = 0;
-      free(x->values);
-      free(x->indices);
-      free(x->powder);
-      x->values = x->powder = NULL;
-      x->indices = NULL;
+      char why[sizeof x->why];
+      memcpy(why, x->why, sizeof why);
+      fzd_frames_fail(r, i, (int)rc, why[0] ? why : NULL);
       continue;
     }
-    total += bytes + 64;
+    if (fzd_frames_open(r, i, r->dense ? r->npixels : (uint64_t)rc, listed) < 0)
+      continue;
+    memcpy(x->values, sv, listed * r->esize);
+    if (!r->dense)
+      memcpy(x->indices, si, listed * 4);
+    if (rows)
+      memcpy(x->powder, pw, rows * 8);
   }
   fz_frames_destroy(f);
   free(sv);
   free(si);
-  job->time_us = (uv_hrtime() - t0) / 1000;
-  job->in_len = chunk_bytes;
-  job->out_len = total;
-  if (total > r->max_inline) {
-    snprintf(job->why, sizeof job->why,
-             "the results take %llu bytes, more than max_inline_bytes (%llu); send fewer "
-             "frames a request",
-             (unsigned long long)total, (unsigned long long)r->max_inline);
-    return FZ_EMSGSIZE;
-  }
-  return 0;
+  free(pw);
+  return err < 0 ? err : fzd_frames_end(job, t0);
 #endif
 }
 

@@ -7,6 +7,9 @@
 #ifndef FZD_FRAMES_H
 #define FZD_FRAMES_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "server.h"
 
 /* Most chunks one request may carry. */
@@ -16,13 +19,75 @@
 
 struct fzd_frames_setups;
 
-struct fzd_backend_state;
+typedef struct fzd_frame_result {
+  int status;
+  char why[128];
+  uint64_t count; /* pixels above the cut (sparse), listed count below */
+  size_t listed;
+  void *values;      /* sparse: listed values; dense: the frame */
+  uint32_t *indices; /* sparse only */
+  void *powder;      /* rows f64 or i64 sums, with a setup's matrix */
+} fzd_frame_result;
+
+/* One "frames_setup" entry: a mask and/or a matrix for frames of npixels
+ * pixels, checked when it was set up (lengths agree with nnz, indptr
+ * rising, indices below npixels). */
+typedef struct fzd_frames_setup {
+  uint64_t id;
+  uint64_t serial; /* unique in the process: what a backend caches by */
+  uint64_t npixels;
+  uint8_t *mask; /* npixels bytes or NULL */
+  bool has_csr;
+  size_t nrows;
+  uint64_t *indptr;
+  uint32_t *indices;
+  float *w_f32;
+  int32_t *w_i32;
+  uint64_t bytes; /* held of memory_limit */
+} fzd_frames_setup;
+
+struct fzd_frames_req {
+  const fzd_frames_setup *setup; /* owned by the connection, which outlives the job */
+  fzd_budget *mem;
+  uint64_t reserved; /* bytes of mem held by the job */
+  fz_dtype dtype;
+  size_t esize;
+  uint64_t npixels;
+  int codec; /* fz_bslz4_codec */
+  double cut;
+  uint64_t top_n;
+  bool dense;
+  uint64_t max_inline;
+  uint8_t *data; /* the chunks, one copy; NULL until read from fd */
+  int fd;        /* in_fd: the file the chunk table points into, or -1 */
+  uint64_t *offsets, *lengths;
+  size_t n;
+  size_t rows; /* the setup matrix's rows, 0 without one */
+  fzd_frame_result *res;
+};
 
 /* The loop thread's half: validates the params, copies the chunks and
  * queues the job (or replies with the error). */
 void fzd_frames_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
-/* The worker's half: runs the whole batch; 0 or a negative code. */
+/* The worker's half on the CPU engine: runs the whole batch; 0 or a
+ * negative code. */
 int fzd_frames_job_run(fzd_job *job);
+
+/* The parts a backend's own decoder (gpu.c) runs a batch with, in this
+ * order.  fzd_frames_start reserves memory_limit for the chunks (when
+ * keep_chunks; a backend with its own staging reads them with
+ * fzd_frames_chunk) and scratch bytes, and allocates the results; then,
+ * for each frame, fzd_frames_open or fzd_frames_fail; fzd_frames_end
+ * records the time and sizes and applies max_inline_bytes. */
+int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch);
+/* Chunk i's bytes into dst (its length is r->lengths[i]). */
+int fzd_frames_chunk(fzd_job *job, size_t i, uint8_t *dst);
+/* Frame i's result arrays for `listed` elements (and its product), held
+ * of memory_limit; 0, or a negative code that has failed the frame. */
+int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t listed);
+/* Frame i failed with rc: why (NULL: the code's text) goes in the reply. */
+void fzd_frames_fail(struct fzd_frames_req *r, size_t i, int rc, const char *why);
+int fzd_frames_end(fzd_job *job, uint64_t t0);
 /* Packs the reply of a job that succeeded. */
 void fzd_frames_reply(fzd_conn *c, const fzd_job *job);
 /* "frames_setup": a mask and a matrix kept by the connection under an id

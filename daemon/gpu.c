@@ -52,6 +52,10 @@
 #include "backend.h"
 #include "cpu.h"
 #include "fz_gpu.h"
+#ifdef FZD_HAVE_FRAMES
+#include "frames.h"
+#include "fz_frames_gpu.h"
+#endif
 #include "jobio.h"
 #include "log.h"
 #include "notify.h"
@@ -94,6 +98,15 @@ struct fzd_gpu_worker {
   buf d_in, d_out, d_back; /* device */
   fz_gpu_decoder *dec;
   fzd_plan_slot *slot; /* the slot of the job's plan, busy in the cache */
+#ifdef FZD_HAVE_FRAMES
+  /* The detector-frames decoder of the last frames job, kept for the next
+   * one of the same dtype, frame size and setup; its device memory counts
+   * against gpu_memory_limit while it lives. */
+  fz_frames_gpu *frames;
+  fz_dtype frames_dtype;
+  uint64_t frames_npixels, frames_serial;
+  size_t frames_bytes;
+#endif
 };
 
 /* A pool imported from a client (fz_gpu_pool_import) for the pointers of it
@@ -324,8 +337,11 @@ static int dev_ensure(fzd_gpu_worker *w, buf *b, size_t need, fzd_job *job) {
 /* Gives back every device buffer the worker holds and every plan no job
  * is using (after running out of device memory, so that the next job finds
  * it free). */
+static void frames_drop(fzd_gpu_worker *w);
+
 static void trim(fzd_gpu_worker *w) {
   gpu_sync(w, NULL, NULL);
+  frames_drop(w);
   dev_drop(w, &w->d_in);
   dev_drop(w, &w->d_out);
   dev_drop(w, &w->d_back);
@@ -1107,11 +1123,164 @@ out:
   return err;
 }
 
+/* ---- detector frames ----------------------------------------------------------- */
+
+/* A GPU batch: at most FRAMES_BATCH frames whose chunks fit the decoder's
+ * pinned staging (FRAMES_STAGING bytes, or one frame's largest chunk). */
+#define FRAMES_BATCH 64
+#define FRAMES_STAGING ((size_t)256 << 20)
+
+static void frames_drop(fzd_gpu_worker *w) {
+#ifdef FZD_HAVE_FRAMES
+  if (w->frames == NULL)
+    return;
+  fz_frames_gpu_destroy(w->frames);
+  mem_release(w->g, w->frames_bytes);
+  w->frames = NULL;
+  w->frames_bytes = 0;
+#else
+  (void)w;
+#endif
+}
+
+#ifdef FZD_HAVE_FRAMES
+/* The worker's decoder for the job's frames: the one it has when the
+ * dtype, frame size and setup are the same, else a new one. */
+static int frames_decoder(fzd_gpu_worker *w, fzd_job *job) {
+  const struct fzd_frames_req *r = job->frames;
+  const fzd_frames_setup *su = r->setup;
+  uint64_t serial = su != NULL ? su->serial : 0;
+  if (w->frames != NULL && w->frames_dtype == r->dtype && w->frames_npixels == r->npixels &&
+      w->frames_serial == serial)
+    return 0;
+  frames_drop(w);
+  fz_frames_csr csr = {0};
+  size_t esize = fz_dtype_size(r->dtype);
+  size_t bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, (size_t)r->npixels, esize, 0);
+  fz_frames_gpu_params p = {.dtype = r->dtype,
+                            .npixels = (size_t)r->npixels,
+                            .codec = FZ_BSLZ4_LZ4,
+                            .max_frames = FRAMES_BATCH,
+                            .max_batch_bytes = bound > FRAMES_STAGING ? bound : FRAMES_STAGING,
+                            .device = fz_gpu_ctx_device(w->g->ctx)};
+  if (su != NULL) {
+    p.mask = su->mask;
+    if (su->has_csr) {
+      csr = (fz_frames_csr){.nrows = su->nrows,
+                            .indptr = su->indptr,
+                            .indices = su->indices,
+                            .w_f32 = su->w_f32,
+                            .w_i32 = su->w_i32};
+      p.csr = &csr;
+    }
+  }
+  int err = fz_frames_gpu_create(&p, &w->frames, job->why, sizeof job->why);
+  if (err < 0)
+    return err;
+  size_t bytes = fz_frames_gpu_device_bytes(w->frames);
+  if ((err = mem_reserve(w->g, bytes, job->why, sizeof job->why)) < 0) {
+    fz_frames_gpu_destroy(w->frames);
+    w->frames = NULL;
+    return err;
+  }
+  w->frames_bytes = bytes;
+  w->frames_dtype = r->dtype;
+  w->frames_npixels = r->npixels;
+  w->frames_serial = serial;
+  return 0;
+}
+
+/* Batches of LZ4 chunks on the GPU: each batch's chunks are read (from the
+ * message or the descriptor) into the decoder's pinned staging, decoded
+ * with the results kept on the device, and each frame's results copied
+ * into arrays of exactly its size.  zstd chunks and top-N lists are the
+ * CPU engine's (fzd_frames_job_run), as fz_frames_gpu.h says. */
+static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
+  struct fzd_frames_req *r = job->frames;
+  if (r->codec != FZ_BSLZ4_LZ4 || r->top_n != 0)
+    return fzd_frames_job_run(job);
+  uint64_t t0 = uv_hrtime();
+  int err = frames_decoder(w, job);
+  if (err < 0 || (err = fzd_frames_start(job, false, 0)) < 0)
+    return err;
+  size_t cap = 0;
+  uint8_t *stage = fz_frames_gpu_staging(w->frames, &cap, job->why, sizeof job->why);
+  if (stage == NULL)
+    return FZ_ENOMEM;
+  uint64_t offs[FRAMES_BATCH], lens[FRAMES_BATCH];
+  size_t counts[FRAMES_BATCH];
+  int status[FRAMES_BATCH];
+  for (size_t i = 0; i < r->n;) {
+    size_t k = 0;
+    uint64_t at = 0;
+    for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= cap - at; k++) {
+      if ((err = fzd_frames_chunk(job, i + k, stage + at)) < 0)
+        return err;
+      offs[k] = at;
+      lens[k] = r->lengths[i + k];
+      at += lens[k];
+    }
+    if (k == 0) {
+      /* Longer than any LZ4 chunk of such a frame can be. */
+      char why[128];
+      snprintf(why, sizeof why, "chunk of %llu bytes, more than a frame's chunk can take (%zu)",
+               (unsigned long long)r->lengths[i], cap);
+      fzd_frames_fail(r, i++, FZ_ECORRUPT, why);
+      continue;
+    }
+    fz_frames_gpu_batch b = {.base = stage,
+                             .base_len = cap,
+                             .offsets = offs,
+                             .lengths = lens,
+                             .nframes = k,
+                             .cut = r->cut,
+                             .counts = counts,
+                             .status = status,
+                             .keep = 1,
+                             .keep_lists = !r->dense};
+    int64_t failed =
+        fz_frames_gpu_run(w->frames, &b, (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
+    if (failed < 0)
+      return (int)failed;
+    for (size_t j = 0; j < k; j++) {
+      char why[128];
+      if (status[j] < 0) {
+        fz_frames_gpu_why(w->frames, j, why, sizeof why);
+        fzd_frames_fail(r, i + j, status[j], why);
+        continue;
+      }
+      size_t listed = r->dense ? (size_t)r->npixels : counts[j];
+      if (fzd_frames_open(r, i + j, listed, listed) < 0)
+        continue;
+      fzd_frame_result *x = &r->res[i + j];
+      err = fz_frames_gpu_take(w->frames, j, r->dense ? NULL : x->values, x->indices,
+                               r->dense ? x->values : NULL, x->powder,
+                               (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
+      if (err < 0)
+        return err;
+    }
+    i += k;
+  }
+  return fzd_frames_end(job, t0);
+}
+
+static int frames_run(void *w, fzd_job *job) {
+  int err = gpu_frames(w, job);
+  if (err == FZ_EGPUOOM) {
+    fzd_warn("worker %u: out of GPU memory (%s); releasing its buffers and plans",
+             ((fzd_gpu_worker *)w)->index, job->why);
+    trim(w);
+  }
+  return err;
+}
+#endif
+
 /* ---- workers ------------------------------------------------------------------- */
 
 static void worker_idle(void *arg) {
   fzd_gpu_worker *w = arg;
   gpu_sync(w, NULL, NULL);
+  frames_drop(w);
   dev_drop(w, &w->d_in);
   dev_drop(w, &w->d_out);
   dev_drop(w, &w->d_back);
@@ -1131,6 +1300,7 @@ static void worker_destroy(void *arg) {
   host_drop(w, &w->h_out);
   host_drop(w, &w->h_back);
   fz_gpu_decoder_destroy(w->dec);
+  frames_drop(w);
   free(w);
 }
 
@@ -1302,5 +1472,8 @@ int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s, fzd_backend_ops *be) 
                       .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
                       .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .plans = g->plans,
                       .jit_counts = jit_counts, .destroy = NULL};
+#ifdef FZD_HAVE_FRAMES
+  be->frames = frames_run;
+#endif
   return 0;
 }

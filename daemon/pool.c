@@ -161,10 +161,13 @@ static void *worker_main(void *arg) {
     job->next = NULL;
     job->why[0] = '\0';
     job->t_start = uv_hrtime();
-    /* Frames run on the CPU engine on either backend (frames.c). */
-    job->err = job->kind == FZD_JOB_WARM     ? fzd_warm_job_run(&pool->be, w->state, job)
-               : job->kind == FZD_JOB_FRAMES ? fzd_frames_job_run(job)
-                                             : pool->be.run(w->state, job);
+    /* Frames run on the backend's decoder where it has one (frames.h). */
+    if (job->kind == FZD_JOB_WARM)
+      job->err = fzd_warm_job_run(&pool->be, w->state, job);
+    else if (job->kind == FZD_JOB_FRAMES)
+      job->err = pool->be.frames != NULL ? pool->be.frames(w->state, job) : fzd_frames_job_run(job);
+    else
+      job->err = pool->be.run(w->state, job);
     job->t_end = uv_hrtime();
     if (job->kind == FZD_JOB_WARM && job->err > 0) {
       /* Entries are left: back in the queue, behind what came meanwhile

@@ -42,8 +42,11 @@ struct fz_frames_gpu {
   /* Pinned host staging: offsets and lengths up, statuses and counts down. */
   uint64_t *h_offsets, *h_lengths;
   unsigned long long *h_status, *h_counts;
+  uint8_t *h_chunks;     /* fz_frames_gpu_staging's, made on demand */
+  size_t dev_bytes;      /* device memory held */
   uint64_t *last_status; /* the last batch's status words, for _why */
   size_t last_n;
+  int last_keep, last_lists, last_product; /* what the last batch left */
 };
 
 static int cuda_fail(cudaError_t e, const char *what, char *why, size_t why_len) {
@@ -67,7 +70,8 @@ static int cuda_fail(cudaError_t e, const char *what, char *why, size_t why_len)
       return cuda_fail(e_, #call, why, why_len);                                                   \
   } while (0)
 
-static int dev_alloc(void **p, size_t bytes, const char *what, char *why, size_t why_len) {
+static int dev_alloc(fz_frames_gpu *g, void **p, size_t bytes, const char *what, char *why,
+                     size_t why_len) {
   cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
   if (e != cudaSuccess) {
     *p = NULL;
@@ -78,6 +82,7 @@ static int dev_alloc(void **p, size_t bytes, const char *what, char *why, size_t
     }
     return rc;
   }
+  g->dev_bytes += bytes ? bytes : 1;
   return 0;
 }
 
@@ -95,7 +100,7 @@ void fz_frames_gpu_destroy(fz_frames_gpu *g) {
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     if (dev[i])
       cudaFree(dev[i]);
-  void *host[] = {g->h_offsets, g->h_lengths, g->h_status, g->h_counts};
+  void *host[] = {g->h_offsets, g->h_lengths, g->h_status, g->h_counts, g->h_chunks};
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
     if (host[i])
       cudaFreeHost(host[i]);
@@ -167,7 +172,7 @@ static int alloc_buffers(fz_frames_gpu *g, char *why, size_t why_len) {
       {(void **)&g->d_indices, F * g->cap * 4, "listed indices"},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-    int rc = dev_alloc(bufs[i].p, bufs[i].bytes, bufs[i].what, why, why_len);
+    int rc = dev_alloc(g, bufs[i].p, bufs[i].bytes, bufs[i].what, why, why_len);
     if (rc < 0)
       return rc;
   }
@@ -194,7 +199,7 @@ static int upload_mask_csr(fz_frames_gpu *g, const fz_frames_gpu_params *p, char
       return FZ_ENOMEM;
     }
     size_t bytes = p->npixels / 8 + 16;
-    if ((rc = dev_alloc((void **)&g->d_active, bytes, "the mask", why, why_len)) < 0)
+    if ((rc = dev_alloc(g, (void **)&g->d_active, bytes, "the mask", why, why_len)) < 0)
       goto done;
     cudaError_t e = cudaMemcpy(g->d_active, active, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
@@ -222,16 +227,16 @@ static int upload_mask_csr(fz_frames_gpu *g, const fz_frames_gpu_params *p, char
     for (size_t i = 0; i < 4 && rc == 0; i++) {
       if (!up[i].h)
         continue;
-      if ((rc = dev_alloc(up[i].d, up[i].bytes, up[i].what, why, why_len)) < 0)
+      if ((rc = dev_alloc(g, up[i].d, up[i].bytes, up[i].what, why, why_len)) < 0)
         break;
       cudaError_t e = cudaMemcpy(*up[i].d, up[i].h, up[i].bytes, cudaMemcpyHostToDevice);
       if (e != cudaSuccess)
         rc = cuda_fail(e, "cudaMemcpy of the matrix", why, why_len);
     }
     if (rc == 0 && c.wf)
-      rc = dev_alloc((void **)&g->d_powder_f64, F * c.nrows * 8, "products", why, why_len);
+      rc = dev_alloc(g, (void **)&g->d_powder_f64, F * c.nrows * 8, "products", why, why_len);
     if (rc == 0 && c.wi)
-      rc = dev_alloc((void **)&g->d_powder_i64, F * c.nrows * 8, "products", why, why_len);
+      rc = dev_alloc(g, (void **)&g->d_powder_i64, F * c.nrows * 8, "products", why, why_len);
     fzf_csr_free(&c);
   }
 done:
@@ -292,18 +297,29 @@ static int check_batch(const fz_frames_gpu *g, const fz_frames_gpu_batch *b, cha
             g->max_frames);
     return FZ_EINVAL;
   }
-  if (b->values && (!b->indices || b->cap > g->cap)) {
+  if (!b->keep && b->values && (!b->indices || b->cap > g->cap)) {
     fzf_say(why, why_len, "frames (GPU): lists of %zu pixels a frame, the decoder holds %zu",
             b->cap, g->cap);
     return FZ_EINVAL;
   }
-  if ((b->powder_f64 && !g->d_powder_f64) || (b->powder_i64 && !g->d_powder_i64)) {
+  if (!b->keep && ((b->powder_f64 && !g->d_powder_f64) || (b->powder_i64 && !g->d_powder_i64))) {
     fzf_say(why, why_len, "frames (GPU): products asked for that the matrix's weights do not give");
     return FZ_EINVAL;
   }
   size_t total = 0;
+  int staged = !b->base_on_device && g->h_chunks && b->base == g->h_chunks;
   for (size_t i = 0; i < b->nframes; i++) {
-    if (b->base_on_device) {
+    if (staged) {
+      if (b->offsets[i] > g->max_batch_bytes ||
+          b->lengths[i] > g->max_batch_bytes - b->offsets[i]) {
+        fzf_say(why, why_len,
+                "frames (GPU): chunk %zu (%llu bytes at %llu) lies outside the "
+                "%zu-byte staging buffer",
+                i, (unsigned long long)b->lengths[i], (unsigned long long)b->offsets[i],
+                g->max_batch_bytes);
+        return FZ_EINVAL;
+      }
+    } else if (b->base_on_device) {
       if (b->offsets[i] > b->base_len || b->lengths[i] > b->base_len - b->offsets[i]) {
         fzf_say(why, why_len,
                 "frames (GPU): chunk %zu (%llu bytes at %llu) lies outside the "
@@ -343,6 +359,16 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
   const uint8_t *chunks = b->base;
   if (b->base_on_device) {
     memcpy(g->h_offsets, b->offsets, n * 8);
+  } else if (b->base == g->h_chunks) {
+    /* Staged: the bytes up to the last chunk's end, in one copy. */
+    uint64_t end = 0;
+    for (size_t i = 0; i < n; i++)
+      if (b->lengths[i] && b->offsets[i] + b->lengths[i] > end)
+        end = b->offsets[i] + b->lengths[i];
+    if (end)
+      CUDA_TRY(cudaMemcpyAsync(g->d_chunks, g->h_chunks, end, cudaMemcpyHostToDevice, s));
+    memcpy(g->h_offsets, b->offsets, n * 8);
+    chunks = g->d_chunks;
   } else {
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
@@ -358,9 +384,10 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
   CUDA_TRY(cudaMemcpyAsync(g->d_offsets, g->h_offsets, n * 8, cudaMemcpyHostToDevice, s));
   CUDA_TRY(cudaMemcpyAsync(g->d_lengths, g->h_lengths, n * 8, cudaMemcpyHostToDevice, s));
 
-  int lists = b->values != NULL;
-  int dense_out = b->dense && b->out_on_device;
-  int lists_out = lists && b->out_on_device;
+  int keep = b->keep != 0;
+  int lists = keep ? b->keep_lists != 0 : b->values != NULL;
+  int dense_out = !keep && b->dense && b->out_on_device;
+  int lists_out = !keep && lists && b->out_on_device;
   fzf_batch_dev d = {
       .nframes = (uint32_t)n,
       .w = g->w,
@@ -383,13 +410,13 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
       .lists = lists,
       .values = lists_out ? b->values : g->d_values,
       .indices = lists_out ? b->indices : g->d_indices,
-      .cap = lists ? b->cap : 0,
-      .powder_f64 = b->powder_f64 && b->out_on_device ? b->powder_f64 : g->d_powder_f64,
-      .powder_i64 = b->powder_i64 && b->out_on_device ? b->powder_i64 : g->d_powder_i64,
+      .cap = lists ? (keep ? g->cap : b->cap) : 0,
+      .powder_f64 = !keep && b->powder_f64 && b->out_on_device ? b->powder_f64 : g->d_powder_f64,
+      .powder_i64 = !keep && b->powder_i64 && b->out_on_device ? b->powder_i64 : g->d_powder_i64,
   };
   fzf_frame_view fv = {g->w, g->kind, fz_frames_cut_of(b->cut, g->w, g->kind), g->d_active};
   fzf_csr_dev m = {g->nrows, g->d_indptr, g->d_cols, g->d_wf, g->d_wi};
-  int want_product = g->nrows && (b->powder_f64 || b->powder_i64);
+  int want_product = g->nrows && (keep || b->powder_f64 || b->powder_i64);
   int e = fzf_launch(&d, &fv, want_product ? &m : NULL, s);
   if (e != cudaSuccess)
     return cuda_fail((cudaError_t)e, "the frames kernels' launch", why, why_len);
@@ -405,6 +432,11 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
     failed += b->status[i] != 0;
   }
   g->last_n = n;
+  g->last_keep = keep;
+  g->last_lists = lists;
+  g->last_product = want_product;
+  if (keep)
+    return failed;
   /* Results wanted in host memory: only what each frame listed. */
   if (lists && !b->out_on_device) {
     for (size_t i = 0; i < n; i++) {
@@ -429,6 +461,64 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
   if ((lists || b->dense || want_product) && !b->out_on_device)
     CUDA_TRY(cudaStreamSynchronize(s));
   return failed;
+}
+
+int fz_frames_gpu_take(fz_frames_gpu *g, size_t i, void *values, uint32_t *indices, void *dense,
+                       void *powder, fz_frames_gpu_stream stream, char *why, size_t why_len) {
+  if (!g || i >= g->last_n || !g->last_keep) {
+    fzf_say(why, why_len, "frames (GPU): no frame %zu kept from the last batch", i);
+    return FZ_EINVAL;
+  }
+  cudaStream_t s = (cudaStream_t)stream;
+  size_t w = g->w, P = g->npixels;
+  size_t count = fzf_status_code(g->last_status[i]) ? 0 : (size_t)g->h_counts[i];
+  if ((values || indices) && !g->last_lists) {
+    fzf_say(why, why_len, "frames (GPU): the last batch listed no pixels");
+    return FZ_EINVAL;
+  }
+  if (powder && !g->last_product) {
+    fzf_say(why, why_len, "frames (GPU): the last batch made no products");
+    return FZ_EINVAL;
+  }
+  if (values && count)
+    CUDA_TRY(cudaMemcpyAsync(values, g->d_values + i * g->cap * w, count * w,
+                             cudaMemcpyDeviceToHost, s));
+  if (indices && count)
+    CUDA_TRY(
+        cudaMemcpyAsync(indices, g->d_indices + i * g->cap, count * 4, cudaMemcpyDeviceToHost, s));
+  if (dense)
+    CUDA_TRY(cudaMemcpyAsync(dense, g->d_dense + i * P * w, P * w, cudaMemcpyDeviceToHost, s));
+  if (powder) {
+    const void *src = g->d_powder_f64 ? (const void *)(g->d_powder_f64 + i * g->nrows)
+                                      : (const void *)(g->d_powder_i64 + i * g->nrows);
+    CUDA_TRY(cudaMemcpyAsync(powder, src, g->nrows * 8, cudaMemcpyDeviceToHost, s));
+  }
+  CUDA_TRY(cudaStreamSynchronize(s));
+  return 0;
+}
+
+uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t why_len) {
+  if (!g) {
+    fzf_say(why, why_len, "frames (GPU): NULL decoder");
+    return NULL;
+  }
+  if (!g->h_chunks) {
+    cudaError_t e = cudaSetDevice(g->device);
+    if (e == cudaSuccess)
+      e = cudaMallocHost((void **)&g->h_chunks, g->max_batch_bytes ? g->max_batch_bytes : 1);
+    if (e != cudaSuccess) {
+      g->h_chunks = NULL;
+      cuda_fail(e, "cudaMallocHost of the chunk staging", why, why_len);
+      return NULL;
+    }
+  }
+  if (cap)
+    *cap = g->max_batch_bytes;
+  return g->h_chunks;
+}
+
+size_t fz_frames_gpu_device_bytes(const fz_frames_gpu *g) {
+  return g ? g->dev_bytes : 0;
 }
 
 void fz_frames_gpu_why(const fz_frames_gpu *g, size_t i, char *why, size_t why_len) {

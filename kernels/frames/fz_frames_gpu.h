@@ -98,6 +98,10 @@ typedef struct fz_frames_gpu_batch {
   int64_t *powder_i64;
   size_t *counts;
   int *status;
+  /* keep: the results stay in the decoder's device buffers for
+   * fz_frames_gpu_take (values, indices, dense and the products above are
+   * then ignored); the pixels above the cut are listed when keep_lists. */
+  int keep, keep_lists;
 } fz_frames_gpu_batch;
 
 /* Runs a batch on stream.  A corrupt chunk fails its own frame (its
@@ -108,6 +112,22 @@ typedef struct fz_frames_gpu_batch {
  * base_len, more host chunk bytes than max_batch_bytes; CUDA errors). */
 int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
                           fz_frames_gpu_stream stream, char *why, size_t why_len);
+
+/* Frame i of the last batch, run with keep, copied into host memory:
+ * its counts[i] listed values and indices (when listed), its dense frame
+ * (npixels elements) and its products (rows); a NULL pointer skips that
+ * part.  Synchronous on stream. */
+int fz_frames_gpu_take(fz_frames_gpu *g, size_t i, void *values, uint32_t *indices, void *dense,
+                       void *powder, fz_frames_gpu_stream stream, char *why, size_t why_len);
+
+/* Pinned host memory of max_batch_bytes for a batch's chunks, made on the
+ * first call and kept with the decoder: a batch whose base is this buffer
+ * goes to the device in one copy, and its chunks need only lie inside it.
+ * NULL (why set) when it cannot be had; *cap is its size. */
+uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t why_len);
+
+/* Device memory the decoder holds, in bytes (pinned host memory apart). */
+size_t fz_frames_gpu_device_bytes(const fz_frames_gpu *g);
 
 /* Why frame i of the last batch failed ("no error" when it did not). */
 void fz_frames_gpu_why(const fz_frames_gpu *g, size_t i, char *why, size_t why_len);

@@ -7,19 +7,24 @@
  * frames, chunks in device memory and in host memory.  Every timed
  * configuration's first batch is checked against the CPU engine
  * (fz_frames_sparse_batch, fz_frames_dense), frame by frame; the exit
- * status is 1 when anything differs.
+ * status is 1 when anything differs.  With -S ADDRESS the same batches go
+ * through a running fzd too (libfzclient's fz_client_frames, the chunks in
+ * a file whose descriptor travels with each request, the lists in the
+ * reply), checked the same way and timed the same way.
  *
- *   fz_frames_gpu_bench [-f FRAMES] [-b BATCH] [-r REPEATS] [-c CUT]
+ *   fz_frames_gpu_bench [-f FRAMES] [-b BATCH] [-r REPEATS] [-c CUT] [-S ADDRESS]
  */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fz_frames_gpu.h"
+#include "fzclient.h"
 
 enum { NI = 2162, NJ = 2068, NPX = NI * NJ, PEAKS = 200 };
 
@@ -72,17 +77,83 @@ static double now(void) {
     }                                                                                              \
   } while (0)
 
+/* The batches through fzd at address: the chunks in a memfd, each request
+ * naming its frames' offsets and lengths in it; the first batch's lists
+ * against the CPU's (cc, cv, ci at stride cap).  Returns the best frames/s
+ * of repeats passes after a first, or -1. */
+static double through_fzd(const char *address, const uint8_t *chunks, uint64_t bytes,
+                          const uint64_t *offs, const uint64_t *lens, int nframes, int batch,
+                          int repeats, double cut, const size_t *cc, const uint16_t *cv,
+                          const uint32_t *ci, size_t cap, int *bad) {
+  int fd = memfd_create("frames", MFD_CLOEXEC);
+  if (fd < 0 || write(fd, chunks, bytes) != (ssize_t)bytes) {
+    perror("memfd");
+    return -1;
+  }
+  fz_client *c = NULL;
+  char msg[256];
+  int rc = fz_client_connect(&c, address, NULL, msg, sizeof msg);
+  if (rc < 0) {
+    fprintf(stderr, "fzd at %s: %s\n", address, msg);
+    return -1;
+  }
+  fz_frame_result *res = calloc((size_t)batch, sizeof *res);
+  double best = 1e30;
+  for (int r = 0; r <= repeats; r++) {
+    double t = now();
+    for (int b0 = 0; b0 < nframes; b0 += batch) {
+      fz_frames_request q = {.dtype = "u16",
+                             .ndims = 2,
+                             .shape = {NI, NJ},
+                             .cut = cut,
+                             .offsets = offs + b0,
+                             .lengths = lens + b0,
+                             .nframes = (size_t)batch,
+                             .has_fd = 1,
+                             .fd = fd};
+      if ((rc = fz_client_frames(c, &q, res)) < 0) {
+        fprintf(stderr, "through fzd: %s: %s\n", fz_strerror(rc), fz_client_errmsg(c));
+        return -1;
+      }
+      for (int i = 0; i < batch; i++) {
+        if (res[i].status != 0) {
+          fprintf(stderr, "through fzd: frame %d: %s\n", b0 + i, res[i].message);
+          return -1;
+        }
+        if (r == 0 && b0 == 0 &&
+            (res[i].listed != cc[i] ||
+             memcmp(res[i].values, cv + (size_t)i * cap, cc[i] * 2) != 0 ||
+             memcmp(res[i].indices, ci + (size_t)i * cap, cc[i] * 4) != 0)) {
+          fprintf(stderr, "through fzd: frame %d differs from the CPU\n", i);
+          *bad = 1;
+        }
+      }
+      fz_client_frame_results_free(res, (size_t)batch);
+    }
+    t = now() - t;
+    if (r > 0 && t < best)
+      best = t;
+  }
+  free(res);
+  fz_client_close(c);
+  close(fd);
+  return nframes / best;
+}
+
 int main(int argc, char **argv) {
   int nframes = 64, batch = 64, repeats = 20, opt;
   double cut = 10;
-  while ((opt = getopt(argc, argv, "f:b:r:c:")) != -1) {
+  const char *address = NULL;
+  while ((opt = getopt(argc, argv, "f:b:r:c:S:")) != -1) {
     switch (opt) {
     case 'f': nframes = atoi(optarg); break;
     case 'b': batch = atoi(optarg); break;
     case 'r': repeats = atoi(optarg); break;
     case 'c': cut = atof(optarg); break;
+    case 'S': address = optarg; break;
     default:
-      fprintf(stderr, "usage: %s [-f FRAMES] [-b BATCH] [-r REPEATS] [-c CUT]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-f FRAMES] [-b BATCH] [-r REPEATS] [-c CUT] [-S ADDRESS]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -179,7 +250,7 @@ int main(int argc, char **argv) {
       {"dense", 0, 0, 0},
   };
   int bad = 0;
-  double best_sparse = 0;
+  double best_sparse = 0, host_sparse = 0;
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
     double best = 1e30;
     for (int r = 0; r <= repeats; r++) {
@@ -239,9 +310,21 @@ int main(int argc, char **argv) {
     double fps = nframes / best;
     if (modes[m].sparse && modes[m].chunks_dev && fps > best_sparse)
       best_sparse = fps;
+    if (modes[m].sparse && !modes[m].chunks_dev && !modes[m].out_dev)
+      host_sparse = fps;
     printf("| %s | %s | %s | %.0f | %.1f |\n", modes[m].name,
            modes[m].chunks_dev ? "device" : "host", modes[m].out_dev ? "device" : "host", fps,
            fps * NPX * 2 / 1e9);
+  }
+  if (address != NULL) {
+    double fps = through_fzd(address, chunks, at, offs, lens, nframes, batch, repeats, cut, cc, cv,
+                             ci, cap, &bad);
+    if (fps < 0)
+      return 1;
+    printf("| sparse | file, through fzd | reply | %.0f | %.1f |\n", fps, fps * NPX * 2 / 1e9);
+    printf("\n# through fzd: %.0f%% of in process with chunks and lists in host memory, %.0f%% "
+           "of in process with chunks and lists in device memory (bar: 70%%)\n",
+           100 * fps / host_sparse, 100 * fps / best_sparse);
   }
   printf("\n# sparse, chunks in device memory: %.0f frames/s (bar: 10000): %s\n", best_sparse,
          best_sparse >= 10000 ? "met" : "NOT met");

@@ -88,10 +88,12 @@ static int write_config(const fzd_harness *h, const char *settings) {
   FILE *f = fopen(h->config, "w");
   if (f == NULL)
     return -errno;
+  /* FZD_TEST_BACKEND=gpu runs a suite against the GPU backend (tests/gpu/run.sh). */
+  const char *backend = getenv("FZD_TEST_BACKEND");
   fprintf(f,
-          "{\n  \"socket_path\": \"%s\",\n  \"backend\": \"cpu\",\n"
+          "{\n  \"socket_path\": \"%s\",\n  \"backend\": \"%s\",\n"
           "  \"log_level\": \"debug\"%s%s\n}\n",
-          h->socket, settings && settings[0] ? ",\n  " : "",
+          h->socket, backend && backend[0] ? backend : "cpu", settings && settings[0] ? ",\n  " : "",
           settings ? settings : "");
   return fclose(f) == 0 ? 0 : -errno;
 }

@@ -2,10 +2,11 @@
  * fzd_harness.h - runs the real fzd binary for a test.
  *
  * fzd_harness_start() makes a private temporary directory, writes a config
- * file there (socket in the same directory, CPU backend, debug logging, plus
- * the settings the test gives), starts fzd with fork+exec with its stderr in
- * a log file, and waits until fzd sends READY=1 on the NOTIFY_SOCKET datagram
- * socket the harness created: when it returns 0 the daemon can serve.
+ * file there (socket in the same directory, the CPU backend or the one
+ * FZD_TEST_BACKEND names, debug logging, plus the settings the test gives),
+ * starts fzd with fork+exec with its stderr in a log file, and waits until
+ * fzd sends READY=1 on the NOTIFY_SOCKET datagram socket the harness
+ * created: when it returns 0 the daemon can serve.
  * fzd_harness_stop() sends SIGTERM, waits for the exit and returns the wait
  * status, so a test asserts a clean drain with
  *     int st = fzd_harness_stop(h, 20000);

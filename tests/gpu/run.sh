@@ -89,6 +89,7 @@ cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
   test_gpu_large test_gpu_jit test_gpu_ratio fz_gpu_bench test_gpu_frames test_kernel_frames \
+  fzd test_daemon_frames_method \
   > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
 echo "built"
 
@@ -97,6 +98,11 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   # test_gpu_frames and its CPU model test_kernel_frames (kernels/frames).
   run_ctest "ctest GPU suites" ctest.log -R '^test_(gpu_|kernel_frames$)' -E "$service_suites"
   grep -E "tests passed|Test +#|Passed|Failed|Skipped|SKIP|Synthesis|large:" "$logs/ctest.log" | tail -30
+  # The "frames" method's suite against fzd on the GPU backend: its LZ4
+  # batches run on kernels/frames and must equal the engine's answers.
+  FZD_TEST_BACKEND=gpu run_ctest "frames through fzd (GPU backend)" ctest-frames-fzd.log \
+    -R '^test_daemon_frames_method$'
+  grep -E "Test +#|Synthesis|FAIL" "$logs/ctest-frames-fzd.log" | tail -10
 
   step compute-sanitizer
   read -r -a tools <<< "${FZ_SANITIZER_TOOLS:-memcheck racecheck}"
@@ -169,21 +175,31 @@ fi
 
 # ---- detector frames ------------------------------------------------------
 # FZ_GPU_FRAMES_BENCH=1: tests/bench/frames_gpu_bench.c, Eiger 4M u16 frames
-# decoded in batches in process, sparse (cut 10) and dense, checked against
-# the CPU engine ($FZ_FRAMES_BENCH_ARGS: e.g. "-f 256 -b 64 -r 20").
+# decoded in batches in process, sparse (cut 10) and dense, and the same
+# batches through fzd on the GPU backend (chunks in a file descriptor),
+# checked against the CPU engine ($FZ_FRAMES_BENCH_ARGS: e.g. "-f 256 -b
+# 64 -r 20").
 if [ "${FZ_GPU_FRAMES_BENCH:-0}" != 0 ]; then
   step detector frames on the GPU
-  cmake --build "$build" -j16 --target fz_frames_gpu_bench > "$logs/build-frames.log" 2>&1 ||
+  cmake --build "$build" -j16 --target fz_frames_gpu_bench fzd > "$logs/build-frames.log" 2>&1 ||
     { tail -40 "$logs/build-frames.log"; exit 1; }
+  work=$(mktemp -d)
+  "$build/daemon/fzd" --socket "$work/fzd.sock" --backend gpu 2> "$logs/fzd-frames.log" &
+  fzd_pid=$!
+  for _ in $(seq 100); do [ -S "$work/fzd.sock" ] && break; sleep 0.1; done
   # shellcheck disable=SC2086
-  if "$build/tests/bench/fz_frames_gpu_bench" ${FZ_FRAMES_BENCH_ARGS:-} \
+  if "$build/tests/bench/fz_frames_gpu_bench" ${FZ_FRAMES_BENCH_ARGS:-} -S "unix:$work/fzd.sock" \
        > "$logs/frames-gpu-bench.md" 2> "$logs/frames-gpu-bench.err"; then
     summary+=("frames GPU benchmark: identical to the CPU")
   else
     summary+=("frames GPU benchmark: FAILED (exit $?)")
     status=1
   fi
+  kill -TERM "$fzd_pid"
+  wait "$fzd_pid" || { summary+=("fzd (frames benchmark) exited with $?"); status=1; }
+  rm -rf "$work"
   cat "$logs/frames-gpu-bench.md" "$logs/frames-gpu-bench.err"
+  tail -5 "$logs/fzd-frames.log"
 fi
 
 # ---- kernel profile ------------------------------------------------------
