@@ -210,8 +210,9 @@ static int open_at(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len, fz_ar
     if (!fzk_ratio_chain(&dec->h)) {
       fze_why(why, why_len,
               "the GPU kernels read only the ratio preset's chains of format "
-              "version 3 (quant | interp | huffman | rze, or lorenzo in interp's place): "
-              "the CPU engine decodes this archive");
+              "version 3 (quant | interp | huffman | rze, or lorenzo in interp's place) "
+              "and lorenzo | byteplanes on 4- and 8-byte words of version 4: the CPU "
+              "engine decodes this archive");
       return FZ_ENOSYS;
     }
     /* A GPU the built-in kernels cannot run on takes them from NVRTC. */
@@ -388,7 +389,7 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
   if ((rc = head(dec, prefix, NULL, tab, hcrc_len, 4, tab32, crcs, offs, (uint64_t *)(ws + o_bsum),
                  cparts, (fzk_qparams *)(ws + o_qp), &chk, s, why, why_len)) < 0)
     return rc;
-  const fze_stage *q = &h->chain.st[0], *ip = &h->chain.st[1];
+  const fzk_ratio_form f = fzk_ratio_form_of(h);
   fzr_params p = {.pay = pay,
                   .pay_len = pay_len,
                   .offs = offs,
@@ -397,11 +398,12 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
                   .nchunks = nc,
                   .cb = h->chunk_bytes,
                   .w = (uint32_t)fz_dtype_size(h->dtype),
-                  .levels = h->chain.st[3].levels,
-                  .pdims = ip->pdims,
-                  .lorenzo = ip->id == FZE_STAGE_LORENZO,
-                  .pwrel = q->mode == FZ_EB_PWREL,
-                  .step = q->step,
+                  .levels = f.levels,
+                  .pdims = f.pdims,
+                  .lorenzo = f.lorenzo,
+                  .planes = f.planes,
+                  .pwrel = f.pwrel,
+                  .step = f.step,
                   .slots = slots,
                   .scratch = ws + o_scr,
                   .ticket = (uint64_t *)(ws + o_tick),
@@ -409,7 +411,7 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
                   .status = status,
                   .crcs = crcs,
                   .crc_tab = ctx->d_tab};
-  memcpy(p.ext, ip->ext, sizeof p.ext);
+  memcpy(p.ext, f.ext, sizeof p.ext);
   if ((rc = fzk_cuda_check(fzr_launch_decode(dec->rk, &p, s), "fzr_launch_decode", why, why_len)) <
       0)
     return rc;

@@ -11,9 +11,10 @@
  * seal kernel writes the archive's size and the absolute bound the quantizer
  * enforced to pinned host memory, so a caller learns what it reports
  * without reading the archive, and with no copy back.
- * Decompression is gpu_decode.c.  The ratio preset's chain has kernels of
- * its own (ratio.cu): its chunks are staged with their sizes and
- * checksums, scanned, placed, then sealed like the others.
+ * Decompression is gpu_decode.c.  The ratio preset's chain, and the
+ * lossless-ratio preset's, have kernels of their own (ratio.cu): their
+ * chunks are staged with their sizes and checksums, scanned, placed, then
+ * sealed like the others.
  */
 #include <cuda_runtime_api.h>
 #include <stddef.h>
@@ -221,13 +222,14 @@ int fzk_ratio_kernels(fz_gpu_ctx *ctx, const fzk_kern **rk, const char *what, ch
   return FZ_ENOSYS;
 }
 
-/* The descriptor the prep and seal kernels read for a ratio plan. */
+/* The descriptor the prep and seal kernels read for a ratio plan (the
+ * lossless-ratio preset's has no quantizer: no range, no parameters). */
 static void desc_ratio(fzk_desc *d, const fze_header *h) {
   memset(d, 0, sizeof *d);
   d->nst = (uint8_t)h->chain.n;
   d->w = (uint8_t)fz_dtype_size(h->dtype);
-  d->fkind = h->dtype == FZ_F32 ? 1 : 2;
-  d->has_quant = 1;
+  d->fkind = h->dtype == FZ_F32 ? 1 : h->dtype == FZ_F64 ? 2 : 0;
+  d->has_quant = fze_chain_has_quant(&h->chain);
   d->cb = h->chunk_bytes;
   d->raw_bytes = h->raw_bytes;
   d->nchunks = h->nchunks;
@@ -271,9 +273,9 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags, fz_g
   if (!pl->ratio && (fze_chain_has_ratio(&h->chain) || h->chunk_bytes > FZ_CHUNK_MAX)) {
     fze_why(why, why_len,
             "the GPU kernels code the ratio preset's chain (quant | interp | "
-            "huffman | rze, or lorenzo in interp's place) but no other with a lorenzo, "
-            "interp or huffman stage or chunks above 32 KiB: the CPU engine compresses "
-            "this chain");
+            "huffman | rze, or lorenzo in interp's place) and lorenzo | byteplanes on 4- "
+            "and 8-byte words but no other with a lorenzo, interp, huffman or byteplanes "
+            "stage or chunks above 32 KiB: the CPU engine compresses this chain");
     rc = FZ_ENOSYS;
     goto err_plan;
   }
@@ -288,7 +290,7 @@ int fz_gpu_plan_create(fz_gpu_ctx *ctx, const fz_params *p, unsigned flags, fz_g
     desc_ratio(&pl->desc, h);
     pl->slots = fzre_enc_slots(h->nchunks, ctx->nsm);
     layout(&pl->ws, h->nchunks, h->chunk_bytes, h->header_len, 1,
-           fzre_scratch_bytes(h->chunk_bytes, pl->desc.w, h->chain.st[3].levels, pl->slots));
+           fzre_scratch_bytes(h->chunk_bytes, pl->desc.w, fzk_ratio_form_of(h).levels, pl->slots));
   } else {
     /* The generated kernel where it compiles; a failure leaves the
      * ahead-of-time one (and its text in the context), and the
@@ -473,17 +475,18 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                            why_len)) < 0)
     goto err_ws;
   if (pl->ratio) {
-    const fze_stage *ip = &h->chain.st[1];
+    const fzk_ratio_form f = fzk_ratio_form_of(h);
     fzre_params rp = {.in = d_in,
                       .raw_bytes = h->raw_bytes,
                       .nchunks = h->nchunks,
                       .cb = h->chunk_bytes,
                       .w = d->w,
-                      .levels = h->chain.st[3].levels,
-                      .pdims = ip->pdims,
-                      .lorenzo = ip->id == FZE_STAGE_LORENZO,
-                      .pwrel = q->mode == FZ_EB_PWREL,
-                      .qp = (const double *)qp,
+                      .levels = f.levels,
+                      .pdims = f.pdims,
+                      .lorenzo = f.lorenzo,
+                      .planes = f.planes,
+                      .pwrel = f.pwrel,
+                      .qp = d->has_quant ? (const double *)qp : NULL,
                       .slots = pl->slots,
                       .scratch = ws + L->scr,
                       .ticket = (uint64_t *)(ws + L->tick),
@@ -491,7 +494,7 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                       .sizes = sizes,
                       .crcs = crcs,
                       .crc_tab = ctx->d_tab};
-    memcpy(rp.ext, ip->ext, sizeof rp.ext);
+    memcpy(rp.ext, f.ext, sizeof rp.ext);
     if ((rc = fzk_cuda_check(fzre_launch_encode(pl->rk, &rp, s), "fzre_launch_encode", why,
                              why_len)) < 0)
       goto err_ws;

@@ -1,7 +1,9 @@
 /*
  * ratio_dec.cuh - the decoder of the ratio preset's chunks (format version
  * 3: quant | interp | huffman | rze, and the same chain with lorenzo in
- * interp's place), written once for the device and for a host model of it.
+ * interp's place) and of the lossless-ratio preset's (format version 4:
+ * lorenzo | byteplanes on 4- and 8-byte words), written once for the
+ * device and for a host model of it.
  *
  * One block decodes one chunk in phases; between two phases every thread
  * of the block waits (the kernel's __syncthreads()), so a phase may read
@@ -48,6 +50,7 @@ typedef struct fzr_job {
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
   uint32_t lorenzo;        /* stage 1 is lorenzo (its k is 1..D), not interp */
+  uint32_t planes;         /* lorenzo | byteplanes: no quant, levels 0, step 0 */
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
@@ -93,6 +96,11 @@ typedef struct fzr_state {
   uint64_t c, first, n, raw, len;
   const uint8_t *in;   /* the chunk's stored bytes */
   uint8_t *a, *b, *t, *x, *v; /* scratch: words, stream, bitmaps, flags, values */
+  uint8_t *hw;         /* where the huffman stream's words go (a, or a plane) */
+  /* byteplanes: each plane's length in the chunk, its first byte there,
+   * and where its n bytes are read from (NULL: zeros) */
+  uint64_t plen[8], poff[8];
+  const uint8_t *psrc[8];
   /* side list */
   uint64_t m;
   const uint8_t *idx, *vals;
@@ -187,6 +195,39 @@ static inline FZR_HD int fzr_tail_ok(const uint8_t *bm, uint64_t n) {
 
 /* ---- phase 0 (thread 0): the chunk's framing, rze's upper levels ---- */
 
+/* lorenzo | byteplanes (codec.c, stage_byteplanes.c): the predictor byte
+ * (1..D), then the w planes' LEB128 lengths, each at most n, which the
+ * planes fill to the chunk's end exactly.  A plane of length 0 is zeros,
+ * one of length n its bytes as they are, any other a huffman stream of
+ * bytes, decoded into the values' scratch (plane p at p up8(n): w up8(n)
+ * is at most the chunk size, a multiple of 8 w). */
+static inline FZR_HD void fzr_planes_frame(fzr_state *S, const fzr_job *J, const uint8_t *in,
+                                           uint64_t len) {
+  const uint64_t n = S->n;
+  uint64_t k = 0, total = 0;
+  if (in[0] < 1 || in[0] > J->pdims)
+    goto bad;
+  S->pk = in[k++];
+  for (unsigned p = 0; p < J->w; p++) {
+    if (!fzr_varint(in, len, &k, &S->plen[p]) || S->plen[p] > n)
+      goto bad;
+    total += S->plen[p];
+  }
+  if (total != len - k)
+    goto bad;
+  S->m = 0;
+  for (unsigned p = 0; p < J->w; p++) {
+    uint64_t l = S->plen[p];
+    S->poff[p] = k;
+    S->psrc[p] = l == 0 ? NULL : l == n ? in + k : S->v + p * fzr_up(n, 8);
+    k += l;
+  }
+  return;
+bad:
+  S->err = 1;
+  S->done = 1;
+}
+
 static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c,
                                      uint64_t slot) {
   S->err = 0;
@@ -205,6 +246,7 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c,
   S->t = base + fzr_off_t(J->cb);
   S->x = base + fzr_off_x(J->cb);
   S->v = base + fzr_off_v(J->cb);
+  S->hw = S->a;
   if (len == 0 || len > raw || off > J->pay_len || len > J->pay_len - off) {
     /* The table's scan reports it (as the CPU's header parser does). */
     S->done = 1;
@@ -215,6 +257,10 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c,
   S->in = in;
   if (len == raw) {
     S->done = 1; /* stored raw: copied by fzr_copy_raw */
+    return;
+  }
+  if (J->planes) {
+    fzr_planes_frame(S, J, in, len);
     return;
   }
   uint64_t n = S->n, w = J->w;
@@ -571,7 +617,9 @@ static inline FZR_HD int fzr_take(fzr_reader *r, unsigned n, uint64_t *v) {
 }
 
 static inline FZR_HD void fzr_store(uint8_t *a, unsigned w, uint64_t j, uint64_t v) {
-  if (w == 4)
+  if (w == 1)
+    a[j] = (uint8_t)v;
+  else if (w == 4)
     ((uint32_t *)a)[j] = (uint32_t)v;
   else
     ((uint64_t *)a)[j] = v;
@@ -583,15 +631,14 @@ static inline FZR_HD void fzr_store(uint8_t *a, unsigned w, uint64_t j, uint64_t
  * writing its runs word by word, in a region of its own, cost the block's
  * first warp one uncoalesced store a word while the other seven waited at
  * the barrier after it: that barrier held 40% of the decoder's stall
- * samples on an H200, docs/benchmarks.md.)  The words start 256-byte
- * aligned in the scratch, and n * w is a multiple of 4. */
+ * samples on an H200, docs/benchmarks.md.)  The words start 8-byte
+ * aligned in the scratch, in a region with room for their bytes rounded
+ * up to 8. */
 static inline FZR_HD void fzr_words_clear(fzr_state *S, unsigned t, unsigned nt, unsigned w) {
-  const uint64_t bytes = S->n * w, n8 = bytes / 8;
-  uint64_t *a8 = (uint64_t *)S->a;
+  const uint64_t n8 = (S->n * w + 7) / 8;
+  uint64_t *a8 = (uint64_t *)S->hw;
   for (uint64_t i = t; i < n8; i += nt)
     a8[i] = 0;
-  if (t == 0 && bytes % 8)
-    ((uint32_t *)S->a)[bytes / 4 - 1] = 0;
 }
 
 /* Lane l (< 32) decodes its sub-stream into the words, which
@@ -607,7 +654,7 @@ FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
   fzr_reader_init(&r, S->b + S->lane_beg[l], S->b + S->lane_end[l]);
   const unsigned e = S->e;
   const uint32_t *lut = S->lut;
-  uint8_t *a = S->a + (uint64_t)lo * w;
+  uint8_t *a = S->hw + (uint64_t)lo * w;
   /* Each symbol takes at most FZR_MAX_LEN bits, and the reader holds more
    * than 32 after a refill while the lane has bytes left, so no symbol
    * needs a test of its own for bits: a lane that takes more than its
@@ -659,10 +706,42 @@ bad:
 static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
   if (l >= FZR_LANES)
     return;
-  if (w == 4)
+  if (w == 1)
+    fzr_huff_lane_w(S, l, 1u);
+  else if (w == 4)
     fzr_huff_lane_w(S, l, 4u);
   else
     fzr_huff_lane_w(S, l, 8u);
+}
+
+/* The block function: the huffman stream in S->b (S->hlen bytes) decoded
+ * into the chunk's n words of w bytes at S->hw.  A header the engine
+ * refuses sets S->done, a lane it refuses S->err. */
+static inline FZR_HD void fzr_huff_block(fzr_state *S, unsigned w) {
+  FZR_T0;
+  FZR_ONE(fzr_huff_frame(S));
+  FZR_SYNC();
+  if (S->done)
+    return;
+  FZR_ALL(fzr_huff_lens(S, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzr_huff_sums(S, t, nt));
+  FZR_SYNC();
+  if (S->done)
+    return;
+  FZR_ALL(fzr_huff_codes(S, t, nt));
+  FZR_SYNC();
+  FZR_CLK(42);
+  FZR_ALL(fzr_lut_clear(S, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, w));
+  FZR_SYNC();
+  FZR_ALL(fzr_pair_fill(S, t, nt));
+  FZR_SYNC();
+  FZR_CLK(43);
+  FZR_ALL(fzr_huff_lane(S, t, w));
+  FZR_SYNC();
+  FZR_CLK(44);
 }
 
 /* ---- values ---- */
@@ -1159,6 +1238,56 @@ static inline FZR_HD void fzr_dequant(fzr_state *S, const fzr_job *J, unsigned t
     fzr_dq_one(J, out, i, fzr_word(S->a, J->w, i));
 }
 
+/* ---- byteplanes ---- */
+
+/* Plane p's huffman stream copied to the stream's scratch (which the lane
+ * readers take in aligned words), and its bytes' place. */
+static inline FZR_HD void fzr_plane_load(fzr_state *S, unsigned p, unsigned t, unsigned nt) {
+  const uint8_t *src = S->in + S->poff[p];
+  for (uint64_t i = t; i < S->plen[p]; i += nt)
+    S->b[i] = src[i];
+  if (t == 0) {
+    S->hlen = S->plen[p];
+    S->hw = S->v + p * fzr_up(S->n, 8);
+  }
+}
+
+/* The words (lorenzo's residuals) from their planes' bytes. */
+FZR_IP_FI FZR_HD void fzr_planes_join_w(fzr_state *S, unsigned w, unsigned t, unsigned nt) {
+  for (uint64_t i = t; i < S->n; i += nt) {
+    uint64_t v = 0;
+    for (unsigned p = 0; p < w; p++)
+      v |= S->psrc[p] ? (uint64_t)S->psrc[p][i] << (8 * p) : 0u;
+    fzr_store(S->a, w, i, v);
+  }
+}
+
+static inline FZR_HD void fzr_planes_join(fzr_state *S, unsigned w, unsigned t, unsigned nt) {
+  if (w == 4)
+    fzr_planes_join_w(S, 4u, t, nt);
+  else
+    fzr_planes_join_w(S, 8u, t, nt);
+}
+
+/* The block function: the coded planes decoded, one after another, and
+ * the words joined in S->a, as the huffman stream's words are in the
+ * ratio preset's chunks; a plane the engine refuses sets S->done or
+ * S->err. */
+static inline FZR_HD void fzr_planes(fzr_state *S, const fzr_job *J) {
+  FZR_T0;
+  for (unsigned p = 0; p < J->w; p++) {
+    if (S->plen[p] == 0 || S->plen[p] == S->n)
+      continue;
+    FZR_ALL(fzr_plane_load(S, p, t, nt));
+    FZR_SYNC();
+    fzr_huff_block(S, 1);
+    if (S->done || S->err)
+      return;
+  }
+  FZR_ALL(fzr_planes_join(S, J->w, t, nt));
+  FZR_SYNC();
+}
+
 /* ---- the chunk's CRC-32C and raw chunks ---- */
 
 #define FZR_POLY 0x82f63b78u
@@ -1266,6 +1395,13 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
   FZR_CLK(40);
   if (S->done)
     goto finish;
+  if (J->planes) {
+    /* No side list: lorenzo (k >= 1) rebuilds the values' bits. */
+    fzr_planes(S, J);
+    if (S->done || S->err)
+      goto finish;
+    goto words;
+  }
   for (unsigned l = J->levels; l >= 1; l--) {
     FZR_ALL(fzr_lv_count(S, l, t, nt));
     FZR_SYNC();
@@ -1283,29 +1419,10 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     }
   }
   FZR_CLK(41);
-  FZR_ONE(fzr_huff_frame(S));
-  FZR_SYNC();
+  fzr_huff_block(S, J->w);
   if (S->done)
     goto finish;
-  FZR_ALL(fzr_huff_lens(S, t, nt));
-  FZR_SYNC();
-  FZR_ALL(fzr_huff_sums(S, t, nt));
-  FZR_SYNC();
-  if (S->done)
-    goto finish;
-  FZR_ALL(fzr_huff_codes(S, t, nt));
-  FZR_SYNC();
-  FZR_CLK(42);
-  FZR_ALL(fzr_lut_clear(S, t, nt));
-  FZR_SYNC();
-  FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, J->w));
-  FZR_SYNC();
-  FZR_ALL(fzr_pair_fill(S, t, nt));
-  FZR_SYNC();
-  FZR_CLK(43);
-  FZR_ALL(fzr_huff_lane(S, t, J->w));
-  FZR_SYNC();
-  FZR_CLK(44);
+words:
   /* pwrel chunks must name lorenzo; a lossless one has no outliers. */
   FZR_ONE(if ((J->pwrel && S->pk == 0) || (J->step == 0 && S->m != 0)) S->err = 1);
   FZR_SYNC();

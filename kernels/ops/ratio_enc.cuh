@@ -21,7 +21,16 @@
  *
  * With lorenzo in interp's place (quant | lorenzo | huffman | rze) the
  * chunk takes lorenzo's best k, as fze_chunk_encode's lorenzo stage does,
- * with the same framing.  The GPU takes chains without a fill value only
+ * with the same framing.
+ *
+ * The lossless-ratio preset's chain (lorenzo | byteplanes, format version
+ * 4, on 4- and 8-byte words) takes lorenzo's best k on the words as they
+ * are (no quantizer), its residuals, then each byte plane (least
+ * significant first) gathered and coded by the same huffman coder on
+ * bytes (stage_byteplanes.c): a plane of zeros is left out, one the code
+ * would not shrink is kept as it is.  The chunk is the predictor byte,
+ * the planes' lengths as LEB128 varints and the planes, or the values raw
+ * where that is not smaller (codec.c).  The GPU takes chains without a fill value only
  * (gpu_plan.c leaves the others to the CPU engine), so the walk never
  * meets fill cells.
  */
@@ -43,8 +52,10 @@ typedef struct fzre_job {
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
   uint32_t lorenzo;        /* stage 1 is lorenzo: its best k, no interpolation */
+  uint32_t planes;         /* lorenzo | byteplanes: no quant, no rze */
   uint32_t pwrel;          /* quant's mode is PWREL */
-  const double *qp;        /* eb_abs, step (as the prep kernel left them) */
+  const double *qp;        /* eb_abs, step (as the prep kernel left them); NULL
+                            * without quant */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
   uint8_t *scratch;        /* stride bytes per block of the launch */
   uint64_t stride;
@@ -99,7 +110,11 @@ typedef struct fzre_state {
   fzre_q q;
   uint64_t side_l, side_i, best, cost_l, cost_i, hlen, rlen, len;
   unsigned k, pk, skip, lk;
-  uint8_t lenbuf[16];  /* the predictor byte and the stream's length */
+  uint32_t any;        /* byteplanes: the plane has a byte other than 0 */
+  const uint8_t *body; /* the coded stream after lenbuf: rze's, or the planes */
+  /* the predictor byte, then the stream's length or the planes' lengths
+   * (at most 8 varints of 3 bytes: a plane has at most 2^18 bytes) */
+  uint8_t lenbuf[32];
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   union {
     fzre_lz lz;
@@ -129,10 +144,11 @@ static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t 
   S->h = base + L.h;
   S->r = base + L.r;
   S->x = base + L.x;
+  S->body = S->r;
   /* The quantizer's parameters as the engine's stage holds them; its
    * loops and the interpolation divide by step themselves. */
-  S->q.eb_abs = J->qp[0];
-  S->q.step = J->qp[1];
+  S->q.eb_abs = J->qp ? J->qp[0] : 0.0;
+  S->q.step = J->qp ? J->qp[1] : 0.0;
   S->q.inv = S->q.step != 0 ? 1.0 / S->q.step : 0.0;
   S->q.pwrel = J->pwrel;
   S->best = UINT64_MAX;
@@ -151,21 +167,25 @@ static inline FZR_HD void fzre_judge(fzre_state *S, const fzre_job *J) {
   S->skip = S->cost_l * FZE_GUESS_MARGIN_NUM < g * FZE_GUESS_MARGIN_DEN;
 }
 
+/* v as a LEB128 varint at p; its length. */
+static inline FZR_HD unsigned fzre_put_varint(uint8_t *p, uint64_t v) {
+  unsigned k = 0;
+  while (v >= 0x80) {
+    p[k++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[k++] = (uint8_t)v;
+  return k;
+}
+
 /* Thread 0: the chunk's bytes after the side list: the predictor byte,
  * then the huffman stream's length as a LEB128 varint; the chunk's length,
  * or raw when it is not smaller than the values. */
 static inline FZR_HD void fzre_frame(fzre_state *S) {
-  unsigned k = 0;
-  S->lenbuf[k++] = (uint8_t)S->pk;
-  uint64_t v = S->hlen;
-  while (v >= 0x80) {
-    S->lenbuf[k++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  S->lenbuf[k++] = (uint8_t)v;
-  S->lk = k;
+  S->lenbuf[0] = (uint8_t)S->pk;
+  S->lk = 1 + fzre_put_varint(S->lenbuf + 1, S->hlen);
   uint64_t side = S->pk ? S->side_l : S->side_i;
-  uint64_t total = side + k + S->rlen;
+  uint64_t total = side + S->lk + S->rlen;
   S->len = total >= S->raw ? S->raw : total;
 }
 
@@ -184,7 +204,7 @@ static inline FZR_HD void fzre_emit(fzre_state *S, unsigned t, unsigned nt) {
     S->out[sl + t] = S->lenbuf[t];
   uint8_t *o = S->out + sl + S->lk;
   for (uint64_t i = t; i < S->rlen; i += nt)
-    o[i] = S->r[i];
+    o[i] = S->body[i];
 }
 
 static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n, unsigned t,
@@ -193,15 +213,25 @@ static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n
     dst[i] = src[i];
 }
 
-/* Every thread of the block calls it (the host model: once); S is the
- * block's shared state.  Each branch reads S after a barrier. */
-static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t c,
-                                      uint64_t slot) {
+/* The block function: lorenzo's best k (the lowest of equals) for the
+ * chunk's n words at words, priced in each k = 1..D, into S->k and
+ * S->best. */
+static inline FZR_HD void fzre_best_k(fzre_state *S, const fzre_job *J, const uint8_t *words) {
+  FZR_T0;
+  (void)nt;
+  for (unsigned k = 1; k <= J->pdims; k++) {
+    fzre_lz_price(&S->u.lz, J->ext[k - 1], words, J->w, S->n, S->first);
+    FZR_ONE(if (S->u.lz.cost < S->best) { S->best = S->u.lz.cost; S->k = k; });
+    FZR_SYNC();
+  }
+}
+
+/* The block function of quant | interp | huffman | rze (and lorenzo in
+ * interp's place): the chunk's length in S->len, its bytes in the state
+ * fzre_emit reads. */
+static inline FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J) {
   FZR_T0;
   const unsigned w = J->w;
-  FZR_ONE(fzre_begin(S, J, c, slot));
-  FZR_SYNC();
-  FZR_CLK(0);
   const uint64_t n = S->n, first = S->first;
   /* Quant's words and side list, and lorenzo's best k priced on them. */
   fzre_quant(&S->u.lz, &S->q, S->in, n, w, S->a, S->bad);
@@ -209,11 +239,7 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
   FZR_ONE(S->side_l = S->u.lz.side_len);
   FZR_SYNC();
   FZR_CLK(1);
-  for (unsigned k = 1; k <= J->pdims; k++) {
-    fzre_lz_price(&S->u.lz, J->ext[k - 1], S->a, w, n, first);
-    FZR_ONE(if (S->u.lz.cost < S->best) { S->best = S->u.lz.cost; S->k = k; });
-    FZR_SYNC();
-  }
+  fzre_best_k(S, J, S->a);
   FZR_ONE(S->cost_l = S->best + ((8 * S->side_l) << 16);
           S->skip = J->pwrel != 0 || J->lorenzo != 0);
   FZR_SYNC();
@@ -262,6 +288,87 @@ static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t 
   }
   FZR_SYNC();
   FZR_CLK(17);
+}
+
+/* ---- lorenzo | byteplanes ---- */
+
+/* Byte p of each of the n words (w bytes each) into plane; S->any set
+ * where one is not 0. */
+static inline FZR_HD void fzre_plane_gather(fzre_state *S, const uint8_t *words, unsigned w,
+                                            unsigned p, uint8_t *plane, unsigned t,
+                                            unsigned nt) {
+  unsigned any = 0;
+  for (uint64_t i = t; i < S->n; i += nt) {
+    uint8_t b = words[i * w + p];
+    plane[i] = b;
+    any |= b;
+  }
+  if (any)
+    FZR_ATOMIC_OR(&S->any, 1u);
+}
+
+/* Thread 0: the plane's length as stage_byteplanes.c takes it: 0 for
+ * zeros, the code's where it is shorter than the plane (n - 1 bytes at
+ * most), else n (the plane as it is). */
+static inline FZR_HD void fzre_plane_len(fzre_state *S) {
+  S->hlen = !S->any ? 0 : S->n > 1 && S->u.hf.len != UINT64_MAX ? S->u.hf.len : S->n;
+}
+
+/* Thread 0: the plane's length after the others; the next plane's flag
+ * cleared. */
+static inline FZR_HD void fzre_plane_take(fzre_state *S) {
+  S->lk += fzre_put_varint(S->lenbuf + S->lk, S->hlen);
+  S->rlen += S->hlen;
+  S->any = 0;
+}
+
+/* The block function of lorenzo | byteplanes: lorenzo's best k on the
+ * words as they are, its residuals (in S->b), then each plane gathered
+ * (in S->a) and coded after the planes before it (in S->h); the chunk's
+ * length in S->len. */
+static inline FZR_HD void fzre_planes(fzre_state *S, const fzre_job *J) {
+  FZR_T0;
+  const unsigned w = J->w;
+  const uint64_t n = S->n;
+  fzre_best_k(S, J, S->in);
+  FZR_ONE(S->pk = S->k; S->side_l = 0; S->lenbuf[0] = (uint8_t)S->k; S->lk = 1; S->rlen = 0;
+          S->any = 0; S->body = S->h);
+  FZR_SYNC();
+  FZR_CLK(2);
+  fzre_lz_encode(J->ext[S->pk - 1], S->in, S->b, w, n, S->first);
+  FZR_CLK(9);
+  for (unsigned p = 0; p < w; p++) {
+    FZR_ALL(fzre_plane_gather(S, S->b, w, p, S->a, t, nt));
+    FZR_SYNC();
+    if (S->any && n > 1)
+      fzre_huff(&S->u.hf, S->a, 1, n, S->h + S->rlen, n - 1, S->x);
+    FZR_ONE(fzre_plane_len(S));
+    FZR_SYNC();
+    if (S->any && S->hlen == n) {
+      FZR_ALL(fzre_copy(S->h + S->rlen, S->a, n, t, nt));
+      FZR_SYNC();
+    }
+    FZR_ONE(fzre_plane_take(S));
+    FZR_SYNC();
+  }
+  FZR_CLK(16);
+  FZR_ONE(S->len = S->lk + S->rlen < S->raw ? S->lk + S->rlen : S->raw);
+  FZR_SYNC();
+  FZR_CLK(17);
+}
+
+/* Every thread of the block calls it (the host model: once); S is the
+ * block's shared state.  Each branch reads S after a barrier. */
+static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t c,
+                                      uint64_t slot) {
+  FZR_T0;
+  FZR_ONE(fzre_begin(S, J, c, slot));
+  FZR_SYNC();
+  FZR_CLK(0);
+  if (J->planes)
+    fzre_planes(S, J);
+  else
+    fzre_predicted(S, J);
   FZR_ALL(fzre_emit(S, t, nt));
   FZR_SYNC();
   FZR_CLK(18);

@@ -185,9 +185,11 @@ static inline FZR_HD uint64_t fzre_h_ld64a(const uint8_t *p) {
 #endif
 }
 
-/* A word of w (4 or 8) bytes, little-endian; words may be unaligned, and
- * are then read a byte at a time. */
+/* A word of w (1, 4 or 8) bytes, little-endian; words may be unaligned,
+ * and are then read a byte at a time. */
 static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
+  if (w == 1)
+    return p[0];
   if (((uintptr_t)p & (w - 1)) == 0)
     return w == 4 ? fzre_h_ld32a(p) : fzre_h_ld64a(p);
   uint64_t v = 0;
@@ -196,13 +198,27 @@ static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
   return v;
 }
 
+/* Bit k set where byte k of the 8 in v is not zero. */
+static inline FZR_HD unsigned fzre_h_bytes8(uint64_t v) {
+  const uint64_t lo7 = 0x7f7f7f7f7f7f7f7full;
+  uint64_t hi = (((v & lo7) + lo7) | v) & ~lo7; /* bit 7 of each byte */
+  return (unsigned)((hi >> 7) * 0x0102040810204080ull >> 56);
+}
+
 /* The bits of the 64 words from p on (cnt of them, 1 <= cnt <= 64): bit
  * k set where word k is not zero.  A whole group of aligned words is read
- * in 16-byte loads on the device, all issued before any is tested. */
+ * in 16-byte loads on the device, all issued before any is tested; bytes
+ * (the byte planes' words) in 8-byte loads. */
 static inline FZR_HD uint64_t fzre_h_bits64(const uint8_t *p, unsigned w, unsigned cnt) {
   uint64_t m = 0;
+  if (w == 1 && cnt == 64 && ((uintptr_t)p & 7) == 0) {
+    FZR_UNROLL
+    for (unsigned k = 0; k < 8; k++)
+      m |= (uint64_t)fzre_h_bytes8(fzre_h_ld64a(p + 8 * k)) << (8 * k);
+    return m;
+  }
 #if defined(__CUDA_ARCH__) && defined(__CUDACC__)
-  if (cnt == 64 && ((uintptr_t)p & 15) == 0) {
+  if (w != 1 && cnt == 64 && ((uintptr_t)p & 15) == 0) {
     const uint4 *q = (const uint4 *)p;
     if (w == 4) {
       FZR_UNROLL
@@ -365,7 +381,7 @@ static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
       fzre_h_put(k->bw, v & 0xffffffffu, 32);
       fzre_h_put(k->bw, v >> 32, 32);
     } else {
-      fzre_h_put(k->bw, v, 32);
+      fzre_h_put(k->bw, v, 8 * k->w);
     }
   }
 }
@@ -839,7 +855,7 @@ static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, uns
 }
 
 /* The block function: every thread calls it with the same arguments.
- * words: n words of w bytes (4 or 8; others are refused, as are n = 0
+ * words: n words of w bytes (1, 4 or 8; others are refused, as are n = 0
  * and n above FZRE_HUFF_MAX_N, with len UINT64_MAX); out: out_cap bytes;
  * scratch: fzre_huff_scratch(n, w) bytes, 256-byte aligned, free again
  * on return; the three do not overlap.  H->len is fze_huffman_encode's
@@ -848,7 +864,7 @@ static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, uns
 static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
                                     uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
   FZR_T0;
-  if ((w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
+  if ((w != 1 && w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
     FZR_ONE(H->len = UINT64_MAX; H->fail = 1);
     FZR_SYNC();
     return;

@@ -1,5 +1,6 @@
 /*
- * ratio.cu - the host side of the ratio preset's kernels (ratio_kernels.cuh):
+ * ratio.cu - the host side of the ratio preset's kernels (ratio_kernels.cuh),
+ * which code the lossless-ratio preset's chain too:
  * the chunks' parameters, the scratch, and the launches, of the kernels
  * built into the library or, for a GPU the built-in code cannot run on, of
  * the same kernels compiled by NVRTC (fzk_jit_ratio; k is then that
@@ -95,6 +96,7 @@ extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStr
   J.levels = p->levels;
   J.pdims = p->pdims;
   J.lorenzo = p->lorenzo;
+  J.planes = p->planes;
   J.pwrel = p->pwrel;
   J.step = p->step;
   for (unsigned a = 0; a < 3; a++)
@@ -124,6 +126,7 @@ extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaS
   J.levels = p->levels;
   J.pdims = p->pdims;
   J.lorenzo = p->lorenzo;
+  J.planes = p->planes;
   J.pwrel = p->pwrel;
   J.qp = p->qp;
   for (unsigned a = 0; a < 3; a++)

@@ -1,5 +1,6 @@
 /*
- * ratio_gpu.h - the host's view of the ratio preset's kernels (ratio.cu):
+ * ratio_gpu.h - the host's view of the ratio preset's kernels (ratio.cu),
+ * which code the lossless-ratio preset's chain too:
  * the decoder, which gpu_decode.c fills from the archive's header after the
  * table's scan has given every chunk its offset, and the encoder, which
  * gpu_plan.c runs between the prep kernel (the quantizer's parameters) and
@@ -27,7 +28,7 @@ typedef struct fzr_params {
   const uint64_t *offs;  /* the scan's chunk offsets */
   const uint32_t *sizes; /* the chunk table, copied to 4-byte alignment */
   uint64_t raw_bytes, nchunks;
-  uint32_t cb, w, levels, pdims, lorenzo, pwrel;
+  uint32_t cb, w, levels, pdims, lorenzo, planes, pwrel;
   double step;
   uint64_t ext[3][3];
   uint64_t slots;   /* blocks of the launch (fzr_dec_slots, fzre_enc_slots) */
@@ -54,8 +55,8 @@ int fzr_launch_decode(const struct fzk_kern *k, const fzr_params *p, cudaStream_
 typedef struct fzre_params {
   const uint8_t *in;
   uint64_t raw_bytes, nchunks;
-  uint32_t cb, w, levels, pdims, lorenzo, pwrel;
-  const double *qp;
+  uint32_t cb, w, levels, pdims, lorenzo, planes, pwrel;
+  const double *qp; /* NULL without quant (planes) */
   uint64_t ext[3][3];
   uint64_t slots;   /* blocks of the launch (fzr_dec_slots, fzre_enc_slots) */
   uint8_t *scratch; /* fzre_scratch_bytes(cb, w, levels, slots) */
@@ -67,9 +68,22 @@ typedef struct fzre_params {
 
 /* The chains both kernels take: quant | interp | huffman | rze on f32 or
  * f64 values, or lorenzo in interp's place (a fill value is refused
- * before; gpu_decode.c). */
+ * before; gpu_decode.c), and lorenzo | byteplanes on 4- and 8-byte words
+ * (the lossless-ratio preset; 1- and 2-byte words are left to the CPU
+ * engine). */
 struct fze_header;
 int fzk_ratio_chain(const struct fze_header *h);
+
+/* What the kernels take of such a chain: rze's levels (0: none), the
+ * predictor's dims and folded extents (ext[k - 1] for k dims), whether it
+ * is lorenzo (not interp), whether the chain is lorenzo | byteplanes,
+ * quant's PWREL and bin width (0: none, or lossless). */
+typedef struct fzk_ratio_form {
+  uint32_t levels, pdims, lorenzo, planes, pwrel;
+  double step;
+  const uint64_t (*ext)[3];
+} fzk_ratio_form;
+fzk_ratio_form fzk_ratio_form_of(const struct fze_header *h);
 
 /* Device scratch of an encode: about ten times the chunk size per slot. */
 uint64_t fzre_scratch_bytes(uint32_t cb, uint32_t w, uint32_t levels, uint64_t slots);

@@ -8,7 +8,9 @@
  * it reads and writes nothing out of bounds); test_gpu_ratio checks the
  * kernel itself on a GPU against the same archives.  The encoder
  * (ratio_enc.cuh) is run the same way: its chunks, their sizes and CRCs
- * must be the CPU encoder's, byte for byte.
+ * must be the CPU encoder's, byte for byte.  The lossless-ratio preset's
+ * chain (lorenzo | byteplanes), which the same kernels code, is checked
+ * the same way both ways, on floats and integers of 4 and 8 bytes.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -29,6 +31,14 @@ static uint32_t crc_tab[256];
 
 static void setup(void) { ratio_crc_table(crc_tab); }
 
+/* lorenzo | byteplanes on 4- or 8-byte words (kernels/stages/ratio_chain.c). */
+static int planes_chain(const fze_header *h) {
+  const fze_chain *ch = &h->chain;
+  size_t w = fz_dtype_size(h->dtype);
+  return (w == 4 || w == 8) && ch->n == 2 && ch->st[0].id == FZE_STAGE_LORENZO &&
+         ch->st[1].id == FZE_STAGE_BYTEPLANES;
+}
+
 /* The model of gpu_decode.c's ratio path: the header on the host, then
  * the kernel's phases per chunk, then the payload CRC.  out_off shifts the
  * output off the element alignment.  Returns 1 when the chain is not one
@@ -39,7 +49,8 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
   if (rc < 0)
     return rc;
   const fze_chain *ch = &h.chain;
-  if (!((h.dtype == FZ_F32 || h.dtype == FZ_F64) && ch->n == 4 &&
+  const int planes = planes_chain(&h);
+  if (!planes && !((h.dtype == FZ_F32 || h.dtype == FZ_F64) && ch->n == 4 &&
         ch->st[0].id == FZE_STAGE_QUANT && !ch->st[0].has_fill &&
         (ch->st[1].id == FZE_STAGE_INTERP || ch->st[1].id == FZE_STAGE_LORENZO) &&
         ch->st[2].id == FZE_STAGE_HUFFMAN &&
@@ -64,15 +75,17 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
   uint8_t *scratch = malloc(stride * slots);
   fzr_state *S = malloc(sizeof *S);
   cr_assert(offs && sizes && crcs && scratch && S);
+  const fze_stage *pr = &ch->st[planes ? 0 : 1]; /* the predictor */
   fzr_job J = {.pay = a + h.header_len, .pay_len = len - h.header_len, .offs = offs,
                .sizes = sizes, .raw_bytes = h.raw_bytes, .cb = h.chunk_bytes,
-               .w = (uint32_t)fz_dtype_size(h.dtype), .levels = ch->st[3].levels,
-               .pdims = ch->st[1].pdims, .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
-               .pwrel = ch->st[0].mode == FZ_EB_PWREL, .step = ch->st[0].step,
+               .w = (uint32_t)fz_dtype_size(h.dtype), .levels = planes ? 0 : ch->st[3].levels,
+               .pdims = pr->pdims, .lorenzo = pr->id == FZE_STAGE_LORENZO,
+               .planes = (uint32_t)planes, .pwrel = !planes && ch->st[0].mode == FZ_EB_PWREL,
+               .step = planes ? 0.0 : ch->st[0].step,
                .scratch = scratch, .stride = stride,
                .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,
                .status = &status, .crcs = crcs, .crc_tab = crc_tab, .nchunks = nc};
-  memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
+  memcpy(J.ext, pr->ext, sizeof J.ext);
   /* Shared memory and scratch start as garbage on the device. */
   memset(scratch, 0x5a, stride * slots);
   for (uint64_t c = 0; c < nc; c++) {
@@ -275,4 +288,107 @@ Test(ratio_model, crc_parts_combine) {
     cr_assert_eq(crc, fze_crc32c(0, buf, lens[i]), "len %zu", lens[i]);
   }
   free(S);
+}
+
+/* ---- the lossless-ratio preset: lorenzo | byteplanes ---- */
+
+/* Integers of w bytes (signed or not, the same bits): smooth (small
+ * residuals: their high planes zero), noise (chunks stored raw), zeros,
+ * or smooth with a noisy low byte and the type's extremes mixed in (a
+ * plane kept as it is beside coded ones). */
+static void *int_field(const shape *s, unsigned w, enum kind k, uint64_t seed) {
+  size_t n = (size_t)count(s);
+  uint8_t *x = malloc(n * w + 8);
+  cr_assert(x);
+  uint64_t X = s->dims[s->ndims - 1], Y = s->ndims > 1 ? s->dims[s->ndims - 2] : 1;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t xx = i % X, yy = (i / X) % Y, zz = i / X / Y, r = rnd(&seed);
+    int64_t v = (int64_t)(3 * xx + 5 * yy + 7 * zz) - 200 + (int64_t)(r % 3);
+    if (k == NOISE)
+      v = (int64_t)r;
+    else if (k == CONSTANT)
+      v = 0;
+    else if (k == SPECIAL)
+      v = r % 97 == 0 ? (r & 256 ? INT64_MIN : INT64_MAX) >> (64 - 8 * w)
+                      : v * 256 + (int64_t)(r & 255);
+    for (unsigned b = 0; b < w; b++)
+      x[i * w + b] = (uint8_t)((uint64_t)v >> (8 * b));
+  }
+  return x;
+}
+
+/* What the CPU's chunks hold, counted: chunks stored raw, and planes of
+ * zeros, kept as they are, and coded. */
+typedef struct plane_kinds {
+  size_t raw, zero, kept, coded;
+} plane_kinds;
+
+static void count_planes(const uint8_t *a, size_t len, plane_kinds *pk) {
+  fze_header h;
+  cr_assert_eq(fze_header_parse(a, len, &h), 0);
+  unsigned w = (unsigned)fz_dtype_size(h.dtype);
+  uint64_t off = h.header_len;
+  for (uint64_t c = 0; c < h.nchunks; c++) {
+    uint64_t sz = fze_chunk_size_at(&h, c), raw = h.raw_bytes - c * h.chunk_bytes;
+    raw = raw < h.chunk_bytes ? raw : h.chunk_bytes;
+    if (sz == raw) {
+      pk->raw++;
+    } else {
+      size_t k = 1;
+      for (unsigned p = 0; p < w; p++) {
+        uint64_t l = 0;
+        cr_assert(fze_get_varint(a + off, sz, &k, &l));
+        *(l == 0 ? &pk->zero : l == raw / w ? &pk->kept : &pk->coded) += 1;
+      }
+    }
+    off += sz;
+  }
+}
+
+static const fz_dtype planes_types[] = {FZ_F32, FZ_F64, FZ_I32, FZ_U32, FZ_I64, FZ_U64};
+
+Test(ratio_model, planes_like_the_cpu) {
+  static const char *const pipes[] = {"lossless-ratio", "lorenzo(dims=1) | byteplanes"};
+  plane_kinds pk = {0, 0, 0, 0};
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+    for (size_t ti = 0; ti < sizeof planes_types / sizeof *planes_types; ti++)
+      for (int k = 0; k < KINDS; k++) {
+        const shape *s = &shapes[si];
+        fz_dtype t = planes_types[ti];
+        unsigned w = (unsigned)fz_dtype_size(t);
+        void *x = t == FZ_F32 || t == FZ_F64 ? field(s, t == FZ_F32, (enum kind)k, si * 7 + ti)
+                                             : int_field(s, w, (enum kind)k, si * 7 + ti);
+        size_t raw = (size_t)count(s) * w;
+        for (size_t pi = 0; pi < 2; pi++)
+          for (unsigned chunk = 4096; chunk <= 262144; chunk *= 64) {
+            size_t len;
+            uint8_t *a = compress(s, t, x, pipes[pi], FZ_EB_ABS, 0, chunk, &len);
+            char what[160];
+            snprintf(what, sizeof what, "planes: shape %zu %s kind %d pipe %zu chunk %u", si,
+                     fz_dtype_name(t), k, pi, chunk);
+            count_planes(a, len, &pk);
+            same(a, len, raw, what);
+            model_encode_same(a, len, x, what, (int)((si + ti + k + pi + chunk / 4096) & 1));
+            free(a);
+          }
+        free(x);
+      }
+  /* Every kind of chunk and plane was met. */
+  cr_assert(pk.raw && pk.zero && pk.kept && pk.coded, "raw %zu zero %zu kept %zu coded %zu",
+            pk.raw, pk.zero, pk.kept, pk.coded);
+}
+
+Test(ratio_model, planes_hostile_chunks_give_the_cpu_error) {
+  shape s = {3, {6, 20, 30}};
+  void *x = field(&s, 1, SMOOTH, 4);
+  size_t len;
+  uint8_t *a = compress(&s, FZ_F32, x, "lossless-ratio", FZ_EB_ABS, 0, 4096, &len);
+  hostile(a, len, 3600 * 4, "planes f32");
+  free(a);
+  free(x);
+  x = int_field(&s, 8, SPECIAL, 5);
+  a = compress(&s, FZ_I64, x, "lorenzo(dims=2) | byteplanes", FZ_EB_ABS, 0, 8192, &len);
+  hostile(a, len, 3600 * 8, "planes i64");
+  free(a);
+  free(x);
 }

@@ -43,7 +43,8 @@ typedef struct ratio_stage {
 
 /* The job for the CPU's archive a of x over as many slots as it has chunks,
  * at least one and at most max_slots: the quantizer's parameters as the
- * CPU chose them (the prep kernel's are the same, as for every chain). */
+ * CPU chose them (the prep kernel's are the same, as for every chain);
+ * lorenzo | byteplanes (the lossless-ratio preset) has none. */
 static inline void ratio_stage_open(ratio_stage *R, const uint8_t *a, size_t len, const void *x,
                                     uint64_t max_slots, const uint32_t *crc_tab,
                                     const char *what) {
@@ -54,7 +55,10 @@ static inline void ratio_stage_open(ratio_stage *R, const uint8_t *a, size_t len
   uint64_t nc = R->h.nchunks, slots = nc < max_slots ? nc : max_slots;
   if (slots == 0)
     slots = 1;
-  fzre_layout L = fzre_layout_of(cb, w, ch->st[3].levels);
+  const int planes = ch->n == 2 && ch->st[1].id == FZE_STAGE_BYTEPLANES;
+  const fze_stage *pr = &ch->st[planes ? 0 : 1]; /* the predictor */
+  const unsigned levels = planes ? 0 : ch->st[3].levels;
+  fzre_layout L = fzre_layout_of(cb, w, levels);
   R->cb = cb;
   R->nc = nc;
   R->slots = slots;
@@ -70,12 +74,13 @@ static inline void ratio_stage_open(ratio_stage *R, const uint8_t *a, size_t len
   R->qp[0] = ch->st[0].eb_abs;
   R->qp[1] = ch->st[0].step;
   fzre_job J = {.in = x, .raw_bytes = R->h.raw_bytes, .cb = cb, .w = w,
-                .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
-                .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
-                .pwrel = ch->st[0].mode == FZ_EB_PWREL, .qp = R->qp, .scratch = R->scratch,
+                .levels = levels, .pdims = pr->pdims,
+                .lorenzo = pr->id == FZE_STAGE_LORENZO, .planes = (uint32_t)planes,
+                .pwrel = !planes && ch->st[0].mode == FZ_EB_PWREL,
+                .qp = planes ? NULL : R->qp, .scratch = R->scratch,
                 .stride = L.stride, .nchunks = nc, .stage = R->stage, .sizes = R->sizes,
                 .crcs = R->crcs, .crc_tab = crc_tab};
-  memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
+  memcpy(J.ext, pr->ext, sizeof J.ext);
   R->J = J;
 }
 

@@ -26,7 +26,8 @@
  * and the scratch and the outputs garbage before the launch, as on the
  * device.  The cases are few and small (threads cost far more here than
  * in test_kernel_ratio, ThreadSanitizer's more still): each test is one
- * chain in one direction, so that a failure names what broke.
+ * chain in one direction, so that a failure names what broke; the
+ * lossless-ratio preset's chain (lorenzo | byteplanes) among them.
  */
 #include <math.h>
 #include <pthread.h>
@@ -325,15 +326,19 @@ static void decode(const uint8_t *a, size_t len, size_t out_off, const char *wha
   memset(crcs, 0xa5, 4 * nc + 4);
   unsigned long long ticket = 0;
   uint32_t w = (uint32_t)fz_dtype_size(h.dtype);
+  /* lorenzo | byteplanes: the predictor first, no quant, no rze. */
+  const int planes = ch->n == 2 && ch->st[1].id == FZE_STAGE_BYTEPLANES;
+  const fze_stage *pr = &ch->st[planes ? 0 : 1];
   fzr_job J = {.pay = a + h.header_len, .pay_len = len - h.header_len, .offs = offs,
                .sizes = sizes, .raw_bytes = raw, .cb = h.chunk_bytes, .w = w,
-               .levels = ch->st[3].levels, .pdims = ch->st[1].pdims,
-               .lorenzo = ch->st[1].id == FZE_STAGE_LORENZO,
-               .pwrel = ch->st[0].mode == FZ_EB_PWREL, .step = ch->st[0].step,
+               .levels = planes ? 0 : ch->st[3].levels, .pdims = pr->pdims,
+               .lorenzo = pr->id == FZE_STAGE_LORENZO, .planes = (uint32_t)planes,
+               .pwrel = !planes && ch->st[0].mode == FZ_EB_PWREL,
+               .step = planes ? 0.0 : ch->st[0].step,
                .scratch = scratch, .stride = stride, .nchunks = nc, .ticket = &ticket,
                .out = got + out_off, .out_aligned = out_off % w == 0, .status = &status,
                .crcs = crcs, .crc_tab = crc_tab};
-  memcpy(J.ext, ch->st[1].ext, sizeof J.ext);
+  memcpy(J.ext, pr->ext, sizeof J.ext);
   fzt_launch L = {.enc = 0, .job = &J, .state_bytes = sizeof(fzr_state),
                   .seed = (unsigned)len + 1};
   fzt_run(&L, blocks, what);
@@ -427,6 +432,31 @@ static void lossless_cases(int enc) {
     }
 }
 
+/* The lossless-ratio preset (lorenzo | byteplanes) on the small shapes,
+ * f32 and f64, smooth (planes of zeros, coded planes and planes kept as
+ * they are) and special values, one or two dims. */
+static void planes_cases(int enc) {
+  static const char *const pipes[] = {"lossless-ratio", "lorenzo(dims=1) | byteplanes"};
+  for (unsigned si = 0; si < NSMALL; si++)
+    for (int f32 = 0; f32 < 2; f32++) {
+      const shape *s = &shapes[si];
+      enum kind k = (si + (unsigned)f32) & 1 ? SPECIAL : SMOOTH;
+      void *x = field(s, f32, k, 9 + si);
+      size_t len;
+      const char *pipe = pipes[(si + (unsigned)f32) % 2];
+      uint8_t *a = compress(s, f32 ? FZ_F32 : FZ_F64, x, pipe, FZ_EB_ABS, 0, 4096, &len);
+      char what[160];
+      snprintf(what, sizeof what, "%s: %s shape %u %s kind %d", pipe, enc ? "encode" : "decode",
+               si, f32 ? "f32" : "f64", (int)k);
+      if (enc)
+        encode(a, len, x, what);
+      else
+        decode(a, len, si & 1 ? 3 : 0, what);
+      free(a);
+      free(x);
+    }
+}
+
 #define RATIO "ratio"
 #define INTERP1 "quant | interp(dims=1) | huffman | rze(levels=2)"
 #define LORENZO "quant | lorenzo | huffman | rze"
@@ -439,6 +469,8 @@ FZT_TEST(encode_lorenzo) { chain_cases(LORENZO, 2, 1); }
 FZT_TEST(decode_lorenzo) { chain_cases(LORENZO, 2, 0); }
 FZT_TEST(encode_lossless) { lossless_cases(1); }
 FZT_TEST(decode_lossless) { lossless_cases(0); }
+FZT_TEST(encode_planes) { planes_cases(1); }
+FZT_TEST(decode_planes) { planes_cases(0); }
 
 #ifdef FZT_PLAIN
 int main(void) {
@@ -449,7 +481,8 @@ int main(void) {
                {"encode_interp_dims1", encode_interp_dims1},
                {"decode_interp_dims1", decode_interp_dims1},
                {"encode_lorenzo", encode_lorenzo},   {"decode_lorenzo", decode_lorenzo},
-               {"encode_lossless", encode_lossless}, {"decode_lossless", decode_lossless}};
+               {"encode_lossless", encode_lossless}, {"decode_lossless", decode_lossless},
+               {"encode_planes", encode_planes},     {"decode_planes", decode_planes}};
   setup();
   for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
     struct timespec t0, t1;
