@@ -193,7 +193,7 @@ static int split_spec(const char *spec, char **path, const char **name) {
   char *head = strndup(spec, (size_t)(last - spec));
   ctl_err("cannot open '%s': %s", head ? head : spec, strerror(ENOENT));
   free(head);
-  return CTL_USAGE;
+  return CTL_SERVER;
 }
 
 static void source_close(fr_source *s) {
@@ -240,7 +240,7 @@ static bool dtype_of(hid_t t, fr_source *s) {
 }
 
 /* Opens the dataset and checks it is what the frames method decodes.
- * Returns CTL_OK or CTL_USAGE after saying why. */
+ * Returns CTL_OK or CTL_SERVER (2, a refused file) after saying why. */
 static int source_open(fr_source *s, const char *spec) {
   int rc = split_spec(spec, &s->path, &s->name);
   if (rc != CTL_OK)
@@ -248,24 +248,24 @@ static int source_open(fr_source *s, const char *spec) {
   s->file = H5Fopen(s->path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (s->file < 0) {
     ctl_err("'%s' is not an HDF5 file HDF5 can open", s->path);
-    return CTL_USAGE;
+    return CTL_SERVER;
   }
   /* H5Lexists fails on a path whose groups are missing too: both are "no
    * such object". */
   if (H5Lexists(s->file, s->name, H5P_DEFAULT) <= 0) {
     ctl_err("'%s' has no dataset '%s'", s->path, s->name);
-    return CTL_USAGE;
+    return CTL_SERVER;
   }
   s->dset = H5Dopen2(s->file, s->name, H5P_DEFAULT);
   if (s->dset < 0) {
     ctl_err("'%s:%s' is not a dataset", s->path, s->name);
-    return CTL_USAGE;
+    return CTL_SERVER;
   }
   hid_t space = H5Dget_space(s->dset), ftype = H5Dget_type(s->dset);
   hid_t dcpl = H5Dget_create_plist(s->dset), fcpl = H5Fget_create_plist(s->file);
   hsize_t dims[3] = {0, 0, 0}, chunk[3] = {0, 0, 0};
   int rank = H5Sget_simple_extent_ndims(space);
-  rc = CTL_USAGE;
+  rc = CTL_SERVER;
   if (rank != 3) {
     ctl_err("%s: a frames dataset has 3 dimensions (frames, rows, columns), this one %d", spec,
             rank);
@@ -341,7 +341,7 @@ static int mask_from_h5(const fr_source *s, const char *spec, uint8_t *mask) {
   int rc = split_spec(spec, &path, &name);
   if (rc != CTL_OK)
     return rc;
-  rc = CTL_USAGE;
+  rc = CTL_SERVER;
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = -1, t = -1, sp = -1, mt = -1;
   if (f < 0) {
     ctl_err("--mask: '%s' is not an HDF5 file HDF5 can open", path);
@@ -397,12 +397,12 @@ static int mask_from_npy(const fr_source *s, const char *path, uint8_t *mask) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     ctl_err("--mask: cannot open '%s': %s", path, strerror(errno));
-    return CTL_USAGE;
+    return CTL_SERVER;
   }
   char head[4096], why[256];
   size_t got = fread(head, 1, sizeof head, f);
   ctl_npy npy;
-  int rc = CTL_USAGE;
+  int rc = CTL_SERVER;
   uint8_t *buf = NULL;
   if (ctl_npy_parse(head, got, &npy, why, sizeof why) < 0) {
     ctl_err("--mask: '%s': %s", path, why);
@@ -807,7 +807,7 @@ static int run_frames(fr_run *r, uint64_t n) {
     uint64_t fit = info.max_inline / (r->s->npix * r->s->esize + 64);
     batch = fit < 1 ? 1 : fit < batch ? fit : batch;
   }
-  int rc = 0;
+  int rc = 0, busy = 0;
   for (uint64_t at = 0; at < n && rc == 0;) {
     size_t k = (size_t)(n - at < batch ? n - at : batch);
     rc = send_batch(r, b, at, k);
@@ -816,6 +816,15 @@ static int run_frames(fr_run *r, uint64_t n) {
       rc = 0;
       continue;
     }
+    /* The daemon's memory or reply budget is held by other jobs now: the
+     * same request again a little later, for up to about 10 s. */
+    if (rc == FZ_EBUSY && busy < 200) {
+      busy++;
+      usleep(50000);
+      rc = 0;
+      continue;
+    }
+    busy = 0;
     if (rc < 0 && rc != FZ_EIO) {
       ctl_progress_clear(&r->bar);
       ctl_err("%s: frames %" PRIu64 " to %" PRIu64 ": %s", r->o->in_spec, r->o->start + at,
@@ -856,15 +865,15 @@ static int check_output(const fr_opts *o, const fr_source *s) {
   if (stat(o->out_path, &out) != 0)
     return errno == ENOENT
                ? CTL_OK
-               : (ctl_err("cannot use output '%s': %s", o->out_path, strerror(errno)), CTL_USAGE);
+               : (ctl_err("cannot use output '%s': %s", o->out_path, strerror(errno)), CTL_SERVER);
   if (stat(s->path, &in) == 0 && in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
     ctl_err("output '%s' is the input '%s' (the same file): writing it would destroy the input",
             o->out_path, s->path);
-    return CTL_USAGE;
+    return CTL_SERVER;
   }
   if (!o->force) {
     ctl_err("'%s' exists (use -f to overwrite it)", o->out_path);
-    return CTL_USAGE;
+    return CTL_SERVER;
   }
   return CTL_OK;
 }
@@ -894,7 +903,7 @@ int ctl_cmd_frames(const ctl_global *g, int argc, char **argv) {
   if (o.start >= s.nframes) {
     ctl_err("%s: --frames starts at %" PRIu64 ", and the dataset has %" PRIu64 " frames", o.in_spec,
             o.start, s.nframes);
-    rc = CTL_USAGE;
+    rc = CTL_SERVER;
     goto out;
   }
   uint64_t stop = o.stop < s.nframes ? o.stop : s.nframes;
@@ -913,7 +922,7 @@ int ctl_cmd_frames(const ctl_global *g, int argc, char **argv) {
   r.use_fd = info.transport == FZ_TRANSPORT_UNIX && !o.inline_data;
   if (r.use_fd && (s.fd = open(s.path, O_RDONLY | O_CLOEXEC)) < 0) {
     ctl_err("cannot open '%s': %s", s.path, strerror(errno));
-    rc = CTL_USAGE;
+    rc = CTL_SERVER;
     goto out;
   }
   if (r.use_fd && !table_is_right(&s, o.start, n))

@@ -167,7 +167,7 @@ class FzctlFrames(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.check_sparse(outs[0], ref[8:], 0)
         rc, so, se = self.fzctl("--frames", "11:", "-f", src + ":/entry/data/data", outs[0])
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 2)
         self.assertIn("has 11 frames", se)
 
     def test_mask_npy_and_h5_and_top(self):
@@ -198,7 +198,7 @@ class FzctlFrames(unittest.TestCase):
         np.save(self.path("small.npy"), mask[:10])
         rc, so, se = self.fzctl("--mask", self.path("small.npy"), src + ":/entry/data/data",
                                 self.path("never.h5"))
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 2)
         self.assertIn("is not 33 x 47 integers", se)
         self.assertFalse(os.path.exists(self.path("never.h5")))
 
@@ -275,22 +275,23 @@ class FzctlFrames(unittest.TestCase):
         for spec, words in cases:
             with self.subTest(spec=spec):
                 rc, so, se = self.fzctl(src + spec, out)
-                self.assertEqual(rc, 1, se)
+                self.assertEqual(rc, 2, se)
                 self.assertIn(words, se)
                 self.assertFalse(os.path.exists(out))
         rc, so, se = self.fzctl(self.path("nope.h5") + ":/d", out)
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 2)
         self.assertIn("No such file", se)
         rc, so, se = self.fzctl(src, out)
         self.assertEqual(rc, 1)
         self.assertIn("names no dataset", se)
+        # Usage errors are 1, refused files 2, as for fzctl submit.
         # The output is never the input, and an existing output needs -f.
         write(self.path("ok.h5"), data)
         rc, so, se = self.fzctl(self.path("ok.h5") + ":/entry/data/data", self.path("ok.h5"))
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 2)
         self.assertIn("is the input", se)
         rc, so, se = self.fzctl(self.path("ok.h5") + ":/entry/data/data", src)
-        self.assertEqual(rc, 1)
+        self.assertEqual(rc, 2)
         self.assertIn("exists (use -f", se)
 
 
