@@ -54,9 +54,11 @@ void fzd_frames_setups_free(struct fzd_frames_setups *s) {
   free(s);
 }
 
-static const char *const frames_keys[] = {"chunks", "data",  "offsets", "lengths", "dtype",
-                                          "shape",  "codec", "cut",     "top_n",   "output",
-                                          "setup",  "in_fd", "nfds",    NULL};
+static const char *const frames_keys[] = {
+    "chunks",       "data",      "offsets",   "lengths",     "dtype",      "shape",
+    "codec",        "cut",       "top_n",     "output",      "setup",      "in_fd",
+    "nfds",         "in_ipc",    "in_vmm_fd", "in_vmm_size", "in_pool_fd", "in_pool_ptr",
+    "in_buffer_id", "in_offset", "in_length", "device",      NULL};
 static const char *const setup_keys[] = {"shape", "mask", "csr", NULL};
 static const char *const csr_keys[] = {"indptr", "indices", "weights", "weights_dtype", NULL};
 
@@ -286,10 +288,12 @@ static uint64_t *u64_array(const msgpack_object *o, const char *key, char *why, 
   return v;
 }
 
-/* The chunks: "chunks" (a list of bin) or "data" with "offsets" and
- * "lengths"; each range checked against the bytes sent. */
-static int parse_chunks(const msgpack_object *p, const fzd_job *job, uint64_t max_bytes,
+/* The chunks: "chunks" (a list of bin), or "data", "in_fd" or a device
+ * input (GPU backend) with "offsets" and "lengths"; each range checked
+ * against the bytes sent. */
+static int parse_chunks(fzd_server *srv, fzd_conn *c, const msgpack_object *p, fzd_job *job,
                         struct fzd_frames_req *r, char *why, size_t cap) {
+  uint64_t max_bytes = srv->cfg.max_job_bytes;
   const msgpack_object *list = NULL, *offs = NULL, *lens = NULL;
   const void *data = NULL;
   uint32_t data_len = 0;
@@ -299,11 +303,22 @@ static int parse_chunks(const msgpack_object *p, const fzd_job *job, uint64_t ma
   int has_fd = fzp_get_u64(p, "in_fd", &fd_index);
   int has_offs = fzp_get_obj(p, "offsets", &offs);
   int has_lens = fzp_get_obj(p, "lengths", &lens);
+  int has_dev = fzd_parse_device_input(srv, c, p, job, why, cap);
+  if (has_dev < 0)
+    return has_dev;
+  const msgpack_object *unused = NULL;
+  if (!has_dev &&
+      (fzp_get_obj(p, "in_offset", &unused) == 1 || fzp_get_obj(p, "in_length", &unused) == 1 ||
+       fzp_get_obj(p, "device", &unused) == 1)) {
+    snprintf(why, cap, "\"in_offset\", \"in_length\" and \"device\" go with a device input");
+    return FZ_EPARAMS;
+  }
   if (has_list < 0 || has_data < 0 || has_fd < 0 || has_offs < 0 || has_lens < 0 ||
-      has_list + has_data + has_fd != 1) {
+      has_list + has_data + has_fd + has_dev != 1) {
     snprintf(why, cap,
-             "frames needs exactly one of \"chunks\" (a list of bin), \"data\" (a bin) "
-             "and \"in_fd\" (a descriptor index), the last two with \"offsets\" and "
+             "frames needs exactly one of \"chunks\" (a list of bin), \"data\" (a bin), "
+             "\"in_fd\" (a descriptor index) and a device input (\"in_ipc\", "
+             "\"in_vmm_fd\" or \"in_pool_fd\"), the last three with \"offsets\" and "
              "\"lengths\"");
     return FZ_EPARAMS;
   }
@@ -356,6 +371,18 @@ static int parse_chunks(const msgpack_object *p, const fzd_job *job, uint64_t ma
   if ((r->offsets = u64_array(offs, "offsets", why, cap)) == NULL ||
       (r->lengths = u64_array(lens, "lengths", why, cap)) == NULL)
     return FZ_EPARAMS;
+  if (has_dev) {
+    /* Offsets from in_offset; the daemon checks the range against the
+     * allocation when it imports it. */
+    for (size_t i = 0; i < r->n; i++)
+      if (r->offsets[i] > job->in_len || r->lengths[i] > job->in_len - r->offsets[i]) {
+        snprintf(why, cap, "chunk %zu: offset %llu and length %llu pass \"in_length\" (%llu bytes)",
+                 i, (unsigned long long)r->offsets[i], (unsigned long long)r->lengths[i],
+                 (unsigned long long)job->in_len);
+        return FZ_ESIZE;
+      }
+    return 0;
+  }
   if (has_fd) {
     /* The chunks stay in the file until the worker reads them (pread, as
      * every input descriptor: a file that shrinks meanwhile gives EIO). */
@@ -407,7 +434,7 @@ static int parse_chunks(const msgpack_object *p, const fzd_job *job, uint64_t ma
   return 0;
 }
 
-static int parse_frames(fzd_server *srv, fzd_conn *c, const fzd_job *job, const msgpack_object *p,
+static int parse_frames(fzd_server *srv, fzd_conn *c, fzd_job *job, const msgpack_object *p,
                         struct fzd_frames_req *r, char *why, size_t cap) {
   const char *s = NULL;
   uint32_t len = 0;
@@ -481,7 +508,7 @@ static int parse_frames(fzd_server *srv, fzd_conn *c, const fzd_job *job, const 
     return FZ_EPARAMS;
   }
   r->dense = has == 1 && len == 5;
-  return parse_chunks(p, job, srv->cfg.max_job_bytes, r, why, cap);
+  return parse_chunks(srv, c, p, job, r, why, cap);
 }
 
 /* Result bytes of one frame at most. */
@@ -591,6 +618,10 @@ fail:
 #ifdef FZD_HAVE_FRAMES
 int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch) {
   struct fzd_frames_req *r = job->frames;
+  if (keep_chunks && job->in_ipc) {
+    snprintf(job->why, sizeof job->why, "chunks in device memory need the GPU's decoder");
+    return FZ_EINVAL;
+  }
   const fzd_frames_setup *su = r->setup;
   uint64_t chunk_bytes = 0;
   for (size_t i = 0; i < r->n; i++)

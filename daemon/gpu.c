@@ -1197,52 +1197,76 @@ static int frames_decoder(fzd_gpu_worker *w, fzd_job *job) {
  * CPU engine's (fzd_frames_job_run), as fz_frames_gpu.h says. */
 static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
   struct fzd_frames_req *r = job->frames;
-  if (r->codec != FZ_BSLZ4_LZ4 || r->top_n != 0)
+  if (r->codec != FZ_BSLZ4_LZ4 || r->top_n != 0) {
+    if (job->in_ipc) {
+      snprintf(job->why, sizeof job->why,
+               "chunks in device memory are decoded on the GPU, which takes LZ4 chunks "
+               "without top_n; send zstd chunks or top_n requests from host memory");
+      return FZ_EINVAL;
+    }
     return fzd_frames_job_run(job);
+  }
   uint64_t t0 = uv_hrtime();
   int err = frames_decoder(w, job);
   if (err < 0 || (err = fzd_frames_start(job, false, 0)) < 0)
     return err;
+  /* Chunks in device memory are read where they are; the others go
+   * through the decoder's pinned staging. */
+  void *d_in = NULL;
+  ipc_entry *ein = NULL;
+  uint8_t *stage = NULL;
   size_t cap = 0;
-  uint8_t *stage = fz_frames_gpu_staging(w->frames, &cap, job->why, sizeof job->why);
-  if (stage == NULL)
-    return FZ_ENOMEM;
+  if (job->in_ipc)
+    err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &ein);
+  else if ((stage = fz_frames_gpu_staging(w->frames, &cap, job->why, sizeof job->why)) == NULL)
+    err = FZ_ENOMEM;
   uint64_t offs[FRAMES_BATCH], lens[FRAMES_BATCH];
   size_t counts[FRAMES_BATCH];
   int status[FRAMES_BATCH];
-  for (size_t i = 0; i < r->n;) {
+  for (size_t i = 0; i < r->n && err == 0;) {
     size_t k = 0;
-    uint64_t at = 0;
-    for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= cap - at; k++) {
-      if ((err = fzd_frames_chunk(job, i + k, stage + at)) < 0)
-        return err;
-      offs[k] = at;
-      lens[k] = r->lengths[i + k];
-      at += lens[k];
-    }
-    if (k == 0) {
-      /* Longer than any LZ4 chunk of such a frame can be. */
-      char why[128];
-      snprintf(why, sizeof why, "chunk of %llu bytes, more than a frame's chunk can take (%zu)",
-               (unsigned long long)r->lengths[i], cap);
-      fzd_frames_fail(r, i++, FZ_ECORRUPT, why);
-      continue;
-    }
-    fz_frames_gpu_batch b = {.base = stage,
-                             .base_len = cap,
-                             .offsets = offs,
-                             .lengths = lens,
-                             .nframes = k,
-                             .cut = r->cut,
+    fz_frames_gpu_batch b = {.cut = r->cut,
                              .counts = counts,
                              .status = status,
                              .keep = 1,
                              .keep_lists = !r->dense};
+    if (d_in != NULL) {
+      k = r->n - i < FRAMES_BATCH ? r->n - i : FRAMES_BATCH;
+      b.base = d_in;
+      b.base_len = job->in_len;
+      b.base_on_device = 1;
+      b.offsets = r->offsets + i;
+      b.lengths = r->lengths + i;
+    } else {
+      uint64_t at = 0;
+      for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= cap - at; k++) {
+        if ((err = fzd_frames_chunk(job, i + k, stage + at)) < 0)
+          goto out;
+        offs[k] = at;
+        lens[k] = r->lengths[i + k];
+        at += lens[k];
+      }
+      if (k == 0) {
+        /* Longer than any LZ4 chunk of such a frame can be. */
+        char why[128];
+        snprintf(why, sizeof why, "chunk of %llu bytes, more than a frame's chunk can take (%zu)",
+                 (unsigned long long)r->lengths[i], cap);
+        fzd_frames_fail(r, i++, FZ_ECORRUPT, why);
+        continue;
+      }
+      b.base = stage;
+      b.base_len = cap;
+      b.offsets = offs;
+      b.lengths = lens;
+    }
+    b.nframes = k;
     int64_t failed =
         fz_frames_gpu_run(w->frames, &b, (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
-    if (failed < 0)
-      return (int)failed;
-    for (size_t j = 0; j < k; j++) {
+    if (failed < 0) {
+      err = (int)failed;
+      break;
+    }
+    for (size_t j = 0; j < k && err == 0; j++) {
       char why[128];
       if (status[j] < 0) {
         fz_frames_gpu_why(w->frames, j, why, sizeof why);
@@ -1256,12 +1280,13 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
       err = fz_frames_gpu_take(w->frames, j, r->dense ? NULL : x->values, x->indices,
                                r->dense ? x->values : NULL, x->powder,
                                (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
-      if (err < 0)
-        return err;
     }
     i += k;
   }
-  return fzd_frames_end(job, t0);
+out:
+  if (ein != NULL)
+    ipc_release(job->ipc, ein);
+  return err < 0 ? err : fzd_frames_end(job, t0);
 }
 
 static int frames_run(void *w, fzd_job *job) {

@@ -433,6 +433,17 @@ static int parse_ipc_input(fzd_server *srv, const msgpack_object *p, fzd_job *jo
   return 0;
 }
 
+int fzd_parse_device_input(fzd_server *srv, fzd_conn *c, const msgpack_object *p, fzd_job *job,
+                           char *why, size_t why_len) {
+  bad b = {0};
+  int r = parse_device_buffer(srv, c, p, "in", job, &job->in_dev, &b);
+  if (r == 1 && parse_ipc_input(srv, p, job, 0, &b) < 0)
+    r = b.code;
+  if (r < 0)
+    snprintf(why, why_len, "%s", b.text);
+  return r;
+}
+
 /* The input: inline "data", "in_fd" (+ in_offset, in_length) or "in_ipc"
  * (+ in_offset, in_length, device).  For inline data the bytes are copied
  * out of the read buffer, which moves on.  want is the size the shape needs

@@ -330,6 +330,12 @@ void fzd_dispatch(fzd_server *srv, fzd_conn *c, const fzp_message *msg);
  * or the queue is full. */
 void fzd_submit_parsed(fzd_server *srv, fzd_conn *c, fzd_job *job);
 void fzd_job_reply(fzd_conn *c, const fzd_job *job);
+/* A device-memory input ("in_ipc", "in_vmm_fd" or "in_pool_fd", with
+ * "in_offset", "in_length" and "device", as compress takes it) into the
+ * job's in_dev, in_off and in_len: 1 when given, 0 when absent, or the
+ * error code with why set. */
+int fzd_parse_device_input(fzd_server *srv, fzd_conn *c, const msgpack_object *p, fzd_job *job,
+                           char *why, size_t why_len);
 
 /* main.c: called when a connection or a job goes away during a drain. */
 void fzd_server_check_drained(fzd_server *srv);

@@ -609,6 +609,13 @@ typedef struct fz_frames_request {
   size_t nframes;     /* 1 to 4096 */
   int has_fd;         /* nonzero: the chunks are in fd, data is not read */
   int fd;
+  /* Non-NULL: the chunks are in device memory of the daemon's GPU (GPU
+   * backend, Unix socket), chunk i at d_data + offsets[i] within d_len
+   * bytes, exported as fz_client_compress_device() exports its input; the
+   * work that wrote them must be finished (synchronise its stream).  LZ4
+   * chunks without top_n only: the GPU decodes them where they are. */
+  const void *d_data;
+  size_t d_len;
 } fz_frames_request;
 
 /* The result of one frame; the arrays are malloc'd by the library and freed

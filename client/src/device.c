@@ -847,6 +847,48 @@ static void set_side(fz_job *j, bool out, const dev_alloc *a, const void *p, siz
   }
 }
 
+static int need_driver(fz_client *c);
+
+int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out) {
+  if (p == NULL || len == 0)
+    return fzc_fail(c, FZ_EINVAL, "no device input, or one of 0 bytes");
+  if (c->transport != FZ_TRANSPORT_UNIX)
+    return fzc_fail(c, FZ_ETRANSPORT,
+                    "device buffers need the daemon's Unix socket; over TCP send host buffers");
+  int rc = need_driver(c);
+  if (rc < 0)
+    return rc;
+  struct fzc_device *d = c->dev;
+  pthread_mutex_lock(&d->mu);
+  d->driver = true;
+  d->tick++;
+  evicted ev;
+  ev.n = 0;
+  dev_alloc a;
+  rc = resolve(c, d, p, len, "input", &ev, &a);
+  if (ev.n) {
+    char keep[sizeof c->errmsg];
+    memcpy(keep, c->errmsg, sizeof keep);
+    int r2 = send_release(c, d, ev.ids, ev.n);
+    memcpy(c->errmsg, keep, sizeof keep);
+    if (r2 < 0 && rc == 0 && c->broken)
+      rc = fzc_fail(c, c->broken, "the connection is no longer usable");
+  }
+  if (rc == 0) {
+    memset(out, 0, sizeof *out);
+    out->kind = a.kind;
+    memcpy(out->blob, a.blob, sizeof a.blob < sizeof out->blob ? sizeof a.blob : sizeof out->blob);
+    out->fd = a.fd;
+    out->vmm_size = a.size;
+    out->offset = (uint64_t)((uintptr_t)p - a.base);
+    out->length = len;
+    out->buffer_id = a.buffer_id;
+    snprintf(out->uuid, sizeof out->uuid, "%s", a.uuid);
+  }
+  pthread_mutex_unlock(&d->mu);
+  return rc;
+}
+
 /* One device call, as its caller gave it. */
 typedef struct dev_call {
   fz_op op;

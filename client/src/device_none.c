@@ -17,6 +17,13 @@ int fzc_device_init(fz_client *c) {
 
 void fzc_device_free(fz_client *c) { (void)c; }
 
+int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out) {
+  (void)p, (void)len, (void)out;
+  return fzc_fail(c, FZ_ENOGPU,
+                  "this libfzclient was built without the CUDA headers (cuda.h): device "
+                  "buffers need a build with them");
+}
+
 static int refuse(fz_client *c, fz_result *res) {
   int rc = fzc_fail(c, FZ_ENOGPU,
                     "this libfzclient was built without the CUDA headers (cuda.h), so it "

@@ -54,8 +54,56 @@ int fz_client_frames_setup(fz_client *c, const fz_frames_setup_args *a, uint64_t
   return rc < 0 ? fzc_fail(c, rc, "frames_setup: the answer has no id") : 0;
 }
 
+/* A request and, for chunks in device memory, the keys of their export. */
+typedef struct frames_call {
+  const fz_frames_request *r;
+  const fzc_dev_input *dev;
+} frames_call;
+
+static void pack_table(msgpack_packer *pk, const fz_frames_request *r, uint64_t lo) {
+  fzp_pack_key(pk, "offsets");
+  msgpack_pack_array(pk, (uint32_t)r->nframes);
+  for (size_t i = 0; i < r->nframes; i++)
+    msgpack_pack_uint64(pk, r->offsets[i] - lo);
+  fzp_pack_key(pk, "lengths");
+  msgpack_pack_array(pk, (uint32_t)r->nframes);
+  for (size_t i = 0; i < r->nframes; i++)
+    msgpack_pack_uint64(pk, r->lengths[i]);
+}
+
+/* The device input's keys: as many as dev_fields() counts. */
+static void pack_device(msgpack_packer *pk, const fzc_dev_input *d) {
+  if (d->kind == 1) {
+    pack_bin(pk, "in_ipc", d->blob, 64);
+  } else {
+    fzp_pack_key(pk, d->kind == 2 ? "in_vmm_fd" : "in_pool_fd");
+    msgpack_pack_uint64(pk, 0);
+    if (d->kind == 2) {
+      fzp_pack_key(pk, "in_vmm_size");
+      msgpack_pack_uint64(pk, d->vmm_size);
+    } else {
+      pack_bin(pk, "in_pool_ptr", d->blob, 64);
+    }
+    fzp_pack_key(pk, "nfds");
+    msgpack_pack_uint64(pk, 1);
+  }
+  fzp_pack_key(pk, "in_offset");
+  msgpack_pack_uint64(pk, d->offset);
+  fzp_pack_key(pk, "in_length");
+  msgpack_pack_uint64(pk, d->length);
+  fzp_pack_key(pk, "in_buffer_id");
+  msgpack_pack_uint64(pk, d->buffer_id);
+  fzp_pack_key(pk, "device");
+  fzp_pack_key(pk, d->uuid);
+}
+
+static uint32_t dev_fields(const fzc_dev_input *d) {
+  return d->kind == 1 ? 5 : 7;
+}
+
 static void pack_frames(msgpack_packer *pk, const void *arg) {
-  const fz_frames_request *r = arg;
+  const frames_call *call = arg;
+  const fz_frames_request *r = call->r;
   fzp_pack_key(pk, "dtype");
   fzp_pack_key(pk, r->dtype);
   fzp_pack_key(pk, "shape");
@@ -74,19 +122,17 @@ static void pack_frames(msgpack_packer *pk, const void *arg) {
     fzp_pack_key(pk, "setup");
     msgpack_pack_uint64(pk, r->setup);
   }
+  if (call->dev != NULL) {
+    pack_device(pk, call->dev);
+    pack_table(pk, r, 0);
+    return;
+  }
   if (r->has_fd) {
     fzp_pack_key(pk, "in_fd");
     msgpack_pack_uint64(pk, 0);
     fzp_pack_key(pk, "nfds");
     msgpack_pack_uint64(pk, 1);
-    fzp_pack_key(pk, "offsets");
-    msgpack_pack_array(pk, (uint32_t)r->nframes);
-    for (size_t i = 0; i < r->nframes; i++)
-      msgpack_pack_uint64(pk, r->offsets[i]);
-    fzp_pack_key(pk, "lengths");
-    msgpack_pack_array(pk, (uint32_t)r->nframes);
-    for (size_t i = 0; i < r->nframes; i++)
-      msgpack_pack_uint64(pk, r->lengths[i]);
+    pack_table(pk, r, 0);
     return;
   }
   /* Only the bytes the table names travel: the span from the lowest
@@ -97,14 +143,7 @@ static void pack_frames(msgpack_packer *pk, const void *arg) {
     hi = r->offsets[i] + r->lengths[i] > hi ? r->offsets[i] + r->lengths[i] : hi;
   }
   pack_bin(pk, "data", (const uint8_t *)r->data + lo, hi - lo);
-  fzp_pack_key(pk, "offsets");
-  msgpack_pack_array(pk, (uint32_t)r->nframes);
-  for (size_t i = 0; i < r->nframes; i++)
-    msgpack_pack_uint64(pk, r->offsets[i] - lo);
-  fzp_pack_key(pk, "lengths");
-  msgpack_pack_array(pk, (uint32_t)r->nframes);
-  for (size_t i = 0; i < r->nframes; i++)
-    msgpack_pack_uint64(pk, r->lengths[i]);
+  pack_table(pk, r, lo);
 }
 
 /* A copy of a bin field into a new array; 0 absent, 1 copied, < 0 error. */
@@ -127,8 +166,9 @@ static int esize_of(const char *dtype) {
 
 int fz_client_frames(fz_client *c, const fz_frames_request *req, fz_frame_result *results) {
   if (!c || !req || !results || !req->dtype || req->nframes == 0 || req->nframes > 4096 ||
-      req->ndims < 1 || req->ndims > 2 || (!req->data && !req->has_fd) || !req->offsets ||
-      !req->lengths || (req->has_fd && req->fd < 0))
+      req->ndims < 1 || req->ndims > 2 || (!req->data && !req->has_fd && !req->d_data) ||
+      !req->offsets || !req->lengths || (req->has_fd && req->fd < 0) ||
+      (req->d_data && req->has_fd))
     return FZ_EINVAL;
   memset(results, 0, req->nframes * sizeof *results);
   int esize = esize_of(req->dtype);
@@ -141,12 +181,26 @@ int fz_client_frames(fz_client *c, const fz_frames_request *req, fz_frame_result
     lo = req->offsets[i] < lo ? req->offsets[i] : lo;
     hi = req->offsets[i] + req->lengths[i] > hi ? req->offsets[i] + req->lengths[i] : hi;
   }
-  if (!req->has_fd && hi - lo > UINT32_MAX)
+  if (!req->has_fd && !req->d_data && hi - lo > UINT32_MAX)
     return fzc_fail(c, FZ_EMSGSIZE, "frames: %llu bytes of chunks, more than one message",
                     (unsigned long long)(hi - lo));
+  fzc_dev_input dev;
+  frames_call call = {req, NULL};
+  uint32_t nfields = 9 + (req->setup != 0) + (req->has_fd ? 1 : 0);
+  const int *fds = req->has_fd ? &req->fd : NULL;
+  if (req->d_data) {
+    if (hi > req->d_len)
+      return fzc_fail(c, FZ_ESIZE, "frames: the chunk table runs past d_len (%zu bytes)",
+                      req->d_len);
+    int rc = fzc_device_input(c, req->d_data, req->d_len, &dev);
+    if (rc < 0)
+      return rc;
+    call.dev = &dev;
+    nfields = 8 + (req->setup != 0) + dev_fields(&dev);
+    fds = dev.fd >= 0 ? &dev.fd : NULL;
+  }
   fzp_message msg;
-  int rc = fzc_call_fds(c, "frames", 9 + (req->setup != 0) + (req->has_fd ? 1 : 0), pack_frames,
-                        req, req->has_fd ? &req->fd : NULL, req->has_fd ? 1 : 0, &msg);
+  int rc = fzc_call_fds(c, "frames", nfields, pack_frames, &call, fds, fds != NULL ? 1 : 0, &msg);
   if (rc < 0)
     return rc;
   const msgpack_object *frames = NULL;

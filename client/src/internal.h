@@ -143,5 +143,19 @@ uint32_t fzc_next_msgid(fz_client *c);
  * call) and freed when it closes. */
 int fzc_device_init(fz_client *c);
 void fzc_device_free(fz_client *c);
+/* A device input for a method other than compress and decompress (frames):
+ * the allocation that holds [p, p + len) exported, or found in the
+ * handle's cache of exports, and the keys the daemon reads it by.  The
+ * descriptor (VMM, pool) stays open until the next device call. */
+typedef struct fzc_dev_input {
+  int kind;                 /* 1 legacy IPC, 2 VMM, 3 pool */
+  unsigned char blob[64];   /* the IPC handle or the pool pointer's export */
+  int fd;                   /* VMM or pool descriptor, else -1 */
+  uint64_t vmm_size;        /* VMM: the allocation's size */
+  uint64_t offset, length;  /* [p, p + len) from the allocation's start */
+  uint64_t buffer_id;
+  char uuid[64];            /* the GPU, as "GPU-..." */
+} fzc_dev_input;
+int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out);
 
 #endif /* FZC_INTERNAL_H */
