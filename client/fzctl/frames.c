@@ -404,6 +404,11 @@ static int mask_from_npy(const fr_source *s, const char *path, uint8_t *mask) {
   ctl_npy npy;
   int rc = CTL_SERVER;
   uint8_t *buf = NULL;
+  /* numpy's bools are bytes of 0 and 1: read as u8, which the header
+   * parser (made for arrays fzd compresses) knows. */
+  char *b1 = memmem(head, got < 256 ? got : 256, "'|b1'", 5);
+  if (b1)
+    memcpy(b1, "'|u1'", 5);
   if (ctl_npy_parse(head, got, &npy, why, sizeof why) < 0) {
     ctl_err("--mask: '%s': %s", path, why);
     goto out;
@@ -562,9 +567,7 @@ static void sink_close(fr_sink *k) {
 
 typedef struct fr_batch {
   uint64_t first; /* the source frame of entry 0 */
-  size_t n;
   uint64_t offsets[MAX_BATCH], lengths[MAX_BATCH];
-  bool by_fd[MAX_BATCH];
   uint8_t *data; /* inline chunks */
   size_t cap;
 } fr_batch;
@@ -682,15 +685,18 @@ typedef struct fr_run {
 } fr_run;
 
 /* Stores the results of frames [at, at + n) of the output. */
-static int store(fr_run *r, uint64_t at, size_t n, const fz_frame_result *res) {
+static int store(fr_run *r, uint64_t at, size_t n, fz_frame_result *res) {
   const fr_opts *o = r->o;
   fr_sink *k = r->k;
   int32_t status[MAX_BATCH];
   uint64_t count[MAX_BATCH], ptr[MAX_BATCH];
   for (size_t i = 0; i < n; i++) {
-    const fz_frame_result *x = &res[i];
-    status[i] = x->status;
-    count[i] = x->count;
+    fz_frame_result *x = &res[i];
+    if (x->status == 0 && o->dense && x->listed != r->s->npix) {
+      x->status = FZ_EPROTO; /* a frame of another size: never written */
+      snprintf(x->message, sizeof x->message, "the answer holds %zu pixels, not the frame's %llu",
+               x->listed, (unsigned long long)r->s->npix);
+    }
     if (x->status != 0) {
       ctl_progress_clear(&r->bar);
       ctl_err("%s: frame %" PRIu64 ": %s (%s)", o->in_spec, o->start + at + i,
@@ -712,6 +718,8 @@ static int store(fr_run *r, uint64_t at, size_t n, const fz_frame_result *res) {
       r->pixels += x->listed;
     }
     ptr[i] = k->listed;
+    status[i] = x->status;
+    count[i] = x->count;
   }
   if (write_1d(k->status, H5T_STD_I32LE, at, n, status) < 0)
     return -1;
@@ -729,12 +737,9 @@ static int store(fr_run *r, uint64_t at, size_t n, const fz_frame_result *res) {
 static int send_batch(fr_run *r, fr_batch *b, uint64_t at, size_t n) {
   fr_source *s = r->s;
   b->first = r->o->start + at;
-  b->n = n;
   bool all_fd = r->use_fd;
-  for (size_t i = 0; i < n; i++) {
-    b->by_fd[i] = chunk_at(s, b->first + i, &b->offsets[i], &b->lengths[i]);
-    all_fd = all_fd && b->by_fd[i];
-  }
+  for (size_t i = 0; i < n && all_fd; i++)
+    all_fd = chunk_at(s, b->first + i, &b->offsets[i], &b->lengths[i]);
   fz_frame_result *res = calloc(n, sizeof *res);
   if (!res)
     return FZ_ENOMEM;
@@ -853,6 +858,10 @@ static char *temp_beside(const char *out) {
       free(tmp);
       tmp = NULL;
     } else {
+      /* The mode a new file gets under the umask, not mkstemp's 0600. */
+      mode_t mask = umask(0);
+      umask(mask);
+      fchmod(fd, 0666 & ~mask);
       close(fd);
     }
   }

@@ -139,6 +139,10 @@ class FzctlFrames(unittest.TestCase):
                 rc, so, se = self.fzctl("--cut", "3", src + ":/entry/data/data", out)
                 self.assertEqual(rc, 0, se)
                 self.assertIn("6 frames", so)
+                # A new file's mode under the umask, as any program writes it.
+                umask = os.umask(0)
+                os.umask(umask)
+                self.assertEqual(os.stat(out).st_mode & 0o777, 0o666 & ~umask)
                 self.assertIn("read by fzd from the file", so)
                 attrs = self.check_sparse(out, ref, 3)
                 self.assertEqual(attrs["codec"], cname)
@@ -178,11 +182,12 @@ class FzctlFrames(unittest.TestCase):
         rng = np.random.default_rng(3)
         mask = (rng.random((33, 47)) > 0.3).astype(np.uint8)
         np.save(self.path("mask.npy"), mask)
+        np.save(self.path("bools.npy"), mask.astype(bool))
         with h5py.File(maskfile, "w") as h:
             h["m/used"] = mask.astype(np.int16) * -3  # any nonzero integer: used
             h["m/bools"] = mask.astype(bool)
-        for n, spec in enumerate((self.path("mask.npy"), maskfile + ":/m/used",
-                                  maskfile + ":/m/bools")):
+        for n, spec in enumerate((self.path("mask.npy"), self.path("bools.npy"),
+                                  maskfile + ":/m/used", maskfile + ":/m/bools")):
             for top in (0, 4):
                 with self.subTest(mask=spec, top=top):
                     out = self.path("out-%d-%d.h5" % (n, top))
