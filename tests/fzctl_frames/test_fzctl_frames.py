@@ -300,6 +300,54 @@ class FzctlFrames(unittest.TestCase):
         self.assertIn("exists (use -f", se)
 
 
+class FzctlFramesTcp(unittest.TestCase):
+    """Over TCP no descriptor travels: every chunk goes inline, and the
+    lists are the same."""
+
+    @classmethod
+    def setUpClass(cls):
+        import json
+        import socket
+        cls.tmp = tempfile.TemporaryDirectory(prefix="fzctl-frames-tcp-")
+        with socket.socket() as probe:  # a free port of the loopback
+            probe.bind(("127.0.0.1", 0))
+            cls.port = probe.getsockname()[1]
+        cfg = os.path.join(cls.tmp.name, "fzd.json")
+        with open(cfg, "w") as f:
+            json.dump({"socket_path": os.path.join(cls.tmp.name, "fzd.sock"),
+                       "tcp_enabled": True, "tcp_port": cls.port, "tcp_token": "t0ken"}, f)
+        cls.log = open(os.path.join(cls.tmp.name, "fzd.log"), "w")
+        env = dict(os.environ)
+        for k in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID", "FZD_SOCKET"):
+            env.pop(k, None)
+        cls.fzd = subprocess.Popen([ARGS.fzd, "--config", cfg], stdout=cls.log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", cls.port), timeout=1).close()
+                break
+            except OSError:
+                if cls.fzd.poll() is not None or time.monotonic() > deadline:
+                    cls.fzd.kill()
+                    raise RuntimeError("fzd did not start")
+                time.sleep(0.05)
+
+    tearDownClass = FzctlFrames.tearDownClass
+
+    def test_tcp_inline(self):
+        src, out = os.path.join(self.tmp.name, "in.h5"), os.path.join(self.tmp.name, "out.h5")
+        data = stack(9, (31, 43), np.uint16, 23)
+        write(src, data, "zstd")
+        r = subprocess.run([ARGS.fzctl, "-S", "tcp:127.0.0.1:%d" % self.port, "--token",
+                            "t0ken", "frames", "--cut", "2", "--batch", "4",
+                            src + ":/entry/data/data", out],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("chunks sent inline", r.stdout)
+        FzctlFrames.check_sparse(self, out, data, 2)
+
+
 def main():
     global ARGS, np, h5py, hdf5plugin
     ap = argparse.ArgumentParser()
