@@ -970,7 +970,8 @@ int ctl_cmd_frames(const ctl_global *g, int argc, char **argv) {
   tmp = NULL;
   double secs = ctl_now_s() - t0;
   if (!o.quiet) {
-    printf("%s -> %s: %" PRIu64 " frames", o.in_spec, o.out_path, r.done - r.failed);
+    uint64_t good = r.done - r.failed;
+    printf("%s -> %s: %" PRIu64 " frame%s", o.in_spec, o.out_path, good, good == 1 ? "" : "s");
     if (!o.dense)
       printf(", %" PRIu64 " pixels listed", r.pixels);
     if (r.failed)
