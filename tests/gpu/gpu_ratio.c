@@ -12,7 +12,11 @@
  * the same on a context of generated kernels only (NVRTC's build of the
  * ratio kernels); chains the kernels do not take still answer ENOSYS, so a
  * daemon hands them to the CPU engine; and through a GPU fzd a device-buffer
- * decompression of a ratio archive gives the CPU engine's output.
+ * decompression of a ratio archive gives the CPU engine's output.  The
+ * lossless-ratio preset (lorenzo | byteplanes, format version 4), which
+ * the same kernels code on 4- and 8-byte words, the same ways: the CPU's
+ * archives both ways, the input back bit for bit, hostile archives, and
+ * generated kernels only.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -274,16 +278,15 @@ Test(ratio, other_chains_are_left_to_the_cpu) {
   free(x);
 }
 
-/* The lossless-ratio preset (lorenzo | byteplanes, format version 4) has
- * no kernels: the decoder and the plan answer ENOSYS, so that fzd runs the
- * CPU engine, for floats and integers alike. */
-Test(ratio, lossless_ratio_is_left_to_the_cpu) {
-  const fz_dtype types[2] = {FZ_F32, FZ_I16};
+/* The lossless-ratio preset (lorenzo | byteplanes, format version 4) on
+ * 1- and 2-byte words has no kernels: the decoder and the plan answer
+ * ENOSYS, so that fzd runs the CPU engine. */
+Test(ratio, lossless_ratio_bytes_are_left_to_the_cpu) {
+  const fz_dtype types[2] = {FZ_U8, FZ_I16};
   shape s = {2, {37, 61}};
   for (unsigned k = 0; k < 2; k++) {
     size_t w = fz_dtype_size(types[k]), len, ol;
-    /* field() smooths floats only: integers take generated noise. */
-    void *x = field(&s, types[k], types[k] == FZ_F32 ? GEN_SMOOTH : GEN_NOISE, 3);
+    void *x = field(&s, types[k], GEN_NOISE, 3);
     uint8_t *a = cpu_archive(&s, types[k], x, "lossless-ratio", FZ_EB_REL, 0, 0, &len);
     cr_assert_eq(a[4], 4);
     void *d_arc = to_device(a, len), *d_out = NULL;
@@ -452,4 +455,86 @@ Test(ratio, fzd_device_buffers, .timeout = 300) {
   free(got);
   free(a);
   free(x);
+}
+
+/* ---- the lossless-ratio preset: lorenzo | byteplanes ---- */
+
+static const fz_dtype planes_types[] = {FZ_F32, FZ_F64, FZ_I32, FZ_U32, FZ_I64, FZ_U64};
+
+/* The CPU's archive of x decoded on the GPU (its bytes, and x's), and the
+ * GPU's archive of x (the CPU's bytes). */
+static void planes_case(const shape *s, fz_dtype t, const void *x, const char *pipe,
+                        unsigned chunk, size_t off, const char *what) {
+  size_t raw = (size_t)count(s) * fz_dtype_size(t), len, ol;
+  uint8_t *a = cpu_archive(s, t, x, pipe, FZ_EB_ABS, 0, chunk, &len);
+  cr_assert_eq(a[4], 4, "%s: format version %u", what, a[4]);
+  cr_assert_eq(both(a, len, raw, off, what), 0, "%s", what);
+  /* Lossless: what the CPU decodes (and so the GPU) is x, bit for bit. */
+  uint8_t *back = malloc(raw + 1);
+  cr_assert_eq(fz_decompress(a, len, back, raw, &ol, 1), 0, "%s", what);
+  cr_assert(memcmp(back, x, raw) == 0, "%s: not lossless", what);
+  free(back);
+  gpu_same(s, t, x, pipe, FZ_EB_ABS, 0, chunk, a, len, off ? 3 : 0, what);
+  free(a);
+}
+
+static void planes_sweep(unsigned chunk) {
+  const gen_kind kinds[] = {GEN_SMOOTH, GEN_NOISE, GEN_CONST, GEN_SPECIAL};
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+    for (size_t ti = 0; ti < sizeof planes_types / sizeof *planes_types; ti++)
+      for (size_t k = 0; k < 4; k++) {
+        const shape *s = &shapes[si];
+        fz_dtype t = planes_types[ti];
+        void *x = field(s, t, kinds[k], si * 31 + k);
+        char what[160];
+        snprintf(what, sizeof what, "lossless-ratio %s shape %zu kind %zu chunk %u",
+                 fz_dtype_name(t), si, k, chunk);
+        planes_case(s, t, x, "lossless-ratio", chunk, 0, what);
+        /* Fewer dims than the shape; output and archive off alignment. */
+        if (k == 0) {
+          planes_case(s, t, x, "lorenzo(dims=1) | byteplanes", chunk, 1, what);
+        }
+        free(x);
+      }
+}
+
+Test(ratio, lossless_ratio_default_chunks, .timeout = 600) { planes_sweep(0); }
+Test(ratio, lossless_ratio_small_chunks, .timeout = 600) { planes_sweep(4096); }
+
+/* The zero planes, planes kept as they are and coded planes in one chunk,
+ * on every byte of the payload edited, and cuts: the CPU's error. */
+Test(ratio, lossless_ratio_hostile, .timeout = 600) {
+  shape s = {3, {6, 20, 30}};
+  static const fz_dtype types[] = {FZ_F32, FZ_I64};
+  for (size_t i = 0; i < 2; i++) {
+    size_t w = fz_dtype_size(types[i]), len;
+    void *x = field(&s, types[i], GEN_SMOOTH, 11);
+    uint8_t *a = cpu_archive(&s, types[i], x, "lossless-ratio", FZ_EB_ABS, 0, 4096, &len);
+    hostile(a, len, 3600 * w, 1, fz_dtype_name(types[i]));
+    free(a);
+    free(x);
+  }
+}
+
+/* NVRTC's build of the kernels codes the chain too. */
+Test(ratio, lossless_ratio_generated_kernels_only, .timeout = 600) {
+  char why[512] = "";
+  fz_gpu_ctx *ctx = NULL;
+  cr_assert_eq(fz_gpu_ctx_create(NULL, 2, &ctx, why, sizeof why), 0, "%s", why);
+  cr_assert_eq(fz_gpu_ctx_jit_config(ctx, NULL, 0, FZ_GPU_JIT_ONLY, why, sizeof why), 0, "%s",
+               why);
+  ratio_ctx = ctx;
+  shape s = {3, {17, 23, 29}};
+  for (size_t ti = 0; ti < sizeof planes_types / sizeof *planes_types; ti++) {
+    void *x = field(&s, planes_types[ti], GEN_SMOOTH, 50 + ti);
+    planes_case(&s, planes_types[ti], x, "lossless-ratio", 0, 0, "generated only");
+    free(x);
+  }
+  fz_params p = params(&s, FZ_F32, "lossless-ratio", FZ_EB_ABS, 0, 0);
+  fz_gpu_plan *pl = NULL;
+  cr_assert_eq(fz_gpu_plan_create(ctx, &p, 0, &pl, why, sizeof why), 0, "%s", why);
+  cr_assert_str_eq(fz_gpu_plan_path(pl), "jit");
+  fz_gpu_plan_destroy(pl);
+  ratio_ctx = NULL;
+  fz_gpu_ctx_destroy(ctx);
 }
