@@ -1190,6 +1190,67 @@ static int frames_decoder(fzd_gpu_worker *w, fzd_job *job) {
   return 0;
 }
 
+/* Frame i of the job on the CPU engine (its chunk's len bytes at chunk, in
+ * host memory): a chunk whose blocks are larger than the GPU decoder
+ * takes.  *cpu is made on the first call and freed by the caller. */
+static void frames_on_cpu(struct fzd_frames_req *r, size_t i, const uint8_t *chunk, size_t len,
+                          fz_frames **cpu) {
+  const fzd_frames_setup *su = r->setup;
+  fzd_frame_result *x = &r->res[i];
+  char why[sizeof x->why] = "";
+  if (*cpu == NULL) {
+    fz_frames_csr csr = {0};
+    fz_frames_params fp = {
+        .dtype = r->dtype, .npixels = (size_t)r->npixels, .codec = FZ_BSLZ4_LZ4};
+    if (su != NULL) {
+      fp.mask = su->mask;
+      if (su->has_csr) {
+        csr = (fz_frames_csr){.nrows = su->nrows,
+                              .indptr = su->indptr,
+                              .indices = su->indices,
+                              .w_f32 = su->w_f32,
+                              .w_i32 = su->w_i32};
+        fp.csr = &csr;
+      }
+    }
+    int rc = fz_frames_create(&fp, cpu, why, sizeof why);
+    if (rc < 0) {
+      fzd_frames_fail(r, i, rc, why);
+      return;
+    }
+  }
+  size_t n = (size_t)r->npixels;
+  void *v = malloc(n * r->esize + 1);
+  uint32_t *ix = r->dense ? NULL : malloc(n * 4 + 1);
+  void *pw = r->rows ? malloc(r->rows * 8) : NULL;
+  double *pf = su != NULL && su->w_f32 != NULL ? pw : NULL;
+  int64_t *pi = su != NULL && su->w_i32 != NULL ? pw : NULL;
+  int64_t rc = FZ_ENOMEM;
+  size_t listed = 0;
+  if (v != NULL && (r->dense || ix != NULL) && (!r->rows || pw != NULL)) {
+    if (r->dense) {
+      rc = fz_frames_dense(*cpu, chunk, len, v, n * r->esize, pf, pi, why, sizeof why);
+      listed = n;
+    } else {
+      fz_frames_out o = {.values = v, .indices = ix, .cap = n, .powder_f64 = pf, .powder_i64 = pi};
+      rc = fz_frames_sparse(*cpu, chunk, len, r->cut, 0, &o, why, sizeof why);
+      listed = o.count;
+    }
+  }
+  if (rc < 0)
+    fzd_frames_fail(r, i, (int)rc, why[0] ? why : NULL);
+  else if (fzd_frames_open(r, i, listed, listed) == 0) {
+    memcpy(x->values, v, listed * r->esize);
+    if (!r->dense)
+      memcpy(x->indices, ix, listed * 4);
+    if (r->rows)
+      memcpy(x->powder, pw, r->rows * 8);
+  }
+  free(v);
+  free(ix);
+  free(pw);
+}
+
 /* Batches of LZ4 chunks on the GPU: each batch's chunks are read (from the
  * message or the descriptor) into the decoder's pinned staging, decoded
  * with the results kept on the device, and each frame's results copied
@@ -1223,6 +1284,8 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
   uint64_t offs[FRAMES_BATCH], lens[FRAMES_BATCH];
   size_t counts[FRAMES_BATCH];
   int status[FRAMES_BATCH];
+  fz_frames *cpu = NULL;
+  uint8_t *host = NULL;
   for (size_t i = 0; i < r->n && err == 0;) {
     size_t k = 0;
     fz_frames_gpu_batch b = {.cut = r->cut,
@@ -1268,6 +1331,26 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
     }
     for (size_t j = 0; j < k && err == 0; j++) {
       char why[128];
+      if (status[j] == FZ_ENOSYS) {
+        /* Blocks larger than the decoder takes: this frame on the CPU. */
+        size_t len = (size_t)r->lengths[i + j];
+        const uint8_t *chunk = stage != NULL ? stage + offs[j] : NULL;
+        if (chunk == NULL) {
+          uint8_t *grown = realloc(host, len + 1);
+          if (grown == NULL) {
+            fzd_frames_fail(r, i + j, FZ_ENOMEM, "no memory for the chunk on the host");
+            continue;
+          }
+          host = grown;
+          if ((err = gpu_copy(w, job, host, (const uint8_t *)d_in + r->offsets[i + j], len,
+                              "copying a chunk from device memory")) < 0 ||
+              (err = gpu_sync(w, job, "copying a chunk from device memory")) < 0)
+            break;
+          chunk = host;
+        }
+        frames_on_cpu(r, i + j, chunk, len, &cpu);
+        continue;
+      }
       if (status[j] < 0) {
         fz_frames_gpu_why(w->frames, j, why, sizeof why);
         fzd_frames_fail(r, i + j, status[j], why);
@@ -1286,6 +1369,8 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
 out:
   if (ein != NULL)
     ipc_release(job->ipc, ein);
+  fz_frames_destroy(cpu);
+  free(host);
   return err < 0 ? err : fzd_frames_end(job, t0);
 }
 
