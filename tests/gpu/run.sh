@@ -103,6 +103,17 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   FZD_TEST_BACKEND=gpu run_ctest "frames through fzd (GPU backend)" ctest-frames-fzd.log \
     -R '^test_daemon_frames_method$'
   grep -E "Test +#|Synthesis|FAIL" "$logs/ctest-frames-fzd.log" | tail -10
+  # The lossless-ratio preset on the ratio kernels: test_gpu_ratio's tests
+  # of it need no fzd (the whole suite runs with the service below).
+  rc=0
+  "$build/tests/gpu/test_gpu_ratio" --filter 'ratio/lossless_ratio*' -j1 \
+    > "$logs/lossless-ratio.log" 2>&1 || rc=$?
+  case $rc in
+    0) summary+=("lossless-ratio on the GPU: passed") ;;
+    77) summary+=("lossless-ratio on the GPU: SKIPPED (see lossless-ratio.log)") ;;
+    *) summary+=("lossless-ratio on the GPU: FAILED (see lossless-ratio.log)"); status=1 ;;
+  esac
+  grep -E "FAIL|Synthesis" "$logs/lossless-ratio.log" | tail -10
 
   step compute-sanitizer
   read -r -a tools <<< "${FZ_SANITIZER_TOOLS:-memcheck racecheck}"
@@ -129,7 +140,10 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
        { [ ! -x "$build/tests/gpu/test_gpu_ratio" ] ||
          compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
            "$build/tests/gpu/test_gpu_ratio" --filter 'ratio/sanitizer_small' -j1 \
-           >> "$logs/sanitizer-$tool.log" 2>&1; }; then
+           >> "$logs/sanitizer-$tool.log" 2>&1 &&
+         compute-sanitizer --tool "$tool" --error-exitcode 9 --target-processes all \
+           "$build/tests/gpu/test_gpu_ratio" --filter 'ratio/lossless_ratio_sanitizer_small' \
+           -j1 >> "$logs/sanitizer-$tool.log" 2>&1; }; then
       summary+=("compute-sanitizer $tool: clean")
     else
       summary+=("compute-sanitizer $tool: ERRORS (see sanitizer-$tool.log)")
