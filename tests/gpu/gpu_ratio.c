@@ -538,3 +538,26 @@ Test(ratio, lossless_ratio_generated_kernels_only, .timeout = 600) {
   ratio_ctx = NULL;
   fz_gpu_ctx_destroy(ctx);
 }
+
+/* One archive of each width and a few edits: the case run.sh runs under
+ * compute-sanitizer. */
+Test(ratio, lossless_ratio_sanitizer_small) {
+  shape s = {2, {37, 61}};
+  static const fz_dtype types[] = {FZ_F32, FZ_U64};
+  for (size_t i = 0; i < 2; i++) {
+    size_t raw = 37 * 61 * fz_dtype_size(types[i]), len;
+    void *x = field(&s, types[i], GEN_SPECIAL, 9);
+    planes_case(&s, types[i], x, "lossless-ratio", 4096, 1, "sanitizer");
+    uint8_t *a = cpu_archive(&s, types[i], x, "lossless-ratio", FZ_EB_ABS, 0, 4096, &len);
+    uint8_t *b = malloc(len);
+    for (size_t at = len / 3; at < len; at += len / 5) {
+      memcpy(b, a, len);
+      b[at] ^= 0x5a;
+      reseal(b, len);
+      both(b, len, raw, 0, "edited");
+    }
+    free(b);
+    free(a);
+    free(x);
+  }
+}
