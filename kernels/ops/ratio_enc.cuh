@@ -110,7 +110,7 @@ typedef struct fzre_state {
   fzre_q q;
   uint64_t side_l, side_i, best, cost_l, cost_i, hlen, rlen, len;
   unsigned k, pk, skip, lk;
-  uint32_t any;        /* byteplanes: the plane has a byte other than 0 */
+  uint32_t anym;       /* byteplanes: bit p set where plane p has a byte not 0 */
   const uint8_t *body; /* the coded stream after lenbuf: rze's, or the planes */
   /* the predictor byte, then the stream's length or the planes' lengths
    * (at most 8 varints of 3 bytes: a plane has at most 2^18 bytes) */
@@ -292,60 +292,77 @@ static inline FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J) {
 
 /* ---- lorenzo | byteplanes ---- */
 
-/* Byte p of each of the n words (w bytes each) into plane; S->any set
- * where one is not 0. */
-static inline FZR_HD void fzre_plane_gather(fzre_state *S, const uint8_t *words, unsigned w,
-                                            unsigned p, uint8_t *plane, unsigned t,
-                                            unsigned nt) {
-  unsigned any = 0;
-  for (uint64_t i = t; i < S->n; i += nt) {
-    uint8_t b = words[i * w + p];
-    plane[i] = b;
-    any |= b;
+/* The n words (w bytes each) into their w byte planes, plane p at
+ * planes + p up8(n) (8-byte aligned, for the coder's bitmap), each word
+ * read once; S->anym gets bit p where plane p has a byte other than 0. */
+FZR_IP_FI FZR_HD void fzre_planes_gather_w(fzre_state *S, const uint8_t *words, unsigned w,
+                                           uint8_t *planes, unsigned t, unsigned nt) {
+  const uint64_t n = S->n, st = fzr_up(n, 8);
+  uint64_t all = 0;
+  for (uint64_t i = t; i < n; i += nt) {
+    uint64_t v = fzre_ld(words, w, i);
+    all |= v;
+    for (unsigned p = 0; p < w; p++)
+      planes[p * st + i] = (uint8_t)(v >> (8 * p));
   }
-  if (any)
-    FZR_ATOMIC_OR(&S->any, 1u);
+  unsigned m = 0;
+  for (unsigned p = 0; p < w; p++)
+    m |= (all >> (8 * p) & 0xffu) != 0 ? 1u << p : 0u;
+  if (m)
+    FZR_ATOMIC_OR(&S->anym, m);
 }
 
-/* Thread 0: the plane's length as stage_byteplanes.c takes it: 0 for
+static inline FZR_HD void fzre_planes_gather(fzre_state *S, const uint8_t *words, unsigned w,
+                                             uint8_t *planes, unsigned t, unsigned nt) {
+  if (w == 4)
+    fzre_planes_gather_w(S, words, 4u, planes, t, nt);
+  else
+    fzre_planes_gather_w(S, words, 8u, planes, t, nt);
+}
+
+/* Thread 0: plane p's length as stage_byteplanes.c takes it: 0 for
  * zeros, the code's where it is shorter than the plane (n - 1 bytes at
  * most), else n (the plane as it is). */
-static inline FZR_HD void fzre_plane_len(fzre_state *S) {
-  S->hlen = !S->any ? 0 : S->n > 1 && S->u.hf.len != UINT64_MAX ? S->u.hf.len : S->n;
+static inline FZR_HD void fzre_plane_len(fzre_state *S, unsigned p) {
+  S->hlen = !(S->anym >> p & 1u)                      ? 0
+            : S->n > 1 && S->u.hf.len != UINT64_MAX ? S->u.hf.len
+                                                    : S->n;
 }
 
-/* Thread 0: the plane's length after the others; the next plane's flag
- * cleared. */
+/* Thread 0: the plane's length after the others'. */
 static inline FZR_HD void fzre_plane_take(fzre_state *S) {
   S->lk += fzre_put_varint(S->lenbuf + S->lk, S->hlen);
   S->rlen += S->hlen;
-  S->any = 0;
 }
 
 /* The block function of lorenzo | byteplanes: lorenzo's best k on the
- * words as they are, its residuals (in S->b), then each plane gathered
- * (in S->a) and coded after the planes before it (in S->h); the chunk's
- * length in S->len. */
+ * words as they are, its residuals (in S->b), their planes (in S->a),
+ * each coded after the planes before it (in S->h); the chunk's length in
+ * S->len.  The w planes of up8(n) bytes fit S->a's cb bytes: cb / w is a
+ * multiple of 8. */
 static inline FZR_HD void fzre_planes(fzre_state *S, const fzre_job *J) {
   FZR_T0;
   const unsigned w = J->w;
-  const uint64_t n = S->n;
+  const uint64_t n = S->n, st = fzr_up(n, 8);
   fzre_best_k(S, J, S->in);
   FZR_ONE(S->pk = S->k; S->side_l = 0; S->lenbuf[0] = (uint8_t)S->k; S->lk = 1; S->rlen = 0;
-          S->any = 0; S->body = S->h);
+          S->anym = 0; S->body = S->h);
   FZR_SYNC();
   FZR_CLK(2);
   fzre_lz_encode(J->ext[S->pk - 1], S->in, S->b, w, n, S->first);
   FZR_CLK(9);
+  FZR_ALL(fzre_planes_gather(S, S->b, w, S->a, t, nt));
+  FZR_SYNC();
+  FZR_CLK(10);
   for (unsigned p = 0; p < w; p++) {
-    FZR_ALL(fzre_plane_gather(S, S->b, w, p, S->a, t, nt));
+    const uint8_t *plane = S->a + p * st;
+    const unsigned any = S->anym >> p & 1u;
+    if (any && n > 1)
+      fzre_huff(&S->u.hf, plane, 1, n, S->h + S->rlen, n - 1, S->x);
+    FZR_ONE(fzre_plane_len(S, p));
     FZR_SYNC();
-    if (S->any && n > 1)
-      fzre_huff(&S->u.hf, S->a, 1, n, S->h + S->rlen, n - 1, S->x);
-    FZR_ONE(fzre_plane_len(S));
-    FZR_SYNC();
-    if (S->any && S->hlen == n) {
-      FZR_ALL(fzre_copy(S->h + S->rlen, S->a, n, t, nt));
+    if (any && S->hlen == n) {
+      FZR_ALL(fzre_copy(S->h + S->rlen, plane, n, t, nt));
       FZR_SYNC();
     }
     FZR_ONE(fzre_plane_take(S));
