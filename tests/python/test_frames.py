@@ -158,6 +158,18 @@ class Frames(fzdtest.DaemonTest):
                     idx = np.flatnonzero(f.reshape(-1) > 3)
                     np.testing.assert_array_equal(g.indices, idx)
                     np.testing.assert_array_equal(l.indices, idx)
+        # Four parameters: the filter shuffles bits and compresses nothing,
+        # so the chunks are no frames chunks and the dataset is refused.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "f.h5")
+            with h5py.File(path, "w") as h:
+                h.create_dataset("data", shape=(3,) + fr[0].shape, dtype=np.uint16,
+                                 chunks=(1,) + fr[0].shape, compression=32008,
+                                 compression_opts=(0, 2, 2, 0), allow_unknown_filter=True)
+            with h5py.File(path, "r") as h:
+                with self.assertRaises(fzd.Error) as cm:
+                    frames.codec_of(h["data"])
+                self.assertEqual(cm.exception.name, "EINVAL")
 
 if __name__ == "__main__":
     unittest.main()

@@ -46,7 +46,8 @@ def is_dataset(obj):
 def codec_of(dataset):
     """The codec ("lz4" or "zstd") of an h5py dataset's chunks, read from
     its bitshuffle filter's parameters (cd_values[4]: 2 LZ4, 3 zstd; a
-    filter with fewer parameters is the bitshuffle filter's LZ4 default).
+    filter with fewer parameters stores its blocks bit-shuffled but not
+    compressed, which is not a frames chunk: EINVAL).
     The filter must be the dataset's only one: a chain with others around
     it stores chunks that are not bitshuffle chunks."""
     dcpl = dataset.id.get_create_plist()
@@ -55,7 +56,10 @@ def codec_of(dataset):
         raise error("EINVAL", "a frames dataset has the bitshuffle filter (%d) alone, not the "
                     "filters %s" % (BITSHUFFLE_FILTER, [f[0] for f in filters]))
     values = filters[0][2]
-    code = values[4] if len(values) > 4 else _CODECS["lz4"]
+    if len(values) < 5 or values[4] == 0:
+        raise error("EINVAL", "the bitshuffle filter of this dataset does not compress "
+                    "(no LZ4 or zstd in its cd_values %s): read it with h5py" % (list(values),))
+    code = values[4]
     for name, c in _CODECS.items():
         if c == code:
             return name
