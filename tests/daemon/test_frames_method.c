@@ -72,6 +72,18 @@ static void pack_common(msgpack_packer *pk, double cut) {
   msgpack_pack_double(pk, cut);
 }
 
+/* "offsets" and "lengths" of NFRAMES chunks. */
+static void pack_table(msgpack_packer *pk, const uint64_t *offs, const uint64_t *lens) {
+  fzp_pack_key(pk, "offsets");
+  msgpack_pack_array(pk, NFRAMES);
+  for (unsigned i = 0; i < NFRAMES; i++)
+    msgpack_pack_uint64(pk, offs[i]);
+  fzp_pack_key(pk, "lengths");
+  msgpack_pack_array(pk, NFRAMES);
+  for (unsigned i = 0; i < NFRAMES; i++)
+    msgpack_pack_uint64(pk, lens[i]);
+}
+
 /* The sparse frames of a reply against the engine's own, frame by frame;
  * bad is the index of the frame that must fail (-1: none). */
 static void check_sparse(const fzp_message *m, const chunks *c, double cut, int bad) {
@@ -291,14 +303,7 @@ Test(frames_method, data_with_offsets_and_hostile_ranges, .timeout = 120) {
       fzp_pack_key(pk, "in_offset");
       msgpack_pack_uint64(pk, 0);
     }
-    fzp_pack_key(pk, "offsets");
-    msgpack_pack_array(pk, NFRAMES);
-    for (unsigned i = 0; i < NFRAMES; i++)
-      msgpack_pack_uint64(pk, offs[i]);
-    fzp_pack_key(pk, "lengths");
-    msgpack_pack_array(pk, NFRAMES);
-    for (unsigned i = 0; i < NFRAMES; i++)
-      msgpack_pack_uint64(pk, lens[i]);
+    pack_table(pk, offs, lens);
     cr_assert_eq(wire_send(&w, NULL, 0), 0);
     cr_assert_eq(wire_recv(&w, &m, 60000), 0);
     if (k == 1)
@@ -315,14 +320,7 @@ Test(frames_method, data_with_offsets_and_hostile_ranges, .timeout = 120) {
   fzp_pack_key(pk, "data");
   msgpack_pack_bin(pk, total);
   msgpack_pack_bin_body(pk, all, total);
-  fzp_pack_key(pk, "offsets");
-  msgpack_pack_array(pk, NFRAMES);
-  for (unsigned i = 0; i < NFRAMES; i++)
-    msgpack_pack_uint64(pk, offs[i]);
-  fzp_pack_key(pk, "lengths");
-  msgpack_pack_array(pk, NFRAMES);
-  for (unsigned i = 0; i < NFRAMES; i++)
-    msgpack_pack_uint64(pk, lens[i]);
+  pack_table(pk, offs, lens);
   cr_assert_eq(wire_send(&w, NULL, 0), 0);
   cr_assert_eq(wire_recv(&w, &m, 60000), 0);
   cr_assert_eq(wire_code(&m), 0);
