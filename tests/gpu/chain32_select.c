@@ -4,8 +4,9 @@
  * [quant] [diff] coder on 4-byte words (the coder bitpack, bitshuffle | rze
  * or rze) its coder, diff, map and rze levels, and so every chain
  * [quant] [diff] bitshuffle | rze on 8-byte words (chain64.cu), and leave
- * every other chain to the generic chunk kernels.  No GPU needed: it runs
- * in CI.
+ * every other chain to the generic chunk kernels; and which chains the
+ * ratio kernels (ratio.cu) take, with what of each.  No GPU needed: it
+ * runs in CI.
  */
 #include <criterion/criterion.h>
 
@@ -15,6 +16,7 @@
 #include "gpu_ctx.h"
 #include "gpu_plan.h"
 #include "params_1d.h"
+#include "ratio_gpu.h"
 
 static fzk_desc desc_of(fz_dtype t, const char *chain) {
   fz_params p;
@@ -126,4 +128,52 @@ Test(chain64_select, layout) {
   cr_assert_gt(d.smem_d32, d.cb + 4096);
   cr_assert_leq(6 * (d.smem_e32 + 1024), 228u * 1024, "encoder: %u bytes", d.smem_e32);
   cr_assert_leq(6 * (d.smem_d32 + 1024), 228u * 1024, "decoder: %u bytes", d.smem_d32);
+}
+
+/* The ratio kernels: the ratio preset's chains on f32 and f64, and
+ * lorenzo | byteplanes (the lossless-ratio preset) on 4- and 8-byte
+ * words, its form taken from the lorenzo stage; 1- and 2-byte words,
+ * and other chains with a ratio stage, are the CPU engine's. */
+static int ratio_of(fz_dtype t, const char *chain, fzk_ratio_form *f, fze_stage *pred) {
+  static const size_t dims[3] = {6, 20, 30};
+  fz_params p;
+  fzt_params_shaped(&p, t, dims, 3, chain);
+  p.eb = 1e-3;
+  fz_plan *pl = NULL;
+  char why[256] = "";
+  cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), 0, "%s: %s", chain, why);
+  const fze_header *h = fze_plan_header(pl);
+  int r = fzk_ratio_chain(h);
+  if (r) {
+    *f = fzk_ratio_form_of(h);
+    *pred = h->chain.st[f->planes ? 0 : 1];
+  }
+  fz_plan_destroy(pl);
+  return r;
+}
+
+Test(ratio_select, chains) {
+  static const fz_dtype words[] = {FZ_F32, FZ_F64, FZ_I32, FZ_U32, FZ_I64, FZ_U64};
+  fzk_ratio_form f;
+  fze_stage pred;
+  for (size_t i = 0; i < sizeof words / sizeof *words; i++) {
+    const char *name = fz_dtype_name(words[i]);
+    cr_assert(ratio_of(words[i], "lossless-ratio", &f, &pred), "%s", name);
+    cr_assert(f.planes && f.lorenzo && f.levels == 0 && f.pwrel == 0 && f.step == 0, "%s", name);
+    cr_assert_eq(f.pdims, 3, "%s", name);
+    cr_assert_eq(pred.id, FZE_STAGE_LORENZO, "%s", name);
+    cr_assert(memcmp(f.ext, pred.ext, sizeof pred.ext) == 0, "%s", name);
+    cr_assert(ratio_of(words[i], "lorenzo(dims=2) | byteplanes", &f, &pred), "%s", name);
+    cr_assert_eq(f.pdims, 2, "%s", name);
+  }
+  static const fz_dtype bytes[] = {FZ_U8, FZ_I8, FZ_U16, FZ_I16};
+  for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++)
+    cr_assert(!ratio_of(bytes[i], "lossless-ratio", &f, &pred), "%s", fz_dtype_name(bytes[i]));
+  cr_assert(ratio_of(FZ_F32, "ratio", &f, &pred));
+  cr_assert(!f.planes && !f.lorenzo && f.levels >= 1 && f.pdims == 3 && !f.pwrel);
+  cr_assert(ratio_of(FZ_F64, "quant | lorenzo(dims=1) | huffman | rze(levels=2)", &f, &pred));
+  cr_assert(!f.planes && f.lorenzo && f.levels == 2 && f.pdims == 1);
+  cr_assert(!ratio_of(FZ_I32, "lorenzo | rze", &f, &pred));
+  cr_assert(!ratio_of(FZ_F32, "quant | lorenzo | rze", &f, &pred));
+  cr_assert(!ratio_of(FZ_I32, "diff | byteplanes", &f, &pred));
 }
