@@ -30,9 +30,10 @@
  * bytes (stage_byteplanes.c): a plane of zeros is left out, one the code
  * would not shrink is kept as it is.  The chunk is the predictor byte,
  * the planes' lengths as LEB128 varints and the planes, or the values raw
- * where that is not smaller (codec.c).  The GPU takes chains without a fill value only
- * (gpu_plan.c leaves the others to the CPU engine), so the walk never
- * meets fill cells.
+ * where that is not smaller (codec.c).
+ *
+ * The GPU takes chains without a fill value only (gpu_plan.c leaves the
+ * others to the CPU engine), so the walk never meets fill cells.
  */
 #ifndef FZK_RATIO_ENC_CUH
 #define FZK_RATIO_ENC_CUH
