@@ -35,8 +35,22 @@
  * lane two consecutive words, so that both sums take one warp scan per two
  * blocks, and a whole chunk is written two words a lane.
  *
+ * The kernels are written once for both word sizes (chain64_ops.cuh has
+ * the 8-byte ones): fzk_enc_body and fzk_dec_body take the word's bytes
+ * WB, and fzk_word<WB> holds what differs (the types, the shared-memory
+ * layouts, the quantizer, how a block's words become bit planes).  The
+ * encoder's phases are pass 1 (fzk_enc_words), the warps' totals
+ * (fzk_enc_scan), the rze levels (fzk_enc_rze), the side list and
+ * bitpack's planes (fzk_enc_side), the kept bytes (fzk_enc_levels) and
+ * the placing (fzk_enc_place); the decoder's are the opening of the chunk
+ * (fzk_dec_open: its checks, the stored chunk, the side list), bitpack's
+ * widths or rze's levels (fzk_dec_coder), then the words, which differ
+ * enough by their size to have one function each (fzk_dec32_words here,
+ * with its running sums fzk_dec32_diffs and fzk_dec32_ddiff).
+ *
  * How a kernel is made of it.  The encoder and the decoder are the
- * __device__ templates fzk_enc32_body and fzk_dec32_body; each kernel is a
+ * __device__ templates fzk_enc32_body and fzk_dec32_body (fzk_enc_body and
+ * fzk_dec_body on 4-byte words, with the chain's check); each kernel is a
  * __global__ wrapper that passes its arguments on, unchanged:
  *
  *   extern "C" __global__ void __launch_bounds__(FZK_NT, FZK_ENC32_BLOCKS)
@@ -534,288 +548,376 @@ fzk_enc_rze(S &s, unsigned L, uint32_t len0, uint32_t side, uint32_t nb, uint32_
   }
 }
 
-/* One block codes one chunk (the chunk of its ticket, so that every chunk
- * before it is already running), places it in the archive at the offset
- * the look-back gives, writes its table entry and its CRC-32C to d_crcs,
- * and the last chunk leaves the payload's length in lb[nchunks].  lb holds
- * nchunks + 2 words, zero at launch; the last is the ticket counter.
- * Nothing is written at or beyond out_cap. */
-template <int QK, int CK, int DIFF, int NEGA, int LEV>
-__device__ __forceinline__ void
-fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
-               const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out,
-               uint64_t out_cap, uint64_t header_len, uint64_t table_off,
-               uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,
-               const uint32_t *__restrict__ d_tab) {
-  FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV);
-  extern __shared__ __align__(16) uint8_t fzk_sh32[];
-  fzk_e32 s = fzk_carve_e32(d, fzk_sh32);
-  if (threadIdx.x == 0)
-    s.wt[FZK_WT_TICKET] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
-  __syncthreads();
-  const uint64_t c = s.wt[FZK_WT_TICKET];
-  const uint32_t cb = d.cb;
-  const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
-  const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
-  const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
-  const uint32_t *g = (const uint32_t *)(d_in + c * cb);
-  /* diff: the words are differences (the diff stage's, or bitpack's
-   * own); ddiff: bitpack's differences are of the diff stage's words. */
-  const int qk = fzk_c32_qk<QK>(d);
-  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
-  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), dst = fzk_c32_flag<DIFF>(d.k32diff);
-  const bool diff = bp || dst, ddiff = bp && dst;
-  const fzk_tp tp = fzk_tp_init();
-  fzk_qparams q = {0, 0, 0};
-  if (quant) {
-    /* Volatile, so that they are loaded once and kept in registers: the
-     * compiler would rather load them again for every block. */
-    const volatile fzk_qparams *vq = d_qp;
-    q.eb_abs = vq->eb_abs;
-    q.step = vq->step;
-    q.inv = vq->inv;
-  }
-  const bool qon = quant && q.step != 0;
+/* The word kernels are written once, for words of WB bytes; fzk_word<WB>
+ * holds what differs between 4- and 8-byte words (fzk_word<4> below,
+ * fzk_word<8> in chain64_ops.cuh): the word and shuffle types, the
+ * shared-memory layouts, the quantizer, the maps and how a block's words
+ * become bit planes. */
+template <int WB> struct fzk_word;
 
-  /* Pass 1: words, residuals, outliers; bitpack planes packed per warp
-   * (the warp's blocks' planes in order from s.a + 128 b0 to s.a + wst),
-   * or the shuffled stream's planes.  Each block's outlier bits and bit
-   * width go to sum (in s.res, unused until the chunk is assembled); then
-   * lane k of the warp keeps the summary of the warp's block b0 + k: its
-   * outlier bits, and outliers << 16 | 4 * bit width. */
-  const uint32_t ps = fzk_plane_stride(pb);
-  /* carry: the word before the block, carry2 the diff stage's word before
-   * it when bitpack codes the differences of those. */
-  uint32_t carry = 0, carry2 = 0, my_fl = 0, my_info = 0, wst = 128 * b0;
-  uint2 *sum = (uint2 *)s.res;
-  if (diff && b0 > 0 && b0 < nb) {
-    uint32_t v = g[32 * b0 - 1];
-    if (qon)
-      fzk_q32_any(qk, v, q, &v);
-    carry = v;
-    if (ddiff) {
-      uint32_t v2 = g[32 * b0 - 2];
-      if (qon)
-        fzk_q32_any(qk, v2, q, &v2);
-      carry2 = nega ? fzo_nega32(v - v2) : fzo_zigzag32(v - v2);
+/* 4-byte words: one plane of each shuffled byte position, four 32-word
+ * blocks loaded at once. */
+template <> struct fzk_word<4> {
+  typedef uint32_t T; /* the word */
+  typedef uint32_t S; /* the word as a shuffle moves it */
+  typedef fzk_e32 E;
+  typedef fzk_d32 D;
+  static constexpr unsigned STEP = 4; /* 32-word blocks the encoder loads at once */
+  static constexpr unsigned ENC_CRCW = FZK_ENC32_CRCW, DEC_CRCW = FZK_DEC32_CRCW;
+  static __device__ __forceinline__ E carve_e(const fzk_desc &d, uint8_t *p) {
+    return fzk_carve_e32(d, p);
+  }
+  static __device__ __forceinline__ D carve_d(const fzk_desc &d, uint8_t *p) {
+    return fzk_carve_d32(d, p);
+  }
+  static __device__ __forceinline__ T zigzag(T v) { return fzo_zigzag32(v); }
+  static __device__ __forceinline__ T nega(T v) { return fzo_nega32(v); }
+  template <int QK> static __device__ __forceinline__ bool q(T b, const fzk_qparams &p, T *code) {
+    return fzk_q32<QK>(b, p, code);
+  }
+  static __device__ __forceinline__ bool q_any(int qk, T b, const fzk_qparams &p, T *code) {
+    return fzk_q32_any(qk, b, p, code);
+  }
+  /* A block's bitpack residuals r as bit planes at p, as many as its
+   * widest residual needs: their count. */
+  static __device__ __forceinline__ uint32_t put_bitplanes(uint8_t *p, T r, const fzk_tp &tp,
+                                                           unsigned lane) {
+    const uint32_t nbits = 32u - __clz(__reduce_or_sync(FZK_FULL, r));
+    const uint32_t x = fzk_transpose32(r, tp);
+    if (lane < nbits)
+      *(uint32_t *)(p + 4 * lane) = x;
+    return nbits;
+  }
+  /* Word u of block bb into the shuffled stream at a: lane p holds bytes
+   * 4bb..4bb+3 of plane p (word aligned in a whole chunk: pb and ps are
+   * multiples of 16). */
+  template <bool FULL>
+  static __device__ __forceinline__ void put_planes(uint8_t *a, T u, const fzk_tp &tp,
+                                                    unsigned lane, uint32_t ps, uint32_t pb,
+                                                    uint32_t bb) {
+    const uint32_t x = fzk_transpose32(u, tp);
+    if (FULL) {
+      *(uint32_t *)(a + lane * ps + 4 * bb) = x;
+    } else if (4 * bb + 4 <= pb) {
+      fzk_st32u(a, lane * ps + 4 * bb, x);
+    } else {
+      for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
+        a[lane * ps + 4 * bb + k2] = (uint8_t)(x >> (8 * k2));
     }
   }
-  /* Built for whole chunks of whole 4-block steps (every chunk but maybe
-   * the last) without the bounds checks, and for any chunk; each with the
-   * quantizer on, or passing words through (a step of 0). */
+  /* An outlier's stored value at p + at (any alignment). */
+  static __device__ __forceinline__ void put_value(uint8_t *p, uint32_t at, T x) {
+    fzk_st32u(p, at, x);
+  }
+};
+
+/* A chunk's words and their 32-word blocks (nb of them, pb bytes a shuffle
+ * plane), and the blocks b0 .. b1 of this thread's warp (K a warp). */
+struct fzk_wchunk {
+  uint64_t c;
+  uint32_t cb, raw, n, nb, pb, K, b0, b1;
+  unsigned lane, warp;
+};
+
+template <int WB>
+__device__ __forceinline__ fzk_wchunk fzk_wchunk_at(const fzk_desc &d, uint64_t c) {
+  fzk_wchunk k;
+  const uint32_t cb = d.cb;
+  k.c = c;
+  k.cb = cb;
+  k.raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
+  k.n = k.raw / WB;
+  k.nb = (k.n + 31) / 32;
+  k.pb = (k.n + 7) / 8;
+  k.lane = threadIdx.x & 31;
+  k.warp = threadIdx.x >> 5;
+  k.K = (k.nb + FZK_NW - 1) / FZK_NW;
+  k.b0 = k.warp * k.K < k.nb ? k.warp * k.K : k.nb;
+  k.b1 = k.b0 + k.K < k.nb ? k.b0 + k.K : k.nb;
+  return k;
+}
+
+/* The chain's stages as they run: the quantizer kind qk (quant: any),
+ * the map (nega: negabinary, else zigzag); diff: the words are
+ * differences (the diff stage's, or bitpack's own); ddiff: bitpack's
+ * differences are of the diff stage's words. */
+struct fzk_wflags {
+  int qk;
+  bool quant, nega, diff, ddiff;
+};
+
+template <int QK, int CK, int DIFF, int NEGA>
+__device__ __forceinline__ fzk_wflags fzk_wflags_of(const fzk_desc &d) {
+  constexpr bool bp = CK == FZK_C32_BITPACK;
+  fzk_wflags f;
+  f.qk = fzk_c32_qk<QK>(d);
+  f.quant = f.qk != FZK_Q_NONE;
+  f.nega = fzk_c32_flag<NEGA>(d.k32nega);
+  const bool dst = fzk_c32_flag<DIFF>(d.k32diff);
+  f.diff = bp || dst;
+  f.ddiff = bp && dst;
+  return f;
+}
+
+/* The encoder's per-warp totals: lane k's block b0 + k (its outlier bits,
+ * and outliers << 16 | 4 * bit width, and the exclusive sum of the
+ * latter over the warp); the block's total and the sum of the warps
+ * before (tot, base). */
+struct fzk_enc_sums {
+  uint32_t my_fl, my_info, my_off, tot, base;
+};
+
+/* The encoder's rze state (fzk_enc_rze) besides each level's bitmap and
+ * length: the thread's share of levels 1 and 2, and the coded length. */
+struct fzk_enc_lv {
+  uint32_t rank1, v0, v1, pos1, r2, q0, q1, kept1, total;
+};
+
+/* Pass 1 of the encoder: words, residuals, outliers; bitpack planes packed
+ * per warp (the warp's blocks' planes in order from s.a + 32 WB b0 to
+ * s.a + wst, the value returned), the words' bytes, or the shuffled
+ * stream's planes.  Each block's outlier bits and bit width go to sum (in
+ * s.res, unused until the chunk is assembled).  Built for whole chunks of
+ * whole steps of W::STEP blocks (every chunk but maybe the last) without
+ * the bounds checks, and for any chunk; each with the quantizer on, or
+ * passing words through (a step of 0). */
+template <int WB, int QK, int CK>
+__device__ __forceinline__ uint32_t
+fzk_enc_words(typename fzk_word<WB>::E &s, const typename fzk_word<WB>::T *g, const fzk_wchunk &k,
+              const fzk_wflags &f, const fzk_qparams &q, bool qon, const fzk_tp &tp, uint32_t ps,
+              bool whole) {
+  typedef fzk_word<WB> W;
+  typedef typename W::T T;
+  typedef typename W::S S;
+  constexpr bool bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  const uint32_t b0 = k.b0, b1 = k.b1, n = k.n, pb = k.pb;
+  const unsigned lane = k.lane;
+  const bool nega = f.nega, diff = f.diff, ddiff = f.ddiff;
+  /* carry: the word before the block, carry2 the diff stage's word before
+   * it when bitpack codes the differences of those. */
+  T carry = 0, carry2 = 0;
+  uint32_t wst = 32 * WB * b0;
+  uint2 *sum = (uint2 *)s.res;
+  if (diff && b0 > 0 && b0 < k.nb) {
+    T v = g[32 * b0 - 1];
+    if (qon)
+      W::q_any(f.qk, v, q, &v);
+    carry = v;
+    if (ddiff) {
+      T v2 = g[32 * b0 - 2];
+      if (qon)
+        W::q_any(f.qk, v2, q, &v2);
+      carry2 = nega ? W::nega(v - v2) : W::zigzag(v - v2);
+    }
+  }
   auto pass1 = [&](auto whole, auto qonc) {
     constexpr bool FULL = decltype(whole)::value;
     constexpr int QON = decltype(qonc)::value;
-    const uint32_t *gp = g + 32 * b0 + lane;
-    for (uint32_t b = b0; b < b1; b += 4, gp += 128) {
-      uint32_t v[4];
+    constexpr unsigned STEP = W::STEP;
+    const T *gp = g + 32 * b0 + lane;
+    for (uint32_t b = b0; b < b1; b += STEP, gp += 32 * STEP) {
+      T v[STEP];
 #pragma unroll
-      for (unsigned k = 0; k < 4; k++) {
-        uint32_t i = 32 * (b + k) + lane;
-        v[k] = FULL || (b + k < b1 && i < n) ? gp[32 * k] : 0;
+      for (unsigned j = 0; j < STEP; j++) {
+        uint32_t i = 32 * (b + j) + lane;
+        v[j] = FULL || (b + j < b1 && i < n) ? gp[32 * j] : 0;
       }
 #pragma unroll
-      for (unsigned k = 0; k < 4; k++) {
-        const uint32_t bb = b + k, i = 32 * bb + lane;
+      for (unsigned j = 0; j < STEP; j++) {
+        const uint32_t bb = b + j, i = 32 * bb + lane;
         if (!FULL && bb >= b1)
           break;
         const bool valid = FULL || i < n;
-        uint32_t code = v[k];
+        T code = v[j];
         bool bad = false;
         if (QON != FZK_Q_NONE)
-          bad = !fzk_q32<QON>(v[k], q, &code) && valid;
+          bad = !W::template q<QON>(v[j], q, &code) && valid;
         if (!valid)
           code = 0;
-        uint32_t prev = __shfl_up_sync(FZK_FULL, code, 1);
+        T prev = __shfl_up_sync(FZK_FULL, (S)code, 1);
         if (lane == 0)
           prev = carry;
-        carry = __shfl_sync(FZK_FULL, code, 31);
-        uint32_t fl = __ballot_sync(FZK_FULL, bad);
+        carry = __shfl_sync(FZK_FULL, (S)code, 31);
+        const uint32_t fl = __ballot_sync(FZK_FULL, bad);
         if (bp) {
           /* The block's bit planes, as many as its widest residual needs,
            * go to the warp's run in s.a at once. */
-          uint32_t y = code, yp = prev;
+          T y = code, yp = prev;
           if (ddiff) {
             /* One shuffle: lane 0 gets lane 31's word, the carry of the
              * next block. */
-            y = nega ? fzo_nega32(code - prev) : fzo_zigzag32(code - prev);
-            const uint32_t yr = __shfl_sync(FZK_FULL, y, (lane + 31) & 31);
+            y = nega ? W::nega(code - prev) : W::zigzag(code - prev);
+            const T yr = __shfl_sync(FZK_FULL, (S)y, (lane + 31) & 31);
             yp = lane ? yr : carry2;
             carry2 = yr;
           }
-          const uint32_t r = valid ? fzo_zigzag32(y - yp) : 0;
-          const uint32_t nbits = 32u - __clz(__reduce_or_sync(FZK_FULL, r));
-          const uint32_t x = fzk_transpose32(r, tp);
-          if (lane < nbits)
-            *(uint32_t *)(s.a + wst + 4 * lane) = x;
+          const T r = valid ? W::zigzag(y - yp) : 0;
+          const uint32_t nbits = W::put_bitplanes(s.a + wst, r, tp, lane);
           wst += 4 * nbits;
           if (lane == 0)
             sum[bb] = make_uint2(fl, nbits);
         } else {
-          uint32_t u = code;
+          T u = code;
           if (diff) {
-            uint32_t dd = code - prev;
-            u = nega ? fzo_nega32(dd) : fzo_zigzag32(dd);
+            const T dd = code - prev;
+            u = nega ? W::nega(dd) : W::zigzag(dd);
           }
           if (!valid)
             u = 0;
           if (wd) {
             /* The stream is the words' bytes. */
-            *(uint32_t *)(s.a + 4 * i) = u;
+            *(T *)(s.a + WB * i) = u;
             if (lane == 0)
               sum[bb] = make_uint2(fl, 0);
             continue;
           }
-          uint32_t x = fzk_transpose32(u, tp);
-          /* Lane p holds bytes 4bb..4bb+3 of plane p (word aligned in a
-           * whole chunk: pb and ps are multiples of 16). */
-          if (FULL) {
-            *(uint32_t *)(s.a + lane * ps + 4 * bb) = x;
-          } else if (4 * bb + 4 <= pb) {
-            fzk_st32u(s.a, lane * ps + 4 * bb, x);
-          } else {
-            for (unsigned k2 = 0; 4 * bb + k2 < pb; k2++)
-              s.a[lane * ps + 4 * bb + k2] = (uint8_t)(x >> (8 * k2));
-          }
+          W::template put_planes<FULL>(s.a, u, tp, lane, ps, pb, bb);
           if (lane == 0)
             sum[bb] = make_uint2(fl, 0);
         }
       }
     }
   };
-  fzk_built32<QK>(raw == cb && K % 4 == 0, qon ? qk : FZK_Q_NONE, pass1);
+  fzk_built32<QK>(whole, qon ? f.qk : FZK_Q_NONE, pass1);
+  return wst;
+}
+
+/* Lane k of each warp takes the summary of the warp's block b0 + k from
+ * sum, and the block adds the warps' totals up (in wt[0, FZK_NW)). */
+__device__ __forceinline__ fzk_enc_sums fzk_enc_scan(uint32_t *wt, const uint2 *sum,
+                                                     const fzk_wchunk &k) {
+  fzk_enc_sums r;
+  r.my_fl = 0;
+  r.my_info = 0;
   __syncwarp();
-  if (lane < b1 - b0) {
-    const uint2 e = sum[b0 + lane];
-    my_fl = e.x;
-    my_info = (uint32_t)__popc(e.x) << 16 | 4u * e.y;
+  if (k.lane < k.b1 - k.b0) {
+    const uint2 e = sum[k.b0 + k.lane];
+    r.my_fl = e.x;
+    r.my_info = (uint32_t)__popc(e.x) << 16 | 4u * e.y;
   }
-  uint32_t my_off;
   {
-    const uint32_t inc = fzk_warp_incl(my_info);
-    my_off = inc - my_info;
-    if (lane == 31)
-      s.wt[warp] = inc;
+    const uint32_t inc = fzk_warp_incl(r.my_info);
+    r.my_off = inc - r.my_info;
+    if (k.lane == 31)
+      wt[k.warp] = inc;
   }
   __syncthreads();
-  uint32_t tot = 0, base = 0;
+  r.tot = 0;
+  r.base = 0;
   for (unsigned w = 0; w < FZK_NW; w++) {
-    uint32_t t = s.wt[w];
-    base += w < warp ? t : 0;
-    tot += t;
+    uint32_t t = wt[w];
+    r.base += w < k.warp ? t : 0;
+    r.tot += t;
   }
-  const uint32_t m = tot >> 16, vl = quant ? fzk_vlen(m) : 0;
-  const uint32_t side = quant ? vl + 6 * m : 0;
-  uint32_t total;
+  return r;
+}
 
-  /* rze of the stream (the shuffled one, or the words' bytes, zero after
-   * the last up to the next 16): level 1 by the block, the rest by warp 0. */
-  const uint32_t len0 = wd ? 4 * n : 32 * pb;
-  uint32_t rank1 = 0, v0 = 0, v1 = 0, pos1 = 0, r2 = 0, q0 = 0, q1 = 0, kept1 = 0;
-  const unsigned L = fzk_c32_lev<LEV>(d);
-  uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
-  uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
-  fzk_enc_rze<CK>(s, L, len0, side, nb, tot, pb, ps, warp, lane, lens, bms, rank1, v0, v1, pos1, r2,
-                  q0, q1, kept1, total);
-
-  const bool fallback = total >= raw;
-  const uint32_t size = fallback ? raw : total;
-  if (threadIdx.x == 0)
-    fzk_lb_put(lb, c, (c == 0 ? FZK_LB_INCL : FZK_LB_AGG) | size);
-  /* The coded chunk goes to s.res + shift, chosen so that the bit planes
-   * of bitpack start on a word. */
-  const uint32_t shift = bp && !fallback ? (0u - (side + nb)) & 3u : 0u;
-  uint8_t *res = s.res + shift;
-  if (!fallback) {
-    if (quant) {
-      if (threadIdx.x == 0) {
-        uint32_t v = m;
-        for (uint32_t k = 0; k < vl; k++, v >>= 7)
-          res[k] = (uint8_t)((v & 0x7f) | (k + 1 < vl ? 0x80 : 0));
-      }
-    }
-    if (bp) {
-      /* The bit widths, and the warp's planes to their place (word
-       * aligned: see shift). */
-      if (lane < b1 - b0)
-        res[side + b0 + lane] = (uint8_t)((my_info & 0xffffu) >> 2);
-      const uint32_t nw = (wst - 128 * b0) / 4;
-      uint32_t *dst = (uint32_t *)(res + side + nb + (base & 0xffffu));
-      const uint32_t *src = (const uint32_t *)(s.a + 128 * b0);
-      for (uint32_t j = lane; j < nw; j += 32)
-        dst[j] = src[j];
-    }
-    if (quant) {
-      /* The outliers of the warp's blocks that have any. */
-      for (uint32_t pend = __ballot_sync(FZK_FULL, my_fl != 0); pend; pend &= pend - 1) {
-        const unsigned k = __ffs(pend) - 1;
-        const uint32_t fl = __shfl_sync(FZK_FULL, my_fl, k);
-        const uint32_t o = base + __shfl_sync(FZK_FULL, my_off, k), i = 32 * (b0 + k) + lane;
-        if ((fl >> lane) & 1u) {
-          uint32_t r = (o >> 16) + __popc(fl & ((1u << lane) - 1u));
-          res[vl + 2 * r] = (uint8_t)i;
-          res[vl + 2 * r + 1] = (uint8_t)(i >> 8);
-          fzk_st32u(s.res, shift + vl + 2 * m + 4 * r, g[i]);
-        }
-      }
-    }
-    if (!bp) {
-      if (warp == 0) {
-        uint32_t pos = side + lens[L];
-        for (uint32_t j = lane; j < lens[L]; j += 32)
-          res[side + j] = bms[L][j];
-        for (unsigned l = L; l >= 3; l--) {
-          fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], res + pos);
-          pos += s.wt[FZK_WT_LEVELS + l];
-        }
-      }
-      if (L >= 2) {
-        uint32_t pos2 = side + lens[L];
-        for (unsigned l = 3; l <= L; l++)
-          pos2 += s.wt[FZK_WT_LEVELS + l];
-        uint8_t *dst2 = res + pos2 + r2;
-        for (uint32_t j = q0; j < q1; j++) {
-          uint32_t mk = bms[2][j];
-          while (mk) {
-            unsigned b = __ffs(mk) - 1;
-            mk &= mk - 1;
-            *dst2++ = bms[1][8 * j + b];
-          }
-        }
-      }
-      uint8_t *dst = res + pos1 + rank1;
-      for (uint32_t v = v0; v < v1; v++) {
-        uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
-        uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
-#pragma unroll
-        for (unsigned k = 0; k < 4; k++) {
-#pragma unroll
-          for (unsigned e = 0; e < 4; e++) {
-            uint32_t byte = (wv[k] >> (8 * e)) & 0xffu;
-            if (byte)
-              *dst++ = (uint8_t)byte;
-          }
-        }
-      }
-    }
-  } else {
-    for (uint32_t v = threadIdx.x; v < n; v += FZK_NT)
-      ((uint32_t *)s.res)[v] = g[v];
+/* The coded chunk's side list and bitpack's part, at res (s.res + shift):
+ * the outlier count (a varint of vl bytes), bitpack's bit widths and the
+ * warp's planes (word aligned: see shift), the outliers of the warp's
+ * blocks that have any (u16 indices, then the WB-byte values). */
+template <int WB, int CK, class E>
+__device__ __forceinline__ void
+fzk_enc_side(E &s, uint8_t *res, uint32_t shift, const typename fzk_word<WB>::T *g,
+             const fzk_wchunk &k, bool quant, const fzk_enc_sums &z, uint32_t m, uint32_t vl,
+             uint32_t side, uint32_t wst) {
+  constexpr bool bp = CK == FZK_C32_BITPACK;
+  const uint32_t b0 = k.b0, lane = k.lane;
+  if (quant && threadIdx.x == 0) {
+    uint32_t v = m;
+    for (uint32_t j = 0; j < vl; j++, v >>= 7)
+      res[j] = (uint8_t)((v & 0x7f) | (j + 1 < vl ? 0x80 : 0));
   }
-  __syncthreads();
+  if (bp) {
+    if (lane < k.b1 - b0)
+      res[side + b0 + lane] = (uint8_t)((z.my_info & 0xffffu) >> 2);
+    const uint32_t nw = (wst - 32 * WB * b0) / 4;
+    uint32_t *dst = (uint32_t *)(res + side + k.nb + (z.base & 0xffffu));
+    const uint32_t *src = (const uint32_t *)(s.a + 32 * WB * b0);
+    for (uint32_t j = lane; j < nw; j += 32)
+      dst[j] = src[j];
+  }
+  if (quant) {
+    for (uint32_t pend = __ballot_sync(FZK_FULL, z.my_fl != 0); pend; pend &= pend - 1) {
+      const unsigned j = __ffs(pend) - 1;
+      const uint32_t fl = __shfl_sync(FZK_FULL, z.my_fl, j);
+      const uint32_t o = z.base + __shfl_sync(FZK_FULL, z.my_off, j), i = 32 * (b0 + j) + lane;
+      if ((fl >> lane) & 1u) {
+        const uint32_t r = (o >> 16) + __popc(fl & ((1u << lane) - 1u));
+        res[vl + 2 * r] = (uint8_t)i;
+        res[vl + 2 * r + 1] = (uint8_t)(i >> 8);
+        /* From the aligned base: res is shifted. */
+        fzk_word<WB>::put_value(s.res, shift + vl + 2 * m + WB * r, g[i]);
+      }
+    }
+  }
+}
 
-  /* Place the chunk: the last CW warps checksum it (their slice tables
-   * take the place of the stream, which is done with) while warp 0 finds
-   * its offset by the look-back and the other PW warps then copy it out in
-   * 4-byte aligned words.  The two groups meet at no barrier again. */
-  constexpr unsigned CW = FZK_ENC32_CRCW, PW = FZK_NW - CW;
-  const uint8_t *buf = s.res - 16;
-  const uint32_t o = 16 + shift;
+/* The rze levels of the coded chunk at res, after the side list: the top
+ * level's bitmap and the kept bytes of levels L .. 3 by warp 0, those of
+ * level 2 and of level 1 by every thread, each its share. */
+template <int CK, class E>
+__device__ __forceinline__ void
+fzk_enc_levels(E &s, uint8_t *res, uint32_t side, unsigned L,
+               const uint32_t (&lens)[FZE_RZE_MAX_LEVELS + 1],
+               uint8_t *const (&bms)[FZE_RZE_MAX_LEVELS + 1], const fzk_enc_lv &z, uint32_t pb,
+               uint32_t ps, unsigned warp, unsigned lane) {
+  constexpr bool wd = CK == FZK_C32_RZE;
+  if (warp == 0) {
+    uint32_t pos = side + lens[L];
+    for (uint32_t j = lane; j < lens[L]; j += 32)
+      res[side + j] = bms[L][j];
+    for (unsigned l = L; l >= 3; l--) {
+      fzk_wrze_scatter(bms[l - 1], lens[l - 1], bms[l], res + pos);
+      pos += s.wt[FZK_WT_LEVELS + l];
+    }
+  }
+  if (L >= 2) {
+    uint32_t pos2 = side + lens[L];
+    for (unsigned l = 3; l <= L; l++)
+      pos2 += s.wt[FZK_WT_LEVELS + l];
+    uint8_t *dst2 = res + pos2 + z.r2;
+    for (uint32_t j = z.q0; j < z.q1; j++) {
+      uint32_t mk = bms[2][j];
+      while (mk) {
+        unsigned b = __ffs(mk) - 1;
+        mk &= mk - 1;
+        *dst2++ = bms[1][8 * j + b];
+      }
+    }
+  }
+  uint8_t *dst = res + z.pos1 + z.rank1;
+  for (uint32_t v = z.v0; v < z.v1; v++) {
+    uint4 qv = *(const uint4 *)(s.a + (wd ? 16 * v : fzk_plane_vec(v, pb, ps)));
+    uint32_t wv[4] = {qv.x, qv.y, qv.z, qv.w};
+#pragma unroll
+    for (unsigned j = 0; j < 4; j++) {
+#pragma unroll
+      for (unsigned e = 0; e < 4; e++) {
+        uint32_t byte = (wv[j] >> (8 * e)) & 0xffu;
+        if (byte)
+          *dst++ = (uint8_t)byte;
+      }
+    }
+  }
+}
+
+/* Place the chunk of size bytes at buf + o: the last CW warps checksum it
+ * (their slice tables take the place of the stream a, which is done with)
+ * while warp 0 finds its offset by the look-back and the other PW warps
+ * then copy it out in 4-byte aligned words.  The two groups meet at no
+ * barrier again.  Nothing is written at or beyond out_cap. */
+template <unsigned CW>
+__device__ __forceinline__ void
+fzk_enc_place(uint8_t *a, uint32_t *wt, const uint8_t *buf, uint32_t o, uint32_t size,
+              const fzk_desc &d, uint64_t c, uint8_t *__restrict__ d_out, uint64_t out_cap,
+              uint64_t header_len, uint64_t table_off, uint32_t *__restrict__ d_crcs,
+              fzk_u64 *__restrict__ lb, const uint32_t *__restrict__ d_tab) {
+  constexpr unsigned PW = FZK_NW - CW;
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (warp >= PW) {
     const unsigned gt = threadIdx.x - 32 * PW;
-    uint32_t *T = (uint32_t *)s.a;
+    uint32_t *T = (uint32_t *)a;
     for (unsigned i = gt; i < 256; i += 32 * CW)
       ((uint4 *)T)[i] = ((const uint4 *)d_tab)[i];
     if constexpr (CW == 1)
@@ -828,12 +930,12 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   if (warp == 0) {
     const uint64_t off = fzk_lookback(lb, c, size);
     if (lane == 0) {
-      s.wt[FZK_WT_OFF] = (uint32_t)off;
-      s.wt[FZK_WT_OFF + 1] = (uint32_t)(off >> 32);
+      wt[FZK_WT_OFF] = (uint32_t)off;
+      wt[FZK_WT_OFF + 1] = (uint32_t)(off >> 32);
     }
   }
   fzk_bar_sync(2, 32 * PW);
-  const uint64_t off = s.wt[FZK_WT_OFF] | (uint64_t)s.wt[FZK_WT_OFF + 1] << 32;
+  const uint64_t off = wt[FZK_WT_OFF] | (uint64_t)wt[FZK_WT_OFF + 1] << 32;
   const uint64_t at = header_len + off;
   const uint64_t room = at < out_cap ? out_cap - at : 0;
   const uint32_t lim = size < room ? size : (uint32_t)room;
@@ -844,8 +946,8 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
   const uint32_t nw = (lim - hd) / 4;
   if (threadIdx.x < hd)
     dp[threadIdx.x] = buf[o + threadIdx.x];
-  for (uint32_t k = threadIdx.x; k < nw; k += 32 * PW)
-    ((uint32_t *)(dp + hd))[k] = fzk_ld32u(buf, o + hd + 4 * k);
+  for (uint32_t j = threadIdx.x; j < nw; j += 32 * PW)
+    ((uint32_t *)(dp + hd))[j] = fzk_ld32u(buf, o + hd + 4 * j);
   for (uint32_t i = hd + 4 * nw + threadIdx.x; i < lim; i += 32 * PW)
     dp[i] = buf[o + i];
   if (threadIdx.x == 0) {
@@ -854,6 +956,98 @@ fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
     if (c + 1 == d.nchunks)
       lb[d.nchunks] = off + size;
   }
+}
+
+/* One block codes one chunk of WB-byte words (the chunk of its ticket, so
+ * that every chunk before it is already running), places it in the
+ * archive at the offset the look-back gives, writes its table entry and
+ * its CRC-32C to d_crcs, and the last chunk leaves the payload's length in
+ * lb[nchunks].  lb holds nchunks + 2 words, zero at launch; the last is
+ * the ticket counter.  Nothing is written at or beyond out_cap. */
+template <int WB, int QK, int CK, int DIFF, int NEGA, int LEV>
+__device__ __forceinline__ void
+fzk_enc_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
+             const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, uint64_t out_cap,
+             uint64_t header_len, uint64_t table_off, uint32_t *__restrict__ d_crcs,
+             fzk_u64 *__restrict__ lb, const uint32_t *__restrict__ d_tab) {
+  typedef fzk_word<WB> W;
+  typedef typename W::T T;
+  constexpr bool bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  extern __shared__ __align__(16) uint8_t fzk_shw[];
+  typename W::E s = W::carve_e(d, fzk_shw);
+  if (threadIdx.x == 0)
+    s.wt[FZK_WT_TICKET] = atomicAdd((unsigned *)(lb + d.nchunks + 1), 1u);
+  __syncthreads();
+  const fzk_wchunk k = fzk_wchunk_at<WB>(d, s.wt[FZK_WT_TICKET]);
+  const uint64_t c = k.c;
+  const T *g = (const T *)(d_in + c * d.cb);
+  const fzk_wflags f = fzk_wflags_of<QK, CK, DIFF, NEGA>(d);
+  const bool quant = f.quant;
+  const fzk_tp tp = fzk_tp_init();
+  fzk_qparams q = {0, 0, 0};
+  if (quant) {
+    /* Volatile, so that they are loaded once and kept in registers: the
+     * compiler would rather load them again for every block. */
+    const volatile fzk_qparams *vq = d_qp;
+    q.eb_abs = vq->eb_abs;
+    q.step = vq->step;
+    q.inv = vq->inv;
+  }
+  const bool qon = quant && q.step != 0;
+
+  /* Pass 1, then the warps' totals. */
+  const uint32_t ps = fzk_plane_stride(k.pb);
+  const uint32_t wst = fzk_enc_words<WB, QK, CK>(s, g, k, f, q, qon, tp, ps,
+                                                   k.raw == d.cb && k.K % W::STEP == 0);
+  const fzk_enc_sums z = fzk_enc_scan(s.wt, (const uint2 *)s.res, k);
+  const uint32_t m = z.tot >> 16, vl = quant ? fzk_vlen(m) : 0;
+  const uint32_t side = quant ? vl + (2 + WB) * m : 0;
+
+  /* rze of the stream (the shuffled one, or the words' bytes, zero after
+   * the last up to the next 16): level 1 and 2 by the block, the rest by
+   * warp 0. */
+  const uint32_t len0 = wd ? WB * k.n : 8 * WB * k.pb;
+  const unsigned L = fzk_c32_lev<LEV>(d);
+  uint32_t lens[FZE_RZE_MAX_LEVELS + 1];
+  uint8_t *bms[FZE_RZE_MAX_LEVELS + 1];
+  fzk_enc_lv lv;
+  lv.rank1 = lv.v0 = lv.v1 = lv.pos1 = lv.r2 = lv.q0 = lv.q1 = lv.kept1 = 0;
+  fzk_enc_rze<CK>(s, L, len0, side, k.nb, z.tot, k.pb, ps, k.warp, k.lane, lens, bms, lv.rank1, lv.v0, lv.v1, lv.pos1, lv.r2, lv.q0, lv.q1, lv.kept1, lv.total);
+
+  /* The coded chunk, or the chunk as it is when that is no shorter, to
+   * s.res + shift, chosen so that the bit planes of bitpack start on a
+   * word. */
+  const bool fallback = lv.total >= k.raw;
+  const uint32_t size = fallback ? k.raw : lv.total;
+  if (threadIdx.x == 0)
+    fzk_lb_put(lb, c, (c == 0 ? FZK_LB_INCL : FZK_LB_AGG) | size);
+  const uint32_t shift = bp && !fallback ? (0u - (side + k.nb)) & 3u : 0u;
+  uint8_t *res = s.res + shift;
+  if (!fallback) {
+    fzk_enc_side<WB, CK>(s, res, shift, g, k, quant, z, m, vl, side, wst);
+    if (!bp)
+      fzk_enc_levels<CK>(s, res, side, L, lens, bms, lv, k.pb, ps, k.warp, k.lane);
+  } else {
+    const uint32_t *g32 = (const uint32_t *)g;
+    for (uint32_t v = threadIdx.x; v < WB / 4 * k.n; v += FZK_NT)
+      ((uint32_t *)s.res)[v] = g32[v];
+  }
+  __syncthreads();
+  fzk_enc_place<W::ENC_CRCW>(s.a, s.wt, s.res - 16, 16 + shift, size, d, c, d_out, out_cap,
+                             header_len, table_off, d_crcs, lb, d_tab);
+}
+
+/* The kernels' entry on 4-byte words. */
+template <int QK, int CK, int DIFF, int NEGA, int LEV>
+__device__ __forceinline__ void
+fzk_enc32_body(const fzk_desc &d, const uint8_t *__restrict__ d_in,
+               const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out,
+               uint64_t out_cap, uint64_t header_len, uint64_t table_off,
+               uint32_t *__restrict__ d_crcs, fzk_u64 *__restrict__ lb,
+               const uint32_t *__restrict__ d_tab) {
+  FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV);
+  fzk_enc_body<4, QK, CK, DIFF, NEGA, LEV>(d, d_in, d_qp, d_out, out_cap, header_len, table_off,
+                                           d_crcs, lb, d_tab);
 }
 
 /* ---- decoder ---- */
@@ -1165,88 +1359,262 @@ fzk_dec_rze(S &s, const fzk_desc &d, const uint8_t *in, uint32_t st, uint32_t cl
   return true;
 }
 
-/* One block decodes one chunk, and its last warp XORs the chunk's CRC-32C
- * into d_crcs (zeroed by the caller; left as it is for a chunk that fails
- * to decode, which sets *d_status anyway), which the caller checks against
- * the archive's payload checksum. */
-template <int QK, int CK, int DIFF, int NEGA, int LEV>
-__device__ __forceinline__ void
-fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
-               const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
-               const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
-               uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
-               const uint32_t *__restrict__ d_tab) {
-  FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV);
-  fzk_qparams q;
-  if (!fzk_dec_begin(d_qp, d_status, &q))
-    return;
-  extern __shared__ __align__(16) uint8_t fzk_sh32[];
-  fzk_d32 s = fzk_carve_d32(d, fzk_sh32);
-  const uint64_t c = blockIdx.x;
-  const uint32_t cb = d.cb;
-  const uint32_t raw = (uint32_t)(d.raw_bytes - c * cb < cb ? d.raw_bytes - c * cb : cb);
-  const uint32_t n = raw / 4, nb = (n + 31) / 32, pb = (n + 7) / 8;
-  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t K = (nb + FZK_NW - 1) / FZK_NW, b0 = warp * K < nb ? warp * K : nb;
-  const uint32_t b1 = b0 + K < nb ? b0 + K : nb;
-  const uint32_t len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
+/* The decoder's chunk once opened (fzk_dec_open): its coded length and
+ * where it starts in s.c (o); the side list's length, outlier count and
+ * the varint's bytes; for rze the warp's base rank (wbase), where the
+ * kept bytes start (ko), the shift from a level-1 bitmap word to its warp
+ * and the bitmap's words (w1); for bitpack, lane k's bit width of the
+ * warp's block b0 + k (my_nb) and where the warp's planes start. */
+struct fzk_dec_chunk {
+  uint32_t len, o, side, m, vl;
+  uint32_t wbase, ko, wsh, w1;
+  uint32_t my_nb, wpos0;
+};
+
+/* The decoder's checksum of the coded chunk, by the last CW warps, each
+ * once it has done its share (the chunk and the tables stay in place). */
+template <unsigned CW, class D>
+__device__ __forceinline__ void fzk_dec_crc(D &s, const fzk_dec_chunk &h,
+                                            const uint32_t *__restrict__ d_tab,
+                                            uint32_t *__restrict__ d_crc, unsigned warp) {
+  if (warp >= FZK_NW - CW)
+    fzk_crc_group_xor<CW>(s.c, h.o, h.len, s.T, d_tab, d_crc, threadIdx.x - 32 * (FZK_NW - CW));
+}
+
+/* The decoder's first phases on a chunk of WB-byte words: refuse a chunk
+ * outside the payload (the host validated the table; this is checked
+ * again before any byte of it is read), load it and the CRC tables, copy
+ * a chunk stored as it is straight out, read the side list.  False
+ * when the block is done: the
+ * chunk was stored as it is, or is corrupt (*d_status set). */
+template <int WB, int CK, int LEV, class D>
+__device__ __forceinline__ bool
+fzk_dec_open(D &s, const fzk_desc &d, const fzk_wchunk &k, bool quant, const fzk_qparams &q,
+             const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+             const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+             uint8_t *gout, int out_vec, uint32_t *__restrict__ d_status,
+             uint32_t *__restrict__ d_crcs, const uint32_t *__restrict__ d_tab,
+             fzk_dec_chunk &h) {
+  constexpr bool bp = CK == FZK_C32_BITPACK;
+  const uint64_t c = k.c;
+  h.len = (uint32_t)d_sizes16[2 * c] | (uint32_t)d_sizes16[2 * c + 1] << 8;
   const uint64_t off = d_offs[c];
-  uint8_t *gout = d_out + c * cb;
-  /* diff: the words are differences (the diff stage's, or bitpack's
-   * own); ddiff: bitpack's differences are of the diff stage's words. */
-  const int qk = fzk_c32_qk<QK>(d);
-  const bool quant = qk != FZK_Q_NONE, bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
-  const bool nega = fzk_c32_flag<NEGA>(d.k32nega), dst = fzk_c32_flag<DIFF>(d.k32diff);
-  const bool diff = bp || dst, ddiff = bp && dst;
-  const fzk_tp tp = fzk_tp_init();
-  /* The host validated the table; a chunk outside the payload is refused
-   * again here, before any byte of it is read. */
-  if (len == 0 || len > raw || off > pay_len || len > pay_len - off) {
+  if (h.len == 0 || h.len > k.raw || off > pay_len || h.len > pay_len - off) {
     if (threadIdx.x == 0)
       atomicOr(d_status, 1u);
-    return;
+    return false;
   }
-  const uint8_t *g = d_pay + off;
   fzk_load_slices(s.T, d_tab);
   if (threadIdx.x < FZK_WT_SEL)
     s.wt[threadIdx.x] = 0;
   else if (!bp && threadIdx.x < FZK_WT_SEL + 16)
     s.wt[threadIdx.x] = fzk_expand_sel(threadIdx.x - FZK_WT_SEL);
-  const uint32_t o = fzk_load_chunk(s.c, g, len);
+  h.o = fzk_load_chunk(s.c, d_pay + off, h.len);
   __syncthreads();
-  /* The checksum, by the last CW warps, each once it has done its share
-   * (the chunk and the tables stay in place). */
-  auto crc = [&]() {
-    constexpr unsigned CW = FZK_DEC32_CRCW;
-    if (warp >= FZK_NW - CW)
-      fzk_crc_group_xor<CW>(s.c, o, len, s.T, d_tab, d_crcs + c,
-                            threadIdx.x - 32 * (FZK_NW - CW));
-  };
-  if (len == raw) {
+  if (h.len == k.raw) {
     const bool al = out_vec != 0;
-    for (uint32_t i = threadIdx.x; i < n; i += FZK_NT)
-      fzk_put32(gout, i, fzk_ld32u(s.c, o + 4 * i), al);
-    crc();
-    return;
+    for (uint32_t i = threadIdx.x; i < WB / 4 * k.n; i += FZK_NT)
+      fzk_put32(gout, i, fzk_ld32u(s.c, h.o + 4 * i), al);
+    fzk_dec_crc<fzk_word<WB>::DEC_CRCW>(s, h, d_tab, d_crcs + c, k.warp);
+    return false;
   }
-
   /* The side list (stage_quant.c), parsed by every thread alike. */
-  const uint8_t *cc = s.c + o;
-  uint32_t side = 0, m = 0, vl = 0;
-  if (quant && !fzk_dec_side<4>(s, cc, len, n, nb, q, d_status, side, m, vl))
-    return;
-  const uint32_t st = o + side, clen = len - side;
-  const uint8_t *in = s.c + st;
-  uint32_t wbase = 0, ko = 0, wsh = 0;
-  /* Bitpack: lane k of a warp holds the bit width of the warp's block
-   * b0 + k, and its planes follow the blocks before, from wpos0 on. */
-  uint32_t my_nb = 0, wpos0 = 0;
+  h.side = h.m = h.vl = 0;
+  if (quant && !fzk_dec_side<WB>(s, s.c + h.o, h.len, k.n, k.nb, q, d_status, h.side, h.m, h.vl))
+    return false;
+  return true;
+}
 
-  uint32_t w1 = 0;
-  if (bp ? !fzk_dec_widths<4>(s, in, st, clen, nb, K, b0, b1, warp, lane, d_status, my_nb, wpos0)
-         : !fzk_dec_rze<4, CK, LEV>(s, d, in, st, clen, n, pb, cb, warp, lane, d_status, w1, wsh,
-                                     wbase, ko))
+/* The decoder's phase after the side list: bitpack's widths or rze's
+ * levels.  False, with *d_status set, for a corrupt chunk. */
+template <int WB, int CK, int LEV, class D>
+__device__ __forceinline__ bool fzk_dec_coder(D &s, const fzk_desc &d, const fzk_wchunk &k,
+                                              uint32_t *__restrict__ d_status, fzk_dec_chunk &h) {
+  const uint32_t st = h.o + h.side, clen = h.len - h.side;
+  const uint8_t *in = s.c + st;
+  h.wbase = h.ko = h.wsh = h.w1 = h.my_nb = h.wpos0 = 0;
+  return CK == FZK_C32_BITPACK
+             ? fzk_dec_widths<WB>(s, in, st, clen, k.nb, k.K, k.b0, k.b1, k.warp, k.lane,
+                                  d_status, h.my_nb, h.wpos0)
+             : fzk_dec_rze<WB, CK, LEV>(s, d, in, st, clen, k.n, k.pb, d.cb, k.warp, k.lane,
+                                        d_status, h.w1, h.wsh, h.wbase, h.ko);
+}
+
+/* The decoder's sums of each warp's differences, for the running sums
+ * across warps (run: the sum of the warps before).  A zigzag difference
+ * sum needs no transpose: in a block whose plane p lane p holds, the even
+ * words add (u >> 1) and the odd ones subtract (u >> 1) + 1, so plane
+ * p >= 1 adds 2^(p-1) times the count of its bits in even words less the
+ * count in odd words (plane 0 marks the odd words), and plane 0 subtracts
+ * its own count.  Each lane sums its plane's terms; the warp adds them up
+ * once.  planes(b, k, whole) gives a block's planes (fzk_dec32_body).
+ * The warp's sum goes to s.wt[FZK_WT_SUMS2 + warp], and FZK_WT_BAD2 is
+ * flagged where bitpack's padding bits are not zero. */
+template <bool FULL, int CK, class P>
+__device__ __forceinline__ void fzk_dec32_diffs(fzk_d32 &s, P &planes, uint32_t &wpos,
+                                                uint32_t wpos0, const fzk_wchunk &k, bool nega,
+                                                const fzk_tp &tp) {
+  constexpr bool bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  const unsigned lane = k.lane, warp = k.warp;
+  bool pad_bad = false;
+  uint32_t acc = 0;
+  const unsigned sh = lane ? lane - 1 : 0;
+  wpos = wpos0;
+  for (uint32_t b = k.b0, j = 0; b < k.b1; b++, j++) {
+    uint32_t x = planes(b, j, fzk_bool<FULL>());
+    if (wd) {
+      /* Words, zero past the chunk's last. */
+      acc += nega ? fzo_unnega32(x) : fzo_unzigzag32(x);
+      continue;
+    }
+    if (!FULL) {
+      const uint32_t rem = k.n - 32 * b;
+      const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
+      pad_bad |= bp && (x & ~vm) != 0;
+      x &= vm;
+    }
+    if (!bp && nega) {
+      acc += fzo_unnega32(fzk_transpose32(x, tp));
+    } else {
+      /* Lane 0 holds the odd marks: its term is -popc(x). */
+      const uint32_t odd = __shfl_sync(FZK_FULL, x, 0);
+      acc += (uint32_t)(__popc(x & ~odd) - __popc(x & odd)) << sh;
+    }
+  }
+  const uint32_t sum = __reduce_add_sync(FZK_FULL, acc);
+  if (pad_bad)
+    atomicOr(&s.wt[FZK_WT_BAD2], 1u);
+  if (lane == 0)
+    s.wt[FZK_WT_SUMS2 + warp] = sum;
+}
+
+/* Bitpack after diff: the diff stage's words are the running sums of
+ * bitpack's differences, and the words their running sums, which start
+ * from the sums of the warps before (run).  So each warp keeps the
+ * running sums of its own diff words (in s.e) and their total, and adds
+ * the warps' base, returned, once the block knows it.  Two blocks at a
+ * time (fzk_transpose32_pair): lane l holds words i = 32b + 2l and i + 1,
+ * so each of the two running sums is one warp scan of the pair's sums and
+ * one shuffle for its carry per two blocks.  The second block of a warp's
+ * odd last one is another warp's, or none: its planes are not read and
+ * its words count 0. */
+template <bool FULL>
+__device__ __forceinline__ uint32_t fzk_dec32_ddiff(fzk_d32 &s, const fzk_wchunk &k,
+                                                    const fzk_dec_chunk &h, uint32_t run,
+                                                    bool nega) {
+  const unsigned lane = k.lane;
+  const fzk_tp tq = fzk_tp_pair_init();
+  const bool upper = lane >= 16;
+  const uint32_t pl = ((lane << 1) | (lane >> 4)) & 31u; /* the plane lane reads */
+  uint32_t r = run, pc = 0, wpos = h.wpos0;
+  for (uint32_t b = k.b0, j = 0; b < k.b1; b += 2, j += 2) {
+    /* A whole chunk (4 to 32 KiB) gives every warp an even K. */
+    const bool two = FULL || b + 1 < k.b1;
+    uint32_t xa = 0, xb = 0;
+    const uint32_t na = __shfl_sync(FZK_FULL, h.my_nb, j);
+    if (pl < na)
+      xa = fzk_ld32u(s.c, wpos + 4 * pl);
+    wpos += 4 * na;
+    uint32_t nbb = __shfl_sync(FZK_FULL, h.my_nb, j + 1); /* lane (j + 1) % 32 */
+    nbb = two ? nbb : 0u;
+    if (pl < nbb)
+      xb = fzk_ld32u(s.c, wpos + 4 * pl);
+    wpos += 4 * nbb;
+    xa = fzk_transpose32_pair(xa, tq);
+    xb = fzk_transpose32_pair(xb, tq);
+    const uint32_t got = __shfl_xor_sync(FZK_FULL, upper ? xa : xb, 16);
+    /* 0 past the chunk's words (their bits were checked zero) and in a
+     * second block that is not the warp's (its planes not read). */
+    const uint32_t zl = fzo_unzigzag32(upper ? got : xa);
+    const uint32_t zh = fzo_unzigzag32(upper ? xb : got);
+    const uint32_t xh = fzk_warp_incl(zl + zh) + r, xl = xh - zh;
+    r = __shfl_sync(FZK_FULL, xh, 31);
+    uint32_t el = nega ? fzo_unnega32(xl) : fzo_unzigzag32(xl);
+    uint32_t eh = nega ? fzo_unnega32(xh) : fzo_unzigzag32(xh);
+    if (!FULL) {
+      /* The warp's words of the pair, from 32b: 1 .. 64. */
+      const uint32_t rem = k.n - 32 * b, lim = two || rem < 32 ? rem : 32u;
+      el = 2 * lane < lim ? el : 0u;
+      eh = 2 * lane + 1 < lim ? eh : 0u;
+    }
+    const uint32_t ph = fzk_warp_incl(el + eh) + pc;
+    pc = __shfl_sync(FZK_FULL, ph, 31);
+    if (two || !upper) {
+      uint2 v;
+      v.x = ph - eh;
+      v.y = ph;
+      *(uint2 *)(s.e + 32 * b + 2 * lane) = v;
+    }
+  }
+  if (lane == 0)
+    s.wt[FZK_WT_SUMS3 + k.warp] = pc;
+  __syncthreads();
+  uint32_t run2 = 0;
+  for (unsigned w = 0; w < k.warp; w++)
+    run2 += s.wt[FZK_WT_SUMS3 + w];
+  return run2;
+}
+
+/* The decoding of a chunk's words once the chunk is open: rze's or
+ * bitpack's planes to words, the running sums of the differences, the
+ * dequantizer and the outliers (fzk_dec32_words on 4-byte words,
+ * fzk_dec64_words in chain64_ops.cuh on 8-byte words). */
+template <int QK, int CK>
+__device__ __forceinline__ void
+fzk_dec32_words(fzk_d32 &s, const fzk_wchunk &k, const fzk_wflags &f, const fzk_dec_chunk &h,
+                const fzk_qparams &q, const fzk_tp &tp, uint8_t *gout, int out_vec,
+                uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+                const uint32_t *__restrict__ d_tab);
+struct fzk_d64;
+template <int QK, int CK>
+__device__ __forceinline__ void
+fzk_dec64_words(fzk_d64 &s, const fzk_wchunk &k, const fzk_wflags &f, const fzk_dec_chunk &h,
+                const fzk_qparams &q, const fzk_tp &tp, uint8_t *gout, int out_vec,
+                uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+                const uint32_t *__restrict__ d_tab);
+
+/* One block decodes one chunk of WB-byte words, and its last warps XOR
+ * the chunk's CRC-32C into d_crcs (zeroed by the caller; left as it is
+ * for a chunk that fails to decode, which sets *d_status anyway), which
+ * the caller checks against the archive's payload checksum. */
+template <int WB, int QK, int CK, int DIFF, int NEGA, int LEV>
+__device__ __forceinline__ void
+fzk_dec_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+             const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+             const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
+             uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+             const uint32_t *__restrict__ d_tab) {
+  fzk_qparams q;
+  if (!fzk_dec_begin(d_qp, d_status, &q))
     return;
+  extern __shared__ __align__(16) uint8_t fzk_shw[];
+  typename fzk_word<WB>::D s = fzk_word<WB>::carve_d(d, fzk_shw);
+  const fzk_wchunk k = fzk_wchunk_at<WB>(d, blockIdx.x);
+  uint8_t *gout = d_out + k.c * d.cb;
+  const fzk_wflags f = fzk_wflags_of<QK, CK, DIFF, NEGA>(d);
+  const fzk_tp tp = fzk_tp_init();
+  fzk_dec_chunk h;
+  if (!fzk_dec_open<WB, CK, LEV>(s, d, k, f.quant, q, d_pay, pay_len, d_offs, d_sizes16, gout,
+                                 out_vec, d_status, d_crcs, d_tab, h) ||
+      !fzk_dec_coder<WB, CK, LEV>(s, d, k, d_status, h))
+    return;
+  if constexpr (WB == 4)
+    fzk_dec32_words<QK, CK>(s, k, f, h, q, tp, gout, out_vec, d_status, d_crcs, d_tab);
+  else
+    fzk_dec64_words<QK, CK>(s, k, f, h, q, tp, gout, out_vec, d_status, d_crcs, d_tab);
+}
+
+template <int QK, int CK>
+__device__ __forceinline__ void
+fzk_dec32_words(fzk_d32 &s, const fzk_wchunk &k, const fzk_wflags &f, const fzk_dec_chunk &h,
+                const fzk_qparams &q, const fzk_tp &tp, uint8_t *gout, int out_vec,
+                uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+                const uint32_t *__restrict__ d_tab) {
+  constexpr bool bp = CK == FZK_C32_BITPACK, wd = CK == FZK_C32_RZE;
+  const uint32_t n = k.n, pb = k.pb, K = k.K, b0 = k.b0, b1 = k.b1;
+  const unsigned lane = k.lane;
+  const bool quant = f.quant, nega = f.nega, diff = f.diff, ddiff = f.ddiff;
+  const uint32_t m = h.m;
   /* Lane k: the outliers among the words of the warp's block b0 + k
    * (bitpack after diff reads them from s.obm instead: one register fewer
    * through its two running sums). */
@@ -1258,13 +1626,13 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
    * of rze level 1: bytes lane * pb + 4b .. +3 of the shuffled stream are
    * the bytes of its bitmap nibble, and the kept ones are consecutive from
    * the rank.  For rze on words, the same gives lane's word itself, from
-   * bytes 4 (32b + lane) .. +3.  k = b - b0. */
+   * bytes 4 (32b + lane) .. +3.  j = b - b0. */
   uint32_t wpos = 0;
-  auto planes = [&](uint32_t b, uint32_t k, auto whole) -> uint32_t {
+  auto planes = [&](uint32_t b, uint32_t j, auto whole) -> uint32_t {
     constexpr bool FULL = decltype(whole)::value;
     uint32_t x = 0;
     if (bp) {
-      const uint32_t nbits = __shfl_sync(FZK_FULL, my_nb, k);
+      const uint32_t nbits = __shfl_sync(FZK_FULL, h.my_nb, j);
       if (lane < nbits)
         x = fzk_ld32u(s.c, wpos + 4 * lane);
       wpos += 4 * nbits;
@@ -1274,9 +1642,9 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       const uint32_t w = in ? wi >> 3 : 0, sh = 4 * (wi & 7);
       const uint2 e = s.r1[fzk_r1_at(w)];
       const uint32_t mk = in ? (e.x >> sh) & 15u : 0u;
-      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
+      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, h.wbase, w >> h.wsh) +
                           __popc(e.x & ((1u << sh) - 1));
-      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[FZK_WT_SEL + mk]);
+      x = __byte_perm(fzk_ld32u(s.c, h.ko + rk), 0, s.wt[FZK_WT_SEL + mk]);
     } else {
       const uint32_t i = lane * pb + 4 * b, w = i >> 5, sh = i & 31;
       const uint2 e = s.r1[fzk_r1_at(w)];
@@ -1284,27 +1652,29 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       uint32_t mk = __funnelshift_r(e.x, nx, sh) & 15u;
       if (!FULL && 4 * b + 4 > pb) /* the plane ends inside these four bytes */
         mk &= (1u << (pb - 4 * b)) - 1;
-      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, wbase, w >> wsh) +
+      const uint32_t rk = e.y + __shfl_sync(FZK_FULL, h.wbase, w >> h.wsh) +
                           __popc(e.x & ((1u << sh) - 1));
-      x = __byte_perm(fzk_ld32u(s.c, ko + rk), 0, s.wt[FZK_WT_SEL + mk]);
+      x = __byte_perm(fzk_ld32u(s.c, h.ko + rk), 0, s.wt[FZK_WT_SEL + mk]);
     }
     return x;
   };
 
   /* The stored value of outlier word i: its entry in the side list, by
    * bisection of the ascending indices. */
+  const uint8_t *cc = s.c + h.o;
   auto outlier = [&](uint32_t i) -> uint32_t {
     uint32_t lo = 0, hi = m;
     while (lo < hi) {
       uint32_t mid = (lo + hi) / 2;
-      uint32_t im = cc[vl + 2 * mid] | (uint32_t)cc[vl + 2 * mid + 1] << 8;
+      uint32_t im = cc[h.vl + 2 * mid] | (uint32_t)cc[h.vl + 2 * mid + 1] << 8;
       if (im < i)
         lo = mid + 1;
       else
         hi = mid;
     }
-    return fzk_ld32u(s.c, o + vl + 2 * m + 4 * lo);
+    return fzk_ld32u(s.c, h.o + h.vl + 2 * m + 4 * lo);
   };
+  auto crc = [&]() { fzk_dec_crc<FZK_DEC32_CRCW>(s, h, d_tab, d_crcs + k.c, k.warp); };
 
   /* Built for whole chunks written to an aligned buffer (every chunk but
    * maybe the last), without bounds checks, and for any chunk; each with
@@ -1314,114 +1684,17 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
     constexpr int QON = decltype(qonc)::value;
     uint32_t run = 0;
     if (diff) {
-      /* Sums of each warp's differences, for the running sums across
-       * warps.  A zigzag difference sum needs no transpose: in a block
-       * whose plane p lane p holds, the even words add (u >> 1) and the odd
-       * ones subtract (u >> 1) + 1, so plane p >= 1 adds 2^(p-1) times the
-       * count of its bits in even words less the count in odd words (plane
-       * 0 marks the odd words), and plane 0 subtracts its own count.  Each
-       * lane sums its plane's terms; the warp adds them up once. */
-      bool pad_bad = false;
-      uint32_t acc = 0;
-      const unsigned sh = lane ? lane - 1 : 0;
-      wpos = wpos0;
-      for (uint32_t b = b0, k = 0; b < b1; b++, k++) {
-        uint32_t x = planes(b, k, whole);
-        if (wd) {
-          /* Words, zero past the chunk's last. */
-          acc += nega ? fzo_unnega32(x) : fzo_unzigzag32(x);
-          continue;
-        }
-        if (!FULL) {
-          const uint32_t rem = n - 32 * b;
-          const uint32_t vm = rem >= 32 ? FZK_FULL : (1u << rem) - 1;
-          pad_bad |= bp && (x & ~vm) != 0;
-          x &= vm;
-        }
-        if (!bp && nega) {
-          acc += fzo_unnega32(fzk_transpose32(x, tp));
-        } else {
-          /* Lane 0 holds the odd marks: its term is -popc(x). */
-          const uint32_t odd = __shfl_sync(FZK_FULL, x, 0);
-          acc += (uint32_t)(__popc(x & ~odd) - __popc(x & odd)) << sh;
-        }
-      }
-      const uint32_t sum = __reduce_add_sync(FZK_FULL, acc);
-      if (pad_bad)
-        atomicOr(&s.wt[FZK_WT_BAD2], 1u);
-      if (lane == 0)
-        s.wt[FZK_WT_SUMS2 + warp] = sum;
+      fzk_dec32_diffs<FULL, CK>(s, planes, wpos, h.wpos0, k, nega, tp);
       __syncthreads();
       if (s.wt[FZK_WT_BAD2]) {
         if (threadIdx.x == 0)
           atomicOr(d_status, 1u);
         return;
       }
-      for (unsigned w = 0; w < warp; w++)
+      for (unsigned w = 0; w < k.warp; w++)
         run += s.wt[FZK_WT_SUMS2 + w];
     }
-    /* Bitpack after diff: the diff stage's words are the running sums of
-     * bitpack's differences, and the words their running sums, which
-     * start from the sums of the warps before.  So each warp keeps the
-     * running sums of its own diff words (in s.e) and their total, and
-     * adds the warps' base once the block knows it. */
-    uint32_t run2 = 0;
-    if (ddiff) {
-      /* Two blocks at a time (fzk_transpose32_pair): lane l holds words
-       * i = 32b + 2l and i + 1, so each of the two running sums is one
-       * warp scan of the pair's sums and one shuffle for its carry per two
-       * blocks.  The second block of a warp's odd last one is another
-       * warp's, or none: its planes are not read and its words count 0. */
-      const fzk_tp tq = fzk_tp_pair_init();
-      const bool upper = lane >= 16;
-      const uint32_t pl = ((lane << 1) | (lane >> 4)) & 31u; /* the plane lane reads */
-      uint32_t r = run, pc = 0;
-      wpos = wpos0;
-      for (uint32_t b = b0, k = 0; b < b1; b += 2, k += 2) {
-        /* A whole chunk (4 to 32 KiB) gives every warp an even K. */
-        const bool two = FULL || b + 1 < b1;
-        uint32_t xa = 0, xb = 0;
-        const uint32_t na = __shfl_sync(FZK_FULL, my_nb, k);
-        if (pl < na)
-          xa = fzk_ld32u(s.c, wpos + 4 * pl);
-        wpos += 4 * na;
-        uint32_t nbb = __shfl_sync(FZK_FULL, my_nb, k + 1); /* lane (k + 1) % 32 */
-        nbb = two ? nbb : 0u;
-        if (pl < nbb)
-          xb = fzk_ld32u(s.c, wpos + 4 * pl);
-        wpos += 4 * nbb;
-        xa = fzk_transpose32_pair(xa, tq);
-        xb = fzk_transpose32_pair(xb, tq);
-        const uint32_t got = __shfl_xor_sync(FZK_FULL, upper ? xa : xb, 16);
-        /* 0 past the chunk's words (their bits were checked zero) and in
-         * a second block that is not the warp's (its planes not read). */
-        const uint32_t zl = fzo_unzigzag32(upper ? got : xa);
-        const uint32_t zh = fzo_unzigzag32(upper ? xb : got);
-        const uint32_t xh = fzk_warp_incl(zl + zh) + r, xl = xh - zh;
-        r = __shfl_sync(FZK_FULL, xh, 31);
-        uint32_t el = nega ? fzo_unnega32(xl) : fzo_unzigzag32(xl);
-        uint32_t eh = nega ? fzo_unnega32(xh) : fzo_unzigzag32(xh);
-        if (!FULL) {
-          /* The warp's words of the pair, from 32b: 1 .. 64. */
-          const uint32_t rem = n - 32 * b, lim = two || rem < 32 ? rem : 32u;
-          el = 2 * lane < lim ? el : 0u;
-          eh = 2 * lane + 1 < lim ? eh : 0u;
-        }
-        const uint32_t ph = fzk_warp_incl(el + eh) + pc;
-        pc = __shfl_sync(FZK_FULL, ph, 31);
-        if (two || !upper) {
-          uint2 v;
-          v.x = ph - eh;
-          v.y = ph;
-          *(uint2 *)(s.e + 32 * b + 2 * lane) = v;
-        }
-      }
-      if (lane == 0)
-        s.wt[FZK_WT_SUMS3 + warp] = pc;
-      __syncthreads();
-      for (unsigned w = 0; w < warp; w++)
-        run2 += s.wt[FZK_WT_SUMS3 + w];
-    }
+    const uint32_t run2 = ddiff ? fzk_dec32_ddiff<FULL>(s, k, h, run, nega) : 0u;
     if (ddiff && FULL) {
       /* Whole chunks, to a 16-byte aligned buffer: two words a lane, as
        * the running sums left them. */
@@ -1444,14 +1717,14 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
     }
     const bool al = out_vec != 0;
     uint32_t *gw = (uint32_t *)gout + 32 * b0 + lane;
-    wpos = wpos0;
-    for (uint32_t b = b0, k = 0; b < b1; b++, k++, gw += 32) {
+    wpos = h.wpos0;
+    for (uint32_t b = b0, j = 0; b < b1; b++, j++, gw += 32) {
       const uint32_t i = 32 * b + lane;
       uint32_t code;
       if (ddiff) {
         code = s.e[i] + run2;
       } else {
-        uint32_t u = planes(b, k, whole);
+        uint32_t u = planes(b, j, whole);
         if (!wd)
           u = fzk_transpose32(u, tp);
         code = u;
@@ -1465,7 +1738,7 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
       }
       const uint32_t fl = !(quant && m) ? 0u
                           : ddiff       ? s.obm[b]
-                                        : __shfl_sync(FZK_FULL, my_obm, k);
+                                        : __shfl_sync(FZK_FULL, my_obm, j);
       if (!FULL && i >= n)
         continue;
       uint32_t val = fzk_dq32<QON>(code, q);
@@ -1478,7 +1751,20 @@ fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pa
     }
     crc();
   };
-  fzk_built32<QK>(raw == cb && out_vec, q.step != 0 ? qk : FZK_Q_NONE, decode);
+  fzk_built32<QK>(k.raw == k.cb && out_vec, q.step != 0 ? f.qk : FZK_Q_NONE, decode);
+}
+
+/* The kernels' entry on 4-byte words. */
+template <int QK, int CK, int DIFF, int NEGA, int LEV>
+__device__ __forceinline__ void
+fzk_dec32_body(const fzk_desc &d, const uint8_t *__restrict__ d_pay, uint64_t pay_len,
+               const uint64_t *__restrict__ d_offs, const uint8_t *__restrict__ d_sizes16,
+               const fzk_qparams *__restrict__ d_qp, uint8_t *__restrict__ d_out, int out_vec,
+               uint32_t *__restrict__ d_status, uint32_t *__restrict__ d_crcs,
+               const uint32_t *__restrict__ d_tab) {
+  FZK_C32_CHECK(QK, CK, DIFF, NEGA, LEV);
+  fzk_dec_body<4, QK, CK, DIFF, NEGA, LEV>(d, d_pay, pay_len, d_offs, d_sizes16, d_qp, d_out,
+                                           out_vec, d_status, d_crcs, d_tab);
 }
 
 #endif
