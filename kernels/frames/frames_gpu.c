@@ -42,7 +42,13 @@ struct fz_frames_gpu {
   /* Pinned host staging: offsets and lengths up, statuses and counts down. */
   uint64_t *h_offsets, *h_lengths;
   unsigned long long *h_status, *h_counts;
-  uint8_t *h_chunks;     /* fz_frames_gpu_staging's, made on demand */
+  uint8_t *h_chunks; /* fz_frames_gpu_staging's, made on demand */
+  /* keep mode: the last batch's lists, frame i's at h_lists + i * pitch
+   * elements (values, then the indices at h_lists + n * pitch * w), and
+   * its products, fetched in one copy each (made and grown on demand). */
+  uint8_t *h_lists;
+  size_t h_lists_cap, pitch;
+  uint8_t *h_powder;
   size_t dev_bytes;      /* device memory held */
   uint64_t *last_status; /* the last batch's status words, for _why */
   size_t last_n;
@@ -100,7 +106,8 @@ void fz_frames_gpu_destroy(fz_frames_gpu *g) {
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
     if (dev[i])
       cudaFree(dev[i]);
-  void *host[] = {g->h_offsets, g->h_lengths, g->h_status, g->h_counts, g->h_chunks};
+  void *host[] = {g->h_offsets, g->h_lengths, g->h_status, g->h_counts,
+                  g->h_chunks,  g->h_lists,   g->h_powder};
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
     if (host[i])
       cudaFreeHost(host[i]);
@@ -339,6 +346,45 @@ static int check_batch(const fz_frames_gpu *g, const fz_frames_gpu_batch *b, cha
   return 0;
 }
 
+/* keep mode: the lists of the batch in two strided copies (the longest
+ * list's length a frame) and the products in one, into pinned memory, so
+ * that fz_frames_gpu_take copies frames out of host memory. */
+static int fetch_kept(fz_frames_gpu *g, const fz_frames_gpu_batch *b, cudaStream_t s, char *why,
+                      size_t why_len) {
+  size_t n = b->nframes, w = g->w, longest = 0;
+  for (size_t i = 0; i < n && g->last_lists; i++)
+    if (b->counts[i] > longest)
+      longest = b->counts[i];
+  if (longest > g->cap)
+    longest = g->cap;
+  g->pitch = longest;
+  if (longest) {
+    size_t need = n * longest * (w + 4);
+    if (need > g->h_lists_cap) {
+      if (g->h_lists)
+        cudaFreeHost(g->h_lists);
+      g->h_lists = NULL;
+      g->h_lists_cap = 0;
+      CUDA_TRY(cudaMallocHost((void **)&g->h_lists, need));
+      g->h_lists_cap = need;
+    }
+    CUDA_TRY(cudaMemcpy2DAsync(g->h_lists, longest * w, g->d_values, g->cap * w, longest * w, n,
+                               cudaMemcpyDeviceToHost, s));
+    CUDA_TRY(cudaMemcpy2DAsync(g->h_lists + n * longest * w, longest * 4, g->d_indices, g->cap * 4,
+                               longest * 4, n, cudaMemcpyDeviceToHost, s));
+  }
+  if (g->last_product) {
+    if (!g->h_powder)
+      CUDA_TRY(cudaMallocHost((void **)&g->h_powder, g->max_frames * g->nrows * 8 + 1));
+    const void *src =
+        g->d_powder_f64 ? (const void *)g->d_powder_f64 : (const void *)g->d_powder_i64;
+    CUDA_TRY(cudaMemcpyAsync(g->h_powder, src, n * g->nrows * 8, cudaMemcpyDeviceToHost, s));
+  }
+  if (longest || g->last_product)
+    CUDA_TRY(cudaStreamSynchronize(s));
+  return 0;
+}
+
 int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
                           fz_frames_gpu_stream stream, char *why, size_t why_len) {
   if (!g || !b) {
@@ -435,8 +481,10 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
   g->last_keep = keep;
   g->last_lists = lists;
   g->last_product = want_product;
-  if (keep)
-    return failed;
+  if (keep) {
+    int fetched = fetch_kept(g, b, s, why, why_len);
+    return fetched < 0 ? fetched : failed;
+  }
   /* Results wanted in host memory: only what each frame listed. */
   if (lists && !b->out_on_device) {
     for (size_t i = 0; i < n; i++) {
@@ -480,20 +528,17 @@ int fz_frames_gpu_take(fz_frames_gpu *g, size_t i, void *values, uint32_t *indic
     fzf_say(why, why_len, "frames (GPU): the last batch made no products");
     return FZ_EINVAL;
   }
+  /* The lists and products were fetched with the batch (fetch_kept). */
   if (values && count)
-    CUDA_TRY(cudaMemcpyAsync(values, g->d_values + i * g->cap * w, count * w,
-                             cudaMemcpyDeviceToHost, s));
+    memcpy(values, g->h_lists + i * g->pitch * w, count * w);
   if (indices && count)
-    CUDA_TRY(
-        cudaMemcpyAsync(indices, g->d_indices + i * g->cap, count * 4, cudaMemcpyDeviceToHost, s));
-  if (dense)
+    memcpy(indices, g->h_lists + (g->last_n * g->pitch * w) + i * g->pitch * 4, count * 4);
+  if (powder)
+    memcpy(powder, g->h_powder + i * g->nrows * 8, g->nrows * 8);
+  if (dense) {
     CUDA_TRY(cudaMemcpyAsync(dense, g->d_dense + i * P * w, P * w, cudaMemcpyDeviceToHost, s));
-  if (powder) {
-    const void *src = g->d_powder_f64 ? (const void *)(g->d_powder_f64 + i * g->nrows)
-                                      : (const void *)(g->d_powder_i64 + i * g->nrows);
-    CUDA_TRY(cudaMemcpyAsync(powder, src, g->nrows * 8, cudaMemcpyDeviceToHost, s));
+    CUDA_TRY(cudaStreamSynchronize(s));
   }
-  CUDA_TRY(cudaStreamSynchronize(s));
   return 0;
 }
 

@@ -116,7 +116,9 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
 /* Frame i of the last batch, run with keep, copied into host memory:
  * its counts[i] listed values and indices (when listed), its dense frame
  * (npixels elements) and its products (rows); a NULL pointer skips that
- * part.  Synchronous on stream. */
+ * part.  The lists and products came to pinned host memory with the batch
+ * (two strided copies and one); a dense frame is copied now, synchronously
+ * on stream. */
 int fz_frames_gpu_take(fz_frames_gpu *g, size_t i, void *values, uint32_t *indices, void *dense,
                        void *powder, fz_frames_gpu_stream stream, char *why, size_t why_len);
 

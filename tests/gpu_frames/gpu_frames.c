@@ -159,6 +159,40 @@ static void compare(fz_dtype t, size_t npx, const uint8_t *mask, const fz_frames
     cr_assert_eq(memcmp(gd + i * npx * w, dense, npx * w), 0, "%s frame %zu: dense differs",
                  fz_dtype_name(t), i);
   }
+  /* keep mode (what fzd uses): the same batch, the results left in the
+   * decoder and taken frame by frame, equal the CPU's. */
+  fz_frames_gpu_batch kb = {.base = base,
+                            .base_len = total,
+                            .base_on_device = at.chunks_on_device,
+                            .offsets = mf->offsets,
+                            .lengths = mf->lengths,
+                            .nframes = n,
+                            .cut = cut,
+                            .counts = gc,
+                            .status = gs,
+                            .keep = 1,
+                            .keep_lists = 1};
+  cr_assert_eq(fz_frames_gpu_run(g, &kb, (fz_frames_gpu_stream)s, why, sizeof why), failed, "%s",
+               why);
+  uint8_t *tv = malloc(npx * w + 1);
+  uint32_t *ti = malloc(npx * 4 + 4);
+  int64_t *tp = malloc(rows * 8 + 8);
+  for (size_t i = 0; i < n; i++) {
+    if (gs[i] || cs[i])
+      continue;
+    cr_assert_eq(gc[i], cc[i], "keep: frame %zu: GPU lists %zu, CPU %zu", i, gc[i], cc[i]);
+    cr_assert_eq(fz_frames_gpu_take(g, i, tv, ti, dense, rows ? tp : NULL, (fz_frames_gpu_stream)s,
+                                    why, sizeof why),
+                 0, "%s", why);
+    cr_assert_eq(memcmp(tv, cv + i * cap * w, cc[i] * w), 0, "keep: frame %zu: values differ", i);
+    cr_assert_eq(memcmp(ti, ci + i * cap, cc[i] * 4), 0, "keep: frame %zu: indices differ", i);
+    cr_assert_eq(memcmp(dense, gd + i * npx * w, npx * w), 0, "keep: frame %zu: dense differs", i);
+    if (rows)
+      cr_assert_eq(memcmp(tp, cpf ? (const void *)(cpf + i * rows) : (const void *)(cpi + i * rows),
+                          rows * 8),
+                   0, "keep: frame %zu: products differ", i);
+  }
+  free(tv), free(ti), free(tp);
   free(dense);
   cudaStreamDestroy(s);
   if (at.out_on_device) {
