@@ -16,7 +16,8 @@
 # FZ_GPU_BASELINE (a second source tree benchmarked beside this one, below),
 # FZ_GPU_FRAMES_BENCH=1 (detector frames on the GPU, below),
 # FZ_GPU_BUILD (build directory), FZ_CUDA_FLAGS (extra nvcc flags, e.g. a
-# -D of a kernel tuning knob).
+# -D of a kernel tuning knob), FZ_CTEST_ARGS (extra ctest options, e.g.
+# "-j4" to run the suites four at a time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -53,7 +54,8 @@ summary=()
 run_ctest() {
   local label=$1 log=$2
   shift 2
-  if ctest --test-dir "$build" "$@" --output-on-failure > "$logs/$log" 2>&1; then
+  # shellcheck disable=SC2086
+  if ctest --test-dir "$build" ${FZ_CTEST_ARGS:-} "$@" --output-on-failure > "$logs/$log" 2>&1; then
     if grep -q '\*\*\*Skipped' "$logs/$log"; then
       summary+=("$label: SKIPPED, some or all (see $log)")
     else
