@@ -50,7 +50,6 @@ typedef struct fzr_job {
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
   uint32_t lorenzo;        /* stage 1 is lorenzo (its k is 1..D), not interp */
-  uint32_t planes;         /* lorenzo | byteplanes: no quant, levels 0, step 0 */
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
@@ -63,6 +62,7 @@ typedef struct fzr_job {
   uint32_t *status;        /* bit 0: a chunk is corrupt */
   uint32_t *crcs;          /* each chunk's CRC-32C */
   const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */
+  uint32_t planes;         /* lorenzo | byteplanes: no quant, levels 0, step 0 */
 } fzr_job;
 
 /* Marks the chunk corrupt from any thread (an atomic on the device, so
@@ -74,6 +74,8 @@ typedef struct fzr_job {
 #endif
 
 static inline FZR_HD uint64_t fzr_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+/* A byte plane's stride in the scratch: n rounded up to 8. */
+static inline FZR_HD uint64_t fzr_up8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
 static inline FZR_HD uint64_t fzr_bm(uint64_t n) { return (n + 7) / 8; }
 
 /* Scratch of one chunk: the words (cb), the huffman stream (cb), rze's
@@ -96,11 +98,6 @@ typedef struct fzr_state {
   uint64_t c, first, n, raw, len;
   const uint8_t *in;   /* the chunk's stored bytes */
   uint8_t *a, *b, *t, *x, *v; /* scratch: words, stream, bitmaps, flags, values */
-  uint8_t *hw;         /* where the huffman stream's words go (a, or a plane) */
-  /* byteplanes: each plane's length in the chunk, its first byte there,
-   * and where its n bytes are read from (NULL: zeros) */
-  uint64_t plen[8], poff[8];
-  const uint8_t *psrc[8];
   /* side list */
   uint64_t m;
   const uint8_t *idx, *vals;
@@ -112,7 +109,17 @@ typedef struct fzr_state {
   const uint8_t *bm;   /* the bitmap of the level being rebuilt */
   const uint8_t *kept; /* its kept bytes */
   uint8_t *lv[2];      /* rebuilt bitmaps of levels >= 2 */
-  uint64_t base[FZR_NT]; /* each thread's first kept byte */
+  union {
+    uint64_t base[FZR_NT]; /* each thread's first kept byte */
+    /* byteplanes (no rze): where the byte plane being decoded goes, each
+     * plane's length in the chunk, its first byte there, and where its n
+     * bytes are read from (NULL: zeros) */
+    struct {
+      uint8_t *hw;
+      uint64_t len[8], off[8];
+      const uint8_t *src[8];
+    } pl;
+  };
   /* huffman */
   uint32_t e, nsym;
   uint64_t lane_beg[FZR_LANES], lane_end[FZR_LANES];
@@ -209,17 +216,17 @@ static inline FZR_HD void fzr_planes_frame(fzr_state *S, const fzr_job *J, const
     goto bad;
   S->pk = in[k++];
   for (unsigned p = 0; p < J->w; p++) {
-    if (!fzr_varint(in, len, &k, &S->plen[p]) || S->plen[p] > n)
+    if (!fzr_varint(in, len, &k, &S->pl.len[p]) || S->pl.len[p] > n)
       goto bad;
-    total += S->plen[p];
+    total += S->pl.len[p];
   }
   if (total != len - k)
     goto bad;
   S->m = 0;
   for (unsigned p = 0; p < J->w; p++) {
-    uint64_t l = S->plen[p];
-    S->poff[p] = k;
-    S->psrc[p] = l == 0 ? NULL : l == n ? in + k : S->v + p * fzr_up(n, 8);
+    uint64_t l = S->pl.len[p];
+    S->pl.off[p] = k;
+    S->pl.src[p] = l == 0 ? NULL : l == n ? in + k : S->v + p * fzr_up8(n);
     k += l;
   }
   return;
@@ -228,8 +235,8 @@ bad:
   S->done = 1;
 }
 
-static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c,
-                                     uint64_t slot) {
+FZR_IP_FI FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c, uint64_t slot,
+                                unsigned planes) {
   S->err = 0;
   S->done = 0;
   S->skip_crc = 0;
@@ -246,7 +253,6 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c,
   S->t = base + fzr_off_t(J->cb);
   S->x = base + fzr_off_x(J->cb);
   S->v = base + fzr_off_v(J->cb);
-  S->hw = S->a;
   if (len == 0 || len > raw || off > J->pay_len || len > J->pay_len - off) {
     /* The table's scan reports it (as the CPU's header parser does). */
     S->done = 1;
@@ -259,7 +265,7 @@ static inline FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c,
     S->done = 1; /* stored raw: copied by fzr_copy_raw */
     return;
   }
-  if (J->planes) {
+  if (planes) {
     fzr_planes_frame(S, J, in, len);
     return;
   }
@@ -617,12 +623,18 @@ static inline FZR_HD int fzr_take(fzr_reader *r, unsigned n, uint64_t *v) {
 }
 
 static inline FZR_HD void fzr_store(uint8_t *a, unsigned w, uint64_t j, uint64_t v) {
-  if (w == 1)
-    a[j] = (uint8_t)v;
-  else if (w == 4)
+  if (w == 4)
     ((uint32_t *)a)[j] = (uint32_t)v;
   else
     ((uint64_t *)a)[j] = v;
+}
+
+/* The same, where w is a constant and may be 1 (a byte plane's). */
+static inline FZR_HD void fzr_put(uint8_t *a, unsigned w, uint64_t j, uint64_t v) {
+  if (w == 1)
+    a[j] = (uint8_t)v;
+  else
+    fzr_store(a, w, j, v);
 }
 
 /* The chunk's words set to zero by the whole block, in coalesced 8-byte
@@ -631,14 +643,22 @@ static inline FZR_HD void fzr_store(uint8_t *a, unsigned w, uint64_t j, uint64_t
  * writing its runs word by word, in a region of its own, cost the block's
  * first warp one uncoalesced store a word while the other seven waited at
  * the barrier after it: that barrier held 40% of the decoder's stall
- * samples on an H200, docs/benchmarks.md.)  The words start 8-byte
- * aligned in the scratch, in a region with room for their bytes rounded
- * up to 8. */
-static inline FZR_HD void fzr_words_clear(fzr_state *S, unsigned t, unsigned nt, unsigned w) {
-  const uint64_t n8 = (S->n * w + 7) / 8;
-  uint64_t *a8 = (uint64_t *)S->hw;
+ * samples on an H200, docs/benchmarks.md.)  Words of 4 or 8 bytes start
+ * 256-byte aligned in the scratch, and n * w is a multiple of 4; a byte
+ * plane (bytes: w is 1) starts 8-byte aligned at S->pl.hw, in a region with
+ * room for its bytes rounded up to 8. */
+FZR_IP_FI FZR_HD void fzr_words_clear(fzr_state *S, unsigned t, unsigned nt, unsigned w,
+                                     unsigned bytes) {
+  const uint64_t nb = S->n * w, n8 = nb / 8;
+  uint64_t *a8 = (uint64_t *)(bytes ? S->pl.hw : S->a);
   for (uint64_t i = t; i < n8; i += nt)
     a8[i] = 0;
+  if (t == 0 && nb % 8) {
+    if (bytes)
+      a8[n8] = 0;
+    else
+      ((uint32_t *)S->a)[nb / 4 - 1] = 0;
+  }
 }
 
 /* Lane l (< 32) decodes its sub-stream into the words, which
@@ -646,7 +666,8 @@ static inline FZR_HD void fzr_words_clear(fzr_state *S, unsigned t, unsigned nt,
  * warp and the other warps wait for it, so a symbol's few instructions
  * are the phase's length: counts are 32-bit (a chunk has fewer than 2^30
  * words), w is a constant, and a run and a word take the same path (the
- * warp's lanes meet one or the other at random). */
+ * warp's lanes meet one or the other at random).  Bytes (w is 1) go to
+ * the byte plane at S->pl.hw. */
 FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
   const uint32_t n = (uint32_t)S->n, lcap = (n + FZR_LANES - 1) / FZR_LANES, lo = l * lcap;
   const uint32_t cnt = lo < n ? (lcap < n - lo ? lcap : n - lo) : 0;
@@ -654,7 +675,7 @@ FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
   fzr_reader_init(&r, S->b + S->lane_beg[l], S->b + S->lane_end[l]);
   const unsigned e = S->e;
   const uint32_t *lut = S->lut;
-  uint8_t *a = S->hw + (uint64_t)lo * w;
+  uint8_t *a = (w == 1 ? S->pl.hw : S->a) + (uint64_t)lo * w;
   /* Each symbol takes at most FZR_MAX_LEN bits, and the reader holds more
    * than 32 after a refill while the lane has bytes left, so no symbol
    * needs a test of its own for bits: a lane that takes more than its
@@ -688,11 +709,11 @@ FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
       v = x | hi << 32;
     }
     if (v)
-      fzr_store(a, w, j, v);
+      fzr_put(a, w, j, v);
     j += adv;
     if (two) {
       if (FZR_PAIR_V2(pe))
-        fzr_store(a, w, j, FZR_PAIR_V2(pe));
+        fzr_put(a, w, j, FZR_PAIR_V2(pe));
       j += a2;
     }
   }
@@ -703,10 +724,10 @@ bad:
   FZR_BAD(S);
 }
 
-static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
+FZR_IP_FI FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w, unsigned bytes) {
   if (l >= FZR_LANES)
     return;
-  if (w == 1)
+  if (bytes)
     fzr_huff_lane_w(S, l, 1u);
   else if (w == 4)
     fzr_huff_lane_w(S, l, 4u);
@@ -714,34 +735,42 @@ static inline FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w) {
     fzr_huff_lane_w(S, l, 8u);
 }
 
+/* The huffman stream's word width: a byte plane's 1, else the job's (read
+ * where it is used, not held in a register across the phases). */
+static inline FZR_HD unsigned fzr_huff_w(const fzr_job *J, unsigned bytes) {
+  return bytes ? 1u : J->w;
+}
+
 /* The block function: the huffman stream in S->b (S->hlen bytes) decoded
- * into the chunk's n words of w bytes at S->hw.  A header the engine
- * refuses sets S->done, a lane it refuses S->err. */
-static inline FZR_HD void fzr_huff_block(fzr_state *S, unsigned w) {
+ * into the chunk's n words of J->w bytes at S->a, or (bytes, a constant of
+ * the kernel) into the byte plane at S->pl.hw.  A header the engine
+ * refuses sets S->done and returns 1, a lane it refuses S->err. */
+FZR_IP_FI FZR_HD int fzr_huff_block(fzr_state *S, const fzr_job *J, unsigned bytes) {
   FZR_T0;
   FZR_ONE(fzr_huff_frame(S));
   FZR_SYNC();
   if (S->done)
-    return;
+    return 1;
   FZR_ALL(fzr_huff_lens(S, t, nt));
   FZR_SYNC();
   FZR_ALL(fzr_huff_sums(S, t, nt));
   FZR_SYNC();
   if (S->done)
-    return;
+    return 1;
   FZR_ALL(fzr_huff_codes(S, t, nt));
   FZR_SYNC();
   FZR_CLK(42);
   FZR_ALL(fzr_lut_clear(S, t, nt));
   FZR_SYNC();
-  FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, w));
+  FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, fzr_huff_w(J, bytes), bytes));
   FZR_SYNC();
   FZR_ALL(fzr_pair_fill(S, t, nt));
   FZR_SYNC();
   FZR_CLK(43);
-  FZR_ALL(fzr_huff_lane(S, t, w));
+  FZR_ALL(fzr_huff_lane(S, t, fzr_huff_w(J, bytes), bytes));
   FZR_SYNC();
   FZR_CLK(44);
+  return 0;
 }
 
 /* ---- values ---- */
@@ -1243,12 +1272,12 @@ static inline FZR_HD void fzr_dequant(fzr_state *S, const fzr_job *J, unsigned t
 /* Plane p's huffman stream copied to the stream's scratch (which the lane
  * readers take in aligned words), and its bytes' place. */
 static inline FZR_HD void fzr_plane_load(fzr_state *S, unsigned p, unsigned t, unsigned nt) {
-  const uint8_t *src = S->in + S->poff[p];
-  for (uint64_t i = t; i < S->plen[p]; i += nt)
+  const uint8_t *src = S->in + S->pl.off[p];
+  for (uint64_t i = t; i < S->pl.len[p]; i += nt)
     S->b[i] = src[i];
   if (t == 0) {
-    S->hlen = S->plen[p];
-    S->hw = S->v + p * fzr_up(S->n, 8);
+    S->hlen = S->pl.len[p];
+    S->pl.hw = S->v + p * fzr_up8(S->n);
   }
 }
 
@@ -1257,7 +1286,7 @@ FZR_IP_FI FZR_HD void fzr_planes_join_w(fzr_state *S, unsigned w, unsigned t, un
   for (uint64_t i = t; i < S->n; i += nt) {
     uint64_t v = 0;
     for (unsigned p = 0; p < w; p++)
-      v |= S->psrc[p] ? (uint64_t)S->psrc[p][i] << (8 * p) : 0u;
+      v |= S->pl.src[p] ? (uint64_t)S->pl.src[p][i] << (8 * p) : 0u;
     fzr_store(S->a, w, i, v);
   }
 }
@@ -1276,12 +1305,11 @@ static inline FZR_HD void fzr_planes_join(fzr_state *S, unsigned w, unsigned t, 
 static inline FZR_HD void fzr_planes(fzr_state *S, const fzr_job *J) {
   FZR_T0;
   for (unsigned p = 0; p < J->w; p++) {
-    if (S->plen[p] == 0 || S->plen[p] == S->n)
+    if (S->pl.len[p] == 0 || S->pl.len[p] == S->n)
       continue;
     FZR_ALL(fzr_plane_load(S, p, t, nt));
     FZR_SYNC();
-    fzr_huff_block(S, 1);
-    if (S->done || S->err)
+    if (fzr_huff_block(S, J, 1) || S->err)
       return;
   }
   FZR_ALL(fzr_planes_join(S, J->w, t, nt));
@@ -1387,15 +1415,19 @@ static inline FZR_HD void fzr_copy_out(fzr_state *S, const fzr_job *J, unsigned 
 
 /* Every thread of the block calls it (the host model: once, running each
  * phase for every thread in turn); S is the block's shared state.  The
- * branches all read S after a barrier, so the block takes them as one. */
-static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, uint64_t slot) {
+ * branches all read S after a barrier, so the block takes them as one.
+ * planes (J->planes) is a constant of the kernel (ratio_kernels.cuh), so
+ * that each chain's kernel holds its own code only: the ratio preset's
+ * kernel is then the code it was before lorenzo | byteplanes came. */
+FZR_IP_FI FZR_HD void fzr_chunk_of(fzr_state *S, const fzr_job *J, uint64_t c, uint64_t slot,
+                                   unsigned planes) {
   FZR_T0;
-  FZR_ONE(fzr_begin(S, J, c, slot));
+  FZR_ONE(fzr_begin(S, J, c, slot, planes));
   FZR_SYNC();
   FZR_CLK(40);
   if (S->done)
     goto finish;
-  if (J->planes) {
+  if (planes) {
     /* No side list: lorenzo (k >= 1) rebuilds the values' bits. */
     fzr_planes(S, J);
     if (S->done || S->err)
@@ -1419,8 +1451,7 @@ static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, 
     }
   }
   FZR_CLK(41);
-  fzr_huff_block(S, J->w);
-  if (S->done)
+  if (fzr_huff_block(S, J, 0))
     goto finish;
 words:
   /* pwrel chunks must name lorenzo; a lossless one has no outliers. */
@@ -1488,6 +1519,14 @@ finish:
   uint32_t crc = fzr_crc_block(S->part, S->fac, S->in, S->len, J->crc_tab);
   FZR_ONE(J->crcs[c] = crc; if (S->err) fzr_flag(J->status));
   FZR_CLK(62);
+}
+
+/* The host model's entry: either chain, as the job says. */
+static inline FZR_HD void fzr_chunk(fzr_state *S, const fzr_job *J, uint64_t c, uint64_t slot) {
+  if (J->planes)
+    fzr_chunk_of(S, J, c, slot, 1);
+  else
+    fzr_chunk_of(S, J, c, slot, 0);
 }
 
 #endif

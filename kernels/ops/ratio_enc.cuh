@@ -53,7 +53,6 @@ typedef struct fzre_job {
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
   uint32_t lorenzo;        /* stage 1 is lorenzo: its best k, no interpolation */
-  uint32_t planes;         /* lorenzo | byteplanes: no quant, no rze */
   uint32_t pwrel;          /* quant's mode is PWREL */
   const double *qp;        /* eb_abs, step (as the prep kernel left them); NULL
                             * without quant */
@@ -65,6 +64,7 @@ typedef struct fzre_job {
   uint8_t *stage;          /* chunk c's bytes at stage + c * cb */
   uint32_t *sizes, *crcs;  /* each chunk's length and CRC-32C */
   const uint32_t *crc_tab; /* the byte table of CRC-32C (reflected) */
+  uint32_t planes;         /* lorenzo | byteplanes: no quant, no rze */
 } fzre_job;
 
 /* Scratch of one chunk: quant's words (cb), the chosen words (cb), the
@@ -111,11 +111,7 @@ typedef struct fzre_state {
   fzre_q q;
   uint64_t side_l, side_i, best, cost_l, cost_i, hlen, rlen, len;
   unsigned k, pk, skip, lk;
-  uint32_t anym;       /* byteplanes: bit p set where plane p has a byte not 0 */
-  const uint8_t *body; /* the coded stream after lenbuf: rze's, or the planes */
-  /* the predictor byte, then the stream's length or the planes' lengths
-   * (at most 8 varints of 3 bytes: a plane has at most 2^18 bytes) */
-  uint8_t lenbuf[32];
+  uint8_t lenbuf[16];  /* the predictor byte and the stream's length */
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   union {
     fzre_lz lz;
@@ -123,10 +119,15 @@ typedef struct fzre_state {
     fzre_hf hf;
     fzre_rz rz;
   } u;
+  /* byteplanes: bit p set where plane p has a byte other than 0; the
+   * predictor byte and the planes' lengths (at most 8 varints of 3 bytes:
+   * a plane has at most 2^18 bytes), in lenbuf's place */
+  uint32_t anym;
+  uint8_t plens[32];
 } fzre_state;
 
 static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t c,
-                                      uint64_t slot) {
+                                      uint64_t slot, unsigned planes) {
   S->c = c;
   uint64_t raw = J->raw_bytes - c * J->cb < J->cb ? J->raw_bytes - c * J->cb : J->cb;
   S->raw = raw;
@@ -145,11 +146,11 @@ static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t 
   S->h = base + L.h;
   S->r = base + L.r;
   S->x = base + L.x;
-  S->body = S->r;
   /* The quantizer's parameters as the engine's stage holds them; its
-   * loops and the interpolation divide by step themselves. */
-  S->q.eb_abs = J->qp ? J->qp[0] : 0.0;
-  S->q.step = J->qp ? J->qp[1] : 0.0;
+   * loops and the interpolation divide by step themselves.  (byteplanes
+   * has no quantizer.) */
+  S->q.eb_abs = planes ? 0.0 : J->qp[0];
+  S->q.step = planes ? 0.0 : J->qp[1];
   S->q.inv = S->q.step != 0 ? 1.0 / S->q.step : 0.0;
   S->q.pwrel = J->pwrel;
   S->best = UINT64_MAX;
@@ -190,8 +191,9 @@ static inline FZR_HD void fzre_frame(fzre_state *S) {
   S->len = total >= S->raw ? S->raw : total;
 }
 
-/* The chunk's bytes into its slot. */
-static inline FZR_HD void fzre_emit(fzre_state *S, unsigned t, unsigned nt) {
+/* The chunk's bytes into its slot: after lenbuf, rze's output, or (planes)
+ * the planes. */
+static inline FZR_HD void fzre_emit(fzre_state *S, unsigned t, unsigned nt, unsigned planes) {
   if (S->len == S->raw) {
     for (uint64_t i = t; i < S->raw; i += nt)
       S->out[i] = S->in[i];
@@ -202,10 +204,11 @@ static inline FZR_HD void fzre_emit(fzre_state *S, unsigned t, unsigned nt) {
   for (uint64_t i = t; i < sl; i += nt)
     S->out[i] = side[i];
   if (t < S->lk)
-    S->out[sl + t] = S->lenbuf[t];
+    S->out[sl + t] = planes ? S->plens[t] : S->lenbuf[t];
   uint8_t *o = S->out + sl + S->lk;
+  const uint8_t *body = planes ? S->h : S->r;
   for (uint64_t i = t; i < S->rlen; i += nt)
-    o[i] = S->body[i];
+    o[i] = body[i];
 }
 
 static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n, unsigned t,
@@ -215,24 +218,25 @@ static inline FZR_HD void fzre_copy(uint8_t *dst, const uint8_t *src, uint64_t n
 }
 
 /* The block function: lorenzo's best k (the lowest of equals) for the
- * chunk's n words at words, priced in each k = 1..D, into S->k and
- * S->best. */
-static inline FZR_HD void fzre_best_k(fzre_state *S, const fzre_job *J, const uint8_t *words) {
+ * chunk's n words (w bytes each, the first the chunk's first), priced in
+ * each k = 1..D, into S->k and S->best: quant's words, or (planes) the
+ * values as they are. */
+static inline FZR_HD void fzre_best_k(fzre_state *S, const fzre_job *J, unsigned planes,
+                                      unsigned w, uint64_t n, uint64_t first) {
   FZR_T0;
   (void)nt;
   for (unsigned k = 1; k <= J->pdims; k++) {
-    fzre_lz_price(&S->u.lz, J->ext[k - 1], words, J->w, S->n, S->first);
+    fzre_lz_price(&S->u.lz, J->ext[k - 1], planes ? S->in : S->a, w, n, first);
     FZR_ONE(if (S->u.lz.cost < S->best) { S->best = S->u.lz.cost; S->k = k; });
     FZR_SYNC();
   }
 }
 
 /* The block function of quant | interp | huffman | rze (and lorenzo in
- * interp's place): the chunk's length in S->len, its bytes in the state
- * fzre_emit reads. */
-static inline FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J) {
+ * interp's place) on words of w bytes: the chunk's length in S->len, its
+ * bytes in the state fzre_emit reads. */
+FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned w) {
   FZR_T0;
-  const unsigned w = J->w;
   const uint64_t n = S->n, first = S->first;
   /* Quant's words and side list, and lorenzo's best k priced on them. */
   fzre_quant(&S->u.lz, &S->q, S->in, n, w, S->a, S->bad);
@@ -240,7 +244,7 @@ static inline FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J) {
   FZR_ONE(S->side_l = S->u.lz.side_len);
   FZR_SYNC();
   FZR_CLK(1);
-  fzre_best_k(S, J, S->a);
+  fzre_best_k(S, J, 0, w, n, first);
   FZR_ONE(S->cost_l = S->best + ((8 * S->side_l) << 16);
           S->skip = J->pwrel != 0 || J->lorenzo != 0);
   FZR_SYNC();
@@ -298,7 +302,7 @@ static inline FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J) {
  * read once; S->anym gets bit p where plane p has a byte other than 0. */
 FZR_IP_FI FZR_HD void fzre_planes_gather_w(fzre_state *S, const uint8_t *words, unsigned w,
                                            uint8_t *planes, unsigned t, unsigned nt) {
-  const uint64_t n = S->n, st = fzr_up(n, 8);
+  const uint64_t n = S->n, st = fzr_up8(n);
   uint64_t all = 0;
   for (uint64_t i = t; i < n; i += nt) {
     uint64_t v = fzre_ld(words, w, i);
@@ -332,7 +336,7 @@ static inline FZR_HD void fzre_plane_len(fzre_state *S, unsigned p) {
 
 /* Thread 0: the plane's length after the others'. */
 static inline FZR_HD void fzre_plane_take(fzre_state *S) {
-  S->lk += fzre_put_varint(S->lenbuf + S->lk, S->hlen);
+  S->lk += fzre_put_varint(S->plens + S->lk, S->hlen);
   S->rlen += S->hlen;
 }
 
@@ -341,13 +345,12 @@ static inline FZR_HD void fzre_plane_take(fzre_state *S) {
  * each coded after the planes before it (in S->h); the chunk's length in
  * S->len.  The w planes of up8(n) bytes fit S->a's cb bytes: cb / w is a
  * multiple of 8. */
-static inline FZR_HD void fzre_planes(fzre_state *S, const fzre_job *J) {
+static inline FZR_HD void fzre_planes(fzre_state *S, const fzre_job *J, unsigned w) {
   FZR_T0;
-  const unsigned w = J->w;
-  const uint64_t n = S->n, st = fzr_up(n, 8);
-  fzre_best_k(S, J, S->in);
-  FZR_ONE(S->pk = S->k; S->side_l = 0; S->lenbuf[0] = (uint8_t)S->k; S->lk = 1; S->rlen = 0;
-          S->anym = 0; S->body = S->h);
+  const uint64_t n = S->n, st = fzr_up8(n);
+  fzre_best_k(S, J, 1, w, n, S->first);
+  FZR_ONE(S->pk = S->k; S->side_l = 0; S->plens[0] = (uint8_t)S->k; S->lk = 1; S->rlen = 0;
+          S->anym = 0);
   FZR_SYNC();
   FZR_CLK(2);
   fzre_lz_encode(J->ext[S->pk - 1], S->in, S->b, w, n, S->first);
@@ -359,7 +362,7 @@ static inline FZR_HD void fzre_planes(fzre_state *S, const fzre_job *J) {
     const uint8_t *plane = S->a + p * st;
     const unsigned any = S->anym >> p & 1u;
     if (any && n > 1)
-      fzre_huff(&S->u.hf, plane, 1, n, S->h + S->rlen, n - 1, S->x);
+      fzre_huff_bytes(&S->u.hf, plane, n, S->h + S->rlen, n - 1, S->x);
     FZR_ONE(fzre_plane_len(S, p));
     FZR_SYNC();
     if (any && S->hlen == n) {
@@ -376,24 +379,37 @@ static inline FZR_HD void fzre_planes(fzre_state *S, const fzre_job *J) {
 }
 
 /* Every thread of the block calls it (the host model: once); S is the
- * block's shared state.  Each branch reads S after a barrier. */
-static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t c,
-                                      uint64_t slot) {
+ * block's shared state.  Each branch reads S after a barrier.  planes
+ * (J->planes) is a constant of the kernel (ratio_kernels.cuh), so that
+ * each chain's kernel holds its own code only: the ratio preset's kernel
+ * is then the code it was before lorenzo | byteplanes came. */
+FZR_IP_FI FZR_HD void fzre_chunk_of(fzre_state *S, const fzre_job *J, uint64_t c, uint64_t slot,
+                                    unsigned planes) {
   FZR_T0;
-  FZR_ONE(fzre_begin(S, J, c, slot));
+  const unsigned w = J->w;
+  FZR_ONE(fzre_begin(S, J, c, slot, planes));
   FZR_SYNC();
   FZR_CLK(0);
-  if (J->planes)
-    fzre_planes(S, J);
+  if (planes)
+    fzre_planes(S, J, w);
   else
-    fzre_predicted(S, J);
-  FZR_ALL(fzre_emit(S, t, nt));
+    fzre_predicted(S, J, w);
+  FZR_ALL(fzre_emit(S, t, nt, planes));
   FZR_SYNC();
   FZR_CLK(18);
   /* The chunk's CRC-32C as the decoder checks it. */
   uint32_t crc = fzr_crc_block(S->part, S->fac, S->out, S->len, J->crc_tab);
   FZR_ONE(J->crcs[c] = crc; J->sizes[c] = (uint32_t)S->len);
   FZR_CLK(19);
+}
+
+/* The host model's entry: either chain, as the job says. */
+static inline FZR_HD void fzre_chunk(fzre_state *S, const fzre_job *J, uint64_t c,
+                                     uint64_t slot) {
+  if (J->planes)
+    fzre_chunk_of(S, J, c, slot, 1);
+  else
+    fzre_chunk_of(S, J, c, slot, 0);
 }
 
 #endif

@@ -185,10 +185,10 @@ static inline FZR_HD uint64_t fzre_h_ld64a(const uint8_t *p) {
 #endif
 }
 
-/* A word of w (1, 4 or 8) bytes, little-endian; words may be unaligned,
- * and are then read a byte at a time. */
-static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w) {
-  if (w == 1)
+/* A word of w (4 or 8) bytes, little-endian, or a byte (bytes: w is 1);
+ * words may be unaligned, and are then read a byte at a time. */
+static inline FZR_HD uint64_t fzre_h_ldw(const uint8_t *p, unsigned w, unsigned bytes) {
+  if (bytes)
     return p[0];
   if (((uintptr_t)p & (w - 1)) == 0)
     return w == 4 ? fzre_h_ld32a(p) : fzre_h_ld64a(p);
@@ -209,16 +209,17 @@ static inline FZR_HD unsigned fzre_h_bytes8(uint64_t v) {
  * k set where word k is not zero.  A whole group of aligned words is read
  * in 16-byte loads on the device, all issued before any is tested; bytes
  * (the byte planes' words) in 8-byte loads. */
-static inline FZR_HD uint64_t fzre_h_bits64(const uint8_t *p, unsigned w, unsigned cnt) {
+static inline FZR_HD uint64_t fzre_h_bits64(const uint8_t *p, unsigned w, unsigned bytes,
+                                            unsigned cnt) {
   uint64_t m = 0;
-  if (w == 1 && cnt == 64 && ((uintptr_t)p & 7) == 0) {
+  if (bytes && cnt == 64 && ((uintptr_t)p & 7) == 0) {
     FZR_UNROLL
     for (unsigned k = 0; k < 8; k++)
       m |= (uint64_t)fzre_h_bytes8(fzre_h_ld64a(p + 8 * k)) << (8 * k);
     return m;
   }
 #if defined(__CUDA_ARCH__) && defined(__CUDACC__)
-  if (w != 1 && cnt == 64 && ((uintptr_t)p & 15) == 0) {
+  if (!bytes && cnt == 64 && ((uintptr_t)p & 15) == 0) {
     const uint4 *q = (const uint4 *)p;
     if (w == 4) {
       FZR_UNROLL
@@ -237,16 +238,16 @@ static inline FZR_HD uint64_t fzre_h_bits64(const uint8_t *p, unsigned w, unsign
   }
 #endif
   for (unsigned k = 0; k < cnt; k++)
-    m |= (uint64_t)(fzre_h_ldw(p + (uint64_t)k * w, w) != 0) << k;
+    m |= (uint64_t)(fzre_h_ldw(p + (uint64_t)k * w, w, bytes) != 0) << k;
   return m;
 }
 
 /* The bitmap of the n words, a u64 a thread at a time. */
-static inline FZR_HD void fzre_h_mask(const uint8_t *words, unsigned w, uint64_t n,
-                                      uint64_t *mask, unsigned t, unsigned nt) {
+static inline FZR_HD void fzre_h_mask(const uint8_t *words, unsigned w, unsigned bytes,
+                                      uint64_t n, uint64_t *mask, unsigned t, unsigned nt) {
   for (uint64_t g = t; g < (n + 63) / 64; g += nt) {
     uint64_t j = 64 * g;
-    mask[g] = fzre_h_bits64(words + j * w, w, n - j < 64 ? (unsigned)(n - j) : 64u);
+    mask[g] = fzre_h_bits64(words + j * w, w, bytes, n - j < 64 ? (unsigned)(n - j) : 64u);
   }
 }
 
@@ -346,7 +347,7 @@ enum { FZRE_HM_HIST = 0, FZRE_HM_BITS = 1, FZRE_HM_WRITE = 2 };
 
 typedef struct fzre_h_tk {
   int mode;
-  unsigned w;
+  unsigned w, bytes;
   uint32_t *hist, *small, *runs;
   const uint16_t *tcode;
   const uint8_t *tlen;
@@ -381,7 +382,7 @@ static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
       fzre_h_put(k->bw, v & 0xffffffffu, 32);
       fzre_h_put(k->bw, v >> 32, 32);
     } else {
-      fzre_h_put(k->bw, v, 8 * k->w);
+      fzre_h_put(k->bw, v, k->bytes ? 8u : 32u);
     }
   }
 }
@@ -403,7 +404,7 @@ static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, cons
                                           uint64_t a, uint64_t b) {
   unsigned w = k->w;
   for (uint64_t j = a; j < b;) {
-    uint64_t v = fzre_h_ldw(words + j * w, w);
+    uint64_t v = fzre_h_ldw(words + j * w, w, k->bytes);
     fzre_h_token(k, v < FZRE_H_TOK_BIG ? (unsigned)v : FZRE_H_TOK_BIG, v);
     uint64_t nx = fzre_h_next1(mask, ++j, b);
     if (nx > j)
@@ -421,7 +422,7 @@ static inline FZR_HD void fzre_h_replay(fzre_h_tk *k, const uint16_t *toks, unsi
     unsigned tk = toks[q];
     uint64_t v = 0;
     if (k->mode == FZRE_HM_WRITE && (k->tlen[tk] & 0x80u))
-      v = fzre_h_ldw(words + j * k->w, k->w);
+      v = fzre_h_ldw(words + j * k->w, k->w, k->bytes);
     fzre_h_token(k, tk, v);
     j += tk > FZRE_H_TOK_BIG ? (uint64_t)1 << (tk - FZRE_H_TOK_BIG) : 1u;
   }
@@ -442,8 +443,9 @@ static inline FZR_HD void fzre_h_clear(fzre_hf *H, uint8_t *scratch, unsigned t,
 }
 
 /* Each segment: its edge zeros, the histogram of the rest. */
-static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
-                                      uint8_t *scratch, unsigned t, unsigned nt) {
+static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned w,
+                                      unsigned bytes, uint64_t n, uint8_t *scratch, unsigned t,
+                                      unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   const uint64_t *mask = fzre_h_mask_of(scratch, n);
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
@@ -453,7 +455,7 @@ static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned
     z = fzre_h_last1(mask, a, hi);
     H->lead[u] = (uint16_t)(a - lo);
     H->trail[u] = (uint16_t)(a == hi ? hi - lo : hi - z);
-    fzre_h_tk k = {FZRE_HM_HIST, w, b.hist, H->x.small, H->runs, 0, 0, 0, 0, b.toks + lo, 0};
+    fzre_h_tk k = {FZRE_HM_HIST, w, bytes, b.hist, H->x.small, H->runs, 0, 0, 0, 0, b.toks + lo, 0};
     fzre_h_middle(&k, words, mask, a, z);
     H->ntok[u] = (uint16_t)k.ntok;
   }
@@ -466,7 +468,7 @@ static inline FZR_HD void fzre_h_join(fzre_hf *H, uint64_t n, unsigned t, unsign
   for (unsigned l = t; l < FZRE_H_LANES; l += nt) {
     int open = -1, at_head = 0;
     uint64_t run = 0;
-    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, H->runs, 0, 0, 0, 0, 0, 0};
+    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, 0, H->runs, 0, 0, 0, 0, 0, 0};
     for (unsigned s = 0; s <= FZRE_H_SEGS; s++) {
       unsigned u = l * FZRE_H_SEGS + s;
       uint64_t lo = 0, hi = 0, len = 0;
@@ -774,11 +776,12 @@ static inline FZR_HD void fzre_h_seg_tokens(fzre_hf *H, fzre_h_tk *k, const uint
     fzre_h_run(k, H->trun[u]);
 }
 
-static inline FZR_HD void fzre_h_bits(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
-                                      uint8_t *scratch, unsigned t, unsigned nt) {
+static inline FZR_HD void fzre_h_bits(fzre_hf *H, const uint8_t *words, unsigned w,
+                                      unsigned bytes, uint64_t n, uint8_t *scratch, unsigned t,
+                                      unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
-    fzre_h_tk k = {FZRE_HM_BITS, w, 0, 0, 0, b.tcode, b.tlen, 0, 0, 0, 0};
+    fzre_h_tk k = {FZRE_HM_BITS, w, bytes, 0, 0, 0, b.tcode, b.tlen, 0, 0, 0, 0};
     fzre_h_seg_tokens(H, &k, words, b.toks, n, u);
     H->bits[u] = (uint32_t)k.bits;
   }
@@ -809,8 +812,9 @@ static inline FZR_HD void fzre_h_place(fzre_hf *H, uint64_t out_cap) {
 
 /* The header (E, the lengths' nibbles, the lanes' byte counts) and every
  * segment's own bytes. */
-static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
-                                       uint8_t *out, uint8_t *scratch, unsigned t, unsigned nt) {
+static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigned w,
+                                       unsigned bytes, uint64_t n, uint8_t *out, uint8_t *scratch,
+                                       unsigned t, unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   unsigned nsym = H->nsym, nib = (nsym + 1) / 2;
   if (t == 0) {
@@ -825,7 +829,7 @@ static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigne
     uint32_t b0 = H->bits[u];
     fzre_h_bw bw = {0, b0 % 8, b0 / 8, b0 % 8 ? b0 / 8 : UINT32_MAX,
                   out + H->head + H->lane_off[u / FZRE_H_SEGS], H, u};
-    fzre_h_tk k = {FZRE_HM_WRITE, w, 0, 0, 0, b.tcode, b.tlen, 0, &bw, 0, 0};
+    fzre_h_tk k = {FZRE_HM_WRITE, w, bytes, 0, 0, 0, b.tcode, b.tlen, 0, &bw, 0, 0};
     fzre_h_seg_tokens(H, &k, words, b.toks, n, u);
     /* The last byte, when the segment ends inside it. */
     if (bw.nb > b0 % 8 || (bw.nb && bw.bi != b0 / 8))
@@ -854,26 +858,23 @@ static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, uns
   }
 }
 
-/* The block function: every thread calls it with the same arguments.
- * words: n words of w bytes (1, 4 or 8; others are refused, as are n = 0
- * and n above FZRE_HUFF_MAX_N, with len UINT64_MAX); out: out_cap bytes;
- * scratch: fzre_huff_scratch(n, w) bytes, 256-byte aligned, free again
- * on return; the three do not overlap.  H->len is fze_huffman_encode's
- * result (UINT64_MAX for its SIZE_MAX, and then nothing is written) and
- * out holds its bytes. */
-static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
-                                    uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
+/* fzre_huff and fzre_huff_bytes: bytes, a constant of the kernel, says
+ * which (w is then 1), so that the ratio preset's kernel holds no code
+ * of the bytes'. */
+FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, const uint8_t *words, unsigned w, unsigned bytes,
+                                   uint64_t n, uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
   FZR_T0;
-  if ((w != 1 && w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
+  if ((bytes ? w != 1 : w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
     FZR_ONE(H->len = UINT64_MAX; H->fail = 1);
     FZR_SYNC();
     return;
   }
   FZR_ONE(H->fail = 0);
-  FZR_ALL(fzre_h_clear(H, scratch, t, nt); fzre_h_mask(words, w, n, fzre_h_mask_of(scratch, n), t, nt));
+  FZR_ALL(fzre_h_clear(H, scratch, t, nt);
+          fzre_h_mask(words, w, bytes, n, fzre_h_mask_of(scratch, n), t, nt));
   FZR_SYNC();
   FZR_CLK(10);
-  FZR_ALL(fzre_h_scan(H, words, w, n, scratch, t, nt));
+  FZR_ALL(fzre_h_scan(H, words, w, bytes, n, scratch, t, nt));
   FZR_SYNC();
   FZR_CLK(11);
   FZR_ALL(fzre_h_join(H, n, t, nt); fzre_h_merge(H, scratch, t, nt));
@@ -927,18 +928,37 @@ static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w
     return;
   FZR_ALL(fzre_h_tokens(H, scratch, t, nt));
   FZR_SYNC();
-  FZR_ALL(fzre_h_bits(H, words, w, n, scratch, t, nt));
+  FZR_ALL(fzre_h_bits(H, words, w, bytes, n, scratch, t, nt));
   FZR_SYNC();
   FZR_ONE(fzre_h_place(H, out_cap));
   FZR_SYNC();
   FZR_CLK(14);
   if (H->fail)
     return;
-  FZR_ALL(fzre_h_write(H, words, w, n, out, scratch, t, nt));
+  FZR_ALL(fzre_h_write(H, words, w, bytes, n, out, scratch, t, nt));
   FZR_SYNC();
   FZR_CLK(15);
   FZR_ALL(fzre_h_seams(H, out, t, nt));
   FZR_SYNC();
+}
+
+/* The block function: every thread calls it with the same arguments.
+ * words: n words of w bytes (4 or 8; others are refused, as are n = 0
+ * and n above FZRE_HUFF_MAX_N, with len UINT64_MAX); out: out_cap bytes;
+ * scratch: fzre_huff_scratch(n, w) bytes, 256-byte aligned, free again
+ * on return; the three do not overlap.  H->len is fze_huffman_encode's
+ * result (UINT64_MAX for its SIZE_MAX, and then nothing is written) and
+ * out holds its bytes. */
+static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
+                                    uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
+  fzre_huff_of(H, words, w, 0, n, out, out_cap, scratch);
+}
+
+/* The same for n bytes (a byte plane's, the words of one byte the engine's
+ * coder takes); scratch is fzre_huff_scratch(n, 1) bytes. */
+static inline FZR_HD void fzre_huff_bytes(fzre_hf *H, const uint8_t *b, uint64_t n, uint8_t *out,
+                                          uint64_t out_cap, uint8_t *scratch) {
+  fzre_huff_of(H, b, 1, 1, n, out, out_cap, scratch);
 }
 
 #endif

@@ -30,13 +30,8 @@
 #define FZR_IP_PASSES 13u /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
 
 /* The loops are written once for both widths and compiled for each with w
- * a constant (fzre_ip_level, fzre_ip_chain), so the device code has no
- * branch on the type per point. */
-#ifdef __CUDACC__
-#define FZR_IP_FI static __forceinline__
-#else
-#define FZR_IP_FI static inline
-#endif
+ * a constant (fzre_ip_level, fzre_ip_chain, FZR_IP_FI), so the device
+ * code has no branch on the type per point. */
 /* One box's share of a pass: the counts along z, y, x, the chunk index
  * of its first point and the index steps between points along each axis
  * (0 where only one point lies), the first point's coordinate along the

@@ -13,7 +13,14 @@
  * that a block held up by a costly chunk leaves the rest to the others, as
  * the hardware's own block scheduling would.  The barrier before each
  * ticket keeps a thread still reading the last chunk's state from meeting
- * the next chunk's.
+ * the next chunk's.  fzr_decode_planes_kernel and fzre_encode_planes_kernel
+ * are the same for the lossless-ratio preset's chain (lorenzo |
+ * byteplanes): the chain is a constant of each kernel (fzr_chunk_of,
+ * fzre_chunk_of), so that neither holds the other's code, and the ratio
+ * preset's kernels are generated from the code they had before the other
+ * chain came (a run-time flag had grown the encoder's stack frame from 200
+ * to 520 bytes, ptxas for sm_90).  A generated module holds all five
+ * kernels; ratio.cu finds the planes kernels by name beside the others.
  * fzre_place_kernel: after the scan of the staged chunks' sizes, one block
  * per chunk moves its slot (aligned: cb is a multiple of 256) to its place
  * in the archive, which has any alignment, in 4-byte words funnel-shifted
@@ -49,22 +56,32 @@ static __device__ __forceinline__ unsigned long long fzr_take(unsigned long long
 #define FZRE_ENC_PER_SM 4u
 #endif
 
+/* A chunk kernel's loop; planes is the chain it is built for. */
+#define FZR_CHUNK_LOOP(state, chunk_of, planes)                                \
+  __shared__ state S;                                                          \
+  __shared__ unsigned long long next;                                          \
+  FZR_CLK_START();                                                             \
+  for (unsigned long long c; (c = fzr_take(J.ticket, &next)) < J.nchunks;)     \
+    chunk_of(&S, &J, c, blockIdx.x, planes)
+
 extern "C" __global__ void __launch_bounds__(FZR_NT, FZR_DEC_PER_SM)
 fzr_decode_kernel(fzr_job J) {
-  __shared__ fzr_state S;
-  __shared__ unsigned long long next;
-  FZR_CLK_START();
-  for (unsigned long long c; (c = fzr_take(J.ticket, &next)) < J.nchunks;)
-    fzr_chunk(&S, &J, c, blockIdx.x);
+  FZR_CHUNK_LOOP(fzr_state, fzr_chunk_of, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(FZR_NT, FZR_DEC_PER_SM)
+fzr_decode_planes_kernel(fzr_job J) {
+  FZR_CHUNK_LOOP(fzr_state, fzr_chunk_of, 1);
 }
 
 extern "C" __global__ void __launch_bounds__(FZR_NT, FZRE_ENC_PER_SM)
 fzre_encode_kernel(fzre_job J) {
-  __shared__ fzre_state S;
-  __shared__ unsigned long long next;
-  FZR_CLK_START();
-  for (unsigned long long c; (c = fzr_take(J.ticket, &next)) < J.nchunks;)
-    fzre_chunk(&S, &J, c, blockIdx.x);
+  FZR_CHUNK_LOOP(fzre_state, fzre_chunk_of, 0);
+}
+
+extern "C" __global__ void __launch_bounds__(FZR_NT, FZRE_ENC_PER_SM)
+fzre_encode_planes_kernel(fzre_job J) {
+  FZR_CHUNK_LOOP(fzre_state, fzre_chunk_of, 1);
 }
 
 extern "C" __global__ void __launch_bounds__(FZR_NT)

@@ -29,6 +29,15 @@
 #define FZR_HD
 #endif
 
+/* A function the device compiler always inlines, so that a constant its
+ * callers pass (a word's width, the chain a kernel is built for) is a
+ * constant in its body, and the code the constant rules out is dropped. */
+#ifdef __CUDACC__
+#define FZR_IP_FI static __forceinline__
+#else
+#define FZR_IP_FI static inline
+#endif
+
 #define FZR_NT 256u
 #define FZR_LOG_NT 8u /* log2(FZR_NT): FZR_NT must be a power of two */
 
