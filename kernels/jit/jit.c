@@ -606,8 +606,10 @@ int fzk_jit_helpers(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len)
 
 /* The ratio kernels' names, in ratio_gpu.h's order (FZR_K_*). */
 static const char *const ratio_names[] = {"fzr_decode_kernel", "fzre_encode_kernel",
-                                          "fzre_place_kernel"};
+                                          "fzre_place_kernel", "fzr_decode_planes_kernel",
+                                          "fzre_encode_planes_kernel"};
 _Static_assert(sizeof ratio_names / sizeof *ratio_names == FZR_K_COUNT, "ratio kernels");
+_Static_assert((int)FZR_K_COUNT <= (int)FZK_K_COUNT, "an fzk_kern holds the ratio kernels");
 
 int fzk_jit_ratio(fzk_jit *j, const fzk_kern **out, char *why, size_t why_len) {
   return fixed_module(j, fzk_jit_ratio_source(), FZR_K_COUNT, ratio_names, &j->ratio,

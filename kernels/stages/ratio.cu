@@ -20,9 +20,7 @@
  * keeps the chunk kernel free of any wait on the blocks before it; a chunk
  * is written twice, which costs little beside its coding.
  */
-#include <cuda.h>
 #include <cuda_runtime.h>
-#include <pthread.h>
 
 #include "fzk.h"
 #include "driver.h"
@@ -72,49 +70,18 @@ static void phase_report(const char *what, cudaStream_t s) {
 #define PHASE_REPORT(what, s) ((void)0)
 #endif
 
-/* The generated module's lossless-ratio kernels: fzk_jit_ratio gives the
- * functions of FZR_K_*, and these are found by name in the same module,
- * once per launch (two driver look-ups). */
-typedef CUresult (*func_module_fn)(CUmodule *mod, CUfunction f);
-typedef CUresult (*module_function_fn)(CUfunction *f, CUmodule mod, const char *name);
-static func_module_fn func_module;
-static module_function_fn module_function;
-static pthread_once_t sibling_once = PTHREAD_ONCE_INIT;
-
-static void sibling_load(void) {
-  const char *missing = NULL;
-  *(void **)&func_module = fzk_driver_entry("cuFuncGetModule", &missing);
-  *(void **)&module_function = fzk_driver_entry("cuModuleGetFunction", &missing);
-}
-
-/* The kernel called name in fn's module, or NULL. */
-static void *sibling(void *fn, const char *name) {
-  pthread_once(&sibling_once, sibling_load);
-  CUmodule mod;
-  CUfunction f;
-  if (func_module == NULL || module_function == NULL ||
-      func_module(&mod, (CUfunction)fn) != CUDA_SUCCESS ||
-      module_function(&f, mod, name) != CUDA_SUCCESS)
-    return NULL;
-  return (void *)f;
-}
-
 /* One launch of a chunk kernel taking its job by value: aot built in, or
- * the generated module's kernel which (FZR_K_*), or its sibling called
- * name when name is not NULL. */
+ * the generated module's kernel which (FZR_K_*). */
 template <typename Job>
-static int launch_job(const fzk_kern *k, unsigned which, const char *name, void (*aot)(Job),
-                      unsigned grid, Job *J, cudaStream_t s) {
+static int launch_job(const fzk_kern *k, unsigned which, void (*aot)(Job), unsigned grid, Job *J,
+                      cudaStream_t s) {
   if (k != NULL) {
     void *args[] = {J};
-    void *fn = name != NULL ? sibling(k->fn[which], name) : k->fn[which];
-    if (fn == NULL)
-      return (int)cudaErrorInvalidDeviceFunction;
-    return fzk_driver_launch(fn, grid, FZR_NT, 0, s, args);
+    return fzk_driver_launch(k->fn[which], grid, FZR_NT, 0, s, args);
   }
   aot<<<grid, FZR_NT, 0, s>>>(*J);
   int e = (int)cudaGetLastError();
-  PHASE_REPORT(which == FZR_K_DECODE ? "decode" : "encode", s);
+  PHASE_REPORT(which == FZR_K_DECODE || which == FZR_K_DECODE_PLANES ? "decode" : "encode", s);
   return e;
 }
 
@@ -150,10 +117,9 @@ extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStr
   int e = (int)cudaMemsetAsync(p->ticket, 0, sizeof *p->ticket, s);
   if (e)
     return e;
-  return p->planes ? launch_job(k, FZR_K_DECODE, "fzr_decode_planes_kernel",
-                                fzr_decode_planes_kernel, (unsigned)p->slots, &J, s)
-                   : launch_job(k, FZR_K_DECODE, NULL, fzr_decode_kernel, (unsigned)p->slots, &J,
-                                s);
+  return p->planes ? launch_job(k, FZR_K_DECODE_PLANES, fzr_decode_planes_kernel,
+                                (unsigned)p->slots, &J, s)
+                   : launch_job(k, FZR_K_DECODE, fzr_decode_kernel, (unsigned)p->slots, &J, s);
 }
 
 extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaStream_t s) {
@@ -184,10 +150,9 @@ extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaS
   int e = (int)cudaMemsetAsync(p->ticket, 0, sizeof *p->ticket, s);
   if (e)
     return e;
-  return p->planes ? launch_job(k, FZR_K_ENCODE, "fzre_encode_planes_kernel",
-                                fzre_encode_planes_kernel, (unsigned)p->slots, &J, s)
-                   : launch_job(k, FZR_K_ENCODE, NULL, fzre_encode_kernel, (unsigned)p->slots,
-                                &J, s);
+  return p->planes ? launch_job(k, FZR_K_ENCODE_PLANES, fzre_encode_planes_kernel,
+                                (unsigned)p->slots, &J, s)
+                   : launch_job(k, FZR_K_ENCODE, fzre_encode_kernel, (unsigned)p->slots, &J, s);
 }
 
 extern "C" int fzre_launch_place(const fzk_kern *k, const uint8_t *stage, const uint32_t *sizes,

@@ -20,7 +20,14 @@ extern "C" {
 
 struct fzk_kern;
 /* The kernels' places in the fzk_kern of fzk_jit_ratio. */
-enum { FZR_K_DECODE, FZR_K_ENCODE, FZR_K_PLACE, FZR_K_COUNT };
+enum {
+  FZR_K_DECODE,
+  FZR_K_ENCODE,
+  FZR_K_PLACE,
+  FZR_K_DECODE_PLANES, /* lorenzo | byteplanes */
+  FZR_K_ENCODE_PLANES,
+  FZR_K_COUNT
+};
 
 typedef struct fzr_params {
   const uint8_t *pay;

@@ -416,8 +416,9 @@ static void ratio_for(unsigned arch) {
   cr_assert_eq(memcmp(img, "\177ELF", 4), 0, "a CUBIN is an ELF image");
   /* Every entry jit.c looks up is in the image's symbols. */
   static const char *const names[] = {"fzr_decode_kernel", "fzre_encode_kernel",
-                                      "fzre_place_kernel"};
-  for (size_t i = 0; i < 3; i++)
+                                      "fzre_place_kernel", "fzr_decode_planes_kernel",
+                                      "fzre_encode_planes_kernel"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
     cr_assert_not_null(memmem(img, len, names[i], strlen(names[i]) + 1), "%s is missing",
                        names[i]);
   free(img);
