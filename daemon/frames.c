@@ -749,6 +749,91 @@ int fzd_frames_end(fzd_job *job, uint64_t t0) {
 }
 #endif
 
+#ifdef FZD_HAVE_FRAMES
+fz_frames_params fzd_frames_params_of(const struct fzd_frames_req *r, fz_frames_csr *csr) {
+  const fzd_frames_setup *su = r->setup;
+  fz_frames_params fp = {
+      .dtype = r->dtype, .npixels = (size_t)r->npixels, .codec = (fz_bslz4_codec)r->codec};
+  if (su != NULL) {
+    fp.mask = su->mask;
+    if (su->has_csr) {
+      *csr = (fz_frames_csr){.nrows = su->nrows,
+                             .indptr = su->indptr,
+                             .indices = su->indices,
+                             .w_f32 = su->w_f32,
+                             .w_i32 = su->w_i32};
+      fp.csr = csr;
+    }
+  }
+  return fp;
+}
+
+int fzd_frames_cpu_open(const struct fzd_frames_req *r, fzd_frames_cpu *c, char *why,
+                        size_t why_len) {
+  memset(c, 0, sizeof *c);
+  size_t rows = r->setup != NULL && r->setup->has_csr ? r->setup->nrows : 0;
+  c->cap = r->top_n && r->top_n < r->npixels ? (size_t)r->top_n : (size_t)r->npixels;
+  c->values = malloc(r->dense ? r->npixels * r->esize : c->cap * r->esize);
+  c->indices = r->dense ? NULL : malloc(c->cap * sizeof *c->indices);
+  c->powder = rows ? malloc(rows * 8) : NULL;
+  if (c->values == NULL || (!r->dense && c->indices == NULL) || (rows && c->powder == NULL)) {
+    fzd_frames_cpu_close(c);
+    snprintf(why, why_len, "no memory for the results of a frame");
+    return FZ_ENOMEM;
+  }
+  fz_frames_csr csr = {0};
+  fz_frames_params fp = fzd_frames_params_of(r, &csr);
+  int err = fz_frames_create(&fp, &c->f, why, why_len);
+  if (err < 0)
+    fzd_frames_cpu_close(c);
+  return err;
+}
+
+void fzd_frames_cpu_frame(struct fzd_frames_req *r, size_t i, fzd_frames_cpu *c,
+                          const uint8_t *chunk, size_t len) {
+  const fzd_frames_setup *su = r->setup;
+  fzd_frame_result *x = &r->res[i];
+  double *pw_f = su != NULL && su->w_f32 != NULL ? c->powder : NULL;
+  int64_t *pw_i = su != NULL && su->w_i32 != NULL ? c->powder : NULL;
+  int64_t rc;
+  size_t listed;
+  if (r->dense) {
+    rc = fz_frames_dense(c->f, chunk, len, c->values, r->npixels * r->esize, pw_f, pw_i, x->why,
+                         sizeof x->why);
+    listed = (size_t)r->npixels;
+  } else {
+    fz_frames_out o = {.values = c->values,
+                       .indices = c->indices,
+                       .cap = c->cap,
+                       .powder_f64 = pw_f,
+                       .powder_i64 = pw_i};
+    rc = fz_frames_sparse(c->f, chunk, len, r->cut, (size_t)r->top_n, &o, x->why, sizeof x->why);
+    listed = o.count;
+  }
+  if (rc < 0) {
+    char why[sizeof x->why];
+    memcpy(why, x->why, sizeof why);
+    fzd_frames_fail(r, i, (int)rc, why[0] ? why : NULL);
+    return;
+  }
+  if (fzd_frames_open(r, i, r->dense ? r->npixels : (uint64_t)rc, listed) < 0)
+    return;
+  memcpy(x->values, c->values, listed * r->esize);
+  if (!r->dense)
+    memcpy(x->indices, c->indices, listed * 4);
+  if (r->rows)
+    memcpy(x->powder, c->powder, r->rows * 8);
+}
+
+void fzd_frames_cpu_close(fzd_frames_cpu *c) {
+  fz_frames_destroy(c->f);
+  free(c->values);
+  free(c->indices);
+  free(c->powder);
+  memset(c, 0, sizeof *c);
+}
+#endif
+
 int fzd_frames_job_run(fzd_job *job) {
 #ifndef FZD_HAVE_FRAMES
   snprintf(job->why, sizeof job->why, "this fzd was built without the frames codec");
@@ -758,75 +843,18 @@ int fzd_frames_job_run(fzd_job *job) {
   const fzd_frames_setup *su = r->setup;
   uint64_t t0 = uv_hrtime();
   size_t rows = su != NULL && su->has_csr ? su->nrows : 0;
-  size_t cap = r->top_n && r->top_n < r->npixels ? (size_t)r->top_n : (size_t)r->npixels;
   /* Scratch: one frame of results and the engine's copies of the mask and
    * the matrix. */
   uint64_t scratch =
       frame_out_max(r) + rows * 8 + r->npixels * (r->esize + 1) + (su != NULL ? su->bytes : 0);
   int err = fzd_frames_start(job, true, scratch);
-  if (err < 0)
+  fzd_frames_cpu c;
+  if (err < 0 || (err = fzd_frames_cpu_open(r, &c, job->why, sizeof job->why)) < 0)
     return err;
-  void *sv = malloc(r->dense ? r->npixels * r->esize : cap * r->esize);
-  uint32_t *si = r->dense ? NULL : malloc(cap * sizeof *si);
-  void *pw = rows ? malloc(rows * 8) : NULL;
-  fz_frames_csr csr = {0};
-  fz_frames_params fp = {
-      .dtype = r->dtype, .npixels = (size_t)r->npixels, .codec = (fz_bslz4_codec)r->codec};
-  if (su != NULL) {
-    fp.mask = su->mask;
-    if (su->has_csr) {
-      csr = (fz_frames_csr){.nrows = su->nrows,
-                            .indptr = su->indptr,
-                            .indices = su->indices,
-                            .w_f32 = su->w_f32,
-                            .w_i32 = su->w_i32};
-      fp.csr = &csr;
-    }
-  }
-  fz_frames *f = NULL;
-  if (sv == NULL || (!r->dense && si == NULL) || (rows && pw == NULL)) {
-    snprintf(job->why, sizeof job->why, "no memory for the results of %zu frames", r->n);
-    err = FZ_ENOMEM;
-  } else {
-    err = fz_frames_create(&fp, &f, job->why, sizeof job->why);
-  }
-  for (size_t i = 0; i < r->n && err == 0; i++) {
-    fzd_frame_result *x = &r->res[i];
-    const uint8_t *chunk = r->data + r->offsets[i];
-    size_t len = (size_t)r->lengths[i];
-    double *pw_f = su != NULL && su->w_f32 != NULL ? pw : NULL;
-    int64_t *pw_i = su != NULL && su->w_i32 != NULL ? pw : NULL;
-    int64_t rc;
-    size_t listed;
-    if (r->dense) {
-      rc = fz_frames_dense(f, chunk, len, sv, r->npixels * r->esize, pw_f, pw_i, x->why,
-                           sizeof x->why);
-      listed = (size_t)r->npixels;
-    } else {
-      fz_frames_out o = {
-          .values = sv, .indices = si, .cap = cap, .powder_f64 = pw_f, .powder_i64 = pw_i};
-      rc = fz_frames_sparse(f, chunk, len, r->cut, (size_t)r->top_n, &o, x->why, sizeof x->why);
-      listed = o.count;
-    }
-    if (rc < 0) {
-      char why[sizeof x->why];
-      memcpy(why, x->why, sizeof why);
-      fzd_frames_fail(r, i, (int)rc, why[0] ? why : NULL);
-      continue;
-    }
-    if (fzd_frames_open(r, i, r->dense ? r->npixels : (uint64_t)rc, listed) < 0)
-      continue;
-    memcpy(x->values, sv, listed * r->esize);
-    if (!r->dense)
-      memcpy(x->indices, si, listed * 4);
-    if (rows)
-      memcpy(x->powder, pw, rows * 8);
-  }
-  fz_frames_destroy(f);
-  free(sv);
-  free(si);
-  free(pw);
-  return err < 0 ? err : fzd_frames_end(job, t0);
+  for (size_t i = 0; i < r->n; i++)
+    fzd_frames_cpu_frame(r, i, &c, r->data + r->offsets[i], (size_t)r->lengths[i]);
+  fzd_frames_cpu_close(&c);
+  return fzd_frames_end(job, t0);
 #endif
 }
 

@@ -88,6 +88,31 @@ int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t l
 /* Frame i failed with rc: why (NULL: the code's text) goes in the reply. */
 void fzd_frames_fail(struct fzd_frames_req *r, size_t i, int rc, const char *why);
 int fzd_frames_end(fzd_job *job, uint64_t t0);
+
+#ifdef FZD_HAVE_FRAMES
+#include "fz_frames.h"
+
+/* The engine's parameters of a request (its setup's mask and matrix; csr
+ * holds the matrix's view for as long as the parameters are used). */
+fz_frames_params fzd_frames_params_of(const struct fzd_frames_req *r, fz_frames_csr *csr);
+
+/* The CPU engine for a request's frames, with one frame of scratch; frame
+ * i decoded from its chunk into r->res[i] (fzd_frames_open or
+ * fzd_frames_fail).  fzd_frames_job_run runs every frame so; the GPU
+ * backend runs the frames its decoder does not take. */
+typedef struct fzd_frames_cpu {
+  fz_frames *f;
+  size_t cap; /* listed pixels a frame at most */
+  void *values;
+  uint32_t *indices;
+  void *powder;
+} fzd_frames_cpu;
+int fzd_frames_cpu_open(const struct fzd_frames_req *r, fzd_frames_cpu *c, char *why,
+                        size_t why_len);
+void fzd_frames_cpu_frame(struct fzd_frames_req *r, size_t i, fzd_frames_cpu *c,
+                          const uint8_t *chunk, size_t len);
+void fzd_frames_cpu_close(fzd_frames_cpu *c);
+#endif
 /* Packs the reply of a job that succeeded. */
 void fzd_frames_reply(fzd_conn *c, const fzd_job *job);
 /* "frames_setup": a mask and a matrix kept by the connection under an id

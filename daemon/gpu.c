@@ -349,6 +349,14 @@ static void trim(fzd_gpu_worker *w) {
   gpu_sync(w, NULL, NULL);
 }
 
+/* A job ran out of device memory: the worker gives back everything it
+ * holds, so the next job starts from an empty slate. */
+static void trim_after_oom(fzd_gpu_worker *w, const fzd_job *job) {
+  fzd_warn("worker %u: out of GPU memory (%s); releasing its buffers and plans", w->index,
+           job->why);
+  trim(w);
+}
+
 /* A preallocated GPU plan for the job, from the shared cache, held until
  * the job ends (gpu_run puts it back). */
 static int get_plan(fzd_gpu_worker *w, fzd_job *job, fz_gpu_plan **out) {
@@ -1095,11 +1103,8 @@ static int gpu_run(fzd_gpu_worker *w, fzd_job *job) {
   err = job->kind == FZD_JOB_COMPRESS ? gpu_compress(w, job) : gpu_decompress(w, job);
   fzd_plans_put(w->g->plans, w->slot);
   w->slot = NULL;
-  if (err == FZ_EGPUOOM) {
-    fzd_warn("worker %u: out of GPU memory (%s); releasing its buffers and plans",
-             w->index, job->why);
-    trim(w);
-  }
+  if (err == FZ_EGPUOOM)
+    trim_after_oom(w, job);
   /* Every path of a job ends with its stream waited for, so the output is
    * written (or the job failed) when the event completes; it is recorded,
    * and waited for, before the reply leaves: when the reply arrives the
@@ -1155,25 +1160,17 @@ static int frames_decoder(fzd_gpu_worker *w, fzd_job *job) {
     return 0;
   frames_drop(w);
   fz_frames_csr csr = {0};
+  fz_frames_params fp = fzd_frames_params_of(r, &csr);
   size_t esize = fz_dtype_size(r->dtype);
   size_t bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, (size_t)r->npixels, esize, 0);
   fz_frames_gpu_params p = {.dtype = r->dtype,
                             .npixels = (size_t)r->npixels,
                             .codec = FZ_BSLZ4_LZ4,
                             .max_frames = FRAMES_BATCH,
+                            .mask = fp.mask,
+                            .csr = fp.csr,
                             .max_batch_bytes = bound > FRAMES_STAGING ? bound : FRAMES_STAGING,
                             .device = fz_gpu_ctx_device(w->g->ctx)};
-  if (su != NULL) {
-    p.mask = su->mask;
-    if (su->has_csr) {
-      csr = (fz_frames_csr){.nrows = su->nrows,
-                            .indptr = su->indptr,
-                            .indices = su->indices,
-                            .w_f32 = su->w_f32,
-                            .w_i32 = su->w_i32};
-      p.csr = &csr;
-    }
-  }
   int err = fz_frames_gpu_create(&p, &w->frames, job->why, sizeof job->why);
   if (err < 0)
     return err;
@@ -1188,67 +1185,6 @@ static int frames_decoder(fzd_gpu_worker *w, fzd_job *job) {
   w->frames_npixels = r->npixels;
   w->frames_serial = serial;
   return 0;
-}
-
-/* Frame i of the job on the CPU engine (its chunk's len bytes at chunk, in
- * host memory): a chunk whose blocks are larger than the GPU decoder
- * takes.  *cpu is made on the first call and freed by the caller. */
-static void frames_on_cpu(struct fzd_frames_req *r, size_t i, const uint8_t *chunk, size_t len,
-                          fz_frames **cpu) {
-  const fzd_frames_setup *su = r->setup;
-  fzd_frame_result *x = &r->res[i];
-  char why[sizeof x->why] = "";
-  if (*cpu == NULL) {
-    fz_frames_csr csr = {0};
-    fz_frames_params fp = {
-        .dtype = r->dtype, .npixels = (size_t)r->npixels, .codec = FZ_BSLZ4_LZ4};
-    if (su != NULL) {
-      fp.mask = su->mask;
-      if (su->has_csr) {
-        csr = (fz_frames_csr){.nrows = su->nrows,
-                              .indptr = su->indptr,
-                              .indices = su->indices,
-                              .w_f32 = su->w_f32,
-                              .w_i32 = su->w_i32};
-        fp.csr = &csr;
-      }
-    }
-    int rc = fz_frames_create(&fp, cpu, why, sizeof why);
-    if (rc < 0) {
-      fzd_frames_fail(r, i, rc, why);
-      return;
-    }
-  }
-  size_t n = (size_t)r->npixels;
-  void *v = malloc(n * r->esize + 1);
-  uint32_t *ix = r->dense ? NULL : malloc(n * 4 + 1);
-  void *pw = r->rows ? malloc(r->rows * 8) : NULL;
-  double *pf = su != NULL && su->w_f32 != NULL ? pw : NULL;
-  int64_t *pi = su != NULL && su->w_i32 != NULL ? pw : NULL;
-  int64_t rc = FZ_ENOMEM;
-  size_t listed = 0;
-  if (v != NULL && (r->dense || ix != NULL) && (!r->rows || pw != NULL)) {
-    if (r->dense) {
-      rc = fz_frames_dense(*cpu, chunk, len, v, n * r->esize, pf, pi, why, sizeof why);
-      listed = n;
-    } else {
-      fz_frames_out o = {.values = v, .indices = ix, .cap = n, .powder_f64 = pf, .powder_i64 = pi};
-      rc = fz_frames_sparse(*cpu, chunk, len, r->cut, 0, &o, why, sizeof why);
-      listed = o.count;
-    }
-  }
-  if (rc < 0)
-    fzd_frames_fail(r, i, (int)rc, why[0] ? why : NULL);
-  else if (fzd_frames_open(r, i, listed, listed) == 0) {
-    memcpy(x->values, v, listed * r->esize);
-    if (!r->dense)
-      memcpy(x->indices, ix, listed * 4);
-    if (r->rows)
-      memcpy(x->powder, pw, r->rows * 8);
-  }
-  free(v);
-  free(ix);
-  free(pw);
 }
 
 /* Batches of LZ4 chunks on the GPU: each batch's chunks are read (from the
@@ -1284,7 +1220,7 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
   uint64_t offs[FRAMES_BATCH], lens[FRAMES_BATCH];
   size_t counts[FRAMES_BATCH];
   int status[FRAMES_BATCH];
-  fz_frames *cpu = NULL;
+  fzd_frames_cpu cpu = {0};
   uint8_t *host = NULL;
   for (size_t i = 0; i < r->n && err == 0;) {
     size_t k = 0;
@@ -1348,7 +1284,11 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
             break;
           chunk = host;
         }
-        frames_on_cpu(r, i + j, chunk, len, &cpu);
+        int rc = cpu.f != NULL ? 0 : fzd_frames_cpu_open(r, &cpu, why, sizeof why);
+        if (rc < 0)
+          fzd_frames_fail(r, i + j, rc, why);
+        else
+          fzd_frames_cpu_frame(r, i + j, &cpu, chunk, len);
         continue;
       }
       if (status[j] < 0) {
@@ -1369,18 +1309,15 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
 out:
   if (ein != NULL)
     ipc_release(job->ipc, ein);
-  fz_frames_destroy(cpu);
+  fzd_frames_cpu_close(&cpu);
   free(host);
   return err < 0 ? err : fzd_frames_end(job, t0);
 }
 
 static int frames_run(void *w, fzd_job *job) {
   int err = gpu_frames(w, job);
-  if (err == FZ_EGPUOOM) {
-    fzd_warn("worker %u: out of GPU memory (%s); releasing its buffers and plans",
-             ((fzd_gpu_worker *)w)->index, job->why);
-    trim(w);
-  }
+  if (err == FZ_EGPUOOM)
+    trim_after_oom(w, job);
   return err;
 }
 #endif
