@@ -185,6 +185,16 @@ typedef struct fz_frames_out {
 int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut, size_t top_n,
                          fz_frames_out *out, char *why, size_t why_len);
 
+/* The top_n largest of total listed pixels (values of dtype and their
+ * flat indices, in pixel order, as fz_frames_sparse lists them without
+ * top_n), kept in place and in pixel order, ties going to the lower index:
+ * the selection fz_frames_sparse makes with top_n, for lists made
+ * elsewhere (the GPU decoder's).  keys is scratch of total entries (may be
+ * NULL when total <= top_n).  Returns the number kept, min(total, top_n)
+ * (total when top_n is 0), or FZ_EDTYPE / FZ_EINVAL. */
+int64_t fz_frames_top(fz_dtype dtype, void *values, uint32_t *indices, size_t total, size_t top_n,
+                      uint64_t *keys);
+
 /* Decodes one chunk into the dense frame (npixels elements at out, which
  * holds out_len bytes), and the product into powder_f64 / powder_i64 when
  * they are not NULL.  The mask is not applied to the frame. */

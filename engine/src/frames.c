@@ -502,6 +502,47 @@ static uint64_t select_rank(uint64_t *a, size_t n, size_t r) {
   return a[r];
 }
 
+/* Of total listed pixels (w-byte values, flat indices, in pixel order),
+ * the top_n largest into ov / oi, still in pixel order: all whose key is
+ * above the top_n-th largest key, and of those equal to it the first ones
+ * in pixel order.  keys holds total entries of scratch.  ov / oi may be
+ * vals / idx themselves (an entry is written no later than it is read). */
+static void keep_top(const uint8_t *vals, const uint32_t *idx, size_t total, size_t top_n,
+                     size_t w, int kind, uint64_t *keys, uint8_t *ov, uint32_t *oi) {
+  if (total <= top_n) {
+    memmove(ov, vals, total * w);
+    memmove(oi, idx, total * sizeof *oi);
+    return;
+  }
+  for (size_t j = 0; j < total; j++)
+    keys[j] = fz_frames_order_key(raw_value(vals + j * w, w), (unsigned)w, kind);
+  uint64_t th = select_rank(keys, total, total - top_n);
+  size_t above = 0;
+  for (size_t j = 0; j < total; j++)
+    above += fz_frames_order_key(raw_value(vals + j * w, w), (unsigned)w, kind) > th;
+  size_t ties = top_n - above, o = 0;
+  for (size_t j = 0; j < total; j++) {
+    uint64_t key = fz_frames_order_key(raw_value(vals + j * w, w), (unsigned)w, kind);
+    if (key > th || (key == th && ties && ties--)) {
+      memmove(ov + o * w, vals + j * w, w);
+      oi[o++] = idx[j];
+    }
+  }
+}
+
+int64_t fz_frames_top(fz_dtype dtype, void *values, uint32_t *indices, size_t total, size_t top_n,
+                      uint64_t *keys) {
+  size_t w = fz_dtype_size(dtype);
+  if (!w)
+    return FZ_EDTYPE;
+  if ((total && (!values || !indices)) || (top_n && total > top_n && !keys))
+    return FZ_EINVAL;
+  if (top_n == 0)
+    return (int64_t)total;
+  keep_top(values, indices, total, top_n, w, fz_frames_kind(dtype), keys, values, indices);
+  return (int64_t)(total < top_n ? total : top_n);
+}
+
 int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut, size_t top_n,
                          fz_frames_out *out, char *why, size_t why_len) {
   if (!f || !out || (!chunk && len) || (out->cap && (!out->values || !out->indices))) {
@@ -596,27 +637,7 @@ int64_t fz_frames_sparse(fz_frames *f, const void *chunk, size_t len, double cut
       fze_why(why, why_len, "frames: %zu pixels to list, room for %zu", listed, out->cap);
       return FZ_ENOSPC;
     }
-    if (total <= top_n) {
-      memcpy(ov, f->list_vals, total * w);
-      memcpy(out->indices, f->list_idx, total * sizeof *out->indices);
-    } else {
-      /* The top_n-th largest key; all above it are kept, and of those equal
-       * to it the first ones in pixel order. */
-      for (size_t j = 0; j < total; j++)
-        f->keys[j] = fz_frames_order_key(raw_value(f->list_vals + j * w, w), w, f->kind);
-      uint64_t th = select_rank(f->keys, total, total - top_n);
-      size_t above = 0;
-      for (size_t j = 0; j < total; j++)
-        above += fz_frames_order_key(raw_value(f->list_vals + j * w, w), w, f->kind) > th;
-      size_t ties = top_n - above, o = 0;
-      for (size_t j = 0; j < total; j++) {
-        uint64_t key = fz_frames_order_key(raw_value(f->list_vals + j * w, w), w, f->kind);
-        if (key > th || (key == th && ties && ties--)) {
-          memcpy(ov + o * w, f->list_vals + j * w, w);
-          out->indices[o++] = f->list_idx[j];
-        }
-      }
-    }
+    keep_top(f->list_vals, f->list_idx, total, top_n, w, f->kind, f->keys, ov, out->indices);
   } else if (total > out->cap) {
     fze_why(why, why_len, "frames: %zu pixels above the cut, room for %zu", total, out->cap);
     out->count = 0;

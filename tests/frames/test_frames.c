@@ -481,6 +481,46 @@ Test(frames, top_n) {
   free(px), free(c), free(ref), free(vals), free(idx);
 }
 
+/* fz_frames_top on a whole list (as the GPU decoder makes one) keeps what
+ * fz_frames_sparse keeps with top_n, for every dtype, in place. */
+Test(frames, top_of_a_list_matches_top_n) {
+  rng_state = 11;
+  size_t n = 9001;
+  for (size_t d = 0; d < sizeof dtypes / sizeof dtypes[0]; d++) {
+    fz_dtype t = dtypes[d];
+    size_t w = fz_dtype_size(t), len;
+    uint8_t *px = pixels(t, n);
+    uint8_t *c = encode(FZ_BSLZ4_LZ4, px, n, w, 0, &len);
+    fz_frames *f = make(t, n, FZ_BSLZ4_LZ4, NULL, NULL);
+    uint8_t *all = malloc(n * w), *vals = malloc(n * w);
+    uint32_t *all_idx = malloc(n * 4), *idx = malloc(n * 4);
+    uint64_t *keys = malloc(n * sizeof *keys);
+    fz_frames_out o = {.values = all, .indices = all_idx, .cap = n};
+    int64_t m = fz_frames_sparse(f, c, len, 0, 0, &o, NULL, 0);
+    cr_assert_gt(m, 10, "%s: %lld above the cut", fz_dtype_name(t), (long long)m);
+    size_t tops[] = {1, 3, (size_t)m / 2, (size_t)m - 1, (size_t)m, (size_t)m + 5};
+    for (size_t k = 0; k < sizeof tops / sizeof tops[0]; k++) {
+      size_t top = tops[k];
+      fz_frames_out want = {.values = vals, .indices = idx, .cap = top};
+      cr_assert_eq(fz_frames_sparse(f, c, len, 0, top, &want, NULL, 0), m);
+      uint8_t *v = malloc(n * w);
+      uint32_t *ix = malloc(n * 4);
+      memcpy(v, all, (size_t)m * w);
+      memcpy(ix, all_idx, (size_t)m * 4);
+      cr_assert_eq(fz_frames_top(t, v, ix, (size_t)m, top, keys), (int64_t)want.count);
+      cr_assert(memcmp(v, vals, want.count * w) == 0, "%s top %zu: values", fz_dtype_name(t), top);
+      cr_assert(memcmp(ix, idx, want.count * 4) == 0, "%s top %zu: indices", fz_dtype_name(t),
+                top);
+      free(v), free(ix);
+    }
+    cr_assert_eq(fz_frames_top(t, all, all_idx, (size_t)m, 0, NULL), m);
+    fz_frames_destroy(f);
+    free(px), free(c), free(all), free(vals), free(all_idx), free(idx), free(keys);
+  }
+  cr_assert_eq(fz_frames_top((fz_dtype)99, NULL, NULL, 0, 1, NULL), FZ_EDTYPE);
+  cr_assert_eq(fz_frames_top(FZ_U16, NULL, NULL, 5, 1, NULL), FZ_EINVAL);
+}
+
 Test(frames, csr_products) {
   rng_state = 11;
   size_t n = 9001, rows = 37, nnz = 0, len;
