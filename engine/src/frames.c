@@ -507,8 +507,8 @@ static uint64_t select_rank(uint64_t *a, size_t n, size_t r) {
  * above the top_n-th largest key, and of those equal to it the first ones
  * in pixel order.  keys holds total entries of scratch.  ov / oi may be
  * vals / idx themselves (an entry is written no later than it is read). */
-static void keep_top(const uint8_t *vals, const uint32_t *idx, size_t total, size_t top_n,
-                     size_t w, int kind, uint64_t *keys, uint8_t *ov, uint32_t *oi) {
+static void keep_top(const uint8_t *vals, const uint32_t *idx, size_t total, size_t top_n, size_t w,
+                     int kind, uint64_t *keys, uint8_t *ov, uint32_t *oi) {
   if (total <= top_n) {
     memmove(ov, vals, total * w);
     memmove(oi, idx, total * sizeof *oi);

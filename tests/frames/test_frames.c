@@ -509,8 +509,7 @@ Test(frames, top_of_a_list_matches_top_n) {
       memcpy(ix, all_idx, (size_t)m * 4);
       cr_assert_eq(fz_frames_top(t, v, ix, (size_t)m, top, keys), (int64_t)want.count);
       cr_assert(memcmp(v, vals, want.count * w) == 0, "%s top %zu: values", fz_dtype_name(t), top);
-      cr_assert(memcmp(ix, idx, want.count * 4) == 0, "%s top %zu: indices", fz_dtype_name(t),
-                top);
+      cr_assert(memcmp(ix, idx, want.count * 4) == 0, "%s top %zu: indices", fz_dtype_name(t), top);
       free(v), free(ix);
     }
     cr_assert_eq(fz_frames_top(t, all, all_idx, (size_t)m, 0, NULL), m);
