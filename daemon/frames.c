@@ -7,11 +7,15 @@
  * against the bytes sent before a job exists; the worker then runs each
  * chunk on its own, so a corrupt chunk fails its frame only (its status and
  * message in the reply) and the others still come back.  The job reserves
- * its memory (the chunks, the worst-case results and one frame of scratch)
- * against memory_limit before it allocates, and gives it back when the job
- * is freed, after the reply is packed.  The CPU engine runs it here
- * (fzd_frames_job_run); the GPU backend runs LZ4 batches with its own
- * decoder (gpu.c) through fzd_frames_start / _open / _fail / _end.
+ * its memory (the chunks and one frame of scratch, then each frame's
+ * results at their size) against memory_limit before it allocates, and
+ * gives it back when the job is freed, after the reply is packed.  Results
+ * go back in the reply, or, with an output (a descriptor, or device memory
+ * through the backend's writer), there one after another as each frame is
+ * final, freed once written: then max_inline_bytes does not bound them.
+ * The CPU engine runs the job here (fzd_frames_job_run); the GPU backend
+ * runs LZ4 batches with its own decoder (gpu.c) through fzd_frames_start /
+ * _open / _fail / _emit / _end.
  */
 #include <errno.h>
 #include <math.h>
@@ -22,6 +26,7 @@
 #include <unistd.h>
 
 #include "frames.h"
+#include "jobio.h"
 #include "log.h"
 
 #ifdef FZD_HAVE_FRAMES
@@ -55,10 +60,12 @@ void fzd_frames_setups_free(struct fzd_frames_setups *s) {
 }
 
 static const char *const frames_keys[] = {
-    "chunks",       "data",      "offsets",   "lengths",     "dtype",      "shape",
-    "codec",        "cut",       "top_n",     "output",      "setup",      "in_fd",
-    "nfds",         "in_ipc",    "in_vmm_fd", "in_vmm_size", "in_pool_fd", "in_pool_ptr",
-    "in_buffer_id", "in_offset", "in_length", "device",      NULL};
+    "chunks",        "data",      "offsets",    "lengths",      "dtype",       "shape",
+    "codec",         "cut",       "top_n",      "output",       "setup",       "in_fd",
+    "nfds",          "in_ipc",    "in_vmm_fd",  "in_vmm_size",  "in_pool_fd",  "in_pool_ptr",
+    "in_buffer_id",  "in_offset", "in_length",  "device",       "out_fd",      "out_offset",
+    "out_length",    "out_ipc",   "out_vmm_fd", "out_vmm_size", "out_pool_fd", "out_pool_ptr",
+    "out_buffer_id", NULL};
 static const char *const setup_keys[] = {"shape", "mask", "csr", NULL};
 static const char *const csr_keys[] = {"indptr", "indices", "weights", "weights_dtype", NULL};
 
@@ -252,15 +259,47 @@ fail:
   fzd_conn_reply_error(c, msg->msgid, code, "%s", why);
 }
 
+/* Bytes before a frame's values in its block: the zero padding an output
+ * takes between the previous frame's end and this frame's start. */
+#define FRAME_LEAD 8
+
+/* A frame's results as they lie in an output, from the frame's start (a
+ * multiple of 8): values, indices from the next multiple of 4, the product
+ * from the next multiple of 8.  lists is where the values (dense) or the
+ * indices (sparse) end, end where the frame does. */
+typedef struct frame_layout {
+  uint64_t indices, lists, powder, end;
+} frame_layout;
+
+static frame_layout layout_of(const struct fzd_frames_req *r, size_t listed) {
+  frame_layout l;
+  uint64_t values = (uint64_t)listed * r->esize;
+  l.indices = (values + 3) & ~(uint64_t)3;
+  l.lists = r->dense ? values : l.indices + (uint64_t)listed * 4;
+  l.powder = (l.lists + 7) & ~(uint64_t)7;
+  l.end = r->rows ? l.powder + r->rows * 8 : l.lists;
+  return l;
+}
+
+/* Frees frame x's arrays and gives their memory_limit back. */
+static void result_drop(struct fzd_frames_req *r, fzd_frame_result *x) {
+  if (x->block == NULL)
+    return;
+  uint64_t bytes = FRAME_LEAD + layout_of(r, x->listed).end;
+  fzd_budget_give(r->mem, bytes);
+  r->reserved -= bytes;
+  free(x->block);
+  x->block = NULL;
+  x->values = x->powder = NULL;
+  x->indices = NULL;
+}
+
 void fzd_frames_free(struct fzd_frames_req *r) {
   if (r == NULL)
     return;
   if (r->res != NULL)
-    for (size_t i = 0; i < r->n; i++) {
-      free(r->res[i].values);
-      free(r->res[i].indices);
-      free(r->res[i].powder);
-    }
+    for (size_t i = 0; i < r->n; i++)
+      result_drop(r, &r->res[i]);
   if (r->reserved)
     fzd_budget_give(r->mem, r->reserved);
   free(r->res);
@@ -309,8 +348,10 @@ static int parse_chunks(fzd_server *srv, fzd_conn *c, const msgpack_object *p, f
   const msgpack_object *unused = NULL;
   if (!has_dev &&
       (fzp_get_obj(p, "in_offset", &unused) == 1 || fzp_get_obj(p, "in_length", &unused) == 1 ||
-       fzp_get_obj(p, "device", &unused) == 1)) {
-    snprintf(why, cap, "\"in_offset\", \"in_length\" and \"device\" go with a device input");
+       (fzp_get_obj(p, "device", &unused) == 1 && !job->out_ipc))) {
+    snprintf(why, cap,
+             "\"in_offset\" and \"in_length\" go with a device input, \"device\" with a "
+             "device input or output");
     return FZ_EPARAMS;
   }
   if (has_list < 0 || has_data < 0 || has_fd < 0 || has_offs < 0 || has_lens < 0 ||
@@ -508,6 +549,9 @@ static int parse_frames(fzd_server *srv, fzd_conn *c, fzd_job *job, const msgpac
     return FZ_EPARAMS;
   }
   r->dense = has == 1 && len == 5;
+  if ((rc = fzd_parse_output(srv, c, p, job, why, cap)) < 0)
+    return rc;
+  r->to_output = job->out_fd >= 0 || job->out_ipc;
   return parse_chunks(srv, c, p, job, r, why, cap);
 }
 
@@ -587,7 +631,10 @@ void fzd_frames_method(fzd_server *srv, fzd_conn *c, const fzp_message *msg) {
   r->max_inline = srv->cfg.max_inline_bytes;
   job->conn = c;
   uint64_t rows = r->setup != NULL && r->setup->has_csr ? r->setup->nrows : 0;
-  uint64_t worst = (uint64_t)r->n * (frame_out_max(r) + rows * 8 + 64) + 64;
+  /* Results that go to an output leave a reply of a few fields a frame
+   * (an error message at most). */
+  uint64_t worst = r->to_output ? (uint64_t)r->n * 256 + 256
+                                : (uint64_t)r->n * (frame_out_max(r) + rows * 8 + 64) + 64;
   job->reply_reserve = worst < r->max_inline ? worst : r->max_inline;
   if (fzd_conn_reply_room(c, job->reply_reserve) < 0) {
     srv->stats.busy_rejections++;
@@ -645,6 +692,8 @@ int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch) {
     return err;
   }
   r->reserved += need;
+  r->full_from = r->n;
+  r->out_room = r->to_output ? fzd_job_out_room(job) : 0;
   r->res = calloc(r->n, sizeof *r->res);
   if (r->res == NULL) {
     snprintf(job->why, sizeof job->why, "no memory for the results of %zu frames", r->n);
@@ -696,7 +745,8 @@ int fzd_frames_chunk(fzd_job *job, size_t i, uint8_t *dst) {
 
 int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t listed) {
   fzd_frame_result *x = &r->res[i];
-  uint64_t bytes = listed * (r->esize + (r->dense ? 0 : 4)) + r->rows * 8;
+  frame_layout l = layout_of(r, listed);
+  uint64_t bytes = FRAME_LEAD + l.end;
   if (fzd_budget_take(r->mem, bytes, NULL) < 0) {
     fzd_frames_fail(r, i, FZ_ENOMEM, NULL);
     snprintf(x->why, sizeof x->why,
@@ -706,12 +756,25 @@ int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t l
     return FZ_ENOMEM;
   }
   r->reserved += bytes;
-  x->values = malloc(listed * r->esize + 1);
-  x->indices = r->dense ? NULL : malloc(listed * 4 + 1);
-  x->powder = r->rows ? malloc(r->rows * 8) : NULL;
-  if (x->values == NULL || (!r->dense && x->indices == NULL) || (r->rows && x->powder == NULL)) {
+  x->block = malloc(bytes);
+  if (x->block == NULL) {
+    fzd_budget_give(r->mem, bytes);
+    r->reserved -= bytes;
     fzd_frames_fail(r, i, FZ_ENOMEM, "no memory for the frame's results");
     return FZ_ENOMEM;
+  }
+  /* The padding is zeroed: it is written to the output with the arrays. */
+  uint8_t *at = x->block + FRAME_LEAD;
+  uint64_t values = (uint64_t)listed * r->esize;
+  memset(x->block, 0, FRAME_LEAD);
+  x->values = at;
+  if (!r->dense) {
+    memset(at + values, 0, l.indices - values);
+    x->indices = (uint32_t *)(void *)(at + l.indices);
+  }
+  if (r->rows) {
+    memset(at + l.lists, 0, l.powder - l.lists);
+    x->powder = at + l.powder;
   }
   x->count = count;
   x->listed = listed;
@@ -720,23 +783,68 @@ int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t l
 
 void fzd_frames_fail(struct fzd_frames_req *r, size_t i, int rc, const char *why) {
   fzd_frame_result *x = &r->res[i];
+  result_drop(r, x);
   x->status = rc;
   x->count = x->listed = 0;
-  free(x->values);
-  free(x->indices);
-  free(x->powder);
-  x->values = x->powder = NULL;
-  x->indices = NULL;
   snprintf(x->why, sizeof x->why, "%s", why != NULL ? why : fz_strerror(rc));
+}
+
+void fzd_frames_emit(fzd_job *job, size_t i) {
+  struct fzd_frames_req *r = job->frames;
+  fzd_frame_result *x = &r->res[i];
+  if (!r->to_output || x->status < 0)
+    return;
+  frame_layout l = layout_of(r, x->listed);
+  uint64_t at = (r->out_end + 7) & ~(uint64_t)7;
+  if (r->full_from == r->n && l.end > 0 && (at > r->out_room || l.end > r->out_room - at)) {
+    r->full_from = i;
+    r->full_need = l.end;
+  }
+  if (r->full_from < r->n) {
+    /* Every frame from the first that did not fit fails, so that the
+     * results written are the batch's first frames and the client sends
+     * the others again from there. */
+    char why[sizeof x->why];
+    snprintf(why, sizeof why,
+             "the output is full from frame %zu on: that frame needs %llu bytes at %llu of %llu",
+             r->full_from, (unsigned long long)r->full_need, (unsigned long long)at,
+             (unsigned long long)r->out_room);
+    fzd_frames_fail(r, i, FZ_ENOSPC, why);
+    return;
+  }
+  x->values_at = at;
+  x->indices_at = at + l.indices;
+  x->powder_at = at + l.powder;
+  if (l.end > 0) {
+    /* One write from the previous frame's end: the padding before this
+     * frame (zeros) and its arrays. */
+    const uint8_t *from = x->block + FRAME_LEAD - (at - r->out_end);
+    size_t len = (size_t)(at - r->out_end + l.end);
+    int err = r->put != NULL ? r->put(r->put_ctx, job, r->out_end, from, len)
+                             : fzd_job_pwrite(job, r->out_end, from, len);
+    if (err < 0) {
+      char why[sizeof x->why];
+      snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, job->why);
+      fzd_frames_fail(r, i, err, why);
+      job->why[0] = '\0';
+      return;
+    }
+    r->out_end = at + l.end;
+  }
+  result_drop(r, x);
 }
 
 int fzd_frames_end(fzd_job *job, uint64_t t0) {
   struct fzd_frames_req *r = job->frames;
+  job->time_us = (uv_hrtime() - t0) / 1000;
+  if (r->to_output) {
+    job->out_len = r->out_end;
+    return fzd_job_truncate(job, r->out_end);
+  }
   uint64_t total = 0;
   for (size_t i = 0; i < r->n; i++)
     if (r->res[i].status == 0)
       total += r->res[i].listed * (r->esize + (r->dense ? 0 : 4)) + r->rows * 8 + 64;
-  job->time_us = (uv_hrtime() - t0) / 1000;
   job->out_len = total;
   if (total > r->max_inline) {
     snprintf(job->why, sizeof job->why,
@@ -851,8 +959,10 @@ int fzd_frames_job_run(fzd_job *job) {
   fzd_frames_cpu c;
   if (err < 0 || (err = fzd_frames_cpu_open(r, &c, job->why, sizeof job->why)) < 0)
     return err;
-  for (size_t i = 0; i < r->n; i++)
+  for (size_t i = 0; i < r->n; i++) {
     fzd_frames_cpu_frame(r, i, &c, r->data + r->offsets[i], (size_t)r->lengths[i]);
+    fzd_frames_emit(job, i);
+  }
   fzd_frames_cpu_close(&c);
   return fzd_frames_end(job, t0);
 #endif
@@ -861,13 +971,17 @@ int fzd_frames_job_run(fzd_job *job) {
 void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
   const struct fzd_frames_req *r = job->frames;
   msgpack_packer *pk = fzd_conn_packer(c);
-  fzp_pack_result_begin(pk, job->msgid, 4);
+  fzp_pack_result_begin(pk, job->msgid, r->to_output ? 5 : 4);
   fzp_pack_key(pk, "dtype");
   fzp_pack_key(pk, fz_dtype_name(r->dtype) ? fz_dtype_name(r->dtype) : "?");
   fzp_pack_key(pk, "output");
   fzp_pack_key(pk, r->dense ? "dense" : "sparse");
   fzp_pack_key(pk, "time_us");
   msgpack_pack_uint64(pk, job->time_us);
+  if (r->to_output) {
+    fzp_pack_key(pk, "bytes");
+    msgpack_pack_uint64(pk, job->out_len);
+  }
   fzp_pack_key(pk, "frames");
   msgpack_pack_array(pk, r->n);
   for (size_t i = 0; i < r->n; i++) {
@@ -886,6 +1000,26 @@ void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
       fzp_pack_key(pk, fz_err_name(x->status));
       fzp_pack_key(pk, "message");
       fzp_pack_key(pk, x->why[0] ? x->why : fz_strerror(x->status));
+      continue;
+    }
+    if (r->to_output) {
+      msgpack_pack_map(pk, 4 + (r->dense ? 0 : 1) + (r->rows ? 1 : 0));
+      fzp_pack_key(pk, "count");
+      msgpack_pack_uint64(pk, x->count);
+      fzp_pack_key(pk, "status");
+      msgpack_pack_int64(pk, 0);
+      fzp_pack_key(pk, "listed");
+      msgpack_pack_uint64(pk, x->listed);
+      fzp_pack_key(pk, "values_at");
+      msgpack_pack_uint64(pk, x->values_at);
+      if (!r->dense) {
+        fzp_pack_key(pk, "indices_at");
+        msgpack_pack_uint64(pk, x->indices_at);
+      }
+      if (r->rows) {
+        fzp_pack_key(pk, "powder_at");
+        msgpack_pack_uint64(pk, x->powder_at);
+      }
       continue;
     }
     msgpack_pack_map(pk, 3 + (r->dense ? 0 : 1) + (r->rows ? 1 : 0));

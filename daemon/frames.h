@@ -24,9 +24,15 @@ typedef struct fzd_frame_result {
   char why[128];
   uint64_t count; /* pixels above the cut (sparse), listed count below */
   size_t listed;
+  /* The arrays point into block, one allocation laid out as the frame is
+   * in an output (fzd_frames_open); with an output they are written and
+   * freed by fzd_frames_emit, and NULL after. */
+  uint8_t *block;
   void *values;      /* sparse: listed values; dense: the frame */
   uint32_t *indices; /* sparse only */
   void *powder;      /* rows f64 or i64 sums, with a setup's matrix */
+  /* With an output: where the arrays went, from out_offset. */
+  uint64_t values_at, indices_at, powder_at;
 } fzd_frame_result;
 
 /* One "frames_setup" entry: a mask and/or a matrix for frames of npixels
@@ -64,6 +70,17 @@ struct fzd_frames_req {
   size_t n;
   size_t rows; /* the setup matrix's rows, 0 without one */
   fzd_frame_result *res;
+  /* With an output (out_fd or a device output): the frames' results go
+   * there one after another as fzd_frames_emit takes them, written by put
+   * when a backend sets it (device memory), else with fzd_job_pwrite.
+   * put returns 0 or a negative code with job->why set. */
+  bool to_output;
+  int (*put)(void *ctx, fzd_job *job, uint64_t off, const void *data, size_t len);
+  void *put_ctx;
+  uint64_t out_room;  /* bytes the output may take (fzd_job_out_room) */
+  uint64_t out_end;   /* the end of the last frame written */
+  size_t full_from;   /* the first frame that did not fit, or n */
+  uint64_t full_need; /* the bytes that frame needed */
 };
 
 /* The loop thread's half: validates the params, copies the chunks and
@@ -77,8 +94,10 @@ int fzd_frames_job_run(fzd_job *job);
  * order.  fzd_frames_start reserves memory_limit for the chunks (when
  * keep_chunks; a backend with its own staging reads them with
  * fzd_frames_chunk) and scratch bytes, and allocates the results; then,
- * for each frame, fzd_frames_open or fzd_frames_fail; fzd_frames_end
- * records the time and sizes and applies max_inline_bytes. */
+ * for each frame in order, fzd_frames_open (and its arrays filled) or
+ * fzd_frames_fail, then fzd_frames_emit; fzd_frames_end records the time
+ * and sizes, applies max_inline_bytes to inline results and cuts a file
+ * output after the results. */
 int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch);
 /* Chunk i's bytes into dst (its length is r->lengths[i]). */
 int fzd_frames_chunk(fzd_job *job, size_t i, uint8_t *dst);
@@ -87,6 +106,10 @@ int fzd_frames_chunk(fzd_job *job, size_t i, uint8_t *dst);
 int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t listed);
 /* Frame i failed with rc: why (NULL: the code's text) goes in the reply. */
 void fzd_frames_fail(struct fzd_frames_req *r, size_t i, int rc, const char *why);
+/* Frame i is final: with an output its results are written after the
+ * previous frame's and freed (a frame that does not fit, and every frame
+ * after it, fails with FZ_ENOSPC); inline, nothing. */
+void fzd_frames_emit(fzd_job *job, size_t i);
 int fzd_frames_end(fzd_job *job, uint64_t t0);
 
 #ifdef FZD_HAVE_FRAMES

@@ -119,6 +119,16 @@ int fzd_job_check_room(fzd_job *job, uint64_t len) {
   return 0;
 }
 
+uint64_t fzd_job_out_room(fzd_job *job) {
+  uint64_t room = job->out_cap ? job->out_cap : UINT64_MAX;
+  struct stat st;
+  if (job->out_ipc || job->out_truncate || fstat(job->fds[job->out_fd], &st) < 0)
+    return room;
+  uint64_t size = (uint64_t)st.st_size;
+  uint64_t left = job->out_off < size ? size - job->out_off : 0;
+  return left < room ? left : room;
+}
+
 /* Writes len bytes at offset off of the output (relative to out_off). */
 int fzd_job_pwrite(fzd_job *job, uint64_t off, const void *data, size_t len) {
   int fd = job->fds[job->out_fd];

@@ -27,6 +27,10 @@ int fzd_job_read_into(fzd_job *job, void *dst);
 /* FZ_ENOSPC, with the size needed, when a result of len bytes does not fit
  * where out_fd may take it (out_length, a fixed-size memfd). */
 int fzd_job_check_room(fzd_job *job, uint64_t len);
+/* The bytes the output may take from out_offset: out_length when the
+ * client gave one, and no more than a fixed-size memfd holds past
+ * out_offset; UINT64_MAX without a limit. */
+uint64_t fzd_job_out_room(fzd_job *job);
 /* Writes len bytes at off of the output descriptor. */
 int fzd_job_pwrite(fzd_job *job, uint64_t off, const void *data, size_t len);
 /* Cuts a file output after len bytes of result (not a fixed-size memfd). */

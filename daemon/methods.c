@@ -572,6 +572,15 @@ static int parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
   return 0;
 }
 
+int fzd_parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p, fzd_job *job,
+                     char *why, size_t why_len) {
+  bad b = {0};
+  int r = parse_output(srv, c, p, job, &b);
+  if (r < 0)
+    snprintf(why, why_len, "%s", b.text);
+  return r;
+}
+
 static int parse_compress(fzd_server *srv, fzd_conn *c, const msgpack_object *p,
                           fzd_job *job, bad *b) {
   const char *s;

@@ -336,6 +336,13 @@ void fzd_job_reply(fzd_conn *c, const fzd_job *job);
  * error code with why set. */
 int fzd_parse_device_input(fzd_server *srv, fzd_conn *c, const msgpack_object *p, fzd_job *job,
                            char *why, size_t why_len);
+/* The output as compress takes it: "out_fd" (+ "out_offset", "out_length")
+ * or a device output ("out_ipc", "out_vmm_fd" or "out_pool_fd", with
+ * "out_offset", "out_length" and "device") into the job's out_fd or
+ * out_dev, out_off, out_cap and out_truncate; nothing given: inline.  0,
+ * or the error code with why set. */
+int fzd_parse_output(fzd_server *srv, fzd_conn *c, const msgpack_object *p, fzd_job *job,
+                     char *why, size_t why_len);
 
 /* main.c: called when a connection or a job goes away during a drain. */
 void fzd_server_check_drained(fzd_server *srv);

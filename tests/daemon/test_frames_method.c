@@ -13,76 +13,10 @@
 #include <unistd.h>
 
 #include "fz.h"
+#include "frames_util.h"
 #include "fz_frames.h"
 #include "jobs_util.h"
 #include "wire.h"
-
-#define NI 48
-#define NJ 64
-#define NPIX (NI * NJ)
-#define NFRAMES 4
-
-/* A frame of u16: a low background with a few peaks, different per seed. */
-static void make_frame(uint16_t *px, unsigned seed) {
-  uint32_t s = seed * 2654435761u + 1;
-  for (size_t i = 0; i < NPIX; i++) {
-    s = s * 1103515245u + 12345u;
-    px[i] = (uint16_t)((s >> 16) % 4);
-  }
-  for (unsigned k = 0; k < 20 + seed; k++) {
-    s = s * 1103515245u + 12345u;
-    px[(s >> 8) % NPIX] = (uint16_t)(100 + k * 7);
-  }
-}
-
-typedef struct chunks {
-  uint8_t *buf[NFRAMES];
-  size_t len[NFRAMES];
-  uint16_t px[NFRAMES][NPIX];
-} chunks;
-
-static void make_chunks(chunks *c) {
-  for (unsigned f = 0; f < NFRAMES; f++) {
-    make_frame(c->px[f], f);
-    size_t cap = fz_bslz4_bound(FZ_BSLZ4_LZ4, NPIX, 2, 0);
-    c->buf[f] = malloc(cap);
-    cr_assert_not_null(c->buf[f]);
-    int64_t n = fz_bslz4_encode(FZ_BSLZ4_LZ4, c->px[f], NPIX, 2, 0, 0, c->buf[f], cap, NULL, 0);
-    cr_assert_gt(n, 0);
-    c->len[f] = (size_t)n;
-  }
-}
-
-static void free_chunks(chunks *c) {
-  for (unsigned f = 0; f < NFRAMES; f++)
-    free(c->buf[f]);
-}
-
-/* Packs the common params: dtype u16, shape [NI, NJ], codec lz4, cut. */
-static void pack_common(msgpack_packer *pk, double cut) {
-  fzp_pack_key(pk, "dtype");
-  fzp_pack_key(pk, "u16");
-  fzp_pack_key(pk, "shape");
-  msgpack_pack_array(pk, 2);
-  msgpack_pack_uint64(pk, NI);
-  msgpack_pack_uint64(pk, NJ);
-  fzp_pack_key(pk, "codec");
-  fzp_pack_key(pk, "lz4");
-  fzp_pack_key(pk, "cut");
-  msgpack_pack_double(pk, cut);
-}
-
-/* "offsets" and "lengths" of NFRAMES chunks. */
-static void pack_table(msgpack_packer *pk, const uint64_t *offs, const uint64_t *lens) {
-  fzp_pack_key(pk, "offsets");
-  msgpack_pack_array(pk, NFRAMES);
-  for (unsigned i = 0; i < NFRAMES; i++)
-    msgpack_pack_uint64(pk, offs[i]);
-  fzp_pack_key(pk, "lengths");
-  msgpack_pack_array(pk, NFRAMES);
-  for (unsigned i = 0; i < NFRAMES; i++)
-    msgpack_pack_uint64(pk, lens[i]);
-}
 
 /* The sparse frames of a reply against the engine's own, frame by frame;
  * bad is the index of the frame that must fail (-1: none). */
@@ -139,18 +73,7 @@ static int call_list(wire *w, uint32_t id, chunks *c, double cut, int bad, const
     fzp_pack_key(pk, "output");
     fzp_pack_key(pk, output);
   }
-  fzp_pack_key(pk, "chunks");
-  msgpack_pack_array(pk, NFRAMES);
-  for (int i = 0; i < NFRAMES; i++) {
-    uint8_t *b = malloc(c->len[i]);
-    cr_assert_not_null(b);
-    memcpy(b, c->buf[i], c->len[i]);
-    if (i == bad)
-      b[FZ_BSLZ4_HEADER] = 0x7f; /* the first block's big-endian length */
-    msgpack_pack_bin(pk, c->len[i]);
-    msgpack_pack_bin_body(pk, b, c->len[i]);
-    free(b);
-  }
+  pack_chunk_list(pk, c, bad);
   cr_assert_eq(wire_send(w, NULL, 0), 0);
   cr_assert_eq(wire_recv(w, m, 60000), 0);
   cr_assert_eq(m->msgid, id);
@@ -365,53 +288,6 @@ Test(frames_method, batch_over_memory_limit, .timeout = 120) {
   stop_daemon(h);
 }
 
-/* frames_setup: {"shape", "mask"?, "csr"?}; returns the error code and the
- * id in *id.  bad_csr: 1 indices one entry short, 2 an index past the
- * frame. */
-static int setup(wire *w, uint32_t msgid, const uint8_t *mask, size_t npix, const uint64_t *indptr,
-                 size_t rows, const uint32_t *indices, const float *weights, int bad_csr,
-                 uint64_t *id) {
-  msgpack_packer *pk = wire_begin(w, msgid, "frames_setup", 1 + (mask != NULL) + (rows > 0));
-  fzp_pack_key(pk, "shape");
-  msgpack_pack_array(pk, 1);
-  msgpack_pack_uint64(pk, npix);
-  if (mask != NULL) {
-    fzp_pack_key(pk, "mask");
-    msgpack_pack_bin(pk, npix);
-    msgpack_pack_bin_body(pk, mask, npix);
-  }
-  if (rows > 0) {
-    uint64_t nnz = indptr[rows];
-    fzp_pack_key(pk, "csr");
-    msgpack_pack_map(pk, 3);
-    fzp_pack_key(pk, "indptr");
-    msgpack_pack_bin(pk, (rows + 1) * 8);
-    msgpack_pack_bin_body(pk, indptr, (rows + 1) * 8);
-    fzp_pack_key(pk, "indices");
-    uint32_t *ix = malloc(nnz * 4 + 4);
-    cr_assert_not_null(ix);
-    memcpy(ix, indices, nnz * 4);
-    if (bad_csr == 2)
-      ix[nnz - 1] = (uint32_t)npix;
-    size_t n = bad_csr == 1 ? nnz - 1 : nnz;
-    msgpack_pack_bin(pk, n * 4);
-    msgpack_pack_bin_body(pk, ix, n * 4);
-    free(ix);
-    fzp_pack_key(pk, "weights");
-    msgpack_pack_bin(pk, nnz * 4);
-    msgpack_pack_bin_body(pk, weights, nnz * 4);
-  }
-  cr_assert_eq(wire_send(w, NULL, 0), 0);
-  fzp_message m;
-  cr_assert_eq(wire_recv(w, &m, 60000), 0);
-  cr_assert_eq(m.msgid, msgid);
-  int code = wire_code(&m);
-  if (code == 0)
-    cr_assert_eq(fzp_get_u64(&m.result, "id", id), 1);
-  fzp_message_free(&m);
-  return code;
-}
-
 /* A mask and a matrix set up once serve several calls, whose lists and
  * sums equal the engine's in process; bad matrices, unknown ids and the
  * per-connection limits are refused. */
@@ -438,10 +314,12 @@ Test(frames_method, setup_once_used_twice_and_limits, .timeout = 120) {
   wire_open(&w, h, false);
   cr_assert_eq(wire_hello(&w, NULL), 0);
   uint64_t id = 0, other = 0;
-  cr_assert_eq(setup(&w, 2, NULL, NPIX, indptr, ROWS, indices, weights, 1, &id), FZ_ESIZE);
-  cr_assert_eq(setup(&w, 3, NULL, NPIX, indptr, ROWS, indices, weights, 2, &id), FZ_EINVAL);
-  cr_assert_eq(setup(&w, 4, mask, NPIX, indptr, ROWS, indices, weights, 0, &id), 0);
-  cr_assert_eq(setup(&w, 5, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
+  cr_assert_eq(frames_setup_call(&w, 2, NULL, NPIX, indptr, ROWS, indices, weights, 1, &id),
+               FZ_ESIZE);
+  cr_assert_eq(frames_setup_call(&w, 3, NULL, NPIX, indptr, ROWS, indices, weights, 2, &id),
+               FZ_EINVAL);
+  cr_assert_eq(frames_setup_call(&w, 4, mask, NPIX, indptr, ROWS, indices, weights, 0, &id), 0);
+  cr_assert_eq(frames_setup_call(&w, 5, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
   cr_assert_neq(id, other);
 
   fz_frames_csr csr = {.nrows = ROWS, .indptr = indptr, .indices = indices, .w_f32 = weights};
@@ -457,12 +335,7 @@ Test(frames_method, setup_once_used_twice_and_limits, .timeout = 120) {
     pack_common(pk, cut);
     fzp_pack_key(pk, "setup");
     msgpack_pack_uint64(pk, id);
-    fzp_pack_key(pk, "chunks");
-    msgpack_pack_array(pk, NFRAMES);
-    for (unsigned i = 0; i < NFRAMES; i++) {
-      msgpack_pack_bin(pk, c.len[i]);
-      msgpack_pack_bin_body(pk, c.buf[i], c.len[i]);
-    }
+    pack_chunk_list(pk, &c, -1);
     cr_assert_eq(wire_send(&w, NULL, 0), 0);
     fzp_message m;
     cr_assert_eq(wire_recv(&w, &m, 60000), 0);
@@ -514,19 +387,20 @@ Test(frames_method, setup_once_used_twice_and_limits, .timeout = 120) {
   /* Past max_job_bytes (1 MiB) together: refused; then entries up to the
    * most a connection may hold, and one more refused. */
   static uint8_t big[1 << 20];
-  cr_assert_eq(setup(&w, 30, big, sizeof big, NULL, 0, NULL, NULL, 0, &other), FZ_ERANGE);
+  cr_assert_eq(frames_setup_call(&w, 30, big, sizeof big, NULL, 0, NULL, NULL, 0, &other),
+               FZ_ERANGE);
   unsigned made = 2;
   while (made < 8) {
-    cr_assert_eq(setup(&w, 40 + made, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
+    cr_assert_eq(frames_setup_call(&w, 40 + made, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
     made++;
   }
-  cr_assert_eq(setup(&w, 60, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), FZ_ERANGE);
+  cr_assert_eq(frames_setup_call(&w, 60, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), FZ_ERANGE);
   cr_assert_eq(wire_call0(&w, 61, "ping", NULL), 0);
   wire_close(&w);
   /* A new connection starts with none: the old ids mean nothing there. */
   wire_open(&w, h, false);
   cr_assert_eq(wire_hello(&w, NULL), 0);
-  cr_assert_eq(setup(&w, 2, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
+  cr_assert_eq(frames_setup_call(&w, 2, mask, NPIX, NULL, 0, NULL, NULL, 0, &other), 0);
   wire_close(&w);
   stop_daemon(h);
   free_chunks(&c);
