@@ -1250,7 +1250,8 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
         char why[128];
         snprintf(why, sizeof why, "chunk of %llu bytes, more than a frame's chunk can take (%zu)",
                  (unsigned long long)r->lengths[i], cap);
-        fzd_frames_fail(r, i++, FZ_ECORRUPT, why);
+        fzd_frames_fail(r, i, FZ_ECORRUPT, why);
+        fzd_frames_emit(job, i++);
         continue;
       }
       b.base = stage;
@@ -1275,6 +1276,7 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
           uint8_t *grown = realloc(host, len + 1);
           if (grown == NULL) {
             fzd_frames_fail(r, i + j, FZ_ENOMEM, "no memory for the chunk on the host");
+            fzd_frames_emit(job, i + j);
             continue;
           }
           host = grown;
@@ -1289,20 +1291,23 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
           fzd_frames_fail(r, i + j, rc, why);
         else
           fzd_frames_cpu_frame(r, i + j, &cpu, chunk, len);
+        fzd_frames_emit(job, i + j);
         continue;
       }
       if (status[j] < 0) {
         fz_frames_gpu_why(w->frames, j, why, sizeof why);
         fzd_frames_fail(r, i + j, status[j], why);
+        fzd_frames_emit(job, i + j);
         continue;
       }
       size_t listed = r->dense ? (size_t)r->npixels : counts[j];
-      if (fzd_frames_open(r, i + j, listed, listed) < 0)
-        continue;
       fzd_frame_result *x = &r->res[i + j];
-      err = fz_frames_gpu_take(w->frames, j, r->dense ? NULL : x->values, x->indices,
-                               r->dense ? x->values : NULL, x->powder,
-                               (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
+      if (fzd_frames_open(r, i + j, listed, listed) == 0)
+        err = fz_frames_gpu_take(w->frames, j, r->dense ? NULL : x->values, x->indices,
+                                 r->dense ? x->values : NULL, x->powder,
+                                 (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
+      if (err == 0)
+        fzd_frames_emit(job, i + j);
     }
     i += k;
   }
@@ -1314,8 +1319,36 @@ out:
   return err < 0 ? err : fzd_frames_end(job, t0);
 }
 
+/* A frames job's device output: each frame's results copied there from
+ * the host as fzd_frames_emit takes them (tens of KB a frame). */
+typedef struct frames_out {
+  fzd_gpu_worker *w;
+  void *d_out;
+} frames_out;
+
+static int frames_put(void *ctx, fzd_job *job, uint64_t off, const void *data, size_t len) {
+  frames_out *o = ctx;
+  const char *what = "copying a frame's results to the device output";
+  int err = gpu_copy(o->w, job, (uint8_t *)o->d_out + off, data, len, what);
+  return err < 0 ? err : gpu_sync(o->w, job, what);
+}
+
+/* A frames job, its device output (when it has one) imported for the run
+ * and written through frames_put. */
 static int frames_run(void *w, fzd_job *job) {
-  int err = gpu_frames(w, job);
+  frames_out out = {.w = w};
+  ipc_entry *eout = NULL;
+  int err = 0;
+  if (job->out_ipc) {
+    err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job, &out.d_out,
+                      &eout);
+    job->frames->put = frames_put;
+    job->frames->put_ctx = &out;
+  }
+  if (err == 0)
+    err = gpu_frames(w, job);
+  job->frames->put = NULL;
+  err = job_end(w, job, NULL, eout, err);
   if (err == FZ_EGPUOOM)
     trim_after_oom(w, job);
   return err;
