@@ -593,7 +593,22 @@ FZCLIENT_API int fz_client_frames_setup(fz_client *c, const fz_frames_setup_args
 /* One batch.  Chunk i is lengths[i] bytes at data + offsets[i], or, with
  * has_fd (Unix socket only), at offsets[i] of the file open on fd, which
  * the daemon reads itself (a chunk table straight from an HDF5 file: no
- * chunk byte crosses the socket; the call does not close fd). */
+ * chunk byte crosses the socket; the call does not close fd).
+ *
+ * The results come back in the answer (inline: the default of a request
+ * set to zero), or the daemon writes them into an output: with has_out_fd
+ * (Unix socket only) into the file open on out_fd, or into d_out, device
+ * memory of the daemon's GPU.  There they lie one frame after another in
+ * batch order from out_offset (from d_out): each frame's values, its
+ * indices from the next multiple of 4 bytes, its sums from the next
+ * multiple of 8, the next frame from the next multiple of 8; a frame that
+ * failed takes no room.  fz_frame_result's values_at, indices_at and
+ * powder_at say where, from out_offset.  A file is cut after the results
+ * (not a memfd sealed against growing and shrinking).  A frame that does
+ * not fit the output (out_length, d_out_len, a sealed memfd) fails with
+ * FZ_ENOSPC, and so does every frame after it: send the batch again from
+ * the first of them.  Results into an output are not bounded by the
+ * daemon's max_inline_bytes. */
 typedef struct fz_frames_request {
   const char *dtype;  /* the pixels' type: "u16", "u32", "f32", ...; required */
   unsigned ndims;     /* 1 or 2 */
@@ -616,10 +631,27 @@ typedef struct fz_frames_request {
    * chunks without top_n only: the GPU decodes them where they are. */
   const void *d_data;
   size_t d_len;
+  /* has_out_fd nonzero: the results go into out_fd (a regular file or a
+   * memfd, not opened with O_APPEND; the call does not close it) at
+   * out_offset, at most out_length bytes when that is nonzero.  A flag and
+   * not out_fd >= 0, since 0 is a descriptor and a request set to zero
+   * asks for inline results. */
+  int has_out_fd;
+  int out_fd;
+  uint64_t out_offset;
+  uint64_t out_length;
+  /* Non-NULL: the results go into device memory of the daemon's GPU (GPU
+   * backend, Unix socket), at most d_out_len bytes from d_out, exported as
+   * fz_client_compress_device() exports its output; on the GPU of d_data
+   * when both are given, not overlapping it.  Not with has_out_fd;
+   * out_offset and out_length stay 0. */
+  void *d_out;
+  size_t d_out_len;
 } fz_frames_request;
 
 /* The result of one frame; the arrays are malloc'd by the library and freed
- * by fz_client_frame_results_free(). */
+ * by fz_client_frame_results_free().  With an output the arrays are there
+ * and the pointers NULL. */
 typedef struct fz_frame_result {
   int status;         /* 0, or this frame's error code (message says why) */
   char message[256];
@@ -629,15 +661,24 @@ typedef struct fz_frame_result {
   uint32_t *indices;  /* their flat indices; NULL for dense frames */
   size_t rows;        /* with a setup's matrix: its rows ... */
   void *powder;       /* ... and the frame's sums, f64 (or i64 with i32 weights) */
+  /* With an output: where values, indices (sparse) and the sums (with a
+   * matrix) start, in bytes from out_offset (from d_out); else 0. */
+  uint64_t values_at;
+  uint64_t indices_at;
+  uint64_t powder_at;
 } fz_frame_result;
 
 /* Decodes req->nframes chunks on the daemon; results[i] (nframes entries,
  * zeroed by the call) receives frame i.  Returns 0 when the daemon
  * answered, each frame's own status being 0 or its error (a corrupt chunk
- * fails its frame only), or the request's error: FZ_ESIZE for a chunk
- * table past data, FZ_EPARAMS, FZ_EMSGSIZE when the results pass the
- * daemon's max_inline_bytes (send fewer frames a call), FZ_ENOMEM/FZ_EBUSY
- * from its memory_limit, FZ_EMETHOD from a daemon without frames. */
+ * fails its frame only; FZ_ENOSPC past the end of an output), or the
+ * request's error: FZ_ESIZE for a chunk table past data, FZ_EINVAL for a
+ * request that names two outputs, FZ_EPARAMS (an O_APPEND out_fd...),
+ * FZ_EMSGSIZE when inline results pass the daemon's max_inline_bytes
+ * (send fewer frames a call, or give an output), FZ_ENOMEM/FZ_EBUSY from
+ * its memory_limit, FZ_ENOGPU for device memory a daemon on the CPU
+ * backend (or on another GPU) cannot use, FZ_EMETHOD from a daemon
+ * without frames. */
 FZCLIENT_API int fz_client_frames(fz_client *c, const fz_frames_request *req,
                                   fz_frame_result *results);
 /* Frees the arrays of n results (not the results themselves). */

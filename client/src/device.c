@@ -849,9 +849,25 @@ static void set_side(fz_job *j, bool out, const dev_alloc *a, const void *p, siz
 
 static int need_driver(fz_client *c);
 
-int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out) {
-  if (p == NULL || len == 0)
-    return fzc_fail(c, FZ_EINVAL, "no device input, or one of 0 bytes");
+static void buffer_of(const dev_alloc *a, const void *p, size_t len, fzc_dev_buffer *out) {
+  memset(out, 0, sizeof *out);
+  out->kind = a->kind;
+  memcpy(out->blob, a->blob, sizeof a->blob < sizeof out->blob ? sizeof a->blob : sizeof out->blob);
+  out->fd = a->fd;
+  out->vmm_size = a->size;
+  out->offset = (uint64_t)((uintptr_t)p - a->base);
+  out->length = len;
+  out->buffer_id = a->buffer_id;
+  snprintf(out->uuid, sizeof out->uuid, "%s", a->uuid);
+}
+
+int fzc_device_buffers(fz_client *c, const void *in, size_t in_len, fzc_dev_buffer *din,
+                       const void *out, size_t out_len, fzc_dev_buffer *dout) {
+  if ((in == NULL && out == NULL) || (in != NULL && in_len == 0) || (out != NULL && out_len == 0))
+    return fzc_fail(c, FZ_EINVAL, "no device buffer, or one of 0 bytes");
+  uintptr_t i = (uintptr_t)in, o = (uintptr_t)out;
+  if (in != NULL && out != NULL && i < o + out_len && o < i + in_len)
+    return fzc_fail(c, FZ_EINVAL, "the device output overlaps the input");
   if (c->transport != FZ_TRANSPORT_UNIX)
     return fzc_fail(c, FZ_ETRANSPORT,
                     "device buffers need the daemon's Unix socket; over TCP send host buffers");
@@ -861,11 +877,18 @@ int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out
   struct fzc_device *d = c->dev;
   pthread_mutex_lock(&d->mu);
   d->driver = true;
+  /* One tick for both sides: resolving the second never evicts the
+   * first's entry, so both descriptors stay open. */
   d->tick++;
   evicted ev;
   ev.n = 0;
-  dev_alloc a;
-  rc = resolve(c, d, p, len, "input", &ev, &a);
+  dev_alloc a, b;
+  rc = in != NULL ? resolve(c, d, in, in_len, "input", &ev, &a) : 0;
+  if (rc == 0 && out != NULL)
+    rc = resolve(c, d, out, out_len, "output", &ev, &b);
+  if (rc == 0 && in != NULL && out != NULL && strcmp(a.uuid, b.uuid) != 0)
+    rc = fzc_fail(c, FZ_EINVAL, "the input is on %s and the output on %s: one GPU only", a.uuid,
+                  b.uuid);
   if (ev.n) {
     char keep[sizeof c->errmsg];
     memcpy(keep, c->errmsg, sizeof keep);
@@ -874,17 +897,10 @@ int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out
     if (r2 < 0 && rc == 0 && c->broken)
       rc = fzc_fail(c, c->broken, "the connection is no longer usable");
   }
-  if (rc == 0) {
-    memset(out, 0, sizeof *out);
-    out->kind = a.kind;
-    memcpy(out->blob, a.blob, sizeof a.blob < sizeof out->blob ? sizeof a.blob : sizeof out->blob);
-    out->fd = a.fd;
-    out->vmm_size = a.size;
-    out->offset = (uint64_t)((uintptr_t)p - a.base);
-    out->length = len;
-    out->buffer_id = a.buffer_id;
-    snprintf(out->uuid, sizeof out->uuid, "%s", a.uuid);
-  }
+  if (rc == 0 && in != NULL)
+    buffer_of(&a, in, in_len, din);
+  if (rc == 0 && out != NULL)
+    buffer_of(&b, out, out_len, dout);
   pthread_mutex_unlock(&d->mu);
   return rc;
 }

@@ -17,8 +17,9 @@ int fzc_device_init(fz_client *c) {
 
 void fzc_device_free(fz_client *c) { (void)c; }
 
-int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out) {
-  (void)p, (void)len, (void)out;
+int fzc_device_buffers(fz_client *c, const void *in, size_t in_len, fzc_dev_buffer *din,
+                       const void *out, size_t out_len, fzc_dev_buffer *dout) {
+  (void)in, (void)in_len, (void)din, (void)out, (void)out_len, (void)dout;
   return fzc_fail(c, FZ_ENOGPU,
                   "this libfzclient was built without the CUDA headers (cuda.h): device "
                   "buffers need a build with them");

@@ -143,11 +143,10 @@ uint32_t fzc_next_msgid(fz_client *c);
  * call) and freed when it closes. */
 int fzc_device_init(fz_client *c);
 void fzc_device_free(fz_client *c);
-/* A device input for a method other than compress and decompress (frames):
- * the allocation that holds [p, p + len) exported, or found in the
- * handle's cache of exports, and the keys the daemon reads it by.  The
- * descriptor (VMM, pool) stays open until the next device call. */
-typedef struct fzc_dev_input {
+/* A device buffer for a method other than compress and decompress
+ * (frames): the allocation that holds [p, p + len) exported, or found in
+ * the handle's cache of exports, and the keys the daemon reads it by. */
+typedef struct fzc_dev_buffer {
   int kind;                 /* 1 legacy IPC, 2 VMM, 3 pool */
   unsigned char blob[64];   /* the IPC handle or the pool pointer's export */
   int fd;                   /* VMM or pool descriptor, else -1 */
@@ -155,7 +154,12 @@ typedef struct fzc_dev_input {
   uint64_t offset, length;  /* [p, p + len) from the allocation's start */
   uint64_t buffer_id;
   char uuid[64];            /* the GPU, as "GPU-..." */
-} fzc_dev_input;
-int fzc_device_input(fz_client *c, const void *p, size_t len, fzc_dev_input *out);
+} fzc_dev_buffer;
+/* The input [in, in + in_len) into *din and the output [out, out +
+ * out_len) into *dout, either pointer NULL when that side is not in device
+ * memory (not both): both on one GPU, not overlapping.  Their descriptors
+ * stay open until the next device call. */
+int fzc_device_buffers(fz_client *c, const void *in, size_t in_len, fzc_dev_buffer *din,
+                       const void *out, size_t out_len, fzc_dev_buffer *dout);
 
 #endif /* FZC_INTERNAL_H */
