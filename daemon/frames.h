@@ -93,14 +93,15 @@ int fzd_frames_job_run(fzd_job *job);
 /* The parts a backend's own decoder (gpu.c) runs a batch with, in this
  * order.  fzd_frames_start reserves memory_limit for the chunks (when
  * keep_chunks; a backend with its own staging reads them with
- * fzd_frames_chunk) and scratch bytes, and allocates the results; then,
+ * fzd_frames_read) and scratch bytes, and allocates the results; then,
  * for each frame in order, fzd_frames_open (and its arrays filled) or
  * fzd_frames_fail, then fzd_frames_emit; fzd_frames_end records the time
  * and sizes, applies max_inline_bytes to inline results and cuts a file
  * output after the results. */
 int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch);
-/* Chunk i's bytes into dst (its length is r->lengths[i]). */
-int fzd_frames_chunk(fzd_job *job, size_t i, uint8_t *dst);
+/* Chunks first .. first + k - 1 into dst, chunk first + j at dst + at[j]:
+ * a batch of several megabytes from a descriptor on a few threads. */
+int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at);
 /* Frame i's result arrays for `listed` elements (and its product), held
  * of memory_limit; 0, or a negative code that has failed the frame. */
 int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t listed);

@@ -1187,25 +1187,69 @@ static int frames_decoder(fzd_gpu_worker *w, fzd_job *job) {
   return 0;
 }
 
+/* Scratch for one frame's whole list, of which a top_n request keeps the
+ * top_n (the GPU lists every pixel above the cut). */
+typedef struct frames_top {
+  uint8_t *values;
+  uint32_t *indices;
+  uint64_t *keys;
+  size_t cap;
+} frames_top;
+
+/* Frame j of the last batch, request frame i, of a top_n request: its
+ * whole list of count pixels taken into scratch, and the top_n the CPU
+ * engine would keep (fz_frames_top) into the frame's result. */
+static int frames_take_top(fzd_gpu_worker *w, fzd_job *job, size_t j, size_t i, size_t count,
+                           frames_top *t) {
+  struct fzd_frames_req *r = job->frames;
+  if (count > t->cap) {
+    free(t->values), free(t->indices), free(t->keys);
+    t->values = malloc(count * r->esize);
+    t->indices = malloc(count * sizeof *t->indices);
+    t->keys = malloc(count * sizeof *t->keys);
+    t->cap = t->values && t->indices && t->keys ? count : 0;
+    if (t->cap == 0) {
+      fzd_frames_fail(r, i, FZ_ENOMEM, "no memory for a frame's list on the host");
+      return 0;
+    }
+  }
+  size_t listed = count < r->top_n ? count : (size_t)r->top_n;
+  if (fzd_frames_open(r, i, count, listed) < 0)
+    return 0;
+  fzd_frame_result *x = &r->res[i];
+  int err = fz_frames_gpu_take(w->frames, j, t->values, t->indices, NULL, x->powder,
+                               (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
+  if (err < 0 || listed == 0)
+    return err;
+  fz_frames_top(r->dtype, t->values, t->indices, count, (size_t)r->top_n, t->keys);
+  memcpy(x->values, t->values, listed * r->esize);
+  memcpy(x->indices, t->indices, listed * sizeof *t->indices);
+  return 0;
+}
+
 /* Batches of LZ4 chunks on the GPU: each batch's chunks are read (from the
  * message or the descriptor) into the decoder's pinned staging, decoded
  * with the results kept on the device, and each frame's results copied
- * into arrays of exactly its size.  zstd chunks and top-N lists are the
- * CPU engine's (fzd_frames_job_run), as fz_frames_gpu.h says. */
+ * into arrays of exactly its size (with top_n, its whole list and then the
+ * engine's selection).  zstd chunks are the CPU engine's
+ * (fzd_frames_job_run), as fz_frames_gpu.h says. */
 static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
   struct fzd_frames_req *r = job->frames;
-  if (r->codec != FZ_BSLZ4_LZ4 || r->top_n != 0) {
+  if (r->codec != FZ_BSLZ4_LZ4) {
     if (job->in_ipc) {
       snprintf(job->why, sizeof job->why,
-               "chunks in device memory are decoded on the GPU, which takes LZ4 chunks "
-               "without top_n; send zstd chunks or top_n requests from host memory");
+               "chunks in device memory are decoded on the GPU, which takes LZ4 chunks; "
+               "send zstd chunks from host memory");
       return FZ_EINVAL;
     }
     return fzd_frames_job_run(job);
   }
   uint64_t t0 = uv_hrtime();
+  bool top = r->top_n != 0 && !r->dense;
+  /* top_n: one frame's whole list and its keys on the host. */
+  uint64_t scratch = top ? r->npixels * (r->esize + sizeof(uint32_t) + sizeof(uint64_t)) : 0;
   int err = frames_decoder(w, job);
-  if (err < 0 || (err = fzd_frames_start(job, false, 0)) < 0)
+  if (err < 0 || (err = fzd_frames_start(job, false, scratch)) < 0)
     return err;
   /* Chunks in device memory are read where they are; the others go
    * through the decoder's pinned staging. */
@@ -1221,6 +1265,7 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
   size_t counts[FRAMES_BATCH];
   int status[FRAMES_BATCH];
   fzd_frames_cpu cpu = {0};
+  frames_top tops = {0};
   uint8_t *host = NULL;
   for (size_t i = 0; i < r->n && err == 0;) {
     size_t k = 0;
@@ -1239,12 +1284,12 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
     } else {
       uint64_t at = 0;
       for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= cap - at; k++) {
-        if ((err = fzd_frames_chunk(job, i + k, stage + at)) < 0)
-          goto out;
         offs[k] = at;
         lens[k] = r->lengths[i + k];
         at += lens[k];
       }
+      if ((err = fzd_frames_read(job, i, k, stage, offs)) < 0)
+        break;
       if (k == 0) {
         /* Longer than any LZ4 chunk of such a frame can be. */
         char why[128];
@@ -1302,7 +1347,9 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
       }
       size_t listed = r->dense ? (size_t)r->npixels : counts[j];
       fzd_frame_result *x = &r->res[i + j];
-      if (fzd_frames_open(r, i + j, listed, listed) == 0)
+      if (top)
+        err = frames_take_top(w, job, j, i + j, counts[j], &tops);
+      else if (fzd_frames_open(r, i + j, listed, listed) == 0)
         err = fz_frames_gpu_take(w->frames, j, r->dense ? NULL : x->values, x->indices,
                                  r->dense ? x->values : NULL, x->powder,
                                  (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
@@ -1311,10 +1358,10 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
     }
     i += k;
   }
-out:
   if (ein != NULL)
     ipc_release(job->ipc, ein);
   fzd_frames_cpu_close(&cpu);
+  free(tops.values), free(tops.indices), free(tops.keys);
   free(host);
   return err < 0 ? err : fzd_frames_end(job, t0);
 }

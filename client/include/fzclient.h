@@ -628,7 +628,7 @@ typedef struct fz_frames_request {
    * backend, Unix socket), chunk i at d_data + offsets[i] within d_len
    * bytes, exported as fz_client_compress_device() exports its input; the
    * work that wrote them must be finished (synchronise its stream).  LZ4
-   * chunks without top_n only: the GPU decodes them where they are. */
+   * chunks only: the GPU decodes them where they are. */
   const void *d_data;
   size_t d_len;
   /* has_out_fd nonzero: the results go into out_fd (a regular file or a

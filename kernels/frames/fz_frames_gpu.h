@@ -13,8 +13,8 @@
  *
  * LZ4 only: a zstd chunk is decoded by the CPU engine
  * (fz_frames_sparse_batch), and fz_frames_gpu_create refuses the zstd
- * codec.  No top-N on the GPU either: the engine's fz_frames_sparse does
- * it.
+ * codec.  No top-N kernel either: a caller lists every pixel above the
+ * cut and keeps the top N with the engine's fz_frames_top.
  *
  * Every fallible call returns an int: >= 0 on success, a negative fz_errno
  * code on failure with a one-line reason in `why` (which may be NULL):

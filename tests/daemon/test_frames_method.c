@@ -20,7 +20,8 @@
 
 /* The sparse frames of a reply against the engine's own, frame by frame;
  * bad is the index of the frame that must fail (-1: none). */
-static void check_sparse(const fzp_message *m, const chunks *c, double cut, int bad) {
+static void check_sparse_top(const fzp_message *m, const chunks *c, double cut, size_t top,
+                             int bad) {
   const msgpack_object *frames = NULL;
   cr_assert_eq(fzp_get_obj(&m->result, "frames", &frames), 1);
   cr_assert_eq(frames->type, MSGPACK_OBJECT_ARRAY);
@@ -44,7 +45,7 @@ static void check_sparse(const fzp_message *m, const chunks *c, double cut, int 
     }
     cr_assert_eq(status, 0, "frame %d failed", i);
     fz_frames_out o = {.values = vals, .indices = idx, .cap = NPIX};
-    int64_t want = fz_frames_sparse(f, c->buf[i], c->len[i], cut, 0, &o, NULL, 0);
+    int64_t want = fz_frames_sparse(f, c->buf[i], c->len[i], cut, top, &o, NULL, 0);
     cr_assert_gt(want, 0);
     cr_assert_eq(fzp_get_u64(fr, "count", &count), 1);
     cr_assert_eq(count, (uint64_t)want);
@@ -61,6 +62,10 @@ static void check_sparse(const fzp_message *m, const chunks *c, double cut, int 
       cr_assert(c->px[i][idx[k]] > cut && c->px[i][idx[k]] == vals[k]);
   }
   fz_frames_destroy(f);
+}
+
+static void check_sparse(const fzp_message *m, const chunks *c, double cut, int bad) {
+  check_sparse_top(m, c, cut, 0, bad);
 }
 
 /* A list of chunks, one of them (bad >= 0) with a byte of its first block
@@ -96,6 +101,42 @@ Test(frames_method, sparse_round_trip_and_one_bad_frame, .timeout = 120) {
   fzp_message_free(&m);
   /* The connection is still usable. */
   cr_assert_eq(wire_call0(&w, 4, "ping", NULL), 0);
+  wire_close(&w);
+  stop_daemon(h);
+  free_chunks(&c);
+}
+
+/* top_n: the top_n largest pixels above the cut of each frame, in pixel
+ * order, as the engine keeps them (on the GPU backend the decoder lists
+ * them all and the worker selects). */
+Test(frames_method, top_n_as_the_engine_keeps, .timeout = 120) {
+  static chunks c;
+  make_chunks(&c);
+  fzd_harness *h = start_daemon("\"workers\": 1");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  static const size_t tops[] = {1, 3, 40, 100000};
+  for (unsigned k = 0; k < sizeof tops / sizeof tops[0]; k++) {
+    msgpack_packer *pk = wire_begin(&w, 2 + k, "frames", 6);
+    pack_common(pk, 2);
+    fzp_pack_key(pk, "top_n");
+    msgpack_pack_uint64(pk, tops[k]);
+    pack_chunk_list(pk, &c, k == 2 ? 1 : -1);
+    cr_assert_eq(wire_send(&w, NULL, 0), 0);
+    fzp_message m;
+    cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+    cr_assert_eq(wire_code(&m), 0, "top %zu: code %d", tops[k], wire_code(&m));
+    check_sparse_top(&m, &c, 2, tops[k], k == 2 ? 1 : -1);
+    /* The frames have more pixels above the cut than the small tops. */
+    const msgpack_object *frames = NULL;
+    uint64_t count = 0;
+    cr_assert_eq(fzp_get_obj(&m.result, "frames", &frames), 1);
+    cr_assert_eq(fzp_get_u64(&frames->via.array.ptr[0], "count", &count), 1);
+    cr_assert(tops[k] > 40 || count > tops[k], "top %zu of %llu", tops[k],
+              (unsigned long long)count);
+    fzp_message_free(&m);
+  }
   wire_close(&w);
   stop_daemon(h);
   free_chunks(&c);
@@ -475,4 +516,95 @@ Test(frames_method, chunks_from_a_descriptor, .timeout = 120) {
   wire_close(&w);
   stop_daemon(h);
   free_chunks(&c);
+}
+
+/* A batch of many megabytes from a descriptor, which the daemon reads on
+ * several threads: every frame's list equals the engine's from the same
+ * chunk, whichever thread read it. */
+Test(frames_method, a_large_batch_from_a_descriptor, .timeout = 240) {
+  enum { N = 96, SIDE = 256, PX = SIDE * SIDE };
+  static uint16_t px[PX];
+  static uint16_t vals[PX];
+  static uint32_t idx[PX];
+  size_t bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, PX, 2, 0);
+  uint8_t *chunk = malloc(bound);
+  uint64_t offs[N], lens[N], at = 4096;
+  char path[] = "/tmp/fz_frames_large_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  unlink(path);
+  uint64_t s = 12345;
+  for (unsigned f = 0; f < N; f++) {
+    /* Noise that LZ4 cannot shrink: about 128 KiB a chunk. */
+    for (size_t i = 0; i < PX; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      px[i] = (uint16_t)(s >> 48);
+    }
+    int64_t len = fz_bslz4_encode(FZ_BSLZ4_LZ4, px, PX, 2, 0, 0, chunk, bound, NULL, 0);
+    cr_assert_gt(len, 0);
+    cr_assert_eq(pwrite(fd, chunk, (size_t)len, (off_t)at), len);
+    offs[f] = at;
+    lens[f] = (uint64_t)len;
+    at += (uint64_t)len + 1 + f % 7;
+  }
+  cr_assert_gt(at, 8u << 20, "the batch must be large enough to be read on threads");
+  fzd_harness *h = start_daemon("\"workers\": 1");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  msgpack_packer *pk = wire_begin(&w, 2, "frames", 8);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "u16");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_uint64(pk, SIDE);
+  msgpack_pack_uint64(pk, SIDE);
+  fzp_pack_key(pk, "cut");
+  msgpack_pack_double(pk, 65000);
+  fzp_pack_key(pk, "in_fd");
+  msgpack_pack_uint64(pk, 0);
+  fzp_pack_key(pk, "nfds");
+  msgpack_pack_uint64(pk, 1);
+  fzp_pack_key(pk, "codec");
+  fzp_pack_key(pk, "lz4");
+  fzp_pack_key(pk, "offsets");
+  msgpack_pack_array(pk, N);
+  for (unsigned i = 0; i < N; i++)
+    msgpack_pack_uint64(pk, offs[i]);
+  fzp_pack_key(pk, "lengths");
+  msgpack_pack_array(pk, N);
+  for (unsigned i = 0; i < N; i++)
+    msgpack_pack_uint64(pk, lens[i]);
+  cr_assert_eq(wire_send(&w, &fd, 1), 0);
+  fzp_message m;
+  cr_assert_eq(wire_recv(&w, &m, 120000), 0);
+  cr_assert_eq(wire_code(&m), 0, "code %d", wire_code(&m));
+  const msgpack_object *frames = NULL;
+  cr_assert_eq(fzp_get_obj(&m.result, "frames", &frames), 1);
+  cr_assert_eq(frames->via.array.size, N);
+  fz_frames_params fp = {.dtype = FZ_U16, .npixels = PX, .codec = FZ_BSLZ4_LZ4};
+  fz_frames *f = NULL;
+  cr_assert_eq(fz_frames_create(&fp, &f, NULL, 0), 0);
+  for (unsigned i = 0; i < N; i++) {
+    cr_assert_eq(pread(fd, chunk, lens[i], (off_t)offs[i]), (ssize_t)lens[i]);
+    fz_frames_out o = {.values = vals, .indices = idx, .cap = PX};
+    int64_t want = fz_frames_sparse(f, chunk, lens[i], 65000, 0, &o, NULL, 0);
+    cr_assert_gt(want, 0);
+    const msgpack_object *fr = &frames->via.array.ptr[i];
+    uint64_t count = 0;
+    const void *v = NULL, *ix = NULL;
+    uint32_t vl = 0, il = 0;
+    cr_assert_eq(fzp_get_u64(fr, "count", &count), 1, "frame %u", i);
+    cr_assert_eq(count, (uint64_t)want, "frame %u", i);
+    cr_assert_eq(fzp_get_bin(fr, "values", &v, &vl), 1);
+    cr_assert_eq(fzp_get_bin(fr, "indices", &ix, &il), 1);
+    cr_assert_eq(vl, o.count * 2);
+    cr_assert(memcmp(v, vals, vl) == 0 && memcmp(ix, idx, il) == 0, "frame %u differs", i);
+  }
+  fz_frames_destroy(f);
+  fzp_message_free(&m);
+  close(fd);
+  wire_close(&w);
+  stop_daemon(h);
+  free(chunk);
 }

@@ -91,7 +91,7 @@ cmake -S . -B "$build" -G Ninja -DFZ_WERROR=ON -DCMAKE_BUILD_TYPE=Release \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; exit 1; }
 cmake --build "$build" -j16 --target fzkernels test_gpu_identity test_gpu_hostile \
   test_gpu_large test_gpu_jit test_gpu_ratio fz_gpu_bench test_gpu_frames test_kernel_frames \
-  fzd test_daemon_frames_method \
+  fzd test_daemon_frames_method test_daemon_frames_output \
   > "$logs/build.log" 2>&1 || { tail -40 "$logs/build.log"; exit 1; }
 echo "built"
 
@@ -103,7 +103,7 @@ if [ "${FZ_SKIP_TESTS:-0}" != 1 ]; then
   # The "frames" method's suite against fzd on the GPU backend: its LZ4
   # batches run on kernels/frames and must equal the engine's answers.
   FZD_TEST_BACKEND=gpu run_ctest "frames through fzd (GPU backend)" ctest-frames-fzd.log \
-    -R '^test_daemon_frames_method$'
+    -R '^test_daemon_frames_(method|output)$'
   grep -E "Test +#|Synthesis|FAIL" "$logs/ctest-frames-fzd.log" | tail -10
   # The lossless-ratio preset on the ratio kernels: test_gpu_ratio's tests
   # of it need no fzd (the whole suite runs with the service below).
