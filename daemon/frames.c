@@ -750,63 +750,61 @@ static int read_chunk(const struct fzd_frames_req *r, size_t i, uint8_t *dst, ch
 
 /* Chunks from a descriptor come through the page cache, which one thread
  * copies at a few GB/s, less than the GPU decodes them: a batch of at
- * least READ_SPLIT bytes is read by up to READERS threads, each taking a
- * run of chunks of about equal bytes. */
-#define READERS 4
+ * least READ_SPLIT bytes is read by FZD_FRAMES_READERS threads, each
+ * taking a run of chunks of about equal bytes. */
 #define READ_SPLIT ((uint64_t)8 << 20)
 
-typedef struct read_run {
-  const struct fzd_frames_req *r;
-  size_t first, end; /* chunks [first, end) of the request */
-  uint8_t *dst;
-  const uint64_t *at; /* chunk first + j goes to dst + at[j] */
-  int rc;
-  char why[128];
-} read_run;
-
 static void *read_run_main(void *arg) {
-  read_run *p = arg;
+  fzd_frames_read_run *p = arg;
   for (size_t i = p->first; i < p->end && p->rc == 0; i++)
     p->rc = read_chunk(p->r, i, p->dst + p->at[i - p->first], p->why, sizeof p->why);
   return NULL;
 }
 
-int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at) {
-  struct fzd_frames_req *r = job->frames;
+void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at,
+                           fzd_frames_reader *rd) {
+  const struct fzd_frames_req *r = job->frames;
   uint64_t total = 0;
   for (size_t j = 0; j < k; j++)
     total += r->lengths[first + j];
-  size_t nt = r->fd < 0 || total < READ_SPLIT ? 1 : k < READERS ? k : READERS;
-  read_run runs[READERS];
-  pthread_t tid[READERS];
-  bool started[READERS] = {false};
+  size_t nt = r->fd < 0 || total < READ_SPLIT ? 1 : FZD_FRAMES_READERS;
   size_t i = first, end = first + k;
   uint64_t sum = 0;
+  rd->nt = nt;
   for (size_t t = 0; t < nt; t++) {
     uint64_t goal = t + 1 == nt ? total : total / nt * (t + 1);
     size_t b = i;
     while (b < end && sum < goal)
       sum += r->lengths[b++];
-    runs[t] = (read_run){.r = r, .first = i, .end = b, .dst = dst, .at = at + (i - first)};
+    rd->runs[t] =
+        (fzd_frames_read_run){.r = r, .first = i, .end = b, .dst = dst, .at = at + (i - first)};
     i = b;
   }
-  /* The caller's thread reads the first run; a thread that cannot be made
-   * leaves its run to the caller too. */
-  for (size_t t = 1; t < nt; t++)
-    started[t] = pthread_create(&tid[t], NULL, read_run_main, &runs[t]) == 0;
-  read_run_main(&runs[0]);
-  for (size_t t = 1; t < nt; t++) {
-    if (started[t])
-      pthread_join(tid[t], NULL);
-    else
-      read_run_main(&runs[t]);
+  /* One run (a small batch, or chunks in memory) is read now; a thread
+   * that cannot be made leaves its run to be read now too. */
+  for (size_t t = 0; t < nt; t++) {
+    rd->started[t] = nt > 1 && pthread_create(&rd->tid[t], NULL, read_run_main, &rd->runs[t]) == 0;
+    if (!rd->started[t])
+      read_run_main(&rd->runs[t]);
   }
-  for (size_t t = 0; t < nt; t++)
-    if (runs[t].rc < 0) {
-      snprintf(job->why, sizeof job->why, "%s", runs[t].why);
-      return runs[t].rc;
-    }
-  return 0;
+}
+
+int fzd_frames_read_wait(fzd_job *job, fzd_frames_reader *rd) {
+  for (size_t t = 0; t < rd->nt; t++)
+    if (rd->started[t])
+      pthread_join(rd->tid[t], NULL);
+  int rc = 0;
+  for (size_t t = 0; t < rd->nt && rc == 0; t++)
+    if ((rc = rd->runs[t].rc) < 0)
+      snprintf(job->why, sizeof job->why, "%s", rd->runs[t].why);
+  rd->nt = 0;
+  return rc;
+}
+
+int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at) {
+  fzd_frames_reader rd;
+  fzd_frames_read_start(job, first, k, dst, at, &rd);
+  return fzd_frames_read_wait(job, &rd);
 }
 
 int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t listed) {

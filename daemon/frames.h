@@ -7,6 +7,7 @@
 #ifndef FZD_FRAMES_H
 #define FZD_FRAMES_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -102,6 +103,30 @@ int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch);
 /* Chunks first .. first + k - 1 into dst, chunk first + j at dst + at[j]:
  * a batch of several megabytes from a descriptor on a few threads. */
 int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at);
+/* The same in two halves, so that a backend decodes one batch while the
+ * next is read: fzd_frames_read_start reads a small batch (or chunks in
+ * memory) at once and starts the threads of a large one;
+ * fzd_frames_read_wait waits for them (always called after a start) and
+ * returns 0 or the first error.  dst, at and the reader stay put until
+ * then. */
+#define FZD_FRAMES_READERS 4
+typedef struct fzd_frames_read_run {
+  const struct fzd_frames_req *r;
+  size_t first, end; /* chunks [first, end) of the request */
+  uint8_t *dst;
+  const uint64_t *at; /* chunk first + j goes to dst + at[j] */
+  int rc;
+  char why[128];
+} fzd_frames_read_run;
+typedef struct fzd_frames_reader {
+  fzd_frames_read_run runs[FZD_FRAMES_READERS];
+  pthread_t tid[FZD_FRAMES_READERS];
+  bool started[FZD_FRAMES_READERS];
+  size_t nt;
+} fzd_frames_reader;
+void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at,
+                           fzd_frames_reader *rd);
+int fzd_frames_read_wait(fzd_job *job, fzd_frames_reader *rd);
 /* Frame i's result arrays for `listed` elements (and its product), held
  * of memory_limit; 0, or a negative code that has failed the frame. */
 int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t listed);

@@ -1227,6 +1227,84 @@ static int frames_take_top(fzd_gpu_worker *w, fzd_job *job, size_t j, size_t i, 
   return 0;
 }
 
+/* The host chunks of a request's batches, read into the decoder's pinned
+ * staging.  When a frame's largest chunk fits half of it, batches take
+ * the halves in turn and the next batch is read (on threads, from a
+ * descriptor) while the current one runs on the GPU. */
+typedef struct frames_feed {
+  fzd_job *job;
+  uint8_t *stage;
+  size_t room; /* bytes a batch may take: the staging, or half of it */
+  bool halves;
+  int side; /* the current batch's half */
+  uint64_t offs[2][FRAMES_BATCH], lens[2][FRAMES_BATCH];
+  size_t next, k_next; /* the batch read ahead: its first chunk and size (0: none) */
+  fzd_frames_reader rd;
+} frames_feed;
+
+static uint8_t *feed_base(const frames_feed *f, int side) {
+  return f->stage + (size_t)side * f->room;
+}
+
+/* The chunks from i that fit one batch in half `side`, placed one after
+ * another; returns how many. */
+static size_t feed_plan(frames_feed *f, size_t i, int side) {
+  const struct fzd_frames_req *r = f->job->frames;
+  size_t k = 0;
+  uint64_t at = 0;
+  for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= f->room - at; k++) {
+    f->offs[side][k] = at;
+    f->lens[side][k] = r->lengths[i + k];
+    at += r->lengths[i + k];
+  }
+  return k;
+}
+
+/* The batch from chunk i, read, into b (*k chunks; 0 when chunk i is
+ * longer than a batch may take), and the reading of the batch after it
+ * started. */
+static int feed_next(frames_feed *f, size_t i, fz_frames_gpu_batch *b, size_t *k) {
+  const struct fzd_frames_req *r = f->job->frames;
+  int err;
+  if (f->k_next != 0 && f->next == i) {
+    f->side = !f->side;
+    *k = f->k_next;
+    f->k_next = 0;
+    err = fzd_frames_read_wait(f->job, &f->rd);
+  } else {
+    *k = feed_plan(f, i, f->side);
+    err = fzd_frames_read(f->job, i, *k, feed_base(f, f->side), f->offs[f->side]);
+  }
+  if (err < 0)
+    return err;
+  b->base = feed_base(f, f->side);
+  b->base_len = f->room;
+  b->offsets = f->offs[f->side];
+  b->lengths = f->lens[f->side];
+  size_t after = i + *k;
+  if (f->halves && *k != 0 && after < r->n) {
+    size_t k2 = feed_plan(f, after, !f->side);
+    if (k2 != 0) {
+      fzd_frames_read_start(f->job, after, k2, feed_base(f, !f->side), f->offs[!f->side], &f->rd);
+      f->next = after;
+      f->k_next = k2;
+    }
+  }
+  return 0;
+}
+
+/* Waits for a batch still being read (its error, if any, dropped: the
+ * job's own reason stays). */
+static void feed_close(frames_feed *f) {
+  if (f->k_next == 0)
+    return;
+  char why[sizeof f->job->why];
+  memcpy(why, f->job->why, sizeof why);
+  fzd_frames_read_wait(f->job, &f->rd);
+  memcpy(f->job->why, why, sizeof why);
+  f->k_next = 0;
+}
+
 /* Batches of LZ4 chunks on the GPU: each batch's chunks are read (from the
  * message or the descriptor) into the decoder's pinned staging, decoded
  * with the results kept on the device, and each frame's results copied
@@ -1255,13 +1333,17 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
    * through the decoder's pinned staging. */
   void *d_in = NULL;
   ipc_entry *ein = NULL;
-  uint8_t *stage = NULL;
-  size_t cap = 0;
-  if (job->in_ipc)
+  frames_feed feed = {.job = job};
+  if (job->in_ipc) {
     err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &ein);
-  else if ((stage = fz_frames_gpu_staging(w->frames, &cap, job->why, sizeof job->why)) == NULL)
-    err = FZ_ENOMEM;
-  uint64_t offs[FRAMES_BATCH], lens[FRAMES_BATCH];
+  } else {
+    size_t cap = 0, bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, (size_t)r->npixels, r->esize, 0);
+    feed.stage = fz_frames_gpu_staging(w->frames, &cap, job->why, sizeof job->why);
+    if (feed.stage == NULL)
+      err = FZ_ENOMEM;
+    feed.halves = cap / 2 >= bound;
+    feed.room = feed.halves ? cap / 2 : cap;
+  }
   size_t counts[FRAMES_BATCH];
   int status[FRAMES_BATCH];
   fzd_frames_cpu cpu = {0};
@@ -1281,28 +1363,16 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
       b.base_on_device = 1;
       b.offsets = r->offsets + i;
       b.lengths = r->lengths + i;
-    } else {
-      uint64_t at = 0;
-      for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= cap - at; k++) {
-        offs[k] = at;
-        lens[k] = r->lengths[i + k];
-        at += lens[k];
-      }
-      if ((err = fzd_frames_read(job, i, k, stage, offs)) < 0)
-        break;
-      if (k == 0) {
-        /* Longer than any LZ4 chunk of such a frame can be. */
-        char why[128];
-        snprintf(why, sizeof why, "chunk of %llu bytes, more than a frame's chunk can take (%zu)",
-                 (unsigned long long)r->lengths[i], cap);
-        fzd_frames_fail(r, i, FZ_ECORRUPT, why);
-        fzd_frames_emit(job, i++);
-        continue;
-      }
-      b.base = stage;
-      b.base_len = cap;
-      b.offsets = offs;
-      b.lengths = lens;
+    } else if ((err = feed_next(&feed, i, &b, &k)) < 0) {
+      break;
+    } else if (k == 0) {
+      /* Longer than any LZ4 chunk of such a frame can be. */
+      char why[128];
+      snprintf(why, sizeof why, "chunk of %llu bytes, more than a frame's chunk can take (%zu)",
+               (unsigned long long)r->lengths[i], feed.room);
+      fzd_frames_fail(r, i, FZ_ECORRUPT, why);
+      fzd_frames_emit(job, i++);
+      continue;
     }
     b.nframes = k;
     int64_t failed =
@@ -1316,7 +1386,7 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
       if (status[j] == FZ_ENOSYS) {
         /* Blocks larger than the decoder takes: this frame on the CPU. */
         size_t len = (size_t)r->lengths[i + j];
-        const uint8_t *chunk = stage != NULL ? stage + offs[j] : NULL;
+        const uint8_t *chunk = b.base_on_device ? NULL : b.base + b.offsets[j];
         if (chunk == NULL) {
           uint8_t *grown = realloc(host, len + 1);
           if (grown == NULL) {
@@ -1358,6 +1428,7 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
     }
     i += k;
   }
+  feed_close(&feed);
   if (ein != NULL)
     ipc_release(job->ipc, ein);
   fzd_frames_cpu_close(&cpu);

@@ -293,6 +293,16 @@ err_frames:
 }
 
 /* Checks a batch against the decoder before anything is copied. */
+/* Bytes of the pinned staging from a host batch's base when the base lies
+ * in it (at its start or inside, where a caller fills one part while a
+ * batch runs from another), else 0. */
+static size_t staged_room(const fz_frames_gpu *g, const fz_frames_gpu_batch *b) {
+  uintptr_t base = (uintptr_t)b->base, h = (uintptr_t)g->h_chunks;
+  if (b->base_on_device || !g->h_chunks || base < h || base - h >= g->max_batch_bytes)
+    return 0;
+  return g->max_batch_bytes - (size_t)(base - h);
+}
+
 static int check_batch(const fz_frames_gpu *g, const fz_frames_gpu_batch *b, char *why,
                        size_t why_len) {
   if (!b->counts || !b->status || (b->nframes && (!b->base || !b->offsets || !b->lengths))) {
@@ -314,16 +324,14 @@ static int check_batch(const fz_frames_gpu *g, const fz_frames_gpu_batch *b, cha
     return FZ_EINVAL;
   }
   size_t total = 0;
-  int staged = !b->base_on_device && g->h_chunks && b->base == g->h_chunks;
+  size_t room = staged_room(g, b);
   for (size_t i = 0; i < b->nframes; i++) {
-    if (staged) {
-      if (b->offsets[i] > g->max_batch_bytes ||
-          b->lengths[i] > g->max_batch_bytes - b->offsets[i]) {
+    if (room) {
+      if (b->offsets[i] > room || b->lengths[i] > room - b->offsets[i]) {
         fzf_say(why, why_len,
                 "frames (GPU): chunk %zu (%llu bytes at %llu) lies outside the "
-                "%zu-byte staging buffer",
-                i, (unsigned long long)b->lengths[i], (unsigned long long)b->offsets[i],
-                g->max_batch_bytes);
+                "%zu bytes of the staging buffer from the batch's base",
+                i, (unsigned long long)b->lengths[i], (unsigned long long)b->offsets[i], room);
         return FZ_EINVAL;
       }
     } else if (b->base_on_device) {
@@ -405,14 +413,15 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
   const uint8_t *chunks = b->base;
   if (b->base_on_device) {
     memcpy(g->h_offsets, b->offsets, n * 8);
-  } else if (b->base == g->h_chunks) {
-    /* Staged: the bytes up to the last chunk's end, in one copy. */
+  } else if (staged_room(g, b)) {
+    /* Staged: the bytes from the base up to the last chunk's end, in one
+     * copy. */
     uint64_t end = 0;
     for (size_t i = 0; i < n; i++)
       if (b->lengths[i] && b->offsets[i] + b->lengths[i] > end)
         end = b->offsets[i] + b->lengths[i];
     if (end)
-      CUDA_TRY(cudaMemcpyAsync(g->d_chunks, g->h_chunks, end, cudaMemcpyHostToDevice, s));
+      CUDA_TRY(cudaMemcpyAsync(g->d_chunks, b->base, end, cudaMemcpyHostToDevice, s));
     memcpy(g->h_offsets, b->offsets, n * 8);
     chunks = g->d_chunks;
   } else {

@@ -123,8 +123,10 @@ int fz_frames_gpu_take(fz_frames_gpu *g, size_t i, void *values, uint32_t *indic
                        void *powder, fz_frames_gpu_stream stream, char *why, size_t why_len);
 
 /* Pinned host memory of max_batch_bytes for a batch's chunks, made on the
- * first call and kept with the decoder: a batch whose base is this buffer
- * goes to the device in one copy, and its chunks need only lie inside it.
+ * first call and kept with the decoder: a batch whose base lies in this
+ * buffer (its start, or a point inside, so that the caller may fill one
+ * part while a batch runs from another) goes to the device in one copy,
+ * and its chunks need only lie between the base and the buffer's end.
  * NULL (why set) when it cannot be had; *cap is its size. */
 uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t why_len);
 
