@@ -811,13 +811,18 @@ int fzd_frames_open(struct fzd_frames_req *r, size_t i, uint64_t count, size_t l
   fzd_frame_result *x = &r->res[i];
   frame_layout l = layout_of(r, listed);
   uint64_t bytes = FRAME_LEAD + l.end;
-  if (fzd_budget_take(r->mem, bytes, NULL) < 0) {
-    fzd_frames_fail(r, i, FZ_ENOMEM, NULL);
+  /* EBUSY when the room is held by this batch's other frames or other
+   * jobs (fewer frames a request, or later, fit); ENOMEM when one frame's
+   * results alone pass memory_limit. */
+  int rc = fzd_budget_take(r->mem, bytes, NULL);
+  if (rc < 0) {
+    fzd_frames_fail(r, i, rc, NULL);
     snprintf(x->why, sizeof x->why,
-             "the frame's %llu bytes of results do not fit memory_limit now; send fewer "
-             "frames a request",
+             rc == FZ_EBUSY ? "the frame's %llu bytes of results do not fit memory_limit now; "
+                              "send fewer frames a request or try again later"
+                            : "the frame's %llu bytes of results are more than memory_limit",
              (unsigned long long)bytes);
-    return FZ_ENOMEM;
+    return rc;
   }
   r->reserved += bytes;
   x->block = malloc(bytes);
