@@ -608,3 +608,66 @@ Test(frames_method, a_large_batch_from_a_descriptor, .timeout = 240) {
   stop_daemon(h);
   free(chunk);
 }
+
+/* Frames whose results together pass memory_limit: the first ones come
+ * back, and each one after the room ran out fails alone with EBUSY (the
+ * room is held by the batch itself, not beyond the limit). */
+Test(frames_method, frames_past_the_room_fail_with_ebusy, .timeout = 120) {
+  enum { N = 12, SIDE = 256, PX = SIDE * SIDE };
+  static uint16_t px[PX];
+  for (size_t i = 0; i < PX; i++)
+    px[i] = (uint16_t)(i % 1000);
+  size_t bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, PX, 2, 0);
+  uint8_t *chunk = malloc(bound);
+  int64_t len = fz_bslz4_encode(FZ_BSLZ4_LZ4, px, PX, 2, 0, 0, chunk, bound, NULL, 0);
+  cr_assert_gt(len, 0);
+  /* 1 MiB: the batch's scratch and a few 128 KiB dense frames. */
+  fzd_harness *h = start_daemon("\"workers\": 1, \"memory_limit\": 1048576");
+  wire w;
+  wire_open(&w, h, false);
+  cr_assert_eq(wire_hello(&w, NULL), 0);
+  msgpack_packer *pk = wire_begin(&w, 2, "frames", 4);
+  fzp_pack_key(pk, "dtype");
+  fzp_pack_key(pk, "u16");
+  fzp_pack_key(pk, "shape");
+  msgpack_pack_array(pk, 2);
+  msgpack_pack_uint64(pk, SIDE);
+  msgpack_pack_uint64(pk, SIDE);
+  fzp_pack_key(pk, "output");
+  fzp_pack_key(pk, "dense");
+  fzp_pack_key(pk, "chunks");
+  msgpack_pack_array(pk, N);
+  for (int i = 0; i < N; i++) {
+    msgpack_pack_bin(pk, (size_t)len);
+    msgpack_pack_bin_body(pk, chunk, (size_t)len);
+  }
+  cr_assert_eq(wire_send(&w, NULL, 0), 0);
+  fzp_message m;
+  cr_assert_eq(wire_recv(&w, &m, 60000), 0);
+  cr_assert_eq(wire_code(&m), 0, "code %d", wire_code(&m));
+  const msgpack_object *frames = NULL;
+  cr_assert_eq(fzp_get_obj(&m.result, "frames", &frames), 1);
+  cr_assert_eq(frames->via.array.size, N);
+  int done = 0, busy = 0;
+  for (int i = 0; i < N; i++) {
+    int64_t status = 1;
+    cr_assert_eq(fzp_get_i64(&frames->via.array.ptr[i], "status", &status), 1);
+    if (status == 0) {
+      const void *v = NULL;
+      uint32_t vl = 0;
+      cr_assert_eq(busy, 0, "frame %d decoded after one found no room", i);
+      cr_assert_eq(fzp_get_bin(&frames->via.array.ptr[i], "values", &v, &vl), 1);
+      cr_assert(vl == sizeof px && memcmp(v, px, vl) == 0, "frame %d differs", i);
+      done++;
+    } else {
+      cr_assert_eq(status, FZ_EBUSY, "frame %d: status %lld", i, (long long)status);
+      busy++;
+    }
+  }
+  cr_assert(done > 0 && busy > 0, "%d frames decoded, %d found no room", done, busy);
+  fzp_message_free(&m);
+  cr_assert_eq(wire_call0(&w, 3, "ping", NULL), 0);
+  wire_close(&w);
+  stop_daemon(h);
+  free(chunk);
+}
