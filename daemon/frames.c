@@ -1040,7 +1040,7 @@ int fzd_frames_job_run(fzd_job *job) {
 void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
   const struct fzd_frames_req *r = job->frames;
   msgpack_packer *pk = fzd_conn_packer(c);
-  fzp_pack_result_begin(pk, job->msgid, r->to_output ? 5 : 4);
+  fzp_pack_result_begin(pk, job->msgid, 4 + (r->to_output ? 1 : 0) + (r->to_output && r->rows));
   fzp_pack_key(pk, "dtype");
   fzp_pack_key(pk, fz_dtype_name(r->dtype) ? fz_dtype_name(r->dtype) : "?");
   fzp_pack_key(pk, "output");
@@ -1050,6 +1050,10 @@ void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
   if (r->to_output) {
     fzp_pack_key(pk, "bytes");
     msgpack_pack_uint64(pk, job->out_len);
+  }
+  if (r->to_output && r->rows) {
+    fzp_pack_key(pk, "rows");
+    msgpack_pack_uint64(pk, r->rows);
   }
   fzp_pack_key(pk, "frames");
   msgpack_pack_array(pk, r->n);

@@ -217,7 +217,7 @@ static int take_frames(const fzp_message *msg, const fz_frames_request *req, int
                        fz_frame_result *results) {
   const msgpack_object *frames = NULL;
   bool to_out = req->has_out_fd || req->d_out;
-  uint64_t bytes = 0, last_powder = 0;
+  uint64_t bytes = 0;
   bool powder = false;
   if (fzp_get_obj(&msg->result, "frames", &frames) != 1 || frames->type != MSGPACK_OBJECT_ARRAY ||
       frames->via.array.size != req->nframes ||
@@ -238,8 +238,9 @@ static int take_frames(const fzp_message *msg, const fz_frames_request *req, int
       continue;
     }
     if (to_out) {
-      rc = take_places(f, req, x, &powder);
-      last_powder = powder ? x->powder_at : last_powder;
+      bool has = false;
+      rc = take_places(f, req, x, &has);
+      powder = powder || has;
       continue;
     }
     uint32_t vl = 0, il = 0, pl = 0;
@@ -256,13 +257,12 @@ static int take_frames(const fzp_message *msg, const fz_frames_request *req, int
   }
   if (rc < 0 || !powder)
     return rc;
-  /* The sums end each frame, so the last frame's end the answer's bytes
-   * is: the rows are what lies between. */
-  if (bytes < last_powder || (bytes - last_powder) % 8 != 0)
+  uint64_t rows = 0;
+  if (fzp_get_u64(&msg->result, "rows", &rows) != 1 || rows > SIZE_MAX)
     return FZ_EPROTO;
   for (size_t i = 0; i < req->nframes; i++)
     if (results[i].status == 0)
-      results[i].rows = (size_t)((bytes - last_powder) / 8);
+      results[i].rows = (size_t)rows;
   return 0;
 }
 

@@ -312,6 +312,9 @@ Test(frames_output, a_matrix_product_at_powder_at, .timeout = 120) {
     fzp_message m;
     cr_assert_eq(call(&w, 4 + 2 * (uint32_t)dense, &c, 2, dense, setup, &o, &m), 0);
     check_output(&m, ref, fd, 8, NFRAMES);
+    uint64_t rows = 0;
+    cr_assert_eq(fzp_get_u64(&m.result, "rows", &rows), 1);
+    cr_assert_eq(rows, ROWS);
     fzp_message_free(&m);
     close(fd);
     free_ref(ref);
