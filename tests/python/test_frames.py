@@ -152,8 +152,12 @@ class Frames(fzdtest.DaemonTest):
                     # On the Unix socket the file went as a descriptor with
                     # its chunk table, not the chunks' bytes.
                     self.assertEqual(c.fds_sent, 1)
+                    # Dense: the file in, the frames out through a memfd.
+                    dense = c.frames(h["data"], dense=True)
+                    self.assertEqual(c.fds_sent, 3)
                     loc = frames.decode(h["data"], cut=3)
-                for f, g, l in zip(fr, got, loc):
+                for f, g, l, d in zip(fr, got, loc, dense):
+                    np.testing.assert_array_equal(d.values, f)
                     self.assertEqual((g.status, l.status), (0, 0))
                     idx = np.flatnonzero(f.reshape(-1) > 3)
                     np.testing.assert_array_equal(g.indices, idx)
@@ -170,6 +174,39 @@ class Frames(fzdtest.DaemonTest):
                 with self.assertRaises(fzd.Error) as cm:
                     frames.codec_of(h["data"])
                 self.assertEqual(cm.exception.name, "EINVAL")
+
+class FramesThroughAMemfd(fzdtest.DaemonTest):
+    """Dense frames come back through a memfd: more of them than one reply
+    may hold (max_inline_bytes made small here) still decode, with a
+    matrix's sums beside them."""
+    settings = {"max_inline_bytes": 32768}
+
+    def test_dense_frames_past_max_inline_bytes(self):
+        fr = make_frames(24)
+        ch = [encode(f) for f in fr]
+        npix = fr[0].size
+        rng = np.random.default_rng(3)
+        indptr = np.array([0, 40, 100, 100, 180], dtype=np.uint64)
+        indices = np.sort(rng.choice(npix, 180, replace=False)).astype(np.uint32)
+        weights = rng.integers(1, 5, 180).astype(np.int32)
+        with fzd.Client(self.fzd.address) as c:
+            sid = c.frames_setup(fr[0].shape, csr=(indptr, indices, weights))
+            got = c.frames(ch, shape=fr[0].shape, dtype=np.uint16, dense=True, setup=sid)
+            # The same frames inline are too many for one reply.
+            with self.assertRaises(fzd.Error) as cm:
+                c.call("frames", {"dtype": "u16", "shape": list(fr[0].shape),
+                                  "output": "dense", "chunks": ch})
+            self.assertEqual(cm.exception.name, "EMSGSIZE")
+        self.assertEqual(len(got), len(fr))
+        for f, g in zip(fr, got):
+            self.assertEqual(g.status, 0)
+            np.testing.assert_array_equal(g.values, f)
+            flat = f.reshape(-1).astype(np.int64)
+            want = [int((flat[indices[a:b]] * weights[a:b]).sum())
+                    for a, b in zip(indptr[:-1], indptr[1:])]
+            np.testing.assert_array_equal(g.powder, want)
+            self.assertEqual(g.powder.dtype, np.int64)
+
 
 if __name__ == "__main__":
     unittest.main()

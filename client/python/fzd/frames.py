@@ -287,3 +287,29 @@ def from_reply(result, shape, dt, dense, powder_dtype=np.float64):
             idx = np.frombuffer(fr["indices"], dtype="<u4").copy()
             out.append(Frame(fr["count"], vals, idx, powder, 0, None))
     return out
+
+
+def from_output(result, buf, shape, dt, dense, powder_dtype=np.float64):
+    """The Frames of a "frames" reply whose results went to an output, buf
+    its bytes from out_offset (each frame's arrays at values_at,
+    indices_at and powder_at, docs/protocol.md)."""
+    rows = result.get("rows", 0)
+    out = []
+    for fr in result["frames"]:
+        if fr.get("status", 0) != 0:
+            e = fr.get("error") or {}
+            out.append(Frame(0, None, None, None, fr["status"],
+                             error(e.get("name", "EIO"), e.get("message", ""))))
+            continue
+        n = fr["listed"]
+        vals = np.frombuffer(buf, dtype=dt, count=n, offset=fr["values_at"]).copy()
+        powder = None
+        if "powder_at" in fr:
+            powder = np.frombuffer(buf, dtype=powder_dtype, count=rows,
+                                   offset=fr["powder_at"]).copy()
+        if dense:
+            out.append(Frame(fr["count"], vals.reshape(shape), None, powder, 0, None))
+        else:
+            idx = np.frombuffer(buf, dtype="<u4", count=n, offset=fr["indices_at"]).copy()
+            out.append(Frame(fr["count"], vals, idx, powder, 0, None))
+    return out
