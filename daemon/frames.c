@@ -717,10 +717,11 @@ int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch) {
   for (size_t i = 0; i < r->n; i++)
     at[i] = i ? at[i - 1] + r->lengths[i - 1] : 0;
   err = fzd_frames_read(job, 0, r->n, r->data, at);
-  if (err == 0)
+  if (err == 0) {
     memcpy(r->offsets, at, r->n * sizeof *at);
+    r->fd = -1;
+  }
   free(at);
-  r->fd = err == 0 ? -1 : r->fd;
   return err;
 }
 
@@ -1037,6 +1038,21 @@ int fzd_frames_job_run(fzd_job *job) {
 #endif
 }
 
+/* One array of a frame's result: where it went in the output ("NAME_at"),
+ * or its bytes inline ("NAME"). */
+static void pack_part(msgpack_packer *pk, bool to_output, const char *name, uint64_t at,
+                      const void *data, size_t len) {
+  char key[24];
+  snprintf(key, sizeof key, to_output ? "%s_at" : "%s", name);
+  fzp_pack_key(pk, key);
+  if (to_output) {
+    msgpack_pack_uint64(pk, at);
+    return;
+  }
+  msgpack_pack_bin(pk, len);
+  msgpack_pack_bin_body(pk, data, len);
+}
+
 void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
   const struct fzd_frames_req *r = job->frames;
   msgpack_packer *pk = fzd_conn_packer(c);
@@ -1075,43 +1091,20 @@ void fzd_frames_reply(fzd_conn *c, const fzd_job *job) {
       fzp_pack_key(pk, x->why[0] ? x->why : fz_strerror(x->status));
       continue;
     }
-    if (r->to_output) {
-      msgpack_pack_map(pk, 4 + (r->dense ? 0 : 1) + (r->rows ? 1 : 0));
-      fzp_pack_key(pk, "count");
-      msgpack_pack_uint64(pk, x->count);
-      fzp_pack_key(pk, "status");
-      msgpack_pack_int64(pk, 0);
-      fzp_pack_key(pk, "listed");
-      msgpack_pack_uint64(pk, x->listed);
-      fzp_pack_key(pk, "values_at");
-      msgpack_pack_uint64(pk, x->values_at);
-      if (!r->dense) {
-        fzp_pack_key(pk, "indices_at");
-        msgpack_pack_uint64(pk, x->indices_at);
-      }
-      if (r->rows) {
-        fzp_pack_key(pk, "powder_at");
-        msgpack_pack_uint64(pk, x->powder_at);
-      }
-      continue;
-    }
-    msgpack_pack_map(pk, 3 + (r->dense ? 0 : 1) + (r->rows ? 1 : 0));
+    bool out = r->to_output;
+    msgpack_pack_map(pk, 3 + out + !r->dense + (r->rows != 0));
     fzp_pack_key(pk, "count");
     msgpack_pack_uint64(pk, x->count);
     fzp_pack_key(pk, "status");
     msgpack_pack_int64(pk, 0);
-    fzp_pack_key(pk, "values");
-    msgpack_pack_bin(pk, x->listed * r->esize);
-    msgpack_pack_bin_body(pk, x->values, x->listed * r->esize);
-    if (!r->dense) {
-      fzp_pack_key(pk, "indices");
-      msgpack_pack_bin(pk, x->listed * 4);
-      msgpack_pack_bin_body(pk, x->indices, x->listed * 4);
+    if (out) {
+      fzp_pack_key(pk, "listed");
+      msgpack_pack_uint64(pk, x->listed);
     }
-    if (r->rows) {
-      fzp_pack_key(pk, "powder");
-      msgpack_pack_bin(pk, r->rows * 8);
-      msgpack_pack_bin_body(pk, x->powder, r->rows * 8);
-    }
+    pack_part(pk, out, "values", x->values_at, x->values, x->listed * r->esize);
+    if (!r->dense)
+      pack_part(pk, out, "indices", x->indices_at, x->indices, x->listed * 4);
+    if (r->rows)
+      pack_part(pk, out, "powder", x->powder_at, x->powder, r->rows * 8);
   }
 }

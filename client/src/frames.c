@@ -197,19 +197,15 @@ static int esize_of(const char *dtype) {
   return fz_dtype_parse(dtype, &t) < 0 ? 0 : (int)fz_dtype_size(t);
 }
 
-/* Frame f of an answer whose results went to an output: where they are;
- * *powder says whether it has sums. */
-static int take_places(const msgpack_object *f, const fz_frames_request *req, fz_frame_result *x,
-                       bool *powder) {
+/* Frame f of an answer whose results went to an output: where they are. */
+static int take_places(const msgpack_object *f, const fz_frames_request *req, fz_frame_result *x) {
   uint64_t listed = 0;
   if (fzp_get_u64(f, "listed", &listed) != 1 || listed > SIZE_MAX ||
       fzp_get_u64(f, "values_at", &x->values_at) != 1 ||
       (!req->dense && fzp_get_u64(f, "indices_at", &x->indices_at) != 1))
     return FZ_EPROTO;
   x->listed = (size_t)listed;
-  int hp = fzp_get_u64(f, "powder_at", &x->powder_at);
-  *powder = hp == 1;
-  return hp < 0 ? FZ_EPROTO : 0;
+  return fzp_get_u64(f, "powder_at", &x->powder_at) < 0 ? FZ_EPROTO : 0;
 }
 
 /* The frames of an answer into results. */
@@ -217,11 +213,12 @@ static int take_frames(const fzp_message *msg, const fz_frames_request *req, int
                        fz_frame_result *results) {
   const msgpack_object *frames = NULL;
   bool to_out = req->has_out_fd || req->d_out;
-  uint64_t bytes = 0;
-  bool powder = false;
+  /* With an output the answer names the matrix's rows (none: 0). */
+  uint64_t bytes = 0, rows = 0;
   if (fzp_get_obj(&msg->result, "frames", &frames) != 1 || frames->type != MSGPACK_OBJECT_ARRAY ||
       frames->via.array.size != req->nframes ||
-      (to_out && fzp_get_u64(&msg->result, "bytes", &bytes) != 1))
+      (to_out && (fzp_get_u64(&msg->result, "bytes", &bytes) != 1 ||
+                  fzp_get_u64(&msg->result, "rows", &rows) < 0 || rows > SIZE_MAX)))
     return FZ_EPROTO;
   int rc = 0;
   for (size_t i = 0; i < req->nframes && rc == 0; i++) {
@@ -238,9 +235,8 @@ static int take_frames(const fzp_message *msg, const fz_frames_request *req, int
       continue;
     }
     if (to_out) {
-      bool has = false;
-      rc = take_places(f, req, x, &has);
-      powder = powder || has;
+      rc = take_places(f, req, x);
+      x->rows = (size_t)rows;
       continue;
     }
     uint32_t vl = 0, il = 0, pl = 0;
@@ -255,15 +251,7 @@ static int take_frames(const fzp_message *msg, const fz_frames_request *req, int
       rc = FZ_EPROTO;
     x->rows = pl / 8;
   }
-  if (rc < 0 || !powder)
-    return rc;
-  uint64_t rows = 0;
-  if (fzp_get_u64(&msg->result, "rows", &rows) != 1 || rows > SIZE_MAX)
-    return FZ_EPROTO;
-  for (size_t i = 0; i < req->nframes; i++)
-    if (results[i].status == 0)
-      results[i].rows = (size_t)rows;
-  return 0;
+  return rc;
 }
 
 int fz_client_frames(fz_client *c, const fz_frames_request *req, fz_frame_result *results) {

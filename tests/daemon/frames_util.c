@@ -38,27 +38,31 @@ void free_chunks(chunks *c) {
     free(c->buf[f]);
 }
 
-void pack_common(msgpack_packer *pk, double cut) {
+void pack_u16_shape(msgpack_packer *pk, size_t ni, size_t nj) {
   fzp_pack_key(pk, "dtype");
   fzp_pack_key(pk, "u16");
   fzp_pack_key(pk, "shape");
   msgpack_pack_array(pk, 2);
-  msgpack_pack_uint64(pk, NI);
-  msgpack_pack_uint64(pk, NJ);
+  msgpack_pack_uint64(pk, ni);
+  msgpack_pack_uint64(pk, nj);
+}
+
+void pack_common(msgpack_packer *pk, double cut) {
+  pack_u16_shape(pk, NI, NJ);
   fzp_pack_key(pk, "codec");
   fzp_pack_key(pk, "lz4");
   fzp_pack_key(pk, "cut");
   msgpack_pack_double(pk, cut);
 }
 
-void pack_table(msgpack_packer *pk, const uint64_t *offs, const uint64_t *lens) {
+void pack_table(msgpack_packer *pk, size_t n, const uint64_t *offs, const uint64_t *lens) {
   fzp_pack_key(pk, "offsets");
-  msgpack_pack_array(pk, NFRAMES);
-  for (unsigned i = 0; i < NFRAMES; i++)
+  msgpack_pack_array(pk, (uint32_t)n);
+  for (size_t i = 0; i < n; i++)
     msgpack_pack_uint64(pk, offs[i]);
   fzp_pack_key(pk, "lengths");
-  msgpack_pack_array(pk, NFRAMES);
-  for (unsigned i = 0; i < NFRAMES; i++)
+  msgpack_pack_array(pk, (uint32_t)n);
+  for (size_t i = 0; i < n; i++)
     msgpack_pack_uint64(pk, lens[i]);
 }
 

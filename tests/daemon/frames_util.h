@@ -28,10 +28,12 @@ typedef struct chunks {
 void make_chunks(chunks *c);
 void free_chunks(chunks *c);
 
+/* "dtype" u16 and "shape" [ni, nj] (2 pairs). */
+void pack_u16_shape(msgpack_packer *pk, size_t ni, size_t nj);
 /* The common params (4 pairs): dtype u16, shape [NI, NJ], codec lz4, cut. */
 void pack_common(msgpack_packer *pk, double cut);
-/* "offsets" and "lengths" of NFRAMES chunks (2 pairs). */
-void pack_table(msgpack_packer *pk, const uint64_t *offs, const uint64_t *lens);
+/* "offsets" and "lengths" of n chunks (2 pairs). */
+void pack_table(msgpack_packer *pk, size_t n, const uint64_t *offs, const uint64_t *lens);
 /* "chunks" (1 pair), chunk bad (-1: none) with its first block's length
  * made to run past the chunk. */
 void pack_chunk_list(msgpack_packer *pk, const chunks *c, int bad);

@@ -267,7 +267,7 @@ Test(frames_method, data_with_offsets_and_hostile_ranges, .timeout = 120) {
       fzp_pack_key(pk, "in_offset");
       msgpack_pack_uint64(pk, 0);
     }
-    pack_table(pk, offs, lens);
+    pack_table(pk, NFRAMES, offs, lens);
     cr_assert_eq(wire_send(&w, NULL, 0), 0);
     cr_assert_eq(wire_recv(&w, &m, 60000), 0);
     if (k == 1)
@@ -284,7 +284,7 @@ Test(frames_method, data_with_offsets_and_hostile_ranges, .timeout = 120) {
   fzp_pack_key(pk, "data");
   msgpack_pack_bin(pk, total);
   msgpack_pack_bin_body(pk, all, total);
-  pack_table(pk, offs, lens);
+  pack_table(pk, NFRAMES, offs, lens);
   cr_assert_eq(wire_send(&w, NULL, 0), 0);
   cr_assert_eq(wire_recv(&w, &m, 60000), 0);
   cr_assert_eq(wire_code(&m), 0);
@@ -553,12 +553,7 @@ Test(frames_method, a_large_batch_from_a_descriptor, .timeout = 240) {
   wire_open(&w, h, false);
   cr_assert_eq(wire_hello(&w, NULL), 0);
   msgpack_packer *pk = wire_begin(&w, 2, "frames", 8);
-  fzp_pack_key(pk, "dtype");
-  fzp_pack_key(pk, "u16");
-  fzp_pack_key(pk, "shape");
-  msgpack_pack_array(pk, 2);
-  msgpack_pack_uint64(pk, SIDE);
-  msgpack_pack_uint64(pk, SIDE);
+  pack_u16_shape(pk, SIDE, SIDE);
   fzp_pack_key(pk, "cut");
   msgpack_pack_double(pk, 65000);
   fzp_pack_key(pk, "in_fd");
@@ -567,14 +562,7 @@ Test(frames_method, a_large_batch_from_a_descriptor, .timeout = 240) {
   msgpack_pack_uint64(pk, 1);
   fzp_pack_key(pk, "codec");
   fzp_pack_key(pk, "lz4");
-  fzp_pack_key(pk, "offsets");
-  msgpack_pack_array(pk, N);
-  for (unsigned i = 0; i < N; i++)
-    msgpack_pack_uint64(pk, offs[i]);
-  fzp_pack_key(pk, "lengths");
-  msgpack_pack_array(pk, N);
-  for (unsigned i = 0; i < N; i++)
-    msgpack_pack_uint64(pk, lens[i]);
+  pack_table(pk, N, offs, lens);
   cr_assert_eq(wire_send(&w, &fd, 1), 0);
   fzp_message m;
   cr_assert_eq(wire_recv(&w, &m, 120000), 0);
@@ -627,12 +615,7 @@ Test(frames_method, frames_past_the_room_fail_with_ebusy, .timeout = 120) {
   wire_open(&w, h, false);
   cr_assert_eq(wire_hello(&w, NULL), 0);
   msgpack_packer *pk = wire_begin(&w, 2, "frames", 4);
-  fzp_pack_key(pk, "dtype");
-  fzp_pack_key(pk, "u16");
-  fzp_pack_key(pk, "shape");
-  msgpack_pack_array(pk, 2);
-  msgpack_pack_uint64(pk, SIDE);
-  msgpack_pack_uint64(pk, SIDE);
+  pack_u16_shape(pk, SIDE, SIDE);
   fzp_pack_key(pk, "output");
   fzp_pack_key(pk, "dense");
   fzp_pack_key(pk, "chunks");

@@ -505,10 +505,10 @@ class Client:
                              "weights": weights.astype(weights.dtype.newbyteorder("<")).tobytes(),
                              "weights_dtype": "i32" if wint else "f32"}
         sid = self.call("frames_setup", params)["id"]
-        if not hasattr(self, "_frames_int"):
-            self._frames_int, self._frames_rows = {}, {}
-        self._frames_int[sid] = wint
-        self._frames_rows[sid] = len(indptr) - 1 if csr is not None else 0
+        if not hasattr(self, "_frames_setups"):
+            self._frames_setups = {}
+        # What reading its sums needs: integer weights, and the rows.
+        self._frames_setups[sid] = (wint, len(indptr) - 1 if csr is not None else 0)
         return sid
 
     def frames(self, chunks, shape=None, dtype=None, codec=None, cut=0.0, top_n=0,
@@ -538,9 +538,8 @@ class Client:
         pdt, rows = np.float64, 0
         if setup is not None:
             params["setup"] = int(setup)
-            if getattr(self, "_frames_int", {}).get(setup):
-                pdt = np.int64
-            rows = getattr(self, "_frames_rows", {}).get(setup, 0)
+            wint, rows = getattr(self, "_frames_setups", {}).get(setup, (False, 0))
+            pdt = np.int64 if wint else np.float64
         # Dense frames on a Unix socket come back through a memfd, not in
         # the reply, which holds at most max_inline_bytes (64 MiB by
         # default: seven Eiger 4M frames); up to 256 MiB of them a call.
@@ -577,7 +576,7 @@ class Client:
                     if len(buf) != size:
                         raise error("EIO", "the frames' memfd holds %d bytes, not %d"
                                     % (len(buf), size))
-                    out += _frames.from_output(job.result, buf, shape, dt, dense, pdt)
+                    out += _frames.from_reply(job.result, shape, dt, dense, pdt, buf)
                 finally:
                     if job.out_fd is not None:
                         os.close(job.out_fd)

@@ -267,33 +267,18 @@ def encode(frame, codec="lz4", level=3):
     return out.raw[:n]
 
 
-def from_reply(result, shape, dt, dense, powder_dtype=np.float64):
+def from_reply(result, shape, dt, dense, powder_dtype=np.float64, buf=None):
     """The Frames of a "frames" reply (powder_dtype: int64 for a setup with
-    integer weights)."""
-    out = []
-    for fr in result["frames"]:
-        if fr.get("status", 0) != 0:
-            e = fr.get("error") or {}
-            out.append(Frame(0, None, None, None, fr["status"],
-                             error(e.get("name", "EIO"), e.get("message", ""))))
-            continue
-        vals = np.frombuffer(fr["values"], dtype=dt).copy()
-        powder = fr.get("powder")
-        if powder is not None:
-            powder = np.frombuffer(powder, dtype=powder_dtype).copy()
-        if dense:
-            out.append(Frame(fr["count"], vals.reshape(shape), None, powder, 0, None))
-        else:
-            idx = np.frombuffer(fr["indices"], dtype="<u4").copy()
-            out.append(Frame(fr["count"], vals, idx, powder, 0, None))
-    return out
-
-
-def from_output(result, buf, shape, dt, dense, powder_dtype=np.float64):
-    """The Frames of a "frames" reply whose results went to an output, buf
-    its bytes from out_offset (each frame's arrays at values_at,
-    indices_at and powder_at, docs/protocol.md)."""
+    integer weights).  buf: the output's bytes from out_offset when the
+    results went to an output (each frame's arrays at values_at,
+    indices_at and powder_at, docs/protocol.md), else None (in the reply)."""
     rows = result.get("rows", 0)
+
+    def part(fr, name, dtype, count):
+        if buf is None:
+            return np.frombuffer(fr[name], dtype=dtype).copy()
+        return np.frombuffer(buf, dtype=dtype, count=count, offset=fr[name + "_at"]).copy()
+
     out = []
     for fr in result["frames"]:
         if fr.get("status", 0) != 0:
@@ -301,15 +286,13 @@ def from_output(result, buf, shape, dt, dense, powder_dtype=np.float64):
             out.append(Frame(0, None, None, None, fr["status"],
                              error(e.get("name", "EIO"), e.get("message", ""))))
             continue
-        n = fr["listed"]
-        vals = np.frombuffer(buf, dtype=dt, count=n, offset=fr["values_at"]).copy()
+        n = fr.get("listed", 0)
+        vals = part(fr, "values", dt, n)
         powder = None
-        if "powder_at" in fr:
-            powder = np.frombuffer(buf, dtype=powder_dtype, count=rows,
-                                   offset=fr["powder_at"]).copy()
+        if ("powder" if buf is None else "powder_at") in fr:
+            powder = part(fr, "powder", powder_dtype, rows)
         if dense:
             out.append(Frame(fr["count"], vals.reshape(shape), None, powder, 0, None))
         else:
-            idx = np.frombuffer(buf, dtype="<u4", count=n, offset=fr["indices_at"]).copy()
-            out.append(Frame(fr["count"], vals, idx, powder, 0, None))
+            out.append(Frame(fr["count"], vals, part(fr, "indices", "<u4", n), powder, 0, None))
     return out
