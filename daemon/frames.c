@@ -674,7 +674,9 @@ int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch) {
   uint64_t chunk_bytes = 0;
   for (size_t i = 0; i < r->n; i++)
     chunk_bytes += r->lengths[i];
-  job->in_len = chunk_bytes;
+  /* A device input keeps in_length: the region its offsets lie in. */
+  if (!job->in_ipc)
+    job->in_len = chunk_bytes;
   r->rows = su != NULL && su->has_csr ? su->nrows : 0;
   /* The chunks, the caller's scratch and the results' table are held for
    * the whole run; each frame's own result is reserved as it is made

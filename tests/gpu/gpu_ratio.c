@@ -466,6 +466,7 @@ static const fz_dtype planes_types[] = {FZ_F32, FZ_F64, FZ_I32, FZ_U32, FZ_I64, 
 static void planes_case(const shape *s, fz_dtype t, const void *x, const char *pipe,
                         unsigned chunk, size_t off, const char *what) {
   size_t raw = (size_t)count(s) * fz_dtype_size(t), len, ol;
+  cr_log_info("%s: %s, %zu bytes", what, pipe, raw);
   uint8_t *a = cpu_archive(s, t, x, pipe, FZ_EB_ABS, 0, chunk, &len);
   cr_assert_eq(a[4], 4, "%s: format version %u", what, a[4]);
   cr_assert_eq(both(a, len, raw, off, what), 0, "%s", what);
@@ -527,7 +528,9 @@ Test(ratio, lossless_ratio_generated_kernels_only, .timeout = 600) {
   shape s = {3, {17, 23, 29}};
   for (size_t ti = 0; ti < sizeof planes_types / sizeof *planes_types; ti++) {
     void *x = field(&s, planes_types[ti], GEN_SMOOTH, 50 + ti);
-    planes_case(&s, planes_types[ti], x, "lossless-ratio", 0, 0, "generated only");
+    char what[64];
+    snprintf(what, sizeof what, "generated only, %s", fz_dtype_name(planes_types[ti]));
+    planes_case(&s, planes_types[ti], x, "lossless-ratio", 0, 0, what);
     free(x);
   }
   fz_params p = params(&s, FZ_F32, "lossless-ratio", FZ_EB_ABS, 0, 0);

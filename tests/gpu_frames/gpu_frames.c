@@ -137,6 +137,10 @@ static void compare(fz_dtype t, size_t npx, const uint8_t *mask, const fz_frames
      * frame (fzf_dev.h); the CPU model suite checks the rest agree. */
     if (strstr(gwhy, "offset 0") && gs[i])
       continue;
+    /* A flipped header that names blocks over the decoder's limit: the
+     * GPU refuses the frame with FZ_ENOSYS and fzd decodes it on the CPU. */
+    if (gs[i] == FZ_ENOSYS && strstr(gwhy, "max_block_bytes"))
+      continue;
     cr_assert_eq(gs[i], cs[i], "%s frame %zu of %zu pixels: GPU %d (%s), CPU %d", fz_dtype_name(t),
                  i, npx, gs[i], gwhy, cs[i]);
     cr_assert_eq(gc[i], cc[i], "%s frame %zu: GPU lists %zu, CPU %zu", fz_dtype_name(t), i, gc[i],
