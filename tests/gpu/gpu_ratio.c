@@ -39,10 +39,17 @@ static void *field(const shape *s, fz_dtype t, gen_kind k, uint64_t seed) {
     for (size_t i = 0; i < n; i++) {
       double xx = (double)(i % X), yy = (double)((i / X) % Y), zz = (double)(i / X / Y);
       double v = sin(xx * 0.05) * cos(yy * 0.07) * 50 + zz * 0.3 + xx * 0.01;
-      if (t == FZ_F32)
-        ((float *)x)[i] = (float)v;
-      else
-        ((double *)x)[i] = v;
+      /* Integers: the same surface in hundredths, moved above 0. */
+      int64_t q = (int64_t)llround(v * 100) + 10000;
+      switch (t) {
+      case FZ_F32: ((float *)x)[i] = (float)v; break;
+      case FZ_F64: ((double *)x)[i] = v; break;
+      case FZ_I32: ((int32_t *)x)[i] = (int32_t)q; break;
+      case FZ_U32: ((uint32_t *)x)[i] = (uint32_t)q; break;
+      case FZ_I64: ((int64_t *)x)[i] = q; break;
+      case FZ_U64: ((uint64_t *)x)[i] = (uint64_t)q; break;
+      default: cr_assert_fail("no smooth field of %s", fz_dtype_name(t));
+      }
     }
   }
   return x;
