@@ -1134,6 +1134,10 @@ out:
  * pinned staging (FRAMES_STAGING bytes, or one frame's largest chunk). */
 #define FRAMES_BATCH 64
 #define FRAMES_STAGING ((size_t)256 << 20)
+/* With halves, a batch stops at FRAMES_PIPE bytes (unless its first chunk
+ * alone is more), so that a request of many frames is read in pieces,
+ * each while the GPU decodes the one before it. */
+#define FRAMES_PIPE ((size_t)24 << 20)
 
 static void frames_drop(fzd_gpu_worker *w) {
 #ifdef FZD_HAVE_FRAMES
@@ -1250,9 +1254,11 @@ static uint8_t *feed_base(const frames_feed *f, int side) {
  * another; returns how many. */
 static size_t feed_plan(frames_feed *f, size_t i, int side) {
   const struct fzd_frames_req *r = f->job->frames;
-  size_t k = 0;
+  size_t k = 0, pipe = f->halves && f->room > FRAMES_PIPE ? FRAMES_PIPE : f->room;
   uint64_t at = 0;
-  for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= f->room - at; k++) {
+  for (; i + k < r->n && k < FRAMES_BATCH && r->lengths[i + k] <= f->room - at &&
+         (k == 0 || at + r->lengths[i + k] <= pipe);
+       k++) {
     f->offs[side][k] = at;
     f->lens[side][k] = r->lengths[i + k];
     at += r->lengths[i + k];
