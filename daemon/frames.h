@@ -109,7 +109,7 @@ int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const ui
  * fzd_frames_read_wait waits for them (always called after a start) and
  * returns 0 or the first error.  dst, at and the reader stay put until
  * then. */
-#define FZD_FRAMES_READERS 4
+#define FZD_FRAMES_READERS 8
 typedef struct fzd_frames_read_run {
   const struct fzd_frames_req *r;
   size_t first, end; /* chunks [first, end) of the request */

@@ -1233,16 +1233,21 @@ static int frames_take_top(fzd_gpu_worker *w, fzd_job *job, size_t j, size_t i, 
 
 /* The host chunks of a request's batches, read into the decoder's pinned
  * staging.  When a frame's largest chunk fits half of it, batches take
- * the halves in turn and the next batch is read (on threads, from a
- * descriptor) while the current one runs on the GPU. */
+ * the halves in turn: the next batch is read (on threads, from a
+ * descriptor) while the current one runs on the GPU, and once read it is
+ * sent up (fz_frames_gpu_prefetch) while the current one still decodes. */
 typedef struct frames_feed {
   fzd_job *job;
+  fz_frames_gpu *g;
   uint8_t *stage;
   size_t room; /* bytes a batch may take: the staging, or half of it */
   bool halves;
   int side; /* the current batch's half */
   uint64_t offs[2][FRAMES_BATCH], lens[2][FRAMES_BATCH];
   size_t next, k_next; /* the batch read ahead: its first chunk and size (0: none) */
+  bool ahead_read;     /* its reading waited for, with ahead_rc */
+  int ahead_rc;
+  bool ahead_sent; /* its chunks prefetched to the device */
   fzd_frames_reader rd;
 } frames_feed;
 
@@ -1266,6 +1271,29 @@ static size_t feed_plan(frames_feed *f, size_t i, int side) {
   return k;
 }
 
+/* The batch read ahead: its reading waited for, once. */
+static int feed_ahead_wait(frames_feed *f) {
+  if (!f->ahead_read) {
+    f->ahead_rc = fzd_frames_read_wait(f->job, &f->rd);
+    f->ahead_read = true;
+  }
+  return f->ahead_rc;
+}
+
+/* A batch's while_running: the batch read ahead, once read, goes up to
+ * the device while this one decodes. */
+static void feed_while_running(void *arg) {
+  frames_feed *f = arg;
+  if (f->k_next == 0 || f->ahead_read || feed_ahead_wait(f) < 0)
+    return;
+  int side = !f->side;
+  size_t last = f->k_next - 1;
+  char why[160];
+  f->ahead_sent = fz_frames_gpu_prefetch(f->g, feed_base(f, side),
+                                         f->offs[side][last] + f->lens[side][last], why,
+                                         sizeof why) == 0;
+}
+
 /* The batch from chunk i, read, into b (*k chunks; 0 when chunk i is
  * longer than a batch may take), and the reading of the batch after it
  * started. */
@@ -1276,7 +1304,8 @@ static int feed_next(frames_feed *f, size_t i, fz_frames_gpu_batch *b, size_t *k
     f->side = !f->side;
     *k = f->k_next;
     f->k_next = 0;
-    err = fzd_frames_read_wait(f->job, &f->rd);
+    err = feed_ahead_wait(f);
+    b->prefetched = f->ahead_sent;
   } else {
     *k = feed_plan(f, i, f->side);
     err = fzd_frames_read(f->job, i, *k, feed_base(f, f->side), f->offs[f->side]);
@@ -1294,6 +1323,9 @@ static int feed_next(frames_feed *f, size_t i, fz_frames_gpu_batch *b, size_t *k
       fzd_frames_read_start(f->job, after, k2, feed_base(f, !f->side), f->offs[!f->side], &f->rd);
       f->next = after;
       f->k_next = k2;
+      f->ahead_read = f->ahead_sent = false;
+      b->while_running = feed_while_running;
+      b->while_arg = f;
     }
   }
   return 0;
@@ -1306,7 +1338,7 @@ static void feed_close(frames_feed *f) {
     return;
   char why[sizeof f->job->why];
   memcpy(why, f->job->why, sizeof why);
-  fzd_frames_read_wait(f->job, &f->rd);
+  feed_ahead_wait(f);
   memcpy(f->job->why, why, sizeof why);
   f->k_next = 0;
 }
@@ -1339,7 +1371,7 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
    * through the decoder's pinned staging. */
   void *d_in = NULL;
   ipc_entry *ein = NULL;
-  frames_feed feed = {.job = job};
+  frames_feed feed = {.job = job, .g = w->frames};
   if (job->in_ipc) {
     err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &ein);
   } else {

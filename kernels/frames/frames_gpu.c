@@ -43,6 +43,13 @@ struct fz_frames_gpu {
   uint64_t *h_offsets, *h_lengths;
   unsigned long long *h_status, *h_counts;
   uint8_t *h_chunks; /* fz_frames_gpu_staging's, made on demand */
+  /* fz_frames_gpu_prefetch's copy, on copy_stream, done at pre_done: a
+   * staged batch goes to d_chunks at its offset in h_chunks. */
+  cudaStream_t copy_stream;
+  cudaEvent_t pre_done;
+  const uint8_t *pre_base;
+  size_t pre_len;
+  int pre_pending;
   /* keep mode: the last batch's lists, frame i's at h_lists + i * pitch
    * elements (values, then the indices at h_lists + n * pitch * w), and
    * its products, fetched in one copy each (made and grown on demand). */
@@ -111,6 +118,10 @@ void fz_frames_gpu_destroy(fz_frames_gpu *g) {
   for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
     if (host[i])
       cudaFreeHost(host[i]);
+  if (g->pre_done)
+    cudaEventDestroy(g->pre_done);
+  if (g->copy_stream)
+    cudaStreamDestroy(g->copy_stream);
   free(g->last_status);
   free(g);
 }
@@ -411,19 +422,28 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
   /* Host chunks are packed into the staging buffer; device chunks are read
    * where they are. */
   const uint8_t *chunks = b->base;
+  /* A prefetch not yet waited for: this run's copies and kernels come
+   * after it, whether or not it was this batch's. */
+  int sent = 0;
+  if (g->pre_pending) {
+    CUDA_TRY(cudaStreamWaitEvent(s, g->pre_done, 0));
+    g->pre_pending = 0;
+    sent = b->prefetched && !b->base_on_device && g->pre_base == b->base;
+  }
   if (b->base_on_device) {
     memcpy(g->h_offsets, b->offsets, n * 8);
   } else if (staged_room(g, b)) {
     /* Staged: the bytes from the base up to the last chunk's end, in one
-     * copy. */
+     * copy (or the prefetch's), to the same offset in d_chunks. */
     uint64_t end = 0;
     for (size_t i = 0; i < n; i++)
       if (b->lengths[i] && b->offsets[i] + b->lengths[i] > end)
         end = b->offsets[i] + b->lengths[i];
-    if (end)
-      CUDA_TRY(cudaMemcpyAsync(g->d_chunks, b->base, end, cudaMemcpyHostToDevice, s));
+    size_t off = (size_t)(b->base - g->h_chunks);
+    if (end && !(sent && g->pre_len >= end))
+      CUDA_TRY(cudaMemcpyAsync(g->d_chunks + off, b->base, end, cudaMemcpyHostToDevice, s));
     memcpy(g->h_offsets, b->offsets, n * 8);
-    chunks = g->d_chunks;
+    chunks = g->d_chunks + off;
   } else {
     uint64_t at = 0;
     for (size_t i = 0; i < n; i++) {
@@ -477,6 +497,8 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
     return cuda_fail((cudaError_t)e, "the frames kernels' launch", why, why_len);
   CUDA_TRY(cudaMemcpyAsync(g->h_status, g->d_status, n * 8, cudaMemcpyDeviceToHost, s));
   CUDA_TRY(cudaMemcpyAsync(g->h_counts, g->d_counts, n * 8, cudaMemcpyDeviceToHost, s));
+  if (b->while_running)
+    b->while_running(b->while_arg);
   CUDA_TRY(cudaStreamSynchronize(s));
 
   int64_t failed = 0;
@@ -569,6 +591,34 @@ uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t 
   if (cap)
     *cap = g->max_batch_bytes;
   return g->h_chunks;
+}
+
+int fz_frames_gpu_prefetch(fz_frames_gpu *g, const void *base, size_t len, char *why,
+                           size_t why_len) {
+  const uint8_t *p = base;
+  if (!g || !g->h_chunks || p < g->h_chunks || (size_t)(p - g->h_chunks) > g->max_batch_bytes ||
+      len > g->max_batch_bytes - (size_t)(p - g->h_chunks)) {
+    fzf_say(why, why_len, "frames (GPU): a prefetch must lie inside the staging");
+    return FZ_EINVAL;
+  }
+  cudaError_t e = cudaSetDevice(g->device);
+  if (e == cudaSuccess && !g->copy_stream)
+    e = cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking);
+  if (e == cudaSuccess && !g->pre_done)
+    e = cudaEventCreateWithFlags(&g->pre_done, cudaEventDisableTiming);
+  if (e == cudaSuccess && len)
+    e = cudaMemcpyAsync(g->d_chunks + (p - g->h_chunks), p, len, cudaMemcpyHostToDevice,
+                        g->copy_stream);
+  if (e == cudaSuccess)
+    e = cudaEventRecord(g->pre_done, g->copy_stream);
+  /* On failure the batch runs without prefetched and makes its own copy;
+   * a prefetch copy still under way writes the same bytes. */
+  if (e != cudaSuccess)
+    return cuda_fail(e, "the prefetch of a batch's chunks", why, why_len);
+  g->pre_base = p;
+  g->pre_len = len;
+  g->pre_pending = 1;
+  return 0;
 }
 
 size_t fz_frames_gpu_device_bytes(const fz_frames_gpu *g) {

@@ -357,3 +357,118 @@ Test(gpu_frames, refusals) {
   cr_assert_eq(fz_frames_gpu_run(g, &b, NULL, why, sizeof why), FZ_EINVAL);
   fz_frames_gpu_destroy(g);
 }
+
+/* ---- prefetch: the next batch sent up while one decodes ---- */
+
+typedef struct prefetch_call {
+  fz_frames_gpu *g;
+  const uint8_t *base;
+  size_t len;
+  int calls, rc;
+} prefetch_call;
+
+static void prefetch_now(void *arg) {
+  prefetch_call *p = arg;
+  char why[256];
+  p->calls++;
+  p->rc = fz_frames_gpu_prefetch(p->g, p->base, p->len, why, sizeof why);
+}
+
+/* Frames [first, first + n) of mf packed at stage; their table in offs and
+ * lens; returns the bytes. */
+static size_t pack_frames(uint8_t *stage, const mframes *mf, size_t first, size_t n,
+                          uint64_t *offs, uint64_t *lens) {
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    memcpy(stage + at, mf->base + mf->offsets[first + i], mf->lengths[first + i]);
+    offs[i] = at, lens[i] = mf->lengths[first + i];
+    at += mf->lengths[first + i];
+  }
+  return at;
+}
+
+/* Batch [first, first + n) of mf, run from base, against the CPU's lists. */
+static void run_against_cpu(fz_frames_gpu *g, fz_frames *f, const mframes *mf, size_t first,
+                            size_t n, const uint8_t *base, const uint64_t *offs,
+                            const uint64_t *lens, int prefetched, prefetch_call *then,
+                            const char *what) {
+  enum { NPX = 40000, N = 4 };
+  static uint16_t gv[N * NPX], cv[N * NPX];
+  static uint32_t gi[N * NPX], ci[N * NPX];
+  size_t gc[N], cc[N];
+  int gs[N], cs[N];
+  char why[256];
+  fz_frames_batch cb = {.base = mf->base,
+                        .offsets = mf->offsets + first,
+                        .lengths = mf->lengths + first,
+                        .nframes = n,
+                        .cut = 3,
+                        .values = cv,
+                        .indices = ci,
+                        .cap = NPX,
+                        .counts = cc,
+                        .status = cs};
+  cr_assert_geq(fz_frames_sparse_batch(f, &cb, 0, why, sizeof why), 0, "%s", why);
+  fz_frames_gpu_batch b = {.base = base,
+                           .offsets = offs,
+                           .lengths = lens,
+                           .nframes = n,
+                           .cut = 3,
+                           .values = gv,
+                           .indices = gi,
+                           .cap = NPX,
+                           .counts = gc,
+                           .status = gs,
+                           .prefetched = prefetched,
+                           .while_running = then ? prefetch_now : NULL,
+                           .while_arg = then};
+  cr_assert_eq(fz_frames_gpu_run(g, &b, NULL, why, sizeof why), 0, "%s: %s", what, why);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(gs[i], 0, "%s: frame %zu", what, i);
+    cr_assert_eq(gc[i], cc[i], "%s: frame %zu lists %zu, the CPU %zu", what, i, gc[i], cc[i]);
+    cr_assert_eq(memcmp(gv + i * NPX, cv + i * NPX, cc[i] * 2), 0, "%s: frame %zu", what, i);
+    cr_assert_eq(memcmp(gi + i * NPX, ci + i * NPX, cc[i] * 4), 0, "%s: frame %zu", what, i);
+  }
+}
+
+Test(gpu_frames, prefetch_of_the_other_half) {
+  enum { NPX = 40000, N = 4 };
+  char why[256];
+  mframes mf;
+  mframes_make(&mf, FZ_U16, NPX, 3 * N, 0, 21, 0.01);
+  fz_frames_params fp = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4};
+  fz_frames *f;
+  cr_assert_eq(fz_frames_create(&fp, &f, why, sizeof why), 0, "%s", why);
+  fz_frames_gpu_params p = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4,
+                            .max_frames = N, .max_batch_bytes = (size_t)1 << 20};
+  fz_frames_gpu *g;
+  cr_assert_eq(fz_frames_gpu_create(&p, &g, why, sizeof why), 0, "%s", why);
+  size_t cap = 0;
+  uint8_t *stage = fz_frames_gpu_staging(g, &cap, why, sizeof why);
+  cr_assert_not_null(stage, "%s", why);
+  uint8_t *half[2] = {stage, stage + cap / 2};
+  uint64_t offs[2][N], lens[2][N];
+
+  /* Frames 0-3 in half 0; while they decode, frames 4-7 go up from half 1. */
+  pack_frames(half[0], &mf, 0, N, offs[0], lens[0]);
+  size_t len1 = pack_frames(half[1], &mf, N, N, offs[1], lens[1]);
+  prefetch_call pc = {.g = g, .base = half[1], .len = len1};
+  run_against_cpu(g, f, &mf, 0, N, half[0], offs[0], lens[0], 0, &pc, "first half");
+  cr_assert_eq(pc.calls, 1);
+  cr_assert_eq(pc.rc, 0);
+  run_against_cpu(g, f, &mf, N, N, half[1], offs[1], lens[1], 1, NULL, "prefetched half");
+
+  /* Half 1 now holds frames 8-11 on the host and 4-7 on the device: a
+   * prefetch of fewer bytes than the batch, or none, and the run copies. */
+  size_t len2 = pack_frames(half[1], &mf, 2 * N, N, offs[1], lens[1]);
+  cr_assert_eq(fz_frames_gpu_prefetch(g, half[1], len2 / 2, why, sizeof why), 0, "%s", why);
+  run_against_cpu(g, f, &mf, 2 * N, N, half[1], offs[1], lens[1], 1, NULL, "short prefetch");
+  run_against_cpu(g, f, &mf, 0, N, half[0], offs[0], lens[0], 1, NULL, "no prefetch");
+
+  /* A prefetch outside the staging is refused. */
+  cr_assert_eq(fz_frames_gpu_prefetch(g, mf.base, 16, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_prefetch(g, half[1], cap, why, sizeof why), FZ_EINVAL);
+  fz_frames_gpu_destroy(g);
+  fz_frames_destroy(f);
+  mframes_free(&mf);
+}
