@@ -1137,7 +1137,7 @@ out:
 /* With halves, a batch stops at FRAMES_PIPE bytes (unless its first chunk
  * alone is more), so that a request of many frames is read in pieces,
  * each while the GPU decodes the one before it. */
-#define FRAMES_PIPE ((size_t)24 << 20)
+#define FRAMES_PIPE ((size_t)40 << 20)
 
 static void frames_drop(fzd_gpu_worker *w) {
 #ifdef FZD_HAVE_FRAMES
