@@ -11,8 +11,9 @@
  * at the same address (the new data's archive, never the stale mapping's),
  * the release method (the memory of a released import goes back to the
  * GPU), eight client processes at once with every kind, and a client that
- * dies with jobs in flight on its device memory.  Every archive is compared
- * byte for byte with the CPU engine's.
+ * dies with jobs in flight on its device memory, and detector frames from
+ * chunks in device memory.  Every archive and list is compared byte for
+ * byte with the CPU engine's.
  *
  * The driver API (VMM, buffer ids) is reached through the runtime's entry
  * points, so that the suite still starts, and skips, on a machine without
@@ -1150,3 +1151,79 @@ Test(device_memory, client_dies_mid_job, .timeout = 300) {
   free(cpu);
   free(v);
 }
+
+#ifdef FZT_FRAMES
+#include "fz_frames.h"
+
+/* Frames from chunks in device memory, the request naming chunks past the
+ * first ones of the buffer (offsets from d_data, d_len the whole buffer):
+ * the CPU engine's lists, where fzd once took the request's chunk bytes
+ * for the buffer's length. */
+Test(device_memory, frames_past_the_first_chunks_of_a_buffer, .timeout = 300) {
+  enum { NI = 300, NJ = 200, NPX = NI * NJ, NF = 8, HALF = NF / 2 };
+  fzd_harness *h = start_gpu_fzd("\"workers\": 2");
+  fz_client *c = connect_gpu(h);
+  char uuid[64], why[256];
+  cuda_up(uuid, sizeof uuid);
+  static uint16_t frame[NPX];
+  size_t bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, NPX, 2, 0);
+  uint8_t *chunks = malloc(NF * bound);
+  uint64_t offs[NF], lens[NF], at = 0;
+  for (size_t f = 0; f < NF; f++) {
+    for (size_t i = 0; i < NPX; i++)
+      frame[i] = (uint16_t)((i * 7 + f * 13) % 97 == 0 ? 100 + f : i % 3);
+    int64_t len = fz_bslz4_encode(FZ_BSLZ4_LZ4, frame, NPX, 2, 0, 0, chunks + at, bound, why,
+                                  sizeof why);
+    cr_assert_gt(len, 0, "%s", why);
+    offs[f] = at, lens[f] = (uint64_t)len, at += (uint64_t)len;
+  }
+  void *d = NULL;
+  CUDA_OK(cudaMalloc(&d, at));
+  CUDA_OK(upload_for_fzd(d, chunks, at));
+
+  fz_frames_params fp = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4};
+  fz_frames *fr;
+  cr_assert_eq(fz_frames_create(&fp, &fr, why, sizeof why), 0, "%s", why);
+  static uint16_t cv[HALF * NPX];
+  static uint32_t ci[HALF * NPX];
+  size_t cc[HALF];
+  int cs[HALF];
+  fz_frames_batch cb = {.base = chunks,
+                        .offsets = offs + HALF,
+                        .lengths = lens + HALF,
+                        .nframes = HALF,
+                        .cut = 50,
+                        .values = cv,
+                        .indices = ci,
+                        .cap = NPX,
+                        .counts = cc,
+                        .status = cs};
+  cr_assert_eq(fz_frames_sparse_batch(fr, &cb, 0, why, sizeof why), 0, "%s", why);
+
+  fz_frames_request q = {.dtype = "u16",
+                         .ndims = 2,
+                         .shape = {NI, NJ},
+                         .cut = 50,
+                         .offsets = offs + HALF,
+                         .lengths = lens + HALF,
+                         .nframes = HALF,
+                         .d_data = d,
+                         .d_len = at};
+  fz_frame_result res[HALF];
+  cr_assert_eq(fz_client_frames(c, &q, res), 0, "%s", fz_client_errmsg(c));
+  for (size_t i = 0; i < HALF; i++) {
+    cr_assert_eq(res[i].status, 0, "frame %zu: %s", HALF + i, res[i].message);
+    cr_assert_gt(cc[i], 0);
+    cr_assert_eq(res[i].listed, cc[i], "frame %zu lists %zu, the CPU %zu", HALF + i,
+                 res[i].listed, cc[i]);
+    cr_assert_eq(memcmp(res[i].values, cv + i * NPX, cc[i] * 2), 0, "frame %zu", HALF + i);
+    cr_assert_eq(memcmp(res[i].indices, ci + i * NPX, cc[i] * 4), 0, "frame %zu", HALF + i);
+  }
+  fz_client_frame_results_free(res, HALF);
+  fz_frames_destroy(fr);
+  CUDA_OK(cudaFree(d));
+  free(chunks);
+  fz_client_close(c);
+  stop_fzd(h);
+}
+#endif
