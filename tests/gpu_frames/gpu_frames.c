@@ -376,8 +376,8 @@ static void prefetch_now(void *arg) {
 
 /* Frames [first, first + n) of mf packed at stage; their table in offs and
  * lens; returns the bytes. */
-static size_t pack_frames(uint8_t *stage, const mframes *mf, size_t first, size_t n,
-                          uint64_t *offs, uint64_t *lens) {
+static size_t pack_frames(uint8_t *stage, const mframes *mf, size_t first, size_t n, uint64_t *offs,
+                          uint64_t *lens) {
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
     memcpy(stage + at, mf->base + mf->offsets[first + i], mf->lengths[first + i]);
@@ -439,8 +439,11 @@ Test(gpu_frames, prefetch_of_the_other_half) {
   fz_frames_params fp = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4};
   fz_frames *f;
   cr_assert_eq(fz_frames_create(&fp, &f, why, sizeof why), 0, "%s", why);
-  fz_frames_gpu_params p = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4,
-                            .max_frames = N, .max_batch_bytes = (size_t)1 << 20};
+  fz_frames_gpu_params p = {.dtype = FZ_U16,
+                            .npixels = NPX,
+                            .codec = FZ_BSLZ4_LZ4,
+                            .max_frames = N,
+                            .max_batch_bytes = (size_t)1 << 20};
   fz_frames_gpu *g;
   cr_assert_eq(fz_frames_gpu_create(&p, &g, why, sizeof why), 0, "%s", why);
   size_t cap = 0;
