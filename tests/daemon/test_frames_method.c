@@ -598,8 +598,9 @@ Test(frames_method, a_large_batch_from_a_descriptor, .timeout = 240) {
 }
 
 /* Frames whose results together pass memory_limit: the first ones come
- * back, and each one after the room ran out fails alone with EBUSY (the
- * room is held by the batch itself, not beyond the limit). */
+ * back, and a frame that finds no room fails alone with EBUSY (the room is
+ * held by the batch itself, not beyond the limit).  Which frames find none
+ * is not fixed: room the message's input held may come back meanwhile. */
 Test(frames_method, frames_past_the_room_fail_with_ebusy, .timeout = 120) {
   enum { N = 12, SIDE = 256, PX = SIDE * SIDE };
   static uint16_t px[PX];
@@ -638,7 +639,6 @@ Test(frames_method, frames_past_the_room_fail_with_ebusy, .timeout = 120) {
     if (status == 0) {
       const void *v = NULL;
       uint32_t vl = 0;
-      cr_assert_eq(busy, 0, "frame %d decoded after one found no room", i);
       cr_assert_eq(fzp_get_bin(&frames->via.array.ptr[i], "values", &v, &vl), 1);
       cr_assert(vl == sizeof px && memcmp(v, px, vl) == 0, "frame %d differs", i);
       done++;
