@@ -303,17 +303,22 @@ err_frames:
   return rc;
 }
 
-/* Checks a batch against the decoder before anything is copied. */
-/* Bytes of the pinned staging from a host batch's base when the base lies
- * in it (at its start or inside, where a caller fills one part while a
- * batch runs from another), else 0. */
-static size_t staged_room(const fz_frames_gpu *g, const fz_frames_gpu_batch *b) {
-  uintptr_t base = (uintptr_t)b->base, h = (uintptr_t)g->h_chunks;
-  if (b->base_on_device || !g->h_chunks || base < h || base - h >= g->max_batch_bytes)
+/* Bytes of the pinned staging from p when p lies in it (at its start or
+ * inside, where a caller fills one part while a batch runs from another),
+ * else 0. */
+static size_t staging_room(const fz_frames_gpu *g, const void *p) {
+  uintptr_t at = (uintptr_t)p, h = (uintptr_t)g->h_chunks;
+  if (!g->h_chunks || at < h || at - h >= g->max_batch_bytes)
     return 0;
-  return g->max_batch_bytes - (size_t)(base - h);
+  return g->max_batch_bytes - (size_t)(at - h);
 }
 
+/* The same for a batch: 0 for chunks in device memory. */
+static size_t staged_room(const fz_frames_gpu *g, const fz_frames_gpu_batch *b) {
+  return b->base_on_device ? 0 : staging_room(g, b->base);
+}
+
+/* Checks a batch against the decoder before anything is copied. */
 static int check_batch(const fz_frames_gpu *g, const fz_frames_gpu_batch *b, char *why,
                        size_t why_len) {
   if (!b->counts || !b->status || (b->nframes && (!b->base || !b->offsets || !b->lengths))) {
@@ -596,8 +601,8 @@ uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t 
 int fz_frames_gpu_prefetch(fz_frames_gpu *g, const void *base, size_t len, char *why,
                            size_t why_len) {
   const uint8_t *p = base;
-  if (!g || !g->h_chunks || p < g->h_chunks || (size_t)(p - g->h_chunks) > g->max_batch_bytes ||
-      len > g->max_batch_bytes - (size_t)(p - g->h_chunks)) {
+  size_t room = g ? staging_room(g, p) : 0;
+  if (room == 0 || len > room) {
     fzf_say(why, why_len, "frames (GPU): a prefetch must lie inside the staging");
     return FZ_EINVAL;
   }
