@@ -87,7 +87,6 @@ typedef struct buf {
   size_t cap;
 } buf;
 
-
 typedef struct fzd_gpu_worker fzd_gpu_worker;
 
 struct fzd_gpu_worker {
@@ -207,8 +206,8 @@ static uint64_t plan_bytes(void *arg, const void *plan) {
   return fz_gpu_plan_workspace_bytes(plan);
 }
 
-int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit,
-                 fzd_gpu **out, char *why, size_t why_len) {
+int fzd_gpu_open(const char *device, unsigned nstreams, uint64_t mem_limit, fzd_gpu **out,
+                 char *why, size_t why_len) {
   *out = NULL;
   fzd_gpu *g = calloc(1, sizeof *g);
   if (g == NULL)
@@ -239,8 +238,12 @@ void fzd_gpu_close(fzd_gpu *g) {
   free(g);
 }
 
-const char *fzd_gpu_name(const fzd_gpu *g) { return fz_gpu_ctx_name(g->ctx); }
-const char *fzd_gpu_uuid(const fzd_gpu *g) { return fz_gpu_ctx_uuid(g->ctx); }
+const char *fzd_gpu_name(const fzd_gpu *g) {
+  return fz_gpu_ctx_name(g->ctx);
+}
+const char *fzd_gpu_uuid(const fzd_gpu *g) {
+  return fz_gpu_ctx_uuid(g->ctx);
+}
 
 /* Counts bytes of device memory against gpu_memory_limit. */
 static int mem_reserve(fzd_gpu *g, size_t bytes, char *why, size_t why_len) {
@@ -249,8 +252,8 @@ static int mem_reserve(fzd_gpu *g, size_t bytes, char *why, size_t why_len) {
     if (g->mem_limit != 0 && (bytes > g->mem_limit || cur > g->mem_limit - bytes)) {
       snprintf(why, why_len,
                "%zu more bytes of device memory would pass gpu_memory_limit "
-               "(%llu bytes, %llu held)", bytes, (unsigned long long)g->mem_limit,
-               (unsigned long long)cur);
+               "(%llu bytes, %llu held)",
+               bytes, (unsigned long long)g->mem_limit, (unsigned long long)cur);
       return FZ_EGPUOOM;
     }
   } while (!atomic_compare_exchange_weak(&g->mem_used, &cur, cur + bytes));
@@ -469,8 +472,7 @@ static bool same_file(int a, int b) {
 }
 
 /* The pool whose export fd carries (c->mu held). */
-static int pool_get(fzd_ipc_cache *c, int fd, const char *side, fzd_job *job,
-                    pool_entry **out) {
+static int pool_get(fzd_ipc_cache *c, int fd, const char *side, fzd_job *job, pool_entry **out) {
   for (unsigned i = 0; i < POOL_ENTRIES; i++)
     if (c->pools[i].pool != NULL && c->pools[i].fd >= 0 && same_file(c->pools[i].fd, fd)) {
       *out = &c->pools[i];
@@ -563,12 +565,9 @@ static int ipc_acquire(fzd_ipc_cache *c, const fzd_devbuf *d, uint64_t off, uint
     pool_entry *pool = NULL;
     char why[200] = "";
     switch (d->kind) {
-    case FZD_MEM_IPC:
-      err = fz_gpu_import_ipc(c->g->ctx, d->handle, &m, why, sizeof why);
-      break;
+    case FZD_MEM_IPC: err = fz_gpu_import_ipc(c->g->ctx, d->handle, &m, why, sizeof why); break;
     case FZD_MEM_VMM:
-      err = fz_gpu_import_vmm(c->g->ctx, job->fds[d->fd], (size_t)d->vmm_size, &m, why,
-                              sizeof why);
+      err = fz_gpu_import_vmm(c->g->ctx, job->fds[d->fd], (size_t)d->vmm_size, &m, why, sizeof why);
       break;
     case FZD_MEM_POOL:
       err = pool_get(c, job->fds[d->fd], side, job, &pool);
@@ -578,9 +577,7 @@ static int ipc_acquire(fzd_ipc_cache *c, const fzd_devbuf *d, uint64_t off, uint
       if (err < 0 && pool->users == 0)
         pool_close(c, pool);
       break;
-    default:
-      err = FZ_EINVAL;
-      snprintf(why, sizeof why, "no device buffer");
+    default: err = FZ_EINVAL; snprintf(why, sizeof why, "no device buffer");
     }
     if (err < 0) {
       snprintf(job->why, sizeof(job->why), "%s_%s: %s", side, kind_key(d->kind), why);
@@ -607,9 +604,11 @@ static int ipc_acquire(fzd_ipc_cache *c, const fzd_devbuf *d, uint64_t off, uint
   if (off > e->map.size || len > e->map.size - off) {
     snprintf(job->why, sizeof(job->why),
              "%s_offset + %s_length (%llu + %llu) is past the end of the %s "
-             "allocation (%zu bytes)", side, side, (unsigned long long)off,
-             (unsigned long long)len,
-             d->kind == FZD_MEM_VMM ? "VMM" : d->kind == FZD_MEM_POOL ? "pool" : "IPC",
+             "allocation (%zu bytes)",
+             side, side, (unsigned long long)off, (unsigned long long)len,
+             d->kind == FZD_MEM_VMM    ? "VMM"
+             : d->kind == FZD_MEM_POOL ? "pool"
+                                       : "IPC",
              e->map.size);
     if (e->doomed && e->refs == 0)
       entry_close(c, e);
@@ -634,8 +633,8 @@ static void ipc_release(fzd_ipc_cache *c, ipc_entry *e) {
 }
 
 /* Opens (or finds) the event a handle names; held until event_release(). */
-static int event_acquire(fzd_ipc_cache *c, const unsigned char *key, const char *name,
-                         fzd_job *job, event_entry **out) {
+static int event_acquire(fzd_ipc_cache *c, const unsigned char *key, const char *name, fzd_job *job,
+                         event_entry **out) {
   int err = 0;
   pthread_mutex_lock(&c->mu);
   event_entry *v = NULL, *victim = NULL;
@@ -650,8 +649,8 @@ static int event_acquire(fzd_ipc_cache *c, const unsigned char *key, const char 
   }
   if (v == NULL) {
     if (victim == NULL) {
-      snprintf(job->why, sizeof(job->why),
-               "%d events of this connection are in use at once", EVENT_ENTRIES);
+      snprintf(job->why, sizeof(job->why), "%d events of this connection are in use at once",
+               EVENT_ENTRIES);
       err = FZ_EBUSY;
       goto out;
     }
@@ -699,27 +698,27 @@ static int verify(fzd_gpu_worker *w, fzd_job *job, const void *d_arc, size_t arc
     return err;
   if ((err = host_ensure(w, &w->h_back, n, job)) < 0)
     return err;
-  err = fz_gpu_decoder_open(w->dec, d_arc, arc_len, NULL, w->stream, job->why,
-                            sizeof(job->why));
+  err = fz_gpu_decoder_open(w->dec, d_arc, arc_len, NULL, w->stream, job->why, sizeof(job->why));
   jit_log_failures(w->g);
   if (err == 0)
     err = fz_gpu_decoder_run(w->dec, w->d_back.p, n, &back_len, w->stream, job->why,
                              sizeof(job->why));
   if (err < 0)
     return err;
-  if ((err = gpu_copy(w, job, w->h_back.p, w->d_back.p, n, "copying the decompressed data back")) < 0)
+  if ((err = gpu_copy(w, job, w->h_back.p, w->d_back.p, n, "copying the decompressed data back")) <
+      0)
     goto out;
   if (job->in_ipc) {
     if ((err = host_ensure(w, &w->h_in, n, job)) < 0)
       goto out;
     if ((err = gpu_copy(w, job, w->h_in.p, d_in, n, "copying the input back")) < 0)
-    goto out;
+      goto out;
   }
   if ((err = gpu_sync(w, job, "verification")) < 0)
     goto out;
   fz_compare_result cmp;
-  err = fz_compare(job->params.dtype, w->h_in.p, w->h_back.p,
-                   n / fz_dtype_size(job->params.dtype), &cmp);
+  err = fz_compare(job->params.dtype, w->h_in.p, w->h_back.p, n / fz_dtype_size(job->params.dtype),
+                   &cmp);
   if (err < 0) {
     snprintf(job->why, sizeof(job->why), "verification failed: %s", fz_strerror(err));
     goto out;
@@ -755,19 +754,19 @@ static int fallback_deliver(fzd_gpu_worker *w, fzd_job *job, const void *h, size
   if (!job->out_ipc)
     return fzd_job_deliver_copy(job, h, len);
   if (len > job->out_cap) {
-    snprintf(job->why, sizeof(job->why), "the %s needs %zu bytes; out_length is %llu", what,
-             len, (unsigned long long)job->out_cap);
+    snprintf(job->why, sizeof(job->why), "the %s needs %zu bytes; out_length is %llu", what, len,
+             (unsigned long long)job->out_cap);
     return FZ_ENOSPC;
   }
   void *d_out;
   ipc_entry *e = NULL;
-  int err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job,
-                        &d_out, &e);
+  int err =
+      ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job, &d_out, &e);
   if (err == 0) {
     if ((err = gpu_copy(w, job, d_out, h, len, "copying the result to out_ipc")) < 0)
-    goto out;
+      goto out;
     if ((err = gpu_sync(w, job, "copying the result to out_ipc")) < 0)
-    goto out;
+      goto out;
     job->out_len = len;
   }
 out:
@@ -785,9 +784,9 @@ static int fallback_input(fzd_gpu_worker *w, fzd_job *job) {
   err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &e);
   if (err == 0) {
     if ((err = gpu_copy(w, job, w->h_in.p, d_in, job->in_len, "copying the input from in_ipc")) < 0)
-    goto out;
+      goto out;
     if ((err = gpu_sync(w, job, "copying the input from in_ipc")) < 0)
-    goto out;
+      goto out;
   }
 out:
   return job_end(w, job, e, NULL, err);
@@ -831,11 +830,14 @@ static int cpu_decompress(fzd_gpu_worker *w, fzd_job *job, bool staged) {
   if (err < 0 || (err = fz_archive_inspect(w->h_in.p, job->in_len, info)) < 0)
     return err;
   size_t raw = (size_t)info->raw_bytes, out_len = 0;
-  uint64_t limit = job->out_ipc ? job->out_cap
-                   : job->out_fd < 0 ? job->max_inline : job->max_output;
+  uint64_t limit = job->out_ipc      ? job->out_cap
+                   : job->out_fd < 0 ? job->max_inline
+                                     : job->max_output;
   if (info->raw_bytes > limit) {
-    snprintf(job->why, sizeof(job->why), "the decompressed data needs %zu bytes; the limit "
-             "is %llu", raw, (unsigned long long)limit);
+    snprintf(job->why, sizeof(job->why),
+             "the decompressed data needs %zu bytes; the limit "
+             "is %llu",
+             raw, (unsigned long long)limit);
     return job->out_ipc ? FZ_ENOSPC : FZ_EMSGSIZE;
   }
   if ((err = host_ensure(w, &w->h_out, raw, job)) < 0)
@@ -863,8 +865,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   uint64_t t0 = fzd_notify_monotonic_usec();
   void *d_in, *d_out, *d_client = NULL;
   if (job->in_ipc) {
-    err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job,
-                      &d_in, &ein);
+    err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &ein);
     if (err < 0)
       goto out;
   } else {
@@ -875,14 +876,15 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
     free(job->in_data); /* the staging copy is all that is needed now */
     job->in_data = NULL;
     t0 = fzd_notify_monotonic_usec();
-    if ((err = gpu_copy(w, job, w->d_in.p, w->h_in.p, job->in_len, "copying the input to the GPU")) < 0)
-    goto out;
+    if ((err = gpu_copy(w, job, w->d_in.p, w->h_in.p, job->in_len,
+                        "copying the input to the GPU")) < 0)
+      goto out;
     d_in = w->d_in.p;
   }
   size_t bound = fz_gpu_plan_compress_bound(plan), cap = bound;
   if (job->out_ipc) {
-    err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job,
-                      &d_client, &eout);
+    err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job, &d_client,
+                      &eout);
     if (err < 0)
       goto out;
   }
@@ -909,7 +911,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     }
     if ((err = gpu_copy(w, job, d_client, d_out, arc_len, "copying the archive to out_ipc")) < 0)
-    goto out;
+      goto out;
     d_out = d_client;
   }
   if (job->verify && (err = verify(w, job, d_out, arc_len, d_in)) < 0)
@@ -917,7 +919,7 @@ static int gpu_compress(fzd_gpu_worker *w, fzd_job *job) {
   if (job->out_ipc) {
     if (!job->verify)
       if ((err = gpu_sync(w, job, "copying the archive to out_ipc")) < 0)
-    goto out;
+        goto out;
     job->time_us = fzd_notify_monotonic_usec() - t0;
     job->out_len = arc_len;
     goto out;
@@ -949,12 +951,12 @@ static int ipc_to_ipc_decompress(fzd_gpu_worker *w, fzd_job *job, void *d_arc, i
   ipc_entry *eout = NULL;
   void *d_out;
   size_t out_len = 0;
-  int err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job, &d_out,
-                        &eout);
+  int err =
+      ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job, &d_out, &eout);
   if (err < 0)
     goto out;
-  err = fz_gpu_decoder_decompress(w->dec, d_arc, job->in_len, d_out, (size_t)job->out_cap,
-                                  &out_len, &job->info, w->stream, job->why, sizeof(job->why));
+  err = fz_gpu_decoder_decompress(w->dec, d_arc, job->in_len, d_out, (size_t)job->out_cap, &out_len,
+                                  &job->info, w->stream, job->why, sizeof(job->why));
   jit_log_failures(w->g);
   if (err == FZ_ENOSYS) {
     job_end(w, job, ein, eout, 0);
@@ -986,8 +988,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
   void *d_arc, *d_out;
   int err = 0;
   if (job->in_ipc) {
-    err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job,
-                      &d_arc, &ein);
+    err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_arc, &ein);
     if (err < 0)
       goto out;
     if (job->out_ipc)
@@ -999,8 +1000,9 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     free(job->in_data);
     job->in_data = NULL;
-    if ((err = gpu_copy(w, job, w->d_in.p, w->h_in.p, job->in_len, "copying the archive to the GPU")) < 0)
-    goto out;
+    if ((err = gpu_copy(w, job, w->d_in.p, w->h_in.p, job->in_len,
+                        "copying the archive to the GPU")) < 0)
+      goto out;
     d_arc = w->d_in.p;
   }
   /* Output to the host, from an archive of the decoder's series: the raw
@@ -1014,9 +1016,8 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
     if ((err = dev_ensure(w, &w->d_out, guess, job)) < 0 ||
         (err = host_ensure(w, &w->h_out, guess, job)) < 0)
       goto out;
-    err = fz_gpu_decoder_decompress_host(w->dec, d_arc, job->in_len, w->d_out.p, guess,
-                                         w->h_out.p, &out_len, info, w->stream, job->why,
-                                         sizeof(job->why));
+    err = fz_gpu_decoder_decompress_host(w->dec, d_arc, job->in_len, w->d_out.p, guess, w->h_out.p,
+                                         &out_len, info, w->stream, job->why, sizeof(job->why));
     jit_log_failures(w->g);
     if (err == 0) {
       job->time_us = fzd_notify_monotonic_usec() - t0;
@@ -1027,8 +1028,8 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     job->why[0] = '\0';
   }
-  err = fz_gpu_decoder_open(w->dec, d_arc, job->in_len, info, w->stream, job->why,
-                            sizeof(job->why));
+  err =
+      fz_gpu_decoder_open(w->dec, d_arc, job->in_len, info, w->stream, job->why, sizeof(job->why));
   jit_log_failures(w->g);
   if (err == FZ_ENOSYS) {
     job_end(w, job, ein, NULL, 0);
@@ -1044,8 +1045,8 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
       goto out;
     }
     cap = (size_t)job->out_cap;
-    err = ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job,
-                      &d_out, &eout);
+    err =
+        ipc_acquire(job->ipc, &job->out_dev, job->out_off, job->out_cap, "out", job, &d_out, &eout);
     if (err < 0)
       goto out;
   } else {
@@ -1063,8 +1064,7 @@ static int gpu_decompress(fzd_gpu_worker *w, fzd_job *job) {
     d_out = w->d_out.p;
   }
   size_t out_len = 0;
-  err = fz_gpu_decoder_run(w->dec, d_out, cap, &out_len, w->stream, job->why,
-                           sizeof(job->why));
+  err = fz_gpu_decoder_run(w->dec, d_out, cap, &out_len, w->stream, job->why, sizeof(job->why));
   if (err < 0)
     goto out;
   if (job->out_ipc) {
@@ -1289,9 +1289,9 @@ static void feed_while_running(void *arg) {
   int side = !f->side;
   size_t last = f->k_next - 1;
   char why[160];
-  f->ahead_sent = fz_frames_gpu_prefetch(f->g, feed_base(f, side),
-                                         f->offs[side][last] + f->lens[side][last], why,
-                                         sizeof why) == 0;
+  f->ahead_sent =
+      fz_frames_gpu_prefetch(f->g, feed_base(f, side), f->offs[side][last] + f->lens[side][last],
+                             why, sizeof why) == 0;
 }
 
 /* The batch from chunk i, read, into b (*k chunks; 0 when chunk i is
@@ -1389,11 +1389,8 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
   uint8_t *host = NULL;
   for (size_t i = 0; i < r->n && err == 0;) {
     size_t k = 0;
-    fz_frames_gpu_batch b = {.cut = r->cut,
-                             .counts = counts,
-                             .status = status,
-                             .keep = 1,
-                             .keep_lists = !r->dense};
+    fz_frames_gpu_batch b = {
+        .cut = r->cut, .counts = counts, .status = status, .keep = 1, .keep_lists = !r->dense};
     if (d_in != NULL) {
       k = r->n - i < FRAMES_BATCH ? r->n - i : FRAMES_BATCH;
       b.base = d_in;
@@ -1413,8 +1410,8 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
       continue;
     }
     b.nframes = k;
-    int64_t failed =
-        fz_frames_gpu_run(w->frames, &b, (fz_frames_gpu_stream)w->stream, job->why, sizeof job->why);
+    int64_t failed = fz_frames_gpu_run(w->frames, &b, (fz_frames_gpu_stream)w->stream, job->why,
+                                       sizeof job->why);
     if (failed < 0) {
       err = (int)failed;
       break;
@@ -1596,8 +1593,10 @@ static int warm_up(fzd_gpu_worker *w, char *why, size_t why_len) {
          ((const unsigned char *)c->out_data)[same] == ((const unsigned char *)cpu_arc)[same])
     same++;
   if (c->out_len != cpu_len || same != cpu_len) {
-    snprintf(why, why_len, "warm-up: the GPU archive (%zu bytes) differs from the CPU "
-             "engine's (%zu bytes) from byte %zu on", c->out_len, cpu_len, same);
+    snprintf(why, why_len,
+             "warm-up: the GPU archive (%zu bytes) differs from the CPU "
+             "engine's (%zu bytes) from byte %zu on",
+             c->out_len, cpu_len, same);
     err = FZ_ECORRUPT;
     goto out;
   }
@@ -1652,7 +1651,9 @@ static int worker_create(void *state, unsigned index, void **out, char *why, siz
 
 /* ---- the backend ------------------------------------------------------------ */
 
-static int run(void *w, fzd_job *job) { return gpu_run(w, job); }
+static int run(void *w, fzd_job *job) {
+  return gpu_run(w, job);
+}
 
 /* The JIT settings reach the kernels' compiler before the workers are
  * made, since their warm-up compiles the first kernels.  A cache
@@ -1668,9 +1669,9 @@ static int jit_setup(fzd_gpu *g) {
   }
   if (why[0] != '\0')
     fzd_warn("jit: %s", why);
-  fzd_info("jit: %s, module cache %s%s, at most %llu bytes on disk",
-           g->jit ? "on" : "off", g->jit_cache_dir[0] ? "in " : "in memory only",
-           g->jit_cache_dir, (unsigned long long)g->jit_cache_max_bytes);
+  fzd_info("jit: %s, module cache %s%s, at most %llu bytes on disk", g->jit ? "on" : "off",
+           g->jit_cache_dir[0] ? "in " : "in memory only", g->jit_cache_dir,
+           (unsigned long long)g->jit_cache_max_bytes);
   jit_log_failures(g);
   return 0;
 }
@@ -1679,11 +1680,15 @@ static void jit_counts(void *state, fzd_jit_counts *out) {
   fzd_gpu *g = state;
   fz_gpu_jit_counts k;
   fz_gpu_ctx_jit_counts(g->ctx, &k);
-  *out = (fzd_jit_counts){.mem_hits = k.mem_hits, .disk_hits = k.disk_hits,
-                          .misses = k.misses, .compiles = k.compiles,
+  *out = (fzd_jit_counts){.mem_hits = k.mem_hits,
+                          .disk_hits = k.disk_hits,
+                          .misses = k.misses,
+                          .compiles = k.compiles,
                           .compile_failures = k.compile_failures,
-                          .compile_ms = k.compile_us / 1000, .disk_writes = k.disk_writes,
-                          .disk_rejected = k.disk_rejected, .disk_evicted = k.disk_evicted,
+                          .compile_ms = k.compile_us / 1000,
+                          .disk_writes = k.disk_writes,
+                          .disk_rejected = k.disk_rejected,
+                          .disk_evicted = k.disk_evicted,
                           .disk_bytes = k.disk_bytes};
 }
 
@@ -1704,10 +1709,18 @@ int fzd_gpu_backend(fzd_gpu *g, const fzd_gpu_settings *s, fzd_backend_ops *be) 
     return err;
   /* Workers look at the queue before they sleep (pool.c) and give back
    * their staging and device buffers after a second without work. */
-  *be = (fzd_backend_ops){.name = "GPU", .state = g, .worker_create = worker_create,
-                      .worker_destroy = worker_destroy, .run = run, .idle = worker_idle,
-                      .idle_ms = 1000, .spin_us = 250, .pin_cores = false, .plans = g->plans,
-                      .jit_counts = jit_counts, .destroy = NULL};
+  *be = (fzd_backend_ops){.name = "GPU",
+                          .state = g,
+                          .worker_create = worker_create,
+                          .worker_destroy = worker_destroy,
+                          .run = run,
+                          .idle = worker_idle,
+                          .idle_ms = 1000,
+                          .spin_us = 250,
+                          .pin_cores = false,
+                          .plans = g->plans,
+                          .jit_counts = jit_counts,
+                          .destroy = NULL};
 #ifdef FZD_HAVE_FRAMES
   be->frames = frames_run;
 #endif
