@@ -753,14 +753,25 @@ static int read_chunk(const struct fzd_frames_req *r, size_t i, uint8_t *dst, ch
 
 /* Chunks from a descriptor come through the page cache, which one thread
  * copies at a few GB/s, less than the GPU decodes them: a batch of at
- * least READ_SPLIT bytes is read by FZD_FRAMES_READERS threads, each
- * taking a run of chunks of about equal bytes. */
+ * least READ_SPLIT bytes is read by one thread a core (2 at least, at
+ * most FZD_FRAMES_READERS), each taking a run of chunks of about equal
+ * bytes. */
 #define READ_SPLIT ((uint64_t)8 << 20)
+
+static size_t readers(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 2 ? 2 : n > FZD_FRAMES_READERS ? FZD_FRAMES_READERS : (size_t)n;
+}
 
 static void *read_run_main(void *arg) {
   fzd_frames_read_run *p = arg;
-  for (size_t i = p->first; i < p->end && p->rc == 0; i++)
-    p->rc = read_chunk(p->r, i, p->dst + p->at[i - p->first], p->why, sizeof p->why);
+  p->sent = p->on_read != NULL;
+  for (size_t i = p->first; i < p->end && p->rc == 0; i++) {
+    uint8_t *dst = p->dst + p->at[i - p->first];
+    p->rc = read_chunk(p->r, i, dst, p->why, sizeof p->why);
+    if (p->rc == 0 && p->sent && p->r->lengths[i] != 0)
+      p->sent = p->on_read(p->on_read_arg, dst, (size_t)p->r->lengths[i]) == 0;
+  }
   return NULL;
 }
 
@@ -770,7 +781,7 @@ void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, c
   uint64_t total = 0;
   for (size_t j = 0; j < k; j++)
     total += r->lengths[first + j];
-  size_t nt = r->fd < 0 || total < READ_SPLIT ? 1 : FZD_FRAMES_READERS;
+  size_t nt = r->fd < 0 || total < READ_SPLIT ? 1 : readers();
   size_t i = first, end = first + k;
   uint64_t sum = 0;
   rd->nt = nt;
@@ -779,8 +790,13 @@ void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, c
     size_t b = i;
     while (b < end && sum < goal)
       sum += r->lengths[b++];
-    rd->runs[t] =
-        (fzd_frames_read_run){.r = r, .first = i, .end = b, .dst = dst, .at = at + (i - first)};
+    rd->runs[t] = (fzd_frames_read_run){.r = r,
+                                        .first = i,
+                                        .end = b,
+                                        .dst = dst,
+                                        .at = at + (i - first),
+                                        .on_read = rd->on_read,
+                                        .on_read_arg = rd->on_read_arg};
     i = b;
   }
   /* One run (a small batch, or chunks in memory) is read now; a thread
@@ -797,15 +813,18 @@ int fzd_frames_read_wait(fzd_job *job, fzd_frames_reader *rd) {
     if (rd->started[t])
       pthread_join(rd->tid[t], NULL);
   int rc = 0;
-  for (size_t t = 0; t < rd->nt && rc == 0; t++)
-    if ((rc = rd->runs[t].rc) < 0)
+  rd->all_sent = rd->on_read != NULL;
+  for (size_t t = 0; t < rd->nt; t++) {
+    if (rc == 0 && (rc = rd->runs[t].rc) < 0)
       snprintf(job->why, sizeof job->why, "%s", rd->runs[t].why);
+    rd->all_sent = rd->all_sent && rd->runs[t].sent;
+  }
   rd->nt = 0;
   return rc;
 }
 
 int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at) {
-  fzd_frames_reader rd;
+  fzd_frames_reader rd = {0};
   fzd_frames_read_start(job, first, k, dst, at, &rd);
   return fzd_frames_read_wait(job, &rd);
 }

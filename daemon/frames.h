@@ -105,20 +105,32 @@ int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch);
 int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at);
 /* The same in two halves, so that a backend decodes one batch while the
  * next is read: fzd_frames_read_start reads a small batch (or chunks in
- * memory) at once and starts the threads of a large one;
+ * memory) at once and starts the threads of a large one (as many as the
+ * machine has cores, from 2 to FZD_FRAMES_READERS);
  * fzd_frames_read_wait waits for them (always called after a start) and
  * returns 0 or the first error.  dst, at and the reader stay put until
- * then. */
-#define FZD_FRAMES_READERS 8
+ * then.  When the caller sets on_read before the start, each chunk, once
+ * read, is handed to it on the thread that read it (a backend sends it
+ * on to the device while the others are still read); a negative return
+ * stops the calls of that thread, not its reading, and leaves all_sent
+ * false after the wait. */
+#define FZD_FRAMES_READERS 16
+typedef int (*fzd_frames_on_read)(void *arg, const uint8_t *p, size_t len);
 typedef struct fzd_frames_read_run {
   const struct fzd_frames_req *r;
   size_t first, end; /* chunks [first, end) of the request */
   uint8_t *dst;
   const uint64_t *at; /* chunk first + j goes to dst + at[j] */
+  fzd_frames_on_read on_read;
+  void *on_read_arg;
+  bool sent; /* every chunk's on_read returned 0 */
   int rc;
   char why[128];
 } fzd_frames_read_run;
 typedef struct fzd_frames_reader {
+  fzd_frames_on_read on_read; /* NULL: none */
+  void *on_read_arg;
+  bool all_sent; /* after the wait: every on_read returned 0 */
   fzd_frames_read_run runs[FZD_FRAMES_READERS];
   pthread_t tid[FZD_FRAMES_READERS];
   bool started[FZD_FRAMES_READERS];

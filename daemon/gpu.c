@@ -1232,10 +1232,11 @@ static int frames_take_top(fzd_gpu_worker *w, fzd_job *job, size_t j, size_t i, 
 }
 
 /* The host chunks of a request's batches, read into the decoder's pinned
- * staging.  When a frame's largest chunk fits half of it, batches take
- * the halves in turn: the next batch is read (on threads, from a
- * descriptor) while the current one runs on the GPU, and once read it is
- * sent up (fz_frames_gpu_prefetch) while the current one still decodes. */
+ * staging, each chunk sent on to the device (fz_frames_gpu_send) by the
+ * thread that read it, so that a batch goes up while it is still read.
+ * When a frame's largest chunk fits half of the staging, batches take the
+ * halves in turn: the next batch is read and sent up while the current
+ * one decodes. */
 typedef struct frames_feed {
   fzd_job *job;
   fz_frames_gpu *g;
@@ -1244,10 +1245,7 @@ typedef struct frames_feed {
   bool halves;
   int side; /* the current batch's half */
   uint64_t offs[2][FRAMES_BATCH], lens[2][FRAMES_BATCH];
-  size_t next, k_next; /* the batch read ahead: its first chunk and size (0: none) */
-  bool ahead_read;     /* its reading waited for, with ahead_rc */
-  int ahead_rc;
-  bool ahead_sent; /* its chunks prefetched to the device */
+  size_t next, k_next; /* the batch being read ahead: its first chunk and size (0: none) */
   fzd_frames_reader rd;
 } frames_feed;
 
@@ -1271,47 +1269,59 @@ static size_t feed_plan(frames_feed *f, size_t i, int side) {
   return k;
 }
 
-/* The batch read ahead: its reading waited for, once. */
-static int feed_ahead_wait(frames_feed *f) {
-  if (!f->ahead_read) {
-    f->ahead_rc = fzd_frames_read_wait(f->job, &f->rd);
-    f->ahead_read = true;
-  }
-  return f->ahead_rc;
-}
-
-/* A batch's while_running: the batch read ahead, once read, goes up to
- * the device while this one decodes. */
-static void feed_while_running(void *arg) {
+/* fzd_frames_reader's on_read: a chunk just read goes up. */
+static int feed_send(void *arg, const uint8_t *p, size_t len) {
   frames_feed *f = arg;
-  if (f->k_next == 0 || f->ahead_read || feed_ahead_wait(f) < 0)
-    return;
-  int side = !f->side;
-  size_t last = f->k_next - 1;
   char why[160];
-  f->ahead_sent =
-      fz_frames_gpu_prefetch(f->g, feed_base(f, side), f->offs[side][last] + f->lens[side][last],
-                             why, sizeof why) == 0;
+  return fz_frames_gpu_send(f->g, p, len, why, sizeof why);
 }
 
-/* The batch from chunk i, read, into b (*k chunks; 0 when chunk i is
- * longer than a batch may take), and the reading of the batch after it
- * started. */
+/* The reading of the k chunks in half `side` waited for; returns 0 or its
+ * error, and whether the whole batch went up.  The copies queued are
+ * marked even when some failed, so that the next run waits for them. */
+static int feed_wait(frames_feed *f, int side, size_t k, bool *sent) {
+  int err = fzd_frames_read_wait(f->job, &f->rd);
+  size_t len = k != 0 ? f->offs[side][k - 1] + f->lens[side][k - 1] : 0;
+  char why[160];
+  *sent = err == 0 && k != 0 && f->rd.all_sent &&
+          fz_frames_gpu_sent(f->g, feed_base(f, side), len, why, sizeof why) == 0;
+  if (!*sent)
+    fz_frames_gpu_sent(f->g, feed_base(f, side), 0, why, sizeof why);
+  return err;
+}
+
+/* Waits for a batch still being read ahead (its error, if any, dropped:
+ * the job's own reason stays). */
+static void feed_close(frames_feed *f) {
+  if (f->k_next == 0)
+    return;
+  char why[sizeof f->job->why];
+  bool sent;
+  memcpy(why, f->job->why, sizeof why);
+  feed_wait(f, !f->side, f->k_next, &sent);
+  memcpy(f->job->why, why, sizeof why);
+  f->k_next = 0;
+}
+
+/* The batch from chunk i, read and sent up, into b (*k chunks; 0 when
+ * chunk i is longer than a batch may take), and the reading of the batch
+ * after it started. */
 static int feed_next(frames_feed *f, size_t i, fz_frames_gpu_batch *b, size_t *k) {
   const struct fzd_frames_req *r = f->job->frames;
-  int err;
   if (f->k_next != 0 && f->next == i) {
     f->side = !f->side;
     *k = f->k_next;
     f->k_next = 0;
-    err = feed_ahead_wait(f);
-    b->prefetched = f->ahead_sent;
   } else {
+    feed_close(f);
     *k = feed_plan(f, i, f->side);
-    err = fzd_frames_read(f->job, i, *k, feed_base(f, f->side), f->offs[f->side]);
+    fzd_frames_read_start(f->job, i, *k, feed_base(f, f->side), f->offs[f->side], &f->rd);
   }
+  bool sent;
+  int err = feed_wait(f, f->side, *k, &sent);
   if (err < 0)
     return err;
+  b->prefetched = sent;
   b->base = feed_base(f, f->side);
   b->base_len = f->room;
   b->offsets = f->offs[f->side];
@@ -1323,24 +1333,9 @@ static int feed_next(frames_feed *f, size_t i, fz_frames_gpu_batch *b, size_t *k
       fzd_frames_read_start(f->job, after, k2, feed_base(f, !f->side), f->offs[!f->side], &f->rd);
       f->next = after;
       f->k_next = k2;
-      f->ahead_read = f->ahead_sent = false;
-      b->while_running = feed_while_running;
-      b->while_arg = f;
     }
   }
   return 0;
-}
-
-/* Waits for a batch still being read (its error, if any, dropped: the
- * job's own reason stays). */
-static void feed_close(frames_feed *f) {
-  if (f->k_next == 0)
-    return;
-  char why[sizeof f->job->why];
-  memcpy(why, f->job->why, sizeof why);
-  feed_ahead_wait(f);
-  memcpy(f->job->why, why, sizeof why);
-  f->k_next = 0;
 }
 
 /* Batches of LZ4 chunks on the GPU: each batch's chunks are read (from the
@@ -1371,7 +1366,8 @@ static int gpu_frames(fzd_gpu_worker *w, fzd_job *job) {
    * through the decoder's pinned staging. */
   void *d_in = NULL;
   ipc_entry *ein = NULL;
-  frames_feed feed = {.job = job, .g = w->frames};
+  frames_feed feed = {.job = job, .g = w->frames, .rd = {.on_read = feed_send}};
+  feed.rd.on_read_arg = &feed;
   if (job->in_ipc) {
     err = ipc_acquire(job->ipc, &job->in_dev, job->in_off, job->in_len, "in", job, &d_in, &ein);
   } else {

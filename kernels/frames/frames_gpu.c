@@ -43,8 +43,9 @@ struct fz_frames_gpu {
   uint64_t *h_offsets, *h_lengths;
   unsigned long long *h_status, *h_counts;
   uint8_t *h_chunks; /* fz_frames_gpu_staging's, made on demand */
-  /* fz_frames_gpu_prefetch's copy, on copy_stream, done at pre_done: a
-   * staged batch goes to d_chunks at its offset in h_chunks. */
+  /* fz_frames_gpu_send's copies, on copy_stream (made with h_chunks),
+   * done at pre_done once fz_frames_gpu_sent records it: a staged batch
+   * goes to d_chunks at its offset in h_chunks. */
   cudaStream_t copy_stream;
   cudaEvent_t pre_done;
   const uint8_t *pre_base;
@@ -584,7 +585,13 @@ uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t 
     return NULL;
   }
   if (!g->h_chunks) {
+    /* The staging's copy stream and event are made with it, so that
+     * fz_frames_gpu_send may be called from several threads at once. */
     cudaError_t e = cudaSetDevice(g->device);
+    if (e == cudaSuccess && !g->copy_stream)
+      e = cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess && !g->pre_done)
+      e = cudaEventCreateWithFlags(&g->pre_done, cudaEventDisableTiming);
     if (e == cudaSuccess)
       e = cudaMallocHost((void **)&g->h_chunks, g->max_batch_bytes ? g->max_batch_bytes : 1);
     if (e != cudaSuccess) {
@@ -598,8 +605,21 @@ uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t 
   return g->h_chunks;
 }
 
-int fz_frames_gpu_prefetch(fz_frames_gpu *g, const void *base, size_t len, char *why,
-                           size_t why_len) {
+int fz_frames_gpu_send(fz_frames_gpu *g, const void *p, size_t len, char *why, size_t why_len) {
+  const uint8_t *at = p;
+  size_t room = g ? staging_room(g, at) : 0;
+  if (room == 0 || len > room) {
+    fzf_say(why, why_len, "frames (GPU): a prefetch must lie inside the staging");
+    return FZ_EINVAL;
+  }
+  cudaError_t e = cudaSetDevice(g->device);
+  if (e == cudaSuccess && len)
+    e = cudaMemcpyAsync(g->d_chunks + (at - g->h_chunks), at, len, cudaMemcpyHostToDevice,
+                        g->copy_stream);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "the prefetch of a batch's chunks", why, why_len);
+}
+
+int fz_frames_gpu_sent(fz_frames_gpu *g, const void *base, size_t len, char *why, size_t why_len) {
   const uint8_t *p = base;
   size_t room = g ? staging_room(g, p) : 0;
   if (room == 0 || len > room) {
@@ -607,13 +627,6 @@ int fz_frames_gpu_prefetch(fz_frames_gpu *g, const void *base, size_t len, char 
     return FZ_EINVAL;
   }
   cudaError_t e = cudaSetDevice(g->device);
-  if (e == cudaSuccess && !g->copy_stream)
-    e = cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking);
-  if (e == cudaSuccess && !g->pre_done)
-    e = cudaEventCreateWithFlags(&g->pre_done, cudaEventDisableTiming);
-  if (e == cudaSuccess && len)
-    e = cudaMemcpyAsync(g->d_chunks + (p - g->h_chunks), p, len, cudaMemcpyHostToDevice,
-                        g->copy_stream);
   if (e == cudaSuccess)
     e = cudaEventRecord(g->pre_done, g->copy_stream);
   /* On failure the batch runs without prefetched and makes its own copy;
@@ -624,6 +637,12 @@ int fz_frames_gpu_prefetch(fz_frames_gpu *g, const void *base, size_t len, char 
   g->pre_len = len;
   g->pre_pending = 1;
   return 0;
+}
+
+int fz_frames_gpu_prefetch(fz_frames_gpu *g, const void *base, size_t len, char *why,
+                           size_t why_len) {
+  int rc = fz_frames_gpu_send(g, base, len, why, why_len);
+  return rc < 0 ? rc : fz_frames_gpu_sent(g, base, len, why, why_len);
 }
 
 size_t fz_frames_gpu_device_bytes(const fz_frames_gpu *g) {

@@ -146,9 +146,21 @@ uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t 
  * batch goes up while this one decodes.  The bytes must stay put until
  * that run; they may not overlap the running batch's.  0, or a negative
  * code (FZ_EINVAL: not inside the staging; CUDA errors), after which the
- * batch is run without prefetched. */
+ * batch is run without prefetched.  The same as fz_frames_gpu_send of
+ * the whole range, then fz_frames_gpu_sent. */
 int fz_frames_gpu_prefetch(fz_frames_gpu *g, const void *base, size_t len, char *why,
                            size_t why_len);
+
+/* A prefetch in parts, so that a batch goes up while it is still being
+ * read: fz_frames_gpu_send queues the copy of len bytes of the staging at
+ * p (safe from several threads at once, once fz_frames_gpu_staging has
+ * made the staging); fz_frames_gpu_sent, called after the last send
+ * returned, marks [base, base + len) as sent for the next run, which
+ * waits for every copy queued before it.  Both return 0 or a negative
+ * code as fz_frames_gpu_prefetch does; after a failed send, call
+ * fz_frames_gpu_sent with len 0 and run the batch without prefetched. */
+int fz_frames_gpu_send(fz_frames_gpu *g, const void *p, size_t len, char *why, size_t why_len);
+int fz_frames_gpu_sent(fz_frames_gpu *g, const void *base, size_t len, char *why, size_t why_len);
 
 /* Device memory the decoder holds, in bytes (pinned host memory apart). */
 size_t fz_frames_gpu_device_bytes(const fz_frames_gpu *g);

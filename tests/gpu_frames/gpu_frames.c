@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -471,6 +472,79 @@ Test(gpu_frames, prefetch_of_the_other_half) {
   /* A prefetch outside the staging is refused. */
   cr_assert_eq(fz_frames_gpu_prefetch(g, mf.base, 16, why, sizeof why), FZ_EINVAL);
   cr_assert_eq(fz_frames_gpu_prefetch(g, half[1], cap, why, sizeof why), FZ_EINVAL);
+  fz_frames_gpu_destroy(g);
+  fz_frames_destroy(f);
+  mframes_free(&mf);
+}
+
+/* One thread's part of a batch: its chunks sent up one by one. */
+typedef struct send_part {
+  fz_frames_gpu *g;
+  const uint8_t *base;
+  const uint64_t *offs, *lens;
+  size_t first, end;
+  int rc;
+} send_part;
+
+static void *send_part_main(void *arg) {
+  send_part *p = arg;
+  char why[256];
+  for (size_t i = p->first; i < p->end && p->rc == 0; i++)
+    p->rc = fz_frames_gpu_send(p->g, p->base + p->offs[i], p->lens[i], why, sizeof why);
+  return NULL;
+}
+
+Test(gpu_frames, prefetch_in_parts_from_threads) {
+  enum { NPX = 40000, N = 8 };
+  char why[256];
+  mframes mf;
+  mframes_make(&mf, FZ_U16, NPX, 2 * N, 0, 23, 0.01);
+  fz_frames_params fp = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4};
+  fz_frames *f;
+  cr_assert_eq(fz_frames_create(&fp, &f, why, sizeof why), 0, "%s", why);
+  fz_frames_gpu_params p = {.dtype = FZ_U16,
+                            .npixels = NPX,
+                            .codec = FZ_BSLZ4_LZ4,
+                            .max_frames = N,
+                            .max_batch_bytes = (size_t)1 << 20};
+  fz_frames_gpu *g;
+  cr_assert_eq(fz_frames_gpu_create(&p, &g, why, sizeof why), 0, "%s", why);
+  size_t cap = 0;
+  uint8_t *stage = fz_frames_gpu_staging(g, &cap, why, sizeof why);
+  cr_assert_not_null(stage, "%s", why);
+  uint8_t *half[2] = {stage, stage + cap / 2};
+  uint64_t offs[2][N], lens[2][N];
+
+  /* Four threads send a batch's chunks; the batch runs with prefetched. */
+  size_t len0 = pack_frames(half[0], &mf, 0, N, offs[0], lens[0]);
+  send_part parts[4];
+  pthread_t tid[4];
+  for (size_t t = 0; t < 4; t++) {
+    parts[t] = (send_part){.g = g,
+                           .base = half[0],
+                           .offs = offs[0],
+                           .lens = lens[0],
+                           .first = 2 * t,
+                           .end = 2 * t + 2};
+    cr_assert_eq(pthread_create(&tid[t], NULL, send_part_main, &parts[t]), 0);
+  }
+  for (size_t t = 0; t < 4; t++) {
+    pthread_join(tid[t], NULL);
+    cr_assert_eq(parts[t].rc, 0, "part %zu", t);
+  }
+  cr_assert_eq(fz_frames_gpu_sent(g, half[0], len0, why, sizeof why), 0, "%s", why);
+  run_against_cpu(g, f, &mf, 0, N, half[0], offs[0], lens[0], 1, NULL, "sent in parts");
+
+  /* Half 1 sent in part only and marked with 0 bytes: the run copies. */
+  pack_frames(half[1], &mf, N, N, offs[1], lens[1]);
+  cr_assert_eq(fz_frames_gpu_send(g, half[1], lens[1][0], why, sizeof why), 0, "%s", why);
+  cr_assert_eq(fz_frames_gpu_sent(g, half[1], 0, why, sizeof why), 0, "%s", why);
+  run_against_cpu(g, f, &mf, N, N, half[1], offs[1], lens[1], 1, NULL, "sent in part");
+
+  /* Sends outside the staging, or past its end, are refused. */
+  cr_assert_eq(fz_frames_gpu_send(g, mf.base, 16, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_send(g, half[1], cap, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_sent(g, mf.base, 0, why, sizeof why), FZ_EINVAL);
   fz_frames_gpu_destroy(g);
   fz_frames_destroy(f);
   mframes_free(&mf);
