@@ -114,7 +114,7 @@ int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const ui
  * on to the device while the others are still read); a negative return
  * stops the calls of that thread, not its reading, and leaves all_sent
  * false after the wait. */
-#define FZD_FRAMES_READERS 16
+#define FZD_FRAMES_READERS 8
 typedef int (*fzd_frames_on_read)(void *arg, const uint8_t *p, size_t len);
 typedef struct fzd_frames_read_run {
   const struct fzd_frames_req *r;
