@@ -605,35 +605,38 @@ uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t 
   return g->h_chunks;
 }
 
-int fz_frames_gpu_send(fz_frames_gpu *g, const void *p, size_t len, char *why, size_t why_len) {
-  const uint8_t *at = p;
-  size_t room = g ? staging_room(g, at) : 0;
-  if (room == 0 || len > room) {
-    fzf_say(why, why_len, "frames (GPU): a prefetch must lie inside the staging");
-    return FZ_EINVAL;
-  }
-  cudaError_t e = cudaSetDevice(g->device);
-  if (e == cudaSuccess && len)
-    e = cudaMemcpyAsync(g->d_chunks + (at - g->h_chunks), at, len, cudaMemcpyHostToDevice,
-                        g->copy_stream);
-  return e == cudaSuccess ? 0 : cuda_fail(e, "the prefetch of a batch's chunks", why, why_len);
-}
-
-int fz_frames_gpu_sent(fz_frames_gpu *g, const void *base, size_t len, char *why, size_t why_len) {
-  const uint8_t *p = base;
+/* A prefetch's range [p, p + len) inside the staging, and the decoder's
+ * device current on this thread: 0, or FZ_EINVAL or a CUDA error. */
+static int prefetch_range(fz_frames_gpu *g, const void *p, size_t len, char *why, size_t why_len) {
   size_t room = g ? staging_room(g, p) : 0;
   if (room == 0 || len > room) {
     fzf_say(why, why_len, "frames (GPU): a prefetch must lie inside the staging");
     return FZ_EINVAL;
   }
   cudaError_t e = cudaSetDevice(g->device);
-  if (e == cudaSuccess)
-    e = cudaEventRecord(g->pre_done, g->copy_stream);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "the prefetch of a batch's chunks", why, why_len);
+}
+
+int fz_frames_gpu_send(fz_frames_gpu *g, const void *p, size_t len, char *why, size_t why_len) {
+  const uint8_t *at = p;
+  int rc = prefetch_range(g, p, len, why, why_len);
+  if (rc < 0 || len == 0)
+    return rc;
+  cudaError_t e = cudaMemcpyAsync(g->d_chunks + (at - g->h_chunks), at, len, cudaMemcpyHostToDevice,
+                                  g->copy_stream);
+  return e == cudaSuccess ? 0 : cuda_fail(e, "the prefetch of a batch's chunks", why, why_len);
+}
+
+int fz_frames_gpu_sent(fz_frames_gpu *g, const void *base, size_t len, char *why, size_t why_len) {
+  int rc = prefetch_range(g, base, len, why, why_len);
+  if (rc < 0)
+    return rc;
   /* On failure the batch runs without prefetched and makes its own copy;
    * a prefetch copy still under way writes the same bytes. */
+  cudaError_t e = cudaEventRecord(g->pre_done, g->copy_stream);
   if (e != cudaSuccess)
     return cuda_fail(e, "the prefetch of a batch's chunks", why, why_len);
-  g->pre_base = p;
+  g->pre_base = base;
   g->pre_len = len;
   g->pre_pending = 1;
   return 0;

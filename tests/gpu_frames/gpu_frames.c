@@ -432,25 +432,50 @@ static void run_against_cpu(fz_frames_gpu *g, fz_frames *f, const mframes *mf, s
   }
 }
 
-Test(gpu_frames, prefetch_of_the_other_half) {
-  enum { NPX = 40000, N = 4 };
-  char why[256];
+/* A decoder of batches of N frames of NPX pixels with a staging of 1 MiB
+ * in two halves, nframes frames of mf to feed it and the CPU engine. */
+enum { STAGED_NPX = 40000, STAGED_N = 4 };
+typedef struct staged {
   mframes mf;
-  mframes_make(&mf, FZ_U16, NPX, 3 * N, 0, 21, 0.01);
-  fz_frames_params fp = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4};
   fz_frames *f;
-  cr_assert_eq(fz_frames_create(&fp, &f, why, sizeof why), 0, "%s", why);
-  fz_frames_gpu_params p = {.dtype = FZ_U16,
-                            .npixels = NPX,
-                            .codec = FZ_BSLZ4_LZ4,
-                            .max_frames = N,
-                            .max_batch_bytes = (size_t)1 << 20};
   fz_frames_gpu *g;
-  cr_assert_eq(fz_frames_gpu_create(&p, &g, why, sizeof why), 0, "%s", why);
-  size_t cap = 0;
-  uint8_t *stage = fz_frames_gpu_staging(g, &cap, why, sizeof why);
+  size_t cap;
+  uint8_t *half[2];
+} staged;
+
+static void staged_open(staged *st, size_t nframes, unsigned seed) {
+  char why[256];
+  mframes_make(&st->mf, FZ_U16, STAGED_NPX, nframes, 0, seed, 0.01);
+  fz_frames_params fp = {.dtype = FZ_U16, .npixels = STAGED_NPX, .codec = FZ_BSLZ4_LZ4};
+  cr_assert_eq(fz_frames_create(&fp, &st->f, why, sizeof why), 0, "%s", why);
+  fz_frames_gpu_params p = {.dtype = FZ_U16,
+                            .npixels = STAGED_NPX,
+                            .codec = FZ_BSLZ4_LZ4,
+                            .max_frames = STAGED_N,
+                            .max_batch_bytes = (size_t)1 << 20};
+  cr_assert_eq(fz_frames_gpu_create(&p, &st->g, why, sizeof why), 0, "%s", why);
+  uint8_t *stage = fz_frames_gpu_staging(st->g, &st->cap, why, sizeof why);
   cr_assert_not_null(stage, "%s", why);
-  uint8_t *half[2] = {stage, stage + cap / 2};
+  st->half[0] = stage;
+  st->half[1] = stage + st->cap / 2;
+}
+
+static void staged_close(staged *st) {
+  fz_frames_gpu_destroy(st->g);
+  fz_frames_destroy(st->f);
+  mframes_free(&st->mf);
+}
+
+Test(gpu_frames, prefetch_of_the_other_half) {
+  enum { N = STAGED_N };
+  char why[256];
+  staged st;
+  staged_open(&st, 3 * N, 21);
+  fz_frames_gpu *g = st.g;
+  fz_frames *f = st.f;
+  const mframes mf = st.mf;
+  size_t cap = st.cap;
+  uint8_t *const *half = st.half;
   uint64_t offs[2][N], lens[2][N];
 
   /* Frames 0-3 in half 0; while they decode, frames 4-7 go up from half 1. */
@@ -472,9 +497,7 @@ Test(gpu_frames, prefetch_of_the_other_half) {
   /* A prefetch outside the staging is refused. */
   cr_assert_eq(fz_frames_gpu_prefetch(g, mf.base, 16, why, sizeof why), FZ_EINVAL);
   cr_assert_eq(fz_frames_gpu_prefetch(g, half[1], cap, why, sizeof why), FZ_EINVAL);
-  fz_frames_gpu_destroy(g);
-  fz_frames_destroy(f);
-  mframes_free(&mf);
+  staged_close(&st);
 }
 
 /* One thread's part of a batch: its chunks sent up one by one. */
@@ -495,24 +518,15 @@ static void *send_part_main(void *arg) {
 }
 
 Test(gpu_frames, prefetch_in_parts_from_threads) {
-  enum { NPX = 40000, N = 4 };
+  enum { N = STAGED_N };
   char why[256];
-  mframes mf;
-  mframes_make(&mf, FZ_U16, NPX, 2 * N, 0, 23, 0.01);
-  fz_frames_params fp = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4};
-  fz_frames *f;
-  cr_assert_eq(fz_frames_create(&fp, &f, why, sizeof why), 0, "%s", why);
-  fz_frames_gpu_params p = {.dtype = FZ_U16,
-                            .npixels = NPX,
-                            .codec = FZ_BSLZ4_LZ4,
-                            .max_frames = N,
-                            .max_batch_bytes = (size_t)1 << 20};
-  fz_frames_gpu *g;
-  cr_assert_eq(fz_frames_gpu_create(&p, &g, why, sizeof why), 0, "%s", why);
-  size_t cap = 0;
-  uint8_t *stage = fz_frames_gpu_staging(g, &cap, why, sizeof why);
-  cr_assert_not_null(stage, "%s", why);
-  uint8_t *half[2] = {stage, stage + cap / 2};
+  staged st;
+  staged_open(&st, 2 * N, 23);
+  fz_frames_gpu *g = st.g;
+  fz_frames *f = st.f;
+  const mframes mf = st.mf;
+  size_t cap = st.cap;
+  uint8_t *const *half = st.half;
   uint64_t offs[2][N], lens[2][N];
 
   /* Four threads send a batch's chunks, one each; it runs prefetched. */
@@ -541,7 +555,5 @@ Test(gpu_frames, prefetch_in_parts_from_threads) {
   cr_assert_eq(fz_frames_gpu_send(g, mf.base, 16, why, sizeof why), FZ_EINVAL);
   cr_assert_eq(fz_frames_gpu_send(g, half[1], cap, why, sizeof why), FZ_EINVAL);
   cr_assert_eq(fz_frames_gpu_sent(g, mf.base, 0, why, sizeof why), FZ_EINVAL);
-  fz_frames_gpu_destroy(g);
-  fz_frames_destroy(f);
-  mframes_free(&mf);
+  staged_close(&st);
 }
