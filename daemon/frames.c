@@ -753,18 +753,29 @@ static int read_chunk(const struct fzd_frames_req *r, size_t i, uint8_t *dst, ch
 
 /* Chunks from a descriptor come through the page cache, which one thread
  * copies at a few GB/s, less than the GPU decodes them: a batch of at
- * least READ_SPLIT bytes is read by one thread a core (2 at least, at
- * most FZD_FRAMES_READERS), each taking a run of chunks of about equal
- * bytes. */
+ * least READ_SPLIT bytes is cut into one run of chunks of about equal
+ * bytes a reader.  The readers are threads of the daemon's own, made on
+ * first use and kept (making threads for every batch cost more than
+ * some batches take to read), one a core, 2 at least and at most
+ * FZD_FRAMES_READERS; they take runs from one queue in order. */
 #define READ_SPLIT ((uint64_t)8 << 20)
 
-static size_t readers(void) {
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t work; /* a run was queued */
+  pthread_cond_t done; /* a run was read */
+  fzd_frames_read_run *head, *tail;
+  size_t threads; /* readers made */
+} readers = {.mu = PTHREAD_MUTEX_INITIALIZER,
+             .work = PTHREAD_COND_INITIALIZER,
+             .done = PTHREAD_COND_INITIALIZER};
+
+static size_t readers_wanted(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n < 2 ? 2 : n > FZD_FRAMES_READERS ? FZD_FRAMES_READERS : (size_t)n;
 }
 
-static void *read_run_main(void *arg) {
-  fzd_frames_read_run *p = arg;
+static void read_run(fzd_frames_read_run *p) {
   p->sent = p->on_read != NULL;
   for (size_t i = p->first; i < p->end && p->rc == 0; i++) {
     uint8_t *dst = p->dst + p->at[i - p->first];
@@ -772,7 +783,43 @@ static void *read_run_main(void *arg) {
     if (p->rc == 0 && p->sent && p->r->lengths[i] != 0)
       p->sent = p->on_read(p->on_read_arg, dst, (size_t)p->r->lengths[i]) == 0;
   }
+}
+
+static void *reader_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&readers.mu);
+  for (;;) {
+    while (readers.head == NULL)
+      pthread_cond_wait(&readers.work, &readers.mu);
+    fzd_frames_read_run *p = readers.head;
+    readers.head = p->next;
+    if (readers.head == NULL)
+      readers.tail = NULL;
+    pthread_mutex_unlock(&readers.mu);
+    read_run(p);
+    pthread_mutex_lock(&readers.mu);
+    p->done = true;
+    pthread_cond_broadcast(&readers.done);
+  }
   return NULL;
+}
+
+/* The readers made up to those wanted (readers.mu held); how many there
+ * are (0: none could be made). */
+static size_t readers_make(void) {
+  size_t want = readers_wanted();
+  while (readers.threads < want) {
+    pthread_t tid;
+    pthread_attr_t at;
+    bool made = pthread_attr_init(&at) == 0;
+    made = made && pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED) == 0 &&
+           pthread_create(&tid, &at, reader_main, NULL) == 0;
+    pthread_attr_destroy(&at);
+    if (!made)
+      break;
+    readers.threads++;
+  }
+  return readers.threads;
 }
 
 void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at,
@@ -781,7 +828,7 @@ void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, c
   uint64_t total = 0;
   for (size_t j = 0; j < k; j++)
     total += r->lengths[first + j];
-  size_t nt = r->fd < 0 || total < READ_SPLIT ? 1 : readers();
+  size_t nt = r->fd < 0 || total < READ_SPLIT ? 1 : readers_wanted();
   size_t i = first, end = first + k;
   uint64_t sum = 0;
   rd->nt = nt;
@@ -797,21 +844,37 @@ void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, c
                                         .at = at + (i - first),
                                         .on_read = rd->on_read,
                                         .on_read_arg = rd->on_read_arg};
+    rd->queued[t] = false;
     i = b;
   }
-  /* One run (a small batch, or chunks in memory) is read now; a thread
-   * that cannot be made leaves its run to be read now too. */
-  for (size_t t = 0; t < nt; t++) {
-    rd->started[t] = nt > 1 && pthread_create(&rd->tid[t], NULL, read_run_main, &rd->runs[t]) == 0;
-    if (!rd->started[t])
-      read_run_main(&rd->runs[t]);
+  /* One run (a small batch, or chunks in memory) is read now, and so are
+   * all when no reader could be made. */
+  bool queue = false;
+  if (nt > 1) {
+    pthread_mutex_lock(&readers.mu);
+    if ((queue = readers_make() > 0)) {
+      for (size_t t = 0; t < nt; t++) {
+        rd->queued[t] = true;
+        if (readers.tail != NULL)
+          readers.tail->next = &rd->runs[t];
+        else
+          readers.head = &rd->runs[t];
+        readers.tail = &rd->runs[t];
+      }
+      pthread_cond_broadcast(&readers.work);
+    }
+    pthread_mutex_unlock(&readers.mu);
   }
+  for (size_t t = 0; t < nt && !queue; t++)
+    read_run(&rd->runs[t]);
 }
 
 int fzd_frames_read_wait(fzd_job *job, fzd_frames_reader *rd) {
+  pthread_mutex_lock(&readers.mu);
   for (size_t t = 0; t < rd->nt; t++)
-    if (rd->started[t])
-      pthread_join(rd->tid[t], NULL);
+    while (rd->queued[t] && !rd->runs[t].done)
+      pthread_cond_wait(&readers.done, &readers.mu);
+  pthread_mutex_unlock(&readers.mu);
   int rc = 0;
   rd->all_sent = rd->on_read != NULL;
   for (size_t t = 0; t < rd->nt; t++) {

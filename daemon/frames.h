@@ -105,8 +105,9 @@ int fzd_frames_start(fzd_job *job, bool keep_chunks, uint64_t scratch);
 int fzd_frames_read(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at);
 /* The same in two halves, so that a backend decodes one batch while the
  * next is read: fzd_frames_read_start reads a small batch (or chunks in
- * memory) at once and starts the threads of a large one (as many as the
- * machine has cores, from 2 to FZD_FRAMES_READERS);
+ * memory) at once and hands the runs of a large one to the daemon's
+ * readers (threads made on first use and kept: as many as the machine has
+ * cores, from 2 to FZD_FRAMES_READERS, shared by every worker);
  * fzd_frames_read_wait waits for them (always called after a start) and
  * returns 0 or the first error.  dst, at and the reader stay put until
  * then.  When the caller sets on_read before the start, each chunk, once
@@ -126,14 +127,15 @@ typedef struct fzd_frames_read_run {
   bool sent; /* every chunk's on_read returned 0 */
   int rc;
   char why[128];
+  struct fzd_frames_read_run *next; /* in the readers' queue */
+  bool done;                        /* read by a reader */
 } fzd_frames_read_run;
 typedef struct fzd_frames_reader {
   fzd_frames_on_read on_read; /* NULL: none */
   void *on_read_arg;
   bool all_sent; /* after the wait: every on_read returned 0 */
   fzd_frames_read_run runs[FZD_FRAMES_READERS];
-  pthread_t tid[FZD_FRAMES_READERS];
-  bool started[FZD_FRAMES_READERS];
+  bool queued[FZD_FRAMES_READERS]; /* handed to the readers */
   size_t nt;
 } fzd_frames_reader;
 void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at,

@@ -520,7 +520,7 @@ Test(frames_method, chunks_from_a_descriptor, .timeout = 120) {
 
 /* A batch of many megabytes from a descriptor, which the daemon reads on
  * several threads: every frame's list equals the engine's from the same
- * chunk, whichever thread read it. */
+ * chunk, whichever thread read it, for two clients at once. */
 Test(frames_method, a_large_batch_from_a_descriptor, .timeout = 240) {
   enum { N = 96, SIDE = 256, PX = SIDE * SIDE };
   static uint16_t px[PX];
@@ -548,51 +548,58 @@ Test(frames_method, a_large_batch_from_a_descriptor, .timeout = 240) {
     at += (uint64_t)len + 1 + f % 7;
   }
   cr_assert_gt(at, 8u << 20, "the batch must be large enough to be read on threads");
-  fzd_harness *h = start_daemon("\"workers\": 1");
-  wire w;
-  wire_open(&w, h, false);
-  cr_assert_eq(wire_hello(&w, NULL), 0);
-  msgpack_packer *pk = wire_begin(&w, 2, "frames", 8);
-  pack_u16_shape(pk, SIDE, SIDE);
-  fzp_pack_key(pk, "cut");
-  msgpack_pack_double(pk, 65000);
-  fzp_pack_key(pk, "in_fd");
-  msgpack_pack_uint64(pk, 0);
-  fzp_pack_key(pk, "nfds");
-  msgpack_pack_uint64(pk, 1);
-  fzp_pack_key(pk, "codec");
-  fzp_pack_key(pk, "lz4");
-  pack_table(pk, N, offs, lens);
-  cr_assert_eq(wire_send(&w, &fd, 1), 0);
-  fzp_message m;
-  cr_assert_eq(wire_recv(&w, &m, 120000), 0);
-  cr_assert_eq(wire_code(&m), 0, "code %d", wire_code(&m));
-  const msgpack_object *frames = NULL;
-  cr_assert_eq(fzp_get_obj(&m.result, "frames", &frames), 1);
-  cr_assert_eq(frames->via.array.size, N);
+  /* The same batch from two clients at once: two workers' runs share the
+   * daemon's readers. */
+  fzd_harness *h = start_daemon("\"workers\": 2");
+  wire w[2];
+  for (int c = 0; c < 2; c++) {
+    wire_open(&w[c], h, false);
+    cr_assert_eq(wire_hello(&w[c], NULL), 0);
+    msgpack_packer *pk = wire_begin(&w[c], 2, "frames", 8);
+    pack_u16_shape(pk, SIDE, SIDE);
+    fzp_pack_key(pk, "cut");
+    msgpack_pack_double(pk, 65000);
+    fzp_pack_key(pk, "in_fd");
+    msgpack_pack_uint64(pk, 0);
+    fzp_pack_key(pk, "nfds");
+    msgpack_pack_uint64(pk, 1);
+    fzp_pack_key(pk, "codec");
+    fzp_pack_key(pk, "lz4");
+    pack_table(pk, N, offs, lens);
+    cr_assert_eq(wire_send(&w[c], &fd, 1), 0);
+  }
   fz_frames_params fp = {.dtype = FZ_U16, .npixels = PX, .codec = FZ_BSLZ4_LZ4};
   fz_frames *f = NULL;
   cr_assert_eq(fz_frames_create(&fp, &f, NULL, 0), 0);
-  for (unsigned i = 0; i < N; i++) {
-    cr_assert_eq(pread(fd, chunk, lens[i], (off_t)offs[i]), (ssize_t)lens[i]);
-    fz_frames_out o = {.values = vals, .indices = idx, .cap = PX};
-    int64_t want = fz_frames_sparse(f, chunk, lens[i], 65000, 0, &o, NULL, 0);
-    cr_assert_gt(want, 0);
-    const msgpack_object *fr = &frames->via.array.ptr[i];
-    uint64_t count = 0;
-    const void *v = NULL, *ix = NULL;
-    uint32_t vl = 0, il = 0;
-    cr_assert_eq(fzp_get_u64(fr, "count", &count), 1, "frame %u", i);
-    cr_assert_eq(count, (uint64_t)want, "frame %u", i);
-    cr_assert_eq(fzp_get_bin(fr, "values", &v, &vl), 1);
-    cr_assert_eq(fzp_get_bin(fr, "indices", &ix, &il), 1);
-    cr_assert_eq(vl, o.count * 2);
-    cr_assert(memcmp(v, vals, vl) == 0 && memcmp(ix, idx, il) == 0, "frame %u differs", i);
+  for (int c = 0; c < 2; c++) {
+    fzp_message m;
+    cr_assert_eq(wire_recv(&w[c], &m, 120000), 0);
+    cr_assert_eq(wire_code(&m), 0, "client %d: code %d", c, wire_code(&m));
+    const msgpack_object *frames = NULL;
+    cr_assert_eq(fzp_get_obj(&m.result, "frames", &frames), 1);
+    cr_assert_eq(frames->via.array.size, N);
+    for (unsigned i = 0; i < N; i++) {
+      cr_assert_eq(pread(fd, chunk, lens[i], (off_t)offs[i]), (ssize_t)lens[i]);
+      fz_frames_out o = {.values = vals, .indices = idx, .cap = PX};
+      int64_t want = fz_frames_sparse(f, chunk, lens[i], 65000, 0, &o, NULL, 0);
+      cr_assert_gt(want, 0);
+      const msgpack_object *fr = &frames->via.array.ptr[i];
+      uint64_t count = 0;
+      const void *v = NULL, *ix = NULL;
+      uint32_t vl = 0, il = 0;
+      cr_assert_eq(fzp_get_u64(fr, "count", &count), 1, "client %d, frame %u", c, i);
+      cr_assert_eq(count, (uint64_t)want, "client %d, frame %u", c, i);
+      cr_assert_eq(fzp_get_bin(fr, "values", &v, &vl), 1);
+      cr_assert_eq(fzp_get_bin(fr, "indices", &ix, &il), 1);
+      cr_assert_eq(vl, o.count * 2);
+      cr_assert(memcmp(v, vals, vl) == 0 && memcmp(ix, idx, il) == 0, "client %d, frame %u differs",
+                c, i);
+    }
+    fzp_message_free(&m);
+    wire_close(&w[c]);
   }
   fz_frames_destroy(f);
-  fzp_message_free(&m);
   close(fd);
-  wire_close(&w);
   stop_daemon(h);
   free(chunk);
 }
