@@ -755,9 +755,9 @@ static int read_chunk(const struct fzd_frames_req *r, size_t i, uint8_t *dst, ch
  * copies at a few GB/s, less than the GPU decodes them: a batch of at
  * least READ_SPLIT bytes is cut into one run of chunks of about equal
  * bytes a reader.  The readers are threads of the daemon's own, made on
- * first use and kept (making threads for every batch cost more than
- * some batches take to read), one a core, 2 at least and at most
- * FZD_FRAMES_READERS; they take runs from one queue in order. */
+ * first use and kept rather than made and joined for every batch, one a
+ * core, 2 at least and at most FZD_FRAMES_READERS; they take runs from
+ * one queue in order. */
 #define READ_SPLIT ((uint64_t)8 << 20)
 
 static struct {
