@@ -770,9 +770,18 @@ static struct {
              .work = PTHREAD_COND_INITIALIZER,
              .done = PTHREAD_COND_INITIALIZER};
 
-static size_t readers_wanted(void) {
+static size_t wanted;
+static pthread_once_t wanted_once = PTHREAD_ONCE_INIT;
+
+static void wanted_count(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n < 2 ? 2 : n > FZD_FRAMES_READERS ? FZD_FRAMES_READERS : (size_t)n;
+  wanted = n < 2 ? 2 : n > FZD_FRAMES_READERS ? FZD_FRAMES_READERS : (size_t)n;
+}
+
+/* How many readers there are to be, counted once. */
+static size_t readers_wanted(void) {
+  pthread_once(&wanted_once, wanted_count);
+  return wanted;
 }
 
 static void read_run(fzd_frames_read_run *p) {
@@ -844,17 +853,15 @@ void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, c
                                         .at = at + (i - first),
                                         .on_read = rd->on_read,
                                         .on_read_arg = rd->on_read_arg};
-    rd->queued[t] = false;
     i = b;
   }
   /* One run (a small batch, or chunks in memory) is read now, and so are
    * all when no reader could be made. */
-  bool queue = false;
+  rd->queued = false;
   if (nt > 1) {
     pthread_mutex_lock(&readers.mu);
-    if ((queue = readers_make() > 0)) {
+    if ((rd->queued = readers_make() > 0)) {
       for (size_t t = 0; t < nt; t++) {
-        rd->queued[t] = true;
         if (readers.tail != NULL)
           readers.tail->next = &rd->runs[t];
         else
@@ -865,14 +872,14 @@ void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, c
     }
     pthread_mutex_unlock(&readers.mu);
   }
-  for (size_t t = 0; t < nt && !queue; t++)
+  for (size_t t = 0; t < nt && !rd->queued; t++)
     read_run(&rd->runs[t]);
 }
 
 int fzd_frames_read_wait(fzd_job *job, fzd_frames_reader *rd) {
   pthread_mutex_lock(&readers.mu);
   for (size_t t = 0; t < rd->nt; t++)
-    while (rd->queued[t] && !rd->runs[t].done)
+    while (rd->queued && !rd->runs[t].done)
       pthread_cond_wait(&readers.done, &readers.mu);
   pthread_mutex_unlock(&readers.mu);
   int rc = 0;

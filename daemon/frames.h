@@ -135,7 +135,7 @@ typedef struct fzd_frames_reader {
   void *on_read_arg;
   bool all_sent; /* after the wait: every on_read returned 0 */
   fzd_frames_read_run runs[FZD_FRAMES_READERS];
-  bool queued[FZD_FRAMES_READERS]; /* handed to the readers */
+  bool queued; /* the runs handed to the readers (all or none) */
   size_t nt;
 } fzd_frames_reader;
 void fzd_frames_read_start(fzd_job *job, size_t first, size_t k, uint8_t *dst, const uint64_t *at,

@@ -1281,12 +1281,10 @@ static int feed_send(void *arg, const uint8_t *p, size_t len) {
  * marked even when some failed, so that the next run waits for them. */
 static int feed_wait(frames_feed *f, int side, size_t k, bool *sent) {
   int err = fzd_frames_read_wait(f->job, &f->rd);
-  size_t len = k != 0 ? f->offs[side][k - 1] + f->lens[side][k - 1] : 0;
+  bool whole = err == 0 && k != 0 && f->rd.all_sent;
+  size_t len = whole ? f->offs[side][k - 1] + f->lens[side][k - 1] : 0;
   char why[160];
-  *sent = err == 0 && k != 0 && f->rd.all_sent &&
-          fz_frames_gpu_sent(f->g, feed_base(f, side), len, why, sizeof why) == 0;
-  if (!*sent)
-    fz_frames_gpu_sent(f->g, feed_base(f, side), 0, why, sizeof why);
+  *sent = fz_frames_gpu_sent(f->g, feed_base(f, side), len, why, sizeof why) == 0 && whole;
   return err;
 }
 

@@ -503,8 +503,6 @@ int64_t fz_frames_gpu_run(fz_frames_gpu *g, const fz_frames_gpu_batch *b,
     return cuda_fail((cudaError_t)e, "the frames kernels' launch", why, why_len);
   CUDA_TRY(cudaMemcpyAsync(g->h_status, g->d_status, n * 8, cudaMemcpyDeviceToHost, s));
   CUDA_TRY(cudaMemcpyAsync(g->h_counts, g->d_counts, n * 8, cudaMemcpyDeviceToHost, s));
-  if (b->while_running)
-    b->while_running(b->while_arg);
   CUDA_TRY(cudaStreamSynchronize(s));
 
   int64_t failed = 0;

@@ -103,15 +103,10 @@ typedef struct fz_frames_gpu_batch {
    * then ignored); the pixels above the cut are listed when keep_lists. */
   int keep, keep_lists;
   /* The batch's chunks (base in the staging) already sent up by
-   * fz_frames_gpu_prefetch: the run waits for that copy instead of making
-   * its own (it copies when the prefetch was of another base or fewer
-   * bytes). */
+   * fz_frames_gpu_prefetch, or fz_frames_gpu_send and _sent: the run waits
+   * for that copy instead of making its own (it copies when the prefetch
+   * was of another base or fewer bytes). */
   int prefetched;
-  /* Called once the batch's kernels are launched, before the run waits
-   * for them (NULL: not called): the moment to prefetch the next batch
-   * from the other part of the staging while the GPU decodes this one. */
-  void (*while_running)(void *arg);
-  void *while_arg;
 } fz_frames_gpu_batch;
 
 /* Runs a batch on stream.  A corrupt chunk fails its own frame (its
@@ -141,10 +136,10 @@ int fz_frames_gpu_take(fz_frames_gpu *g, size_t i, void *values, uint32_t *indic
 uint8_t *fz_frames_gpu_staging(fz_frames_gpu *g, size_t *cap, char *why, size_t why_len);
 
 /* Sends the len bytes of the staging at base to the device, on a stream
- * of the decoder's own, for the run of the batch at that base (with
- * prefetched) to wait for: called from a batch's while_running, the next
- * batch goes up while this one decodes.  The bytes must stay put until
- * that run; they may not overlap the running batch's.  0, or a negative
+ * of the decoder's own, for the next run, of the batch at that base (with
+ * prefetched), to wait for: the next batch goes up while the one before
+ * decodes.  The bytes must stay put until that run; they may not overlap
+ * a running batch's.  0, or a negative
  * code (FZ_EINVAL: not inside the staging; CUDA errors), after which the
  * batch is run without prefetched.  The same as fz_frames_gpu_send of
  * the whole range, then fz_frames_gpu_sent. */

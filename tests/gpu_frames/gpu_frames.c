@@ -361,20 +361,6 @@ Test(gpu_frames, refusals) {
 
 /* ---- prefetch: the next batch sent up while one decodes ---- */
 
-typedef struct prefetch_call {
-  fz_frames_gpu *g;
-  const uint8_t *base;
-  size_t len;
-  int calls, rc;
-} prefetch_call;
-
-static void prefetch_now(void *arg) {
-  prefetch_call *p = arg;
-  char why[256];
-  p->calls++;
-  p->rc = fz_frames_gpu_prefetch(p->g, p->base, p->len, why, sizeof why);
-}
-
 /* Frames [first, first + n) of mf packed at stage; their table in offs and
  * lens; returns the bytes. */
 static size_t pack_frames(uint8_t *stage, const mframes *mf, size_t first, size_t n, uint64_t *offs,
@@ -391,8 +377,7 @@ static size_t pack_frames(uint8_t *stage, const mframes *mf, size_t first, size_
 /* Batch [first, first + n) of mf, run from base, against the CPU's lists. */
 static void run_against_cpu(fz_frames_gpu *g, fz_frames *f, const mframes *mf, size_t first,
                             size_t n, const uint8_t *base, const uint64_t *offs,
-                            const uint64_t *lens, int prefetched, prefetch_call *then,
-                            const char *what) {
+                            const uint64_t *lens, int prefetched, const char *what) {
   enum { NPX = 40000, N = 4 };
   static uint16_t gv[N * NPX], cv[N * NPX];
   static uint32_t gi[N * NPX], ci[N * NPX];
@@ -420,9 +405,7 @@ static void run_against_cpu(fz_frames_gpu *g, fz_frames *f, const mframes *mf, s
                            .cap = NPX,
                            .counts = gc,
                            .status = gs,
-                           .prefetched = prefetched,
-                           .while_running = then ? prefetch_now : NULL,
-                           .while_arg = then};
+                           .prefetched = prefetched};
   cr_assert_eq(fz_frames_gpu_run(g, &b, NULL, why, sizeof why), 0, "%s: %s", what, why);
   for (size_t i = 0; i < n; i++) {
     cr_assert_eq(gs[i], 0, "%s: frame %zu", what, i);
@@ -471,32 +454,27 @@ Test(gpu_frames, prefetch_of_the_other_half) {
   char why[256];
   staged st;
   staged_open(&st, 3 * N, 21);
-  fz_frames_gpu *g = st.g;
-  fz_frames *f = st.f;
-  const mframes mf = st.mf;
-  size_t cap = st.cap;
-  uint8_t *const *half = st.half;
   uint64_t offs[2][N], lens[2][N];
 
-  /* Frames 0-3 in half 0; while they decode, frames 4-7 go up from half 1. */
-  pack_frames(half[0], &mf, 0, N, offs[0], lens[0]);
-  size_t len1 = pack_frames(half[1], &mf, N, N, offs[1], lens[1]);
-  prefetch_call pc = {.g = g, .base = half[1], .len = len1};
-  run_against_cpu(g, f, &mf, 0, N, half[0], offs[0], lens[0], 0, &pc, "first half");
-  cr_assert_eq(pc.calls, 1);
-  cr_assert_eq(pc.rc, 0);
-  run_against_cpu(g, f, &mf, N, N, half[1], offs[1], lens[1], 1, NULL, "prefetched half");
+  /* Frames 4-7 go up from half 1 while frames 0-3 decode from half 0 (as
+   * the daemon's readers send a batch), marked sent after that run. */
+  pack_frames(st.half[0], &st.mf, 0, N, offs[0], lens[0]);
+  size_t len1 = pack_frames(st.half[1], &st.mf, N, N, offs[1], lens[1]);
+  cr_assert_eq(fz_frames_gpu_send(st.g, st.half[1], len1, why, sizeof why), 0, "%s", why);
+  run_against_cpu(st.g, st.f, &st.mf, 0, N, st.half[0], offs[0], lens[0], 0, "first half");
+  cr_assert_eq(fz_frames_gpu_sent(st.g, st.half[1], len1, why, sizeof why), 0, "%s", why);
+  run_against_cpu(st.g, st.f, &st.mf, N, N, st.half[1], offs[1], lens[1], 1, "prefetched half");
 
   /* Half 1 now holds frames 8-11 on the host and 4-7 on the device: a
    * prefetch of fewer bytes than the batch, or none, and the run copies. */
-  size_t len2 = pack_frames(half[1], &mf, 2 * N, N, offs[1], lens[1]);
-  cr_assert_eq(fz_frames_gpu_prefetch(g, half[1], len2 / 2, why, sizeof why), 0, "%s", why);
-  run_against_cpu(g, f, &mf, 2 * N, N, half[1], offs[1], lens[1], 1, NULL, "short prefetch");
-  run_against_cpu(g, f, &mf, 0, N, half[0], offs[0], lens[0], 1, NULL, "no prefetch");
+  size_t len2 = pack_frames(st.half[1], &st.mf, 2 * N, N, offs[1], lens[1]);
+  cr_assert_eq(fz_frames_gpu_prefetch(st.g, st.half[1], len2 / 2, why, sizeof why), 0, "%s", why);
+  run_against_cpu(st.g, st.f, &st.mf, 2 * N, N, st.half[1], offs[1], lens[1], 1, "short prefetch");
+  run_against_cpu(st.g, st.f, &st.mf, 0, N, st.half[0], offs[0], lens[0], 1, "no prefetch");
 
   /* A prefetch outside the staging is refused. */
-  cr_assert_eq(fz_frames_gpu_prefetch(g, mf.base, 16, why, sizeof why), FZ_EINVAL);
-  cr_assert_eq(fz_frames_gpu_prefetch(g, half[1], cap, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_prefetch(st.g, st.mf.base, 16, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_prefetch(st.g, st.half[1], st.cap, why, sizeof why), FZ_EINVAL);
   staged_close(&st);
 }
 
@@ -522,38 +500,33 @@ Test(gpu_frames, prefetch_in_parts_from_threads) {
   char why[256];
   staged st;
   staged_open(&st, 2 * N, 23);
-  fz_frames_gpu *g = st.g;
-  fz_frames *f = st.f;
-  const mframes mf = st.mf;
-  size_t cap = st.cap;
-  uint8_t *const *half = st.half;
   uint64_t offs[2][N], lens[2][N];
 
   /* Four threads send a batch's chunks, one each; it runs prefetched. */
-  size_t len0 = pack_frames(half[0], &mf, 0, N, offs[0], lens[0]);
+  size_t len0 = pack_frames(st.half[0], &st.mf, 0, N, offs[0], lens[0]);
   send_part parts[4];
   pthread_t tid[4];
   for (size_t t = 0; t < 4; t++) {
     parts[t] = (send_part){
-        .g = g, .base = half[0], .offs = offs[0], .lens = lens[0], .first = t, .end = t + 1};
+        .g = st.g, .base = st.half[0], .offs = offs[0], .lens = lens[0], .first = t, .end = t + 1};
     cr_assert_eq(pthread_create(&tid[t], NULL, send_part_main, &parts[t]), 0);
   }
   for (size_t t = 0; t < 4; t++) {
     pthread_join(tid[t], NULL);
     cr_assert_eq(parts[t].rc, 0, "part %zu", t);
   }
-  cr_assert_eq(fz_frames_gpu_sent(g, half[0], len0, why, sizeof why), 0, "%s", why);
-  run_against_cpu(g, f, &mf, 0, N, half[0], offs[0], lens[0], 1, NULL, "sent in parts");
+  cr_assert_eq(fz_frames_gpu_sent(st.g, st.half[0], len0, why, sizeof why), 0, "%s", why);
+  run_against_cpu(st.g, st.f, &st.mf, 0, N, st.half[0], offs[0], lens[0], 1, "sent in parts");
 
   /* Half 1 sent in part only and marked with 0 bytes: the run copies. */
-  pack_frames(half[1], &mf, N, N, offs[1], lens[1]);
-  cr_assert_eq(fz_frames_gpu_send(g, half[1], lens[1][0], why, sizeof why), 0, "%s", why);
-  cr_assert_eq(fz_frames_gpu_sent(g, half[1], 0, why, sizeof why), 0, "%s", why);
-  run_against_cpu(g, f, &mf, N, N, half[1], offs[1], lens[1], 1, NULL, "sent in part");
+  pack_frames(st.half[1], &st.mf, N, N, offs[1], lens[1]);
+  cr_assert_eq(fz_frames_gpu_send(st.g, st.half[1], lens[1][0], why, sizeof why), 0, "%s", why);
+  cr_assert_eq(fz_frames_gpu_sent(st.g, st.half[1], 0, why, sizeof why), 0, "%s", why);
+  run_against_cpu(st.g, st.f, &st.mf, N, N, st.half[1], offs[1], lens[1], 1, "sent in part");
 
   /* Sends outside the staging, or past its end, are refused. */
-  cr_assert_eq(fz_frames_gpu_send(g, mf.base, 16, why, sizeof why), FZ_EINVAL);
-  cr_assert_eq(fz_frames_gpu_send(g, half[1], cap, why, sizeof why), FZ_EINVAL);
-  cr_assert_eq(fz_frames_gpu_sent(g, mf.base, 0, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_send(st.g, st.mf.base, 16, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_send(st.g, st.half[1], st.cap, why, sizeof why), FZ_EINVAL);
+  cr_assert_eq(fz_frames_gpu_sent(st.g, st.mf.base, 0, why, sizeof why), FZ_EINVAL);
   staged_close(&st);
 }
