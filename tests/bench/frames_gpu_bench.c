@@ -77,31 +77,30 @@ static double now(void) {
     }                                                                                              \
   } while (0)
 
-/* Whether a frame's lists from fzd, in the reply or (out >= 0) at their
- * places in out, are the CPU's n values v and indices ix. */
-static bool same_lists(const fz_frame_result *res, int out, size_t n, const uint16_t *v,
+/* Where fzd puts a request's lists: in the reply, into a memfd, or into
+ * device memory. */
+typedef enum out_kind { TO_REPLY, TO_FILE, TO_DEVICE } out_kind;
+
+/* Whether a frame's lists from fzd, in the reply or (got non-NULL) at
+ * their places in got (a copy of the output), are the CPU's n values v
+ * and indices ix. */
+static bool same_lists(const fz_frame_result *res, const uint8_t *got, size_t n, const uint16_t *v,
                        const uint32_t *ix) {
   if (res->listed != n)
     return false;
-  if (out < 0)
+  if (got == NULL)
     return memcmp(res->values, v, n * 2) == 0 && memcmp(res->indices, ix, n * 4) == 0;
-  uint16_t *gv = malloc(n * 2 + 1);
-  uint32_t *gi = malloc(n * 4 + 1);
-  bool same = pread(out, gv, n * 2, (off_t)res->values_at) == (ssize_t)(n * 2) &&
-              pread(out, gi, n * 4, (off_t)res->indices_at) == (ssize_t)(n * 4) &&
-              memcmp(gv, v, n * 2) == 0 && memcmp(gi, ix, n * 4) == 0;
-  free(gv), free(gi);
-  return same;
+  return memcmp(got + res->values_at, v, n * 2) == 0 &&
+         memcmp(got + res->indices_at, ix, n * 4) == 0;
 }
 
 /* The batches through fzd at address: the chunks in a memfd (d_chunks
  * NULL) or in device memory, each request naming its frames' offsets and
- * lengths there; the lists in the reply, or with to_fd written by fzd into
- * a second memfd.  The first batch's lists against the CPU's (cc, cv, ci
- * at stride cap).  Returns the best frames/s of repeats passes after a
- * first, or -1. */
+ * lengths there; the lists where `to` says.  The first batch's lists
+ * against the CPU's (cc, cv, ci at stride cap).  Returns the best
+ * frames/s of repeats passes after a first, or -1. */
 static double through_fzd(const char *address, const uint8_t *chunks, const uint8_t *d_chunks,
-                          bool to_fd, uint64_t bytes, const uint64_t *offs, const uint64_t *lens,
+                          out_kind to, uint64_t bytes, const uint64_t *offs, const uint64_t *lens,
                           int nframes, int batch, int repeats, double cut, const size_t *cc,
                           const uint16_t *cv, const uint32_t *ci, size_t cap, int *bad) {
   int fd = memfd_create("frames", MFD_CLOEXEC);
@@ -109,11 +108,16 @@ static double through_fzd(const char *address, const uint8_t *chunks, const uint
     perror("memfd");
     return -1;
   }
-  int out = to_fd ? memfd_create("lists", MFD_CLOEXEC) : -1;
-  if (to_fd && out < 0) {
-    perror("memfd");
+  /* An output takes each frame's values, indices and padding. */
+  size_t out_len = (size_t)batch * (cap * 6 + 16);
+  int out = to == TO_FILE ? memfd_create("lists", MFD_CLOEXEC) : -1;
+  uint8_t *d_out = NULL, *got = to == TO_REPLY ? NULL : malloc(out_len);
+  if ((to == TO_FILE && out < 0) || (to != TO_REPLY && got == NULL)) {
+    perror("output");
     return -1;
   }
+  if (to == TO_DEVICE)
+    CUDA_OK(cudaMalloc((void **)&d_out, out_len));
   fz_client *c = NULL;
   char msg[256];
   int rc = fz_client_connect(&c, address, NULL, msg, sizeof msg);
@@ -137,19 +141,25 @@ static double through_fzd(const char *address, const uint8_t *chunks, const uint
                              .fd = fd,
                              .d_data = d_chunks,
                              .d_len = bytes,
-                             .has_out_fd = to_fd,
-                             .out_fd = out};
+                             .has_out_fd = to == TO_FILE,
+                             .out_fd = out,
+                             .d_out = d_out,
+                             .d_out_len = d_out != NULL ? out_len : 0};
       if ((rc = fz_client_frames(c, &q, res)) < 0) {
         fprintf(stderr, "through fzd: %s: %s\n", fz_strerror(rc), fz_client_errmsg(c));
         return -1;
       }
+      bool check = r == 0 && b0 == 0;
+      if (check && to == TO_FILE && pread(out, got, out_len, 0) < 0)
+        perror("pread");
+      if (check && to == TO_DEVICE)
+        CUDA_OK(cudaMemcpy(got, d_out, out_len, cudaMemcpyDeviceToHost));
       for (int i = 0; i < batch; i++) {
         if (res[i].status != 0) {
           fprintf(stderr, "through fzd: frame %d: %s\n", b0 + i, res[i].message);
           return -1;
         }
-        if (r == 0 && b0 == 0 &&
-            !same_lists(&res[i], out, cc[i], cv + (size_t)i * cap, ci + (size_t)i * cap)) {
+        if (check && !same_lists(&res[i], got, cc[i], cv + (size_t)i * cap, ci + (size_t)i * cap)) {
           fprintf(stderr, "through fzd: frame %d differs from the CPU\n", i);
           *bad = 1;
         }
@@ -165,6 +175,8 @@ static double through_fzd(const char *address, const uint8_t *chunks, const uint
   close(fd);
   if (out >= 0)
     close(out);
+  cudaFree(d_out);
+  free(got);
   return nframes / best;
 }
 
@@ -345,23 +357,27 @@ int main(int argc, char **argv) {
            fps * NPX * 2 / 1e9);
   }
   if (address != NULL) {
-    double fps = through_fzd(address, chunks, NULL, false, at, offs, lens, nframes, batch, repeats,
-                             cut, cc, cv, ci, cap, &bad);
-    double ffps = through_fzd(address, chunks, NULL, true, at, offs, lens, nframes, batch, repeats,
-                              cut, cc, cv, ci, cap, &bad);
-    double dfps = through_fzd(address, chunks, d_chunks, false, at, offs, lens, nframes, batch,
+    double fps = through_fzd(address, chunks, NULL, TO_REPLY, at, offs, lens, nframes, batch,
+                             repeats, cut, cc, cv, ci, cap, &bad);
+    double ffps = through_fzd(address, chunks, NULL, TO_FILE, at, offs, lens, nframes, batch,
                               repeats, cut, cc, cv, ci, cap, &bad);
-    if (fps < 0 || ffps < 0 || dfps < 0)
+    double dfps = through_fzd(address, chunks, d_chunks, TO_REPLY, at, offs, lens, nframes, batch,
+                              repeats, cut, cc, cv, ci, cap, &bad);
+    double ddfps = through_fzd(address, chunks, d_chunks, TO_DEVICE, at, offs, lens, nframes, batch,
+                               repeats, cut, cc, cv, ci, cap, &bad);
+    if (fps < 0 || ffps < 0 || dfps < 0 || ddfps < 0)
       return 1;
     printf("| sparse | file, through fzd | reply | %.0f | %.1f |\n", fps, fps * NPX * 2 / 1e9);
     printf("| sparse | file, through fzd | file | %.0f | %.1f |\n", ffps, ffps * NPX * 2 / 1e9);
     printf("| sparse | device, through fzd | reply | %.0f | %.1f |\n", dfps, dfps * NPX * 2 / 1e9);
+    printf("| sparse | device, through fzd | device | %.0f | %.1f |\n", ddfps,
+           ddfps * NPX * 2 / 1e9);
     printf("\n# through fzd, chunks in a file: %.0f%% (lists in the reply), %.0f%% (lists into a "
            "file) of in process with chunks and lists in host memory; chunks in device memory: "
-           "%.0f%% of in process with chunks in device "
-           "memory and lists in host memory, %.0f%% of the best in process (bar: 70%%)\n",
+           "%.0f%% (lists in the reply) of in process with lists in host memory, %.0f%% (lists "
+           "into device memory) of in process with lists in device memory (bar: 70%%)\n",
            100 * fps / host_sparse, 100 * ffps / host_sparse, 100 * dfps / dev_host_sparse,
-           100 * dfps / best_sparse);
+           100 * ddfps / best_sparse);
   }
   printf("\n# sparse, chunks in device memory: %.0f frames/s (bar: 10000): %s\n", best_sparse,
          best_sparse >= 10000 ? "met" : "NOT met");

@@ -1155,74 +1155,157 @@ Test(device_memory, client_dies_mid_job, .timeout = 300) {
 #ifdef FZT_FRAMES
 #include "fz_frames.h"
 
+enum { FR_NI = 300, FR_NJ = 200, FR_NPX = FR_NI * FR_NJ, FR_NF = 8, FR_HALF = FR_NF / 2 };
+
+/* Eight u16 frames of FR_NPX pixels as LZ4 chunks, one after another on
+ * the host and in device memory, and the CPU engine's lists (cut 50) of
+ * the last four. */
+typedef struct frames_case {
+  uint8_t *chunks;
+  void *d;
+  uint64_t offs[FR_NF], lens[FR_NF], len;
+  uint16_t cv[FR_HALF * FR_NPX];
+  uint32_t ci[FR_HALF * FR_NPX];
+  size_t cc[FR_HALF];
+} frames_case;
+
+static frames_case *frames_case_make(void) {
+  frames_case *k = calloc(1, sizeof *k);
+  char why[256];
+  static uint16_t frame[FR_NPX];
+  size_t bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, FR_NPX, 2, 0);
+  k->chunks = malloc(FR_NF * bound);
+  for (size_t f = 0; f < FR_NF; f++) {
+    for (size_t i = 0; i < FR_NPX; i++)
+      frame[i] = (uint16_t)((i * 7 + f * 13) % 97 == 0 ? 100 + f : i % 3);
+    int64_t len = fz_bslz4_encode(FZ_BSLZ4_LZ4, frame, FR_NPX, 2, 0, 0, k->chunks + k->len, bound,
+                                  why, sizeof why);
+    cr_assert_gt(len, 0, "%s", why);
+    k->offs[f] = k->len, k->lens[f] = (uint64_t)len, k->len += (uint64_t)len;
+  }
+  CUDA_OK(cudaMalloc(&k->d, k->len));
+  CUDA_OK(upload_for_fzd(k->d, k->chunks, k->len));
+  fz_frames_params fp = {.dtype = FZ_U16, .npixels = FR_NPX, .codec = FZ_BSLZ4_LZ4};
+  fz_frames *fr;
+  cr_assert_eq(fz_frames_create(&fp, &fr, why, sizeof why), 0, "%s", why);
+  int cs[FR_HALF];
+  fz_frames_batch cb = {.base = k->chunks,
+                        .offsets = k->offs + FR_HALF,
+                        .lengths = k->lens + FR_HALF,
+                        .nframes = FR_HALF,
+                        .cut = 50,
+                        .values = k->cv,
+                        .indices = k->ci,
+                        .cap = FR_NPX,
+                        .counts = k->cc,
+                        .status = cs};
+  cr_assert_eq(fz_frames_sparse_batch(fr, &cb, 0, why, sizeof why), 0, "%s", why);
+  fz_frames_destroy(fr);
+  for (size_t i = 0; i < FR_HALF; i++)
+    cr_assert_gt(k->cc[i], 0);
+  return k;
+}
+
+static void frames_case_free(frames_case *k) {
+  CUDA_OK(cudaFree(k->d));
+  free(k->chunks);
+  free(k);
+}
+
+/* The request for the case's last four frames from its device memory. */
+static fz_frames_request frames_case_request(const frames_case *k) {
+  return (fz_frames_request){.dtype = "u16",
+                             .ndims = 2,
+                             .shape = {FR_NI, FR_NJ},
+                             .cut = 50,
+                             .offsets = k->offs + FR_HALF,
+                             .lengths = k->lens + FR_HALF,
+                             .nframes = FR_HALF,
+                             .d_data = k->d,
+                             .d_len = k->len};
+}
+
 /* Frames from chunks in device memory, the request naming chunks past the
  * first ones of the buffer (offsets from d_data, d_len the whole buffer):
  * the CPU engine's lists, where fzd once took the request's chunk bytes
  * for the buffer's length. */
 Test(device_memory, frames_past_the_first_chunks_of_a_buffer, .timeout = 300) {
-  enum { NI = 300, NJ = 200, NPX = NI * NJ, NF = 8, HALF = NF / 2 };
   fzd_harness *h = start_gpu_fzd("\"workers\": 2");
   fz_client *c = connect_gpu(h);
-  char uuid[64], why[256];
+  char uuid[64];
   cuda_up(uuid, sizeof uuid);
-  static uint16_t frame[NPX];
-  size_t bound = fz_bslz4_bound(FZ_BSLZ4_LZ4, NPX, 2, 0);
-  uint8_t *chunks = malloc(NF * bound);
-  uint64_t offs[NF], lens[NF], at = 0;
-  for (size_t f = 0; f < NF; f++) {
-    for (size_t i = 0; i < NPX; i++)
-      frame[i] = (uint16_t)((i * 7 + f * 13) % 97 == 0 ? 100 + f : i % 3);
-    int64_t len = fz_bslz4_encode(FZ_BSLZ4_LZ4, frame, NPX, 2, 0, 0, chunks + at, bound, why,
-                                  sizeof why);
-    cr_assert_gt(len, 0, "%s", why);
-    offs[f] = at, lens[f] = (uint64_t)len, at += (uint64_t)len;
-  }
-  void *d = NULL;
-  CUDA_OK(cudaMalloc(&d, at));
-  CUDA_OK(upload_for_fzd(d, chunks, at));
-
-  fz_frames_params fp = {.dtype = FZ_U16, .npixels = NPX, .codec = FZ_BSLZ4_LZ4};
-  fz_frames *fr;
-  cr_assert_eq(fz_frames_create(&fp, &fr, why, sizeof why), 0, "%s", why);
-  static uint16_t cv[HALF * NPX];
-  static uint32_t ci[HALF * NPX];
-  size_t cc[HALF];
-  int cs[HALF];
-  fz_frames_batch cb = {.base = chunks,
-                        .offsets = offs + HALF,
-                        .lengths = lens + HALF,
-                        .nframes = HALF,
-                        .cut = 50,
-                        .values = cv,
-                        .indices = ci,
-                        .cap = NPX,
-                        .counts = cc,
-                        .status = cs};
-  cr_assert_eq(fz_frames_sparse_batch(fr, &cb, 0, why, sizeof why), 0, "%s", why);
-
-  fz_frames_request q = {.dtype = "u16",
-                         .ndims = 2,
-                         .shape = {NI, NJ},
-                         .cut = 50,
-                         .offsets = offs + HALF,
-                         .lengths = lens + HALF,
-                         .nframes = HALF,
-                         .d_data = d,
-                         .d_len = at};
-  fz_frame_result res[HALF];
+  frames_case *k = frames_case_make();
+  fz_frames_request q = frames_case_request(k);
+  fz_frame_result res[FR_HALF];
   cr_assert_eq(fz_client_frames(c, &q, res), 0, "%s", fz_client_errmsg(c));
-  for (size_t i = 0; i < HALF; i++) {
-    cr_assert_eq(res[i].status, 0, "frame %zu: %s", HALF + i, res[i].message);
-    cr_assert_gt(cc[i], 0);
-    cr_assert_eq(res[i].listed, cc[i], "frame %zu lists %zu, the CPU %zu", HALF + i,
-                 res[i].listed, cc[i]);
-    cr_assert_eq(memcmp(res[i].values, cv + i * NPX, cc[i] * 2), 0, "frame %zu", HALF + i);
-    cr_assert_eq(memcmp(res[i].indices, ci + i * NPX, cc[i] * 4), 0, "frame %zu", HALF + i);
+  for (size_t i = 0; i < FR_HALF; i++) {
+    cr_assert_eq(res[i].status, 0, "frame %zu: %s", FR_HALF + i, res[i].message);
+    cr_assert_eq(res[i].listed, k->cc[i], "frame %zu lists %zu, the CPU %zu", FR_HALF + i,
+                 res[i].listed, k->cc[i]);
+    cr_assert_eq(memcmp(res[i].values, k->cv + i * FR_NPX, k->cc[i] * 2), 0, "frame %zu",
+                 FR_HALF + i);
+    cr_assert_eq(memcmp(res[i].indices, k->ci + i * FR_NPX, k->cc[i] * 4), 0, "frame %zu",
+                 FR_HALF + i);
   }
-  fz_client_frame_results_free(res, HALF);
-  fz_frames_destroy(fr);
-  CUDA_OK(cudaFree(d));
-  free(chunks);
+  fz_client_frame_results_free(res, FR_HALF);
+  frames_case_free(k);
+  fz_client_close(c);
+  stop_fzd(h);
+}
+
+/* Lists into device memory: each frame's values and indices at the places
+ * the reply names, laid out as fzclient.h says (values, indices from the
+ * next multiple of 4, the next frame from the next multiple of 8, zeros
+ * between), the CPU engine's; an output one byte short of the last frame
+ * fails that frame alone with ENOSPC, the others written. */
+Test(device_memory, frames_into_device_memory, .timeout = 300) {
+  fzd_harness *h = start_gpu_fzd("\"workers\": 2");
+  fz_client *c = connect_gpu(h);
+  char uuid[64];
+  cuda_up(uuid, sizeof uuid);
+  frames_case *k = frames_case_make();
+  size_t need = 0;
+  for (size_t i = 0; i < FR_HALF; i++) {
+    need = (need + 7) & ~(size_t)7;
+    need = ((need + k->cc[i] * 2 + 3) & ~(size_t)3) + k->cc[i] * 4;
+  }
+  uint8_t *d_out = NULL, *got = malloc(need + 64);
+  CUDA_OK(cudaMalloc((void **)&d_out, need + 64));
+  CUDA_OK(cudaMemset(d_out, 0xa5, need + 64));
+  for (int short_by = 0; short_by <= 1; short_by++) {
+    fz_frames_request q = frames_case_request(k);
+    q.d_out = d_out;
+    q.d_out_len = need - (size_t)short_by;
+    fz_frame_result res[FR_HALF];
+    cr_assert_eq(fz_client_frames(c, &q, res), 0, "%s", fz_client_errmsg(c));
+    CUDA_OK(cudaMemcpy(got, d_out, need + 64, cudaMemcpyDeviceToHost));
+    size_t end = 0;
+    for (size_t i = 0; i < FR_HALF; i++) {
+      if (short_by && i == FR_HALF - 1) {
+        cr_assert_eq(res[i].status, FZ_ENOSPC, "frame %zu: %d", FR_HALF + i, res[i].status);
+        break;
+      }
+      cr_assert_eq(res[i].status, 0, "frame %zu: %s", FR_HALF + i, res[i].message);
+      cr_assert_eq(res[i].listed, k->cc[i]);
+      cr_assert_null(res[i].values);
+      size_t at = (end + 7) & ~(size_t)7, ix = (at + k->cc[i] * 2 + 3) & ~(size_t)3;
+      cr_assert_eq(res[i].values_at, at, "frame %zu", FR_HALF + i);
+      cr_assert_eq(res[i].indices_at, ix, "frame %zu", FR_HALF + i);
+      for (size_t b = end; b < at; b++)
+        cr_assert_eq(got[b], 0, "byte %zu before frame %zu", b, FR_HALF + i);
+      for (size_t b = at + k->cc[i] * 2; b < ix; b++)
+        cr_assert_eq(got[b], 0, "byte %zu in frame %zu", b, FR_HALF + i);
+      cr_assert_eq(memcmp(got + at, k->cv + i * FR_NPX, k->cc[i] * 2), 0, "frame %zu", FR_HALF + i);
+      cr_assert_eq(memcmp(got + ix, k->ci + i * FR_NPX, k->cc[i] * 4), 0, "frame %zu", FR_HALF + i);
+      end = ix + k->cc[i] * 4;
+    }
+    if (!short_by)
+      cr_assert_eq(end, need);
+    fz_client_frame_results_free(res, FR_HALF);
+  }
+  CUDA_OK(cudaFree(d_out));
+  free(got);
+  frames_case_free(k);
   fz_client_close(c);
   stop_fzd(h);
 }
