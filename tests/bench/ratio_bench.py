@@ -14,9 +14,17 @@ pysz is installed with pip into a virtual environment this script makes
 never one of the product.  The SVG is written by hand, so the plot needs
 nothing beyond the standard library.
 
+--smooth3d ZxYxX adds a generated smooth 3-D field of that shape (slowest
+first), standing for the very smooth fields (geopotential height) on
+which the preset falls short: a vertical gradient, large-scale waves
+that grow with height, and weather with an amplitude spectrum falling as
+k^-2, 20 units in about 8,000; fixed seed, so every run sees the same
+values.
+
 Usage: ratio_bench.py --bench build-cpu/tests/bench/fz_cpu_bench \\
            [--venv DIR] [--bounds 1e-2,1e-3,1e-4] [--rd-bounds ...] \\
-           [--repeat 3] [--svg docs/ratio_rd.svg] FIELD.f32 ...
+           [--repeat 3] [--svg docs/ratio_rd.svg] [--smooth3d ZxYxX] \\
+           [FIELD.f32 ...]
 Exit status: 0, 1 when any bound is exceeded (fzd or SZ3), 2 usage errors.
 """
 import argparse
@@ -24,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 BARS = {1e-2: 0.5, 1e-3: 0.8, 1e-4: 0.8}
@@ -142,6 +151,19 @@ def svg_plot(series, path):
         fh.write("\n".join(out) + "\n")
 
 
+def smooth3d(np, nz, ny, nx):
+    """The generated smooth 3-D field (see the module's text), float32."""
+    z, y, x = np.meshgrid(np.arange(nz), np.arange(ny), np.arange(nx), indexing="ij")
+    base = (5000 + 120.0 * z + 300 * np.sin(x / 40 + 0.3) * np.cos(y / 33) * (1 + z / nz)
+            + 50 * np.sin((x + y) / 70))
+    freq = np.meshgrid(*[np.fft.fftfreq(n) for n in (nz, ny, nx)], indexing="ij")
+    k = np.sqrt(sum(f * f for f in freq))
+    k[0, 0, 0] = 1
+    w = np.random.default_rng(7).standard_normal((nz, ny, nx))
+    w = np.real(np.fft.ifftn(np.fft.fftn(w) * k ** -2.0))
+    return (base + w * (20 / w.std())).astype("<f4")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", required=True, help="fz_cpu_bench")
@@ -150,10 +172,22 @@ def main():
     ap.add_argument("--rd-bounds", default="3e-2,1e-2,3e-3,1e-3,3e-4,1e-4,3e-5")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--svg", default="docs/ratio_rd.svg")
-    ap.add_argument("fields", nargs="+")
+    ap.add_argument("--smooth3d", metavar="ZxYxX", help="add the generated smooth 3-D field")
+    ap.add_argument("fields", nargs="*")
     a = ap.parse_args()
+    if not a.fields and not a.smooth3d:
+        ap.error("no field: give FIELD.f32 files or --smooth3d")
     ensure_venv(os.path.abspath(a.venv))
     import numpy as np
+
+    if a.smooth3d:
+        dims = [int(d) for d in a.smooth3d.split("x")]
+        if len(dims) != 3 or min(dims) < 1:
+            ap.error("--smooth3d takes ZxYxX, e.g. 64x128x256")
+        tmp = tempfile.TemporaryDirectory(prefix="ratio-bench-")
+        path = os.path.join(tmp.name, f"smooth3d_{a.smooth3d}.f32")
+        smooth3d(np, *dims).tofile(path)
+        a.fields.append(path)
 
     bounds = [float(b) for b in a.bounds.split(",")]
     rd = [float(b) for b in a.rd_bounds.split(",")]
