@@ -151,8 +151,9 @@ def svg_plot(series, path):
         fh.write("\n".join(out) + "\n")
 
 
-def smooth3d(np, nz, ny, nx):
+def smooth3d(nz, ny, nx):
     """The generated smooth 3-D field (see the module's text), float32."""
+    import numpy as np
     z, y, x = np.meshgrid(np.arange(nz), np.arange(ny), np.arange(nx), indexing="ij")
     base = (5000 + 120.0 * z + 300 * np.sin(x / 40 + 0.3) * np.cos(y / 33) * (1 + z / nz)
             + 50 * np.sin((x + y) / 70))
@@ -186,7 +187,7 @@ def main():
             ap.error("--smooth3d takes ZxYxX, e.g. 64x128x256")
         tmp = tempfile.TemporaryDirectory(prefix="ratio-bench-")
         path = os.path.join(tmp.name, f"smooth3d_{a.smooth3d}.f32")
-        smooth3d(np, *dims).tofile(path)
+        smooth3d(*dims).tofile(path)
         a.fields.append(path)
 
     bounds = [float(b) for b in a.bounds.split(",")]
