@@ -19,6 +19,12 @@
  * preset), so that a decoder that predates the stage refuses its archives
  * with EVERSION, not as corrupt. */
 #define FZE_FORMAT_VERSION_PLANES 4
+/* Version 5 is version 4 with the interpolation's second form: its words
+ * in the walk's order, level by level, and its coarser levels binned
+ * finer (fzo_interp_level_step).  Every archive with an `interp` stage is
+ * written in it; a decoder reads the interpolation of versions 3 and 4 as
+ * they were. */
+#define FZE_FORMAT_VERSION_LEVELS 5
 
 typedef struct fze_header {
   fz_dtype dtype;
@@ -41,6 +47,8 @@ int fze_shape_size(unsigned ndims, const uint64_t *dims, size_t width,
 /* The version an archive of this chain and chunk size is written in (the
  * lowest that holds it), and the width of its chunk table entries. */
 unsigned fze_format_version(const fze_chain *c, unsigned chunk_bytes);
+/* Sets what the version decides in the chain's stages (interp's lv). */
+void fze_chain_set_version(fze_chain *c, unsigned version);
 static inline unsigned fze_table_width(unsigned version) {
   return version >= FZE_FORMAT_VERSION_RATIO ? 4u : 2u;
 }

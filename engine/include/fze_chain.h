@@ -33,6 +33,8 @@ typedef struct fze_stage {
   /* Resolved per job by the compressor and stored in the archive: */
   double eb_abs;      /* quant: absolute bound enforced; 0 = lossless */
   double step;        /* quant: bin width (abs/rel) or bit step (pwrel) */
+  bool lv;            /* interp: the walk of format version 5 (words by
+                         level, finer bins on coarser levels) */
   uint64_t ext[3][3]; /* lorenzo: ext[k-1], the array's extents folded
                          into k dimensions, as 3 (slowest first, leading
                          1s), for every k up to pdims */

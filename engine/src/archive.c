@@ -55,18 +55,27 @@ size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks,
 }
 
 /* The lowest version that holds the archive, so that archives without the
- * newer features stay readable by every older decoder: 4 for the
- * byteplanes stage, else 3 for the other ratio stages or chunks above
- * 32 KiB, else 2 for a fill value, else 1. */
+ * newer features stay readable by every older decoder: 5 for the
+ * interp stage, else 4 for the byteplanes stage, else 3 for the other
+ * ratio stages or chunks above 32 KiB, else 2 for a fill value, else 1. */
 unsigned fze_format_version(const fze_chain *c, unsigned chunk_bytes) {
-  bool fill = false, ratio = chunk_bytes > FZ_CHUNK_MAX;
+  bool fill = false, ratio = chunk_bytes > FZ_CHUNK_MAX, planes = false;
   for (unsigned i = 0; i < c->n; i++) {
-    if (c->st[i].id == FZE_STAGE_BYTEPLANES)
-      return FZE_FORMAT_VERSION_PLANES;
+    if (c->st[i].id == FZE_STAGE_INTERP)
+      return FZE_FORMAT_VERSION_LEVELS;
+    planes |= c->st[i].id == FZE_STAGE_BYTEPLANES;
     ratio |= fze_stage_is_ratio(c->st[i].id);
     fill |= c->st[i].id == FZE_STAGE_QUANT && c->st[i].has_fill;
   }
-  return ratio ? FZE_FORMAT_VERSION_RATIO : fill ? FZE_FORMAT_VERSION_FILL : FZE_FORMAT_VERSION;
+  return planes ? FZE_FORMAT_VERSION_PLANES
+         : ratio ? FZE_FORMAT_VERSION_RATIO
+         : fill  ? FZE_FORMAT_VERSION_FILL
+                 : FZE_FORMAT_VERSION;
+}
+
+void fze_chain_set_version(fze_chain *c, unsigned version) {
+  for (unsigned i = 0; i < c->n; i++)
+    c->st[i].lv = c->st[i].id == FZE_STAGE_INTERP && version >= FZE_FORMAT_VERSION_LEVELS;
 }
 
 static void put_u32(uint8_t *p, uint32_t v) {
@@ -148,7 +157,7 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
   if (len < 8)
     return FZ_ETRUNC;
   unsigned version = arc[4];
-  if (version < FZE_FORMAT_VERSION || version > FZE_FORMAT_VERSION_PLANES)
+  if (version < FZE_FORMAT_VERSION || version > FZE_FORMAT_VERSION_LEVELS)
     return FZ_EVERSION;
   h->version = version;
   h->table_w = fze_table_width(version);
@@ -238,6 +247,7 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
   if (fze_chain_check(&h->chain, h->dtype, NULL, 0) < 0 ||
       fze_chain_resolve_shape(&h->chain, h->ndims, h->dims, NULL, 0) < 0)
     return FZ_ECORRUPT;
+  fze_chain_set_version(&h->chain, version);
   h->nchunks = (h->raw_bytes + h->chunk_bytes - 1) / h->chunk_bytes;
   if (len < pos + 4)
     return FZ_ETRUNC;

@@ -97,8 +97,11 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                          uint8_t *side, void *work);
 int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                       const void *codes, size_t n, uint64_t first, const uint8_t *side,
-                      size_t side_len, void *out, void *work);
-/* work: room for n u32 indices, n flags, n/2 + 1 runs of two u32 and n
+                      size_t side_len, void *out, void *work, void *spare);
+/* spare: n words' room, where a version-5 walk's words are put back in
+ * memory order (ip->lv); the encoder needs none (its rebuilt values'
+ * room takes them).
+ * work: room for n u32 indices, n flags, n/2 + 1 runs of two u32 and n
  * doubles. */
 size_t fze_quant_work_bytes(size_t n);
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,

@@ -238,6 +238,7 @@ int fz_plan_create(const fz_params *p, fz_plan **out, char *why, size_t why_len)
     goto err_plan;
   h->nchunks = (h->raw_bytes + cb - 1) / cb;
   h->version = fze_format_version(&h->chain, cb);
+  fze_chain_set_version(&h->chain, h->version);
   h->table_w = fze_table_width(h->version);
   h->header_len = fze_header_len(&h->chain, h->ndims, h->nchunks, h->table_w);
   pl->width = w;

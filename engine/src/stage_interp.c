@@ -110,6 +110,8 @@ static uint64_t first_at(uint64_t lo, uint64_t m, uint64_t r) {
 typedef struct coder {
   fz_dtype t;
   double inv, step, e, qmax;
+  double base; /* quant's step: the bin of level 0 */
+  bool lv;     /* format version 5: finer bins on coarser levels */
   const uint8_t *x;     /* encode: the values */
   uint8_t *codes;       /* encode: out; decode: in */
   uint8_t *out;         /* decode: the values (outliers and fill patched) */
@@ -179,6 +181,13 @@ static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32)
   o->pv[i] = ok ? r : finite_or_0(v);
 }
 
+/* The bins of level l (spacing 2^l): quant's step in versions 3 and 4,
+ * else fzo_interp_level_step's. */
+static inline void level_bins(coder *o, unsigned l) {
+  o->step = o->lv ? fzo_interp_level_step(o->base, l) : o->base;
+  o->inv = 1.0 / o->step;
+}
+
 static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t n,
                               int dec, bool f32) {
   walk k;
@@ -188,6 +197,7 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
   const uint64_t top = FZE_INTERP_TOP;
   uint64_t c[3], e = s + n - 1;
   double prev = 0;
+  level_bins(o, __builtin_ctzll(top));
   for (c[0] = first_at(k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
     for (c[1] = first_at(k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
       for (c[2] = first_at(k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
@@ -200,6 +210,7 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
   for (uint64_t h = top / 2; h >= 1; h /= 2)
     for (unsigned d = 0; d < 3; d++) {
       uint64_t step[3], start[3];
+      level_bins(o, (unsigned)__builtin_ctzll(h));
       for (unsigned j = 0; j < 3; j++) {
         step[j] = j == d ? 2 * h : j < d ? h : 2 * h;
         start[j] = first_at(k.lo[j], step[j], j == d ? h : 0);
@@ -273,6 +284,60 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
     }
 }
 
+/* Format version 5 stores the words in the walk's order (the anchors,
+ * then the passes (h, d), each in memory order): the zero words of a
+ * level's well-predicted points, most of them on the finest, then follow
+ * each other, where the memory order interleaves them with the coarser
+ * levels' larger words.  Moves the n words of w bytes from memory order
+ * at src to the walk's at dst (to_walk), or back. */
+static void reorder(const fze_stage *ip, uint64_t s, size_t n, unsigned w, const uint8_t *src,
+                    uint8_t *dst, bool to_walk) {
+  walk k;
+  walk_init(&k, ip, s, n);
+  const uint64_t top = FZE_INTERP_TOP;
+  uint64_t c[3], e = s + n - 1;
+  size_t m = 0;
+#define MOVE(g)                                                                         \
+  do {                                                                                  \
+    size_t i_ = (size_t)((g) - s);                                                      \
+    if (to_walk)                                                                        \
+      memcpy(dst + (size_t)w * m, src + (size_t)w * i_, w);                             \
+    else                                                                                \
+      memcpy(dst + (size_t)w * i_, src + (size_t)w * m, w);                             \
+    m++;                                                                                \
+  } while (0)
+  for (c[0] = first_at(k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
+    for (c[1] = first_at(k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
+      for (c[2] = first_at(k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
+        uint64_t g = c[0] * k.stride[0] + c[1] * k.stride[1] + c[2];
+        if (g >= s && g <= e)
+          MOVE(g);
+      }
+  for (uint64_t h = top / 2; h >= 1; h /= 2)
+    for (unsigned d = 0; d < 3; d++) {
+      uint64_t step[3], start[3];
+      for (unsigned j = 0; j < 3; j++) {
+        step[j] = j == d ? 2 * h : j < d ? h : 2 * h;
+        start[j] = first_at(k.lo[j], step[j], j == d ? h : 0);
+      }
+      for (c[0] = start[0]; c[0] <= k.hi[0]; c[0] += step[0])
+        for (c[1] = start[1]; c[1] <= k.hi[1]; c[1] += step[1]) {
+          uint64_t row = c[0] * k.stride[0] + c[1] * k.stride[1];
+          if (row > e)
+            continue;
+          /* The row's points in the chunk: x from a to b (inclusive). */
+          uint64_t a = start[2], b = k.hi[2];
+          if (row + a < s)
+            a += (s - row - a + step[2] - 1) / step[2] * step[2];
+          if (row + b > e)
+            b = e - row;
+          for (uint64_t x = a; x <= b; x += step[2])
+            MOVE(row + x);
+        }
+    }
+#undef MOVE
+}
+
 size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                          const void *in, size_t n, uint64_t first, void *codes,
                          uint8_t *side, void *work) {
@@ -284,7 +349,7 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
   uint8_t *bad = (uint8_t *)(idx + n);
   double *pv = (double *)(((uintptr_t)(bad + n) + 7) & ~(uintptr_t)7);
   size_t r = 0;
-  coder o = {.t = t, .inv = 1.0 / q->step, .step = q->step, .e = q->eb_abs,
+  coder o = {.t = t, .base = q->step, .lv = ip->lv, .e = q->eb_abs,
              .qmax = t == FZ_F32 ? FZO_QMAX_F32 : FZO_QMAX_F64, .x = in,
              .codes = codes, .bad = bad, .pv = pv, .dec = 0};
   if (q->has_fill) {
@@ -301,6 +366,11 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     run(&o, ip, first, n, 0, true);
   else
     run(&o, ip, first, n, 0, false);
+  if (ip->lv) {
+    /* The rebuilt values are done with: their room takes the words. */
+    reorder(ip, first, n, w, codes, (uint8_t *)pv, true);
+    memcpy(codes, pv, (size_t)w * n);
+  }
   size_t m = fze_quant_gather(bad, n, idx);
   return fze_quant_write_side(side, idx, m, in, w, q->has_fill, (const uint32_t(*)[2])runs, r,
                               iw);
@@ -308,7 +378,7 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
 
 int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                       const void *codes, size_t n, uint64_t first, const uint8_t *side,
-                      size_t side_len, void *out, void *work) {
+                      size_t side_len, void *out, void *work, void *spare) {
   if (q->step == 0)
     return fze_quant_decode(q, t, codes, n, side, side_len, out);
   unsigned w = (unsigned)fz_dtype_size(t), iw = fze_side_index_width(n);
@@ -345,7 +415,11 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     exact[i] = 1;
     prev = i;
   }
-  coder o = {.t = t, .step = q->step, .codes = (uint8_t *)codes, .out = out,
+  if (ip->lv) {
+    reorder(ip, first, n, w, codes, spare, false);
+    codes = spare;
+  }
+  coder o = {.t = t, .base = q->step, .lv = ip->lv, .codes = (uint8_t *)codes, .out = out,
              .exact = exact, .pv = pv, .dec = 1};
   bool none = sv.m == 0 && sv.r == 0;
   if (t == FZ_F32 && none)
@@ -375,7 +449,9 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
                           size_t n, uint64_t first, void *words, size_t *outl) {
   const uint64_t *ext = ip->ext[ip->pdims - 1];
   uint64_t Y = ext[1], X = ext[2], st[3] = {X * Y, X, 1};
-  double inv = 1.0 / q->step, qmax = t == FZ_F32 ? FZO_QMAX_F32 : FZO_QMAX_F64;
+  double qmax = t == FZ_F32 ? FZO_QMAX_F32 : FZO_QMAX_F64, inv[4];
+  for (unsigned l = 0; l < 4; l++)
+    inv[l] = 1.0 / (ip->lv ? fzo_interp_level_step(q->step, l) : q->step);
   bool f32 = t == FZ_F32;
   unsigned top = (unsigned)__builtin_ctzll(FZE_INTERP_TOP);
   size_t m = 0, bad = 0;
@@ -409,7 +485,7 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
                  : have[2] ? v[2]
                            : 0.0;
       double x = f32 ? (double)((const float *)in)[i] : ((const double *)in)[i];
-      double tq = (x - p) * inv;
+      double tq = (x - p) * inv[lb];
       bool fits = fabs(tq) <= qmax; /* false for NaN */
       double rq = fzo_rint(fits ? tq : 0.0);
       bad += !fits;

@@ -1,7 +1,8 @@
 /*
  * ratio_dec.cuh - the decoder of the ratio preset's chunks (format version
  * 3: quant | interp | huffman | rze, and the same chain with lorenzo in
- * interp's place) and of the lossless-ratio preset's (format version 4:
+ * interp's place; version 5 the same with the interpolation's words by
+ * level and finer bins on its coarser levels) and of the lossless-ratio preset's (format version 4:
  * lorenzo | byteplanes on 4- and 8-byte words), written once for the
  * device and for a host model of it.
  *
@@ -49,6 +50,7 @@ typedef struct fzr_job {
   uint32_t w;              /* 4 (f32) or 8 (f64) */
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
+  uint32_t lv;             /* interp: format version 5's walk (fze_stage's lv) */
   uint32_t lorenzo;        /* stage 1 is lorenzo (its k is 1..D), not interp */
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
@@ -830,9 +832,9 @@ static inline FZR_HD double fzr_rebuild_w(double step, unsigned w, uint8_t *out,
   return r;
 }
 
-static inline FZR_HD double fzr_rebuild(const fzr_job *J, uint8_t *out, uint64_t i, uint64_t z,
-                                        double p) {
-  return fzr_rebuild_w(J->step, J->w, out, i, z, p);
+/* The bin of level l: fzo_interp_level_step's in version 5, else step. */
+static inline FZR_HD double fzr_level_step(const fzr_job *J, unsigned l) {
+  return J->lv ? fzo_interp_level_step(J->step, l) : J->step;
 }
 
 #define FZR_NO_ANCHOR UINT32_MAX
@@ -855,7 +857,8 @@ static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint
   uint8_t x = S->x[i];
   S->anc.i[t] = i;
   S->anc.x[t] = x;
-  S->anc.q[t] = fzr_word(S->a, J->w, i);
+  /* In version 5 anchor k's word is word k. */
+  S->anc.q[t] = fzr_word(S->a, J->w, J->lv ? (uint32_t)k : i);
   S->anc.o[t] = !x ? 0.0 : J->w == 4 ? (double)((const float *)out)[i] : ((const double *)out)[i];
 }
 
@@ -865,17 +868,19 @@ static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint
 static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
   double prev = S->anc_prev;
+  const double step = fzr_level_step(J, fzr_ip_level_of(0));
   for (unsigned j = 0; j < nt; j++) {
     uint32_t i = S->anc.i[j];
     if (i != FZR_NO_ANCHOR)
-      prev = S->anc.x[j] ? fzr_fin0(S->anc.o[j]) : fzr_rebuild(J, out, i, S->anc.q[j], prev);
+      prev = S->anc.x[j] ? fzr_fin0(S->anc.o[j]) : fzr_rebuild_w(step, J->w, out, i, S->anc.q[j], prev);
   }
   S->anc_prev = prev;
 }
 
 /* One pass (h, d) of the walk (1 .. 12): its points depend only on
  * earlier passes, so the block shares them out as the encoder does; an
- * outlier keeps the value fzr_outliers stored. */
+ * outlier keeps the value fzr_outliers stored.  In version 5 point k's
+ * word is word k after those of the passes before. */
 FZR_IP_FI FZR_HD void fzr_level_w(fzr_state *S, const fzr_job *J, unsigned pass, unsigned w,
                                    unsigned t, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
@@ -884,13 +889,16 @@ FZR_IP_FI FZR_HD void fzr_level_w(fzr_state *S, const fzr_job *J, unsigned pass,
   unsigned d = (pass - 1) % 3;
   uint64_t ed = S->ip.ext[d], off = ps->off;
   uint32_t n = S->ip.n, total = ps->end[FZR_IP_BOXES - 1];
-  const double step = J->step;
+  const double step = fzr_level_step(J, fzr_ip_level_of(pass));
+  uint32_t base = 0;
+  for (unsigned p = 0; p < pass; p++)
+    base += S->ip.pass[p].end[FZR_IP_BOXES - 1];
   fzr_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
   for (uint32_t k = t; k < total; k += nt) {
     uint64_t cd;
     uint32_t i = fzr_ip_next(ps, &cur, k, t, nt, d, h, &cd);
     uint8_t x = S->x[i];
-    uint64_t z = fzr_word(S->a, w, i);
+    uint64_t z = fzr_word(S->a, w, J->lv ? base + k : i);
     double p = fzr_ip_predict(out, S->x, w, i, cd, h, off, ed, n);
     if (!x)
       fzr_rebuild_w(step, w, out, i, z, p);

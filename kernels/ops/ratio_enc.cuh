@@ -1,6 +1,7 @@
 /*
  * ratio_enc.cuh - the encoder of the ratio preset's chunks (format version
- * 3: quant | interp | huffman | rze), written once for the device and for a
+ * 5: quant | interp | huffman | rze; version 3 with lorenzo in interp's
+ * place), written once for the device and for a
  * host model of it, as ratio_dec.cuh is written (ratio_phase.cuh says how).
  *
  * One block of FZR_NT threads codes one chunk, making the CPU engine's
@@ -54,6 +55,7 @@ typedef struct fzre_job {
   uint32_t pdims;          /* interp's D */
   uint32_t lorenzo;        /* stage 1 is lorenzo: its best k, no interpolation */
   uint32_t pwrel;          /* quant's mode is PWREL */
+  uint32_t lv;             /* interp: format version 5's walk (fze_stage's lv) */
   const double *qp;        /* eb_abs, step (as the prep kernel left them); NULL
                             * without quant */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
@@ -153,6 +155,7 @@ static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t 
   S->q.step = planes ? 0.0 : J->qp[1];
   S->q.inv = S->q.step != 0 ? 1.0 / S->q.step : 0.0;
   S->q.pwrel = J->pwrel;
+  S->q.lv = J->lv;
   S->best = UINT64_MAX;
   S->k = 1;
   S->cost_i = UINT64_MAX;

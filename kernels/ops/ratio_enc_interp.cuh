@@ -15,7 +15,11 @@
  * barrier a pass.
  *
  * The walk itself, its tables and its predictions are the decoder's too
- * (ratio_interp.cuh).
+ * (ratio_interp.cuh).  In format version 5 (q->lv) each level takes its
+ * own bin (fzo_interp_level_step) and a point's word goes to its place in
+ * the walk, not to its chunk index: point k of a pass after the words of
+ * the passes before (stage_interp.c's reorder); its outlier flag and
+ * rebuilt value stay at its chunk index.
  *
  * The arithmetic is the engine's bit for bit: predictions in binary64,
  * the same operations in the same order, the value rebuilt as
@@ -58,7 +62,8 @@ FZR_IP_FI FZR_HD uint64_t fzre_ip_load(const uint8_t *in, unsigned w, uint32_t i
  * prediction p; returns the rebuilt value it leaves in pv.  in, words and
  * pv are aligned for the element type. */
 FZR_IP_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, double p,
-                                       uint8_t *words, uint8_t *bad, uint8_t *pv, uint32_t i) {
+                                       uint8_t *words, uint8_t *bad, uint8_t *pv, uint32_t i,
+                                       uint32_t wi) {
   if (w == 4) {
     double v = (double)fzo_bits_f32((uint32_t)x);
     bool special = fzo_f32_special((uint32_t)x);
@@ -70,7 +75,7 @@ FZR_IP_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, d
     double r = (double)(float)(p + b * q->step);
     bool ok = fits & (fabs(v - r) <= q->eb_abs);
     b = ok ? b : 0.0;
-    ((uint32_t *)words)[i] = ok ? fzo_zigzag32((uint32_t)(int32_t)b) : 0u;
+    ((uint32_t *)words)[wi] = ok ? fzo_zigzag32((uint32_t)(int32_t)b) : 0u;
     bad[i] = (uint8_t)!ok;
     double kept = ok ? r : fzre_ip_fin0(v);
     ((float *)pv)[i] = (float)kept;
@@ -84,11 +89,22 @@ FZR_IP_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, d
   double r = p + b * q->step;
   bool ok = fits & (fabs(v - r) <= q->eb_abs);
   b = ok ? b : 0.0;
-  ((uint64_t *)words)[i] = ok ? fzo_zigzag64((uint64_t)(int64_t)b) : 0u;
+  ((uint64_t *)words)[wi] = ok ? fzo_zigzag64((uint64_t)(int64_t)b) : 0u;
   bad[i] = (uint8_t)!ok;
   double kept = ok ? r : fzre_ip_fin0(v);
   ((double *)pv)[i] = kept;
   return kept;
+}
+
+/* q with the bins of the level of spacing 2^l: in format version 5
+ * fzo_interp_level_step's, as stage_interp.c's level_bins gives them. */
+static inline FZR_HD fzre_q fzre_ip_level_q(const fzre_q *q, unsigned l) {
+  fzre_q r = *q;
+  if (q->lv && l) {
+    r.step = fzo_interp_level_step(q->step, l);
+    r.inv = 1.0 / r.step;
+  }
+  return r;
 }
 
 /* The chunk index of anchor k (point k of the walk's pass 0, in memory
@@ -119,19 +135,25 @@ static inline FZR_HD void fzre_ip_stage(fzre_ipe *E, const uint8_t *in, unsigned
  * them (a chunk of a 1-D array has n / 16 anchors; thread 0 loading them
  * from the array itself waited on the memory at every few). */
 FZR_IP_FI FZR_HD void fzre_ip_chain_w(fzre_ipe *E, const fzre_q *q, unsigned w, uint8_t *words,
-                                       uint8_t *bad, uint8_t *pv, uint32_t m) {
+                                       uint8_t *bad, uint8_t *pv, uint32_t b, uint32_t m) {
   double prev = E->prev;
+  const fzre_q qa = fzre_ip_level_q(q, fzr_ip_level_of(0));
+  /* In version 5 anchor b + j's word is word b + j. */
   for (uint32_t j = 0; j < m; j++)
-    prev = fzre_ip_point(q, w, E->ax[j], prev, words, bad, pv, E->ai[j]);
+    prev = fzre_ip_point(&qa, w, E->ax[j], prev, words, bad, pv, E->ai[j],
+                         q->lv ? b + j : E->ai[j]);
   E->prev = prev;
 }
 
-/* One pass (h, d): each of the thread's points predicted and coded. */
-FZR_IP_FI FZR_HD void fzre_ip_level_w(const fzr_ip *P, unsigned pass, const fzre_q *q,
+/* One pass (h, d): each of the thread's points predicted and coded; in
+ * version 5 point k's word is word base + k, base the points of the
+ * passes before. */
+FZR_IP_FI FZR_HD void fzre_ip_level_w(const fzr_ip *P, unsigned pass, const fzre_q *qc,
                                        const uint8_t *in, unsigned w, uint8_t *words, uint8_t *bad,
-                                       uint8_t *pv, unsigned t, unsigned nt) {
+                                       uint8_t *pv, unsigned t, unsigned nt, uint32_t base) {
   const fzr_ip_pass *ps = &P->pass[pass];
   uint64_t h = (uint64_t)(FZR_IP_TOP / 2) >> ((pass - 1) / 3);
+  const fzre_q ql = fzre_ip_level_q(qc, fzr_ip_level_of(pass)), *q = &ql;
   unsigned d = (pass - 1) % 3;
   uint64_t ed = P->ext[d], off = ps->off;
   uint32_t n = P->n, total = ps->end[FZR_IP_BOXES - 1];
@@ -165,7 +187,7 @@ FZR_IP_FI FZR_HD void fzre_ip_level_w(const fzr_ip *P, unsigned pass, const fzre
     }
     double p = cub ? (-va + 9.0 * vb + 9.0 * vc - ve) * 0.0625
                    : fzr_ip_predict(pv, NULL, w, i, cd, h, off, ed, n);
-    fzre_ip_point(q, w, x, p, words, bad, pv, i);
+    fzre_ip_point(q, w, x, p, words, bad, pv, i, q->lv ? base + k : i);
     if (!more)
       break;
     k = k2;
@@ -181,20 +203,20 @@ FZR_IP_FI FZR_HD void fzre_ip_level_w(const fzr_ip *P, unsigned pass, const fzre
 }
 
 static inline FZR_HD void fzre_ip_chain(fzre_ipe *E, const fzre_q *q, unsigned w, uint8_t *words,
-                                        uint8_t *bad, uint8_t *pv, uint32_t m) {
+                                        uint8_t *bad, uint8_t *pv, uint32_t b, uint32_t m) {
   if (w == 4)
-    fzre_ip_chain_w(E, q, 4u, words, bad, pv, m);
+    fzre_ip_chain_w(E, q, 4u, words, bad, pv, b, m);
   else
-    fzre_ip_chain_w(E, q, 8u, words, bad, pv, m);
+    fzre_ip_chain_w(E, q, 8u, words, bad, pv, b, m);
 }
 
 static inline FZR_HD void fzre_ip_level(const fzr_ip *P, unsigned pass, const fzre_q *q,
                                         const uint8_t *in, unsigned w, uint8_t *words, uint8_t *bad,
-                                        uint8_t *pv, unsigned t, unsigned nt) {
+                                        uint8_t *pv, unsigned t, unsigned nt, uint32_t base) {
   if (w == 4)
-    fzre_ip_level_w(P, pass, q, in, 4u, words, bad, pv, t, nt);
+    fzre_ip_level_w(P, pass, q, in, 4u, words, bad, pv, t, nt, base);
   else
-    fzre_ip_level_w(P, pass, q, in, 8u, words, bad, pv, t, nt);
+    fzre_ip_level_w(P, pass, q, in, 8u, words, bad, pv, t, nt, base);
 }
 
 /* The chunk's codes (each value's zigzagged bin, 0 for an outlier) into
@@ -218,8 +240,12 @@ static inline FZR_HD void fzre_interp(fzre_ipe *E, const fzre_q *q, const uint64
    * reuse P's room (a union), so no thread may read P after it, as a
    * thread that tested the passes left over there would. */
   unsigned live = 0;
-  for (unsigned pass = 1; pass < FZR_IP_PASSES; pass++)
+  uint32_t base[FZR_IP_PASSES]; /* the words of the passes before each */
+  base[0] = 0;
+  for (unsigned pass = 1; pass < FZR_IP_PASSES; pass++) {
     live |= (P->pass[pass].end[FZR_IP_BOXES - 1] != 0 ? 1u : 0u) << pass;
+    base[pass] = base[pass - 1] + P->pass[pass - 1].end[FZR_IP_BOXES - 1];
+  }
   /* The anchors, a batch of nt at a time: the block stages them, thread 0
    * chains them. */
   const uint32_t na = P->pass[0].end[FZR_IP_BOXES - 1];
@@ -227,14 +253,14 @@ static inline FZR_HD void fzre_interp(fzre_ipe *E, const fzre_q *q, const uint64
   for (uint32_t b = 0; b < na; b += nt) {
     FZR_ALL(fzre_ip_stage(E, in, w, b, t));
     FZR_SYNC();
-    FZR_ONE(fzre_ip_chain(E, q, w, words, bad, pv, na - b < nt ? na - b : nt));
+    FZR_ONE(fzre_ip_chain(E, q, w, words, bad, pv, b, na - b < nt ? na - b : nt));
     FZR_SYNC();
   }
   FZR_CLK(5);
   for (unsigned pass = 1; pass < FZR_IP_PASSES; pass++) {
     if (!((live >> pass) & 1u))
       continue;
-    FZR_ALL(fzre_ip_level(P, pass, q, in, w, words, bad, pv, t, nt));
+    FZR_ALL(fzre_ip_level(P, pass, q, in, w, words, bad, pv, t, nt, base[pass]));
     FZR_SYNC();
     FZR_CLK(20 + pass);
   }

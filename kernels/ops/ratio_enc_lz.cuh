@@ -540,6 +540,10 @@ static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uin
   const uint64_t d = (uint64_t)nt * FZRE_GUESS_STEP;
   fzre_acc a = {0, 0, 0, 0};
   uint64_t bad = 0, i = (uint64_t)t * FZRE_GUESS_STEP;
+  /* Each level's bins (no anchor is sampled). */
+  double inv[4];
+  for (unsigned l = 0; l < 4; l++)
+    inv[l] = 1.0 / (q->lv ? fzo_interp_level_step(q->step, l) : q->step);
   fzre_pos p;
   fzre_pos_init(&p, ext, first + i, d);
   for (; i < n; i += d, fzre_pos_next(&p)) {
@@ -567,7 +571,7 @@ static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uin
                 : h1     ? v1
                 : h2     ? v2
                          : 0.0;
-    double tq = (fzre_value(in, w, i) - pr) * q->inv;
+    double tq = (fzre_value(in, w, i) - pr) * inv[lb];
     int fits = fabs(tq) <= qmax; /* false for NaN */
     double rq = fzo_rint(fits ? tq : 0.0);
     bad += !fits;

@@ -29,6 +29,12 @@
 #define FZR_IP_BOXES 5u
 #define FZR_IP_PASSES 13u /* the anchors, then (h, d) for h = 8, 4, 2, 1 */
 
+/* The level of pass p, log2 of its spacing: 4 for the anchors (every
+ * 16th point), then 3, 2, 1, 0. */
+static inline FZR_HD unsigned fzr_ip_level_of(unsigned pass) {
+  return pass == 0 ? 4u : 3u - (pass - 1) / 3;
+}
+
 /* The loops are written once for both widths and compiled for each with w
  * a constant (fzre_ip_level, fzre_ip_chain, FZR_IP_FI), so the device
  * code has no branch on the type per point. */

@@ -181,6 +181,7 @@ static inline FZR_HD void fzr_canon_first(const fzr_canon_row *cnt, const uint32
 typedef struct fzre_q {
   double step, inv, eb_abs;
   unsigned pwrel;
+  unsigned lv; /* interp: format version 5's walk (fze_stage's lv) */
 } fzre_q;
 
 #endif

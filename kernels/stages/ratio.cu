@@ -101,6 +101,7 @@ extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStr
   J.lorenzo = p->lorenzo;
   J.planes = p->planes;
   J.pwrel = p->pwrel;
+  J.lv = p->lv;
   J.step = p->step;
   for (unsigned a = 0; a < 3; a++)
     for (unsigned d = 0; d < 3; d++)
@@ -135,6 +136,7 @@ extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaS
   J.lorenzo = p->lorenzo;
   J.planes = p->planes;
   J.pwrel = p->pwrel;
+  J.lv = p->lv;
   J.qp = p->qp;
   for (unsigned a = 0; a < 3; a++)
     for (unsigned d = 0; d < 3; d++)

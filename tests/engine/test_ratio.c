@@ -9,6 +9,7 @@
  * writes out of bounds).
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "check.h"
 #include "fz.h"
 #include "gen.h"
+#include "interp_v3.h"
 
 typedef struct shape {
   unsigned ndims;
@@ -259,16 +261,21 @@ Test(ratio, chain_rules_and_chunk_sizes) {
   p.pipeline = "interp | huffman";
   cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), FZ_EPIPELINE);
 
-  /* Version 3 for the ratio stages, version 1 as before for the rest. */
+  /* Version 5 for interp, 3 for the other ratio stages, version 1 as
+   * before for the rest. */
   void *x = make_field(&s2, 1, GEN_SMOOTH, 2);
   size_t len;
-  uint8_t *a = roundtrip(&s2, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 0, &len, "v3");
-  cr_assert_eq(a[4], 3);
+  uint8_t *a = roundtrip(&s2, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 0, &len, "v5");
+  cr_assert_eq(a[4], 5);
   cr_assert_eq(a[7], 18); /* 256 KiB chunks */
   fz_archive_info info;
   cr_assert_eq(fz_archive_inspect(a, len, &info), 0);
   cr_assert_str_eq(info.chain,
                    "quant(eb=0.001,mode=rel) | interp(dims=2) | huffman | rze(levels=4)");
+  free(a);
+  a = roundtrip(&s2, FZ_F32, x, "quant | lorenzo | huffman | rze", FZ_EB_REL, 1e-3, 0, &len,
+                "v3");
+  cr_assert_eq(a[4], 3);
   free(a);
   a = roundtrip(&s2, FZ_F32, x, "balanced", FZ_EB_REL, 1e-3, 0, &len, "v1");
   cr_assert_eq(a[4], 1);
@@ -320,7 +327,7 @@ Test(ratio, hostile_stage_parameters) {
   reseal_header(b, hl);
   cr_assert_eq(decode(b, len), FZ_ECORRUPT);
   memcpy(b, a, len);
-  b[4] = 5; /* after the last version (4, byteplanes) */
+  b[4] = 6; /* after the last version (5, the interpolation's levels) */
   cr_assert_eq(decode(b, len), FZ_EVERSION);
   /* An unknown stage id in place of huffman. */
   memcpy(b, a, len);
@@ -546,4 +553,70 @@ Test(ratio, shortcut_keeps_the_full_choice) {
         }
   /* Both predictors were chosen somewhere, so both paths were checked. */
   cr_assert(seen[0] > 0 && seen[1] > 0, "interp %u, lorenzo %u", seen[0], seen[1]);
+}
+
+/* ---- format version 3 ---- */
+
+/* An archive of version 3 (tests/common/interp_v3.h) decodes as it was
+ * written: every value within the bound, the NaN and the Inf as they
+ * were.  The same bytes claiming version 5 do not: the walk of version 5
+ * reads its words in another order, so the archive's interpolated chunks
+ * are what the first decode read. */
+static void v3_case(const uint8_t *arc, size_t len, fz_dtype t) {
+  const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
+  cr_assert_eq(arc[4], 3);
+  fz_archive_info info;
+  cr_assert_eq(fz_archive_inspect(arc, len, &info), 0);
+  cr_assert(strstr(info.chain, "interp(dims=3)"), "%s", info.chain);
+  size_t w = fz_dtype_size(t), got;
+  uint8_t *y = malloc(n * w), *b = malloc(len);
+  cr_assert(y && b);
+  /* The bound over the values' range: the smooth ones and the spike. */
+  double lo = 5000.0, hi = 5000.0;
+  for (size_t z = 0; z < INTERP_V3_Z; z++)
+    for (size_t r = 0; r < INTERP_V3_Y; r++)
+      for (size_t x = 0; x < INTERP_V3_X; x++) {
+        double v = interp_v3_value(z, r, x);
+        v = t == FZ_F32 ? (double)(float)v : v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+      }
+  double eb = INTERP_V3_EB * (hi - lo);
+  cr_assert(info.eb_abs > 0 && info.eb_abs <= eb);
+  for (int as5 = 0; as5 < 2; as5++) {
+    memcpy(b, arc, len);
+    if (as5) {
+      fze_header h;
+      cr_assert_eq(fze_header_parse(b, len, &h), 0);
+      b[4] = 5;
+      reseal_header(b, h.header_len);
+    }
+    int rc = fz_decompress(b, len, y, n * w, &got, 1);
+    if (!as5)
+      cr_assert_eq(rc, 0);
+    size_t off = 0; /* values out of the bound */
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+      size_t z = i / (INTERP_V3_Y * INTERP_V3_X), r = i / INTERP_V3_X % INTERP_V3_Y;
+      double v = interp_v3_value(z, r, i % INTERP_V3_X);
+      double u = t == FZ_F32 ? (double)((const float *)y)[i] : ((const double *)y)[i];
+      if (i == INTERP_V3_NAN)
+        off += !isnan(u);
+      else if (i == INTERP_V3_INF)
+        off += !(isinf(u) && u > 0);
+      else
+        off += !(fabs(u - (i == INTERP_V3_SPIKE ? 5000.0 : t == FZ_F32 ? (double)(float)v : v)) <=
+                 info.eb_abs);
+    }
+    if (!as5)
+      cr_assert_eq(off, 0, "%zu values out of the bound", off);
+    else
+      cr_assert(rc < 0 || off > 0, "version 5's walk read version 3's words as they are");
+  }
+  free(b);
+  free(y);
+}
+
+Test(ratio, version_3_interpolation_decodes) {
+  v3_case(interp_v3_f32, sizeof interp_v3_f32, FZ_F32);
+  v3_case(interp_v3_f64, sizeof interp_v3_f64, FZ_F64);
 }

@@ -93,9 +93,10 @@ static bool stages(const shape *s, unsigned pdims, fz_dtype t, fz_eb_mode mode, 
   return q->step != 0;
 }
 
-/* One chunk: the kernel's block against fze_interp_encode. */
-static void same(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *x,
-                 uint64_t first, size_t n, const char *what) {
+/* One chunk: the kernel's block against fze_interp_encode, in the walk
+ * of ip's format version. */
+static void same_walk(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *x,
+                      uint64_t first, size_t n, const char *what) {
   unsigned w = (unsigned)fz_dtype_size(t);
   const uint8_t *in = (const uint8_t *)x + first * w;
   size_t side_cap = 5 + n * (4 + w);
@@ -112,7 +113,8 @@ static void same(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void
   memset(bad, 0xa5, n);
   memset(pv, 0xa5, n * w);
   memset(P, 0xa5, sizeof *P);
-  fzre_q Q = {.step = q->step, .inv = 1.0 / q->step, .eb_abs = q->eb_abs, .pwrel = 0};
+  fzre_q Q = {.step = q->step, .inv = 1.0 / q->step, .eb_abs = q->eb_abs, .pwrel = 0,
+              .lv = ip->lv};
   fzre_interp(P, &Q, ip->ext[ip->pdims - 1], in, w, n, first, words, bad, pv);
 
   for (size_t i = 0; i < n; i++)
@@ -133,6 +135,17 @@ static void same(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void
   free(work);
   free(side);
   free(codes);
+}
+
+/* Both walks: versions 3 and 4 (words in memory order, one bin) and
+ * version 5 (words by level, finer bins on coarser levels). */
+static void same(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *x,
+                 uint64_t first, size_t n, const char *what) {
+  fze_stage v = *ip;
+  for (int lv = 0; lv < 2; lv++) {
+    v.lv = lv;
+    same_walk(q, &v, t, x, first, n, what);
+  }
 }
 
 /* The chunks of an array of N elements the cases run: the engine's full
