@@ -88,6 +88,32 @@ FZ_HD double fzo_interp_level_step(double step, unsigned l) {
   return l == 0 ? step : step / (l == 1 ? 1.25 : l == 2 ? 1.5625 : l == 3 ? 1.953125 : 2.0);
 }
 
+/* The origin of the interpolation's walk over the chunk of n > 0
+ * elements from s in an array of extents ext (z, y, x) in format version
+ * 5: the coordinates of its first whole plane when it reaches into two
+ * or more planes, else of its first whole row when it reaches into two or
+ * more rows, else of its first element.  A point's level and its pass
+ * come from its distance from the origin (modulo 2^64, so a point before
+ * it, on the chunk's partial first plane or row, still has one), so
+ * every chunk has anchors on its first whole plane or row, where the
+ * array's own origin leaves a chunk of a few planes or rows without them
+ * and predicts its coarse points from far or from nothing. */
+FZ_HD void fzo_interp_origin(const uint64_t ext[3], uint64_t s, uint64_t n, uint64_t o[3]) {
+  uint64_t X = ext[2], P = ext[1] * X, e = s + n - 1;
+  if (e / P > s / P) {
+    o[0] = s / P + (s % P != 0);
+    o[1] = o[2] = 0;
+  } else if (e / X > s / X) {
+    o[0] = s / P;
+    o[1] = s / X % ext[1] + (s % X != 0);
+    o[2] = 0;
+  } else {
+    o[0] = s / P;
+    o[1] = s / X % ext[1];
+    o[2] = s % X;
+  }
+}
+
 /* Values that must come back bit for bit and are never quantized: NaN, Inf,
  * -0.0 and denormals.  +0.0 is quantized (to bin 0, which decodes to +0.0). */
 FZ_HD bool fzo_f32_special(uint32_t b) {

@@ -27,6 +27,11 @@
  * the chunk: cubic (-a + 9b + 9c - d) / 16 with all four, (b + c) / 2 with
  * both near ones, else the near one there is, else 0.  All in binary64,
  * the same operations in the same order on every backend.
+ *
+ * Format version 5 (ip->lv) changes three things: the coordinates are
+ * distances from the chunk's own origin (fzo_interp_origin), each level
+ * is binned finer the coarser it is (fzo_interp_level_step), and the
+ * words are stored in the walk's order (reorder below).
  */
 #include <math.h>
 #include <string.h>
@@ -36,6 +41,7 @@
 
 typedef struct walk {
   uint64_t ext[3], stride[3], s, n, lo[3], hi[3];
+  uint64_t o[3]; /* the walk's origin (fzo_interp_origin) in version 5, else 0 */
 } walk;
 
 static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n) {
@@ -54,7 +60,12 @@ static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n) {
     k->lo[d] = same ? (s / k->stride[d]) % k->ext[d] : 0;
     k->hi[d] = same ? (e / k->stride[d]) % k->ext[d] : k->ext[d] - 1;
   }
+  if (ip->lv)
+    fzo_interp_origin(k->ext, s, n, k->o);
+  else
+    k->o[0] = k->o[1] = k->o[2] = 0;
 }
+
 
 /* Where along a row (its x, c[2]) each neighbour of a point lies in the
  * array and the chunk: neighbour j (at -3h, -h, +h, +3h along the pass's
@@ -104,6 +115,12 @@ static inline double predict_in_row(const double *pv, size_t i, int64_t x, const
 static uint64_t first_at(uint64_t lo, uint64_t m, uint64_t r) {
   uint64_t q = lo <= r ? 0 : (lo - r + m - 1) / m;
   return q * m + r;
+}
+
+/* The first coordinate at or after lo along axis j whose distance from
+ * the origin is r modulo m. */
+static uint64_t first_of(const walk *k, unsigned j, uint64_t lo, uint64_t m, uint64_t r) {
+  return first_at(lo, m, (r + k->o[j]) % m);
 }
 
 /* What one point does, encoding or decoding. */
@@ -198,9 +215,9 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
   uint64_t c[3], e = s + n - 1;
   double prev = 0;
   level_bins(o, __builtin_ctzll(top));
-  for (c[0] = first_at(k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
-    for (c[1] = first_at(k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
-      for (c[2] = first_at(k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
+  for (c[0] = first_of(&k, 0, k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
+    for (c[1] = first_of(&k, 1, k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
+      for (c[2] = first_of(&k, 2, k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
         uint64_t g = c[0] * k.stride[0] + c[1] * k.stride[1] + c[2];
         if (g < s || g > e)
           continue;
@@ -213,7 +230,7 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
       level_bins(o, (unsigned)__builtin_ctzll(h));
       for (unsigned j = 0; j < 3; j++) {
         step[j] = j == d ? 2 * h : j < d ? h : 2 * h;
-        start[j] = first_at(k.lo[j], step[j], j == d ? h : 0);
+        start[j] = first_of(&k, j, k.lo[j], step[j], j == d ? h : 0);
       }
       /* Where all four neighbours lie in the array and the chunk (nearly
        * everywhere), the cubic reads them by offset; the rest take the
@@ -306,9 +323,9 @@ static void reorder(const fze_stage *ip, uint64_t s, size_t n, unsigned w, const
       memcpy(dst + (size_t)w * i_, src + (size_t)w * m, w);                             \
     m++;                                                                                \
   } while (0)
-  for (c[0] = first_at(k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
-    for (c[1] = first_at(k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
-      for (c[2] = first_at(k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
+  for (c[0] = first_of(&k, 0, k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
+    for (c[1] = first_of(&k, 1, k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
+      for (c[2] = first_of(&k, 2, k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
         uint64_t g = c[0] * k.stride[0] + c[1] * k.stride[1] + c[2];
         if (g >= s && g <= e)
           MOVE(g);
@@ -318,7 +335,7 @@ static void reorder(const fze_stage *ip, uint64_t s, size_t n, unsigned w, const
       uint64_t step[3], start[3];
       for (unsigned j = 0; j < 3; j++) {
         step[j] = j == d ? 2 * h : j < d ? h : 2 * h;
-        start[j] = first_at(k.lo[j], step[j], j == d ? h : 0);
+        start[j] = first_of(&k, j, k.lo[j], step[j], j == d ? h : 0);
       }
       for (c[0] = start[0]; c[0] <= k.hi[0]; c[0] += step[0])
         for (c[1] = start[1]; c[1] <= k.hi[1]; c[1] += step[1]) {
@@ -456,6 +473,8 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
   unsigned top = (unsigned)__builtin_ctzll(FZE_INTERP_TOP);
   size_t m = 0, bad = 0;
   uint64_t end = first + n;
+  walk k;
+  walk_init(&k, ip, first, n);
   for (uint64_t r = first / X; r * X < end; r++) {
     uint64_t R = r * X, c[3] = {r / Y, r % Y, 0};
     uint64_t lo = R > first ? R : first, hi = R + X < end ? R + X : end;
@@ -463,12 +482,13 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
     i = (i + FZE_GUESS_STEP - 1) / FZE_GUESS_STEP * FZE_GUESS_STEP;
     for (; i < stop; i += FZE_GUESS_STEP) {
       c[2] = first + i - R;
-      uint64_t u = c[0] | c[1] | c[2];
+      uint64_t r0 = c[0] - k.o[0], r1 = c[1] - k.o[1], r2 = c[2] - k.o[2];
+      uint64_t u = r0 | r1 | r2;
       unsigned lb = u ? (unsigned)__builtin_ctzll(u) : 64u;
       if (lb >= top)
         continue; /* an anchor */
       uint64_t h = (uint64_t)1 << lb;
-      unsigned d = (c[2] >> lb & 1u) ? 2u : (c[1] >> lb & 1u) ? 1u : 0u;
+      unsigned d = (r2 >> lb & 1u) ? 2u : (r1 >> lb & 1u) ? 1u : 0u;
       double v[4];
       bool have[4];
       static const int mul[4] = {-3, -1, 1, 3};

@@ -544,19 +544,24 @@ static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uin
   double inv[4];
   for (unsigned l = 0; l < 4; l++)
     inv[l] = 1.0 / (q->lv ? fzo_interp_level_step(q->step, l) : q->step);
+  /* A point's level and axis from its distance from the walk's origin. */
+  uint64_t o[3] = {0, 0, 0};
+  if (q->lv)
+    fzo_interp_origin(ext, first, n, o);
   fzre_pos p;
   fzre_pos_init(&p, ext, first + i, d);
   for (; i < n; i += d, fzre_pos_next(&p)) {
-    uint64_t u = p.z | p.y | p.x;
+    uint64_t rz = p.z - o[0], ry = p.y - o[1], rx = p.x - o[2];
+    uint64_t u = rz | ry | rx;
     unsigned lb = u ? fzre_ctz64(u) : 64u;
     if (lb >= top)
       continue; /* an anchor */
     uint64_t h = (uint64_t)1 << lb;
-    /* The axis: the fastest whose coordinate is an odd multiple of h. */
+    /* The axis: the fastest whose distance is an odd multiple of h. */
     uint64_t c, e, step;
-    if (p.x >> lb & 1u) {
+    if (rx >> lb & 1u) {
       c = p.x, e = ext[2], step = 1;
-    } else if (p.y >> lb & 1u) {
+    } else if (ry >> lb & 1u) {
       c = p.y, e = ext[1], step = ext[2];
     } else {
       c = p.z, e = ext[0], step = ext[2] * ext[1];

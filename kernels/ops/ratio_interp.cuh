@@ -109,9 +109,11 @@ FZR_IP_FI FZR_HD int fzr_ip_cut(const uint64_t ext[3], uint64_t s, uint64_t n, u
 }
 
 /* Thread p < FZR_IP_PASSES builds pass p's table (0: the anchors; 1 + 3 l + d:
- * h = 8 >> l along axis d), each from its own copy of the boxes. */
+ * h = 8 >> l along axis d), each from its own copy of the boxes; lv: the
+ * walk of format version 5, from fzo_interp_origin's origin rather than
+ * the array's. */
 static inline FZR_HD void fzr_ip_plan(fzr_ip *P, const uint64_t ext[3], uint64_t first, uint64_t n,
-                                      unsigned t) {
+                                      unsigned lv, unsigned t) {
   if (t >= FZR_IP_PASSES)
     return;
   uint64_t str[3] = {ext[1] * ext[2], ext[2], 1};
@@ -123,10 +125,12 @@ static inline FZR_HD void fzr_ip_plan(fzr_ip *P, const uint64_t ext[3], uint64_t
   fzr_ip_pass *ps = &P->pass[t];
   uint64_t h = t == 0 ? FZR_IP_TOP : (uint64_t)(FZR_IP_TOP / 2) >> ((t - 1) / 3);
   unsigned d = t == 0 ? 0u : (t - 1) % 3;
-  uint64_t stp[3], res[3];
+  uint64_t stp[3], res[3], o[3] = {0, 0, 0};
+  if (lv && n)
+    fzo_interp_origin(ext, first, n, o);
   for (unsigned j = 0; j < 3; j++) {
     stp[j] = t == 0 ? FZR_IP_TOP : j == d ? 2 * h : j < d ? h : 2 * h;
-    res[j] = t == 0 ? 0 : j == d ? h : 0;
+    res[j] = ((t == 0 ? 0 : j == d ? h : 0) + o[j]) % stp[j];
   }
   ps->off = h * (d == 0 ? str[0] : d == 1 ? str[1] : 1u);
   uint32_t total = 0;
