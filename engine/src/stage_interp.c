@@ -66,7 +66,6 @@ static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n) {
     k->o[0] = k->o[1] = k->o[2] = 0;
 }
 
-
 /* Where along a row (its x, c[2]) each neighbour of a point lies in the
  * array and the chunk: neighbour j (at -3h, -h, +h, +3h along the pass's
  * axis) for lo[j] <= x < hi[j].  Along y or z the array's test is the

@@ -27,6 +27,7 @@
 #include "fzd_harness.h"
 #include "gpu_fzd.h"
 #include "gpu_util.h"
+#include "interp_v3.h"
 #include "ratio_reseal.h"
 #include "ratio_shape.h"
 
@@ -379,6 +380,14 @@ Test(ratio, sanitizer_small) {
   free(b);
   free(a);
   free(x);
+}
+
+/* Archives of format version 3 (interp_v3.h): the walk of versions 3 and
+ * 4, words in memory order and one bin, decoded as the CPU decodes it. */
+Test(ratio, version_3_interpolation) {
+  const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
+  cr_assert_eq(both(interp_v3_f32, sizeof interp_v3_f32, n * 4, 0, "version 3, f32"), 0);
+  cr_assert_eq(both(interp_v3_f64, sizeof interp_v3_f64, n * 8, 1, "version 3, f64"), 0);
 }
 
 Test(ratio, hostile_every_byte, .timeout = 600) {
