@@ -306,8 +306,8 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
  * each other, where the memory order interleaves them with the coarser
  * levels' larger words.  Moves the n words of w bytes from memory order
  * at src to the walk's at dst (to_walk), or back. */
-static void reorder(const fze_stage *ip, uint64_t s, size_t n, unsigned w, const uint8_t *src,
-                    uint8_t *dst, bool to_walk) {
+static ALWAYS_INLINE void reorder_w(const fze_stage *ip, uint64_t s, size_t n, unsigned w,
+                                    const uint8_t *src, uint8_t *dst, bool to_walk) {
   walk k;
   walk_init(&k, ip, s, n);
   const uint64_t top = FZE_INTERP_TOP;
@@ -352,6 +352,20 @@ static void reorder(const fze_stage *ip, uint64_t s, size_t n, unsigned w, const
         }
     }
 #undef MOVE
+}
+
+/* reorder_w with w and the direction constants, so that each move is one
+ * load and one store. */
+static void reorder(const fze_stage *ip, uint64_t s, size_t n, unsigned w, const uint8_t *src,
+                    uint8_t *dst, bool to_walk) {
+  if (w == 4 && to_walk)
+    reorder_w(ip, s, n, 4, src, dst, true);
+  else if (w == 4)
+    reorder_w(ip, s, n, 4, src, dst, false);
+  else if (to_walk)
+    reorder_w(ip, s, n, 8, src, dst, true);
+  else
+    reorder_w(ip, s, n, 8, src, dst, false);
 }
 
 size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
