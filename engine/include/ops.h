@@ -79,13 +79,15 @@ FZ_HD double fzo_fabs(double x) { return x < 0 ? -x : x; }
 FZ_HD double fzo_rint(double t) { return (t + FZO_RINT_MAGIC) - FZO_RINT_MAGIC; }
 
 /* The interpolation's bin on the level of spacing 2^l (l = 0 .. 3; 4 for
- * the anchors) in format version 5: step / min(1.25^l, 2), so that the
- * coarse levels, which the rest is predicted from, are rebuilt closer to
- * the values (the level-wise bound of SZ3's interpolation).  The divisors
- * are exact in binary64 and the division is correctly rounded on every
- * backend; level 0, 7 of every 8 points of a 3-D walk, keeps step. */
-FZ_HD double fzo_interp_level_step(double step, unsigned l) {
-  return l == 0 ? step : step / (l == 1 ? 1.25 : l == 2 ? 1.5625 : l == 3 ? 1.953125 : 2.0);
+ * the anchors): quant's step in format versions 3 and 4 (lv false), and
+ * in version 5 step / min(1.25^l, 2), so that the coarse levels, which
+ * the rest is predicted from, are rebuilt closer to the values (the
+ * level-wise bound of SZ3's interpolation).  The divisors are exact in
+ * binary64 and the division is correctly rounded on every backend; level
+ * 0, 7 of every 8 points of a 3-D walk, keeps step. */
+FZ_HD double fzo_interp_level_step(double step, unsigned l, bool lv) {
+  return !lv || l == 0 ? step
+                       : step / (l == 1 ? 1.25 : l == 2 ? 1.5625 : l == 3 ? 1.953125 : 2.0);
 }
 
 /* The origin of the interpolation's walk over the chunk of n > 0

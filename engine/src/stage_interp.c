@@ -197,10 +197,9 @@ static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32)
   o->pv[i] = ok ? r : finite_or_0(v);
 }
 
-/* The bins of level l (spacing 2^l): quant's step in versions 3 and 4,
- * else fzo_interp_level_step's. */
+/* The bins of level l (spacing 2^l). */
 static inline void level_bins(coder *o, unsigned l) {
-  o->step = o->lv ? fzo_interp_level_step(o->base, l) : o->base;
+  o->step = fzo_interp_level_step(o->base, l, o->lv);
   o->inv = 1.0 / o->step;
 }
 
@@ -481,13 +480,15 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
   uint64_t Y = ext[1], X = ext[2], st[3] = {X * Y, X, 1};
   double qmax = t == FZ_F32 ? FZO_QMAX_F32 : FZO_QMAX_F64, inv[4];
   for (unsigned l = 0; l < 4; l++)
-    inv[l] = 1.0 / (ip->lv ? fzo_interp_level_step(q->step, l) : q->step);
+    inv[l] = 1.0 / fzo_interp_level_step(q->step, l, ip->lv);
   bool f32 = t == FZ_F32;
   unsigned top = (unsigned)__builtin_ctzll(FZE_INTERP_TOP);
   size_t m = 0, bad = 0;
   uint64_t end = first + n;
-  walk k;
-  walk_init(&k, ip, first, n);
+  /* A point's level and axis from its distance from the walk's origin. */
+  uint64_t o[3] = {0, 0, 0};
+  if (ip->lv)
+    fzo_interp_origin(ext, first, n, o);
   for (uint64_t r = first / X; r * X < end; r++) {
     uint64_t R = r * X, c[3] = {r / Y, r % Y, 0};
     uint64_t lo = R > first ? R : first, hi = R + X < end ? R + X : end;
@@ -495,7 +496,7 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
     i = (i + FZE_GUESS_STEP - 1) / FZE_GUESS_STEP * FZE_GUESS_STEP;
     for (; i < stop; i += FZE_GUESS_STEP) {
       c[2] = first + i - R;
-      uint64_t r0 = c[0] - k.o[0], r1 = c[1] - k.o[1], r2 = c[2] - k.o[2];
+      uint64_t r0 = c[0] - o[0], r1 = c[1] - o[1], r2 = c[2] - o[2];
       uint64_t u = r0 | r1 | r2;
       unsigned lb = u ? (unsigned)__builtin_ctzll(u) : 64u;
       if (lb >= top)

@@ -2,8 +2,9 @@
  * ratio_dec.cuh - the decoder of the ratio preset's chunks (format version
  * 3: quant | interp | huffman | rze, and the same chain with lorenzo in
  * interp's place; version 5 the same with the interpolation's words by
- * level and finer bins on its coarser levels) and of the lossless-ratio preset's (format version 4:
- * lorenzo | byteplanes on 4- and 8-byte words), written once for the
+ * level and finer bins on its coarser levels) and of the lossless-ratio
+ * preset's (format version 4: lorenzo | byteplanes on 4- and 8-byte
+ * words), written once for the
  * device and for a host model of it.
  *
  * One block decodes one chunk in phases; between two phases every thread
@@ -832,11 +833,6 @@ static inline FZR_HD double fzr_rebuild_w(double step, unsigned w, uint8_t *out,
   return r;
 }
 
-/* The bin of level l: fzo_interp_level_step's in version 5, else step. */
-static inline FZR_HD double fzr_level_step(const fzr_job *J, unsigned l) {
-  return J->lv ? fzo_interp_level_step(J->step, l) : J->step;
-}
-
 #define FZR_NO_ANCHOR UINT32_MAX
 
 /* Anchor k = b nt + t of batch b (the walk's pass 0, in memory order):
@@ -868,11 +864,12 @@ static inline FZR_HD void fzr_anchor_gather(fzr_state *S, const fzr_job *J, uint
 static inline FZR_HD void fzr_anchor_chain(fzr_state *S, const fzr_job *J, unsigned nt) {
   uint8_t *out = fzr_vals(S, J);
   double prev = S->anc_prev;
-  const double step = fzr_level_step(J, fzr_ip_level_of(0));
+  const double step = fzo_interp_level_step(J->step, fzr_ip_level_of(0), J->lv);
   for (unsigned j = 0; j < nt; j++) {
     uint32_t i = S->anc.i[j];
     if (i != FZR_NO_ANCHOR)
-      prev = S->anc.x[j] ? fzr_fin0(S->anc.o[j]) : fzr_rebuild_w(step, J->w, out, i, S->anc.q[j], prev);
+      prev = S->anc.x[j] ? fzr_fin0(S->anc.o[j])
+                         : fzr_rebuild_w(step, J->w, out, i, S->anc.q[j], prev);
   }
   S->anc_prev = prev;
 }
@@ -889,10 +886,8 @@ FZR_IP_FI FZR_HD void fzr_level_w(fzr_state *S, const fzr_job *J, unsigned pass,
   unsigned d = (pass - 1) % 3;
   uint64_t ed = S->ip.ext[d], off = ps->off;
   uint32_t n = S->ip.n, total = ps->end[FZR_IP_BOXES - 1];
-  const double step = fzr_level_step(J, fzr_ip_level_of(pass));
-  uint32_t base = 0;
-  for (unsigned p = 0; p < pass; p++)
-    base += S->ip.pass[p].end[FZR_IP_BOXES - 1];
+  const double step = fzo_interp_level_step(J->step, fzr_ip_level_of(pass), J->lv);
+  const uint32_t base = fzr_ip_words_before(&S->ip, pass);
   fzr_ip_cur cur = {ps->box, 0, 0, 0, 0, 0, 0, 0};
   for (uint32_t k = t; k < total; k += nt) {
     uint64_t cd;

@@ -96,14 +96,12 @@ FZR_IP_FI FZR_HD double fzre_ip_point(const fzre_q *q, unsigned w, uint64_t x, d
   return kept;
 }
 
-/* q with the bins of the level of spacing 2^l: in format version 5
- * fzo_interp_level_step's, as stage_interp.c's level_bins gives them. */
+/* q with the bins of the level of spacing 2^l, as stage_interp.c's
+ * level_bins gives them. */
 static inline FZR_HD fzre_q fzre_ip_level_q(const fzre_q *q, unsigned l) {
   fzre_q r = *q;
-  if (q->lv && l) {
-    r.step = fzo_interp_level_step(q->step, l);
-    r.inv = 1.0 / r.step;
-  }
+  r.step = fzo_interp_level_step(q->step, l, q->lv);
+  r.inv = 1.0 / r.step;
   return r;
 }
 
@@ -240,11 +238,10 @@ static inline FZR_HD void fzre_interp(fzre_ipe *E, const fzre_q *q, const uint64
    * reuse P's room (a union), so no thread may read P after it, as a
    * thread that tested the passes left over there would. */
   unsigned live = 0;
-  uint32_t base[FZR_IP_PASSES]; /* the words of the passes before each */
-  base[0] = 0;
+  uint32_t base[FZR_IP_PASSES]; /* each pass's first word in version 5 */
   for (unsigned pass = 1; pass < FZR_IP_PASSES; pass++) {
     live |= (P->pass[pass].end[FZR_IP_BOXES - 1] != 0 ? 1u : 0u) << pass;
-    base[pass] = base[pass - 1] + P->pass[pass - 1].end[FZR_IP_BOXES - 1];
+    base[pass] = fzr_ip_words_before(P, pass);
   }
   /* The anchors, a batch of nt at a time: the block stages them, thread 0
    * chains them. */

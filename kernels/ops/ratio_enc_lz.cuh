@@ -543,7 +543,7 @@ static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uin
   /* Each level's bins (no anchor is sampled). */
   double inv[4];
   for (unsigned l = 0; l < 4; l++)
-    inv[l] = 1.0 / (q->lv ? fzo_interp_level_step(q->step, l) : q->step);
+    inv[l] = 1.0 / fzo_interp_level_step(q->step, l, q->lv);
   /* A point's level and axis from its distance from the walk's origin. */
   uint64_t o[3] = {0, 0, 0};
   if (q->lv)

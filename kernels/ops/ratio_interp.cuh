@@ -156,6 +156,15 @@ static inline FZR_HD void fzr_ip_plan(fzr_ip *P, const uint64_t ext[3], uint64_t
   }
 }
 
+/* Where pass p's words start in format version 5, whose words are in the
+ * walk's order: after the points of the passes before it. */
+static inline FZR_HD uint32_t fzr_ip_words_before(const fzr_ip *P, unsigned pass) {
+  uint32_t base = 0;
+  for (unsigned p = 0; p < pass; p++)
+    base += P->pass[p].end[FZR_IP_BOXES - 1];
+  return base;
+}
+
 /* The rebuilt value at i.  For f32 pv is a float array: every value the
  * engine keeps there (as a double) is (double)(float)r or finite_or_0 of a
  * float, so a float holds it exactly and reads back as the same double. */
