@@ -57,11 +57,16 @@ typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_dif
 #define FZE_HUFF_PAIR_SPREAD 8u
 
 /* quant | interp chooses per chunk between the interpolation and lorenzo
- * by price.  Lorenzo's residuals are priced on every FZE_COST_STEP-th word;
- * the interpolation's is first guessed from every FZE_GUESS_STEP-th value
- * of each row, and lorenzo is taken without running the interpolation
- * where its price times FZE_GUESS_MARGIN_NUM is below the guess times
- * FZE_GUESS_MARGIN_DEN. */
+ * by price (codec.c encode_predicted).  Lorenzo's residuals are priced on
+ * every FZE_COST_STEP-th word, and the interpolation's is first guessed
+ * from every FZE_GUESS_STEP-th value of each row.  Where lorenzo's
+ * sampled price is a bit a word or more (FZE_PRICE_CHEAP false), lorenzo
+ * is taken without running the interpolation where its price times
+ * FZE_GUESS_MARGIN_NUM is below the guess times FZE_GUESS_MARGIN_DEN, and
+ * the two are compared by their sampled prices.  Below a bit a word the
+ * interpolation is skipped only where lorenzo's price times
+ * FZE_GUESS_WIDE is below the guess, and the two are compared by the
+ * huffman stage's exact bits. */
 #define FZE_COST_STEP 5u
 /* The price's residuals below FZE_COST_DIRECT are symbols of their own,
  * larger ones one symbol per bit length. */
@@ -69,6 +74,13 @@ typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_dif
 #define FZE_GUESS_STEP 17u
 #define FZE_GUESS_MARGIN_NUM 50u
 #define FZE_GUESS_MARGIN_DEN 49u
+#define FZE_GUESS_WIDE 4u
+/* cost: lorenzo's sampled price (16.16 bits) of a chunk of n words. */
+#define FZE_PRICE_CHEAP(cost, n) ((cost) * FZE_COST_STEP < ((uint64_t)(n) << 16))
+/* cost: lorenzo's price with its side list; g: the guess's. */
+#define FZE_GUESS_SKIPS(cost, g, cheap)                                        \
+  ((cheap) ? (cost) * FZE_GUESS_WIDE < (g)                                     \
+           : (cost) * FZE_GUESS_MARGIN_NUM < (g) * FZE_GUESS_MARGIN_DEN)
 /* The interpolation's coarsest spacing: its top level predicts every 16th
  * point from its neighbours 16 apart. */
 #define FZE_INTERP_TOP 16u

@@ -16,13 +16,16 @@ int fze_scratch_init(fze_scratch *s, size_t chunk_bytes) {
   /* tmp serves rze (two bitmaps and kept bytes of a stream of up to cap
    * bytes) and huffman (its tables and 4 bytes a word). */
   size_t tmp = 4 * chunk_bytes + FZE_HUFFMAN_TMP + 256;
-  s->a = malloc(3 * s->cap + tmp + fze_quant_work_bytes(chunk_bytes / 4));
+  /* price serves fze_huffman_price on words of 4 or 8 bytes. */
+  size_t price = (FZE_HUFFMAN_TMP + chunk_bytes + 256) / 64 * 64;
+  s->a = malloc(3 * s->cap + tmp + price + fze_quant_work_bytes(chunk_bytes / 4));
   if (s->a == NULL)
     return FZ_ENOMEM;
   s->b = s->a + s->cap;
   s->side = s->b + s->cap;
   s->tmp = s->side + s->cap;
-  s->qwork = s->tmp + tmp;
+  s->price = s->tmp + tmp;
+  s->qwork = s->price + price;
   return 0;
 }
 
@@ -60,20 +63,24 @@ static uint8_t best_lorenzo_k(const fze_stage *st, unsigned w, const uint8_t *wo
   return bk;
 }
 
-/* quant | interp: per chunk the interpolation, or, where it prices
- * higher, quant's own words predicted by lorenzo in k = 1..pdims dims
- * (predictor byte k; 0 for the interpolation).  Prices (16.16 bits):
- * the residuals' plus 8 bits a side-list byte; the lower
- * wins, the interpolation on a tie.  The words end in s->a, the side list
- * in s->side; tmp holds quant's words and side list meanwhile, lorenzo
- * run in full only when it wins. */
-/* Lorenzo is taken without running the interpolation where its price is
- * below 49/50 (FZE_GUESS_MARGIN_DEN / FZE_GUESS_MARGIN_NUM) of the guess at the interpolation's (fze_interp_guess); the
- * guess reads the values, not the rebuilt ones, and comes out at or below
- * the interpolation's own price on the benchmark fields, where every chunk
- * the interpolation wins has lorenzo's price at 1.003 of the guess or
- * more: the same choices, without the interpolation in most chunks
- * lorenzo wins. */
+/* quant | interp: per chunk the interpolation, or quant's own words
+ * predicted by lorenzo in its cheapest k = 1..pdims dims (predictor byte
+ * k; 0 for the interpolation), whichever prices lower, the interpolation
+ * on a tie.  Lorenzo's k is chosen by its sampled price
+ * (fze_lorenzo_price); a candidate's price adds 8 bits a side-list byte.
+ *  - Where lorenzo's sampled price is a bit a word or more (FZE_PRICE_CHEAP),
+ *    both are priced by the sampled order-0 entropy of their words, and
+ *    lorenzo is taken without running the interpolation where its price
+ *    times FZE_GUESS_MARGIN_NUM is below a guess at the interpolation's
+ *    (fze_interp_guess) times FZE_GUESS_MARGIN_DEN.
+ *  - Below it the entropy misses what decides the code's length: a
+ *    symbol takes a whole bit, and zero runs take run symbols (the
+ *    interpolation's, stored level by level, are long).  Both are then
+ *    priced as the huffman stage codes them (fze_huffman_price), and the
+ *    interpolation is skipped only where lorenzo's price times
+ *    FZE_GUESS_WIDE is below the guess.
+ * The words end in s->a, the side list in s->side; tmp holds quant's
+ * words and side list meanwhile, b lorenzo's residuals. */
 static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, size_t n,
                                uint64_t first, fze_scratch *s, uint8_t *pk) {
   unsigned w = (unsigned)fz_dtype_size(t);
@@ -86,6 +93,7 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
   size_t side_l = fze_quant_encode(q, t, in, n, words, side, s->qwork);
   uint64_t cost_l;
   uint8_t k = best_lorenzo_k(ip, w, words, n, first, &cost_l);
+  bool cheap = FZE_PRICE_CHEAP(cost_l, n);
   cost_l += (8 * (uint64_t)side_l) << 16;
   bool skip = pw;
   if (!pw && !q->has_fill && q->step != 0) {
@@ -94,19 +102,32 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
     uint64_t g = fze_interp_guess(q, ip, t, in, n, first, s->b, &outl);
     g = g / FZE_COST_STEP * FZE_GUESS_STEP; /* priced as lorenzo's every fifth */
     g += (8 * (uint64_t)FZE_GUESS_STEP * outl * (w + fze_side_index_width(n))) << 16;
-    skip = cost_l * FZE_GUESS_MARGIN_NUM < g * FZE_GUESS_MARGIN_DEN;
+    skip = FZE_GUESS_SKIPS(cost_l, g, cheap);
   }
+  *pk = k;
+  bool interp = false;
   size_t side_i = 0;
-  uint64_t cost_i = UINT64_MAX;
   if (!skip) {
     side_i = fze_interp_encode(q, ip, t, in, n, first, s->a, s->side, s->qwork);
-    cost_i = fze_lorenzo_cost(w, s->a, n) + ((8 * (uint64_t)side_i) << 16);
+    if (cheap) {
+      fze_lorenzo_encode(ip, k, w, words, s->b, n, first);
+      uint64_t price_i = fze_huffman_price(w, s->a, n, s->price) + 8 * (uint64_t)side_i;
+      uint64_t price_l = fze_huffman_price(w, s->b, n, s->price) + 8 * (uint64_t)side_l;
+      interp = price_l >= price_i;
+      if (!interp)
+        memcpy(s->a, s->b, raw);
+    } else {
+      interp = cost_l >= fze_lorenzo_cost(w, s->a, n) + ((8 * (uint64_t)side_i) << 16);
+      if (!interp)
+        fze_lorenzo_encode(ip, k, w, words, s->a, n, first);
+    }
+  } else {
+    fze_lorenzo_encode(ip, k, w, words, s->a, n, first);
   }
-  *pk = 0;
-  if (cost_l >= cost_i)
+  if (interp) {
+    *pk = 0;
     return side_i;
-  *pk = k;
-  fze_lorenzo_encode(ip, k, w, words, s->a, n, first);
+  }
   memcpy(s->side, side, side_l);
   return side_l;
 }

@@ -36,6 +36,7 @@ typedef struct fze_scratch {
   uint8_t *a, *b;      /* ping-pong stream buffers */
   uint8_t *side;       /* the quant stage's side list */
   uint8_t *tmp;        /* stage-internal work space */
+  uint8_t *price;      /* fze_huffman_price's, while tmp holds quant's words */
   size_t cap;          /* bytes of each */
   void *qwork;         /* the quant stage's index lists (fze_quant_work) */
 } fze_scratch;
@@ -146,6 +147,10 @@ uint64_t fze_words_cost(unsigned w, const void *words, size_t n);
 #define FZE_HUFFMAN_TMP 131072u
 size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
                           size_t out_cap, uint8_t *tmp);
+/* The bits fze_huffman_encode's stream of the n words takes before its
+ * lanes are rounded up to whole bytes: the price the encoder compares
+ * predictors by.  tmp as fze_huffman_encode's. */
+uint64_t fze_huffman_price(unsigned w, const void *words, size_t n, uint8_t *tmp);
 /* tmp: FZE_HUFFMAN_TMP bytes (aligned for u64: the decoding tables). */
 int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp);

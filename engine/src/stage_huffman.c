@@ -391,27 +391,55 @@ put_lane(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w, const 
   return p;
 }
 
-size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
-                          size_t out_cap, uint8_t *tmp) {
-  const uint8_t *in = words;
+/* The words' tokens (at tmp + FZE_HUFFMAN_TMP), the symbols' frequencies
+ * and code lengths; the number of direct symbols E. */
+static unsigned analyse(const uint8_t *in, unsigned w, size_t n, uint8_t *tmp, size_t *count,
+                        uint32_t *freq, uint8_t *len) {
   build *b = (build *)tmp;
   uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
   uint32_t runs[RUNS + 1] = {0};
   memset(b->hist, 0, sizeof b->hist);
-  size_t cap = lane_cap(n), count[LANES];
-  tokenize(in, w, n, tok, cap, count, b->hist, runs);
+  tokenize(in, w, n, tok, lane_cap(n), count, b->hist, runs);
   /* The symbols' frequencies follow from the tokens' counts. */
   unsigned e = choose_direct(b, w), nsym = e + 1 + RUNS;
-  uint32_t freq[MAX_SYMS] = {0};
+  memset(freq, 0, MAX_SYMS * sizeof *freq);
   freq[0] = runs[0];
   for (unsigned s = 1; s < e; s++)
     freq[s] = b->hist[s];
   freq[e] = b->above[e];
   for (unsigned k = 1; k <= RUNS; k++)
     freq[e + k] = runs[k];
+  code_lengths(b, freq, nsym, len);
+  return e;
+}
+
+/* The stream's bits before each lane is rounded up to a byte: its head
+ * and every token's code, an escape's raw word after it. */
+static uint64_t stream_bits(unsigned w, unsigned e, const uint32_t *freq, const uint8_t *len) {
+  unsigned nsym = e + 1 + RUNS;
+  uint64_t bits = 8 * (2 + (uint64_t)(nsym + 1) / 2 + 4 * LANES) + (uint64_t)freq[e] * 8u * w;
+  for (unsigned s = 0; s < nsym; s++)
+    bits += (uint64_t)freq[s] * len[s];
+  return bits;
+}
+
+uint64_t fze_huffman_price(unsigned w, const void *words, size_t n, uint8_t *tmp) {
+  size_t count[LANES];
+  uint32_t freq[MAX_SYMS];
+  uint8_t len[MAX_SYMS];
+  unsigned e = analyse(words, w, n, tmp, count, freq, len);
+  return stream_bits(w, e, freq, len);
+}
+
+size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
+                          size_t out_cap, uint8_t *tmp) {
+  const uint8_t *in = words;
+  uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
+  size_t cap = lane_cap(n), count[LANES];
+  uint32_t freq[MAX_SYMS];
   uint8_t len[MAX_SYMS];
   uint16_t code[MAX_SYMS];
-  code_lengths(b, freq, nsym, len);
+  unsigned e = analyse(in, w, n, tmp, count, freq, len), nsym = e + 1 + RUNS;
   canonical(len, nsym, code);
   /* Each token's code and length (the escape's length with 0x80 set). */
   uint16_t tcode[TOK_BIG + RUNS + 1];
@@ -423,12 +451,9 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   }
 
   size_t head = 2 + (nsym + 1) / 2 + 4 * LANES;
-  uint64_t bits = (uint64_t)freq[e] * 8u * w;
-  for (unsigned s = 0; s < nsym; s++)
-    bits += (uint64_t)freq[s] * len[s];
   /* The lanes' bytes are bits / 8 rounded up in all, plus less than one a
    * lane; only where that leaves the limit in doubt are they counted. */
-  size_t least = head + (size_t)((bits + 7) / 8);
+  size_t least = (size_t)((stream_bits(w, e, freq, len) + 7) / 8);
   if (least > out_cap)
     return SIZE_MAX;
   if (least + LANES > out_cap) {

@@ -8,8 +8,10 @@
  * choices with its arithmetic (codec.c encode_predicted and
  * fze_chunk_encode): the quantizer's words and side list; the cheapest
  * Lorenzo k by its sampled price; the guess at the interpolation's price,
- * which may skip the interpolation; the interpolation and its price; the
- * lower of the two prices (the interpolation on a tie); then the huffman
+ * which may skip the interpolation; the interpolation and its price (the
+ * sampled one, or below a bit a word both candidates' exact huffman bits,
+ * fzre_huff_price); the lower of the two prices (the interpolation on a
+ * tie); then the huffman
  * stream (not longer than the chunk less one byte), rze over it, and the
  * chunk as side list, predictor byte, the stream's length and rze's
  * output, or the values raw where that is not smaller.  The pieces are
@@ -112,7 +114,9 @@ typedef struct fzre_state {
   uint8_t *a, *b, *bad, *sq, *si, *pv, *h, *r, *x;
   fzre_q q;
   uint64_t side_l, side_i, best, cost_l, cost_i, hlen, rlen, len;
-  unsigned k, pk, skip, lk;
+  unsigned k, pk, skip, cheap, lk;
+  uint64_t price_i;   /* the interpolation's exact price (cheap chunks) */
+  const uint8_t *cw;  /* the chosen words, for huffman */
   uint8_t lenbuf[16];  /* the predictor byte and the stream's length */
   uint32_t part[FZR_NT], fac[FZR_LOG_NT]; /* CRC parts and factors (fzr_crc_block) */
   union {
@@ -169,7 +173,7 @@ static inline FZR_HD void fzre_judge(fzre_state *S, const fzre_job *J) {
   uint64_t iw = S->n < 65536 ? 2u : 4u;
   uint64_t g = S->u.lz.cost / FZRE_COST_STEP * FZRE_GUESS_STEP;
   g += (8 * (uint64_t)FZRE_GUESS_STEP * S->u.lz.outl * (J->w + iw)) << 16;
-  S->skip = S->cost_l * FZE_GUESS_MARGIN_NUM < g * FZE_GUESS_MARGIN_DEN;
+  S->skip = FZE_GUESS_SKIPS(S->cost_l, g, S->cheap);
 }
 
 /* v as a LEB128 varint at p; its length. */
@@ -248,8 +252,8 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
   FZR_SYNC();
   FZR_CLK(1);
   fzre_best_k(S, J, 0, w, n, first);
-  FZR_ONE(S->cost_l = S->best + ((8 * S->side_l) << 16);
-          S->skip = J->pwrel != 0 || J->lorenzo != 0);
+  FZR_ONE(S->cheap = FZE_PRICE_CHEAP(S->best, n); S->cost_l = S->best + ((8 * S->side_l) << 16);
+          S->skip = J->pwrel != 0 || J->lorenzo != 0; S->cw = S->b);
   FZR_SYNC();
   FZR_CLK(2);
   if (!S->skip && S->q.step != 0) {
@@ -272,19 +276,34 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
     }
     FZR_SYNC();
     FZR_CLK(7);
-    fzre_cost_every(&S->u.lz, S->b, w, n, FZRE_COST_STEP);
-    FZR_ONE(S->cost_i = S->u.lz.cost + ((8 * S->side_i) << 16));
-    FZR_SYNC();
+    if (S->cheap) {
+      /* Both priced as huffman codes them: lorenzo's residuals in pv
+       * (the rebuilt values are no longer needed). */
+      fzre_huff_price(&S->u.hf, S->b, w, n, S->x);
+      FZR_ONE(S->price_i = S->u.hf.len + 8 * S->side_i);
+      FZR_SYNC();
+      fzre_lz_encode(J->ext[S->k - 1], S->a, S->pv, w, n, first);
+      fzre_huff_price(&S->u.hf, S->pv, w, n, S->x);
+      FZR_ONE(S->pk = S->u.hf.len + 8 * S->side_l < S->price_i ? S->k : 0u;
+              S->cw = S->pk ? S->pv : S->b);
+      FZR_SYNC();
+    } else {
+      fzre_cost_every(&S->u.lz, S->b, w, n, FZRE_COST_STEP);
+      FZR_ONE(S->cost_i = S->u.lz.cost + ((8 * S->side_i) << 16));
+      FZR_SYNC();
+    }
     FZR_CLK(8);
   }
-  FZR_ONE(S->pk = J->lorenzo || S->cost_l < S->cost_i ? S->k : 0u);
-  FZR_SYNC();
-  if (S->pk)
-    fzre_lz_encode(J->ext[S->pk - 1], S->a, S->b, w, n, first);
+  if (S->skip || !S->cheap) {
+    FZR_ONE(S->pk = J->lorenzo || S->cost_l < S->cost_i ? S->k : 0u);
+    FZR_SYNC();
+    if (S->pk)
+      fzre_lz_encode(J->ext[S->pk - 1], S->a, S->b, w, n, first);
+  }
   FZR_SYNC();
   FZR_CLK(9);
   /* A code as long as the chunk cannot make it smaller. */
-  fzre_huff(&S->u.hf, S->b, w, n, S->h, S->raw - 1, S->x);
+  fzre_huff(&S->u.hf, S->cw, w, n, S->h, S->raw - 1, S->x);
   FZR_ONE(S->hlen = S->u.hf.len);
   FZR_SYNC();
   FZR_CLK(16);

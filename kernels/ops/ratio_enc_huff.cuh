@@ -858,11 +858,20 @@ static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, uns
   }
 }
 
-/* fzre_huff and fzre_huff_bytes: bytes, a constant of the kernel, says
- * which (w is then 1), so that the ratio preset's kernel holds no code
- * of the bytes'. */
+/* Thread 0: the stream's bits before its lanes are rounded up to bytes
+ * (fze_huffman_price), as H->len. */
+static inline FZR_HD void fzre_h_price(fzre_hf *H, unsigned w, uint8_t *scratch) {
+  fzre_htab b = fzre_htab_of(scratch);
+  uint64_t head = 2 + (H->nsym + 1) / 2 + 4 * FZRE_H_LANES;
+  H->len = 8 * head + (uint64_t)b.freq[H->e] * 8u * w + H->hbits;
+}
+
+/* fzre_huff, fzre_huff_bytes and fzre_huff_price: bytes, a constant of
+ * the kernel, says which (w is then 1), so that the ratio preset's kernel
+ * holds no code of the bytes'; price, whether only the price is made. */
 FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, const uint8_t *words, unsigned w, unsigned bytes,
-                                   uint64_t n, uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
+                                   unsigned price, uint64_t n, uint8_t *out, uint64_t out_cap,
+                                   uint8_t *scratch) {
   FZR_T0;
   if ((bytes ? w != 1 : w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
     FZR_ONE(H->len = UINT64_MAX; H->fail = 1);
@@ -919,6 +928,11 @@ FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, const uint8_t *words, unsigned w,
   }
   FZR_ALL(fzre_h_code_count(H, scratch, t, nt));
   FZR_SYNC();
+  if (price) {
+    FZR_ONE(fzre_h_price(H, w, scratch));
+    FZR_SYNC();
+    return;
+  }
   FZR_ALL(fzre_h_code_sums(H, t, nt));
   FZR_SYNC();
   FZR_ALL(fzre_h_code_put(H, w, out_cap, scratch, t, nt));
@@ -951,14 +965,22 @@ FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, const uint8_t *words, unsigned w,
  * out holds its bytes. */
 static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
                                     uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
-  fzre_huff_of(H, words, w, 0, n, out, out_cap, scratch);
+  fzre_huff_of(H, words, w, 0, 0, n, out, out_cap, scratch);
+}
+
+/* fze_huffman_price: the bits fzre_huff's stream of the n words takes
+ * before its lanes are rounded up to bytes, in H->len (UINT64_MAX where
+ * fzre_huff refuses the words); nothing is written but the scratch. */
+static inline FZR_HD void fzre_huff_price(fzre_hf *H, const uint8_t *words, unsigned w,
+                                          uint64_t n, uint8_t *scratch) {
+  fzre_huff_of(H, words, w, 0, 1, n, NULL, 0, scratch);
 }
 
 /* The same for n bytes (a byte plane's, the words of one byte the engine's
  * coder takes); scratch is fzre_huff_scratch(n, 1) bytes. */
 static inline FZR_HD void fzre_huff_bytes(fzre_hf *H, const uint8_t *b, uint64_t n, uint8_t *out,
                                           uint64_t out_cap, uint8_t *scratch) {
-  fzre_huff_of(H, b, 1, 1, n, out, out_cap, scratch);
+  fzre_huff_of(H, b, 1, 1, 0, n, out, out_cap, scratch);
 }
 
 #endif

@@ -129,6 +129,20 @@ static void check_huff(unsigned w, const uint8_t *src, uint64_t n, unsigned off,
   }
   if (n * w > 1)
     check_huff_cap(w, words, n, n * w - 1);
+  /* The price the encoder compares predictors by: the engine's bits, and
+   * the stream's length once its lanes are rounded up. */
+  uint8_t *ptmp = malloc(FZE_HUFFMAN_TMP + 4 * n), *pscr = scratch_of(fzre_huff_scratch(n, w));
+  fzre_hf *P = malloc(sizeof *P);
+  cr_assert(ptmp && P);
+  uint64_t price = fze_huffman_price(w, words, n, ptmp);
+  fzre_huff_price(P, words, w, n, pscr);
+  cr_assert_eq(P->len, price, "price w %u n %llu: %llu bits, engine %llu", w,
+               (unsigned long long)n, (unsigned long long)P->len, (unsigned long long)price);
+  cr_assert(price <= 8 * (uint64_t)L && 8 * (uint64_t)L < price + 8 * FZE_HUFF_LANES + 8,
+            "price %llu bits, stream %zu bytes", (unsigned long long)price, L);
+  free(ptmp);
+  free(pscr);
+  free(P);
   if (rze) {
     uint8_t *s = malloc(L), *tmp = malloc(FZE_HUFFMAN_TMP + 4 * n);
     cr_assert(s && tmp);
