@@ -76,11 +76,10 @@ typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_dif
 #define FZE_GUESS_MARGIN_DEN 49u
 #define FZE_GUESS_WIDE 4u
 /* cost: lorenzo's sampled price (16.16 bits) of a chunk of n words. */
-#define FZE_PRICE_CHEAP(cost, n) ((cost) * FZE_COST_STEP < ((uint64_t)(n) << 16))
+#define FZE_PRICE_CHEAP(cost, n) ((cost)*FZE_COST_STEP < ((uint64_t)(n) << 16))
 /* cost: lorenzo's price with its side list; g: the guess's. */
-#define FZE_GUESS_SKIPS(cost, g, cheap)                                        \
-  ((cheap) ? (cost) * FZE_GUESS_WIDE < (g)                                     \
-           : (cost) * FZE_GUESS_MARGIN_NUM < (g) * FZE_GUESS_MARGIN_DEN)
+#define FZE_GUESS_SKIPS(cost, g, cheap)                                                            \
+  ((cheap) ? (cost)*FZE_GUESS_WIDE < (g) : (cost)*FZE_GUESS_MARGIN_NUM < (g)*FZE_GUESS_MARGIN_DEN)
 /* The interpolation's coarsest spacing: its top level predicts every 16th
  * point from its neighbours 16 apart. */
 #define FZE_INTERP_TOP 16u
