@@ -317,7 +317,7 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
     return FZ_ECORRUPT;
   if (interp && pk == 0)
     return fze_interp_decode(&c->st[0], &c->st[1], t, cur, n, first_elem, in, side_len, out,
-                             s->qwork, bufs[nb]);
+                             s->qwork);
   if (interp) {
     /* Quant's words under lorenzo: rebuilt in place in scratch (or out of
      * the archive's bytes into a free buffer). */

@@ -98,7 +98,7 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                          uint8_t *side, void *work);
 int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                       const void *codes, size_t n, uint64_t first, const uint8_t *side,
-                      size_t side_len, void *out, void *work, void *spare);
+                      size_t side_len, void *out, void *work);
 /* spare: n words' room, where a version-5 walk's words are put back in
  * memory order (ip->lv); the encoder needs none (its rebuilt values'
  * room takes them).
@@ -192,12 +192,14 @@ void fze_unpack_planes32_avx2(const uint8_t *in, unsigned bits, uint32_t *r);
  * a time): the points i, i + 2, ... (at most cnt) of one row, predicted by
  * the cubic of pv at -/+off and -/+3 off; stops before a group that would
  * read outside 0 .. n - 1 or (decoding, exact not NULL) holds a value
- * already known.  Returns the points done, a multiple of 4. */
-size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *pv,
-                               const uint8_t *exact, size_t n, size_t i, size_t cnt,
-                               size_t off, double step);
-size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *bad, double *pv,
-                               size_t n, size_t i, size_t cnt, size_t off, double inv,
+ * already known.  The points' words are at codes, cs apart: 2 in memory
+ * order (codes then points at word i), 1 in the walk's (format version 5:
+ * one after another).  Returns the points done, a multiple of 4. */
+size_t fze_interp_dec_f32_avx2(const uint32_t *codes, unsigned cs, float *out, double *pv,
+                               const uint8_t *exact, size_t n, size_t i, size_t cnt, size_t off,
+                               double step);
+size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, unsigned cs, uint8_t *bad,
+                               double *pv, size_t n, size_t i, size_t cnt, size_t off, double inv,
                                double step, double e);
 
 /* Quantizer set-up: resolves eb_abs and step for one job from the data.

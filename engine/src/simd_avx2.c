@@ -422,7 +422,7 @@ AVX2 static inline bool group_ahead(const uint8_t *exact, const double *pv, size
   return true;
 }
 
-AVX2 size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *pv,
+AVX2 size_t fze_interp_dec_f32_avx2(const uint32_t *codes, unsigned cs, float *out, double *pv,
                                     const uint8_t *exact, size_t n, size_t i, size_t cnt,
                                     size_t off, double step) {
   const __m256d vstep = _mm256_set1_pd(step);
@@ -433,7 +433,8 @@ AVX2 size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *p
   if (!group_ahead(exact, pv, n, i, cnt, off, &p))
     return 0;
   for (;;) {
-    __m128i z = even_epi32(codes + i);
+    __m128i z = cs == 1 ? _mm_loadu_si128((const __m128i *)codes) : even_epi32(codes);
+    codes += 4 * cs;
     __m128i q = _mm_xor_si128(_mm_srli_epi32(z, 1), _mm_sub_epi32(zero, _mm_and_si128(z, one)));
     __m128 r = _mm256_cvtpd_ps(_mm256_add_pd(p, _mm256_mul_pd(_mm256_cvtepi32_pd(q), vstep)));
     bool more = group_ahead(exact, pv, n, i + 8, cnt - done - 4, off, &p);
@@ -448,9 +449,9 @@ AVX2 size_t fze_interp_dec_f32_avx2(const uint32_t *codes, float *out, double *p
   }
 }
 
-AVX2 size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *bad, double *pv,
-                                    size_t n, size_t i, size_t cnt, size_t off, double inv,
-                                    double step, double e) {
+AVX2 size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, unsigned cs, uint8_t *bad,
+                                    double *pv, size_t n, size_t i, size_t cnt, size_t off,
+                                    double inv, double step, double e) {
   const __m256d vinv = _mm256_set1_pd(inv), vstep = _mm256_set1_pd(step),
                 ve = _mm256_set1_pd(e), qmax = _mm256_set1_pd(FZO_QMAX_F32),
                 magic = _mm256_set1_pd(FZO_RINT_MAGIC),
@@ -480,7 +481,12 @@ AVX2 size_t fze_interp_enc_f32_avx2(const float *x, uint32_t *codes, uint8_t *ba
     __m256d own = _mm256_andnot_pd(_mm256_castsi256_pd(_mm256_cvtepi32_epi64(inf_nan)), v);
     __m256d keep = _mm256_blendv_pd(own, r, ok);
     bool more = group_ahead(NULL, pv, n, i + 8, cnt - done - 4, off, &p);
-    put_even_epi32(codes + i, _mm_xor_si128(_mm_slli_epi32(qi, 1), _mm_srai_epi32(qi, 31)));
+    __m128i zz = _mm_xor_si128(_mm_slli_epi32(qi, 1), _mm_srai_epi32(qi, 31));
+    if (cs == 1)
+      _mm_storeu_si128((__m128i *)codes, zz);
+    else
+      put_even_epi32(codes, zz);
+    codes += 4 * cs;
     unsigned okm = (unsigned)_mm256_movemask_pd(ok);
     for (unsigned k = 0; k < 4; k++)
       bad[i + 2 * k] = (uint8_t)(~okm >> k & 1u);

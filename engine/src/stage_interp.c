@@ -31,7 +31,11 @@
  * Format version 5 (ip->lv) changes three things: the coordinates are
  * distances from the chunk's own origin (fzo_interp_origin), each level
  * is binned finer the coarser it is (fzo_interp_level_step), and the
- * words are stored in the walk's order (reorder below).
+ * words are stored in the walk's order (the anchors, then the passes
+ * (h, d), each in memory order: point() takes each point's word from the
+ * walk's counter m), so that the zero words of a level's well-predicted
+ * points, most of them on the finest, follow each other, where the
+ * memory order interleaves them with the coarser levels' larger words.
  */
 #include <math.h>
 #include <string.h>
@@ -136,6 +140,7 @@ typedef struct coder {
   const uint8_t *fill;  /* encode: 1 on fill cells */
   double *pv;
   int dec;
+  size_t m; /* format version 5: the next point's word, in the walk's order */
 } coder;
 
 static inline double finite_or_0(double v) { return isfinite(v) ? v : 0.0; }
@@ -146,6 +151,8 @@ static inline double finite_or_0(double v) { return isfinite(v) ? v : 0.0; }
  * encodes, 1 decodes, 2 decodes a chunk without outliers or fill (no
  * value to look up in exact). */
 static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32) {
+  /* The point's word: the next in the walk's order (version 5), or at i. */
+  size_t ci = o->lv ? o->m++ : i;
   if (dec) {
     if (dec == 1 && o->exact[i]) {
       o->pv[i] = finite_or_0(f32 ? (double)((const float *)o->out)[i]
@@ -154,14 +161,14 @@ static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32)
     }
     if (f32) {
       uint32_t z;
-      memcpy(&z, o->codes + 4 * i, 4);
+      memcpy(&z, o->codes + 4 * ci, 4);
       int32_t q = (int32_t)fzo_unzigzag32(z);
       float r = (float)(p + (double)q * o->step);
       ((float *)o->out)[i] = r;
       o->pv[i] = r;
     } else {
       uint64_t z;
-      memcpy(&z, o->codes + 8 * i, 8);
+      memcpy(&z, o->codes + 8 * ci, 8);
       int64_t q = (int64_t)fzo_unzigzag64(z);
       double r = p + (double)q * o->step;
       ((double *)o->out)[i] = r;
@@ -172,7 +179,7 @@ static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32)
   double v = f32 ? (double)((const float *)o->x)[i] : ((const double *)o->x)[i];
   bool special = f32 ? fzo_f32_special(fzo_f32_bits((float)v)) : fzo_f64_special(fzo_f64_bits(v));
   if (o->fill && o->fill[i]) {
-    memset(o->codes + i * (f32 ? 4 : 8), 0, f32 ? 4 : 8);
+    memset(o->codes + ci * (f32 ? 4 : 8), 0, f32 ? 4 : 8);
     o->bad[i] = 0;
     o->pv[i] = v;
     return;
@@ -188,10 +195,10 @@ static ALWAYS_INLINE void point(coder *o, size_t i, double p, int dec, bool f32)
   q = ok ? q : 0.0;
   if (f32) {
     uint32_t c = ok ? fzo_zigzag32((uint32_t)(int32_t)q) : 0u;
-    memcpy(o->codes + 4 * i, &c, 4);
+    memcpy(o->codes + 4 * ci, &c, 4);
   } else {
     uint64_t c = ok ? fzo_zigzag64((uint64_t)(int64_t)q) : 0u;
-    memcpy(o->codes + 8 * i, &c, 8);
+    memcpy(o->codes + 8 * ci, &c, 8);
   }
   o->bad[i] = (uint8_t)!ok;
   o->pv[i] = ok ? r : finite_or_0(v);
@@ -266,14 +273,17 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
                 if (vec && h == 1) {
                   /* The AVX2 twin four points at a time, as far as it goes. */
                   size_t i = (size_t)(row + c[2] - s), left = (size_t)(fb - (int64_t)c[2] + 1) / 2;
+                  uint32_t *cw = (uint32_t *)o->codes + (o->lv ? o->m : i);
+                  unsigned cs = o->lv ? 1u : 2u;
                   size_t done =
-                      dec ? fze_interp_dec_f32_avx2((const uint32_t *)o->codes, (float *)o->out,
-                                                    o->pv, dec == 1 ? o->exact : NULL, n, i,
-                                                    left, off, o->step)
-                          : fze_interp_enc_f32_avx2((const float *)o->x, (uint32_t *)o->codes,
-                                                    o->bad, o->pv, n, i, left, off, o->inv,
-                                                    o->step, o->e);
+                      dec ? fze_interp_dec_f32_avx2(cw, cs, (float *)o->out, o->pv,
+                                                    dec == 1 ? o->exact : NULL, n, i, left, off,
+                                                    o->step)
+                          : fze_interp_enc_f32_avx2((const float *)o->x, cw, cs, o->bad, o->pv,
+                                                    n, i, left, off, o->inv, o->step, o->e);
                   c[2] += 2 * done;
+                  if (o->lv)
+                    o->m += done;
                 }
                 /* Four points here: the row's last ones, or four the twin
                  * left (a value already known among them). */
@@ -297,74 +307,6 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
           }
         }
     }
-}
-
-/* Format version 5 stores the words in the walk's order (the anchors,
- * then the passes (h, d), each in memory order): the zero words of a
- * level's well-predicted points, most of them on the finest, then follow
- * each other, where the memory order interleaves them with the coarser
- * levels' larger words.  Moves the n words of w bytes from memory order
- * at src to the walk's at dst (to_walk), or back. */
-static ALWAYS_INLINE void reorder_w(const fze_stage *ip, uint64_t s, size_t n, unsigned w,
-                                    const uint8_t *src, uint8_t *dst, bool to_walk) {
-  walk k;
-  walk_init(&k, ip, s, n);
-  const uint64_t top = FZE_INTERP_TOP;
-  uint64_t c[3], e = s + n - 1;
-  size_t m = 0;
-#define MOVE(g)                                                                         \
-  do {                                                                                  \
-    size_t i_ = (size_t)((g) - s);                                                      \
-    if (to_walk)                                                                        \
-      memcpy(dst + (size_t)w * m, src + (size_t)w * i_, w);                             \
-    else                                                                                \
-      memcpy(dst + (size_t)w * i_, src + (size_t)w * m, w);                             \
-    m++;                                                                                \
-  } while (0)
-  for (c[0] = first_of(&k, 0, k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
-    for (c[1] = first_of(&k, 1, k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
-      for (c[2] = first_of(&k, 2, k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
-        uint64_t g = c[0] * k.stride[0] + c[1] * k.stride[1] + c[2];
-        if (g >= s && g <= e)
-          MOVE(g);
-      }
-  for (uint64_t h = top / 2; h >= 1; h /= 2)
-    for (unsigned d = 0; d < 3; d++) {
-      uint64_t step[3], start[3];
-      for (unsigned j = 0; j < 3; j++) {
-        step[j] = j == d ? 2 * h : j < d ? h : 2 * h;
-        start[j] = first_of(&k, j, k.lo[j], step[j], j == d ? h : 0);
-      }
-      for (c[0] = start[0]; c[0] <= k.hi[0]; c[0] += step[0])
-        for (c[1] = start[1]; c[1] <= k.hi[1]; c[1] += step[1]) {
-          uint64_t row = c[0] * k.stride[0] + c[1] * k.stride[1];
-          if (row > e)
-            continue;
-          /* The row's points in the chunk: x from a to b (inclusive). */
-          uint64_t a = start[2], b = k.hi[2];
-          if (row + a < s)
-            a += (s - row - a + step[2] - 1) / step[2] * step[2];
-          if (row + b > e)
-            b = e - row;
-          for (uint64_t x = a; x <= b; x += step[2])
-            MOVE(row + x);
-        }
-    }
-#undef MOVE
-}
-
-/* reorder_w with w and the direction constants, so that each move is one
- * load and one store. */
-static void reorder(const fze_stage *ip, uint64_t s, size_t n, unsigned w, const uint8_t *src,
-                    uint8_t *dst, bool to_walk) {
-  if (w == 4 && to_walk)
-    reorder_w(ip, s, n, 4, src, dst, true);
-  else if (w == 4)
-    reorder_w(ip, s, n, 4, src, dst, false);
-  else if (to_walk)
-    reorder_w(ip, s, n, 8, src, dst, true);
-  else
-    reorder_w(ip, s, n, 8, src, dst, false);
 }
 
 size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
@@ -395,11 +337,6 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     run(&o, ip, first, n, 0, true);
   else
     run(&o, ip, first, n, 0, false);
-  if (ip->lv) {
-    /* The rebuilt values are done with: their room takes the words. */
-    reorder(ip, first, n, w, codes, (uint8_t *)pv, true);
-    memcpy(codes, pv, (size_t)w * n);
-  }
   size_t m = fze_quant_gather(bad, n, idx);
   return fze_quant_write_side(side, idx, m, in, w, q->has_fill, (const uint32_t(*)[2])runs, r,
                               iw);
@@ -407,7 +344,7 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
 
 int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                       const void *codes, size_t n, uint64_t first, const uint8_t *side,
-                      size_t side_len, void *out, void *work, void *spare) {
+                      size_t side_len, void *out, void *work) {
   if (q->step == 0)
     return fze_quant_decode(q, t, codes, n, side, side_len, out);
   unsigned w = (unsigned)fz_dtype_size(t), iw = fze_side_index_width(n);
@@ -443,10 +380,6 @@ int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
     memcpy((uint8_t *)out + (size_t)i * w, sv.vals + j * w, w);
     exact[i] = 1;
     prev = i;
-  }
-  if (ip->lv) {
-    reorder(ip, first, n, w, codes, spare, false);
-    codes = spare;
   }
   coder o = {.t = t, .base = q->step, .lv = ip->lv, .codes = (uint8_t *)codes, .out = out,
              .exact = exact, .pv = pv, .dec = 1};
