@@ -25,6 +25,11 @@
  * written in it; a decoder reads the interpolation of versions 3 and 4 as
  * they were. */
 #define FZE_FORMAT_VERSION_LEVELS 5
+/* Version 6 is version 5 with a chunk's interpolation on fewer dims than
+ * the stage's: predictor byte FZE_PK_DIMS | k (docs/format.md).  Every
+ * archive with an `interp` stage is written in it; version 5's archives
+ * decode as they were. */
+#define FZE_FORMAT_VERSION_DIMS 6
 
 typedef struct fze_header {
   fz_dtype dtype;

@@ -33,8 +33,10 @@ typedef struct fze_stage {
   /* Resolved per job by the compressor and stored in the archive: */
   double eb_abs;      /* quant: absolute bound enforced; 0 = lossless */
   double step;        /* quant: bin width (abs/rel) or bit step (pwrel) */
-  bool lv;            /* interp: the walk of format version 5 (words by
-                         level, finer bins on coarser levels) */
+  uint8_t lv;         /* interp: its form by format version: 0 in versions
+                         3 and 4; 1 in 5 (words by level, finer bins on
+                         coarser levels); 2 in 6 (5's, and a chunk may
+                         interpolate on fewer dims: FZE_PK_DIMS) */
   uint64_t ext[3][3]; /* lorenzo: ext[k-1], the array's extents folded
                          into k dimensions, as 3 (slowest first, leading
                          1s), for every k up to pdims */

@@ -63,6 +63,35 @@ static uint8_t best_lorenzo_k(const fze_stage *st, unsigned w, const uint8_t *wo
   return bk;
 }
 
+/* The guess at the interpolation's price on ip's dims (fze_interp_guess),
+ * priced as lorenzo's every fifth, the sampled values' outliers as their
+ * side-list entries. */
+static uint64_t interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
+                             size_t n, uint64_t first, void *words) {
+  unsigned w = (unsigned)fz_dtype_size(t);
+  size_t outl = 0;
+  uint64_t g = fze_interp_guess(q, ip, t, in, n, first, words, &outl);
+  g = g / FZE_COST_STEP * FZE_GUESS_STEP;
+  return g + ((8 * (uint64_t)FZE_GUESS_STEP * outl * (w + fze_side_index_width(n))) << 16);
+}
+
+unsigned fze_interp_dims(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
+                         size_t n, uint64_t first, void *words, uint64_t *guess) {
+  uint64_t g = interp_guess(q, ip, t, in, n, first, words);
+  unsigned kd = ip->pdims;
+  if (ip->lv >= 2 && ip->pdims >= 2) {
+    fze_stage iq = *ip;
+    iq.pdims = ip->pdims - 1;
+    uint64_t g2 = interp_guess(q, &iq, t, in, n, first, words);
+    if (g2 < g) {
+      g = g2;
+      kd = iq.pdims;
+    }
+  }
+  *guess = g;
+  return kd;
+}
+
 /* quant | interp: per chunk the interpolation, or quant's own words
  * predicted by lorenzo in its cheapest k = 1..pdims dims (predictor byte
  * k; 0 for the interpolation), whichever prices lower, the interpolation
@@ -79,6 +108,11 @@ static uint8_t best_lorenzo_k(const fze_stage *st, unsigned w, const uint8_t *wo
  *    priced as the huffman stage codes them (fze_huffman_price), and the
  *    interpolation is skipped only where lorenzo's price times
  *    FZE_GUESS_WIDE is below the guess.
+ * In format version 6 (ip->lv 2) the interpolation walks the array's dims
+ * folded to D - 1 instead of D where the guess on them is lower (predictor
+ * byte FZE_PK_DIMS | D - 1), and the lower guess is the one lorenzo's
+ * price is held against: a chunk of a few planes of a 3-D array is
+ * predicted in 2-D, where the third axis would only extrapolate.
  * The words end in s->a, the side list in s->side; tmp holds quant's
  * words and side list meanwhile, b lorenzo's residuals. */
 static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, size_t n,
@@ -96,19 +130,20 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
   bool cheap = FZE_PRICE_CHEAP(cost_l, n);
   cost_l += (8 * (uint64_t)side_l) << 16;
   bool skip = pw;
+  /* The interpolation's stage: on the chain's dims, or (version 6) on one
+   * fewer where that guesses lower. */
+  fze_stage iq = *ip;
   if (!pw && !q->has_fill && q->step != 0) {
-    /* The sampled values' outliers priced as their side-list entries. */
-    size_t outl = 0;
-    uint64_t g = fze_interp_guess(q, ip, t, in, n, first, s->b, &outl);
-    g = g / FZE_COST_STEP * FZE_GUESS_STEP; /* priced as lorenzo's every fifth */
-    g += (8 * (uint64_t)FZE_GUESS_STEP * outl * (w + fze_side_index_width(n))) << 16;
+    uint64_t g;
+    iq.pdims = fze_interp_dims(q, ip, t, in, n, first, s->b, &g);
     skip = FZE_GUESS_SKIPS(cost_l, g, cheap);
   }
+  uint8_t ibyte = iq.pdims < ip->pdims ? (uint8_t)(FZE_PK_DIMS | iq.pdims) : 0;
   *pk = k;
   bool interp = false;
   size_t side_i = 0;
   if (!skip) {
-    side_i = fze_interp_encode(q, ip, t, in, n, first, s->a, s->side, s->qwork);
+    side_i = fze_interp_encode(q, &iq, t, in, n, first, s->a, s->side, s->qwork);
     if (cheap) {
       fze_lorenzo_encode(ip, k, w, words, s->b, n, first);
       uint64_t price_i = fze_huffman_price(w, s->a, n, s->price) + 8 * (uint64_t)side_i;
@@ -125,7 +160,7 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
     fze_lorenzo_encode(ip, k, w, words, s->a, n, first);
   }
   if (interp) {
-    *pk = 0;
+    *pk = ibyte;
     return side_i;
   }
   memcpy(s->side, side, side_l);
@@ -230,12 +265,19 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
   size_t hk = side_len, hlen = 0;
   int inner = inner_huffman(c);
   /* The chunk's predictor byte: lorenzo's k in 1..pdims; interp's 0 (the
-   * interpolation) or a lorenzo k. */
+   * interpolation), a lorenzo k, or in version 6 FZE_PK_DIMS | k (the
+   * interpolation on k < pdims dims). */
   unsigned pk = 0;
   for (unsigned i = 0; i < c->n; i++)
     if (c->st[i].id == FZE_STAGE_LORENZO || c->st[i].id == FZE_STAGE_INTERP) {
-      unsigned lo = c->st[i].id == FZE_STAGE_INTERP ? 0 : 1;
-      if (hk >= in_len || in[hk] < lo || in[hk] > c->st[i].pdims)
+      const fze_stage *st = &c->st[i];
+      unsigned lo = st->id == FZE_STAGE_INTERP ? 0 : 1;
+      if (hk >= in_len)
+        return FZ_ECORRUPT;
+      unsigned b = in[hk], k = b & ~FZE_PK_DIMS;
+      bool dims = st->id == FZE_STAGE_INTERP && st->lv >= 2 && (b & FZE_PK_DIMS) && k >= 1 &&
+                  k < st->pdims;
+      if (!dims && (b < lo || b > st->pdims))
         return FZ_ECORRUPT;
       pk = in[hk++];
     }
@@ -313,11 +355,17 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       nb ^= 1;
     cur = dst;
   }
-  if (interp && pk == 0 && c->st[0].mode == FZ_EB_PWREL)
+  /* The interpolation, on the chain's dims or (FZE_PK_DIMS) fewer. */
+  bool walk = interp && (pk == 0 || (pk & FZE_PK_DIMS));
+  if (walk && c->st[0].mode == FZ_EB_PWREL)
     return FZ_ECORRUPT;
-  if (interp && pk == 0)
-    return fze_interp_decode(&c->st[0], &c->st[1], t, cur, n, first_elem, in, side_len, out,
+  if (walk) {
+    fze_stage iq = c->st[1];
+    if (pk & FZE_PK_DIMS)
+      iq.pdims = pk & ~FZE_PK_DIMS;
+    return fze_interp_decode(&c->st[0], &iq, t, cur, n, first_elem, in, side_len, out,
                              s->qwork);
+  }
   if (interp) {
     /* Quant's words under lorenzo: rebuilt in place in scratch (or out of
      * the archive's bytes into a free buffer). */

@@ -93,6 +93,13 @@ size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx);
  * how many of the sampled values would be outliers. */
 uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
                           size_t n, uint64_t first, void *words, size_t *outl);
+/* codec.c: the dims the interpolation walks for a chunk (format version 6:
+ * the stage's, or one fewer where the guess is lower, FZE_PK_DIMS), and
+ * the lower guess, priced as lorenzo's price of the chunk is (16.16 bits,
+ * the sampled outliers as side-list entries).  words: as
+ * fze_interp_guess's. */
+unsigned fze_interp_dims(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
+                         size_t n, uint64_t first, void *words, uint64_t *guess);
 size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                          const void *in, size_t n, uint64_t first, void *codes,
                          uint8_t *side, void *work);

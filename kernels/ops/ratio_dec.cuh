@@ -2,10 +2,10 @@
  * ratio_dec.cuh - the decoder of the ratio preset's chunks (format version
  * 3: quant | interp | huffman | rze, and the same chain with lorenzo in
  * interp's place; version 5 the same with the interpolation's words by
- * level and finer bins on its coarser levels) and of the lossless-ratio
- * preset's (format version 4: lorenzo | byteplanes on 4- and 8-byte
- * words), written once for the
- * device and for a host model of it.
+ * level and finer bins on its coarser levels; version 6 with a chunk's
+ * interpolation on fewer dims) and of the lossless-ratio preset's (format
+ * version 4: lorenzo | byteplanes on 4- and 8-byte words), written once
+ * for the device and for a host model of it.
  *
  * One block decodes one chunk in phases; between two phases every thread
  * of the block waits (the kernel's __syncthreads()), so a phase may read
@@ -51,7 +51,8 @@ typedef struct fzr_job {
   uint32_t w;              /* 4 (f32) or 8 (f64) */
   uint32_t levels;         /* rze's */
   uint32_t pdims;          /* interp's D */
-  uint32_t lv;             /* interp: format version 5's walk (fze_stage's lv) */
+  uint32_t lv;             /* interp: its form, fze_stage's lv (1: version 5's walk,
+                            * 2: and version 6's dims per chunk) */
   uint32_t lorenzo;        /* stage 1 is lorenzo (its k is 1..D), not interp */
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
@@ -97,7 +98,8 @@ typedef struct fzr_state {
   int err;        /* the chunk is corrupt */
   int done;       /* nothing left to decode (raw, corrupt, table bad) */
   int skip_crc;   /* the table entry is unusable: the CRC is 0 */
-  int pk;         /* the chunk's predictor byte */
+  int pk;         /* the chunk's predictor byte: lorenzo's k, or 0 */
+  unsigned kd;    /* the interpolation's dims (version 6: maybe fewer) */
   uint64_t c, first, n, raw, len;
   const uint8_t *in;   /* the chunk's stored bytes */
   uint8_t *a, *b, *t, *x, *v; /* scratch: words, stream, bitmaps, flags, values */
@@ -289,11 +291,23 @@ FZR_IP_FI FZR_HD void fzr_begin(fzr_state *S, const fzr_job *J, uint64_t c, uint
   S->idx = in + k;
   S->vals = in + k + iw * m;
   k += m * (iw + w);
-  /* The predictor byte (interp's 0..D, lorenzo's 1..D), then the
+  /* The predictor byte (interp's 0..D, lorenzo's 1..D; in version 6
+   * interp's FZE_PK_DIMS | k, the interpolation on k < D dims), then the
    * huffman stream's length. */
-  if (k >= len || in[k] > J->pdims || in[k] < J->lorenzo)
+  if (k >= len)
     goto bad;
-  S->pk = in[k++];
+  {
+    unsigned b = in[k++], kd = b & ~FZE_PK_DIMS;
+    if (!J->lorenzo && J->lv >= 2 && (b & FZE_PK_DIMS) && kd >= 1 && kd < J->pdims) {
+      S->pk = 0;
+      S->kd = kd;
+    } else if (b > J->pdims || b < J->lorenzo) {
+      goto bad;
+    } else {
+      S->pk = (int)b;
+      S->kd = J->pdims;
+    }
+  }
   uint64_t hlen;
   if (!fzr_varint(in, len, &k, &hlen) || hlen == 0 || hlen >= raw)
     goto bad;
@@ -1464,7 +1478,7 @@ words:
     goto finish;
   if (S->pk == 0 && J->step != 0) {
     FZR_ALL(fzr_flags_clear(S, t, nt);
-            fzr_ip_plan(&S->ip, J->ext[J->pdims - 1], S->first, S->n, J->lv, t));
+            fzr_ip_plan(&S->ip, J->ext[S->kd - 1], S->first, S->n, J->lv, t));
     FZR_SYNC();
     FZR_CLK(45);
     FZR_ALL(fzr_outliers(S, J, t, nt, 1));

@@ -1,20 +1,21 @@
 /*
  * ratio_enc.cuh - the encoder of the ratio preset's chunks (format version
- * 5: quant | interp | huffman | rze; version 3 with lorenzo in interp's
- * place), written once for the device and for a
- * host model of it, as ratio_dec.cuh is written (ratio_phase.cuh says how).
+ * 6: quant | interp | huffman | rze; version 3 with lorenzo in interp's
+ * place), written once for the device and for a host model of it, as
+ * ratio_dec.cuh is written (ratio_phase.cuh says how).
  *
  * One block of FZR_NT threads codes one chunk, making the CPU engine's
  * choices with its arithmetic (codec.c encode_predicted and
  * fze_chunk_encode): the quantizer's words and side list; the cheapest
- * Lorenzo k by its sampled price; the guess at the interpolation's price,
- * which may skip the interpolation; the interpolation and its price (the
- * sampled one, or below a bit a word both candidates' exact huffman bits,
- * fzre_huff_price); the lower of the two prices (the interpolation on a
- * tie); then the huffman
- * stream (not longer than the chunk less one byte), rze over it, and the
- * chunk as side list, predictor byte, the stream's length and rze's
- * output, or the values raw where that is not smaller.  The pieces are
+ * Lorenzo k by its sampled price; the guess at the interpolation's price
+ * (in version 6 on the chain's dims and on one fewer, the lower kept with
+ * its dims), which may skip the interpolation; the interpolation and its
+ * price (the sampled one, or below a bit a word both candidates' exact
+ * huffman bits, fzre_huff_price); the lower of the two prices (the
+ * interpolation on a tie); then the huffman stream (not longer than the
+ * chunk less one byte), rze over it, and the chunk as side list, predictor
+ * byte, the stream's length and rze's output, or the values raw where
+ * that is not smaller.  The pieces are
  * ratio_enc_lz.cuh, ratio_enc_interp.cuh, ratio_enc_huff.cuh and
  * ratio_enc_rze.cuh; each leaves its results in its part of the block's
  * shared state, which this file copies out before the next piece reuses
@@ -57,7 +58,8 @@ typedef struct fzre_job {
   uint32_t pdims;          /* interp's D */
   uint32_t lorenzo;        /* stage 1 is lorenzo: its best k, no interpolation */
   uint32_t pwrel;          /* quant's mode is PWREL */
-  uint32_t lv;             /* interp: format version 5's walk (fze_stage's lv) */
+  uint32_t lv;             /* interp: its form, fze_stage's lv (1: version 5's walk,
+                            * 2: and version 6's dims per chunk) */
   const double *qp;        /* eb_abs, step (as the prep kernel left them); NULL
                             * without quant */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
@@ -115,6 +117,8 @@ typedef struct fzre_state {
   fzre_q q;
   uint64_t side_l, side_i, best, cost_l, cost_i, hlen, rlen, len;
   unsigned k, pk, skip, cheap, lk;
+  unsigned kd;        /* the interpolation's dims (version 6: maybe D - 1) */
+  uint64_t guess;     /* the lower guess at its price */
   uint64_t price_i;   /* the interpolation's exact price (cheap chunks) */
   const uint8_t *cw;  /* the chosen words, for huffman */
   uint8_t lenbuf[16];  /* the predictor byte and the stream's length */
@@ -164,16 +168,20 @@ static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t 
   S->k = 1;
   S->cost_i = UINT64_MAX;
   S->side_i = 0;
+  S->kd = J->pdims;
 }
 
-/* Thread 0: the interpolation's guessed price against lorenzo's (codec.c:
- * priced as lorenzo's every fifth, the sampled outliers as side-list
- * entries). */
-static inline FZR_HD void fzre_judge(fzre_state *S, const fzre_job *J) {
+/* Thread 0: the guess on kd dims priced as codec.c prices it (as
+ * lorenzo's every fifth, the sampled outliers as side-list entries); the
+ * lower guess and its dims kept, the first (the chain's dims) on a tie. */
+static inline FZR_HD void fzre_guessed(fzre_state *S, const fzre_job *J, unsigned kd) {
   uint64_t iw = S->n < 65536 ? 2u : 4u;
   uint64_t g = S->u.lz.cost / FZRE_COST_STEP * FZRE_GUESS_STEP;
   g += (8 * (uint64_t)FZRE_GUESS_STEP * S->u.lz.outl * (J->w + iw)) << 16;
-  S->skip = FZE_GUESS_SKIPS(S->cost_l, g, S->cheap);
+  if (kd == J->pdims || g < S->guess) {
+    S->guess = g;
+    S->kd = kd;
+  }
 }
 
 /* v as a LEB128 varint at p; its length. */
@@ -187,11 +195,12 @@ static inline FZR_HD unsigned fzre_put_varint(uint8_t *p, uint64_t v) {
   return k;
 }
 
-/* Thread 0: the chunk's bytes after the side list: the predictor byte,
- * then the huffman stream's length as a LEB128 varint; the chunk's length,
- * or raw when it is not smaller than the values. */
-static inline FZR_HD void fzre_frame(fzre_state *S) {
-  S->lenbuf[0] = (uint8_t)S->pk;
+/* Thread 0: the chunk's bytes after the side list: the predictor byte
+ * (lorenzo's k, 0 for the interpolation on the chain's dims, FZE_PK_DIMS |
+ * k on k fewer), then the huffman stream's length as a LEB128 varint; the
+ * chunk's length, or raw when it is not smaller than the values. */
+static inline FZR_HD void fzre_frame(fzre_state *S, const fzre_job *J) {
+  S->lenbuf[0] = (uint8_t)(S->pk ? S->pk : S->kd < J->pdims ? FZE_PK_DIMS | S->kd : 0u);
   S->lk = 1 + fzre_put_varint(S->lenbuf + 1, S->hlen);
   uint64_t side = S->pk ? S->side_l : S->side_i;
   uint64_t total = side + S->lk + S->rlen;
@@ -258,7 +267,14 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
   FZR_CLK(2);
   if (!S->skip && S->q.step != 0) {
     fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 1], S->in, w, n, first);
-    FZR_ONE(fzre_judge(S, J));
+    FZR_ONE(fzre_guessed(S, J, J->pdims));
+    FZR_SYNC();
+    if (J->lv >= 2 && J->pdims >= 2) {
+      fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 2], S->in, w, n, first);
+      FZR_ONE(fzre_guessed(S, J, J->pdims - 1));
+      FZR_SYNC();
+    }
+    FZR_ONE(S->skip = FZE_GUESS_SKIPS(S->cost_l, S->guess, S->cheap));
     FZR_SYNC();
     FZR_CLK(3);
   }
@@ -269,7 +285,7 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
       FZR_ALL(fzre_copy(S->b, S->a, S->raw, t, nt));
       FZR_ONE(S->si[0] = 0; S->side_i = 1);
     } else {
-      fzre_interp(&S->u.ip, &S->q, J->ext[J->pdims - 1], S->in, w, n, first, S->b, S->bad,
+      fzre_interp(&S->u.ip, &S->q, J->ext[S->kd - 1], S->in, w, n, first, S->b, S->bad,
                   S->pv);
       fzre_side_write(&S->u.lz, S->bad, S->in, n, w, S->si, S->x);
       FZR_ONE(S->side_i = S->u.lz.side_len);
@@ -311,7 +327,7 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
     FZR_ONE(S->len = S->raw);
   } else {
     fzre_rze(&S->u.rz, J->levels, S->h, S->hlen, S->r, S->x);
-    FZR_ONE(S->rlen = S->u.rz.len; fzre_frame(S));
+    FZR_ONE(S->rlen = S->u.rz.len; fzre_frame(S, J));
   }
   FZR_SYNC();
   FZR_CLK(17);

@@ -20,6 +20,7 @@
 #include "fz.h"
 #include "gen.h"
 #include "interp_v3.h"
+#include "interp_v5.h"
 
 typedef struct shape {
   unsigned ndims;
@@ -261,12 +262,12 @@ Test(ratio, chain_rules_and_chunk_sizes) {
   p.pipeline = "interp | huffman";
   cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), FZ_EPIPELINE);
 
-  /* Version 5 for interp, 3 for the other ratio stages, version 1 as
+  /* Version 6 for interp, 3 for the other ratio stages, version 1 as
    * before for the rest. */
   void *x = make_field(&s2, 1, GEN_SMOOTH, 2);
   size_t len;
-  uint8_t *a = roundtrip(&s2, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 0, &len, "v5");
-  cr_assert_eq(a[4], 5);
+  uint8_t *a = roundtrip(&s2, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 0, &len, "v6");
+  cr_assert_eq(a[4], 6);
   cr_assert_eq(a[7], 18); /* 256 KiB chunks */
   fz_archive_info info;
   cr_assert_eq(fz_archive_inspect(a, len, &info), 0);
@@ -327,7 +328,7 @@ Test(ratio, hostile_stage_parameters) {
   reseal_header(b, hl);
   cr_assert_eq(decode(b, len), FZ_ECORRUPT);
   memcpy(b, a, len);
-  b[4] = 6; /* after the last version (5, the interpolation's levels) */
+  b[4] = 7; /* after the last version (6, the interpolation's dims per chunk) */
   cr_assert_eq(decode(b, len), FZ_EVERSION);
   /* An unknown stage id in place of huffman. */
   memcpy(b, a, len);
@@ -473,19 +474,22 @@ Test(ratio, lorenzo_price_matches_its_encoding) {
 
 /* The choice quant | interp makes per chunk, both predictors run in full
  * and priced as docs/format.md's encoder note says: 0 for the
- * interpolation, else lorenzo's cheapest k.  Lorenzo's k is the cheapest
+ * interpolation (on kd dims, the ones the chunk names), else lorenzo's
+ * cheapest k.  Lorenzo's k is the cheapest
  * by the sampled price of its full encoding; where that price is below a
  * bit a word the two are compared by the huffman stage's bits, else by
  * the sampled prices. */
 static unsigned full_choice(const fze_chain *c, fz_dtype t, const uint8_t *x, size_t n,
-                            uint64_t first, unsigned *differs) {
+                            uint64_t first, unsigned kd, unsigned *differs) {
   unsigned w = (unsigned)fz_dtype_size(t);
   const fze_stage *q = &c->st[0], *ip = &c->st[1];
+  fze_stage iq = *ip; /* the interpolation on kd dims */
+  iq.pdims = kd;
   uint8_t *codes = malloc(n * w + 8), *side = malloc(2 * n * w + 256);
   uint8_t *res = malloc(n * w + 8), *tmp = malloc(FZE_HUFFMAN_TMP + 4 * n + 64);
   void *work = malloc(fze_quant_work_bytes(n));
   cr_assert(codes && side && res && tmp && work);
-  size_t side_i = fze_interp_encode(q, ip, t, x, n, first, codes, side, work);
+  size_t side_i = fze_interp_encode(q, &iq, t, x, n, first, codes, side, work);
   uint64_t cost_i = fze_lorenzo_cost(w, codes, n) + ((8 * (uint64_t)side_i) << 16);
   uint64_t price_i = fze_huffman_price(w, codes, n, tmp) + 8 * (uint64_t)side_i;
   size_t side_l = fze_quant_encode(q, t, x, n, codes, side, work);
@@ -525,7 +529,7 @@ Test(ratio, shortcut_keeps_the_full_choice) {
                               {4, {3, 5, 31, 33}}};
   static const enum gen_kind kinds[] = {GEN_SMOOTH, GEN_NOISE, GEN_RAMP};
   static const double ebs[] = {1e-1, 1e-2, 1e-4};
-  unsigned seen[2] = {0, 0}, differs = 0;
+  unsigned seen[2] = {0, 0}, differs = 0, fewer = 0;
   for (size_t si = 0; si < sizeof big / sizeof *big; si++)
     for (size_t ki = 0; ki < 3; ki++)
       for (size_t ei = 0; ei < 3; ei++)
@@ -542,6 +546,7 @@ Test(ratio, shortcut_keeps_the_full_choice) {
           cr_assert_eq(fze_chain_resolve_shape(&c, s->ndims, s->dims, why, sizeof why), 0,
                        "%s", why);
           cr_assert_eq(fze_quant_resolve(&c.st[0], t, x, N, why, sizeof why), 0, "%s", why);
+          fze_chain_set_version(&c, FZE_FORMAT_VERSION_DIMS);
           fze_scratch sc;
           cr_assert_eq(fze_scratch_init(&sc, N * w), 0);
           uint8_t *out = malloc(N * w + 8);
@@ -555,10 +560,48 @@ Test(ratio, shortcut_keeps_the_full_choice) {
               continue; /* stored raw: no choice byte */
             long sl = fze_quant_side_len(&c.st[0], out, len, n, w);
             cr_assert(sl >= 0 && (size_t)sl < len);
-            unsigned want = full_choice(&c, t, in, n, first, &differs);
-            cr_assert_eq(out[sl], want, "%s, shape %zu, %s, %s, chunk %zu: predictor %u, not %u",
-                         text, si, gen_names[kinds[ki]], f32 ? "f32" : "f64", pl, out[sl], want);
+            /* The interpolation's dims (version 6) as the guesses pick
+             * them (a sample of every 17th value: nothing to run in full). */
+            unsigned b = out[sl], pd = c.st[1].pdims;
+            uint64_t g;
+            uint8_t *gw = malloc(n * w / 5 + 64);
+            cr_assert_not_null(gw);
+            unsigned kd = fze_interp_dims(&c.st[0], &c.st[1], t, in, n, first, gw, &g);
+            free(gw);
+            unsigned want = full_choice(&c, t, in, n, first, kd, &differs);
+            unsigned wb = want ? want : kd < pd ? (FZE_PK_DIMS | kd) : 0;
+            cr_assert_eq(b, wb, "%s, shape %zu, %s, %s, chunk %zu: predictor %#x, not %#x", text,
+                         si, gen_names[kinds[ki]], f32 ? "f32" : "f64", pl, b, wb);
             seen[want != 0]++;
+            if (b & FZE_PK_DIMS) {
+              /* Version 6's byte: the chunk decodes within the bound;
+               * version 5 refuses it, as does a byte naming no fewer
+               * dims. */
+              uint8_t *y = malloc(n * w), *bad = malloc(len);
+              cr_assert(y && bad);
+              cr_assert_eq(fze_chunk_decode(&c, t, out, len, n, first, y, &sc), 0);
+              for (size_t i = 0; i < n; i++) {
+                double u = f32 ? ((const float *)y)[i] : ((const double *)y)[i];
+                double v = f32 ? ((const float *)in)[i] : ((const double *)in)[i];
+                cr_assert(fabs(u - v) <= c.st[0].eb_abs, "value %zu: %g, not %g", i, u, v);
+              }
+              fze_chain c5 = c;
+              fze_chain_set_version(&c5, FZE_FORMAT_VERSION_LEVELS);
+              cr_assert_eq(fze_chunk_decode(&c5, t, out, len, n, first, y, &sc), FZ_ECORRUPT);
+              const unsigned wrong[] = {FZE_PK_DIMS, FZE_PK_DIMS | pd, FZE_PK_DIMS | 3u,
+                                        FZE_PK_DIMS | 0x7fu};
+              for (size_t j = 0; j < 4; j++) {
+                if ((wrong[j] & ~FZE_PK_DIMS) < pd && (wrong[j] & ~FZE_PK_DIMS) >= 1)
+                  continue;
+                memcpy(bad, out, len);
+                bad[sl] = (uint8_t)wrong[j];
+                cr_assert_eq(fze_chunk_decode(&c, t, bad, len, n, first, y, &sc), FZ_ECORRUPT,
+                             "predictor byte %#x", wrong[j]);
+              }
+              free(y);
+              free(bad);
+            }
+            fewer += kd < pd;
           }
           free(out);
           fze_scratch_free(&sc);
@@ -567,8 +610,9 @@ Test(ratio, shortcut_keeps_the_full_choice) {
   /* Both predictors were chosen somewhere, so both paths were checked. */
   cr_assert(seen[0] > 0 && seen[1] > 0, "interp %u, lorenzo %u", seen[0], seen[1]);
   /* And some chunk was decided by the huffman stage's bits against what
-   * the sampled prices say. */
+   * the sampled prices say, and some interpolated on fewer dims. */
   cr_assert(differs > 0);
+  cr_assert(fewer > 0);
 }
 
 /* ---- format version 3 ---- */
@@ -578,9 +622,9 @@ Test(ratio, shortcut_keeps_the_full_choice) {
  * were.  The same bytes claiming version 5 do not: the walk of version 5
  * reads its words in another order, so the archive's interpolated chunks
  * are what the first decode read. */
-static void v3_case(const uint8_t *arc, size_t len, fz_dtype t) {
+static void v3_case(const uint8_t *arc, size_t len, fz_dtype t, unsigned version) {
   const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
-  cr_assert_eq(arc[4], 3);
+  cr_assert_eq(arc[4], version);
   fz_archive_info info;
   cr_assert_eq(fz_archive_inspect(arc, len, &info), 0);
   cr_assert(strstr(info.chain, "interp(dims=3)"), "%s", info.chain);
@@ -599,7 +643,9 @@ static void v3_case(const uint8_t *arc, size_t len, fz_dtype t) {
       }
   double eb = INTERP_V3_EB * (hi - lo);
   cr_assert(info.eb_abs > 0 && info.eb_abs <= eb);
-  for (int as5 = 0; as5 < 2; as5++) {
+  /* Version 5's bytes are version 6's, where no chunk names fewer dims:
+   * only version 3's are checked against another version's walk. */
+  for (int as5 = 0; as5 < (version == 3 ? 2 : 1); as5++) {
     memcpy(b, arc, len);
     if (as5) {
       fze_header h;
@@ -633,6 +679,13 @@ static void v3_case(const uint8_t *arc, size_t len, fz_dtype t) {
 }
 
 Test(ratio, version_3_interpolation_decodes) {
-  v3_case(interp_v3_f32, sizeof interp_v3_f32, FZ_F32);
-  v3_case(interp_v3_f64, sizeof interp_v3_f64, FZ_F64);
+  v3_case(interp_v3_f32, sizeof interp_v3_f32, FZ_F32, 3);
+  v3_case(interp_v3_f64, sizeof interp_v3_f64, FZ_F64, 3);
+}
+
+/* An archive of version 5 (tests/common/interp_v5.h) decodes as it was
+ * written. */
+Test(ratio, version_5_interpolation_decodes) {
+  v3_case(interp_v5_f32, sizeof interp_v5_f32, FZ_F32, 5);
+  v3_case(interp_v5_f64, sizeof interp_v5_f64, FZ_F64, 5);
 }

@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "fz.h"
 #include "interp_v3.h"
+#include "interp_v5.h"
 #include "ratio_dec.cuh"
 #include "ratio_enc.cuh"
 #include "ratio_fields.h"
@@ -82,7 +83,7 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
                .w = (uint32_t)fz_dtype_size(h.dtype), .levels = planes ? 0 : ch->st[3].levels,
                .pdims = pr->pdims, .lorenzo = pr->id == FZE_STAGE_LORENZO,
                .planes = (uint32_t)planes, .pwrel = !planes && ch->st[0].mode == FZ_EB_PWREL,
-               .lv = !planes && pr->lv,
+               .lv = planes ? 0u : pr->lv,
                .step = planes ? 0.0 : ch->st[0].step,
                .scratch = scratch, .stride = stride,
                .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,
@@ -211,6 +212,14 @@ Test(ratio_model, version_3_interpolation) {
   const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
   same(interp_v3_f32, sizeof interp_v3_f32, n * 4, "version 3, f32");
   same(interp_v3_f64, sizeof interp_v3_f64, n * 8, "version 3, f64");
+}
+
+/* Archives of format version 5 (interp_v5.h): every chunk's walk on all
+ * of the array's dims, as the CPU decodes it. */
+Test(ratio_model, version_5_interpolation) {
+  const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
+  same(interp_v5_f32, sizeof interp_v5_f32, n * 4, "version 5, f32");
+  same(interp_v5_f64, sizeof interp_v5_f64, n * 8, "version 5, f64");
 }
 
 /* Lossless (a bound below what the type resolves): quant's raw words. */
