@@ -81,10 +81,10 @@ typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_dif
 #define FZE_GUESS_SKIPS(cost, g, cheap)                                                            \
   ((cheap) ? (cost)*FZE_GUESS_WIDE < (g) : (cost)*FZE_GUESS_MARGIN_NUM < (g)*FZE_GUESS_MARGIN_DEN)
 /* Format version 6: a chunk's predictor byte FZE_PK_DIMS | k (1 <= k <
- * the stage's dims) is the interpolation on the array's dims folded to k,
- * as lorenzo's k folds them.  The encoder guesses the interpolation's
- * price on the stage's dims and on one fewer (fze_interp_guess) and walks
- * the lower, the stage's dims on a tie. */
+ * the stage's dims D) is the interpolation along the k fastest of its D
+ * axes only, each slice across the slower ones (a plane, a row) its own
+ * walk.  The encoder guesses the interpolation's price on D and on D - 1
+ * axes (fze_interp_guess) and walks the lower, D on a tie. */
 #define FZE_PK_DIMS 0x80u
 /* The interpolation's coarsest spacing: its top level predicts every 16th
  * point from its neighbours 16 apart. */

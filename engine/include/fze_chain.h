@@ -37,6 +37,9 @@ typedef struct fze_stage {
                          3 and 4; 1 in 5 (words by level, finer bins on
                          coarser levels); 2 in 6 (5's, and a chunk may
                          interpolate on fewer dims: FZE_PK_DIMS) */
+  uint8_t flat;       /* interp, per chunk (FZE_PK_DIMS): the leading axes
+                         of its walk that are not interpolated, each slice
+                         across them walked on its own (0 to 2) */
   uint64_t ext[3][3]; /* lorenzo: ext[k-1], the array's extents folded
                          into k dimensions, as 3 (slowest first, leading
                          1s), for every k up to pdims */

@@ -80,12 +80,11 @@ unsigned fze_interp_dims(const fze_stage *q, const fze_stage *ip, fz_dtype t, co
   uint64_t g = interp_guess(q, ip, t, in, n, first, words);
   unsigned kd = ip->pdims;
   if (ip->lv >= 2 && ip->pdims >= 2) {
-    fze_stage iq = *ip;
-    iq.pdims = ip->pdims - 1;
+    fze_stage iq = fze_interp_on(ip, ip->pdims - 1);
     uint64_t g2 = interp_guess(q, &iq, t, in, n, first, words);
     if (g2 < g) {
       g = g2;
-      kd = iq.pdims;
+      kd = ip->pdims - 1;
     }
   }
   *guess = g;
@@ -108,11 +107,12 @@ unsigned fze_interp_dims(const fze_stage *q, const fze_stage *ip, fz_dtype t, co
  *    priced as the huffman stage codes them (fze_huffman_price), and the
  *    interpolation is skipped only where lorenzo's price times
  *    FZE_GUESS_WIDE is below the guess.
- * In format version 6 (ip->lv 2) the interpolation walks the array's dims
- * folded to D - 1 instead of D where the guess on them is lower (predictor
- * byte FZE_PK_DIMS | D - 1), and the lower guess is the one lorenzo's
- * price is held against: a chunk of a few planes of a 3-D array is
- * predicted in 2-D, where the third axis would only extrapolate.
+ * In format version 6 (ip->lv 2) the interpolation runs along the D - 1
+ * fastest axes only, each plane (D = 3) or row (D = 2) its own walk, where
+ * the guess on that is lower (predictor byte FZE_PK_DIMS | D - 1), and
+ * the lower guess is the one lorenzo's price is held against: a chunk of
+ * a few planes of a 3-D array has no third axis to interpolate along,
+ * only one to extrapolate a plane from the one before.
  * The words end in s->a, the side list in s->side; tmp holds quant's
  * words and side list meanwhile, b lorenzo's residuals. */
 static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, size_t n,
@@ -132,13 +132,14 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
   bool skip = pw;
   /* The interpolation's stage: on the chain's dims, or (version 6) on one
    * fewer where that guesses lower. */
-  fze_stage iq = *ip;
+  unsigned kd = ip->pdims;
   if (!pw && !q->has_fill && q->step != 0) {
     uint64_t g;
-    iq.pdims = fze_interp_dims(q, ip, t, in, n, first, s->b, &g);
+    kd = fze_interp_dims(q, ip, t, in, n, first, s->b, &g);
     skip = FZE_GUESS_SKIPS(cost_l, g, cheap);
   }
-  uint8_t ibyte = iq.pdims < ip->pdims ? (uint8_t)(FZE_PK_DIMS | iq.pdims) : 0;
+  fze_stage iq = fze_interp_on(ip, kd);
+  uint8_t ibyte = kd < ip->pdims ? (uint8_t)(FZE_PK_DIMS | kd) : 0;
   *pk = k;
   bool interp = false;
   size_t side_i = 0;
@@ -360,9 +361,7 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
   if (walk && c->st[0].mode == FZ_EB_PWREL)
     return FZ_ECORRUPT;
   if (walk) {
-    fze_stage iq = c->st[1];
-    if (pk & FZE_PK_DIMS)
-      iq.pdims = pk & ~FZE_PK_DIMS;
+    fze_stage iq = fze_interp_on(&c->st[1], (pk & FZE_PK_DIMS) ? pk & ~FZE_PK_DIMS : c->st[1].pdims);
     return fze_interp_decode(&c->st[0], &iq, t, cur, n, first_elem, in, side_len, out,
                              s->qwork);
   }

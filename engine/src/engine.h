@@ -93,8 +93,17 @@ size_t fze_quant_gather(const uint8_t *bad, size_t n, uint32_t *idx);
  * how many of the sampled values would be outliers. */
 uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *in,
                           size_t n, uint64_t first, void *words, size_t *outl);
-/* codec.c: the dims the interpolation walks for a chunk (format version 6:
- * the stage's, or one fewer where the guess is lower, FZE_PK_DIMS), and
+/* The interpolation stage ip interpolating along the k fastest of its
+ * pdims axes only (version 6's FZE_PK_DIMS | k, k < pdims), each slice
+ * across the slower ones its own walk; k = pdims: ip itself. */
+static inline fze_stage fze_interp_on(const fze_stage *ip, unsigned k) {
+  fze_stage iq = *ip;
+  iq.flat = (uint8_t)(k < ip->pdims ? 3 - k : 0);
+  return iq;
+}
+/* codec.c: the axes the interpolation runs along for a chunk (format
+ * version 6: the stage's D, or its D - 1 fastest where the guess is lower,
+ * FZE_PK_DIMS), and
  * the lower guess, priced as lorenzo's price of the chunk is (16.16 bits,
  * the sampled outliers as side-list entries).  words: as
  * fze_interp_guess's. */

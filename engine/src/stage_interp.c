@@ -46,6 +46,7 @@
 typedef struct walk {
   uint64_t ext[3], stride[3], s, n, lo[3], hi[3];
   uint64_t o[3]; /* the walk's origin (fzo_interp_origin) in version 5, else 0 */
+  unsigned flat; /* axes 0 .. flat - 1 not interpolated (ip->flat) */
 } walk;
 
 static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n) {
@@ -68,6 +69,7 @@ static void walk_init(walk *k, const fze_stage *ip, uint64_t s, size_t n) {
     fzo_interp_origin(k->ext, s, n, k->o);
   else
     k->o[0] = k->o[1] = k->o[2] = 0;
+  k->flat = ip->flat;
 }
 
 /* Where along a row (its x, c[2]) each neighbour of a point lies in the
@@ -121,10 +123,15 @@ static uint64_t first_at(uint64_t lo, uint64_t m, uint64_t r) {
 }
 
 /* The first coordinate at or after lo along axis j whose distance from
- * the origin is r modulo m. */
+ * the origin is r modulo m; along an axis not interpolated (j < flat,
+ * where every coordinate has distance 0), lo. */
 static uint64_t first_of(const walk *k, unsigned j, uint64_t lo, uint64_t m, uint64_t r) {
-  return first_at(lo, m, (r + k->o[j]) % m);
+  return j < k->flat ? lo : first_at(lo, m, (r + k->o[j]) % m);
 }
+
+/* The step of a walk's progression along axis j: m, or 1 along an axis
+ * not interpolated. */
+static uint64_t step_of(const walk *k, unsigned j, uint64_t m) { return j < k->flat ? 1 : m; }
 
 /* What one point does, encoding or decoding. */
 typedef struct coder {
@@ -220,8 +227,9 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
   uint64_t c[3], e = s + n - 1;
   double prev = 0;
   level_bins(o, __builtin_ctzll(top));
-  for (c[0] = first_of(&k, 0, k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += top)
-    for (c[1] = first_of(&k, 1, k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += top)
+  uint64_t as0 = step_of(&k, 0, top), as1 = step_of(&k, 1, top);
+  for (c[0] = first_of(&k, 0, k.lo[0], top, 0); c[0] <= k.hi[0]; c[0] += as0)
+    for (c[1] = first_of(&k, 1, k.lo[1], top, 0); c[1] <= k.hi[1]; c[1] += as1)
       for (c[2] = first_of(&k, 2, k.lo[2], top, 0); c[2] <= k.hi[2]; c[2] += top) {
         uint64_t g = c[0] * k.stride[0] + c[1] * k.stride[1] + c[2];
         if (g < s || g > e)
@@ -230,11 +238,11 @@ static ALWAYS_INLINE void run(coder *o, const fze_stage *ip, uint64_t s, size_t 
         prev = o->pv[g - s];
       }
   for (uint64_t h = top / 2; h >= 1; h /= 2)
-    for (unsigned d = 0; d < 3; d++) {
+    for (unsigned d = k.flat; d < 3; d++) {
       uint64_t step[3], start[3];
       level_bins(o, (unsigned)__builtin_ctzll(h));
       for (unsigned j = 0; j < 3; j++) {
-        step[j] = j == d ? 2 * h : j < d ? h : 2 * h;
+        step[j] = step_of(&k, j, j == d ? 2 * h : j < d ? h : 2 * h);
         start[j] = first_of(&k, j, k.lo[j], step[j], j == d ? h : 0);
       }
       /* Where all four neighbours lie in the array and the chunk (nearly
@@ -429,7 +437,9 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
     i = (i + FZE_GUESS_STEP - 1) / FZE_GUESS_STEP * FZE_GUESS_STEP;
     for (; i < stop; i += FZE_GUESS_STEP) {
       c[2] = first + i - R;
-      uint64_t r0 = c[0] - o[0], r1 = c[1] - o[1], r2 = c[2] - o[2];
+      /* Along an axis not interpolated every distance is 0. */
+      uint64_t r0 = ip->flat > 0 ? 0 : c[0] - o[0], r1 = ip->flat > 1 ? 0 : c[1] - o[1];
+      uint64_t r2 = c[2] - o[2];
       uint64_t u = r0 | r1 | r2;
       unsigned lb = u ? (unsigned)__builtin_ctzll(u) : 64u;
       if (lb >= top)

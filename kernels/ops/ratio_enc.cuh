@@ -164,6 +164,7 @@ static inline FZR_HD void fzre_begin(fzre_state *S, const fzre_job *J, uint64_t 
   S->q.inv = S->q.step != 0 ? 1.0 / S->q.step : 0.0;
   S->q.pwrel = J->pwrel;
   S->q.lv = J->lv;
+  S->q.flat = 0;
   S->best = UINT64_MAX;
   S->k = 1;
   S->cost_i = UINT64_MAX;
@@ -270,11 +271,15 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
     FZR_ONE(fzre_guessed(S, J, J->pdims));
     FZR_SYNC();
     if (J->lv >= 2 && J->pdims >= 2) {
-      fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 2], S->in, w, n, first);
+      /* Along the D - 1 fastest axes only (FZE_PK_DIMS). */
+      FZR_ONE(S->q.flat = 4u - J->pdims);
+      FZR_SYNC();
+      fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 1], S->in, w, n, first);
       FZR_ONE(fzre_guessed(S, J, J->pdims - 1));
       FZR_SYNC();
     }
-    FZR_ONE(S->skip = FZE_GUESS_SKIPS(S->cost_l, S->guess, S->cheap));
+    FZR_ONE(S->skip = FZE_GUESS_SKIPS(S->cost_l, S->guess, S->cheap);
+            S->q.flat = S->kd < J->pdims ? 3u - S->kd : 0u);
     FZR_SYNC();
     FZR_CLK(3);
   }
@@ -285,7 +290,7 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
       FZR_ALL(fzre_copy(S->b, S->a, S->raw, t, nt));
       FZR_ONE(S->si[0] = 0; S->side_i = 1);
     } else {
-      fzre_interp(&S->u.ip, &S->q, J->ext[S->kd - 1], S->in, w, n, first, S->b, S->bad,
+      fzre_interp(&S->u.ip, &S->q, J->ext[J->pdims - 1], S->in, w, n, first, S->b, S->bad,
                   S->pv);
       fzre_side_write(&S->u.lz, S->bad, S->in, n, w, S->si, S->x);
       FZR_ONE(S->side_i = S->u.lz.side_len);

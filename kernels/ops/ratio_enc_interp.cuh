@@ -229,7 +229,7 @@ static inline FZR_HD void fzre_interp(fzre_ipe *E, const fzre_q *q, const uint64
                                       uint8_t *words, uint8_t *bad, uint8_t *pv) {
   FZR_T0;
   fzr_ip *P = &E->P;
-  FZR_ALL(fzr_ip_plan(P, ext, first, n, q->lv, t));
+  FZR_ALL(fzr_ip_plan(P, ext, first, n, q->lv, q->flat, t));
   FZR_SYNC();
   FZR_CLK(4);
   /* Passes without points (the axes a 1-D or 2-D walk lacks) cost no

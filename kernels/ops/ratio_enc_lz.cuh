@@ -551,7 +551,9 @@ static inline FZR_HD void fzre_guess_part(fzre_lz *L, const fzre_q *q, const uin
   fzre_pos p;
   fzre_pos_init(&p, ext, first + i, d);
   for (; i < n; i += d, fzre_pos_next(&p)) {
-    uint64_t rz = p.z - o[0], ry = p.y - o[1], rx = p.x - o[2];
+    /* Along an axis not interpolated every distance is 0. */
+    uint64_t rz = q->flat > 0 ? 0 : p.z - o[0], ry = q->flat > 1 ? 0 : p.y - o[1];
+    uint64_t rx = p.x - o[2];
     uint64_t u = rz | ry | rx;
     unsigned lb = u ? fzre_ctz64(u) : 64u;
     if (lb >= top)

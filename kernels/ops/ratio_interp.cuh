@@ -111,9 +111,11 @@ FZR_IP_FI FZR_HD int fzr_ip_cut(const uint64_t ext[3], uint64_t s, uint64_t n, u
 /* Thread p < FZR_IP_PASSES builds pass p's table (0: the anchors; 1 + 3 l + d:
  * h = 8 >> l along axis d), each from its own copy of the boxes; lv: the
  * walk of format version 5, from fzo_interp_origin's origin rather than
- * the array's. */
+ * the array's; flat: the leading axes not interpolated (version 6's
+ * FZE_PK_DIMS: every coordinate along them in every table, no pass along
+ * them). */
 static inline FZR_HD void fzr_ip_plan(fzr_ip *P, const uint64_t ext[3], uint64_t first, uint64_t n,
-                                      unsigned lv, unsigned t) {
+                                      unsigned lv, unsigned flat, unsigned t) {
   if (t >= FZR_IP_PASSES)
     return;
   uint64_t str[3] = {ext[1] * ext[2], ext[2], 1};
@@ -129,15 +131,16 @@ static inline FZR_HD void fzr_ip_plan(fzr_ip *P, const uint64_t ext[3], uint64_t
   if (lv && n)
     fzo_interp_origin(ext, first, n, o);
   for (unsigned j = 0; j < 3; j++) {
-    stp[j] = t == 0 ? FZR_IP_TOP : j == d ? 2 * h : j < d ? h : 2 * h;
-    res[j] = ((t == 0 ? 0 : j == d ? h : 0) + o[j]) % stp[j];
+    stp[j] = j < flat ? 1 : t == 0 ? FZR_IP_TOP : j == d ? 2 * h : j < d ? h : 2 * h;
+    res[j] = j < flat ? 0 : ((t == 0 ? 0 : j == d ? h : 0) + o[j]) % stp[j];
   }
+  const int none = t != 0 && d < flat; /* a pass along an axis not interpolated */
   ps->off = h * (d == 0 ? str[0] : d == 1 ? str[1] : 1u);
   uint32_t total = 0;
   for (unsigned b = 0; b < FZR_IP_BOXES; b++) {
     fzr_ip_box *bx = &ps->box[b];
     uint64_t lo[3], hi[3], start[3], cnt[3];
-    int there = n && fzr_ip_cut(ext, first, n, b, lo, hi);
+    int there = n && !none && fzr_ip_cut(ext, first, n, b, lo, hi);
     for (unsigned j = 0; j < 3; j++) {
       start[j] = there ? fzr_ip_first_at(lo[j], stp[j], res[j]) : 0;
       cnt[j] = there && start[j] <= hi[j] ? (hi[j] - start[j]) / stp[j] + 1 : 0;

@@ -182,6 +182,8 @@ typedef struct fzre_q {
   double step, inv, eb_abs;
   unsigned pwrel;
   unsigned lv; /* interp: format version 5's walk (fze_stage's lv) */
+  unsigned flat; /* interp, per chunk: its leading axes not interpolated
+                  * (fze_stage's flat; version 6's FZE_PK_DIMS) */
 } fzre_q;
 
 #endif

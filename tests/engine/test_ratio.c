@@ -483,8 +483,7 @@ static unsigned full_choice(const fze_chain *c, fz_dtype t, const uint8_t *x, si
                             uint64_t first, unsigned kd, unsigned *differs) {
   unsigned w = (unsigned)fz_dtype_size(t);
   const fze_stage *q = &c->st[0], *ip = &c->st[1];
-  fze_stage iq = *ip; /* the interpolation on kd dims */
-  iq.pdims = kd;
+  fze_stage iq = fze_interp_on(ip, kd); /* the interpolation along kd axes */
   uint8_t *codes = malloc(n * w + 8), *side = malloc(2 * n * w + 256);
   uint8_t *res = malloc(n * w + 8), *tmp = malloc(FZE_HUFFMAN_TMP + 4 * n + 64);
   void *work = malloc(fze_quant_work_bytes(n));

@@ -114,7 +114,7 @@ static void same_walk(const fze_stage *q, const fze_stage *ip, fz_dtype t, const
   memset(pv, 0xa5, n * w);
   memset(P, 0xa5, sizeof *P);
   fzre_q Q = {.step = q->step, .inv = 1.0 / q->step, .eb_abs = q->eb_abs, .pwrel = 0,
-              .lv = ip->lv};
+              .lv = ip->lv, .flat = ip->flat};
   fzre_interp(P, &Q, ip->ext[ip->pdims - 1], in, w, n, first, words, bad, pv);
 
   for (size_t i = 0; i < n; i++)
@@ -137,13 +137,17 @@ static void same_walk(const fze_stage *q, const fze_stage *ip, fz_dtype t, const
   free(codes);
 }
 
-/* Both walks: versions 3 and 4 (words in memory order, one bin) and
- * version 5 (words by level, finer bins on coarser levels). */
+/* Every walk: versions 3 and 4 (words in memory order, one bin), version
+ * 5 (words by level, finer bins on coarser levels) and version 6's along
+ * the fastest D - 1 axes only. */
 static void same(const fze_stage *q, const fze_stage *ip, fz_dtype t, const void *x,
                  uint64_t first, size_t n, const char *what) {
   fze_stage v = *ip;
-  for (int lv = 0; lv < 2; lv++) {
-    v.lv = lv;
+  for (int lv = 0; lv < 3; lv++) {
+    if (lv == 2 && ip->pdims < 2)
+      continue;
+    v.lv = (uint8_t)(lv ? lv : 0);
+    v.flat = (uint8_t)(lv == 2 ? 4 - ip->pdims : 0);
     same_walk(q, &v, t, x, first, n, what);
   }
 }

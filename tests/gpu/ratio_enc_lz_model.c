@@ -102,7 +102,7 @@ static fze_stage quant_stage(fz_eb_mode mode, double eb, fz_dtype t, const void 
 
 static fzre_q model_q(const fze_stage *st) {
   fzre_q q = {st->step, st->step != 0 ? 1.0 / st->step : 0, st->eb_abs,
-              st->mode == FZ_EB_PWREL, st->lv};
+              st->mode == FZ_EB_PWREL, st->lv, 0};
   return q;
 }
 
@@ -370,11 +370,14 @@ Test(ratio_enc_lz, guesses_like_the_engine) {
               fzre_q mq = model_q(&q);
               size_t off = (fi & 1) ? 3 : 0;
               uint8_t *in = exact(cx, n * w, off);
-              for (unsigned kk = 1; kk <= 2 * pd; kk++) {
-                /* Each dims in the walks of both format versions. */
-                ip.pdims = (uint8_t)((kk + 1) / 2);
-                ip.lv = kk % 2 == 0;
+              for (unsigned kk = 1; kk <= 3 * pd; kk++) {
+                /* Each dims in the walks of both format versions, and
+                 * version 6's along the fastest dims - 1 axes only. */
+                ip.pdims = (uint8_t)((kk + 2) / 3);
+                ip.lv = kk % 3 != 1;
+                ip.flat = (uint8_t)(kk % 3 == 0 && ip.pdims >= 2 ? 4 - ip.pdims : 0);
                 mq.lv = ip.lv;
+                mq.flat = ip.flat;
                 size_t eo = 0;
                 uint64_t g = fze_interp_guess(&q, &ip, t, cx, n, first[fi], gw, &eo);
                 fzre_interp_guess(&L, &mq, ip.ext[ip.pdims - 1], in + off, w, n, first[fi]);
@@ -388,6 +391,7 @@ Test(ratio_enc_lz, guesses_like_the_engine) {
               }
               ip.pdims = (uint8_t)pd;
               ip.lv = false;
+              ip.flat = 0;
               free(in);
             }
         free(x);
