@@ -90,6 +90,12 @@ FZ_HD double fzo_interp_level_step(double step, unsigned l, bool lv) {
                        : step / (l == 1 ? 1.25 : l == 2 ? 1.5625 : l == 3 ? 1.953125 : 2.0);
 }
 
+/* The leading axes of the interpolation's walk (of 3, the stage's pdims
+ * last ones its own) that are not interpolated when a chunk runs along
+ * its k fastest only (format version 6's FZE_PK_DIMS | k, k < pdims):
+ * 3 - k; 0 for k = pdims. */
+FZ_HD unsigned fzo_interp_flat(unsigned k, unsigned pdims) { return k < pdims ? 3u - k : 0u; }
+
 /* The origin of the interpolation's walk over the chunk of n > 0
  * elements from s in an array of extents ext (z, y, x) in format version
  * 5: the coordinates of its first whole plane when it reaches into two

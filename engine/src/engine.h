@@ -22,6 +22,7 @@
 #include "fz.h"
 #include "fz_contract.h"
 #include "fze_chain.h"
+#include "ops.h"
 
 /* The ratio stages (format version 3). */
 static inline bool fze_stage_is_ratio(uint8_t id) {
@@ -98,7 +99,7 @@ uint64_t fze_interp_guess(const fze_stage *q, const fze_stage *ip, fz_dtype t, c
  * across the slower ones its own walk; k = pdims: ip itself. */
 static inline fze_stage fze_interp_on(const fze_stage *ip, unsigned k) {
   fze_stage iq = *ip;
-  iq.flat = (uint8_t)(k < ip->pdims ? 3 - k : 0);
+  iq.flat = (uint8_t)fzo_interp_flat(k, ip->pdims);
   return iq;
 }
 /* codec.c: the axes the interpolation runs along for a chunk (format
@@ -115,10 +116,7 @@ size_t fze_interp_encode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
 int fze_interp_decode(const fze_stage *q, const fze_stage *ip, fz_dtype t,
                       const void *codes, size_t n, uint64_t first, const uint8_t *side,
                       size_t side_len, void *out, void *work);
-/* spare: n words' room, where a version-5 walk's words are put back in
- * memory order (ip->lv); the encoder needs none (its rebuilt values'
- * room takes them).
- * work: room for n u32 indices, n flags, n/2 + 1 runs of two u32 and n
+/* work: room for n u32 indices, n flags, n/2 + 1 runs of two u32 and n
  * doubles. */
 size_t fze_quant_work_bytes(size_t n);
 size_t fze_quant_encode(const fze_stage *st, fz_dtype t, const void *in,

@@ -1479,7 +1479,7 @@ words:
   if (S->pk == 0 && J->step != 0) {
     FZR_ALL(fzr_flags_clear(S, t, nt);
             fzr_ip_plan(&S->ip, J->ext[J->pdims - 1], S->first, S->n, J->lv,
-                        S->kd < J->pdims ? 3u - S->kd : 0u, t));
+                        fzo_interp_flat(S->kd, J->pdims), t));
     FZR_SYNC();
     FZR_CLK(45);
     FZR_ALL(fzr_outliers(S, J, t, nt, 1));

@@ -272,14 +272,14 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
     FZR_SYNC();
     if (J->lv >= 2 && J->pdims >= 2) {
       /* Along the D - 1 fastest axes only (FZE_PK_DIMS). */
-      FZR_ONE(S->q.flat = 4u - J->pdims);
+      FZR_ONE(S->q.flat = fzo_interp_flat(J->pdims - 1, J->pdims));
       FZR_SYNC();
       fzre_interp_guess(&S->u.lz, &S->q, J->ext[J->pdims - 1], S->in, w, n, first);
       FZR_ONE(fzre_guessed(S, J, J->pdims - 1));
       FZR_SYNC();
     }
     FZR_ONE(S->skip = FZE_GUESS_SKIPS(S->cost_l, S->guess, S->cheap);
-            S->q.flat = S->kd < J->pdims ? 3u - S->kd : 0u);
+            S->q.flat = fzo_interp_flat(S->kd, J->pdims));
     FZR_SYNC();
     FZR_CLK(3);
   }

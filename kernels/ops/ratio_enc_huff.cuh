@@ -684,6 +684,12 @@ static inline FZR_HD void fzre_h_used(fzre_hf *H, unsigned nt) {
   H->hbits = 0;
 }
 
+/* The bytes before the lanes: E, the nsym code lengths' nibbles, the
+ * lanes' byte counts. */
+static inline FZR_HD uint64_t fzre_h_head(uint32_t nsym) {
+  return 2 + (nsym + 1) / 2 + 4 * FZRE_H_LANES;
+}
+
 /* The used symbols in symbol order; one used symbol gets length 1 (the
  * engine's special case). */
 static inline FZR_HD void fzre_h_syms(fzre_hf *H, uint8_t *scratch, unsigned t, unsigned nt) {
@@ -742,7 +748,7 @@ static inline FZR_HD void fzre_h_code_put(fzre_hf *H, unsigned w, uint64_t out_c
       b.code[s] = (uint16_t)fzr_rev(first[l]++, l);
   }
   if (t == 0) {
-    H->head = 2 + (H->nsym + 1) / 2 + 4 * FZRE_H_LANES;
+    H->head = fzre_h_head(H->nsym);
     uint64_t bits = (uint64_t)b.freq[H->e] * 8u * w + H->hbits;
     if (H->head + (bits + 7) / 8 > out_cap) {
       H->fail = 1;
@@ -862,8 +868,7 @@ static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, uns
  * (fze_huffman_price), as H->len. */
 static inline FZR_HD void fzre_h_price(fzre_hf *H, unsigned w, uint8_t *scratch) {
   fzre_htab b = fzre_htab_of(scratch);
-  uint64_t head = 2 + (H->nsym + 1) / 2 + 4 * FZRE_H_LANES;
-  H->len = 8 * head + (uint64_t)b.freq[H->e] * 8u * w + H->hbits;
+  H->len = 8 * fzre_h_head(H->nsym) + (uint64_t)b.freq[H->e] * 8u * w + H->hbits;
 }
 
 /* fzre_huff, fzre_huff_bytes and fzre_huff_price: bytes, a constant of

@@ -502,7 +502,7 @@ static unsigned full_choice(const fze_chain *c, fz_dtype t, const uint8_t *x, si
       bk = k;
     }
   }
-  bool cheap = best * FZE_COST_STEP < ((uint64_t)n << 16);
+  bool cheap = FZE_PRICE_CHEAP(best, n);
   fze_lorenzo_encode(ip, bk, w, codes, res, n, first);
   uint64_t price_l = fze_huffman_price(w, res, n, tmp) + 8 * (uint64_t)side_l;
   best += (8 * (uint64_t)side_l) << 16;
