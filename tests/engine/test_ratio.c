@@ -21,6 +21,7 @@
 #include "gen.h"
 #include "interp_v3.h"
 #include "interp_v5.h"
+#include "interp_v6.h"
 
 typedef struct shape {
   unsigned ndims;
@@ -687,4 +688,11 @@ Test(ratio, version_3_interpolation_decodes) {
 Test(ratio, version_5_interpolation_decodes) {
   v3_case(interp_v5_f32, sizeof interp_v5_f32, FZ_F32, 5);
   v3_case(interp_v5_f64, sizeof interp_v5_f64, FZ_F64, 5);
+}
+
+/* An archive of version 6 (tests/common/interp_v6.h: chunks on two dims,
+ * on three and by lorenzo) decodes as it was written. */
+Test(ratio, version_6_interpolation_decodes) {
+  v3_case(interp_v6_f32, sizeof interp_v6_f32, FZ_F32, 6);
+  v3_case(interp_v6_f64, sizeof interp_v6_f64, FZ_F64, 6);
 }

@@ -29,6 +29,7 @@
 #include "gpu_util.h"
 #include "interp_v3.h"
 #include "interp_v5.h"
+#include "interp_v6.h"
 #include "ratio_reseal.h"
 #include "ratio_shape.h"
 
@@ -397,6 +398,14 @@ Test(ratio, version_5_interpolation) {
   const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
   cr_assert_eq(both(interp_v5_f32, sizeof interp_v5_f32, n * 4, 0, "version 5, f32"), 0);
   cr_assert_eq(both(interp_v5_f64, sizeof interp_v5_f64, n * 8, 1, "version 5, f64"), 0);
+}
+
+/* Archives of format version 6 (interp_v6.h), decoded as the CPU decodes
+ * them. */
+Test(ratio, version_6_interpolation) {
+  const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
+  cr_assert_eq(both(interp_v6_f32, sizeof interp_v6_f32, n * 4, 0, "version 6, f32"), 0);
+  cr_assert_eq(both(interp_v6_f64, sizeof interp_v6_f64, n * 8, 1, "version 6, f64"), 0);
 }
 
 Test(ratio, hostile_every_byte, .timeout = 600) {

@@ -23,6 +23,7 @@
 #include "fz.h"
 #include "interp_v3.h"
 #include "interp_v5.h"
+#include "interp_v6.h"
 #include "ratio_dec.cuh"
 #include "ratio_enc.cuh"
 #include "ratio_fields.h"
@@ -220,6 +221,12 @@ Test(ratio_model, version_5_interpolation) {
   const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
   same(interp_v5_f32, sizeof interp_v5_f32, n * 4, "version 5, f32");
   same(interp_v5_f64, sizeof interp_v5_f64, n * 8, "version 5, f64");
+}
+
+Test(ratio_model, version_6_interpolation) {
+  const size_t n = (size_t)INTERP_V3_Z * INTERP_V3_Y * INTERP_V3_X;
+  same(interp_v6_f32, sizeof interp_v6_f32, n * 4, "version 6, f32");
+  same(interp_v6_f64, sizeof interp_v6_f64, n * 8, "version 6, f64");
 }
 
 /* Lossless (a bound below what the type resolves): quant's raw words. */
