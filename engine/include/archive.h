@@ -30,6 +30,13 @@
  * archive with an `interp` stage is written in it; version 5's archives
  * decode as they were. */
 #define FZE_FORMAT_VERSION_DIMS 6
+/* Version 7 is version 6 whose huffman stage's streams may code a run of
+ * zero words as one symbol for its length's highest bit and the bits
+ * below it raw (FZE_HUFF_FORM_CLASS), each stream naming its form (the
+ * stage's lv 1).  Every archive with an `interp` stage is written in it;
+ * version 6's archives decode as they were, and byteplanes' planes keep
+ * their form in every version. */
+#define FZE_FORMAT_VERSION_RUNS (FZE_FORMAT_VERSION_DIMS + 1)
 
 typedef struct fze_header {
   fz_dtype dtype;

@@ -55,6 +55,15 @@ typedef enum fze_diff_map { FZE_MAP_ZIGZAG = 0, FZE_MAP_NEGABINARY = 1 } fze_dif
  * symbols at a time: both decoders take the same path on the same chunk,
  * so a corrupt chunk is refused by the same check. */
 #define FZE_HUFF_PAIR_SPREAD 8u
+/* How a huffman stream codes a run of r zero words (its form).  BITS: a
+ * symbol E + j for each set bit j >= 1 of r, highest first, then symbol 0
+ * when r is odd.  CLASS: symbol 0 when r is 1, else symbol E + j for
+ * j = floor(log2 r) followed by r's j low bits, raw.  Every stream of
+ * versions 3 to 6 and every byteplanes plane is BITS; from version 7 the
+ * huffman stage's streams name their form (the top bit of their E word),
+ * the encoder taking the shorter. */
+#define FZE_HUFF_FORM_BITS 0u
+#define FZE_HUFF_FORM_CLASS 1u
 
 /* quant | interp chooses per chunk between the interpolation and lorenzo
  * by price (codec.c encode_predicted).  Lorenzo's residuals are priced on

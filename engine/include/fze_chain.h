@@ -35,8 +35,11 @@ typedef struct fze_stage {
   double step;        /* quant: bin width (abs/rel) or bit step (pwrel) */
   uint8_t lv;         /* interp: its form by format version: 0 in versions
                          3 and 4; 1 in 5 (words by level, finer bins on
-                         coarser levels); 2 in 6 (5's, and a chunk may
-                         interpolate on fewer dims: FZE_PK_DIMS) */
+                         coarser levels); 2 from 6 on (5's, and a chunk
+                         may interpolate on fewer dims: FZE_PK_DIMS).
+                         huffman: 0 before version 7 (every stream in
+                         FZE_HUFF_FORM_BITS), 1 from it (each stream
+                         names its form) */
   uint8_t flat;       /* interp, per chunk (FZE_PK_DIMS): the leading axes
                          of its walk that are not interpolated, each slice
                          across them walked on its own (0 to 2) */

@@ -55,14 +55,14 @@ size_t fze_header_len(const fze_chain *c, unsigned ndims, uint64_t nchunks,
 }
 
 /* The lowest version that holds the archive, so that archives without the
- * newer features stay readable by every older decoder: 6 for the
+ * newer features stay readable by every older decoder: 7 for the
  * interp stage, else 4 for the byteplanes stage, else 3 for the other
  * ratio stages or chunks above 32 KiB, else 2 for a fill value, else 1. */
 unsigned fze_format_version(const fze_chain *c, unsigned chunk_bytes) {
   bool fill = false, ratio = chunk_bytes > FZ_CHUNK_MAX, planes = false;
   for (unsigned i = 0; i < c->n; i++) {
     if (c->st[i].id == FZE_STAGE_INTERP)
-      return FZE_FORMAT_VERSION_DIMS;
+      return FZE_FORMAT_VERSION_RUNS;
     planes |= c->st[i].id == FZE_STAGE_BYTEPLANES;
     ratio |= fze_stage_is_ratio(c->st[i].id);
     fill |= c->st[i].id == FZE_STAGE_QUANT && c->st[i].has_fill;
@@ -75,7 +75,8 @@ unsigned fze_format_version(const fze_chain *c, unsigned chunk_bytes) {
 
 void fze_chain_set_version(fze_chain *c, unsigned version) {
   for (unsigned i = 0; i < c->n; i++)
-    c->st[i].lv = c->st[i].id != FZE_STAGE_INTERP              ? 0
+    c->st[i].lv = c->st[i].id == FZE_STAGE_HUFFMAN ? version >= FZE_FORMAT_VERSION_RUNS
+                  : c->st[i].id != FZE_STAGE_INTERP      ? 0
                   : version >= FZE_FORMAT_VERSION_DIMS   ? 2
                   : version >= FZE_FORMAT_VERSION_LEVELS ? 1
                                                          : 0;
@@ -160,7 +161,7 @@ int fze_header_parse_prefix(const uint8_t *arc, size_t len, fze_header *h, size_
   if (len < 8)
     return FZ_ETRUNC;
   unsigned version = arc[4];
-  if (version < FZE_FORMAT_VERSION || version > FZE_FORMAT_VERSION_DIMS)
+  if (version < FZE_FORMAT_VERSION || version > FZE_FORMAT_VERSION_RUNS)
     return FZ_EVERSION;
   h->version = version;
   h->table_w = fze_table_width(version);

@@ -147,8 +147,9 @@ static size_t encode_predicted(const fze_chain *c, fz_dtype t, const void *in, s
     side_i = fze_interp_encode(q, &iq, t, in, n, first, s->a, s->side, s->qwork);
     if (cheap) {
       fze_lorenzo_encode(ip, k, w, words, s->b, n, first);
-      uint64_t price_i = fze_huffman_price(w, s->a, n, s->price) + 8 * (uint64_t)side_i;
-      uint64_t price_l = fze_huffman_price(w, s->b, n, s->price) + 8 * (uint64_t)side_l;
+      unsigned hl = fze_huffman_lv(c);
+      uint64_t price_i = fze_huffman_price(hl, w, s->a, n, s->price) + 8 * (uint64_t)side_i;
+      uint64_t price_l = fze_huffman_price(hl, w, s->b, n, s->price) + 8 * (uint64_t)side_l;
       interp = price_l >= price_i;
       if (!interp)
         memcpy(s->a, s->b, raw);
@@ -202,7 +203,7 @@ size_t fze_chunk_encode(const fze_chain *c, fz_dtype t, const void *in,
       break;
     case FZE_STAGE_HUFFMAN:
       /* A code as long as the chunk cannot make it smaller. */
-      len = fze_huffman_encode(w, cur, n, other, raw - 1, s->tmp);
+      len = fze_huffman_encode(st->lv, w, cur, n, other, raw - 1, s->tmp);
       if (len == SIZE_MAX)
         goto store_raw;
       hlen = len;
@@ -326,7 +327,7 @@ int fze_chunk_decode(const fze_chain *c, fz_dtype t, const uint8_t *in,
       len = raw;
       break;
     case FZE_STAGE_HUFFMAN:
-      rc = fze_huffman_decode(w, cur, len, dst, n, s->tmp);
+      rc = fze_huffman_decode(st->lv, w, cur, len, dst, n, s->tmp);
       len = raw;
       break;
     case FZE_STAGE_BYTEPLANES:

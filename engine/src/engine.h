@@ -155,19 +155,25 @@ uint64_t fze_lorenzo_price(const fze_stage *st, unsigned k, unsigned w, const vo
                            size_t n, uint64_t first);
 /* The same price of every one of n words (not a sample). */
 uint64_t fze_words_cost(unsigned w, const void *words, size_t n);
-/* huffman (stage_huffman.c): at most out_cap bytes; returns the length, or
- * SIZE_MAX when the code would not fit (the chunk is then stored raw).
- * tmp: FZE_HUFFMAN_TMP bytes plus 4 bytes a word. */
+/* huffman (stage_huffman.c), with lv the huffman stage's (fze_huffman_lv):
+ * 0, streams in FZE_HUFF_FORM_BITS only; 1 (version 7), each stream in the
+ * form that codes it shorter (BITS on a tie), named in it.  At most
+ * out_cap bytes; returns the length, or SIZE_MAX when the code would not
+ * fit (the chunk is then stored raw).  tmp: FZE_HUFFMAN_TMP bytes plus 4
+ * bytes a word. */
 #define FZE_HUFFMAN_TMP 131072u
-size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
+size_t fze_huffman_encode(unsigned form, unsigned w, const void *words, size_t n, uint8_t *out,
                           size_t out_cap, uint8_t *tmp);
 /* The bits fze_huffman_encode's stream of the n words takes before its
  * lanes are rounded up to whole bytes: the price the encoder compares
  * predictors by.  tmp as fze_huffman_encode's. */
-uint64_t fze_huffman_price(unsigned w, const void *words, size_t n, uint8_t *tmp);
+uint64_t fze_huffman_price(unsigned form, unsigned w, const void *words, size_t n,
+                           uint8_t *tmp);
 /* tmp: FZE_HUFFMAN_TMP bytes (aligned for u64: the decoding tables). */
-int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
+int fze_huffman_decode(unsigned form, unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp);
+/* The lv of a chain's huffman stage; 0 when it has none. */
+unsigned fze_huffman_lv(const fze_chain *c);
 /* The code lengths fze_huffman_encode gives nsym (at most 4096) symbols of
  * frequencies freq, at least one of them not 0: at most 12 bits, 0 for an
  * unused symbol.  tmp: FZE_HUFFMAN_TMP bytes. */

@@ -88,7 +88,7 @@ size_t fze_byteplanes_encode(unsigned w, const void *words, size_t n, uint8_t *o
     size_t len = 0;
     if (any) {
       /* Coded only where that is shorter than the plane itself. */
-      len = n > 1 ? fze_huffman_encode(1, src, n, body + pos, n - 1, tmp) : SIZE_MAX;
+      len = n > 1 ? fze_huffman_encode(0, 1, src, n, body + pos, n - 1, tmp) : SIZE_MAX;
       if (len == SIZE_MAX) {
         memcpy(body + pos, src, n);
         len = n;
@@ -123,7 +123,7 @@ int fze_byteplanes_decode(unsigned w, const uint8_t *in, size_t in_len, void *wo
       bytes = NULL;
     } else if (l < n) {
       uint8_t *dst = w == 1 ? out : plane;
-      int rc = fze_huffman_decode(1, src, l, dst, n, tmp);
+      int rc = fze_huffman_decode(0, 1, src, l, dst, n, tmp);
       if (rc < 0)
         return rc;
       bytes = dst;

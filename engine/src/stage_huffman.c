@@ -152,6 +152,13 @@ static void code_lengths(build *b, const uint32_t *freq, unsigned nsym, uint8_t 
   }
 }
 
+unsigned fze_huffman_lv(const fze_chain *c) {
+  for (unsigned i = 0; i < c->n; i++)
+    if (c->st[i].id == FZE_STAGE_HUFFMAN)
+      return c->st[i].lv;
+  return 0;
+}
+
 void fze_huffman_lengths(const uint32_t *freq, unsigned nsym, uint8_t *len, uint8_t *tmp) {
   code_lengths((build *)tmp, freq, nsym, len);
 }
@@ -311,10 +318,73 @@ tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, size_t cap, uint16_t *t,
   return end_run(t, k, run, runs);
 }
 
+/* Ends a lane's run of zero words as a CLASS token: a lone zero is token
+ * 0; a run of r >= 2 is TOK_BIG + j (j = floor(log2 r)) and then, in the
+ * next slot, r - 2^j, its raw bits (so a run takes two slots, and a lane
+ * still no more tokens than words).  Counted in both forms: rc[j] the
+ * CLASS symbols (rc[0] the lone zeros), rb[j] the BITS ones (a symbol per
+ * set bit j >= 1 of r, rb[0] a lone zero when r is odd). */
+static inline size_t end_run_class(uint16_t *tok, size_t k, size_t run, uint32_t *rc,
+                                   uint32_t *rb) {
+  if (run == 0)
+    return k;
+  for (size_t m = run >> 1; m; m &= m - 1)
+    rb[__builtin_ctzll((unsigned long long)m) + 1]++;
+  rb[0] += (uint32_t)(run & 1u);
+  if (run == 1) {
+    tok[k++] = 0;
+    rc[0]++;
+    return k;
+  }
+  unsigned j = 63u - (unsigned)__builtin_clzll((unsigned long long)run);
+  tok[k++] = (uint16_t)(TOK_BIG + j);
+  tok[k++] = (uint16_t)(run - ((size_t)1 << j));
+  rc[j]++;
+  return k;
+}
+
+/* tokenize_lane with CLASS tokens: one token (and its raw slot) a run. */
+static inline __attribute__((always_inline)) size_t
+tokenize_lane_class(const uint8_t *p, unsigned w, size_t cnt, uint16_t *t, uint32_t *hist,
+                    uint32_t *rc, uint32_t *rb) {
+  size_t k = 0, run = 0;
+  for (size_t base = 0; base < cnt; base += 64) {
+    unsigned m = cnt - base < 64 ? (unsigned)(cnt - base) : 64u, pos = 0;
+    for (uint64_t nz = nonzero_mask(p + base * w, w, m); nz; nz &= nz - 1) {
+      unsigned i = (unsigned)__builtin_ctzll(nz);
+      k = end_run_class(t, k, run + i - pos, rc, rb);
+      run = 0;
+      uint64_t v = load_word(p + (base + i) * w, w);
+      uint16_t x = (uint16_t)(v < TOK_BIG ? v : TOK_BIG);
+      t[k++] = x;
+      hist[x]++;
+      pos = i + 1;
+    }
+    run += m - pos;
+  }
+  return end_run_class(t, k, run, rc, rb);
+}
+
 /* The tokens of every lane, each into its own region of tok (cap tokens:
- * no lane has more than it has words), in one pass over the words. */
-static void tokenize(const uint8_t *in, unsigned w, size_t n, uint16_t *tok, size_t cap,
-                     size_t *count, uint32_t *hist, uint32_t *runs) {
+ * no lane has more than it has words), in one pass over the words: BITS
+ * tokens (lv 0) counted in runs, or (lv 1) CLASS tokens counted in runs
+ * and as BITS symbols in rb. */
+static void tokenize(unsigned lv, const uint8_t *in, unsigned w, size_t n, uint16_t *tok,
+                     size_t cap, size_t *count, uint32_t *hist, uint32_t *runs, uint32_t *rb) {
+  if (lv) {
+    for (unsigned l = 0; l < LANES; l++) {
+      const uint8_t *p = in + (size_t)l * cap * w;
+      size_t cnt = lane_count(n, l);
+      uint16_t *t = tok + l * cap;
+      switch (w) {
+      case 1: count[l] = tokenize_lane_class(p, 1, cnt, t, hist, runs, rb); break;
+      case 2: count[l] = tokenize_lane_class(p, 2, cnt, t, hist, runs, rb); break;
+      case 4: count[l] = tokenize_lane_class(p, 4, cnt, t, hist, runs, rb); break;
+      default: count[l] = tokenize_lane_class(p, 8, cnt, t, hist, runs, rb); break;
+      }
+    }
+    return;
+  }
   short_runs sr = make_short_runs(); /* a few dozen steps a chunk */
   uint32_t short_hist[16] = {0};
   for (unsigned l = 0; l < LANES; l++) {
@@ -359,13 +429,43 @@ static inline void flush_bits(uint64_t *acc, unsigned *nb, uint8_t **p, const ui
  * on by a shift, so that no branch depends on whether a token is a run or
  * a word.  Inlined with a constant width at each call. */
 static inline __attribute__((always_inline)) uint8_t *
-put_lane(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w, const uint16_t *tcode,
-         const uint8_t *tlen, uint8_t *p, const uint8_t *end) {
+put_lane(unsigned lv, unsigned form, const uint16_t *t, size_t cnt, const uint8_t *words,
+         unsigned w, const uint16_t *tcode, const uint8_t *tlen, uint8_t *p, const uint8_t *end) {
   uint64_t acc = 0;
   unsigned nb = 0;
   size_t j = 0; /* the lane's word the token stands at */
   for (size_t k = 0; k < cnt; k++) {
     unsigned tk = t[k], l = tlen[tk];
+    if (lv && tk > TOK_BIG) {
+      /* A CLASS token and its raw slot: the run r = 2^b + raw. */
+      unsigned b = tk - TOK_BIG, raw = t[++k];
+      size_t r = ((size_t)1 << b) + raw;
+      j += r;
+      if (form == FZE_HUFF_FORM_CLASS) { /* the code, the raw bits (nb at most 34) */
+        acc |= (uint64_t)tcode[tk] << nb;
+        nb += l & 0x7fu;
+        acc |= (uint64_t)raw << nb;
+        nb += b;
+        flush_bits(&acc, &nb, &p, end);
+        continue;
+      }
+      /* BITS: a code per set bit of r from the highest down, a lone zero's
+       * when r is odd. */
+      for (size_t m = r >> 1; m;) {
+        unsigned bit = 63u - (unsigned)__builtin_clzll((unsigned long long)m);
+        unsigned rt = TOK_BIG + bit + 1;
+        acc |= (uint64_t)tcode[rt] << nb;
+        nb += tlen[rt] & 0x7fu;
+        flush_bits(&acc, &nb, &p, end);
+        m &= ~((size_t)1 << bit);
+      }
+      if (r & 1u) {
+        acc |= (uint64_t)tcode[0] << nb;
+        nb += tlen[0] & 0x7fu;
+        flush_bits(&acc, &nb, &p, end);
+      }
+      continue;
+    }
     acc |= (uint64_t)tcode[tk] << nb;
     nb += l & 0x7fu;
     if (l & 0x80u) { /* the escape: the raw word follows (nb is at most 19) */
@@ -393,15 +493,8 @@ put_lane(const uint16_t *t, size_t cnt, const uint8_t *words, unsigned w, const 
 
 /* The words' tokens (at tmp + FZE_HUFFMAN_TMP), the symbols' frequencies
  * and code lengths; the number of direct symbols E. */
-static unsigned analyse(const uint8_t *in, unsigned w, size_t n, uint8_t *tmp, size_t *count,
-                        uint32_t *freq, uint8_t *len) {
-  build *b = (build *)tmp;
-  uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
-  uint32_t runs[RUNS + 1] = {0};
-  memset(b->hist, 0, sizeof b->hist);
-  tokenize(in, w, n, tok, lane_cap(n), count, b->hist, runs);
-  /* The symbols' frequencies follow from the tokens' counts. */
-  unsigned e = choose_direct(b, w), nsym = e + 1 + RUNS;
+/* The symbols' frequencies, from the words' counts and the runs'. */
+static void frequencies(const build *b, unsigned e, const uint32_t *runs, uint32_t *freq) {
   memset(freq, 0, MAX_SYMS * sizeof *freq);
   freq[0] = runs[0];
   for (unsigned s = 1; s < e; s++)
@@ -409,29 +502,69 @@ static unsigned analyse(const uint8_t *in, unsigned w, size_t n, uint8_t *tmp, s
   freq[e] = b->above[e];
   for (unsigned k = 1; k <= RUNS; k++)
     freq[e + k] = runs[k];
+}
+
+static uint64_t stream_bits(unsigned form, unsigned w, unsigned e, const uint32_t *freq,
+                            const uint8_t *len);
+
+/* The words' tokens (at tmp + FZE_HUFFMAN_TMP), the symbols' frequencies
+ * and code lengths in the stream's form (*form: BITS for lv 0; for lv 1
+ * the form whose stream is shorter, BITS on a tie); the number of direct
+ * symbols E.  Both forms share E (chosen on the words alone) and, for lv
+ * 1, the CLASS tokens, which hold every run's length. */
+static unsigned analyse(unsigned lv, const uint8_t *in, unsigned w, size_t n, uint8_t *tmp,
+                        size_t *count, uint32_t *freq, uint8_t *len, unsigned *form) {
+  build *b = (build *)tmp;
+  uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
+  uint32_t runs[RUNS + 1] = {0}, rb[RUNS + 1] = {0};
+  memset(b->hist, 0, sizeof b->hist);
+  tokenize(lv, in, w, n, tok, lane_cap(n), count, b->hist, runs, rb);
+  unsigned e = choose_direct(b, w), nsym = e + 1 + RUNS;
+  *form = FZE_HUFF_FORM_BITS;
+  if (!lv) {
+    frequencies(b, e, runs, freq);
+    code_lengths(b, freq, nsym, len);
+    return e;
+  }
+  uint32_t fc[MAX_SYMS];
+  uint8_t lc[MAX_SYMS];
+  frequencies(b, e, rb, freq);
   code_lengths(b, freq, nsym, len);
+  frequencies(b, e, runs, fc);
+  code_lengths(b, fc, nsym, lc);
+  if (stream_bits(FZE_HUFF_FORM_CLASS, w, e, fc, lc) < stream_bits(FZE_HUFF_FORM_BITS, w, e, freq, len)) {
+    memcpy(freq, fc, nsym * sizeof *freq);
+    memcpy(len, lc, nsym);
+    *form = FZE_HUFF_FORM_CLASS;
+  }
   return e;
 }
 
 /* The stream's bits before each lane is rounded up to a byte: its head
- * and every token's code, an escape's raw word after it. */
-static uint64_t stream_bits(unsigned w, unsigned e, const uint32_t *freq, const uint8_t *len) {
+ * and every token's code, an escape's raw word after it, a run's raw
+ * bits after it (CLASS). */
+static uint64_t stream_bits(unsigned form, unsigned w, unsigned e, const uint32_t *freq,
+                            const uint8_t *len) {
   unsigned nsym = e + 1 + RUNS;
   uint64_t bits = 8 * (2 + (uint64_t)(nsym + 1) / 2 + 4 * LANES) + (uint64_t)freq[e] * 8u * w;
   for (unsigned s = 0; s < nsym; s++)
     bits += (uint64_t)freq[s] * len[s];
+  if (form == FZE_HUFF_FORM_CLASS)
+    for (unsigned j = 1; j <= RUNS; j++)
+      bits += (uint64_t)freq[e + j] * j;
   return bits;
 }
 
-uint64_t fze_huffman_price(unsigned w, const void *words, size_t n, uint8_t *tmp) {
+uint64_t fze_huffman_price(unsigned lv, unsigned w, const void *words, size_t n,
+                           uint8_t *tmp) {
   size_t count[LANES];
   uint32_t freq[MAX_SYMS];
   uint8_t len[MAX_SYMS];
-  unsigned e = analyse(words, w, n, tmp, count, freq, len);
-  return stream_bits(w, e, freq, len);
+  unsigned form, e = analyse(lv, words, w, n, tmp, count, freq, len, &form);
+  return stream_bits(form, w, e, freq, len);
 }
 
-size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
+size_t fze_huffman_encode(unsigned lv, unsigned w, const void *words, size_t n, uint8_t *out,
                           size_t out_cap, uint8_t *tmp) {
   const uint8_t *in = words;
   uint16_t *tok = (uint16_t *)(tmp + FZE_HUFFMAN_TMP);
@@ -439,7 +572,7 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   uint32_t freq[MAX_SYMS];
   uint8_t len[MAX_SYMS];
   uint16_t code[MAX_SYMS];
-  unsigned e = analyse(in, w, n, tmp, count, freq, len), nsym = e + 1 + RUNS;
+  unsigned form, e = analyse(lv, in, w, n, tmp, count, freq, len, &form), nsym = e + 1 + RUNS;
   canonical(len, nsym, code);
   /* Each token's code and length (the escape's length with 0x80 set). */
   uint16_t tcode[TOK_BIG + RUNS + 1];
@@ -453,7 +586,7 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   size_t head = 2 + (nsym + 1) / 2 + 4 * LANES;
   /* The lanes' bytes are bits / 8 rounded up in all, plus less than one a
    * lane; only where that leaves the limit in doubt are they counted. */
-  size_t least = (size_t)((stream_bits(w, e, freq, len) + 7) / 8);
+  size_t least = (size_t)((stream_bits(form, w, e, freq, len) + 7) / 8);
   if (least > out_cap)
     return SIZE_MAX;
   if (least + LANES > out_cap) {
@@ -461,8 +594,21 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
     for (unsigned l = 0; l < LANES; l++) {
       uint64_t lb = 0;
       const uint16_t *t = tok + l * cap;
-      for (size_t k = 0; k < count[l]; k++)
+      for (size_t k = 0; k < count[l]; k++) {
+        if (lv && t[k] > TOK_BIG) { /* a CLASS token, its raw slot */
+          unsigned b = t[k] - TOK_BIG;
+          size_t r = ((size_t)1 << b) + t[++k];
+          if (form == FZE_HUFF_FORM_CLASS) {
+            lb += (tlen[TOK_BIG + b] & 0x7fu) + b;
+            continue;
+          }
+          for (unsigned j = 1; j <= RUNS; j++)
+            lb += ((r >> j) & 1u) * (tlen[TOK_BIG + j] & 0x7fu);
+          lb += (r & 1u) * (tlen[0] & 0x7fu);
+          continue;
+        }
         lb += (tlen[t[k]] & 0x7fu) + ((tlen[t[k]] & 0x80u) ? 8u * w : 0u);
+      }
       total += (size_t)((lb + 7) / 8);
     }
     if (total > out_cap)
@@ -470,7 +616,7 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
   }
 
   out[0] = (uint8_t)e;
-  out[1] = (uint8_t)(e >> 8);
+  out[1] = (uint8_t)(e >> 8 | (form == FZE_HUFF_FORM_CLASS ? 0x80u : 0u));
   memset(out + 2, 0, (nsym + 1) / 2);
   for (unsigned s = 0; s < nsym; s++)
     out[2 + s / 2] |= (uint8_t)(len[s] << (4 * (s & 1)));
@@ -479,12 +625,22 @@ size_t fze_huffman_encode(unsigned w, const void *words, size_t n, uint8_t *out,
     const uint16_t *t = tok + l * cap;
     const uint8_t *words_l = in + (size_t)l * cap * w, *limit = out + out_cap;
     uint8_t *end;
-    switch (w) {
-    case 1: end = put_lane(t, count[l], words_l, 1, tcode, tlen, p, limit); break;
-    case 2: end = put_lane(t, count[l], words_l, 2, tcode, tlen, p, limit); break;
-    case 4: end = put_lane(t, count[l], words_l, 4, tcode, tlen, p, limit); break;
-    default: end = put_lane(t, count[l], words_l, 8, tcode, tlen, p, limit); break;
-    }
+    /* Each width and each pair of token form and stream form (lv 0 has
+     * BITS tokens and streams only) its own loop. */
+#define PUT(LV, F)                                                                        \
+  switch (w) {                                                                            \
+  case 1: end = put_lane(LV, F, t, count[l], words_l, 1, tcode, tlen, p, limit); break;   \
+  case 2: end = put_lane(LV, F, t, count[l], words_l, 2, tcode, tlen, p, limit); break;   \
+  case 4: end = put_lane(LV, F, t, count[l], words_l, 4, tcode, tlen, p, limit); break;   \
+  default: end = put_lane(LV, F, t, count[l], words_l, 8, tcode, tlen, p, limit); break;  \
+  }
+    if (!lv)
+      PUT(0, FZE_HUFF_FORM_BITS)
+    else if (form == FZE_HUFF_FORM_CLASS)
+      PUT(1, FZE_HUFF_FORM_CLASS)
+    else
+      PUT(1, FZE_HUFF_FORM_BITS)
+#undef PUT
     uint32_t bytes = (uint32_t)(end - p);
     uint8_t *q = out + 2 + (nsym + 1) / 2 + 4 * l;
     for (unsigned k = 0; k < 4; k++)
@@ -540,8 +696,8 @@ static inline bool take_bits(lane_reader *r, unsigned n, uint64_t *v) {
 /* One symbol of a lane whose next word is o[*j] (of cnt); inlined with a
  * constant width at each call.  0, or FZ_ECORRUPT. */
 static inline __attribute__((always_inline)) int
-decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, const uint32_t *lut,
-            unsigned e) {
+decode_step(unsigned form, lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w,
+            const uint32_t *lut, unsigned e) {
   size_t j = *jp;
   if (r->nb < MAX_LEN)
     refill(r);
@@ -553,6 +709,12 @@ decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, cons
   r->nb -= len_s;
   if (s > e) { /* a run of zero words, inside the lane */
     size_t run = (size_t)1 << (s - e);
+    if (form == FZE_HUFF_FORM_CLASS) { /* 2^j and the j raw bits after */
+      uint64_t raw;
+      if (!take_bits(r, s - e, &raw))
+        return FZ_ECORRUPT;
+      run += (size_t)raw;
+    }
     if (run > cnt - j)
       return FZ_ECORRUPT;
     /* Most runs are short: one fixed 64-byte clear (no call) where the
@@ -578,49 +740,60 @@ decode_step(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, cons
 }
 
 /* The pair table: for each 12-bit window, the one or two symbols whose
- * codes lie whole in it, where neither is the escape, as what they do to
- * a lane of zero words: the first writes v1 at the next word and moves
- * 2^k1 words on (a word: k1 = 0; a lone zero: v1 = 0; a run of 2^k
- * zeros: v1 = 0, k1 = k), the second likewise from there when h2 is set.
- * Bits 0-3: the bits both codes take (0: the window starts with the
- * escape or with no code, decoded one symbol at a time); 4-7: k1; 8-11:
- * k2; 12: h2; 16-31: v1; 32-47: v2. */
+ * codes (and a CLASS run's raw bits) lie whole in it, where neither is
+ * the escape, as what they do to a lane of zero words: the first writes
+ * v1 at the next word and moves a1 words on (a word: a1 = 1; a lone zero:
+ * v1 = 0, a1 = 1; a run: v1 = 0, a1 its length), the second likewise
+ * from there (a2 = 0: no second).  Bits 0-3: the bits both take (0: the
+ * window starts with the escape, with no code or with a run whose raw
+ * bits it does not hold, decoded one symbol at a time); 4-20: a1; 21-37:
+ * a2; 38-49: v1; 50-61: v2 (words are below 4096). */
 #define PAIR_BITS(x) ((unsigned)(x) & 15u)
-#define PAIR_K1(x) ((unsigned)((x) >> 4) & 15u)
-#define PAIR_K2(x) ((unsigned)((x) >> 8) & 15u)
-#define PAIR_H2(x) ((unsigned)((x) >> 12) & 1u)
-#define PAIR_V1(x) ((uint64_t)((x) >> 16) & 0xffffu)
-#define PAIR_V2(x) ((uint64_t)((x) >> 32) & 0xffffu)
+#define PAIR_A1(x) ((size_t)((x) >> 4) & 0x1ffffu)
+#define PAIR_A2(x) ((size_t)((x) >> 21) & 0x1ffffu)
+#define PAIR_V1(x) ((uint64_t)((x) >> 38) & 0xfffu)
+#define PAIR_V2(x) ((uint64_t)((x) >> 50) & 0xfffu)
 /* The largest mean code length (bits) at which a chunk is decoded by pairs. */
 #define PAIR_SPREAD FZE_HUFF_PAIR_SPREAD
 _Static_assert((sizeof(uint32_t) + sizeof(uint64_t)) << MAX_LEN <= FZE_HUFFMAN_TMP,
                "huffman decoding tables");
 
-/* What symbol s does to the lane: its word (0 for zeros) and log2 of the
- * words it takes; false for the escape. */
-static inline bool pair_part(unsigned s, unsigned e, uint64_t *v, unsigned *k) {
-  if (s == e)
-    return false;
+/* What the symbol of look-up entry ent does to the lane, where window x
+ * starts with it and has room bits: its bits (code and raw, 0 for the
+ * escape, no code, or raw bits past room), its word (0 for zeros) and
+ * the words it takes. */
+static inline unsigned pair_part(unsigned form, uint32_t ent, uint32_t x, unsigned room,
+                                 unsigned e, uint64_t *v, size_t *a) {
+  unsigned l = ent >> 16, s = ent & 0xffffu;
+  if (l == 0 || l > room || s == e)
+    return 0;
   *v = s > e ? 0 : s;
-  *k = s > e ? s - e : 0;
-  return true;
+  *a = s > e ? (size_t)1 << (s - e) : 1;
+  if (form == FZE_HUFF_FORM_CLASS && s > e) {
+    if (l + (s - e) > room)
+      return 0;
+    *a += (x >> l) & ((1u << (s - e)) - 1u);
+    l += s - e;
+  }
+  return l;
 }
 
-static void pair_table(const uint32_t *lut, unsigned e, uint64_t *pair) {
+static void pair_table(unsigned form, const uint32_t *lut, unsigned e, uint64_t *pair) {
   for (uint32_t x = 0; x < (1u << MAX_LEN); x++) {
-    unsigned l1 = lut[x] >> 16, k1, k2;
-    uint64_t v1, v2;
-    if (l1 == 0 || !pair_part(lut[x] & 0xffffu, e, &v1, &k1)) {
+    size_t a1, a2 = 0;
+    uint64_t v1, v2 = 0;
+    unsigned l1 = pair_part(form, lut[x], x, MAX_LEN, e, &v1, &a1), l2 = 0;
+    if (l1 == 0) {
       pair[x] = 0;
       continue;
     }
-    /* The second code lies whole in the window's other bits only when it
-     * is no longer than they are; the bits above them read as zeros. */
-    uint32_t y = lut[x >> l1];
-    unsigned l2 = y >> 16;
-    bool two = l2 != 0 && l1 + l2 <= MAX_LEN && pair_part(y & 0xffffu, e, &v2, &k2);
-    pair[x] = (two ? l1 + l2 : l1) | k1 << 4 | (two ? (uint64_t)k2 << 8 | 1u << 12 | v2 << 32 : 0) |
-              v1 << 16;
+    /* The second lies whole in the window's other bits only when it is
+     * no longer than they are; the bits above them read as zeros. */
+    uint32_t y = x >> l1;
+    l2 = pair_part(form, lut[y], y, MAX_LEN - l1, e, &v2, &a2);
+    if (l2 == 0)
+      a2 = v2 = 0;
+    pair[x] = (uint64_t)(l1 + l2) | (uint64_t)a1 << 4 | (uint64_t)a2 << 21 | v1 << 38 | v2 << 50;
   }
 }
 
@@ -630,17 +803,17 @@ static void pair_table(const uint32_t *lut, unsigned e, uint64_t *pair) {
  * pair's words are the ones decode_step would write, so either way the
  * lane and its errors are the same. */
 static inline __attribute__((always_inline)) int
-decode_pair(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, const uint32_t *lut,
-            const uint64_t *pair, unsigned e) {
+decode_pair(unsigned form, lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w,
+            const uint32_t *lut, const uint64_t *pair, unsigned e) {
   if (r->nb < MAX_LEN)
     refill(r);
   uint64_t p = pair[r->acc & ((1u << MAX_LEN) - 1)];
   unsigned bits = PAIR_BITS(p);
-  size_t j = *jp, a1 = (size_t)1 << PAIR_K1(p), a2 = (size_t)PAIR_H2(p) << PAIR_K2(p);
+  size_t j = *jp, a1 = PAIR_A1(p), a2 = PAIR_A2(p);
   /* Room for both and one word more: the second's word is written at
    * j + a1 even when there is no second (then it writes a zero). */
   if (bits - 1u >= r->nb || a1 + a2 >= cnt - j)
-    return decode_step(r, o, jp, cnt, w, lut, e);
+    return decode_step(form, r, o, jp, cnt, w, lut, e);
   r->acc >>= bits;
   r->nb -= bits;
   store_word(o + j * w, w, PAIR_V1(p));
@@ -653,10 +826,10 @@ decode_pair(lane_reader *r, uint8_t *o, size_t *jp, size_t cnt, unsigned w, cons
  * the one before it overlaps with the other lanes', then each to its
  * end; by pairs where pair is not NULL (a constant at each call). */
 #define DECODE(u)                                                              \
-  (pair ? decode_pair(&rd[l0 + (u)], o[u], &j[u], c[u], w, lut, pair, e)       \
-        : decode_step(&rd[l0 + (u)], o[u], &j[u], c[u], w, lut, e))
+  (pair ? decode_pair(form, &rd[l0 + (u)], o[u], &j[u], c[u], w, lut, pair, e) \
+        : decode_step(form, &rd[l0 + (u)], o[u], &j[u], c[u], w, lut, e))
 static inline __attribute__((always_inline)) int
-decode_lanes(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
+decode_lanes(unsigned form, lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
              const uint32_t *lut, const uint64_t *pair, unsigned e) {
   size_t j[4] = {0, 0, 0, 0}, c[4];
   uint8_t *o[4];
@@ -681,18 +854,42 @@ decode_lanes(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
 /* decode_lanes with pair a constant in each branch, so that each gets its
  * own loop. */
 static inline __attribute__((always_inline)) int
-decode_lanes_by(lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
+decode_lanes_by(unsigned form, lane_reader *rd, uint8_t *out, size_t n, unsigned l0, unsigned w,
                 const uint32_t *lut, const uint64_t *pair, unsigned e) {
-  return pair ? decode_lanes(rd, out, n, l0, w, lut, pair, e)
-              : decode_lanes(rd, out, n, l0, w, lut, NULL, e);
+  return pair ? decode_lanes(form, rd, out, n, l0, w, lut, pair, e)
+              : decode_lanes(form, rd, out, n, l0, w, lut, NULL, e);
 }
 
-int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words,
+/* decode_lanes_by with form and w constants in each branch. */
+static int decode_all(unsigned form, lane_reader *rd, uint8_t *out, size_t n, unsigned l0,
+                      unsigned w, const uint32_t *lut, const uint64_t *pair, unsigned e) {
+  if (form == FZE_HUFF_FORM_CLASS)
+    switch (w) {
+    case 1: return decode_lanes_by(1, rd, out, n, l0, 1, lut, pair, e);
+    case 2: return decode_lanes_by(1, rd, out, n, l0, 2, lut, pair, e);
+    case 4: return decode_lanes_by(1, rd, out, n, l0, 4, lut, pair, e);
+    default: return decode_lanes_by(1, rd, out, n, l0, 8, lut, pair, e);
+    }
+  switch (w) {
+  case 1: return decode_lanes_by(0, rd, out, n, l0, 1, lut, pair, e);
+  case 2: return decode_lanes_by(0, rd, out, n, l0, 2, lut, pair, e);
+  case 4: return decode_lanes_by(0, rd, out, n, l0, 4, lut, pair, e);
+  default: return decode_lanes_by(0, rd, out, n, l0, 8, lut, pair, e);
+  }
+}
+
+int fze_huffman_decode(unsigned lv, unsigned w, const uint8_t *in, size_t in_len, void *words,
                        size_t n, uint8_t *tmp) {
   uint8_t *out = words;
   if (in_len < 2)
     return FZ_ECORRUPT;
-  unsigned e = (unsigned)in[0] | (unsigned)in[1] << 8, nsym = e + 1 + RUNS;
+  /* E, and from version 7 (lv 1) the stream's form in its top bit. */
+  unsigned e = (unsigned)in[0] | (unsigned)in[1] << 8, form = FZE_HUFF_FORM_BITS;
+  if (lv && (e & 0x8000u)) {
+    form = FZE_HUFF_FORM_CLASS;
+    e &= 0x7fffu;
+  }
+  unsigned nsym = e + 1 + RUNS;
   if (e < 1 || e > MAX_DIRECT)
     return FZ_ECORRUPT;
   size_t head = 2 + (nsym + 1) / 2 + 4 * LANES;
@@ -744,18 +941,12 @@ int fze_huffman_decode(unsigned w, const uint8_t *in, size_t in_len, void *words
   uint64_t *pair = NULL;
   if (spread <= PAIR_SPREAD << MAX_LEN) {
     pair = (uint64_t *)(tmp + (sizeof(uint32_t) << MAX_LEN));
-    pair_table(lut, e, pair);
+    pair_table(form, lut, e, pair);
     memset(out, 0, n * w);
   }
 
   for (unsigned l = 0; l < LANES; l += 4) {
-    int rc;
-    switch (w) {
-    case 1: rc = decode_lanes_by(rd, out, n, l, 1, lut, pair, e); break;
-    case 2: rc = decode_lanes_by(rd, out, n, l, 2, lut, pair, e); break;
-    case 4: rc = decode_lanes_by(rd, out, n, l, 4, lut, pair, e); break;
-    default: rc = decode_lanes_by(rd, out, n, l, 8, lut, pair, e); break;
-    }
+    int rc = decode_all(form, rd, out, n, l, w, lut, pair, e);
     if (rc < 0)
       return rc;
   }

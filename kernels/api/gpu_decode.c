@@ -210,7 +210,7 @@ static int open_at(fz_gpu_decoder *dec, const void *d_arc, size_t arc_len, fz_ar
     if (!fzk_ratio_chain(&dec->h)) {
       fze_why(why, why_len,
               "the GPU kernels read only the ratio preset's chains of format "
-              "versions 3 and 5 (quant | interp | huffman | rze, or lorenzo in interp's place) "
+              "versions 3 to 7 (quant | interp | huffman | rze, or lorenzo in interp's place) "
               "and lorenzo | byteplanes on 4- and 8-byte words of version 4: the CPU "
               "engine decodes this archive");
       return FZ_ENOSYS;
@@ -404,6 +404,7 @@ static int ratio_run(fz_gpu_decoder *dec, void *d_out, const uint8_t *prefix, cu
                   .planes = f.planes,
                   .pwrel = f.pwrel,
                   .lv = f.lv,
+                  .hform = f.hform,
                   .step = f.step,
                   .slots = slots,
                   .scratch = ws + o_scr,

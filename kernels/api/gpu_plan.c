@@ -487,6 +487,7 @@ int fz_gpu_compress(fz_gpu_plan *pl, const void *d_in, size_t in_len, void *d_ou
                       .planes = f.planes,
                       .pwrel = f.pwrel,
                       .lv = f.lv,
+                      .hform = f.hform,
                       .qp = d->has_quant ? (const double *)qp : NULL,
                       .slots = pl->slots,
                       .scratch = ws + L->scr,

@@ -53,6 +53,7 @@ typedef struct fzr_job {
   uint32_t pdims;          /* interp's D */
   uint32_t lv;             /* interp: its form, fze_stage's lv (1: version 5's walk,
                             * 2: and version 6's dims per chunk) */
+  uint32_t hform;          /* huffman: its stage's lv (1: each stream names its form) */
   uint32_t lorenzo;        /* stage 1 is lorenzo (its k is 1..D), not interp */
   uint32_t pwrel;          /* quant's mode is pwrel */
   double step;             /* 0: lossless */
@@ -127,6 +128,7 @@ typedef struct fzr_state {
   };
   /* huffman */
   uint32_t e, nsym;
+  uint32_t hform; /* the stream's form (FZE_HUFF_FORM_*) */
   uint64_t lane_beg[FZR_LANES], lane_end[FZR_LANES];
   union {
     /* the header's code lengths and codes, until the table is filled */
@@ -408,7 +410,7 @@ static inline FZR_HD void fzr_lv_next(fzr_state *S, unsigned l) {
  * gives its symbols their canonical codes (by length, then symbol: the
  * length's first code plus the symbols of that length before it).  The
  * checks are the engine's, and fail the chunk alike. */
-static inline FZR_HD void fzr_huff_frame(fzr_state *S) {
+static inline FZR_HD void fzr_huff_frame(fzr_state *S, unsigned lv) {
   const uint8_t *in = S->b;
   uint64_t in_len = S->hlen;
   S->hkraft = 0;
@@ -416,7 +418,12 @@ static inline FZR_HD void fzr_huff_frame(fzr_state *S) {
   if (in_len < 2)
     goto bad;
   {
-    unsigned e = (unsigned)in[0] | (unsigned)in[1] << 8, nsym = e + 1 + FZR_RUNS;
+    /* E, and from version 7 (the stage's lv 1) the stream's form in the
+     * top bit of its word. */
+    unsigned e = (unsigned)in[0] | (unsigned)in[1] << 8;
+    S->hform = lv && (e & 0x8000u) ? FZE_HUFF_FORM_CLASS : FZE_HUFF_FORM_BITS;
+    e = S->hform == FZE_HUFF_FORM_CLASS ? e & 0x7fffu : e;
+    unsigned nsym = e + 1 + FZR_RUNS;
     if (e < 1 || e > FZR_MAX_DIRECT)
       goto bad;
     uint64_t head = 2 + (nsym + 1) / 2 + 4 * FZR_LANES;
@@ -509,11 +516,13 @@ static inline FZR_HD void fzr_lut_fill(fzr_state *S, unsigned t, unsigned nt) {
 
 /* The pair table, for chunks whose codes are short (the windows' mean
  * code length at most FZR_PAIR_SPREAD bits, from the count of each
- * length): for each 12-bit window, the two symbols whose codes lie whole
- * in it, where neither is the escape and both stand for words below 1024
- * (zeros and runs included), as what they do to a lane of zero words:
- * the first writes v1 and moves 2^k1 words on, the second v2 and 2^k2.
- * Bits 0-3: both codes' bits (0: no pair; the lane takes one symbol);
+ * length): for each 12-bit window, the two symbols whose codes (and, in
+ * the CLASS form, a run's raw bits) lie whole in it, where neither is the
+ * escape, both stand for words below 1024 (zeros and runs included) and a
+ * run's raw bits are below 1024, as what they do to a lane of zero words:
+ * the first writes v1 and moves 2^k1 words on (a CLASS run: v1 is its raw
+ * bits, writes nothing and moves 2^k1 + v1 on), the second likewise.
+ * Bits 0-3: the bits both take (0: no pair; the lane takes one symbol);
  * 4-7: k1; 8-11: k2; 12-21: v1; 22-31: v2.  The engine's decoder pairs
  * the same symbols (stage_huffman.c); here it halves the lanes' chain of
  * look-ups where most codes are short. */
@@ -533,32 +542,43 @@ static inline FZR_HD bool fzr_pairs_pay(const fzr_state *S) {
   return spread <= FZR_PAIR_SPREAD << FZR_MAX_LEN;
 }
 
-/* What symbol s does to a lane: its word (0 for zeros) and log2 of the
- * words it takes; 0 for the escape, for a window no code begins, and for
- * a word of 1024 or more. */
-static inline FZR_HD uint32_t fzr_pair_part(uint32_t ent, unsigned e, uint32_t *v, uint32_t *k) {
+/* What the symbol of entry ent does to a lane, where window x starts
+ * with it and has room bits: its word (0 for zeros; a CLASS run's raw
+ * bits) and log2 of the words it takes (at least); its bits, 0 for the
+ * escape, for a window no code begins, for a word of 1024 or more and for
+ * a run's raw bits past room. */
+static inline FZR_HD uint32_t fzr_pair_part(unsigned form, uint32_t ent, uint32_t x,
+                                            unsigned room, unsigned e, uint32_t *v,
+                                            uint32_t *k) {
   unsigned l = ent >> 16, s = ent & 0xffffu;
-  if (l == 0 || s == e || (s < e && s >= 1024u))
+  if (l == 0 || l > room || s == e || (s < e && s >= 1024u))
     return 0;
   *v = s < e ? s : 0u;
   *k = s > e ? s - e : 0u;
+  if (form == FZE_HUFF_FORM_CLASS && s > e) {
+    if (l + *k > room || *k > 10u)
+      return 0;
+    *v = (x >> l) & ((1u << *k) - 1u);
+    l += *k;
+  }
   return l;
 }
 
 /* The pair table from the decoding table, a share of the windows a
  * thread (after fzr_lut_fill: it overwrites the lengths and codes). */
-static inline FZR_HD void fzr_pair_fill(fzr_state *S, unsigned t, unsigned nt) {
+static inline FZR_HD void fzr_pair_fill(fzr_state *S, unsigned form, unsigned t, unsigned nt) {
   if (!fzr_pairs_pay(S))
     return;
   const unsigned e = S->e;
   for (uint32_t x = t; x < (1u << FZR_MAX_LEN); x += nt) {
     uint32_t v1 = 0, k1 = 0, v2 = 0, k2 = 0, pe = 0;
-    uint32_t l1 = fzr_pair_part(S->lut[x], e, &v1, &k1);
+    uint32_t l1 = fzr_pair_part(form, S->lut[x], x, FZR_MAX_LEN, e, &v1, &k1);
     if (l1) {
-      /* The second code lies whole in the window's other bits only when
-       * it is no longer than they are. */
-      uint32_t l2 = fzr_pair_part(S->lut[x >> l1], e, &v2, &k2);
-      if (l2 && l1 + l2 <= FZR_MAX_LEN)
+      /* The second lies whole in the window's other bits only when it is
+       * no longer than they are. */
+      uint32_t y = x >> l1;
+      uint32_t l2 = fzr_pair_part(form, S->lut[y], y, FZR_MAX_LEN - l1, e, &v2, &k2);
+      if (l2)
         pe = (l1 + l2) | k1 << 4 | k2 << 8 | v1 << 12 | v2 << 22;
     }
     S->pair[x] = pe;
@@ -685,7 +705,7 @@ FZR_IP_FI FZR_HD void fzr_words_clear(fzr_state *S, unsigned t, unsigned nt, uns
  * words), w is a constant, and a run and a word take the same path (the
  * warp's lanes meet one or the other at random).  Bytes (w is 1) go to
  * the byte plane at S->pl.hw. */
-FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
+FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w, unsigned form) {
   const uint32_t n = (uint32_t)S->n, lcap = (n + FZR_LANES - 1) / FZR_LANES, lo = l * lcap;
   const uint32_t cnt = lo < n ? (lcap < n - lo ? lcap : n - lo) : 0;
   fzr_reader r;
@@ -708,17 +728,30 @@ FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
     unsigned s = ent & 0xffffu;
     /* Two symbols where the window holds a pair that fits in the lane,
      * else one: the same steps either way, so that the warp's lanes,
-     * which meet one or the other at random, take one path. */
-    const uint32_t a2 = (uint32_t)(pe != 0) << FZR_PAIR_K2(pe);
-    const bool two = pe != 0 && (1u << FZR_PAIR_K1(pe)) + a2 <= cnt - j;
+     * which meet one or the other at random, take one path.  A pair's
+     * part with k > 0 is a run: 2^k zeros, and in the CLASS form v more
+     * (its raw bits); else it writes v. */
+    const uint32_t k1 = FZR_PAIR_K1(pe), k2 = FZR_PAIR_K2(pe);
+    const uint32_t v1 = FZR_PAIR_V1(pe), v2 = FZR_PAIR_V2(pe);
+    const uint32_t a1 = (1u << k1) + (k1 ? v1 : 0u);
+    const uint32_t a2 = pe != 0 ? (1u << k2) + (k2 ? v2 : 0u) : 0u;
+    const bool two = pe != 0 && a1 + a2 <= cnt - j;
     unsigned ls = two ? FZR_PAIR_BITS(pe) : ent >> 16;
     r.acc >>= ls;
     r.nb -= (int)ls;
-    /* A run symbol (e + 1 .. e + FZR_RUNS) stands for 2^(s - e) zeros. */
-    uint32_t adv = two ? 1u << FZR_PAIR_K1(pe) : s > e ? 1u << (s - e < 31u ? s - e : 31u) : 1u;
+    /* A run symbol (e + 1 .. e + FZR_RUNS) stands for 2^(s - e) zeros (in
+     * the CLASS form and the s - e raw bits after its code). */
+    uint32_t adv = two ? a1 : s > e ? 1u << (s - e < 31u ? s - e : 31u) : 1u;
+    if (!two && s > e && form == FZE_HUFF_FORM_CLASS) {
+      uint64_t x;
+      if (s - e > FZR_RUNS || !fzr_take(&r, s - e, &x))
+        goto bad;
+      adv += (uint32_t)x;
+    }
     if (adv > cnt - j)
       goto bad;
-    uint64_t v = two ? FZR_PAIR_V1(pe) : s - 1u < e - 1u ? s : 0u; /* 1 .. e - 1: a word */
+    /* 1 .. e - 1: a word */
+    uint64_t v = two ? (k1 ? 0u : v1) : s - 1u < e - 1u ? s : 0u;
     if (!two && s == e) {
       uint64_t x, hi = 0;
       if (!fzr_take(&r, w == 8 ? 32 : 8 * w, &x) || (w == 8 && !fzr_take(&r, 32, &hi)))
@@ -729,8 +762,8 @@ FZR_IP_FI FZR_HD void fzr_huff_lane_w(fzr_state *S, unsigned l, unsigned w) {
       fzr_put(a, w, j, v);
     j += adv;
     if (two) {
-      if (FZR_PAIR_V2(pe))
-        fzr_put(a, w, j, FZR_PAIR_V2(pe));
+      if (!k2 && v2)
+        fzr_put(a, w, j, v2);
       j += a2;
     }
   }
@@ -741,15 +774,16 @@ bad:
   FZR_BAD(S);
 }
 
-FZR_IP_FI FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w, unsigned bytes) {
+FZR_IP_FI FZR_HD void fzr_huff_lane(fzr_state *S, unsigned l, unsigned w, unsigned bytes,
+                                    unsigned form) {
   if (l >= FZR_LANES)
     return;
   if (bytes)
-    fzr_huff_lane_w(S, l, 1u);
+    fzr_huff_lane_w(S, l, 1u, FZE_HUFF_FORM_BITS);
   else if (w == 4)
-    fzr_huff_lane_w(S, l, 4u);
+    fzr_huff_lane_w(S, l, 4u, form);
   else
-    fzr_huff_lane_w(S, l, 8u);
+    fzr_huff_lane_w(S, l, 8u, form);
 }
 
 /* The huffman stream's word width: a byte plane's 1, else the job's (read
@@ -764,7 +798,7 @@ static inline FZR_HD unsigned fzr_huff_w(const fzr_job *J, unsigned bytes) {
  * refuses sets S->done and returns 1, a lane it refuses S->err. */
 FZR_IP_FI FZR_HD int fzr_huff_block(fzr_state *S, const fzr_job *J, unsigned bytes) {
   FZR_T0;
-  FZR_ONE(fzr_huff_frame(S));
+  FZR_ONE(fzr_huff_frame(S, bytes ? 0u : J->hform));
   FZR_SYNC();
   if (S->done)
     return 1;
@@ -781,10 +815,10 @@ FZR_IP_FI FZR_HD int fzr_huff_block(fzr_state *S, const fzr_job *J, unsigned byt
   FZR_SYNC();
   FZR_ALL(fzr_lut_fill(S, t, nt); fzr_words_clear(S, t, nt, fzr_huff_w(J, bytes), bytes));
   FZR_SYNC();
-  FZR_ALL(fzr_pair_fill(S, t, nt));
+  FZR_ALL(fzr_pair_fill(S, S->hform, t, nt));
   FZR_SYNC();
   FZR_CLK(43);
-  FZR_ALL(fzr_huff_lane(S, t, fzr_huff_w(J, bytes), bytes));
+  FZR_ALL(fzr_huff_lane(S, t, fzr_huff_w(J, bytes), bytes, S->hform));
   FZR_SYNC();
   FZR_CLK(44);
   return 0;

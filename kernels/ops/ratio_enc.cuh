@@ -60,6 +60,7 @@ typedef struct fzre_job {
   uint32_t pwrel;          /* quant's mode is PWREL */
   uint32_t lv;             /* interp: its form, fze_stage's lv (1: version 5's walk,
                             * 2: and version 6's dims per chunk) */
+  uint32_t hform;          /* huffman: its stage's lv (1: each stream in the shorter form) */
   const double *qp;        /* eb_abs, step (as the prep kernel left them); NULL
                             * without quant */
   uint64_t ext[3][3];      /* interp's (and lorenzo's) folded extents, per k */
@@ -300,11 +301,11 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
     if (S->cheap) {
       /* Both priced as huffman codes them: lorenzo's residuals in pv
        * (the rebuilt values are no longer needed). */
-      fzre_huff_price(&S->u.hf, S->b, w, n, S->x);
+      fzre_huff_price(&S->u.hf, J->hform, S->b, w, n, S->x);
       FZR_ONE(S->price_i = S->u.hf.len + 8 * S->side_i);
       FZR_SYNC();
       fzre_lz_encode(J->ext[S->k - 1], S->a, S->pv, w, n, first);
-      fzre_huff_price(&S->u.hf, S->pv, w, n, S->x);
+      fzre_huff_price(&S->u.hf, J->hform, S->pv, w, n, S->x);
       FZR_ONE(S->pk = S->u.hf.len + 8 * S->side_l < S->price_i ? S->k : 0u;
               S->cw = S->pk ? S->pv : S->b);
       FZR_SYNC();
@@ -324,7 +325,7 @@ FZR_IP_FI FZR_HD void fzre_predicted(fzre_state *S, const fzre_job *J, unsigned 
   FZR_SYNC();
   FZR_CLK(9);
   /* A code as long as the chunk cannot make it smaller. */
-  fzre_huff(&S->u.hf, S->cw, w, n, S->h, S->raw - 1, S->x);
+  fzre_huff(&S->u.hf, J->hform, S->cw, w, n, S->h, S->raw - 1, S->x);
   FZR_ONE(S->hlen = S->u.hf.len);
   FZR_SYNC();
   FZR_CLK(16);

@@ -73,11 +73,15 @@ typedef struct fzre_hf {
   uint64_t len;  /* the result: the stream's bytes, or UINT64_MAX */
   uint64_t head; /* bytes before the lanes */
   uint32_t fail; /* nothing to write: len is UINT64_MAX */
+  uint32_t lv;   /* the stage's: 0, BITS only; 1 (version 7), the shorter form */
+  uint32_t form; /* the form being built, then the stream's (FZE_HUFF_FORM_*) */
+  uint64_t pb, pc; /* lv 1: the stream's bits in either form (fzre_h_total) */
   uint32_t e, nsym;
   uint32_t k, built; /* the code's used symbols; its lengths are made */
   unsigned long long hbits; /* the stream's bits by the code (fzre_h_code_count) */
   uint32_t hnum[FZRE_H_MAX_LEN + 1]; /* the symbols of each length */
-  uint32_t runs[FZRE_H_RUNS + 1];    /* tokens of 2^k zeros (0: lone zeros) */
+  uint32_t runs[FZRE_H_RUNS + 1];    /* BITS symbols of 2^k zeros (0: lone zeros) */
+  uint32_t rc[FZRE_H_RUNS + 1];      /* lv 1: CLASS symbols of runs (0: lone zeros) */
   uint32_t lane_off[FZRE_H_LANES];   /* a lane's first byte after head */
   uint32_t lane_bytes[FZRE_H_LANES];
   uint16_t lead[FZRE_H_UNITS], trail[FZRE_H_UNITS]; /* a segment's edge zeros */
@@ -355,9 +359,15 @@ typedef struct fzre_h_tk {
   fzre_h_bw *bw;
   uint16_t *toks; /* FZRE_HM_HIST: where the tokens are kept, when not 0 */
   unsigned ntok;
+  uint32_t *rc;  /* FZRE_HM_HIST, lv 1: H->rc */
+  unsigned lv;   /* H->lv: the kept tokens are CLASS ones (a run: its token, its raw bits) */
+  unsigned form; /* FZRE_HM_BITS, FZRE_HM_WRITE: the stream's form */
 } fzre_h_tk;
 
+/* A token: a word's (v the word, read for the escape), or a run's (v, in
+ * the CLASS form, its raw low bits). */
 static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
+  const bool raw = k->form == FZE_HUFF_FORM_CLASS && tk > FZRE_H_TOK_BIG;
   if (k->mode == FZRE_HM_HIST) {
     if (k->toks)
       k->toks[k->ntok++] = (uint16_t)tk;
@@ -373,10 +383,12 @@ static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
   }
   unsigned l = k->tlen[tk];
   if (k->mode == FZRE_HM_BITS) {
-    k->bits += (l & 0x7fu) + ((l & 0x80u) ? 8u * k->w : 0u);
+    k->bits += (l & 0x7fu) + ((l & 0x80u) ? 8u * k->w : 0u) + (raw ? tk - FZRE_H_TOK_BIG : 0u);
     return;
   }
   fzre_h_put(k->bw, k->tcode[tk], l & 0x7fu);
+  if (raw)
+    fzre_h_put(k->bw, v, tk - FZRE_H_TOK_BIG);
   if (l & 0x80u) { /* the escape: the raw word follows */
     if (k->w == 8) {
       fzre_h_put(k->bw, v & 0xffffffffu, 32);
@@ -387,9 +399,30 @@ static inline FZR_HD void fzre_h_token(fzre_h_tk *k, unsigned tk, uint64_t v) {
   }
 }
 
-/* A run of r zero words: a token per set bit above bit 0, highest first,
- * then a lone zero when r is odd. */
+/* A run of r zero words.  BITS: a token per set bit above bit 0, highest
+ * first, then a lone zero when r is odd.  CLASS: a lone zero when r is 1,
+ * else the token of r's highest bit j with r's j low bits.  Counted for
+ * the histogram (lv 1: in both forms, and kept as a CLASS token and, in
+ * the slot after it, its raw bits: never more slots than words). */
 static inline FZR_HD void fzre_h_run(fzre_h_tk *k, uint64_t r) {
+  const unsigned j = 63u - fzre_h_clz64(r);
+  if (k->mode == FZRE_HM_HIST && k->lv) {
+    if (k->toks) {
+      k->toks[k->ntok++] = (uint16_t)(r == 1 ? 0u : FZRE_H_TOK_BIG + j);
+      if (r > 1)
+        k->toks[k->ntok++] = (uint16_t)(r - ((uint64_t)1 << j));
+    }
+    FZR_ATOMIC_ADD(&k->rc[r == 1 ? 0u : j], 1u);
+    for (uint64_t m = r >> 1; m; m &= m - 1)
+      FZR_ATOMIC_ADD(&k->runs[fzre_h_ctz64(m) + 1], 1u);
+    if (r & 1u)
+      FZR_ATOMIC_ADD(&k->runs[0], 1u);
+    return;
+  }
+  if (k->mode != FZRE_HM_HIST && k->form == FZE_HUFF_FORM_CLASS) {
+    fzre_h_token(k, r == 1 ? 0u : FZRE_H_TOK_BIG + j, r - ((uint64_t)1 << j));
+    return;
+  }
   for (int b = FZRE_H_RUNS; b >= 1; b--)
     if ((r >> b) & 1u)
       fzre_h_token(k, FZRE_H_TOK_BIG + (unsigned)b, 0);
@@ -414,17 +447,29 @@ static inline FZR_HD void fzre_h_middle(fzre_h_tk *k, const uint8_t *words, cons
 }
 
 /* The kept tokens of words from j on, again: a word's token moves on by
- * one word, a run's by its length; the raw word of a token coded as the
+ * one word, a run's by its length (lv 1: a CLASS token and its raw bits,
+ * coded in the stream's form); the raw word of a token coded as the
  * escape (any word from E on) is read again where it is written. */
 static inline FZR_HD void fzre_h_replay(fzre_h_tk *k, const uint16_t *toks, unsigned cnt,
                                         const uint8_t *words, uint64_t j) {
   for (unsigned q = 0; q < cnt; q++) {
     unsigned tk = toks[q];
     uint64_t v = 0;
+    if (tk > FZRE_H_TOK_BIG) {
+      uint64_t run = (uint64_t)1 << (tk - FZRE_H_TOK_BIG);
+      if (k->lv) {
+        run += toks[++q];
+        fzre_h_run(k, run);
+      } else {
+        fzre_h_token(k, tk, 0);
+      }
+      j += run;
+      continue;
+    }
     if (k->mode == FZRE_HM_WRITE && (k->tlen[tk] & 0x80u))
       v = fzre_h_ldw(words + j * k->w, k->w, k->bytes);
     fzre_h_token(k, tk, v);
-    j += tk > FZRE_H_TOK_BIG ? (uint64_t)1 << (tk - FZRE_H_TOK_BIG) : 1u;
+    j++;
   }
 }
 
@@ -437,7 +482,7 @@ static inline FZR_HD void fzre_h_clear(fzre_hf *H, uint8_t *scratch, unsigned t,
   for (unsigned i = t; i < FZRE_H_SMALL; i += nt)
     H->x.small[i] = 0;
   for (unsigned i = t; i <= FZRE_H_RUNS; i += nt)
-    H->runs[i] = 0;
+    H->runs[i] = H->rc[i] = 0;
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt)
     H->pn[u] = 0;
 }
@@ -455,7 +500,8 @@ static inline FZR_HD void fzre_h_scan(fzre_hf *H, const uint8_t *words, unsigned
     z = fzre_h_last1(mask, a, hi);
     H->lead[u] = (uint16_t)(a - lo);
     H->trail[u] = (uint16_t)(a == hi ? hi - lo : hi - z);
-    fzre_h_tk k = {FZRE_HM_HIST, w, bytes, b.hist, H->x.small, H->runs, 0, 0, 0, 0, b.toks + lo, 0};
+    fzre_h_tk k = {FZRE_HM_HIST, w, bytes, b.hist, H->x.small, H->runs, 0, 0, 0, 0,
+                   b.toks + lo,  0, H->rc, H->lv, 0};
     fzre_h_middle(&k, words, mask, a, z);
     H->ntok[u] = (uint16_t)k.ntok;
   }
@@ -468,7 +514,7 @@ static inline FZR_HD void fzre_h_join(fzre_hf *H, uint64_t n, unsigned t, unsign
   for (unsigned l = t; l < FZRE_H_LANES; l += nt) {
     int open = -1, at_head = 0;
     uint64_t run = 0;
-    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, 0, H->runs, 0, 0, 0, 0, 0, 0};
+    fzre_h_tk k = {FZRE_HM_HIST, 0, 0, 0, 0, H->runs, 0, 0, 0, 0, 0, 0, H->rc, H->lv, 0};
     for (unsigned s = 0; s <= FZRE_H_SEGS; s++) {
       unsigned u = l * FZRE_H_SEGS + s;
       uint64_t lo = 0, hi = 0, len = 0;
@@ -668,7 +714,8 @@ static inline FZR_HD void fzre_h_freqs(fzre_hf *H, uint8_t *scratch, unsigned t,
   uint32_t used = 0;
   fzr_share(H->nsym, t, nt, &lo, &hi);
   for (unsigned s = lo; s < hi; s++) {
-    uint32_t f = s == 0 ? H->runs[0] : s < e ? b.hist[s] : s == e ? b.above[e] : H->runs[s - e];
+    const uint32_t *runs = H->form == FZE_HUFF_FORM_CLASS ? H->rc : H->runs;
+    uint32_t f = s == 0 ? runs[0] : s < e ? b.hist[s] : s == e ? b.above[e] : runs[s - e];
     b.freq[s] = f;
     b.lens[s] = 0;
     used += f != 0;
@@ -718,11 +765,13 @@ static inline FZR_HD void fzre_h_code_count(fzre_hf *H, uint8_t *scratch, unsign
   for (unsigned l = 0; l <= FZRE_H_MAX_LEN; l++)
     H->x.cnt[t][l] = 0;
   fzr_share(H->nsym, t, nt, &lo, &hi);
+  const unsigned e = H->e, raw = H->form == FZE_HUFF_FORM_CLASS;
   for (unsigned s = lo; s < hi; s++) {
     unsigned l = b.lens[s];
     if (l) {
       H->x.cnt[t][l]++;
-      bits += (uint64_t)b.freq[s] * l;
+      /* and a CLASS run's raw bits */
+      bits += (uint64_t)b.freq[s] * (l + (raw && s > e ? s - e : 0u));
     }
   }
   if (bits)
@@ -787,7 +836,7 @@ static inline FZR_HD void fzre_h_bits(fzre_hf *H, const uint8_t *words, unsigned
                                       unsigned nt) {
   fzre_htab b = fzre_htab_of(scratch);
   for (unsigned u = t; u < FZRE_H_UNITS; u += nt) {
-    fzre_h_tk k = {FZRE_HM_BITS, w, bytes, 0, 0, 0, b.tcode, b.tlen, 0, 0, 0, 0};
+    fzre_h_tk k = {FZRE_HM_BITS, w, bytes, 0, 0, 0, b.tcode, b.tlen, 0, 0, 0, 0, 0, H->lv, H->form};
     fzre_h_seg_tokens(H, &k, words, b.toks, n, u);
     H->bits[u] = (uint32_t)k.bits;
   }
@@ -825,7 +874,7 @@ static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigne
   unsigned nsym = H->nsym, nib = (nsym + 1) / 2;
   if (t == 0) {
     out[0] = (uint8_t)H->e;
-    out[1] = (uint8_t)(H->e >> 8);
+    out[1] = (uint8_t)(H->e >> 8 | (H->form == FZE_HUFF_FORM_CLASS ? 0x80u : 0u));
   }
   for (unsigned i = t; i < nib; i += nt)
     out[2 + i] = (uint8_t)(b.lens[2 * i] | (2 * i + 1 < nsym ? b.lens[2 * i + 1] << 4 : 0));
@@ -835,7 +884,8 @@ static inline FZR_HD void fzre_h_write(fzre_hf *H, const uint8_t *words, unsigne
     uint32_t b0 = H->bits[u];
     fzre_h_bw bw = {0, b0 % 8, b0 / 8, b0 % 8 ? b0 / 8 : UINT32_MAX,
                   out + H->head + H->lane_off[u / FZRE_H_SEGS], H, u};
-    fzre_h_tk k = {FZRE_HM_WRITE, w, bytes, 0, 0, 0, b.tcode, b.tlen, 0, &bw, 0, 0};
+    fzre_h_tk k = {FZRE_HM_WRITE, w, bytes, 0, 0, 0, b.tcode, b.tlen, 0, &bw, 0, 0, 0, H->lv,
+                   H->form};
     fzre_h_seg_tokens(H, &k, words, b.toks, n, u);
     /* The last byte, when the segment ends inside it. */
     if (bw.nb > b0 % 8 || (bw.nb && bw.bi != b0 / 8))
@@ -864,42 +914,19 @@ static inline FZR_HD void fzre_h_seams(fzre_hf *H, uint8_t *out, unsigned t, uns
   }
 }
 
-/* Thread 0: the stream's bits before its lanes are rounded up to bytes
- * (fze_huffman_price), as H->len. */
-static inline FZR_HD void fzre_h_price(fzre_hf *H, unsigned w, uint8_t *scratch) {
+/* The stream's bits in the form built, before its lanes are rounded up
+ * to bytes (fze_huffman_price). */
+static inline FZR_HD uint64_t fzre_h_total(fzre_hf *H, unsigned w, uint8_t *scratch) {
   fzre_htab b = fzre_htab_of(scratch);
-  H->len = 8 * fzre_h_head(H->nsym) + (uint64_t)b.freq[H->e] * 8u * w + H->hbits;
+  return 8 * fzre_h_head(H->nsym) + (uint64_t)b.freq[H->e] * 8u * w + H->hbits;
 }
 
-/* fzre_huff, fzre_huff_bytes and fzre_huff_price: bytes, a constant of
- * the kernel, says which (w is then 1), so that the ratio preset's kernel
- * holds no code of the bytes'; price, whether only the price is made. */
-FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, const uint8_t *words, unsigned w, unsigned bytes,
-                                   unsigned price, uint64_t n, uint8_t *out, uint64_t out_cap,
-                                   uint8_t *scratch) {
+/* The code of the chunk in form f: the symbols' frequencies and lengths,
+ * the stream's bits by them (H->hbits) and each thread's count of each
+ * length (for the canonical codes). */
+FZR_IP_FI FZR_HD void fzre_h_build(fzre_hf *H, unsigned f, uint8_t *scratch) {
   FZR_T0;
-  if ((bytes ? w != 1 : w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
-    FZR_ONE(H->len = UINT64_MAX; H->fail = 1);
-    FZR_SYNC();
-    return;
-  }
-  FZR_ONE(H->fail = 0);
-  FZR_ALL(fzre_h_clear(H, scratch, t, nt);
-          fzre_h_mask(words, w, bytes, n, fzre_h_mask_of(scratch, n), t, nt));
-  FZR_SYNC();
-  FZR_CLK(10);
-  FZR_ALL(fzre_h_scan(H, words, w, bytes, n, scratch, t, nt));
-  FZR_SYNC();
-  FZR_CLK(11);
-  FZR_ALL(fzre_h_join(H, n, t, nt); fzre_h_merge(H, scratch, t, nt));
-  FZR_SYNC();
-  FZR_ALL(fzre_h_sums(H, scratch, t, nt));
-  FZR_SYNC();
-  FZR_ONE(fzre_h_tails(H));
-  FZR_SYNC();
-  FZR_ALL(fzre_h_above(H, w, scratch, t, nt));
-  FZR_SYNC();
-  FZR_ONE(fzre_h_pick(H));
+  FZR_ONE(H->form = f);
   FZR_SYNC();
   FZR_ALL(fzre_h_freqs(H, scratch, t, nt));
   FZR_SYNC();
@@ -933,10 +960,61 @@ FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, const uint8_t *words, unsigned w,
   }
   FZR_ALL(fzre_h_code_count(H, scratch, t, nt));
   FZR_SYNC();
-  if (price) {
-    FZR_ONE(fzre_h_price(H, w, scratch));
+}
+
+/* fzre_huff, fzre_huff_bytes and fzre_huff_price: bytes, a constant of
+ * the kernel, says which (w is then 1), so that the ratio preset's kernel
+ * holds no code of the bytes'; price, whether only the price is made. */
+FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, unsigned lv, const uint8_t *words, unsigned w,
+                                   unsigned bytes, unsigned price, uint64_t n, uint8_t *out,
+                                   uint64_t out_cap, uint8_t *scratch) {
+  FZR_T0;
+  if ((bytes ? w != 1 : w != 4 && w != 8) || n == 0 || n > FZRE_HUFF_MAX_N) {
+    FZR_ONE(H->len = UINT64_MAX; H->fail = 1);
     FZR_SYNC();
     return;
+  }
+  FZR_ONE(H->fail = 0; H->lv = lv; H->form = FZE_HUFF_FORM_BITS);
+  FZR_ALL(fzre_h_clear(H, scratch, t, nt);
+          fzre_h_mask(words, w, bytes, n, fzre_h_mask_of(scratch, n), t, nt));
+  FZR_SYNC();
+  FZR_CLK(10);
+  FZR_ALL(fzre_h_scan(H, words, w, bytes, n, scratch, t, nt));
+  FZR_SYNC();
+  FZR_CLK(11);
+  FZR_ALL(fzre_h_join(H, n, t, nt); fzre_h_merge(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_sums(H, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ONE(fzre_h_tails(H));
+  FZR_SYNC();
+  FZR_ALL(fzre_h_above(H, w, scratch, t, nt));
+  FZR_SYNC();
+  FZR_ONE(fzre_h_pick(H));
+  FZR_SYNC();
+  if (!lv) {
+    fzre_h_build(H, FZE_HUFF_FORM_BITS, scratch);
+    if (price) {
+      FZR_ONE(H->len = fzre_h_total(H, w, scratch));
+      FZR_SYNC();
+      return;
+    }
+  } else {
+    /* Both forms (the tokens kept hold every run's length), the shorter
+     * taken, BITS on a tie: CLASS's code made again where it is. */
+    fzre_h_build(H, FZE_HUFF_FORM_CLASS, scratch);
+    FZR_ONE(H->pc = fzre_h_total(H, w, scratch));
+    FZR_SYNC();
+    fzre_h_build(H, FZE_HUFF_FORM_BITS, scratch);
+    FZR_ONE(H->pb = fzre_h_total(H, w, scratch));
+    FZR_SYNC();
+    if (price) {
+      FZR_ONE(H->len = H->pc < H->pb ? H->pc : H->pb);
+      FZR_SYNC();
+      return;
+    }
+    if (H->pc < H->pb)
+      fzre_h_build(H, FZE_HUFF_FORM_CLASS, scratch);
   }
   FZR_ALL(fzre_h_code_sums(H, t, nt));
   FZR_SYNC();
@@ -968,24 +1046,25 @@ FZR_IP_FI FZR_HD void fzre_huff_of(fzre_hf *H, const uint8_t *words, unsigned w,
  * on return; the three do not overlap.  H->len is fze_huffman_encode's
  * result (UINT64_MAX for its SIZE_MAX, and then nothing is written) and
  * out holds its bytes. */
-static inline FZR_HD void fzre_huff(fzre_hf *H, const uint8_t *words, unsigned w, uint64_t n,
-                                    uint8_t *out, uint64_t out_cap, uint8_t *scratch) {
-  fzre_huff_of(H, words, w, 0, 0, n, out, out_cap, scratch);
+static inline FZR_HD void fzre_huff(fzre_hf *H, unsigned lv, const uint8_t *words, unsigned w,
+                                    uint64_t n, uint8_t *out, uint64_t out_cap,
+                                    uint8_t *scratch) {
+  fzre_huff_of(H, lv, words, w, 0, 0, n, out, out_cap, scratch);
 }
 
 /* fze_huffman_price: the bits fzre_huff's stream of the n words takes
  * before its lanes are rounded up to bytes, in H->len (UINT64_MAX where
  * fzre_huff refuses the words); nothing is written but the scratch. */
-static inline FZR_HD void fzre_huff_price(fzre_hf *H, const uint8_t *words, unsigned w,
-                                          uint64_t n, uint8_t *scratch) {
-  fzre_huff_of(H, words, w, 0, 1, n, NULL, 0, scratch);
+static inline FZR_HD void fzre_huff_price(fzre_hf *H, unsigned lv, const uint8_t *words,
+                                          unsigned w, uint64_t n, uint8_t *scratch) {
+  fzre_huff_of(H, lv, words, w, 0, 1, n, NULL, 0, scratch);
 }
 
 /* The same for n bytes (a byte plane's, the words of one byte the engine's
  * coder takes); scratch is fzre_huff_scratch(n, 1) bytes. */
 static inline FZR_HD void fzre_huff_bytes(fzre_hf *H, const uint8_t *b, uint64_t n, uint8_t *out,
                                           uint64_t out_cap, uint8_t *scratch) {
-  fzre_huff_of(H, b, 1, 1, 0, n, out, out_cap, scratch);
+  fzre_huff_of(H, 0, b, 1, 1, 0, n, out, out_cap, scratch);
 }
 
 #endif

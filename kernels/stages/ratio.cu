@@ -102,6 +102,7 @@ extern "C" int fzr_launch_decode(const fzk_kern *k, const fzr_params *p, cudaStr
   J.planes = p->planes;
   J.pwrel = p->pwrel;
   J.lv = p->lv;
+  J.hform = p->hform;
   J.step = p->step;
   for (unsigned a = 0; a < 3; a++)
     for (unsigned d = 0; d < 3; d++)
@@ -137,6 +138,7 @@ extern "C" int fzre_launch_encode(const fzk_kern *k, const fzre_params *p, cudaS
   J.planes = p->planes;
   J.pwrel = p->pwrel;
   J.lv = p->lv;
+  J.hform = p->hform;
   J.qp = p->qp;
   for (unsigned a = 0; a < 3; a++)
     for (unsigned d = 0; d < 3; d++)

@@ -40,6 +40,7 @@ fzk_ratio_form fzk_ratio_form_of(const fze_header *h) {
   f.lorenzo = c->st[1].id == FZE_STAGE_LORENZO;
   f.pwrel = c->st[0].mode == FZ_EB_PWREL;
   f.lv = c->st[1].lv;
+  f.hform = c->st[2].lv;
   f.step = c->st[0].step;
   f.ext = c->st[1].ext;
   return f;

@@ -35,7 +35,7 @@ typedef struct fzr_params {
   const uint64_t *offs;  /* the scan's chunk offsets */
   const uint32_t *sizes; /* the chunk table, copied to 4-byte alignment */
   uint64_t raw_bytes, nchunks;
-  uint32_t cb, w, levels, pdims, lorenzo, planes, pwrel, lv;
+  uint32_t cb, w, levels, pdims, lorenzo, planes, pwrel, lv, hform;
   double step;
   uint64_t ext[3][3];
   uint64_t slots;   /* blocks of the launch (fzr_dec_slots, fzre_enc_slots) */
@@ -62,7 +62,7 @@ int fzr_launch_decode(const struct fzk_kern *k, const fzr_params *p, cudaStream_
 typedef struct fzre_params {
   const uint8_t *in;
   uint64_t raw_bytes, nchunks;
-  uint32_t cb, w, levels, pdims, lorenzo, planes, pwrel, lv;
+  uint32_t cb, w, levels, pdims, lorenzo, planes, pwrel, lv, hform;
   const double *qp; /* NULL without quant (planes) */
   uint64_t ext[3][3];
   uint64_t slots;   /* blocks of the launch (fzr_dec_slots, fzre_enc_slots) */
@@ -84,9 +84,10 @@ int fzk_ratio_chain(const struct fze_header *h);
 /* What the kernels take of such a chain: rze's levels (0: none), the
  * predictor's dims and folded extents (ext[k - 1] for k dims), whether it
  * is lorenzo (not interp), whether the chain is lorenzo | byteplanes,
- * quant's PWREL and bin width (0: none, or lossless). */
+ * quant's PWREL and bin width (0: none, or lossless), interp's and
+ * huffman's forms (their stages' lv). */
 typedef struct fzk_ratio_form {
-  uint32_t levels, pdims, lorenzo, planes, pwrel, lv;
+  uint32_t levels, pdims, lorenzo, planes, pwrel, lv, hform;
   double step;
   const uint64_t (*ext)[3];
 } fzk_ratio_form;

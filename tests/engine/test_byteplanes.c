@@ -253,7 +253,7 @@ Test(byteplanes, hostile_archives, .timeout = 120) {
   for (int i = 0; i < 4; i++)
     b[h.header_len - 4 + (size_t)i] = (uint8_t)(hc >> (8 * i));
   cr_assert_eq(fz_decompress(b, len, y, n * 4, &ylen, 1), FZ_ECORRUPT);
-  b[4] = 7; /* after the last version */
+  b[4] = 8; /* after the last version */
   cr_assert_eq(fz_decompress(b, len, y, n * 4, &ylen, 1), FZ_EVERSION);
   for (size_t at = h.header_len; at < len; at++)
     for (int flip = 0; flip < 3; flip++) {

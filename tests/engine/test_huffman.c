@@ -196,11 +196,14 @@ static bool next_bit(bits *b, unsigned *v) {
 /* The format (docs/format.md) read a bit at a time: a canonical code by
  * (length, symbol), counting up, read from its first bit; 0, or -1 where
  * the engine must answer FZ_ECORRUPT. */
-static int reference_decode(unsigned w, const uint8_t *in, size_t in_len, uint8_t *out,
-                            size_t n) {
+static int reference_decode(unsigned lv, unsigned w, const uint8_t *in, size_t in_len,
+                            uint8_t *out, size_t n) {
   if (in_len < 2)
     return -1;
-  unsigned e = in[0] | in[1] << 8, nsym = e + 1 + RUNS;
+  /* From version 7 (lv 1) the top bit of E's word names the CLASS form. */
+  unsigned e = in[0] | in[1] << 8, form = lv ? e >> 15 : 0;
+  e = lv ? e & 0x7fffu : e;
+  unsigned nsym = e + 1 + RUNS;
   if (e < 1 || e > SYMS - 1 - RUNS)
     return -1;
   size_t head = 2 + (nsym + 1) / 2 + 4 * LANES;
@@ -252,6 +255,11 @@ static int reference_decode(unsigned w, const uint8_t *in, size_t in_len, uint8_
         return -1;
       if (s > e) {
         size_t run = (size_t)1 << (s - e);
+        for (unsigned k = 0; form && k < s - e; k++) {
+          if (!next_bit(&b, &bit)) /* the run's low bits, after its code */
+            return -1;
+          run += (size_t)bit << k;
+        }
         if (run > hi - j)
           return -1;
         memset(out + j * w, 0, run * w);
@@ -306,7 +314,7 @@ static void make_words(unsigned w, size_t n, unsigned spread, uint64_t *seed, ui
 /* The windows' mean code length in 1/4096 bits, as the decoder weighs it
  * to choose its pair table. */
 static uint32_t mean_length(const uint8_t *in) {
-  unsigned e = in[0] | in[1] << 8, nsym = e + 1 + RUNS;
+  unsigned e = (in[0] | in[1] << 8) & 0x7fffu, nsym = e + 1 + RUNS;
   uint32_t m = 0;
   for (unsigned s = 0; s < nsym; s++) {
     unsigned l = (in[2 + s / 2] >> (4 * (s & 1))) & 15u;
@@ -327,14 +335,21 @@ Test(huffman, decoder_is_the_plain_one) {
   cr_assert_not_null(tmp);
   static const size_t sizes[] = {1, 31, 33, 1000, 4097, N};
   uint64_t seed = 3;
-  unsigned short_codes = 0, long_codes = 0, damaged = 0, refused = 0;
+  unsigned short_codes = 0, long_codes = 0, damaged = 0, refused = 0, by_class = 0;
+  for (unsigned lv = 0; lv <= 1; lv++) /* the stage's lv */
   for (unsigned wi = 0; wi < 4; wi++)
     for (unsigned spread = 0; spread <= 12; spread++)
       for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
         unsigned w = 1u << wi;
         size_t n = sizes[z];
         make_words(w, n, spread, &seed, x);
-        size_t len = fze_huffman_encode(w, x, n, coded, sizeof coded, tmp);
+        size_t len = fze_huffman_encode(lv, w, x, n, coded, sizeof coded, tmp);
+        /* The price is the stream's bits: its length less the lanes'
+         * padding (under a byte each). */
+        uint64_t price = fze_huffman_price(lv, w, x, n, tmp);
+        cr_assert(price <= 8 * (uint64_t)len && 8 * (uint64_t)len < price + 8 * LANES,
+                  "lv %u, w %u, n %zu: price %llu, %zu bytes", lv, w, n,
+                  (unsigned long long)price, len);
         cr_assert_neq(len, SIZE_MAX);
         /* With no room to spare the encoder writes the same bytes (a
          * writer that stores no byte past them), with a byte less none;
@@ -345,20 +360,24 @@ Test(huffman, decoder_is_the_plain_one) {
           size_t room = len + (size_t)(ptrdiff_t)spare[r];
           uint8_t *exact = malloc(room);
           cr_assert_not_null(exact);
-          size_t got_len = fze_huffman_encode(w, x, n, exact, room, tmp);
+          size_t got_len = fze_huffman_encode(lv, w, x, n, exact, room, tmp);
           cr_assert_eq(got_len, spare[r] >= 0 ? len : SIZE_MAX, "w %u, n %zu, room %zu", w, n,
                        room);
           if (spare[r] >= 0)
             cr_assert(memcmp(exact, coded, len) == 0, "w %u, n %zu, spread %u", w, n, spread);
           free(exact);
         }
+        /* lv 0 writes BITS streams only; lv 1 the shorter lv, which
+         * is CLASS for some of these words. */
+        cr_assert(lv || !(coded[1] & 0x80u));
+        by_class += coded[1] >> 7;
         if (mean_length(coded) <= 8u << MAX_LEN)
           short_codes++;
         else
           long_codes++;
-        cr_assert_eq(reference_decode(w, coded, len, want, n), 0, "w %u, n %zu", w, n);
+        cr_assert_eq(reference_decode(lv, w, coded, len, want, n), 0, "w %u, n %zu", w, n);
         cr_assert(memcmp(want, x, n * w) == 0);
-        cr_assert_eq(fze_huffman_decode(w, coded, len, got, n, tmp), 0);
+        cr_assert_eq(fze_huffman_decode(lv, w, coded, len, got, n, tmp), 0);
         cr_assert(memcmp(got, x, n * w) == 0, "w %u, n %zu, spread %u", w, n, spread);
         for (unsigned m = 0; m < 40; m++) {
           memcpy(bad, coded, len);
@@ -369,8 +388,8 @@ Test(huffman, decoder_is_the_plain_one) {
           else
             for (unsigned f = 0; f <= m % 3; f++, r = gen_rand(&seed))
               bad[(r >> 8) % len] ^= (uint8_t)(1u << (r % 8));
-          int a = reference_decode(w, bad, blen, want, n);
-          int b = fze_huffman_decode(w, bad, blen, got, n, tmp);
+          int a = reference_decode(lv, w, bad, blen, want, n);
+          int b = fze_huffman_decode(lv, w, bad, blen, got, n, tmp);
           cr_assert_eq(b, a < 0 ? FZ_ECORRUPT : 0, "w %u, n %zu, spread %u, damage %u: %d, plain %d",
                        w, n, spread, m, b, a);
           if (a == 0)
@@ -383,6 +402,7 @@ Test(huffman, decoder_is_the_plain_one) {
               short_codes, long_codes, refused, damaged);
   /* Both of the decoder's ways were taken, and damage was caught. */
   cr_assert_gt(short_codes, 100u);
+  cr_assert_gt(by_class, 20u);
   cr_assert_gt(long_codes, 15u);
   cr_assert_gt(refused, damaged / 4);
   cr_assert_lt(refused, damaged);

@@ -263,12 +263,12 @@ Test(ratio, chain_rules_and_chunk_sizes) {
   p.pipeline = "interp | huffman";
   cr_assert_eq(fz_plan_create(&p, &pl, why, sizeof why), FZ_EPIPELINE);
 
-  /* Version 6 for interp, 3 for the other ratio stages, version 1 as
+  /* Version 7 for interp, 3 for the other ratio stages, version 1 as
    * before for the rest. */
   void *x = make_field(&s2, 1, GEN_SMOOTH, 2);
   size_t len;
-  uint8_t *a = roundtrip(&s2, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 0, &len, "v6");
-  cr_assert_eq(a[4], 6);
+  uint8_t *a = roundtrip(&s2, FZ_F32, x, "ratio", FZ_EB_REL, 1e-3, 0, &len, "v7");
+  cr_assert_eq(a[4], 7);
   cr_assert_eq(a[7], 18); /* 256 KiB chunks */
   fz_archive_info info;
   cr_assert_eq(fz_archive_inspect(a, len, &info), 0);
@@ -329,7 +329,7 @@ Test(ratio, hostile_stage_parameters) {
   reseal_header(b, hl);
   cr_assert_eq(decode(b, len), FZ_ECORRUPT);
   memcpy(b, a, len);
-  b[4] = 7; /* after the last version (6, the interpolation's dims per chunk) */
+  b[4] = 8; /* after the last version (7, huffman's runs by class) */
   cr_assert_eq(decode(b, len), FZ_EVERSION);
   /* An unknown stage id in place of huffman. */
   memcpy(b, a, len);
@@ -387,49 +387,65 @@ Test(ratio, hostile_chunks) {
   free(y);
 }
 
-/* The huffman stage's own checks, on streams built by hand. */
-Test(ratio, hostile_huffman_streams) {
+/* The huffman stage's own checks, on streams built by hand, in both
+ * forms. */
+static void hostile_huffman(unsigned lv) {
   size_t n = 1000;
   uint32_t words[1000], back[1000];
   for (size_t i = 0; i < n; i++)
-    words[i] = (uint32_t)(i % 17 == 0 ? 100000 + i : i % 3);
+    words[i] = (uint32_t)(i % 17 == 0 ? 100000 + i : i % 40 < 25 ? 0 : i % 3);
   words[n - 1] = 123456; /* an escape last: a stream read short leaves bits */
   static uint8_t tmp[4 * 4096 + FZE_HUFFMAN_TMP], out[8000], bad[8000];
-  size_t len = fze_huffman_encode(4, words, n, out, sizeof out, tmp);
+  size_t len = fze_huffman_encode(lv, 4, words, n, out, sizeof out, tmp);
   cr_assert_neq(len, SIZE_MAX);
-  cr_assert_eq(fze_huffman_decode(4, out, len, back, n, tmp), 0);
+  cr_assert_eq(fze_huffman_decode(lv, 4, out, len, back, n, tmp), 0);
   cr_assert(memcmp(words, back, sizeof words) == 0);
   /* Too little room: refused, not overrun. */
-  cr_assert_eq(fze_huffman_encode(4, words, n, out, 20, tmp), SIZE_MAX);
-  unsigned e = out[0] | out[1] << 8;
+  cr_assert_eq(fze_huffman_encode(lv, 4, words, n, out, 20, tmp), SIZE_MAX);
+  unsigned e = (out[0] | out[1] << 8) & 0x7fffu;
   size_t lanes_at = 2 + (e + 16 + 1) / 2;
+  /* Version 7's streams name their form: these runs (of 25 zeros) code
+   * shorter by class, and the same bytes read by version 6 (lv 0), or
+   * named BITS, are refused. */
+  cr_assert_eq(out[1] >> 7, lv);
+  if (lv) {
+    cr_assert_eq(fze_huffman_decode(0, 4, out, len, back, n, tmp), FZ_ECORRUPT);
+    memcpy(bad, out, len);
+    bad[1] &= 0x7f;
+    cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  }
   /* E out of range, a length above 12, no code at all, over-subscribed. */
   memcpy(bad, out, len);
   bad[0] = 0, bad[1] = 0;
-  cr_assert_eq(fze_huffman_decode(4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
   memcpy(bad, out, len);
   bad[0] = 0xff, bad[1] = 0x0f;
-  cr_assert_eq(fze_huffman_decode(4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
   memcpy(bad, out, len);
   bad[2] = 0xdd;
-  cr_assert_eq(fze_huffman_decode(4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
   memcpy(bad, out, len);
   memset(bad + 2, 0, lanes_at - 2);
-  cr_assert_eq(fze_huffman_decode(4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
   memcpy(bad, out, len);
   memset(bad + 2, 0x11, lanes_at - 2);
-  cr_assert_eq(fze_huffman_decode(4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
   /* Sub-stream lengths that do not add up, or point past the end. */
   memcpy(bad, out, len);
   bad[lanes_at] ^= 1;
-  cr_assert_eq(fze_huffman_decode(4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
   memcpy(bad, out, len);
   bad[lanes_at + 3] = 0xff;
-  cr_assert_eq(fze_huffman_decode(4, bad, len, back, n, tmp), FZ_ECORRUPT);
+  cr_assert_eq(fze_huffman_decode(lv, 4, bad, len, back, n, tmp), FZ_ECORRUPT);
   /* Every truncation, and the stream read for more words than it holds. */
   for (size_t cut = 0; cut < len; cut++)
-    cr_assert_eq(fze_huffman_decode(4, out, cut, back, n, tmp), FZ_ECORRUPT, "cut %zu", cut);
-  cr_assert_eq(fze_huffman_decode(4, out, len, back, n - 1, tmp), FZ_ECORRUPT);
+    cr_assert_eq(fze_huffman_decode(lv, 4, out, cut, back, n, tmp), FZ_ECORRUPT, "cut %zu", cut);
+  cr_assert_eq(fze_huffman_decode(lv, 4, out, len, back, n - 1, tmp), FZ_ECORRUPT);
+}
+
+Test(ratio, hostile_huffman_streams) {
+  hostile_huffman(0);
+  hostile_huffman(1);
 }
 
 /* The encoder prices lorenzo's dims from the words alone, making only the
@@ -491,7 +507,7 @@ static unsigned full_choice(const fze_chain *c, fz_dtype t, const uint8_t *x, si
   cr_assert(codes && side && res && tmp && work);
   size_t side_i = fze_interp_encode(q, &iq, t, x, n, first, codes, side, work);
   uint64_t cost_i = fze_lorenzo_cost(w, codes, n) + ((8 * (uint64_t)side_i) << 16);
-  uint64_t price_i = fze_huffman_price(w, codes, n, tmp) + 8 * (uint64_t)side_i;
+  uint64_t price_i = fze_huffman_price(fze_huffman_lv(c), w, codes, n, tmp) + 8 * (uint64_t)side_i;
   size_t side_l = fze_quant_encode(q, t, x, n, codes, side, work);
   uint64_t best = UINT64_MAX;
   unsigned bk = 1;
@@ -505,7 +521,7 @@ static unsigned full_choice(const fze_chain *c, fz_dtype t, const uint8_t *x, si
   }
   bool cheap = FZE_PRICE_CHEAP(best, n);
   fze_lorenzo_encode(ip, bk, w, codes, res, n, first);
-  uint64_t price_l = fze_huffman_price(w, res, n, tmp) + 8 * (uint64_t)side_l;
+  uint64_t price_l = fze_huffman_price(fze_huffman_lv(c), w, res, n, tmp) + 8 * (uint64_t)side_l;
   best += (8 * (uint64_t)side_l) << 16;
   free(codes);
   free(side);
@@ -546,7 +562,7 @@ Test(ratio, shortcut_keeps_the_full_choice) {
           cr_assert_eq(fze_chain_resolve_shape(&c, s->ndims, s->dims, why, sizeof why), 0,
                        "%s", why);
           cr_assert_eq(fze_quant_resolve(&c.st[0], t, x, N, why, sizeof why), 0, "%s", why);
-          fze_chain_set_version(&c, FZE_FORMAT_VERSION_DIMS);
+          fze_chain_set_version(&c, FZE_FORMAT_VERSION_RUNS);
           fze_scratch sc;
           cr_assert_eq(fze_scratch_init(&sc, N * w), 0);
           uint8_t *out = malloc(N * w + 8);

@@ -77,19 +77,23 @@ static void check_rze_all(const uint8_t *src, uint64_t n) {
 
 /* ---- huffman ---- */
 
+/* Whether the last stream check_huff_cap made names the CLASS form. */
+static int last_class;
+
 /* The model at one bound: its length and bytes must be the engine's, and
  * nothing written when the engine refuses. */
-static size_t check_huff_cap(unsigned w, const uint8_t *words, uint64_t n, uint64_t cap) {
+static size_t check_huff_cap(unsigned lv, unsigned w, const uint8_t *words, uint64_t n,
+                             uint64_t cap) {
   uint8_t *ref = malloc(cap ? cap : 1), *tmp = malloc(FZE_HUFFMAN_TMP + 4 * n);
   cr_assert(ref && tmp);
-  size_t len = fze_huffman_encode(w, words, n, ref, cap, tmp);
+  size_t len = fze_huffman_encode(lv, w, words, n, ref, cap, tmp);
   uint8_t *out = malloc(cap ? cap : 1);
   uint8_t *scratch = scratch_of(fzre_huff_scratch(n, w));
   fzre_hf *H = malloc(sizeof *H);
   cr_assert(out && H);
   memset(out, 0xa5, cap);
   memset(H, 0xcd, sizeof *H);
-  fzre_huff(H, words, w, n, out, cap, scratch);
+  fzre_huff(H, lv, words, w, n, out, cap, scratch);
   if (len == SIZE_MAX) {
     cr_assert_eq(H->len, UINT64_MAX, "huff w %u n %llu cap %llu: %llu bytes, engine refuses", w,
                  (unsigned long long)n, (unsigned long long)cap, (unsigned long long)H->len);
@@ -102,6 +106,7 @@ static size_t check_huff_cap(unsigned w, const uint8_t *words, uint64_t n, uint6
     for (uint64_t i = 0; i < len; i++)
       cr_assert_eq(out[i], ref[i], "huff w %u n %llu cap %llu: byte %llu of %zu differs", w,
                    (unsigned long long)n, (unsigned long long)cap, (unsigned long long)i, len);
+    last_class = len >= 2 && (ref[1] & 0x80u);
   }
   free(ref);
   free(tmp);
@@ -112,30 +117,32 @@ static size_t check_huff_cap(unsigned w, const uint8_t *words, uint64_t n, uint6
 }
 
 /* The words at byte offset off (0: aligned), every bound about the
- * engine's length and codec.c's, then rze over the stream. */
-static void check_huff(unsigned w, const uint8_t *src, uint64_t n, unsigned off, int rze) {
+ * engine's length and codec.c's, then rze over the stream; the stage's
+ * lv as given. */
+static void check_huff_lv(unsigned lv, unsigned w, const uint8_t *src, uint64_t n, unsigned off,
+                          int rze) {
   uint8_t *buf = malloc(n * w + off);
   cr_assert(buf);
   memcpy(buf + off, src, n * w);
   const uint8_t *words = buf + off;
   uint64_t big = n * w * 2 + 4096;
-  size_t L = check_huff_cap(w, words, n, big);
+  size_t L = check_huff_cap(lv, w, words, n, big);
   cr_assert_neq(L, SIZE_MAX);
   /* At L the engine takes it; below, its estimate or its count refuses. */
   uint64_t lo = L > 40 ? L - 40 : 0;
   for (uint64_t cap = L + 1; cap + 1 > lo && cap > 0; cap--) {
-    size_t r = check_huff_cap(w, words, n, cap);
+    size_t r = check_huff_cap(lv, w, words, n, cap);
     cr_assert_eq(r == SIZE_MAX, cap < L);
   }
   if (n * w > 1)
-    check_huff_cap(w, words, n, n * w - 1);
+    check_huff_cap(lv, w, words, n, n * w - 1);
   /* The price the encoder compares predictors by: the engine's bits, and
    * the stream's length once its lanes are rounded up. */
   uint8_t *ptmp = malloc(FZE_HUFFMAN_TMP + 4 * n), *pscr = scratch_of(fzre_huff_scratch(n, w));
   fzre_hf *P = malloc(sizeof *P);
   cr_assert(ptmp && P);
-  uint64_t price = fze_huffman_price(w, words, n, ptmp);
-  fzre_huff_price(P, words, w, n, pscr);
+  uint64_t price = fze_huffman_price(lv, w, words, n, ptmp);
+  fzre_huff_price(P, lv, words, w, n, pscr);
   cr_assert_eq(P->len, price, "price w %u n %llu: %llu bits, engine %llu", w,
                (unsigned long long)n, (unsigned long long)P->len, (unsigned long long)price);
   cr_assert(price <= 8 * (uint64_t)L && 8 * (uint64_t)L < price + 8 * FZE_HUFF_LANES + 8,
@@ -146,12 +153,20 @@ static void check_huff(unsigned w, const uint8_t *src, uint64_t n, unsigned off,
   if (rze) {
     uint8_t *s = malloc(L), *tmp = malloc(FZE_HUFFMAN_TMP + 4 * n);
     cr_assert(s && tmp);
-    fze_huffman_encode(w, words, n, s, L, tmp);
+    fze_huffman_encode(lv, w, words, n, s, L, tmp);
     check_rze_all(s, L);
     free(s);
     free(tmp);
   }
   free(buf);
+}
+
+/* Both lv: streams with zero runs by their bits only (versions 3 to 6),
+ * and (version 7) each in the shorter of that and runs by their class and
+ * raw bits; rze over the first only: its input is bytes either way. */
+static void check_huff(unsigned w, const uint8_t *src, uint64_t n, unsigned off, int rze) {
+  check_huff_lv(0, w, src, n, off, rze);
+  check_huff_lv(1, w, src, n, off, 0);
 }
 
 static void put_word(uint8_t *p, unsigned w, uint64_t i, uint64_t v) {
@@ -287,6 +302,7 @@ Test(ratio_enc_huff, direct_ties) {
 Test(ratio_enc_huff, placed_runs) {
   uint64_t n = 65536, lane = 2048, seg = 256;
   uint8_t *p = gen(9, 4, n);
+  unsigned forms[2] = {0, 0};
   for (unsigned k = 1; k <= 11; k++)
     for (int d = -1; d <= 1; d++) {
       uint64_t len = ((uint64_t)1 << k) + (uint64_t)(int64_t)d;
@@ -294,12 +310,18 @@ Test(ratio_enc_huff, placed_runs) {
       for (unsigned a = 0; a < 3; a++) {
         for (uint64_t i = at[a]; i < at[a] + len; i++)
           put_word(p, 4, i, 0);
-        cr_assert_neq(check_huff_cap(4, p, n, 2 * 4 * n), SIZE_MAX);
-        check_huff_cap(4, p, n, 4 * n - 1);
+        for (unsigned f = 0; f <= 1; f++) { /* the stage's lv */
+          cr_assert_neq(check_huff_cap(f, 4, p, n, 2 * 4 * n), SIZE_MAX);
+          cr_assert(f || !last_class);
+          forms[last_class] += f;
+          check_huff_cap(f, 4, p, n, 4 * n - 1);
+        }
         for (uint64_t i = at[a]; i < at[a] + len; i++)
           put_word(p, 4, i, 1);
       }
     }
+  /* Version 7's streams took either form among these. */
+  cr_assert(forms[0] > 0 && forms[1] > 0, "BITS %u, CLASS %u", forms[0], forms[1]);
   free(p);
 }
 
@@ -307,10 +329,12 @@ Test(ratio_enc_huff, placed_runs) {
 Test(ratio_enc_huff, longest_lanes) {
   uint64_t n = FZRE_HUFF_MAX_N;
   uint8_t *p = gen(2, 4, n);
-  check_huff_cap(4, p, n, n * 4 - 1);
+  for (unsigned f = 0; f <= 1; f++)
+    check_huff_cap(f, 4, p, n, n * 4 - 1);
   put_word(p, 4, 12345, 3);
   put_word(p, 4, n - 1, 99999);
-  check_huff_cap(4, p, n, n * 4 - 1);
+  for (unsigned f = 0; f <= 1; f++)
+    check_huff_cap(f, 4, p, n, n * 4 - 1);
   free(p);
 }
 
@@ -318,11 +342,11 @@ Test(ratio_enc_huff, refusals) {
   uint8_t words[16] = {1, 2, 3, 4, 5, 6, 7, 8}, out[64];
   uint8_t *scratch = scratch_of(fzre_huff_scratch(2, 4));
   fzre_hf H;
-  fzre_huff(&H, words, 2, 2, out, sizeof out, scratch);
+  fzre_huff(&H, 0, words, 2, 2, out, sizeof out, scratch);
   cr_assert_eq(H.len, UINT64_MAX);
-  fzre_huff(&H, words, 1, 2, out, sizeof out, scratch);
+  fzre_huff(&H, 0, words, 1, 2, out, sizeof out, scratch);
   cr_assert_eq(H.len, UINT64_MAX);
-  fzre_huff(&H, words, 4, 0, out, sizeof out, scratch);
+  fzre_huff(&H, 1, words, 4, 0, out, sizeof out, scratch);
   cr_assert_eq(H.len, UINT64_MAX);
   fzre_rz R;
   fzre_rze(&R, 0, words, 8, out, scratch);

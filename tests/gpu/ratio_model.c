@@ -84,7 +84,7 @@ static int model_decode(const uint8_t *a, size_t len, uint8_t *out, size_t out_o
                .w = (uint32_t)fz_dtype_size(h.dtype), .levels = planes ? 0 : ch->st[3].levels,
                .pdims = pr->pdims, .lorenzo = pr->id == FZE_STAGE_LORENZO,
                .planes = (uint32_t)planes, .pwrel = !planes && ch->st[0].mode == FZ_EB_PWREL,
-               .lv = planes ? 0u : pr->lv,
+               .lv = planes ? 0u : pr->lv, .hform = planes ? 0u : ch->st[2].lv,
                .step = planes ? 0.0 : ch->st[0].step,
                .scratch = scratch, .stride = stride,
                .out = out + out_off, .out_aligned = out_off % fz_dtype_size(h.dtype) == 0,

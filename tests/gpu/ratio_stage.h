@@ -77,7 +77,7 @@ static inline void ratio_stage_open(ratio_stage *R, const uint8_t *a, size_t len
                 .levels = levels, .pdims = pr->pdims,
                 .lorenzo = pr->id == FZE_STAGE_LORENZO, .planes = (uint32_t)planes,
                 .pwrel = !planes && ch->st[0].mode == FZ_EB_PWREL, .lv = planes ? 0u : pr->lv,
-                .qp = planes ? NULL : R->qp, .scratch = R->scratch,
+                .hform = planes ? 0u : ch->st[2].lv, .qp = planes ? NULL : R->qp, .scratch = R->scratch,
                 .stride = L.stride, .nchunks = nc, .stage = R->stage, .sizes = R->sizes,
                 .crcs = R->crcs, .crc_tab = crc_tab};
   memcpy(J.ext, pr->ext, sizeof J.ext);

@@ -334,6 +334,7 @@ static void decode(const uint8_t *a, size_t len, size_t out_off, const char *wha
                .levels = planes ? 0 : ch->st[3].levels, .pdims = pr->pdims,
                .lorenzo = pr->id == FZE_STAGE_LORENZO, .planes = (uint32_t)planes,
                .pwrel = !planes && ch->st[0].mode == FZ_EB_PWREL, .lv = planes ? 0u : pr->lv,
+               .hform = planes ? 0u : ch->st[2].lv,
                .step = planes ? 0.0 : ch->st[0].step,
                .scratch = scratch, .stride = stride, .nchunks = nc, .ticket = &ticket,
                .out = got + out_off, .out_aligned = out_off % w == 0, .status = &status,

@@ -115,7 +115,7 @@ Test(hdf5_filter, f64_abs_round_trip_and_completed_parameters) {
   H5Fclose(f);
 }
 
-/* The ratio preset by its id: its chunks are format version 6 archives
+/* The ratio preset by its id: its chunks are format version 7 archives
  * (interpolation over the chunk's shape) and read back within the bound. */
 Test(hdf5_filter, ratio_preset_by_id) {
   enum { N0 = 96, N1 = 150 };
@@ -137,7 +137,7 @@ Test(hdf5_filter, ratio_preset_by_id) {
   uint8_t *arc = malloc(size);
   uint32_t mask = 0;
   cr_assert_geq(H5Dread_chunk(d, H5P_DEFAULT, off, &mask, arc), 0);
-  cr_assert_eq(arc[4], 6, "a ratio chunk is a version 6 archive, not version %u", arc[4]);
+  cr_assert_eq(arc[4], 7, "a ratio chunk is a version 7 archive, not version %u", arc[4]);
   free(arc);
   H5Dclose(d);
   H5Fclose(f);

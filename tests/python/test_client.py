@@ -49,8 +49,8 @@ class RoundTrips(fzdtest.DaemonTest):
                         self.assertEqual(h.eb, eb)
                         self.assertLessEqual(max_error, h.eb_abs)
 
-    def test_ratio_preset_and_version_6_headers(self):
-        # The ratio preset writes format version 6 (u32 chunk table, 256 KiB
+    def test_ratio_preset_and_version_7_headers(self):
+        # The ratio preset writes format version 7 (u32 chunk table, 256 KiB
         # chunks, interpolation over the shape): info() reads it as the
         # decoder does and names the chain the daemon ran.
         for dt in (np.float32, np.float64):
@@ -60,7 +60,7 @@ class RoundTrips(fzdtest.DaemonTest):
                     arc = self.c.compress(a, pipeline="ratio", eb=1e-3, mode="rel", verify=True)
                     res = self.c.last_result
                     h = self.check_bound(a, self.c.decompress(arc), arc)
-                    self.assertEqual(h.version, 6)
+                    self.assertEqual(h.version, 7)
                     self.assertEqual(h.chunk_bytes, 256 * 1024)
                     self.assertEqual(h.chain, res["chain"])
                     self.assertLessEqual(res["max_error"], h.eb_abs)

@@ -185,8 +185,8 @@ def info(archive):
     r = _Reader(buf)
     r.pos = 4
     version, dcode, ndims, chunk_log2 = r.take("<BBBB", "the fixed fields")
-    if version not in (1, 2, 3, 4, 5, 6):
-        raise error("EVERSION", "archive format version %d (this reader knows 1 to 6)"
+    if version not in (1, 2, 3, 4, 5, 6, 7):
+        raise error("EVERSION", "archive format version %d (this reader knows 1 to 7)"
                     % version)
     if dcode not in DTYPES:
         raise error("ECORRUPT", "unknown dtype code %d" % dcode)
