@@ -264,6 +264,16 @@ static inline __attribute__((always_inline)) uint64_t nonzero_mask(const uint8_t
   return bits;
 }
 
+/* A word other than zero's token (itself, or TOK_BIG from MAX_SYMS on),
+ * counted in hist. */
+static inline __attribute__((always_inline)) uint16_t word_token(const uint8_t *q, unsigned w,
+                                                                 uint32_t *hist) {
+  uint64_t v = load_word(q, w);
+  uint16_t x = (uint16_t)(v < TOK_BIG ? v : TOK_BIG);
+  hist[x]++;
+  return x;
+}
+
 /* A run of 1 to 15 zero words as end_run's tokens, four at most, in a
  * u64 (unused ones 0), and how many there are. */
 typedef struct short_runs {
@@ -307,10 +317,7 @@ tokenize_lane(const uint8_t *p, unsigned w, size_t cnt, size_t cap, uint16_t *t,
         k = end_run(t, k, run, runs);
       }
       run = 0;
-      uint64_t v = load_word(p + (base + i) * w, w);
-      uint16_t x = (uint16_t)(v < TOK_BIG ? v : TOK_BIG);
-      t[k++] = x;
-      hist[x]++;
+      t[k++] = word_token(p + (base + i) * w, w, hist);
       pos = i + 1;
     }
     run += m - pos;
@@ -354,10 +361,7 @@ tokenize_lane_class(const uint8_t *p, unsigned w, size_t cnt, uint16_t *t, uint3
       unsigned i = (unsigned)__builtin_ctzll(nz);
       k = end_run_class(t, k, run + i - pos, rc, rb);
       run = 0;
-      uint64_t v = load_word(p + (base + i) * w, w);
-      uint16_t x = (uint16_t)(v < TOK_BIG ? v : TOK_BIG);
-      t[k++] = x;
-      hist[x]++;
+      t[k++] = word_token(p + (base + i) * w, w, hist);
       pos = i + 1;
     }
     run += m - pos;
