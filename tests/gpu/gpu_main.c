@@ -1,6 +1,9 @@
 /*
  * gpu_main.c - the main of every GPU suite: exits 77 (skipped) when no GPU
- * can be used, otherwise runs the Criterion tests.
+ * can be used, otherwise runs the Criterion tests, with the ratio preset's
+ * encoder kernels on (FZ_GPU_RATIO_ENCODER=kernels, for the suites and the
+ * daemons they start, unless the caller set it), so that the suites keep
+ * requiring the kernels' archives to be the CPU engine's.
  *
  * The probe runs in a child process: a process that initialised CUDA must
  * not fork, and Criterion forks a worker for each test.
@@ -8,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +34,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "no usable CUDA device: skipping\n");
     return 77;
   }
+  setenv("FZ_GPU_RATIO_ENCODER", "kernels", 0);
   struct criterion_test_set *tests = criterion_initialize();
   int result = 0;
   if (criterion_handle_args(argc, argv, true))

@@ -408,6 +408,26 @@ Test(ratio, version_6_interpolation) {
   cr_assert_eq(both(interp_v6_f64, sizeof interp_v6_f64, n * 8, 1, "version 6, f64"), 0);
 }
 
+/* Without FZ_GPU_RATIO_ENCODER=kernels a plan of the ratio preset's chain
+ * answers ENOSYS, so that the CPU engine compresses it (its kernels made
+ * other archives than the CPU's on an H100); the lossless-ratio preset's
+ * keeps its kernels. */
+Test(ratio, encoder_left_to_the_cpu) {
+  shape s = {2, {37, 61}};
+  fz_params p = params(&s, FZ_F32, "ratio", FZ_EB_REL, 1e-3, 0);
+  fz_gpu_plan *pl = NULL;
+  char why[256] = "";
+  cr_assert_eq(unsetenv("FZ_GPU_RATIO_ENCODER"), 0);
+  cr_assert_eq(fz_gpu_plan_create(gpu(), &p, 0, &pl, why, sizeof why), FZ_ENOSYS);
+  cr_assert(strstr(why, "the CPU engine compresses this chain"), "%s", why);
+  fz_params q = params(&s, FZ_F32, "lossless-ratio", FZ_EB_REL, 0, 0);
+  cr_assert_eq(fz_gpu_plan_create(gpu(), &q, 0, &pl, why, sizeof why), 0, "%s", why);
+  fz_gpu_plan_destroy(pl);
+  cr_assert_eq(setenv("FZ_GPU_RATIO_ENCODER", "kernels", 1), 0);
+  cr_assert_eq(fz_gpu_plan_create(gpu(), &p, 0, &pl, why, sizeof why), 0, "%s", why);
+  fz_gpu_plan_destroy(pl);
+}
+
 Test(ratio, hostile_every_byte, .timeout = 600) {
   shape s = {3, {6, 20, 30}};
   void *x = field(&s, FZ_F64, GEN_SMOOTH, 3);

@@ -41,6 +41,10 @@ for dep in boxfort libffi libgit2 nanomsg; do
   fi
 done
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+# The ratio preset's encoder kernels, which plans leave to the CPU engine
+# unless asked (docs/gpu.md, "The ratio preset's encoder"): the suites, the
+# benchmarks and the daemons here run them, so that they keep being checked.
+export FZ_GPU_RATIO_ENCODER="${FZ_GPU_RATIO_ENCODER:-kernels}"
 if command -v nvidia-smi > /dev/null; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
     | tee "$logs/gpu.txt"
