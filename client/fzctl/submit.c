@@ -88,9 +88,12 @@ typedef struct item {
 } item;
 
 /* A job the server refused with EBUSY (its queue was full) is sent again
- * after a pause, up to this many times: busy is backpressure, not failure. */
+ * after a pause that doubles from BUSY_PAUSE_NS to BUSY_PAUSE_MAX_NS, up
+ * to this many times (about 19 s of pauses in all): busy is backpressure,
+ * not failure, and a server with long jobs queued stays busy for a while. */
 #define BUSY_RETRIES 100
 #define BUSY_PAUSE_NS 20000000L
+#define BUSY_PAUSE_MAX_NS 200000000L
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
@@ -781,9 +784,11 @@ int ctl_cmd_submit(const ctl_global *g, int argc, char **argv) {
     }
     item *it = comp.user;
     if (comp.result.status == FZ_EBUSY && it->busy_retries < BUSY_RETRIES) {
+      long ns = BUSY_PAUSE_NS << (it->busy_retries < 4 ? it->busy_retries : 4);
       it->busy_retries++;
       again[nagain++] = it;
-      struct timespec pause = {.tv_sec = 0, .tv_nsec = BUSY_PAUSE_NS};
+      struct timespec pause = {.tv_sec = 0,
+                               .tv_nsec = ns < BUSY_PAUSE_MAX_NS ? ns : BUSY_PAUSE_MAX_NS};
       nanosleep(&pause, NULL);
       continue;
     }
